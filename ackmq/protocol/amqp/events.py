@@ -1,0 +1,104 @@
+"""Events the Decoder emits and the errors it raises.
+
+Events are plain slotted dataclasses so the server's dispatch is an attribute read and
+an isinstance check, nothing more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pamqp.base import Frame
+
+from .constants import FRAME_ERROR, REPLY_TEXT
+
+
+@dataclass(slots=True)
+class ProtocolHeader:
+    """The client sent b"AMQP\\x00\\x00\\x09\\x01"; the server answers connection.start."""
+
+
+@dataclass(slots=True)
+class Method:
+    """A method frame that carries no content (everything except the four below)."""
+
+    channel: int
+    method: Frame
+
+
+@dataclass(slots=True)
+class Publish:
+    """basic.publish with its content header and all its body frames."""
+
+    channel: int
+    exchange: str
+    routing_key: str
+    mandatory: bool
+    immediate: bool
+    properties: bytes
+    body: bytes
+
+
+@dataclass(slots=True)
+class Content:
+    """basic.deliver / basic.get-ok / basic.return with its content (client side)."""
+
+    channel: int
+    method: Frame
+    properties: bytes
+    body: bytes
+
+
+@dataclass(slots=True)
+class Heartbeat:
+    """A heartbeat frame on channel 0."""
+
+
+@dataclass(slots=True)
+class ChannelFault:
+    """A channel-level error found while decoding; the server closes just that channel.
+
+    `reply_text` already carries RabbitMQ's "NAME - " prefix, ready for channel.close.
+    """
+
+    channel: int
+    reply_code: int
+    reply_text: str
+    class_id: int
+    method_id: int
+
+
+Event = ProtocolHeader | Method | Publish | Content | Heartbeat | ChannelFault
+
+
+def reply_text(code: int, detail: str) -> str:
+    """RabbitMQ-style reply text "NAME - detail", cut to fit a shortstr (255 bytes)."""
+    text = f"{REPLY_TEXT.get(code, str(code))} - {detail}"
+    data = text.encode("utf-8")
+    if len(data) > 255:
+        text = data[:252].decode("utf-8", "ignore") + "..."
+    return text
+
+
+class FrameError(Exception):
+    """A connection-level protocol error: send connection.close with these and stop.
+
+    After raising it the Decoder is dead (every later feed raises it again).
+    """
+
+    def __init__(
+        self, reply_code: int, detail: str, class_id: int = 0, method_id: int = 0
+    ) -> None:
+        self.reply_code = reply_code
+        self.reply_text = reply_text(reply_code, detail)
+        self.class_id = class_id
+        self.method_id = method_id
+        super().__init__(reply_code, self.reply_text, class_id, method_id)
+
+
+class BadProtocolHeader(FrameError):
+    """The first 8 bytes are not AMQP 0-9-1's header: reply PROTOCOL_HEADER and close."""
+
+    def __init__(self, received: bytes) -> None:
+        self.received = received
+        super().__init__(FRAME_ERROR, f"bad protocol header {received!r}")

@@ -1,0 +1,325 @@
+"""basic content-header properties kept as raw bytes, with lazy peeks and splices.
+
+Why raw: the broker stores and forwards a publisher's property bytes untouched (no
+re-encoding cost, no type drift in header tables). It only needs to peek at a few fields
+(delivery-mode, priority, expiration, headers) and, for dead-lettering, add header
+entries; both are done here without decoding or re-encoding the other fields.
+
+Raw layout: 16-bit property flags, then each present property in flag order
+(content-type, content-encoding, headers, delivery-mode, priority, correlation-id,
+reply-to, expiration, message-id, timestamp, type, user-id, app-id, cluster-id).
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime
+import decimal
+import struct
+import time
+from typing import Any
+
+from pamqp import commands, decode
+
+EMPTY_PROPERTIES = b"\x00\x00"
+
+_SHORTSTR, _TABLE, _OCTET, _TIMESTAMP = 0, 1, 2, 3
+# (flag bit, attribute name, wire kind) in wire order.
+_FIELDS: tuple[tuple[int, str, int], ...] = (
+    (0x8000, "content_type", _SHORTSTR),
+    (0x4000, "content_encoding", _SHORTSTR),
+    (0x2000, "headers", _TABLE),
+    (0x1000, "delivery_mode", _OCTET),
+    (0x0800, "priority", _OCTET),
+    (0x0400, "correlation_id", _SHORTSTR),
+    (0x0200, "reply_to", _SHORTSTR),
+    (0x0100, "expiration", _SHORTSTR),
+    (0x0080, "message_id", _SHORTSTR),
+    (0x0040, "timestamp", _TIMESTAMP),
+    (0x0020, "message_type", _SHORTSTR),
+    (0x0010, "user_id", _SHORTSTR),
+    (0x0008, "app_id", _SHORTSTR),
+    (0x0004, "cluster_id", _SHORTSTR),
+)
+_FLAG_HEADERS = 0x2000
+_UNKNOWN_FLAGS = 0x0003  # bit 1 unused; bit 0 = continuation word (RabbitMQ rejects it)
+
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+
+# Field-table value sizes for the structural walk: fixed width, or None for the
+# variable-size kinds handled in _skip_value.
+_FIXED = {
+    0x74: 1, 0x62: 1, 0x42: 1,  # t b B
+    0x73: 2, 0x75: 2,  # s u
+    0x49: 4, 0x69: 4, 0x66: 4,  # I i f
+    0x6C: 8, 0x4C: 8, 0x64: 8, 0x54: 8,  # l L d T
+    0x44: 5,  # D: scale octet + int32
+    0x56: 0,  # V
+}
+
+
+def _skip_table(raw: bytes, pos: int) -> int:
+    """Return the offset after the field table at `pos`; ValueError if malformed."""
+    (length,) = _U32.unpack_from(raw, pos)
+    pos += 4
+    end = pos + length
+    if end > len(raw):
+        raise ValueError("field table longer than its container")
+    while pos < end:
+        pos += 1 + raw[pos]  # key shortstr
+        if pos >= end:
+            raise ValueError("field table entry without a value")
+        pos = _skip_value(raw, pos, end)
+    if pos != end:
+        raise ValueError("field table entries overrun its length")
+    return end
+
+
+def _skip_value(raw: bytes, pos: int, end: int) -> int:
+    tag = raw[pos]
+    pos += 1
+    size = _FIXED.get(tag)
+    if size is not None:
+        pos += size
+    elif tag in (0x53, 0x78, 0x41):  # S x A: 32-bit length prefix
+        (length,) = _U32.unpack_from(raw, pos)
+        if tag == 0x41:
+            inner_end = pos + 4 + length
+            inner = pos + 4
+            if inner_end > end:
+                raise ValueError("field array longer than its container")
+            while inner < inner_end:
+                inner = _skip_value(raw, inner, inner_end)
+            if inner != inner_end:
+                raise ValueError("field array entries overrun its length")
+        pos += 4 + length
+    elif tag == 0x46:  # F
+        pos = _skip_table(raw, pos)
+    else:
+        raise ValueError(f"unknown field-table type {chr(tag)!r}")
+    if pos > end:
+        raise ValueError("field value overruns its container")
+    return pos
+
+
+def _offsets(raw: bytes) -> dict[str, tuple[int, int]]:
+    """Map present property name -> (start, end) of its encoded value in `raw`."""
+    flags = _U16.unpack_from(raw, 0)[0]
+    if flags & _UNKNOWN_FLAGS:
+        raise ValueError(f"unsupported property flags 0x{flags:04x}")
+    out: dict[str, tuple[int, int]] = {}
+    pos = 2
+    for flag, name, kind in _FIELDS:
+        if flags & flag:
+            start = pos
+            if kind == _SHORTSTR:
+                pos += 1 + raw[pos]
+            elif kind == _OCTET:
+                pos += 1
+            elif kind == _TIMESTAMP:
+                pos += 8
+            else:
+                pos = _skip_table(raw, pos)
+            if pos > len(raw):
+                raise ValueError(f"property {name} truncated")
+            out[name] = (start, pos)
+    if pos != len(raw):
+        raise ValueError("trailing bytes after the property list")
+    return out
+
+
+def check_properties(raw: bytes) -> None:
+    """Validate the structure of raw property bytes (the decoder calls this per message).
+
+    Raises ValueError/IndexError/struct.error on anything RabbitMQ could not decode.
+    Fast path: no properties, or only short fixed fields, is a few comparisons.
+    """
+    if len(raw) < 2:
+        raise ValueError("content header property flags truncated")
+    flags = (raw[0] << 8) | raw[1]
+    if flags == 0:
+        if len(raw) != 2:
+            raise ValueError("trailing bytes after the property list")
+        return
+    _offsets(raw)
+
+
+class PropertiesView:
+    """Lazy read-only view of raw property bytes; fields decode on first access."""
+
+    __slots__ = ("raw", "_offsets", "_cache")
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        self._offsets: dict[str, tuple[int, int]] | None = None
+        self._cache: dict[str, Any] = {}
+
+    def _get(self, name: str) -> Any:
+        cache = self._cache
+        if name in cache:
+            return cache[name]
+        if self._offsets is None:
+            self._offsets = _offsets(self.raw)
+        span = self._offsets.get(name)
+        value: Any = None
+        if span is not None:
+            start, end = span
+            raw = self.raw
+            if name in ("delivery_mode", "priority"):
+                value = raw[start]
+            elif name == "timestamp":
+                value = datetime.datetime.fromtimestamp(
+                    _U64.unpack_from(raw, start)[0], tz=datetime.UTC
+                )
+            elif name == "headers":
+                value = decode.field_table(bytes(raw[start:end]))[1]
+            else:
+                value = bytes(raw[start + 1 : end]).decode("utf-8")
+        elif name == "headers":
+            value = {}
+        cache[name] = value
+        return value
+
+    def __contains__(self, name: str) -> bool:
+        """True when the property is present on the wire."""
+        if self._offsets is None:
+            self._offsets = _offsets(self.raw)
+        return name in self._offsets
+
+    def __repr__(self) -> str:
+        return f"PropertiesView({self.raw!r})"
+
+
+def _field(name: str) -> property:
+    return property(lambda self: self._get(name), doc=f"basic.properties {name}")
+
+
+for _flag, _name, _kind in _FIELDS:
+    setattr(PropertiesView, _name, _field(_name))
+
+
+def encode_properties(props: commands.Basic.Properties) -> bytes:
+    """Raw property bytes for a pamqp Properties object (the slow, general path)."""
+    return props.marshal()
+
+
+def decode_properties(raw: bytes) -> commands.Basic.Properties:
+    """A pamqp Properties object from raw property bytes."""
+    check_properties(raw)
+    props = commands.Basic.Properties()
+    flags = _U16.unpack_from(raw, 0)[0]
+    props.unmarshal(flags, bytes(raw[2:]))
+    return props
+
+
+# ---------------------------------------------------------------- field tables
+
+def _encode_value(value: Any) -> bytes:
+    """One typed field value, with the types RabbitMQ itself emits (e.g. in x-death):
+    integers as signed 64-bit 'l', floats as 'd', text as 'S'."""
+    if isinstance(value, bool):
+        return b"t\x01" if value else b"t\x00"
+    if isinstance(value, int):
+        return b"l" + struct.pack(">q", value)
+    if isinstance(value, float):
+        return b"d" + struct.pack(">d", value)
+    if isinstance(value, str):
+        data = value.encode("utf-8")
+        return b"S" + _U32.pack(len(data)) + data
+    if isinstance(value, bytes | bytearray):
+        return b"x" + _U32.pack(len(value)) + bytes(value)
+    if isinstance(value, dict):
+        return b"F" + encode_table(value)
+    if isinstance(value, list | tuple):
+        data = b"".join(_encode_value(item) for item in value)
+        return b"A" + _U32.pack(len(data)) + data
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.UTC)
+        return b"T" + _U64.pack(int(value.timestamp()))
+    if isinstance(value, time.struct_time):
+        return b"T" + _U64.pack(calendar.timegm(value))
+    if isinstance(value, decimal.Decimal):
+        return _encode_decimal(value)
+    if value is None:
+        return b"V"
+    raise TypeError(f"cannot encode {type(value).__name__} in a field table")
+
+
+def _encode_decimal(value: decimal.Decimal) -> bytes:
+    sign, digits, exponent = value.as_tuple()
+    if not isinstance(exponent, int):
+        raise TypeError(f"cannot encode {value} as a decimal")
+    scale = max(0, -exponent)
+    mantissa = int(value.scaleb(scale))
+    return b"D" + struct.pack(">Bi", scale, mantissa)
+
+
+def _encode_entries(table: dict[str, Any]) -> list[bytes]:
+    parts = []
+    for key, value in table.items():
+        name = key.encode("utf-8")
+        if len(name) > 255:
+            raise ValueError(f"field-table key longer than 255 bytes: {key[:40]!r}")
+        parts.append(bytes((len(name),)) + name + _encode_value(value))
+    return parts
+
+
+def encode_table(table: dict[str, Any]) -> bytes:
+    """AMQP field table (32-bit length prefix included), keys in insertion order."""
+    data = b"".join(_encode_entries(table))
+    return _U32.pack(len(data)) + data
+
+
+def decode_table(raw: bytes) -> dict[str, Any]:
+    """Decode a field table (with its length prefix); pamqp's decoder, all RabbitMQ types."""
+    return decode.field_table(bytes(raw))[1]
+
+
+def _table_entries(raw: bytes, start: int, end: int) -> list[tuple[bytes, bytes]]:
+    """Split an encoded table's entries into (key bytes, raw entry bytes) pairs."""
+    entries = []
+    pos = start + 4
+    while pos < end:
+        entry_start = pos
+        key_end = pos + 1 + raw[pos]
+        key = bytes(raw[pos + 1 : key_end])
+        pos = _skip_value(raw, key_end, end)
+        entries.append((key, bytes(raw[entry_start:pos])))
+    return entries
+
+
+def properties_with_headers(raw: bytes, extra: dict[str, Any]) -> bytes:
+    """Raw properties whose headers table has `extra` merged in (extra wins on a clash).
+
+    The bytes before the headers (flags, content-type, content-encoding) and after it
+    are copied as they are; existing header entries keep their original encoding.
+    """
+    if not extra:
+        return raw
+    offsets = _offsets(raw)
+    flags = _U16.unpack_from(raw, 0)[0]
+    new_entries = _encode_entries(extra)
+    span = offsets.get("headers")
+    if span is None:
+        insert_at = 2
+        for name in ("content_type", "content_encoding"):
+            if name in offsets:
+                insert_at = offsets[name][1]
+        data = b"".join(new_entries)
+        return b"".join(
+            (
+                _U16.pack(flags | _FLAG_HEADERS),
+                raw[2:insert_at],
+                _U32.pack(len(data)),
+                data,
+                raw[insert_at:],
+            )
+        )
+    start, end = span
+    replaced = {key.encode("utf-8") for key in extra}
+    kept = [entry for key, entry in _table_entries(raw, start, end) if key not in replaced]
+    data = b"".join(kept + new_entries)
+    return b"".join((raw[:start], _U32.pack(len(data)), data, raw[end:]))
