@@ -1,0 +1,197 @@
+"""The brokers under test: find their process, start a local RabbitMQ or an ackmq."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pika
+import psutil
+
+from ackmq.bench.wire import parse_url
+
+RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
+_URL_LINE = re.compile(r"listening on (amqp://\S+)")
+
+
+class BenchSetupError(Exception):
+    """A broker could not be found or started; the message says what to do."""
+
+
+@dataclass
+class Target:
+    """One broker: where it listens, what it is, and its process (for CPU and memory)."""
+
+    url: str
+    label: str = ""
+    product: str = ""
+    version: str = ""
+    pid: int | None = None
+    data_dir: Path | None = None
+    _cleanup: list = field(default_factory=list, repr=False)
+
+    @property
+    def process(self) -> psutil.Process | None:
+        if self.pid is None:
+            return None
+        try:
+            return psutil.Process(self.pid)
+        except psutil.Error:
+            return None
+
+    def public_url(self) -> str:
+        """The URL without its password, for reports."""
+        return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", self.url)
+
+    def close(self) -> None:
+        while self._cleanup:
+            self._cleanup.pop()()
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def find_listener_pid(port: int) -> int | None:
+    """pid of the process listening on `port` (RabbitMQ: beam.smp), or None if hidden."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.Error:
+        return None
+    for c in conns:
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+            return c.pid
+    return None
+
+
+def probe(target: Target) -> Target:
+    """Fill in product/version/label from connection.start and the pid from the port."""
+    parts = parse_url(target.url)
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(target.url))
+    except Exception as exc:  # noqa: BLE001 - any failure here means "cannot reach"
+        raise BenchSetupError(f"cannot connect to {target.public_url()}: {exc!r}") from exc
+    try:
+        props = conn._impl.server_properties or {}
+    finally:
+        conn.close()
+
+    def text(v: object) -> str:
+        return v.decode() if isinstance(v, bytes) else str(v or "")
+
+    target.product = text(props.get("product"))
+    target.version = text(props.get("version"))
+    if not target.label:
+        p = target.product.lower()
+        target.label = "rabbitmq" if "rabbitmq" in p else "ackmq" if "ackmq" in p else (
+            f"{parts.host}:{parts.port}")
+    if target.pid is None and parts.host in ("127.0.0.1", "localhost", "::1"):
+        target.pid = find_listener_pid(parts.port)
+    return target
+
+
+def rabbitmq_env() -> dict[str, str]:
+    """Loopback-only RabbitMQ, as /work/shared/tools/rabbitmq-local starts it."""
+    env = dict(os.environ)
+    env.update(RABBITMQ_NODE_IP_ADDRESS="127.0.0.1", RABBITMQ_NODE_PORT="5672",
+               ERL_EPMD_ADDRESS="127.0.0.1", RABBITMQ_DIST_PORT="25672",
+               RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}")
+    return env
+
+
+def local_rabbitmq(start_timeout: float = 120.0) -> Target:
+    """Use the RabbitMQ on 127.0.0.1:5672, starting one (and stopping it later) if needed."""
+    if port_open("127.0.0.1", 5672):
+        return probe(Target(RABBITMQ_URL))
+    if shutil.which("rabbitmq-server") is None:
+        raise BenchSetupError(
+            "--rabbitmq: nothing listens on 127.0.0.1:5672 and rabbitmq-server is not "
+            "installed. Install it with `apt-get install rabbitmq-server` (Debian/Ubuntu), "
+            "or pass --compare amqp://user:pass@host:port/ for a broker you already run.")
+    env = rabbitmq_env()
+    subprocess.run(["rabbitmq-server", "-detached"], env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + start_timeout
+    while not port_open("127.0.0.1", 5672):
+        if time.monotonic() > deadline:
+            raise BenchSetupError("rabbitmq-server -detached did not open 127.0.0.1:5672 "
+                                  f"within {start_timeout:.0f}s; see /var/log/rabbitmq/")
+        time.sleep(0.5)
+    target = probe(Target(RABBITMQ_URL))
+
+    def stop() -> None:
+        subprocess.run(["rabbitmqctl", "stop"], env=env, check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    target._cleanup.append(stop)
+    return target
+
+
+def start_ackmq(data_dir: Path | None = None, timeout: float = 60.0) -> Target:
+    """`python -m ackmq serve --port 0` in a fresh data directory; stopped by Target.close."""
+    owned = data_dir is None
+    # /var/tmp, not /tmp: /tmp is often tmpfs, where fsync costs nothing and flatters ackmq
+    base = "/var/tmp" if os.path.isdir("/var/tmp") else None
+    ddir = Path(tempfile.mkdtemp(prefix="ackmq-bench-data-", dir=base)) if owned else data_dir
+    assert ddir is not None
+    ddir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([sys.executable, "-m", "ackmq", "serve", "--port", "0",
+                             "--data-dir", str(ddir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    log: list[str] = []
+    url = ""
+    deadline = time.monotonic() + timeout
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        log.append(line)
+        m = _URL_LINE.search(line)
+        if m:
+            url = m.group(1)
+            break
+    if not url:
+        proc.kill()
+        proc.wait(10)
+        raise BenchSetupError("`python -m ackmq serve` did not start:\n" + "".join(log[-20:]))
+
+    def drain() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.append(line)
+            del log[:-200]
+
+    threading.Thread(target=drain, daemon=True).start()
+    target = Target(url, pid=proc.pid, data_dir=ddir)
+
+    def stop() -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        if owned:
+            shutil.rmtree(ddir, ignore_errors=True)
+
+    target._cleanup.append(stop)
+    try:
+        return probe(target)
+    except BaseException:
+        target.close()
+        raise

@@ -1,0 +1,171 @@
+"""`ackmq bench`: argument parsing and the A/B run loop."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ackmq.bench import report
+from ackmq.bench.brokers import BenchSetupError, Target, local_rabbitmq, probe, start_ackmq
+from ackmq.bench.context import DEFAULT_PREFETCH, Options, RunContext
+from ackmq.bench.progress import Progress
+from ackmq.bench.stats import schedule
+from ackmq.bench.workloads import WORKLOADS
+
+
+def _prefetch_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of ints: {text}") from exc
+    if not values or any(v < 0 or v > 65535 for v in values):
+        raise argparse.ArgumentTypeError("prefetch values must be 0..65535")
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `ackmq bench` (also `python -m ackmq.bench`)."""
+    parser.description = ("Benchmark any AMQP 0-9-1 broker; with a second one, run both "
+                          "alternately (A B A B ...) and report medians and their ratio.")
+    parser.add_argument("workloads", nargs="*", metavar="WORKLOAD",
+                        help="workloads to run (default: all): " + ", ".join(WORKLOADS))
+    parser.add_argument("--url", help="broker under test (A), e.g. amqp://guest:guest@127.0.0.1:5672/")
+    parser.add_argument("--compare", metavar="URL", help="broker to compare against (B)")
+    parser.add_argument("--ackmq", action="store_true",
+                        help="start `python -m ackmq serve` as the broker under test")
+    parser.add_argument("--rabbitmq", action="store_true",
+                        help="compare against a local RabbitMQ on 127.0.0.1:5672 "
+                             "(started if installed but not running)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="runs per workload and broker, alternating brokers (default 3)")
+    parser.add_argument("--messages", type=int, help="message count for every workload "
+                        "(overrides the defaults: 50,000 for confirms/tx, 1M for memory, ...)")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="multiply every default message count (e.g. 0.1 for a quick look)")
+    parser.add_argument("--rate", type=float, default=5000.0,
+                        help="latency: offered publish rate, msgs/s (default 5000)")
+    parser.add_argument("--prefetch", type=_prefetch_list, default=DEFAULT_PREFETCH,
+                        help="consume-prefetch sweep, comma-separated (default 1,10,100,300,1000,0)")
+    parser.add_argument("--data-dir", type=Path,
+                        help="data directory for --ackmq and the fdatasync floor "
+                             "(default: a fresh directory under /var/tmp)")
+    parser.add_argument("--json", metavar="FILE", help="write every run and the summary as JSON")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw the prefetch sweep and latency")
+
+
+def _targets(args: argparse.Namespace) -> list[Target]:
+    if args.url and args.ackmq:
+        raise BenchSetupError("--url and --ackmq both name the broker under test; pick one")
+    if args.compare and args.rabbitmq:
+        raise BenchSetupError("--compare and --rabbitmq both name the comparison; pick one")
+    targets: list[Target] = []
+    try:
+        if args.url:
+            targets.append(probe(Target(args.url)))
+        elif args.ackmq:
+            targets.append(start_ackmq(args.data_dir))
+        if args.compare:
+            targets.append(probe(Target(args.compare)))
+        elif args.rabbitmq:
+            targets.append(local_rabbitmq())
+    except BaseException:
+        for t in targets:
+            t.close()
+        raise
+    if not targets:
+        raise BenchSetupError("nothing to benchmark: give --url URL, --ackmq or --rabbitmq")
+    if len(targets) == 2 and targets[0].label == targets[1].label:
+        targets[0].label += "-A"
+        targets[1].label += "-B"
+    return targets
+
+
+def run_one(workload: str, target: Target, options: Options, rnd: int) -> dict[str, Any]:
+    """One run; failures are recorded, not raised, so one bad run does not lose the rest."""
+    ctx = RunContext(workload, target, options)
+    rec: dict[str, Any] = {"workload": workload, "broker": target.label, "round": rnd,
+                           "ok": False, "error": None}
+    try:
+        WORKLOADS[workload].run(ctx)
+        rec["ok"] = True
+    except Exception as exc:  # noqa: BLE001 - report and go on
+        rec["error"] = f"{type(exc).__name__}: {exc}"
+        rec["traceback"] = traceback.format_exc()
+    finally:
+        ctx.cleanup()
+    rec.update(metrics=[asdict(m) for m in ctx.metrics], wall_s=ctx.wall_s,
+               client_cpu_s=ctx.client_cpu_s, broker_cpu_s=ctx.broker_cpu_s,
+               messages=ctx.messages, extra=ctx.extra)
+    return rec
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of `ackmq bench`; returns the exit status."""
+    names = list(dict.fromkeys(args.workloads)) or list(WORKLOADS)
+    unknown = [w for w in names if w not in WORKLOADS]
+    if unknown:
+        print(f"unknown workload(s): {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}",
+              file=sys.stderr)
+        return 2
+    if args.rounds < 1:
+        print("--rounds must be at least 1", file=sys.stderr)
+        return 2
+    options = Options(messages=args.messages, scale=args.scale, rate=args.rate,
+                      prefetch=tuple(args.prefetch),
+                      floor_dir=str(args.data_dir) if args.data_dir else None)
+    try:
+        targets = _targets(args)
+    except BenchSetupError as exc:
+        print(f"ackmq bench: {exc}", file=sys.stderr)
+        return 2
+    labels = [t.label for t in targets]
+    by_label = {t.label: t for t in targets}
+    plan = schedule(names, labels, args.rounds)
+    meta: dict[str, Any] = {
+        "command": shlex.join(sys.argv),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
+        "cpus": os.cpu_count(), "python": platform.python_version(), "rounds": args.rounds,
+        "options": asdict(options), "workloads": names,
+        "brokers": [{"label": t.label, "url": t.public_url(), "product": t.product,
+                     "version": t.version, "pid": t.pid} for t in targets],
+    }
+    print("brokers: " + "; ".join(f"{t.label} = {t.product} {t.version} at {t.public_url()}"
+                                  f" (pid {t.pid or 'unknown'})" for t in targets))
+    progress = Progress(len(plan))
+    runs: list[dict[str, Any]] = []
+    try:
+        for wl, rnd, label in plan:
+            progress.show(f"{wl} on {label}, round {rnd + 1}/{args.rounds}")
+            runs.append(run_one(wl, by_label[label], options, rnd))
+            progress.step()
+    except KeyboardInterrupt:
+        progress.clear()
+        print("interrupted; reporting the runs so far", file=sys.stderr)
+    finally:
+        progress.clear()
+        for t in targets:
+            t.close()
+    rows = report.summarize(runs, labels)
+    print(report.format_table(rows, runs, labels), end="")
+    meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    if args.json:
+        report.write_json(args.json, meta, runs, rows)
+        print(f"wrote {args.json}")
+    if args.plot:
+        report.plot(args.plot, rows, labels)
+        print(f"wrote {args.plot}")
+    return 0 if runs and all(r["ok"] for r in runs) and len(runs) == len(plan) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ackmq bench")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,126 @@
+"""Publisher-confirm strategies and transactions: 50,000 persistent messages, durable queue."""
+
+from __future__ import annotations
+
+import pika
+from pamqp import commands
+
+from ackmq.bench.context import RunContext, run_async
+from ackmq.bench.floor import physical_floor
+from ackmq.bench.pipeline import OutstandingConfirms, publish_pipelined
+from ackmq.bench.wire import Connection, body_frame, publish_prefix
+
+PERSISTENT = 2
+DEFAULT_N = 50_000
+BATCH = 100
+
+
+def confirms_individual(ctx: RunContext) -> None:
+    """publish, wait for the confirm, repeat — with pika, exactly as a user writes it."""
+    n = ctx.n(DEFAULT_N)
+    q = ctx.name()
+    body = b"x" * ctx.options.body_size
+    props = pika.BasicProperties(delivery_mode=PERSISTENT)
+    conn = pika.BlockingConnection(pika.URLParameters(ctx.target.url))
+    try:
+        ch = conn.channel()
+        ch.queue_declare(q, durable=True)
+        ch.confirm_delivery()
+        with ctx.measure():
+            for _ in range(n):
+                ch.basic_publish("", q, body, props)  # raises NackError / UnroutableError
+        ms = ctx.wall_s * 1e3
+    finally:
+        conn.close()
+    ctx.messages = n
+    ctx.add("confirms-individual", ms, "ms", "lower")
+    floor_dir = ctx.options.floor_dir or (str(ctx.target.data_dir) if ctx.target.data_dir else None)
+    ctx.extra.update(physical_floor(n, floor_dir), floor_dir=floor_dir or "(tmp)",
+                     msgs_per_s=n / ctx.wall_s)
+
+
+async def _confirms_pipelined(ctx: RunContext, n: int, batch: int | None) -> None:
+    q = ctx.name()
+    body = b"x" * ctx.options.body_size
+    conn = await Connection.open(ctx.target.url)
+    try:
+        ch = await conn.channel(1)
+        await ch.declare_queue(q, durable=True)
+        await ch.confirm_select()
+        oc = OutstandingConfirms()
+        ch.on_confirm = oc.settle
+        with ctx.measure():
+            if batch is None:
+                await publish_pipelined(ch, q, n, body, PERSISTENT, confirms=oc)
+            else:
+                one = publish_prefix(1, "", q, len(body), PERSISTENT) + body_frame(1, body)
+                left = n
+                while left:
+                    k = min(batch, left)
+                    for _ in range(k):
+                        oc.add()
+                    conn.write(one * k)
+                    await oc.wait_all()  # wait_for_confirms: all of this batch
+                    if oc.nacked:
+                        left += len(oc.nacked)  # re-publish nacked messages
+                        oc.nacked.clear()
+                    left -= k
+        ctx.extra["nacks"] = oc.next_seq - 1 - n
+    finally:
+        await conn.close()
+
+
+def confirms_batch(ctx: RunContext) -> None:
+    """Batches of 100, waiting for every confirm of the batch before the next."""
+    n = ctx.n(DEFAULT_N)
+    run_async(_confirms_pipelined(ctx, n, BATCH))
+    ctx.messages = n
+    ctx.add("confirms-batch", ctx.wall_s * 1e3, "ms", "lower")
+    ctx.extra["msgs_per_s"] = n / ctx.wall_s
+
+
+def confirms_async(ctx: RunContext) -> None:
+    """Pipelined publishes; confirms tracked in a sorted map, `multiple` acks settle ranges."""
+    n = ctx.n(DEFAULT_N)
+    run_async(_confirms_pipelined(ctx, n, None))
+    ctx.messages = n
+    ctx.add("confirms-async", ctx.wall_s * 1e3, "ms", "lower")
+    ctx.extra["msgs_per_s"] = n / ctx.wall_s
+
+
+async def _tx(ctx: RunContext, n: int, per_commit: int) -> float:
+    q = ctx.name()
+    body = b"x" * ctx.options.body_size
+    conn = await Connection.open(ctx.target.url)
+    before = ctx.wall_s
+    try:
+        ch = await conn.channel(1)
+        await ch.declare_queue(q, durable=True)
+        await ch.call(commands.Tx.Select())
+        one = publish_prefix(1, "", q, len(body), PERSISTENT) + body_frame(1, body)
+        commit = commands.Tx.Commit()
+        with ctx.measure():
+            left = n
+            while left:
+                k = min(per_commit, left)
+                conn.write(one * k)
+                await ch.call(commit)
+                left -= k
+    finally:
+        await conn.close()
+    return ctx.wall_s - before
+
+
+def tx(ctx: RunContext) -> None:
+    """T4: the same persistent publishes in transactions, a commit per message and per 100."""
+    n = ctx.n(DEFAULT_N)
+
+    async def both() -> tuple[float, float]:
+        return await _tx(ctx, n, 1), await _tx(ctx, n, BATCH)
+
+    each, hundred = run_async(both())
+    ctx.messages = 2 * n
+    ctx.add("tx/commit-each", each * 1e3, "ms", "lower")
+    ctx.add(f"tx/commit-{BATCH}", hundred * 1e3, "ms", "lower")
+    ctx.extra.update(n_per_mode=n, commit_each_msgs_per_s=n / each,
+                     commit_100_msgs_per_s=n / hundred)

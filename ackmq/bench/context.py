@@ -1,0 +1,148 @@
+"""What one workload run gets: its target, options, a meter, and names it must clean up."""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import time
+import uuid
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pika
+
+from ackmq.bench.brokers import Target
+
+try:  # uvloop keeps the client's per-message cost low; plain asyncio works too
+    import uvloop
+except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+    uvloop = None  # type: ignore[assignment]
+
+PREFIX = "ackmq-bench."
+DEFAULT_PREFETCH = (1, 10, 100, 300, 1000, 0)
+
+
+@dataclass
+class Options:
+    """Knobs shared by all workloads (see `ackmq bench --help`)."""
+
+    messages: int | None = None     # overrides every workload's default count
+    scale: float = 1.0              # multiplies the default counts
+    rate: float = 5000.0            # latency: offered msgs/s
+    prefetch: tuple[int, ...] = DEFAULT_PREFETCH
+    body_size: int = 100
+    floor_dir: str | None = None    # where confirms-individual measures fdatasync
+
+
+@dataclass
+class Metric:
+    name: str
+    value: float
+    unit: str
+    better: str  # "lower" | "higher"
+
+
+def _client_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def run_async(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run a workload coroutine on a fresh (uv)loop."""
+    if uvloop is not None:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(coro)
+    return asyncio.run(coro)
+
+
+@dataclass
+class RunContext:
+    """One run of one workload against one broker; it meters only the measured sections."""
+
+    workload: str
+    target: Target
+    options: Options
+    metrics: list[Metric] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+    client_cpu_s: float = 0.0
+    broker_cpu_s: float | None = 0.0
+    messages: int = 0
+    queues: list[str] = field(default_factory=list)
+    exchanges: list[str] = field(default_factory=list)
+
+    def n(self, default: int) -> int:
+        """The message count for this workload: --messages, else default × --scale."""
+        if self.options.messages is not None:
+            return max(1, self.options.messages)
+        return max(1, int(default * self.options.scale))
+
+    def name(self, kind: str = "q") -> str:
+        """A fresh `ackmq-bench.` name, remembered so the run deletes it at the end."""
+        nm = f"{PREFIX}{self.workload}.{uuid.uuid4().hex[:8]}"
+        (self.exchanges if kind == "x" else self.queues).append(nm)
+        return nm
+
+    def add(self, name: str, value: float, unit: str, better: str) -> None:
+        self.metrics.append(Metric(name, float(value), unit, better))
+
+    def _broker_cpu(self) -> float | None:
+        proc = self.target.process
+        if proc is None:
+            return None
+        try:
+            t = proc.cpu_times()
+            return t.user + t.system
+        except Exception:  # noqa: BLE001 - the broker may have died; report n/a
+            return None
+
+    @contextmanager
+    def measure(self) -> Iterator[None]:
+        """Time and CPU (client and broker) of the section; sections add up."""
+        b0 = self._broker_cpu()
+        c0 = _client_cpu()
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.wall_s += time.perf_counter() - t0
+            self.client_cpu_s += _client_cpu() - c0
+            b1 = self._broker_cpu()
+            if b0 is None or b1 is None or self.broker_cpu_s is None:
+                self.broker_cpu_s = None
+            else:
+                self.broker_cpu_s += b1 - b0
+
+    def cleanup(self) -> None:
+        """Delete every queue and exchange the run created (fresh connection: the run's
+        own may be broken by then)."""
+        if not (self.queues or self.exchanges):
+            return
+        try:
+            conn = pika.BlockingConnection(pika.URLParameters(self.target.url))
+        except Exception:  # noqa: BLE001 - nothing more we can do; the name prefix tells
+            return
+        try:
+            for q in self.queues:
+                try:
+                    ch = conn.channel()
+                    ch.queue_delete(q)
+                    ch.close()
+                except Exception:  # noqa: BLE001 - keep deleting the others
+                    pass
+            for x in self.exchanges:
+                try:
+                    ch = conn.channel()
+                    ch.exchange_delete(x)
+                    ch.close()
+                except Exception:  # noqa: BLE001
+                    pass
+        finally:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self.queues.clear()
+        self.exchanges.clear()

@@ -1,0 +1,93 @@
+"""End-to-end latency at a fixed offered rate: publish → deliver (→ ack), and publish → confirm.
+
+Messages are sent on a schedule (message i at t0 + i/rate) and stamped with their
+*scheduled* time, not the moment they left: when the broker stalls, the publisher
+falls behind and the late messages carry the wait (no coordinated omission).
+Persistent messages to a durable queue with confirms, so the confirm latency shows
+the broker's fsync policy (SPEC P8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+
+from ackmq.bench.context import RunContext, run_async
+from ackmq.bench.pipeline import OutstandingConfirms
+from ackmq.bench.stats import percentile
+from ackmq.bench.wire import Connection, ack_frame, body_frame, publish_prefix
+
+_STAMP = struct.Struct(">d")
+PREFETCH = 300
+TICK = 0.001
+
+
+async def _latency(ctx: RunContext, n: int, rate: float) -> tuple[list[float], list[float]]:
+    q = ctx.name()
+    size = max(ctx.options.body_size, _STAMP.size)
+    pad = b"x" * (size - _STAMP.size)
+    clock = time.perf_counter
+    deliver_lat: list[float] = []
+    confirm_lat: list[float] = []
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    cons = await Connection.open(ctx.target.url, "ackmq-bench-latency-consumer")
+    pub = await Connection.open(ctx.target.url, "ackmq-bench-latency-publisher")
+    try:
+        cch = await cons.channel(1)
+        await cch.declare_queue(q, durable=True)
+        await cch.qos(PREFETCH)
+
+        def on_deliver(tag: int, redelivered: bool, body: bytes) -> None:
+            deliver_lat.append(clock() - _STAMP.unpack_from(body)[0])
+            cons.queue(ack_frame(1, tag))
+            if len(deliver_lat) >= n and not done.done():
+                done.set_result(None)
+
+        cch.on_deliver = on_deliver
+        await cch.consume(q)
+        pch = await pub.channel(1)
+        await pch.confirm_select()
+        oc = OutstandingConfirms()
+        oc.on_settle = lambda seq, sched, ack: confirm_lat.append(clock() - sched)  # type: ignore[operator]
+        pch.on_confirm = oc.settle
+        prefix = publish_prefix(1, "", q, size, 2)
+        with ctx.measure():
+            t0 = clock()
+            sent = 0
+            while sent < n:
+                due = min(n, int((clock() - t0) * rate) + 1)
+                if due > sent:
+                    frames = []
+                    for i in range(sent, due):
+                        sched = t0 + i / rate
+                        oc.add(sched)
+                        frames.append(prefix)
+                        frames.append(body_frame(1, _STAMP.pack(sched) + pad))
+                    pub.write(b"".join(frames))
+                    sent = due
+                await asyncio.sleep(TICK)
+            await asyncio.wait_for(done, 600)
+            await oc.wait_all()
+        ctx.extra["achieved_rate"] = n / ctx.wall_s
+    finally:
+        await pub.close()
+        await cons.close()
+    return deliver_lat, confirm_lat
+
+
+def latency(ctx: RunContext) -> None:
+    """p50 / p99 / p99.9 of publish→deliver, and p50 / p99 of publish→confirm, in ms."""
+    rate = ctx.options.rate
+    n = ctx.n(int(rate * 10))
+    deliver, confirm = run_async(_latency(ctx, n, rate))
+    ctx.messages = n
+    deliver.sort()
+    confirm.sort()
+    for p, label in ((50, "p50"), (99, "p99"), (99.9, "p99.9")):
+        ctx.add(f"latency/deliver-{label}", percentile(deliver, p) * 1e3, "ms", "lower")
+    for p, label in ((50, "p50"), (99, "p99")):
+        ctx.add(f"latency/confirm-{label}", percentile(confirm, p) * 1e3, "ms", "lower")
+    ctx.extra.update(offered_rate=rate, deliver_max_ms=deliver[-1] * 1e3,
+                     confirm_max_ms=confirm[-1] * 1e3)

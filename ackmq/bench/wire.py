@@ -1,0 +1,365 @@
+"""A pipelined, frame-level AMQP 0-9-1 client for load generation.
+
+The load generator must never be the bottleneck, so this client does only what a
+benchmark needs and does it with few Python operations per message: the hot frames
+(basic.publish out, basic.ack/nack/deliver in, basic.ack out) are packed and parsed
+with precompiled structs, everything else goes through pamqp. Output is batched:
+callers queue bytes and one `write` goes out per batch. It speaks plain AMQP 0-9-1 on
+purpose, independent of ackmq's own codec, so a codec bug cannot cancel itself out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import unquote, urlparse
+
+from pamqp import commands, frame
+
+FRAME_END = b"\xce"
+_FRAME_HDR = struct.Struct(">BHI")
+_CLASS_METHOD = struct.Struct(">HH")
+_ACK_IN = struct.Struct(">QB")
+_ACK_OUT = struct.Struct(">BHIHHQBB")
+_BODY_SIZE = struct.Struct(">Q")
+_TAG = struct.Struct(">Q")
+
+DeliverCallback = Callable[[int, bool, bytes], None]  # (delivery_tag, redelivered, body)
+ConfirmCallback = Callable[[int, bool, bool], None]
+
+
+class AMQPError(Exception):
+    """The broker closed a channel or the connection."""
+
+
+@dataclass(frozen=True)
+class URLParts:
+    host: str
+    port: int
+    user: str
+    password: str
+    vhost: str
+
+
+def parse_url(url: str) -> URLParts:
+    """amqp://user:pass@host:port/vhost, with the usual defaults (vhost '/' when empty)."""
+    u = urlparse(url)
+    if u.scheme not in ("amqp", ""):
+        raise ValueError(f"only amqp:// URLs are supported: {url}")
+    vhost = unquote(u.path[1:]) if u.path and u.path != "/" else "/"
+    return URLParts(u.hostname or "127.0.0.1", u.port or 5672,
+                    unquote(u.username or "guest"), unquote(u.password or "guest"), vhost)
+
+
+def _shortstr(s: str) -> bytes:
+    b = s.encode()
+    return bytes((len(b),)) + b
+
+
+def frame_bytes(ftype: int, channel: int, payload: bytes) -> bytes:
+    return _FRAME_HDR.pack(ftype, channel, len(payload)) + payload + FRAME_END
+
+
+def publish_prefix(channel: int, exchange: str, routing_key: str, body_size: int,
+                   delivery_mode: int = 1, mandatory: bool = False) -> bytes:
+    """basic.publish method frame + content header, precomputed once per stream."""
+    method = (_CLASS_METHOD.pack(60, 40) + b"\x00\x00" + _shortstr(exchange)
+              + _shortstr(routing_key) + bytes((1 if mandatory else 0,)))
+    # property flags: bit 12 = delivery-mode
+    header = struct.pack(">HHQH", 60, 0, body_size, 0x1000) + bytes((delivery_mode,))
+    return frame_bytes(1, channel, method) + frame_bytes(2, channel, header)
+
+
+def body_frame(channel: int, body: bytes) -> bytes:
+    return _FRAME_HDR.pack(3, channel, len(body)) + body + FRAME_END
+
+
+def ack_frame(channel: int, tag: int, multiple: bool = False) -> bytes:
+    return _ACK_OUT.pack(1, channel, 13, 60, 80, tag, 1 if multiple else 0, 0xCE)
+
+
+class Channel:
+    """Per-channel state: callbacks for the hot frames, a FIFO of RPC waiters."""
+
+    def __init__(self, conn: Connection, number: int) -> None:
+        self.conn = conn
+        self.number = number
+        self.on_deliver: DeliverCallback | None = None
+        self.on_confirm: ConfirmCallback | None = None   # (tag, multiple, is_ack)
+        self.waiters: deque[asyncio.Future[object]] = deque()
+        self.closed: AMQPError | None = None
+        # content being assembled: [delivery_tag, redelivered, remaining, parts]
+        self._content: list | None = None
+
+    async def call(self, method: object) -> object:
+        """Send a synchronous method and wait for its reply (replies come in order)."""
+        if self.closed:
+            raise self.closed
+        fut: asyncio.Future[object] = self.conn.loop.create_future()
+        self.waiters.append(fut)
+        self.conn.write(frame.marshal(method, self.number))
+        return await fut
+
+    def send(self, method: object) -> None:
+        self.conn.write(frame.marshal(method, self.number))
+
+    async def confirm_select(self) -> None:
+        await self.call(commands.Confirm.Select())
+
+    async def declare_queue(self, name: str, durable: bool = False,
+                            arguments: dict | None = None) -> int:
+        ok = await self.call(commands.Queue.Declare(queue=name, durable=durable,
+                                                    arguments=arguments))
+        return ok.message_count  # type: ignore[attr-defined]
+
+    async def queue_count(self, name: str) -> int:
+        ok = await self.call(commands.Queue.Declare(queue=name, passive=True))
+        return ok.message_count  # type: ignore[attr-defined]
+
+    async def qos(self, prefetch: int) -> None:
+        await self.call(commands.Basic.Qos(prefetch_count=prefetch))
+
+    async def consume(self, queue: str, no_ack: bool = False) -> str:
+        ok = await self.call(commands.Basic.Consume(queue=queue, no_ack=no_ack))
+        return ok.consumer_tag  # type: ignore[attr-defined]
+
+    async def cancel(self, consumer_tag: str) -> None:
+        await self.call(commands.Basic.Cancel(consumer_tag=consumer_tag))
+
+    async def close(self) -> None:
+        if not self.closed:
+            await self.call(commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
+
+    # --- frames from the connection -------------------------------------------------
+    def _fail(self, err: AMQPError) -> None:
+        self.closed = err
+        while self.waiters:
+            w = self.waiters.popleft()
+            if not w.done():
+                w.set_exception(err)
+
+    def _method(self, method: object) -> None:
+        if isinstance(method, commands.Channel.Close):
+            self.conn.write(frame.marshal(commands.Channel.CloseOk(), self.number))
+            self._fail(AMQPError(f"channel {self.number} closed by broker: "
+                                 f"{method.reply_code} {method.reply_text}"))
+            return
+        if isinstance(method, commands.Basic.Cancel):  # broker-side cancel (queue deleted)
+            return
+        if isinstance(method, commands.Channel.CloseOk):
+            self.closed = AMQPError("channel closed")
+        if self.waiters:
+            w = self.waiters.popleft()
+            if not w.done():
+                w.set_result(method)
+
+
+class Connection(asyncio.Protocol):
+    """One AMQP connection; frames are parsed in `data_received`, no task per message."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.channels: dict[int, Channel] = {}
+        self.out: list[bytes] = []
+        self.frame_max = 131072
+        self.server_properties: dict = {}
+        self._conn_waiter: asyncio.Future[object] | None = None
+        self._paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self._closed_fut: asyncio.Future[None] = loop.create_future()
+        self.error: AMQPError | None = None
+
+    # --- public API ----------------------------------------------------------------
+    @classmethod
+    async def open(cls, url: str, name: str = "ackmq-bench") -> Connection:
+        loop = asyncio.get_running_loop()
+        parts = parse_url(url)
+        _, conn = await loop.create_connection(lambda: cls(loop), parts.host, parts.port)
+        await conn._handshake(parts, name)
+        return conn
+
+    def channel_nowait(self, number: int) -> Channel:
+        ch = Channel(self, number)
+        self.channels[number] = ch
+        return ch
+
+    async def channel(self, number: int) -> Channel:
+        ch = self.channel_nowait(number)
+        await ch.call(commands.Channel.Open())
+        return ch
+
+    def write(self, data: bytes) -> None:
+        if self.error:
+            raise self.error
+        assert self.transport is not None
+        self.transport.write(data)
+
+    def queue(self, data: bytes) -> None:
+        """Queue bytes for the next `flush` (acks written from data_received)."""
+        self.out.append(data)
+
+    def flush(self) -> None:
+        if self.out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(self.out))
+        self.out.clear()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    async def drain(self) -> None:
+        """Wait while the kernel socket buffer is full (TCP backpressure from the broker)."""
+        if self.error:
+            raise self.error
+        if self._paused:
+            if self._drain_waiter is None or self._drain_waiter.done():
+                self._drain_waiter = self.loop.create_future()
+            await self._drain_waiter
+
+    async def close(self) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        if not self.error:
+            fut = self.loop.create_future()
+            self._conn_waiter = fut
+            try:
+                self.write(frame.marshal(commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0), 0))
+                await asyncio.wait_for(fut, 10)
+            except (AMQPError, TimeoutError, ConnectionError):
+                pass
+        self.transport.close()
+
+    # --- handshake -----------------------------------------------------------------
+    async def _next_conn_method(self) -> object:
+        fut = self.loop.create_future()
+        self._conn_waiter = fut
+        return await asyncio.wait_for(fut, 30)
+
+    async def _handshake(self, parts: URLParts, name: str) -> None:
+        start_fut = self.loop.create_future()
+        self._conn_waiter = start_fut
+        self.write(b"AMQP\x00\x00\x09\x01")
+        start = await asyncio.wait_for(start_fut, 30)
+        self.server_properties = dict(getattr(start, "server_properties", {}) or {})
+        caps = {"publisher_confirms": True, "basic.nack": True, "consumer_cancel_notify": True,
+                "connection.blocked": False}
+        tune_fut = self.loop.create_future()
+        self._conn_waiter = tune_fut
+        self.write(frame.marshal(commands.Connection.StartOk(
+            client_properties={"product": "ackmq-bench", "connection_name": name,
+                               "capabilities": caps},
+            mechanism="PLAIN", response=f"\0{parts.user}\0{parts.password}"), 0))
+        tune = await asyncio.wait_for(tune_fut, 30)
+        self.frame_max = min(tune.frame_max or 131072, 131072)  # type: ignore[attr-defined]
+        self.write(frame.marshal(commands.Connection.TuneOk(
+            channel_max=tune.channel_max or 2047, frame_max=self.frame_max,  # type: ignore[attr-defined]
+            heartbeat=0), 0))
+        self.write(frame.marshal(commands.Connection.Open(virtual_host=parts.vhost), 0))
+        await self._next_conn_method()
+
+    # --- asyncio.Protocol ------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        err = self.error or AMQPError(f"connection lost: {exc}")
+        self._fail(err)
+        if not self._closed_fut.done():
+            self._closed_fut.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
+
+    def _fail(self, err: AMQPError) -> None:
+        self.error = err
+        for ch in self.channels.values():
+            ch._fail(err)
+        for w in (self._conn_waiter, self._drain_waiter):
+            if w is not None and not w.done():
+                w.set_exception(err)
+
+    def data_received(self, data: bytes) -> None:  # noqa: C901 - the hot loop, kept flat
+        buf = self.buf
+        buf += data
+        pos = 0
+        n = len(buf)
+        channels = self.channels
+        unpack_hdr = _FRAME_HDR.unpack_from
+        while n - pos >= 8:
+            ftype, chnum, size = unpack_hdr(buf, pos)
+            end = pos + 7 + size
+            if end >= n:
+                break
+            start = pos + 7
+            pos = end + 1
+            ch = channels.get(chnum)
+            if ftype == 3:  # body
+                if ch is not None and ch._content is not None:
+                    c = ch._content
+                    c[3].append(bytes(buf[start:end]))
+                    c[2] -= size
+                    if c[2] <= 0:
+                        ch._content = None
+                        if ch.on_deliver is not None:
+                            ch.on_deliver(c[0], c[1], b"".join(c[3]))
+                continue
+            if ftype == 1:
+                cls_id, meth_id = _CLASS_METHOD.unpack_from(buf, start)
+                if cls_id == 60 and ch is not None:
+                    if meth_id == 80 or meth_id == 120:  # basic.ack / basic.nack
+                        tag, bits = _ACK_IN.unpack_from(buf, start + 4)
+                        if ch.on_confirm is not None:
+                            ch.on_confirm(tag, bool(bits & 1), meth_id == 80)
+                        continue
+                    if meth_id == 60:  # basic.deliver
+                        p = start + 4
+                        p += 1 + buf[p]  # consumer tag
+                        (tag,) = _TAG.unpack_from(buf, p)
+                        redelivered = bool(buf[p + 8] & 1)
+                        ch._content = [tag, redelivered, -1, []]
+                        continue
+                try:
+                    _, _, method = frame.unmarshal(bytes(buf[start - 7:pos]))
+                except Exception as exc:  # noqa: BLE001 - surface as a protocol error
+                    self._fail(AMQPError(f"undecodable frame: {exc}"))
+                    return
+                if chnum == 0:
+                    self._connection_method(method)
+                elif ch is not None:
+                    ch._method(method)
+                continue
+            if ftype == 2:
+                if ch is not None and ch._content is not None:
+                    (body_size,) = _BODY_SIZE.unpack_from(buf, start + 4)
+                    c = ch._content
+                    c[2] = body_size
+                    if body_size == 0:
+                        ch._content = None
+                        if ch.on_deliver is not None:
+                            ch.on_deliver(c[0], c[1], b"")
+                continue
+            # heartbeat (8) or anything else: ignore
+        del buf[:pos]
+        self.flush()
+
+    def _connection_method(self, method: object) -> None:
+        if isinstance(method, commands.Connection.Close):
+            self.write(frame.marshal(commands.Connection.CloseOk(), 0))
+            self._fail(AMQPError(f"connection closed by broker: {method.reply_code} "
+                                 f"{method.reply_text}"))
+            return
+        if isinstance(method, commands.Connection.Blocked | commands.Connection.Unblocked):
+            return
+        w = self._conn_waiter
+        if w is not None and not w.done():
+            w.set_result(method)
