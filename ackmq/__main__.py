@@ -1,0 +1,3 @@
+from ackmq.cli import main
+
+raise SystemExit(main())

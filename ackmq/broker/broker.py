@@ -1,0 +1,160 @@
+"""The broker: vhosts, the store, and the once-per-turn work (group commit, confirms).
+
+The server calls `end_of_turn()` once per event-loop turn in which anything happened:
+everything buffered in the store during that turn goes to disk in one commit, and every
+channel with settled confirms sends them, coalesced. The broker itself never waits.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ackmq.broker.channel import Channel
+from ackmq.broker.errors import NOT_ALLOWED, ConnectionError_
+from ackmq.broker.exchange import EXCHANGE_CLASSES
+from ackmq.broker.message import Message, QueueEntry
+from ackmq.broker.queue import Queue
+from ackmq.broker.vhost import VHost
+from ackmq.store.base import Store
+
+log = logging.getLogger("ackmq.broker")
+
+
+class TimerHandle(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Scheduler(Protocol):
+    """Time for the model, supplied by the server (asyncio) or a test."""
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> TimerHandle: ...
+
+    def request_flush(self) -> None:
+        """Ask for `Broker.end_of_turn` to run soon (after the current callbacks)."""
+
+
+class Broker:
+    def __init__(self, scheduler: Scheduler, store: Store | None = None,
+                 consumer_timeout_ms: int | None = None) -> None:
+        self.scheduler = scheduler
+        self.store = store
+        self.consumer_timeout_ms = consumer_timeout_ms
+        self.epoch = 0
+        self.vhosts: dict[str, VHost] = {}
+        self._dirty: dict[int, Channel] = {}
+        self._commit_waiters: list[tuple[Channel, int]] = []
+        self._commit_callbacks: list[Callable[[BaseException | None], None]] = []
+        self.store_failures = 0
+
+    # -- start-up -----------------------------------------------------------------
+    def start(self) -> None:
+        """Recover durable state from the store (or start empty)."""
+        if self.store is None:
+            self.vhosts["/"] = VHost(self, "/")
+            return
+        rec = self.store.open()
+        self.epoch = rec.epoch
+        vh = VHost(self, "/")
+        self.vhosts["/"] = vh
+        store, self.store = self.store, None  # recovery must not write back
+        try:
+            for x in rec.exchanges:
+                if x.name in vh.exchanges or x.type not in EXCHANGE_CLASSES:
+                    continue
+                vh.declare_exchange(x.name, x.type, False, True, x.auto_delete, x.internal,
+                                    x.arguments)
+            for qd in rec.queues:
+                q = vh.declare_queue(qd.name, False, True, False, qd.auto_delete, qd.arguments,
+                                     None)
+                q.persistent_store = store
+            for b in rec.bindings:
+                if b.source not in vh.exchanges:
+                    continue
+                dest = (vh.queues.get(b.destination) if b.destination_kind == "queue"
+                        else vh.exchanges.get(b.destination))
+                if dest is not None:
+                    vh.bind(b.source, dest, b.routing_key, b.arguments)
+            count = 0
+            for qname, msgs in rec.messages.items():
+                q = vh.queues.get(qname)
+                if q is None:
+                    continue
+                for sm in msgs:
+                    body = sm.body if sm.body is not None else store.read_body(sm.location)
+                    m = Message(sm.exchange, sm.routing_key, sm.properties, body)
+                    e = QueueEntry(m, sm.seq, q)
+                    e.persisted = True
+                    e.location = sm.location
+                    e.redelivered = sm.delivery_count > 0
+                    e.delivery_count = max(0, sm.delivery_count - 1) if sm.delivery_count else 0
+                    q.restore(e)
+                    count += 1
+        finally:
+            self.store = store
+        log.info("recovered %d exchanges, %d queues, %d bindings, %d messages (epoch %d)",
+                 len(rec.exchanges), len(rec.queues), len(rec.bindings), count, self.epoch)
+
+    def vhost(self, name: str) -> VHost:
+        vh = self.vhosts.get(name)
+        if vh is None:
+            raise ConnectionError_(NOT_ALLOWED, f"vhost {name} not found")
+        return vh
+
+    def open_channel(self, vhost: VHost, owner: Any, output: Any) -> Channel:
+        return Channel(vhost, owner, output, self.consumer_timeout_ms)
+
+    # -- confirms and group commit --------------------------------------------------
+    def mark_dirty(self, ch: Channel) -> None:
+        self._dirty[id(ch)] = ch
+
+    def await_commit(self, ch: Channel, seq: int) -> None:
+        self._commit_waiters.append((ch, seq))
+
+    def await_commit_callback(self, fn: Callable[[BaseException | None], None]) -> None:
+        self._commit_callbacks.append(fn)
+
+    def channel_closed(self, ch: Channel) -> None:
+        self._dirty.pop(id(ch), None)
+
+    def request_flush(self) -> None:
+        self.scheduler.request_flush()
+
+    def end_of_turn(self) -> None:
+        store = self.store
+        if store is not None and (store.pending or self._commit_waiters
+                                  or self._commit_callbacks):
+            waiters, callbacks = self._commit_waiters, self._commit_callbacks
+            self._commit_waiters, self._commit_callbacks = [], []
+            store.commit(lambda exc: self._committed(waiters, callbacks, exc))
+        if self._dirty:
+            dirty, self._dirty = self._dirty, {}
+            for ch in dirty.values():
+                ch.flush_confirms()
+
+    def _committed(self, waiters: list[tuple[Channel, int]],
+                   callbacks: list[Callable[[BaseException | None], None]],
+                   exc: BaseException | None) -> None:
+        """The store made a batch durable (or failed): confirm (or nack, P6) its publishes."""
+        if exc is not None:
+            self.store_failures += 1
+            log.error("store commit failed, nacking %d publishes: %s", len(waiters), exc)
+        for ch, seq in waiters:
+            if ch.open and ch.confirms is not None:
+                if exc is None:
+                    ch.confirms.ack(seq)
+                else:
+                    ch.confirms.nack(seq)
+                self._dirty[id(ch)] = ch
+        for fn in callbacks:
+            fn(exc)
+        self.scheduler.request_flush()
+
+    # -- introspection ------------------------------------------------------------------
+    def queues(self) -> list[Queue]:
+        return [q for vh in self.vhosts.values() for q in vh.queues.values()]
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()

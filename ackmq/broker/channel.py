@@ -1,0 +1,403 @@
+"""A channel as the model sees it: delivery tags, unacked deliveries, prefetch,
+confirm mode and transactions. Protocol-neutral: output goes through `ChannelOutput`.
+
+Unacked deliveries live in an OrderedDict keyed by delivery tag (tags only grow), so an
+ack of one tag is O(1) and a `multiple` ack of k tags pops k entries from the front.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ackmq.broker.confirms import ConfirmTracker
+from ackmq.broker.consumer import Consumer
+from ackmq.broker.errors import (
+    ACCESS_REFUSED,
+    NOT_ALLOWED,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    ChannelError,
+    ConnectionError_,
+)
+from ackmq.broker.message import Message, QueueEntry
+from ackmq.broker.queue import Queue
+from ackmq.protocol.amqp.properties import properties_with_headers
+
+if TYPE_CHECKING:
+    from ackmq.broker.vhost import VHost
+
+SEQ_HEADER = "x-ackmq-seq"
+DELIVERY_COUNT_HEADER = "x-delivery-count"
+
+Delivery = tuple  # (entry, consumer | None, deadline | None)
+
+
+class ChannelOutput(Protocol):
+    """What the model asks the protocol front end to send."""
+
+    writable: bool
+
+    def deliver(self, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
+                routing_key: str, properties: bytes, body: bytes) -> None: ...
+
+    def basic_return(self, reply_code: int, reply_text: str, exchange: str, routing_key: str,
+                     properties: bytes, body: bytes) -> None: ...
+
+    def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None: ...
+
+    def consumer_cancelled(self, consumer_tag: str) -> None: ...
+
+    def close(self, code: int, text: str) -> None: ...
+
+
+def delivery_properties(entry: QueueEntry) -> bytes:
+    """The message's properties plus the headers the broker adds on delivery."""
+    extra: dict[str, Any] = {SEQ_HEADER: entry.seq}
+    if entry.delivery_count:
+        extra[DELIVERY_COUNT_HEADER] = entry.delivery_count
+    return properties_with_headers(entry.message.properties, extra)
+
+
+class _Tx:
+    __slots__ = ("publishes", "settles")
+
+    def __init__(self) -> None:
+        self.publishes: list[tuple[Any, Message, bool]] = []
+        # (action, deliveries): action in "ack", "requeue", "reject"
+        self.settles: list[tuple[str, list[tuple[int, Delivery]]]] = []
+
+
+class Channel:
+    def __init__(self, vhost: VHost, owner: Any, output: ChannelOutput,
+                 consumer_timeout_ms: int | None = None) -> None:
+        self.vhost = vhost
+        self.broker = vhost.broker
+        self.owner = owner  # the connection: exclusive queues belong to it
+        self.output = output
+        self.open = True
+        self.flow_active = True
+        self.next_tag = 1
+        self.unacked: OrderedDict[int, Delivery] = OrderedDict()
+        self.consumers: dict[str, Consumer] = {}
+        self.prefetch_count = 0       # for consumers created from now on (global=false)
+        self.global_prefetch = 0      # whole channel (global=true)
+        self.global_unacked = 0
+        self.confirms: ConfirmTracker | None = None
+        self.tx: _Tx | None = None
+        self.consumer_timeout_ms = consumer_timeout_ms
+        self._timeout_timer: Any = None
+
+    # -- room (Q1-Q3) ---------------------------------------------------------------
+    def can_send(self) -> bool:
+        return self.open and self.flow_active and self.output.writable
+
+    def has_room(self) -> bool:
+        return self.can_send() and (self.global_prefetch == 0
+                                    or self.global_unacked < self.global_prefetch)
+
+    def wake(self) -> None:
+        """Room may have appeared (ack, flow on, socket drained): let queues deliver again."""
+        for c in list(self.consumers.values()):
+            if not c.active:
+                c.queue.activate(c)
+
+    # -- publish --------------------------------------------------------------------
+    def basic_publish(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool,
+                      properties: bytes, body: bytes) -> None:
+        if immediate:
+            raise ConnectionError_(NOT_IMPLEMENTED, "immediate=true")
+        x = self.vhost.exchange(exchange)
+        if x.internal:
+            raise ChannelError(ACCESS_REFUSED, f"cannot publish to internal exchange "
+                                               f"'{exchange}' in vhost '{self.vhost.name}'")
+        msg = Message(exchange, routing_key, properties, body)
+        if self.tx is not None:
+            self.tx.publishes.append((x, msg, mandatory))
+            return
+        confirms = self.confirms
+        seq = confirms.publish() if confirms is not None else 0
+        stored, refused = self._enqueue(x, msg, mandatory)
+        if confirms is not None:
+            if refused:
+                confirms.nack(seq)
+            elif stored:
+                confirms.wait(seq)
+                self.broker.await_commit(self, seq)
+                return
+            else:
+                confirms.ack(seq)
+            self.broker.mark_dirty(self)
+
+    def _enqueue(self, x: Any, msg: Message, mandatory: bool) -> tuple[bool, bool]:
+        """Route and hand to queues: (written to the store?, refused by a queue?)."""
+        queues = self.vhost.route(x, msg)
+        if not queues:
+            if mandatory:
+                self.output.basic_return(312, "NO_ROUTE", msg.exchange, msg.routing_key,
+                                         msg.properties, msg.body)
+            return False, False
+        stored = refused = False
+        for q in queues:
+            if not q.publish(msg):
+                refused = True
+            elif msg.persistent and q.persistent_store is not None:
+                stored = True
+        return stored, refused
+
+    # -- deliver --------------------------------------------------------------------
+    def deliver(self, consumer: Consumer, entry: QueueEntry) -> None:
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        queue = entry.queue
+        if consumer.no_ack:
+            queue.settled(entry)  # D3: gone once written to the socket
+        else:
+            deadline = self._deadline(queue)
+            self.unacked[tag] = (entry, consumer, deadline)
+            consumer.unacked += 1
+            self.global_unacked += 1
+            queue.unacked_count += 1
+            queue.mark_delivered(entry)
+        msg = entry.message
+        self.output.deliver(consumer.tag, tag, entry.redelivered, msg.exchange,
+                            msg.routing_key, delivery_properties(entry), msg.body)
+
+    def _deadline(self, queue: Queue) -> float | None:
+        ms = queue.consumer_timeout if queue.consumer_timeout is not None \
+            else self.consumer_timeout_ms
+        if not ms:
+            return None
+        if self._timeout_timer is None:
+            self._timeout_timer = self.broker.scheduler.call_later(ms / 1000.0,
+                                                                   self._check_timeout)
+        return time.monotonic() + ms / 1000.0
+
+    def _check_timeout(self) -> None:
+        """H2: an unacked delivery older than the consumer timeout closes the channel."""
+        self._timeout_timer = None
+        if not self.open:
+            return
+        now = time.monotonic()
+        soonest = None
+        for entry, _c, deadline in self.unacked.values():
+            if deadline is None:
+                continue
+            if deadline <= now:
+                ms = entry.queue.consumer_timeout or self.consumer_timeout_ms
+                self.output.close(PRECONDITION_FAILED,
+                                  f"PRECONDITION_FAILED - delivery acknowledgement on channel "
+                                  f"timed out. Timeout value used: {ms} ms. This timeout value "
+                                  "can be configured, see consumers doc guide to learn more")
+                return
+            soonest = deadline if soonest is None else min(soonest, deadline)
+            break
+        if soonest is not None:
+            self._timeout_timer = self.broker.scheduler.call_later(soonest - now,
+                                                                   self._check_timeout)
+
+    # -- consume ----------------------------------------------------------------------
+    def basic_consume(self, queue_name: str, consumer_tag: str, no_ack: bool, exclusive: bool,
+                      arguments: dict[str, Any]) -> str:
+        q = self.vhost.queue(queue_name, self.owner)
+        if not consumer_tag:
+            consumer_tag = "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
+        elif consumer_tag in self.consumers:
+            raise ConnectionError_(NOT_ALLOWED, f"attempt to reuse consumer tag '{consumer_tag}'")
+        if any(c.exclusive for c in q.consumers.values()) or (exclusive and q.consumers):
+            raise ChannelError(ACCESS_REFUSED, f"queue '{q.name}' in vhost "
+                                               f"'{self.vhost.name}' in exclusive use")
+        c = Consumer(consumer_tag, self, q, no_ack, exclusive, self.prefetch_count, arguments)
+        self.consumers[consumer_tag] = c
+        return consumer_tag
+
+    def start_consumer(self, consumer_tag: str) -> None:
+        """Begin delivering — after consume-ok has been queued for the socket."""
+        c = self.consumers.get(consumer_tag)
+        if c is not None:
+            c.queue.add_consumer(c)
+
+    def basic_cancel(self, consumer_tag: str) -> None:
+        c = self.consumers.pop(consumer_tag, None)
+        if c is not None:
+            c.queue.remove_consumer(c)
+
+    def consumer_gone(self, c: Consumer, notify: bool) -> None:
+        """The queue went away under the consumer (deleted, expired)."""
+        if self.consumers.pop(c.tag, None) is not None and notify and self.open:
+            self.output.consumer_cancelled(c.tag)
+
+    # -- get --------------------------------------------------------------------------
+    def basic_get(self, queue_name: str, no_ack: bool) -> tuple[int, QueueEntry, int] | None:
+        q = self.vhost.queue(queue_name, self.owner)
+        entry = q.get()
+        if entry is None:
+            return None
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        if no_ack:
+            q.settled(entry)
+        else:
+            self.unacked[tag] = (entry, None, self._deadline(q))
+            q.unacked_count += 1
+            q.mark_delivered(entry)
+        return tag, entry, q.message_count
+
+    # -- acks (D4-D7) -------------------------------------------------------------------
+    def _take(self, tag: int, multiple: bool) -> list[tuple[int, Delivery]]:
+        unacked = self.unacked
+        if multiple:
+            if tag == 0:
+                taken = list(unacked.items())
+                unacked.clear()
+                return taken
+            if tag not in unacked:
+                raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+            taken = []
+            while unacked:
+                first = next(iter(unacked))
+                if first > tag:
+                    break
+                taken.append(unacked.popitem(last=False))
+            return taken
+        d = unacked.pop(tag, None)
+        if d is None:
+            raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+        return [(tag, d)]
+
+    def basic_ack(self, tag: int, multiple: bool) -> None:
+        taken = self._take(tag, multiple)
+        if self.tx is not None:
+            self.tx.settles.append(("ack", taken))
+            return
+        self._settle("ack", taken)
+
+    def basic_nack(self, tag: int, multiple: bool, requeue: bool) -> None:
+        taken = self._take(tag, multiple)
+        action = "requeue" if requeue else "reject"
+        if self.tx is not None:
+            self.tx.settles.append((action, taken))
+            return
+        self._settle(action, taken)
+
+    def basic_reject(self, tag: int, requeue: bool) -> None:
+        self.basic_nack(tag, False, requeue)
+
+    def _settle(self, action: str, taken: list[tuple[int, Delivery]]) -> None:
+        touched: dict[int, Queue] = {}
+        for _tag, (entry, consumer, _deadline) in taken:
+            q = entry.queue
+            q.unacked_count -= 1
+            if consumer is not None:
+                consumer.unacked -= 1
+                self.global_unacked -= 1
+            if action == "ack":
+                q.settled(entry)
+            elif action == "requeue":
+                q.requeue(entry, dispatch=False)
+                touched[id(q)] = q
+            else:
+                q.reject(entry)
+        for q in touched.values():
+            q.dispatch()
+        self.wake()
+
+    def basic_recover(self, requeue: bool) -> None:
+        if not requeue:
+            raise ConnectionError_(NOT_IMPLEMENTED, "requeue=false")
+        self._settle("requeue", self._take(0, True))
+
+    def basic_qos(self, prefetch_size: int, prefetch_count: int, global_: bool) -> None:
+        if prefetch_size:
+            raise ConnectionError_(NOT_IMPLEMENTED, f"prefetch_size!=0 ({prefetch_size})")
+        if global_:
+            self.global_prefetch = prefetch_count
+        else:
+            self.prefetch_count = prefetch_count
+        self.wake()
+
+    def channel_flow(self, active: bool) -> None:
+        self.flow_active = active
+        if active:
+            self.wake()
+
+    # -- confirm mode and transactions (P1, P2, T1-T3) -------------------------------
+    def confirm_select(self) -> None:
+        if self.tx is not None:
+            raise ChannelError(PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
+        if self.confirms is None:
+            self.confirms = ConfirmTracker()
+
+    def flush_confirms(self) -> None:
+        if self.confirms is None or not self.open:
+            return
+        for ack, tag, multiple in self.confirms.drain():
+            self.output.confirm(ack, tag, multiple)
+
+    def tx_select(self) -> None:
+        if self.confirms is not None:
+            raise ChannelError(PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
+        if self.tx is None:
+            self.tx = _Tx()
+
+    def tx_commit(self, done: Callable[[BaseException | None], None]) -> None:
+        """Apply the transaction; `done` runs once persistent messages are fsynced (T3)."""
+        tx = self.tx
+        if tx is None:
+            raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
+        self.tx = _Tx()
+        for action, taken in tx.settles:
+            self._settle(action, taken)
+        stored = False
+        for x, msg, mandatory in tx.publishes:
+            s, _refused = self._enqueue(x, msg, mandatory)
+            stored = stored or s
+        if stored:
+            self.broker.await_commit_callback(done)
+        else:
+            done(None)
+
+    def tx_rollback(self) -> None:
+        tx = self.tx
+        if tx is None:
+            raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
+        self.tx = _Tx()
+        if tx.settles:  # rolled-back acks leave the deliveries unacked (T1)
+            for _action, taken in tx.settles:
+                for tag, d in taken:
+                    self.unacked[tag] = d
+            self.unacked = OrderedDict(sorted(self.unacked.items()))
+
+    # -- close (D8) -------------------------------------------------------------------
+    def close(self) -> None:
+        """Cancel consumers first, then requeue every unacked delivery in tag order."""
+        if not self.open:
+            return
+        self.open = False
+        if self._timeout_timer is not None:
+            self._timeout_timer.cancel()
+            self._timeout_timer = None
+        for c in list(self.consumers.values()):
+            c.queue.remove_consumer(c)
+        self.consumers.clear()
+        pending: list[tuple[int, Delivery]] = []
+        if self.tx is not None:
+            for _action, taken in self.tx.settles:
+                pending.extend(taken)
+            self.tx = None
+        pending.extend(self.unacked.items())
+        self.unacked.clear()
+        pending.sort(key=lambda td: td[0])
+        touched: dict[int, Queue] = {}
+        for _tag, (entry, _consumer, _deadline) in pending:
+            q = entry.queue
+            q.unacked_count -= 1
+            q.requeue(entry, dispatch=False)
+            touched[id(q)] = q
+        for q in touched.values():
+            q.dispatch()
+        self.broker.channel_closed(self)

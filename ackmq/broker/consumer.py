@@ -1,0 +1,27 @@
+"""A consumer: a queue's subscription on a channel, with its own prefetch (Q3 global=false)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Consumer:
+    __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "limit", "unacked",
+                 "active", "arguments")
+
+    def __init__(self, tag: str, channel: Any, queue: Any, no_ack: bool, exclusive: bool,
+                 limit: int, arguments: dict[str, Any] | None = None) -> None:
+        self.tag = tag
+        self.channel = channel
+        self.queue = queue
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.limit = 0 if no_ack else limit  # Q5: no-ack consumers ignore prefetch
+        self.unacked = 0
+        self.active = False  # in the queue's round-robin deque
+        self.arguments = arguments or {}
+
+    def has_room(self) -> bool:
+        if self.no_ack:
+            return self.channel.can_send()
+        return (self.limit == 0 or self.unacked < self.limit) and self.channel.has_room()

@@ -1,0 +1,210 @@
+"""Exchanges: where a routing key and headers become a set of destinations.
+
+Destinations are queues or (for exchange-to-exchange bindings) other exchanges; the
+vhost resolves the latter recursively. Each type keeps the index that makes its
+routing cheap: a dict for direct, a set for fanout, a cache per routing key for topic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ackmq.broker.message import Message
+
+TYPES = ("direct", "fanout", "topic", "headers")
+
+
+def _args_key(arguments: dict[str, Any] | None) -> tuple:
+    if not arguments:
+        return ()
+    return tuple(sorted((k, repr(v)) for k, v in arguments.items()))
+
+
+class Binding:
+    __slots__ = ("source", "destination", "routing_key", "arguments", "key")
+
+    def __init__(self, source: Exchange, destination: Any, routing_key: str,
+                 arguments: dict[str, Any] | None) -> None:
+        self.source = source
+        self.destination = destination
+        self.routing_key = routing_key
+        self.arguments = dict(arguments or {})
+        self.key = (id(destination), routing_key, _args_key(arguments))
+
+
+class Exchange:
+    """Base: bookkeeping of bindings; subclasses implement `route`."""
+
+    type = ""
+
+    def __init__(self, name: str, durable: bool = False, auto_delete: bool = False,
+                 internal: bool = False, arguments: dict[str, Any] | None = None) -> None:
+        self.name = name
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.internal = internal
+        self.arguments = dict(arguments or {})
+        self.bindings: dict[tuple, Binding] = {}
+
+    def bind(self, b: Binding) -> bool:
+        if b.key in self.bindings:
+            return False
+        self.bindings[b.key] = b
+        self._added(b)
+        return True
+
+    def unbind(self, key: tuple) -> Binding | None:
+        b = self.bindings.pop(key, None)
+        if b is not None:
+            self._removed(b)
+        return b
+
+    def _added(self, b: Binding) -> None:
+        pass
+
+    def _removed(self, b: Binding) -> None:
+        pass
+
+    def route(self, routing_key: str, message: Message) -> list[Any]:
+        raise NotImplementedError
+
+
+class DirectExchange(Exchange):
+    type = "direct"
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self._by_key: dict[str, list[Any]] = {}
+
+    def _added(self, b: Binding) -> None:
+        self._by_key.setdefault(b.routing_key, []).append(b.destination)
+
+    def _removed(self, b: Binding) -> None:
+        dests = self._by_key.get(b.routing_key)
+        if dests is not None:
+            dests.remove(b.destination)
+            if not dests:
+                del self._by_key[b.routing_key]
+
+    def route(self, routing_key: str, message: Message) -> list[Any]:
+        return self._by_key.get(routing_key, [])
+
+
+class FanoutExchange(Exchange):
+    type = "fanout"
+
+    def route(self, routing_key: str, message: Message) -> list[Any]:
+        return [b.destination for b in self.bindings.values()]
+
+
+def topic_match(pattern: list[str], words: list[str]) -> bool:
+    """AMQP topic match: `*` is exactly one word, `#` zero or more."""
+    pi = wi = 0
+    star_p = star_w = -1
+    # iterative matcher with backtracking on the last '#'
+    while wi < len(words) or pi < len(pattern):
+        if pi < len(pattern):
+            p = pattern[pi]
+            if p == "#":
+                star_p, star_w = pi, wi
+                pi += 1
+                continue
+            if wi < len(words) and (p == "*" or p == words[wi]):
+                pi += 1
+                wi += 1
+                continue
+        if star_p >= 0 and star_w < len(words):
+            star_w += 1
+            pi, wi = star_p + 1, star_w
+            continue
+        return False
+    return True
+
+
+class TopicExchange(Exchange):
+    type = "topic"
+    _CACHE_MAX = 4096
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self._cache: dict[str, list[Any]] = {}
+
+    def _added(self, b: Binding) -> None:
+        self._cache.clear()
+
+    def _removed(self, b: Binding) -> None:
+        self._cache.clear()
+
+    def route(self, routing_key: str, message: Message) -> list[Any]:
+        hit = self._cache.get(routing_key)
+        if hit is not None:
+            return hit
+        words = routing_key.split(".")
+        out = []
+        for b in self.bindings.values():
+            if topic_match(b.routing_key.split("."), words):
+                out.append(b.destination)
+        if len(self._cache) >= self._CACHE_MAX:
+            self._cache.clear()
+        self._cache[routing_key] = out
+        return out
+
+
+def _values_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, bytes):
+        a = a.decode("utf-8", "replace")
+    if isinstance(b, bytes):
+        b = b.decode("utf-8", "replace")
+    return a == b
+
+
+def headers_match(args: dict[str, Any], headers: dict[str, Any]) -> bool:
+    """x-match all/any (and RabbitMQ's all-with-x/any-with-x); void values test presence."""
+    mode = args.get("x-match", "all")
+    if isinstance(mode, bytes):
+        mode = mode.decode()
+    with_x = mode.endswith("-with-x")
+    want_all = not mode.startswith("any")
+    matched_any = False
+    for k, v in args.items():
+        if k == "x-match" or (k.startswith("x-") and not with_x):
+            continue
+        ok = k in headers and (v is None or _values_equal(v, headers[k]))
+        if want_all and not ok:
+            return False
+        if ok:
+            matched_any = True
+            if not want_all:
+                return True
+    return want_all or matched_any
+
+
+class HeadersExchange(Exchange):
+    type = "headers"
+
+    def route(self, routing_key: str, message: Message) -> list[Any]:
+        if not self.bindings:
+            return []
+        headers = message.headers or {}
+        return [b.destination for b in self.bindings.values()
+                if headers_match(b.arguments, headers)]
+
+
+class DefaultExchange(Exchange):
+    """The nameless direct exchange: every queue is bound to it by its name."""
+
+    type = "direct"
+
+    def __init__(self, queues: dict[str, Any]) -> None:
+        super().__init__("", durable=True)
+        self._queues = queues
+
+    def route(self, routing_key: str, message: Message) -> list[Any]:
+        q = self._queues.get(routing_key)
+        return [q] if q is not None else []
+
+
+EXCHANGE_CLASSES: dict[str, type[Exchange]] = {
+    "direct": DirectExchange, "fanout": FanoutExchange,
+    "topic": TopicExchange, "headers": HeadersExchange,
+}

@@ -1,0 +1,60 @@
+"""A published message and its place in a queue.
+
+Properties stay in their AMQP 0-9-1 encoding (as RabbitMQ keeps `properties_bin`): the
+broker forwards them untouched and only peeks at delivery-mode, priority, expiration and
+headers. A message routed to several queues is one `Message` and several `QueueEntry`s.
+"""
+
+from __future__ import annotations
+
+from ackmq.protocol.amqp.properties import PropertiesView
+
+
+class Message:
+    __slots__ = ("exchange", "routing_key", "properties", "body", "persistent", "priority",
+                 "expiration_ms", "view")
+
+    def __init__(self, exchange: str, routing_key: str, properties: bytes, body: bytes) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.properties = properties
+        self.body = body
+        view = PropertiesView(properties)
+        self.view = view
+        self.persistent = view.delivery_mode == 2
+        self.priority = view.priority or 0
+        exp = view.expiration
+        self.expiration_ms: int | None = None
+        if exp is not None:
+            try:
+                self.expiration_ms = max(0, int(exp))
+            except ValueError:
+                self.expiration_ms = None
+
+    @property
+    def headers(self) -> dict:
+        return self.view.headers
+
+    @property
+    def size(self) -> int:
+        return len(self.body)
+
+
+class QueueEntry:
+    """One message in one queue: `seq` orders the queue and survives requeue and restart."""
+
+    __slots__ = ("message", "seq", "delivery_count", "redelivered", "expires_at", "persisted",
+                 "location", "queue")
+
+    def __init__(self, message: Message, seq: int, queue: object) -> None:
+        self.message = message
+        self.seq = seq
+        self.queue = queue
+        self.delivery_count = 0   # times returned to the queue after a delivery (D10)
+        self.redelivered = False  # D9
+        self.expires_at: float | None = None
+        self.persisted = False    # written to the store: an ack must remove it there
+        self.location = -1
+
+    def __lt__(self, other: QueueEntry) -> bool:  # heap order for requeued entries
+        return self.seq < other.seq

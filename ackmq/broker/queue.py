@@ -1,0 +1,317 @@
+"""A queue: ready messages in seq order, consumers served round-robin, and the rules
+that make messages leave (ack, TTL, max-length, delivery limit, dead-lettering).
+
+Dispatch never scans idle consumers: only consumers with room sit in `_active`; a consumer
+at its prefetch cap leaves it and comes back when an ack frees room (Q2, Q6).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from ackmq.broker.consumer import Consumer
+from ackmq.broker.errors import PRECONDITION_FAILED, ChannelError
+from ackmq.broker.message import Message, QueueEntry
+from ackmq.broker.readylist import ReadyList
+
+if TYPE_CHECKING:
+    from ackmq.broker.vhost import VHost
+
+log = logging.getLogger("ackmq.queue")
+
+SEQ_BITS = 40  # seq = (epoch << 40) | n: grows across restarts (x-ackmq-seq, S2)
+
+
+def _int_arg(args: dict[str, Any], name: str, qname: str, vhost: str,
+             minimum: int = 0) -> int | None:
+    v = args.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise ChannelError(PRECONDITION_FAILED,
+                           f"invalid arg '{name}' for queue '{qname}' in vhost '{vhost}': "
+                           f"{{value_negative,{v}}}" if isinstance(v, int) and v < minimum
+                           else f"invalid arg '{name}' for queue '{qname}' in vhost '{vhost}': "
+                           f"{{unacceptable_type,{type(v).__name__}}}")
+    return v
+
+
+def _str_arg(args: dict[str, Any], name: str) -> str | None:
+    v = args.get(name)
+    if isinstance(v, bytes):
+        v = v.decode()
+    return v
+
+
+class Queue:
+    def __init__(self, vhost: VHost, name: str, durable: bool = False, exclusive_owner: Any = None,
+                 auto_delete: bool = False, arguments: dict[str, Any] | None = None,
+                 epoch: int = 0) -> None:
+        self.vhost = vhost
+        self.name = name
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner
+        self.auto_delete = auto_delete
+        self.arguments = dict(arguments or {})
+        a, vn = self.arguments, vhost.name
+        self.message_ttl = _int_arg(a, "x-message-ttl", name, vn)
+        self.expires = _int_arg(a, "x-expires", name, vn, minimum=1)
+        self.max_length = _int_arg(a, "x-max-length", name, vn)
+        self.max_length_bytes = _int_arg(a, "x-max-length-bytes", name, vn)
+        self.delivery_limit = _int_arg(a, "x-delivery-limit", name, vn)
+        self.consumer_timeout = _int_arg(a, "x-consumer-timeout", name, vn)
+        max_priority = _int_arg(a, "x-max-priority", name, vn) or 0
+        self.max_priority = min(max_priority, 255)
+        overflow = _str_arg(a, "x-overflow") or "drop-head"
+        if overflow not in ("drop-head", "reject-publish", "reject-publish-dlx"):
+            raise ChannelError(PRECONDITION_FAILED,
+                               f"invalid arg 'x-overflow' for queue '{name}' in vhost '{vn}': "
+                               f"{{unacceptable_value,<<\"{overflow}\">>}}")
+        self.overflow = overflow
+        self.dlx = _str_arg(a, "x-dead-letter-exchange")
+        self.dlrk = _str_arg(a, "x-dead-letter-routing-key")
+        self.ready = ReadyList(self.max_priority)
+        self.consumers: dict[str, Consumer] = {}
+        self._active: deque[Consumer] = deque()
+        self.unacked_count = 0
+        self.epoch = epoch
+        self._n = 0
+        self.deleted = False
+        self.had_consumers = False
+        self._ttl_timer: Any = None
+        self._ttl_due: float | None = None
+        self._expiry_timer: Any = None
+        self.persistent_store = vhost.broker.store if durable else None
+        self.touch()
+
+    # -- identity -----------------------------------------------------------------
+    def __repr__(self) -> str:
+        return f"<Queue {self.name!r}>"
+
+    def next_seq(self) -> int:
+        self._n += 1
+        return (self.epoch << SEQ_BITS) | self._n
+
+    @property
+    def message_count(self) -> int:
+        return len(self.ready)
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.consumers)
+
+    # -- publish ------------------------------------------------------------------
+    def publish(self, message: Message) -> bool:
+        """Take a message; False when refused (x-overflow=reject-publish, P6)."""
+        if self._over_limit(message, incoming=True):
+            if self.overflow == "drop-head":
+                while len(self.ready) and self._over_limit(message, incoming=True):
+                    self._drop(self.ready.pop_oldest(), "maxlen")
+                if self._over_limit(message, incoming=True):  # max-length 0
+                    entry = QueueEntry(message, self.next_seq(), self)
+                    self._dead_letter(entry, "maxlen")
+                    return True
+            else:
+                if self.overflow == "reject-publish-dlx":
+                    self._dead_letter(QueueEntry(message, self.next_seq(), self), "maxlen")
+                return False
+        entry = QueueEntry(message, self.next_seq(), self)
+        ttl = self.message_ttl
+        if message.expiration_ms is not None:
+            ttl = message.expiration_ms if ttl is None else min(ttl, message.expiration_ms)
+        if ttl is not None:
+            if ttl == 0 and not self._active:
+                self._dead_letter(entry, "expired")
+                return True
+            entry.expires_at = time.monotonic() + ttl / 1000.0
+        store = self.persistent_store
+        if store is not None and message.persistent:
+            entry.location = store.add(self.name, entry.seq, message.exchange,
+                                       message.routing_key, message.properties, message.body)
+            entry.persisted = True
+        self.ready.append(entry)
+        if self._active:
+            self.dispatch()
+        if entry.expires_at is not None and self.ready.peek() is entry:
+            self._schedule_ttl()
+        return True
+
+    def restore(self, entry: QueueEntry) -> None:
+        """Put back a message recovered from the store (keeps its seq)."""
+        self.ready.requeue(entry)
+
+    def _over_limit(self, message: Message, incoming: bool) -> bool:
+        ml, mlb = self.max_length, self.max_length_bytes
+        if ml is not None and len(self.ready) + (1 if incoming else 0) > ml:
+            return True
+        if mlb is not None and self.ready.bytes + (len(message.body) if incoming else 0) > mlb:
+            return True
+        return False
+
+    # -- consumers ------------------------------------------------------------------
+    def add_consumer(self, c: Consumer) -> None:
+        self.consumers[c.tag] = c
+        self.had_consumers = True
+        self.touch()
+        self.activate(c)
+
+    def remove_consumer(self, c: Consumer) -> None:
+        if self.consumers.pop(c.tag, None) is None:
+            return
+        if c.active:
+            try:
+                self._active.remove(c)
+            except ValueError:
+                pass
+            c.active = False
+        self.touch()
+        if self.auto_delete and not self.consumers and self.had_consumers and not self.deleted:
+            self.vhost.delete_queue(self, notify=False)
+
+    def activate(self, c: Consumer) -> None:
+        """A consumer has room again: put it back in the round-robin and deliver."""
+        if not c.active and c.tag in self.consumers and c.has_room():
+            c.active = True
+            self._active.append(c)
+            if len(self.ready):
+                self.dispatch()
+
+    def dispatch(self) -> None:
+        active, ready = self._active, self.ready
+        now = 0.0
+        while active and len(ready):
+            head = ready.peek()
+            assert head is not None
+            if head.expires_at is not None:
+                now = now or time.monotonic()
+                if head.expires_at <= now:
+                    self._drop(ready.pop(), "expired")
+                    continue
+            c = active.popleft()
+            if not c.has_room():
+                c.active = False
+                continue
+            entry = ready.pop()
+            c.channel.deliver(c, entry)
+            if c.has_room():
+                active.append(c)
+            else:
+                c.active = False
+
+    # -- pull -----------------------------------------------------------------------
+    def get(self) -> QueueEntry | None:
+        self.touch()
+        self._expire_head()
+        if not len(self.ready):
+            return None
+        return self.ready.pop()
+
+    # -- settlement -------------------------------------------------------------------
+    def settled(self, entry: QueueEntry) -> None:
+        """An ack (or no-ack delivery): the message leaves the queue for good."""
+        if entry.persisted and not self.deleted:
+            self.persistent_store.remove(self.name, entry.seq)  # type: ignore[union-attr]
+
+    def mark_delivered(self, entry: QueueEntry) -> None:
+        if entry.persisted and not self.deleted:
+            self.persistent_store.delivered(self.name, entry.seq, entry.delivery_count + 1)  # type: ignore[union-attr]
+
+    def requeue(self, entry: QueueEntry, dispatch: bool = True) -> None:
+        """Back at its original position (D6, D8), or dead-lettered past x-delivery-limit (D10)."""
+        if self.deleted:
+            return
+        entry.delivery_count += 1
+        entry.redelivered = True
+        if self.delivery_limit is not None and entry.delivery_count > self.delivery_limit:
+            self._drop(entry, "delivery_limit")
+            return
+        self.ready.requeue(entry)
+        if entry.expires_at is not None:
+            self._schedule_ttl()
+        if dispatch and self._active:
+            self.dispatch()
+
+    def reject(self, entry: QueueEntry) -> None:
+        """requeue=false: dead-letter (reason rejected) or drop (D6)."""
+        if self.deleted:
+            return
+        self._drop(entry, "rejected")
+
+    def _drop(self, entry: QueueEntry, reason: str) -> None:
+        self._dead_letter(entry, reason)
+        self.settled(entry)
+
+    def _dead_letter(self, entry: QueueEntry, reason: str) -> None:
+        if self.dlx is not None:
+            self.vhost.dead_letter(self, entry, reason)
+
+    # -- admin --------------------------------------------------------------------
+    def purge(self) -> int:
+        entries = self.ready.clear()
+        for e in entries:
+            self.settled(e)
+        return len(entries)
+
+    def touch(self) -> None:
+        """Used now: restart the x-expires countdown."""
+        if self.expires is None or self.deleted:
+            return
+        sched = self.vhost.broker.scheduler
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+        self._expiry_timer = sched.call_later(self.expires / 1000.0, self._expired_unused)
+
+    def _expired_unused(self) -> None:
+        self._expiry_timer = None
+        if self.deleted:
+            return
+        if self.consumers:
+            self.touch()
+            return
+        log.info("queue %r expired (x-expires)", self.name)
+        self.vhost.delete_queue(self, notify=True)
+
+    def destroy(self) -> None:
+        """Called by the vhost on delete: stop timers, forget everything."""
+        self.deleted = True
+        for t in (self._ttl_timer, self._expiry_timer):
+            if t is not None:
+                t.cancel()
+        self._ttl_timer = self._expiry_timer = None
+        self.ready.clear()
+        self._active.clear()
+
+    # -- TTL --------------------------------------------------------------------------
+    def _expire_head(self) -> None:
+        ready = self.ready
+        now = time.monotonic()
+        while len(ready):
+            head = ready.peek()
+            if head is None or head.expires_at is None or head.expires_at > now:
+                break
+            self._drop(ready.pop(), "expired")
+
+    def _schedule_ttl(self) -> None:
+        head = self.ready.peek()
+        if head is None or head.expires_at is None:
+            return
+        if self._ttl_due is not None and self._ttl_due <= head.expires_at:
+            return
+        if self._ttl_timer is not None:
+            self._ttl_timer.cancel()
+        self._ttl_due = head.expires_at
+        delay = max(0.0, head.expires_at - time.monotonic())
+        self._ttl_timer = self.vhost.broker.scheduler.call_later(delay, self._on_ttl)
+
+    def _on_ttl(self) -> None:
+        self._ttl_timer = None
+        self._ttl_due = None
+        if self.deleted:
+            return
+        self._expire_head()
+        self.vhost.broker.request_flush()
+        # RabbitMQ expires only at the head; a later message with a shorter TTL waits
+        self._schedule_ttl()

@@ -1,0 +1,336 @@
+"""A virtual host: its exchanges, queues and bindings, and the declare/bind/delete rules.
+
+Texts of errors follow RabbitMQ 3.10 word for word where clients or users see them.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import os
+from typing import TYPE_CHECKING, Any
+
+from ackmq.broker.errors import (
+    ACCESS_REFUSED,
+    COMMAND_INVALID,
+    PRECONDITION_FAILED,
+    RESOURCE_LOCKED,
+    ChannelError,
+    ConnectionError_,
+    not_found,
+)
+from ackmq.broker.exchange import (
+    EXCHANGE_CLASSES,
+    Binding,
+    DefaultExchange,
+    Exchange,
+    _args_key,
+)
+from ackmq.broker.message import Message, QueueEntry
+from ackmq.broker.queue import Queue
+from ackmq.protocol.amqp.properties import decode_properties, encode_properties
+from ackmq.store.base import BindingDef, ExchangeDef, QueueDef
+
+if TYPE_CHECKING:
+    from ackmq.broker.broker import Broker
+
+DEFAULT_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"),
+                     ("amq.topic", "topic"), ("amq.headers", "headers"),
+                     ("amq.match", "headers"))
+
+
+def _type_name(v: Any) -> str:
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, int):
+        return "signedint" if -2**31 <= v < 2**31 else "long"
+    if isinstance(v, (str, bytes)):
+        return "longstr"
+    if isinstance(v, dict):
+        return "table"
+    if isinstance(v, list):
+        return "array"
+    return type(v).__name__
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return str(v)
+
+
+def _norm(v: Any) -> Any:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+
+class VHost:
+    def __init__(self, broker: Broker, name: str = "/") -> None:
+        self.broker = broker
+        self.name = name
+        self.queues: dict[str, Queue] = {}
+        self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues)}
+        for xname, xtype in DEFAULT_EXCHANGES:
+            self.exchanges[xname] = EXCHANGE_CLASSES[xtype](xname, durable=True)
+        # destination id -> bindings that point at it (for delete)
+        self._inbound: dict[int, dict[tuple, Binding]] = {}
+
+    # -- lookups --------------------------------------------------------------------
+    def exchange(self, name: str) -> Exchange:
+        x = self.exchanges.get(name)
+        if x is None:
+            raise not_found("exchange", name, self.name)
+        return x
+
+    def queue(self, name: str, owner: Any = None) -> Queue:
+        q = self.queues.get(name)
+        if q is None:
+            raise not_found("queue", name, self.name)
+        self.check_exclusive(q, owner)
+        return q
+
+    def check_exclusive(self, q: Queue, owner: Any) -> None:
+        if q.exclusive_owner is not None and q.exclusive_owner is not owner:
+            raise ChannelError(
+                RESOURCE_LOCKED,
+                f"cannot obtain exclusive access to locked queue '{q.name}' in vhost "
+                f"'{self.name}'. It could be originally declared on another connection or "
+                "the exclusive property value does not match that of the original declaration.")
+
+    # -- exchanges --------------------------------------------------------------------
+    def declare_exchange(self, name: str, type_: str, passive: bool, durable: bool,
+                         auto_delete: bool, internal: bool, arguments: dict[str, Any]) -> Exchange:
+        if name == "":
+            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        if passive:
+            return self.exchange(name)
+        if name.startswith("amq."):
+            raise ChannelError(ACCESS_REFUSED,
+                               f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        cls = EXCHANGE_CLASSES.get(type_)
+        if cls is None:
+            raise ConnectionError_(COMMAND_INVALID, f"unknown exchange type '{type_}'")
+        x = self.exchanges.get(name)
+        if x is not None:
+            self._equivalent("exchange", name, "type", type_, x.type)
+            self._equivalent("exchange", name, "durable", durable, x.durable)
+            self._equivalent("exchange", name, "auto_delete", auto_delete, x.auto_delete)
+            self._equivalent("exchange", name, "internal", internal, x.internal)
+            return x
+        x = cls(name, durable=durable, auto_delete=auto_delete, internal=internal,
+                arguments=arguments)
+        self.exchanges[name] = x
+        if durable and self.broker.store is not None:
+            self.broker.store.save_exchange(
+                ExchangeDef(name, type_, durable, auto_delete, internal, dict(arguments)))
+        return x
+
+    def delete_exchange(self, name: str, if_unused: bool) -> None:
+        if name == "":
+            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        if name.startswith("amq."):
+            raise ChannelError(ACCESS_REFUSED,
+                               f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        x = self.exchanges.get(name)
+        if x is None:
+            return  # idempotent, as RabbitMQ 3.x
+        if if_unused and x.bindings:
+            raise ChannelError(PRECONDITION_FAILED,
+                               f"exchange '{name}' in vhost '{self.name}' in use")
+        self._remove_exchange(x)
+
+    def _remove_exchange(self, x: Exchange) -> None:
+        self.exchanges.pop(x.name, None)
+        for b in list(x.bindings.values()):
+            self._unbind(b, check_auto_delete=True)
+        for b in list(self._inbound.get(id(x), {}).values()):
+            self._unbind(b, check_auto_delete=True)
+        self._inbound.pop(id(x), None)
+        if x.durable and self.broker.store is not None:
+            self.broker.store.delete_exchange(x.name)
+
+    # -- queues -----------------------------------------------------------------------
+    def declare_queue(self, name: str, passive: bool, durable: bool, exclusive: bool,
+                      auto_delete: bool, arguments: dict[str, Any], owner: Any) -> Queue:
+        if passive:
+            if name == "":
+                raise not_found("queue", name, self.name)
+            return self.queue(name, owner)
+        if name == "":
+            name = "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        elif name.startswith("amq."):
+            raise ChannelError(ACCESS_REFUSED,
+                               f"queue name '{name}' contains reserved prefix 'amq.*'")
+        q = self.queues.get(name)
+        if q is not None:
+            self.check_exclusive(q, owner if exclusive or q.exclusive_owner else None)
+            self._equivalent("queue", name, "durable", durable, q.durable)
+            self._equivalent("queue", name, "auto_delete", auto_delete, q.auto_delete)
+            self._equivalent("queue", name, "exclusive", exclusive, q.exclusive_owner is not None)
+            for k in set(arguments) | set(q.arguments):
+                if not k.startswith("x-"):
+                    continue
+                self._equivalent_arg(name, k, arguments.get(k), q.arguments.get(k))
+            q.touch()
+            return q
+        q = Queue(self, name, durable=durable and not exclusive,
+                  exclusive_owner=owner if exclusive else None, auto_delete=auto_delete,
+                  arguments=arguments, epoch=self.broker.epoch)
+        q.durable = durable  # declared durability (exclusive queues are never stored)
+        if exclusive:
+            q.persistent_store = None
+        self.queues[name] = q
+        if durable and not exclusive and self.broker.store is not None:
+            self.broker.store.save_queue(QueueDef(name, True, auto_delete, dict(arguments)))
+        return q
+
+    def delete_queue(self, q: Queue, notify: bool = True, if_unused: bool = False,
+                     if_empty: bool = False) -> int:
+        if if_unused and q.consumers:
+            raise ChannelError(PRECONDITION_FAILED,
+                               f"queue '{q.name}' in vhost '{self.name}' in use")
+        if if_empty and q.message_count:
+            raise ChannelError(PRECONDITION_FAILED,
+                               f"queue '{q.name}' in vhost '{self.name}' not empty")
+        count = q.message_count
+        if self.queues.get(q.name) is q:
+            del self.queues[q.name]
+        for c in list(q.consumers.values()):
+            q.consumers.pop(c.tag, None)
+            c.channel.consumer_gone(c, notify=notify)
+        for b in list(self._inbound.get(id(q), {}).values()):
+            self._unbind(b, check_auto_delete=True)
+        self._inbound.pop(id(q), None)
+        was_stored = q.persistent_store is not None
+        q.destroy()
+        if was_stored and self.broker.store is not None:
+            self.broker.store.delete_queue(q.name)
+        return count
+
+    def connection_closed(self, owner: Any) -> None:
+        """Exclusive queues go with the connection that declared them."""
+        for q in [q for q in self.queues.values() if q.exclusive_owner is owner]:
+            self.delete_queue(q, notify=False)
+
+    # -- bindings ---------------------------------------------------------------------
+    def bind(self, source: str, destination: Any, routing_key: str,
+             arguments: dict[str, Any]) -> None:
+        if source == "":
+            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        x = self.exchange(source)
+        b = Binding(x, destination, routing_key, arguments)
+        if x.bind(b):
+            self._inbound.setdefault(id(destination), {})[b.key] = b
+            store = self.broker.store
+            if store is not None and x.durable and destination.durable and not getattr(
+                    destination, "exclusive_owner", None):
+                store.save_binding(self._binding_def(b))
+
+    def unbind(self, source: str, destination: Any, routing_key: str,
+               arguments: dict[str, Any]) -> None:
+        if source == "":
+            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        x = self.exchange(source)
+        b = x.bindings.get((id(destination), routing_key, _args_key(arguments)))
+        if b is not None:
+            self._unbind(b, check_auto_delete=True)
+
+    def _unbind(self, b: Binding, check_auto_delete: bool) -> None:
+        x = b.source
+        x.unbind(b.key)
+        inbound = self._inbound.get(id(b.destination))
+        if inbound is not None:
+            inbound.pop(b.key, None)
+        store = self.broker.store
+        if store is not None and x.durable and b.destination.durable:
+            store.delete_binding(self._binding_def(b))
+        if check_auto_delete and x.auto_delete and not x.bindings and \
+                self.exchanges.get(x.name) is x:
+            self._remove_exchange(x)
+
+    @staticmethod
+    def _binding_def(b: Binding) -> BindingDef:
+        kind = "queue" if isinstance(b.destination, Queue) else "exchange"
+        return BindingDef(b.source.name, b.destination.name, kind, b.routing_key,
+                          dict(b.arguments))
+
+    # -- routing ----------------------------------------------------------------------
+    def route(self, x: Exchange, message: Message) -> list[Queue]:
+        dests = x.route(message.routing_key, message)
+        if not dests:
+            return []
+        if len(dests) == 1 and isinstance(dests[0], Queue):
+            return [dests[0]]
+        out: list[Queue] = []
+        seen: set[int] = {id(x)}
+        stack = list(dests)
+        while stack:
+            d = stack.pop()
+            if id(d) in seen:
+                continue
+            seen.add(id(d))
+            if isinstance(d, Queue):
+                out.append(d)
+            else:
+                stack.extend(d.route(message.routing_key, message))
+        return out
+
+    # -- dead-lettering (D6) ------------------------------------------------------------
+    def dead_letter(self, queue: Queue, entry: QueueEntry, reason: str) -> None:
+        x = self.exchanges.get(queue.dlx or "")
+        if x is None or queue.dlx is None:
+            return
+        msg = entry.message
+        props = decode_properties(msg.properties)
+        headers = dict(props.headers or {})
+        rk = queue.dlrk if queue.dlrk is not None else msg.routing_key
+        deaths = list(headers.get("x-death") or [])
+        for i, d in enumerate(deaths):
+            if _norm(d.get("queue")) == queue.name and _norm(d.get("reason")) == reason:
+                d = dict(d)
+                d["count"] = int(d.get("count", 1)) + 1
+                deaths.pop(i)
+                deaths.insert(0, d)
+                break
+        else:
+            d = {"count": 1, "reason": reason, "queue": queue.name,
+                 "time": datetime.datetime.now(tz=datetime.UTC).replace(microsecond=0),
+                 "exchange": msg.exchange, "routing-keys": [msg.routing_key]}
+            if props.expiration is not None:
+                d["original-expiration"] = props.expiration
+            deaths.insert(0, d)
+        headers["x-death"] = deaths
+        headers.setdefault("x-first-death-reason", reason)
+        headers.setdefault("x-first-death-queue", queue.name)
+        headers.setdefault("x-first-death-exchange", msg.exchange)
+        props.headers = headers
+        props.expiration = None
+        new = Message(x.name, rk, encode_properties(props), msg.body)
+        automatic = all(_norm(d.get("reason")) != "rejected" for d in deaths)
+        for target in self.route(x, new):
+            if automatic and any(_norm(d.get("queue")) == target.name for d in deaths):
+                continue  # a cycle with no rejection in it: dropped, as RabbitMQ does
+            target.publish(new)
+
+    # -- equivalence ------------------------------------------------------------------
+    def _equivalent(self, kind: str, name: str, field: str, received: Any, current: Any) -> None:
+        if received != current:
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f"inequivalent arg '{field}' for {kind} '{name}' in vhost '{self.name}': "
+                f"received '{_show(received)}' but current is '{_show(current)}'")
+
+    def _equivalent_arg(self, name: str, key: str, received: Any, current: Any) -> None:
+        if _norm(received) == _norm(current):
+            return
+
+        def desc(v: Any) -> str:
+            if v is None:
+                return "none"
+            return f"the value '{_show(v)}' of type '{_type_name(v)}'"
+
+        raise ChannelError(
+            PRECONDITION_FAILED,
+            f"inequivalent arg '{key}' for queue '{name}' in vhost '{self.name}': "
+            f"received {desc(received)} but current is {desc(current)}")

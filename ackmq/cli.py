@@ -1,0 +1,108 @@
+"""The `ackmq` command: serve, bench, pipeline, demo."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from ackmq.server.config import Config
+
+
+def _serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
+    p.add_argument("--port", type=int, default=5672, help="AMQP port; 0 picks a free one")
+    p.add_argument("--data-dir", default="./ackmq-data", type=Path,
+                   help="where durable queues and persistent messages live")
+    p.add_argument("--no-fsync", action="store_true",
+                   help="do not fsync before confirming (tests and throwaway data only)")
+    p.add_argument("--no-persistence", action="store_true",
+                   help="keep nothing on disk: every queue is transient")
+    p.add_argument("--heartbeat", type=int, default=60, help="heartbeat proposed in tune (s)")
+    p.add_argument("--consumer-timeout-ms", type=int, default=None,
+                   help="close a channel whose delivery stays unacked this long (H2)")
+    p.add_argument("--max-message-size", type=int, default=128 * 1024 * 1024)
+    p.add_argument("--log-level", default="INFO")
+
+
+def serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stdout)
+    log = logging.getLogger("ackmq")
+    if args.port < 0 or args.port > 65535:
+        print(f"ackmq: --port must be between 0 and 65535, got {args.port}", file=sys.stderr)
+        return 2
+    cfg = Config(host=args.host, port=args.port,
+                 data_dir=None if args.no_persistence else args.data_dir,
+                 fsync=not args.no_fsync, heartbeat=args.heartbeat,
+                 consumer_timeout_ms=args.consumer_timeout_ms,
+                 max_message_size=args.max_message_size)
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+
+    async def run() -> int:
+        from ackmq.server import Server
+        from ackmq.store.base import CorruptStore
+        server = Server(cfg)
+        try:
+            url = await server.start()
+        except CorruptStore as e:
+            log.error("the data directory %s is damaged: %s", cfg.data_dir, e)
+            return 3
+        except OSError as e:
+            log.error("cannot listen on %s:%s: %s", cfg.host, cfg.port, e.strerror or e)
+            return 2
+        where = "no persistence" if cfg.data_dir is None else f"data dir {cfg.data_dir}"
+        log.info("ackmq listening on %s (%s, fsync %s)", url, where,
+                 "on" if cfg.fsync else "OFF")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.info("shutting down")
+        await server.stop()
+        log.info("stopped")
+        return 0
+
+    return asyncio.run(run())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ackmq", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_args(sub.add_parser("serve", help="run the broker"))
+    extra: dict[str, tuple[str, str]] = {}
+    try:
+        from ackmq.bench import cli as bench_cli
+        bench_cli.add_arguments(sub.add_parser("bench", help="benchmarks, side by side with "
+                                               "RabbitMQ"))
+        extra["bench"] = ("ackmq.bench.cli", "run")
+    except ImportError:
+        pass
+    try:
+        from ackmq.spark import cli as spark_cli
+        spark_cli.add_pipeline_arguments(sub.add_parser(
+            "pipeline", help="land queues into Parquet / publish tables (PySpark)"))
+        spark_cli.add_demo_arguments(sub.add_parser("demo", help="the whole story, embedded"))
+        extra["pipeline"] = ("ackmq.spark.cli", "run_pipeline")
+        extra["demo"] = ("ackmq.spark.cli", "run_demo")
+    except ImportError:
+        pass
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    import importlib
+    mod, fn = extra[args.command]
+    return int(getattr(importlib.import_module(mod), fn)(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

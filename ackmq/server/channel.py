@@ -1,0 +1,262 @@
+"""The AMQP side of a channel: turns methods into calls on the model's `Channel` and the
+model's output into frames. One per open channel number of a connection."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands as C
+
+from ackmq.broker.channel import delivery_properties
+from ackmq.broker.errors import ChannelError
+from ackmq.protocol.amqp import (
+    encode_ack,
+    encode_deliver,
+    encode_get_ok,
+    encode_method,
+    encode_nack,
+    encode_return,
+)
+
+if TYPE_CHECKING:
+    from ackmq.server.connection import AMQPConnection
+
+
+def _s(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else (v or "")
+
+
+class AMQPChannel:
+    """Implements the model's ChannelOutput for one channel number."""
+
+    __slots__ = ("conn", "number", "model", "closing", "__weakref__")
+
+    def __init__(self, conn: AMQPConnection, number: int) -> None:
+        self.conn = conn
+        self.number = number
+        self.closing = False  # we sent channel.close and wait for close-ok
+        self.model = conn.server.broker.open_channel(conn.vhost, conn, self)
+
+    # -- ChannelOutput --------------------------------------------------------------
+    @property
+    def writable(self) -> bool:
+        return self.conn.writable
+
+    def deliver(self, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
+                routing_key: str, properties: bytes, body: bytes) -> None:
+        self.conn.write(encode_deliver(self.number, consumer_tag, delivery_tag, redelivered,
+                                       exchange, routing_key, properties, body,
+                                       self.conn.frame_max))
+
+    def basic_return(self, reply_code: int, reply_text: str, exchange: str, routing_key: str,
+                     properties: bytes, body: bytes) -> None:
+        self.conn.write(encode_return(self.number, reply_code, reply_text, exchange,
+                                      routing_key, properties, body, self.conn.frame_max))
+
+    def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None:
+        if ack:
+            self.conn.write(encode_ack(self.number, delivery_tag, multiple))
+        else:
+            self.conn.write(encode_nack(self.number, delivery_tag, multiple, False))
+
+    def consumer_cancelled(self, consumer_tag: str) -> None:
+        if self.conn.client_capabilities.get("consumer_cancel_notify"):
+            self.send(C.Basic.Cancel(consumer_tag=consumer_tag, nowait=True))
+
+    def close(self, code: int, text: str) -> None:
+        """The model closes the channel on its own (consumer timeout, H2)."""
+        self.fail(ChannelError(code, ""), text=text)
+
+    # -- helpers ----------------------------------------------------------------------
+    def send(self, method: Any) -> None:
+        self.conn.write(encode_method(self.number, method))
+
+    def fail(self, err: ChannelError, class_id: int = 0, method_id: int = 0,
+             text: str | None = None) -> None:
+        """Soft error: close this channel only (requeueing its deliveries, D8)."""
+        if self.closing:
+            return
+        self.closing = True
+        self.model.close()
+        self.send(C.Channel.Close(reply_code=err.code, reply_text=(text or err.text)[:255],
+                                  class_id=class_id, method_id=method_id))
+        self.conn.server.request_flush()
+
+    # -- methods ------------------------------------------------------------------
+    def handle(self, m: Any) -> None:
+        handler = _HANDLERS.get(type(m))
+        if handler is None:
+            from ackmq.broker.errors import ConnectionError_
+            raise ConnectionError_(540, f"method {m.name} is not implemented")
+        handler(self, m)
+
+    def publish(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool,
+                properties: bytes, body: bytes) -> None:
+        self.model.basic_publish(exchange, routing_key, mandatory, immediate, properties, body)
+
+    def _channel_close(self, m: C.Channel.Close) -> None:
+        self.model.close()
+        self.send(C.Channel.CloseOk())
+        self.conn.channel_gone(self.number)
+
+    def _channel_flow(self, m: C.Channel.Flow) -> None:
+        self.model.channel_flow(m.active)
+        self.send(C.Channel.FlowOk(active=m.active))
+
+    def _exchange_declare(self, m: C.Exchange.Declare) -> None:
+        self.conn.vhost.declare_exchange(m.exchange, _s(m.exchange_type), m.passive, m.durable,
+                                         m.auto_delete, m.internal, m.arguments or {})
+        if not m.nowait:
+            self.send(C.Exchange.DeclareOk())
+
+    def _exchange_delete(self, m: C.Exchange.Delete) -> None:
+        self.conn.vhost.delete_exchange(m.exchange, m.if_unused)
+        if not m.nowait:
+            self.send(C.Exchange.DeleteOk())
+
+    def _exchange_bind(self, m: C.Exchange.Bind) -> None:
+        vh = self.conn.vhost
+        dest = vh.exchange(m.destination)
+        vh.exchange(m.source)
+        vh.bind(m.source, dest, m.routing_key, m.arguments or {})
+        if not m.nowait:
+            self.send(C.Exchange.BindOk())
+
+    def _exchange_unbind(self, m: C.Exchange.Unbind) -> None:
+        vh = self.conn.vhost
+        dest = vh.exchange(m.destination)
+        vh.exchange(m.source)
+        vh.unbind(m.source, dest, m.routing_key, m.arguments or {})
+        if not m.nowait:
+            self.send(C.Exchange.UnbindOk())
+
+    def _queue_declare(self, m: C.Queue.Declare) -> None:
+        q = self.conn.vhost.declare_queue(m.queue, m.passive, m.durable, m.exclusive,
+                                          m.auto_delete, m.arguments or {}, self.conn)
+        if not m.nowait:
+            self.send(C.Queue.DeclareOk(queue=q.name, message_count=q.message_count,
+                                        consumer_count=q.consumer_count))
+
+    def _queue_bind(self, m: C.Queue.Bind) -> None:
+        vh = self.conn.vhost
+        q = vh.queue(m.queue, self.conn)
+        vh.bind(m.exchange, q, m.routing_key, m.arguments or {})
+        if not m.nowait:
+            self.send(C.Queue.BindOk())
+
+    def _queue_unbind(self, m: C.Queue.Unbind) -> None:
+        vh = self.conn.vhost
+        q = vh.queue(m.queue, self.conn)
+        vh.unbind(m.exchange, q, m.routing_key, m.arguments or {})
+        self.send(C.Queue.UnbindOk())
+
+    def _queue_purge(self, m: C.Queue.Purge) -> None:
+        n = self.conn.vhost.queue(m.queue, self.conn).purge()
+        if not m.nowait:
+            self.send(C.Queue.PurgeOk(message_count=n))
+
+    def _queue_delete(self, m: C.Queue.Delete) -> None:
+        vh = self.conn.vhost
+        q = vh.queues.get(m.queue)
+        n = 0
+        if q is not None:
+            vh.check_exclusive(q, self.conn)
+            n = vh.delete_queue(q, notify=True, if_unused=m.if_unused, if_empty=m.if_empty)
+        if not m.nowait:
+            self.send(C.Queue.DeleteOk(message_count=n))
+
+    def _basic_qos(self, m: C.Basic.Qos) -> None:
+        self.model.basic_qos(m.prefetch_size, m.prefetch_count, m.global_)
+        self.send(C.Basic.QosOk())
+
+    def _basic_consume(self, m: C.Basic.Consume) -> None:
+        tag = self.model.basic_consume(m.queue, m.consumer_tag, m.no_ack, m.exclusive,
+                                       m.arguments or {})
+        if not m.nowait:
+            self.send(C.Basic.ConsumeOk(consumer_tag=tag))
+        self.model.start_consumer(tag)
+
+    def _basic_cancel(self, m: C.Basic.Cancel) -> None:
+        self.model.basic_cancel(m.consumer_tag)
+        if not m.nowait:
+            self.send(C.Basic.CancelOk(consumer_tag=m.consumer_tag))
+
+    def _basic_get(self, m: C.Basic.Get) -> None:
+        got = self.model.basic_get(m.queue, m.no_ack)
+        if got is None:
+            self.send(C.Basic.GetEmpty())
+            return
+        tag, entry, count = got
+        msg = entry.message
+        self.conn.write(encode_get_ok(self.number, tag, entry.redelivered, msg.exchange,
+                                      msg.routing_key, count, delivery_properties(entry),
+                                      msg.body, self.conn.frame_max))
+
+    def _basic_ack(self, m: C.Basic.Ack) -> None:
+        self.model.basic_ack(m.delivery_tag, m.multiple)
+
+    def _basic_nack(self, m: C.Basic.Nack) -> None:
+        self.model.basic_nack(m.delivery_tag, m.multiple, m.requeue)
+
+    def _basic_reject(self, m: C.Basic.Reject) -> None:
+        self.model.basic_reject(m.delivery_tag, m.requeue)
+
+    def _basic_recover(self, m: C.Basic.Recover) -> None:
+        self.model.basic_recover(m.requeue)
+        self.send(C.Basic.RecoverOk())
+
+    def _basic_recover_async(self, m: C.Basic.RecoverAsync) -> None:
+        self.model.basic_recover(m.requeue)
+
+    def _confirm_select(self, m: C.Confirm.Select) -> None:
+        self.model.confirm_select()
+        if not m.nowait:
+            self.send(C.Confirm.SelectOk())
+
+    def _tx_select(self, m: C.Tx.Select) -> None:
+        self.model.tx_select()
+        self.send(C.Tx.SelectOk())
+
+    def _tx_commit(self, m: C.Tx.Commit) -> None:
+        def done(exc: BaseException | None) -> None:
+            if self.closing or not self.model.open:
+                return
+            if exc is None:
+                self.send(C.Tx.CommitOk())
+            else:
+                self.fail(ChannelError(541, f"commit failed: {exc}"), 90, 20)
+            self.conn.server.request_flush()
+        self.model.tx_commit(done)
+
+    def _tx_rollback(self, m: C.Tx.Rollback) -> None:
+        self.model.tx_rollback()
+        self.send(C.Tx.RollbackOk())
+
+
+_HANDLERS: dict[type, Any] = {
+    C.Channel.Close: AMQPChannel._channel_close,
+    C.Channel.Flow: AMQPChannel._channel_flow,
+    C.Channel.FlowOk: lambda self, m: None,
+    C.Exchange.Declare: AMQPChannel._exchange_declare,
+    C.Exchange.Delete: AMQPChannel._exchange_delete,
+    C.Exchange.Bind: AMQPChannel._exchange_bind,
+    C.Exchange.Unbind: AMQPChannel._exchange_unbind,
+    C.Queue.Declare: AMQPChannel._queue_declare,
+    C.Queue.Bind: AMQPChannel._queue_bind,
+    C.Queue.Unbind: AMQPChannel._queue_unbind,
+    C.Queue.Purge: AMQPChannel._queue_purge,
+    C.Queue.Delete: AMQPChannel._queue_delete,
+    C.Basic.Qos: AMQPChannel._basic_qos,
+    C.Basic.Consume: AMQPChannel._basic_consume,
+    C.Basic.Cancel: AMQPChannel._basic_cancel,
+    C.Basic.Get: AMQPChannel._basic_get,
+    C.Basic.Ack: AMQPChannel._basic_ack,
+    C.Basic.Nack: AMQPChannel._basic_nack,
+    C.Basic.Reject: AMQPChannel._basic_reject,
+    C.Basic.Recover: AMQPChannel._basic_recover,
+    C.Basic.RecoverAsync: AMQPChannel._basic_recover_async,
+    C.Confirm.Select: AMQPChannel._confirm_select,
+    C.Tx.Select: AMQPChannel._tx_select,
+    C.Tx.Commit: AMQPChannel._tx_commit,
+    C.Tx.Rollback: AMQPChannel._tx_rollback,
+}

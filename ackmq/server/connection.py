@@ -1,0 +1,407 @@
+"""One AMQP 0-9-1 connection: the handshake state machine, channel table, heartbeats,
+and the output buffer written once per event-loop turn.
+
+States: header -> start (start sent, waiting start-ok) -> tune (waiting tune-ok) ->
+open-wait (waiting connection.open) -> open -> closing (we sent connection.close) -> closed.
+Errors: a ChannelError closes one channel; a ConnectionError_ or a FrameError closes the
+connection with connection.close (reply code, text, class and method of the culprit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import socket
+import struct
+import time
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands as C
+
+from ackmq.broker.errors import (
+    ACCESS_REFUSED,
+    CHANNEL_ERROR,
+    NOT_ALLOWED,
+    AMQPError,
+    ChannelError,
+    ConnectionError_,
+)
+from ackmq.protocol.amqp import (
+    HEARTBEAT,
+    PROTOCOL_HEADER,
+    BadProtocolHeader,
+    ChannelFault,
+    Decoder,
+    FrameError,
+    Heartbeat,
+    Method,
+    ProtocolHeader,
+    Publish,
+    decode_table,
+    encode_method,
+)
+from ackmq.server.channel import AMQPChannel
+
+if TYPE_CHECKING:
+    from ackmq.broker.vhost import VHost
+    from ackmq.server.server import Server
+
+log = logging.getLogger("ackmq.connection")
+
+CHANNEL_MAX = 2047
+FRAME_MAX = 131072
+FRAME_MIN = 4096
+
+SERVER_CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "consumer_priorities": False,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": False,
+}
+
+
+def _is_loopback(peer: Any) -> bool:
+    if not peer:
+        return True  # unix socket / in-process
+    try:
+        return ipaddress.ip_address(peer[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _class_method(m: Any) -> tuple[int, int]:
+    idx = getattr(m, "index", 0) or 0
+    return idx >> 16, idx & 0xFFFF
+
+
+class AMQPConnection(asyncio.Protocol):
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.decoder = Decoder(frame_max=FRAME_MAX,
+                               max_message_size=server.config.max_message_size)
+        self.state = "header"
+        self.out: list[bytes] = []
+        self.queued = False
+        self.writable = True
+        self.frame_max = FRAME_MAX
+        self.channel_max = CHANNEL_MAX
+        self.heartbeat = 0
+        self.channels: dict[int, AMQPChannel] = {}
+        self.vhost: VHost | None = None
+        self.user = ""
+        self.peer: Any = None
+        self.client_properties: dict[str, Any] = {}
+        self.client_capabilities: dict[str, Any] = {}
+        self.last_recv = self.last_sent = time.monotonic()
+        self._hb_timer: asyncio.TimerHandle | None = None
+        self._close_timer: asyncio.TimerHandle | None = None
+
+    def __repr__(self) -> str:
+        return f"<AMQPConnection {self.peer} {self.user}>"
+
+    # -- asyncio.Protocol -----------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
+        self.server.connections.add(self)
+        # a client that never completes the handshake is dropped (RabbitMQ: 10 s)
+        self._close_timer = self.server.loop.call_later(
+            self.server.config.handshake_timeout, self._handshake_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_recv = time.monotonic()
+        if self.state == "closed":
+            return
+        try:
+            events = self.decoder.feed(data)
+        except BadProtocolHeader:
+            self.write(PROTOCOL_HEADER)
+            self._shutdown()
+            return
+        except FrameError as e:
+            self._events(self._early_events())
+            self.close_connection(e.reply_code, e.reply_text, e.class_id, e.method_id)
+            return
+        self._events(events)
+        self.server.request_flush()
+
+    def _early_events(self) -> list[Any]:
+        return []
+
+    def _events(self, events: list[Any]) -> None:
+        for ev in events:
+            if self.state in ("closing", "closed"):
+                if self.state == "closing" and isinstance(ev, Method) and ev.channel == 0:
+                    self._closing_method(ev.method)
+                continue
+            try:
+                if type(ev) is Publish:
+                    ch = self.channels.get(ev.channel)
+                    if ch is None:
+                        raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'")
+                    if ch.closing:
+                        continue
+                    try:
+                        ch.model.basic_publish(ev.exchange, ev.routing_key, ev.mandatory,
+                                               ev.immediate, ev.properties, ev.body)
+                    except ChannelError as err:
+                        ch.fail(err, 60, 40)
+                elif type(ev) is Method:
+                    self._method(ev.channel, ev.method)
+                elif type(ev) is Heartbeat:
+                    pass
+                elif type(ev) is ProtocolHeader:
+                    self._start()
+                elif type(ev) is ChannelFault:
+                    ch = self.channels.get(ev.channel)
+                    if ch is None:
+                        raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'")
+                    ch.fail(ChannelError(ev.reply_code, ""), ev.class_id, ev.method_id,
+                            text=ev.reply_text)
+            except ConnectionError_ as err:
+                cid, mid = _class_method(getattr(ev, "method", None))
+                if type(ev) is Publish:
+                    cid, mid = 60, 40
+                self.close_connection(err.code, err.text, cid, mid)
+                return
+            except AMQPError as err:  # a channel error outside a channel: treat as hard
+                self.close_connection(err.code, err.text, 0, 0)
+                return
+
+    # -- method dispatch ------------------------------------------------------------
+    def _method(self, number: int, m: Any) -> None:
+        if self.state != "open":
+            self._handshake(number, m)
+            return
+        if number == 0:
+            if isinstance(m, C.Connection.Close):
+                self.write(encode_method(0, C.Connection.CloseOk()))
+                self._shutdown()
+            elif isinstance(m, C.Connection.CloseOk):
+                self._shutdown()
+            elif isinstance(m, (C.Connection.Blocked, C.Connection.Unblocked,
+                                C.Connection.UpdateSecret)):
+                pass
+            else:
+                raise ConnectionError_(CHANNEL_ERROR,
+                                       "unexpected method in connection state running")
+            return
+        ch = self.channels.get(number)
+        if isinstance(m, C.Channel.Open):
+            if ch is not None:
+                raise ConnectionError_(CHANNEL_ERROR, "second 'channel.open' seen")
+            if number > self.channel_max:
+                raise ConnectionError_(NOT_ALLOWED, f"number of channels opened "
+                                       f"({len(self.channels)}) has reached the negotiated "
+                                       f"channel_max ({self.channel_max})")
+            self.channels[number] = AMQPChannel(self, number)
+            self.write(encode_method(number, C.Channel.OpenOk()))
+            return
+        if ch is None:
+            raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'")
+        if ch.closing:
+            if isinstance(m, (C.Channel.CloseOk, C.Channel.Close)):
+                if isinstance(m, C.Channel.Close):
+                    self.write(encode_method(number, C.Channel.CloseOk()))
+                self.channel_gone(number)
+            return
+        try:
+            ch.handle(m)
+        except ChannelError as err:
+            cid, mid = _class_method(m)
+            ch.fail(err, cid, mid)
+
+    def channel_gone(self, number: int) -> None:
+        self.channels.pop(number, None)
+
+    # -- handshake ----------------------------------------------------------------------
+    def _start(self) -> None:
+        from ackmq import __version__
+        self.state = "start"
+        props = {
+            "product": "ackmq", "version": __version__, "platform": "Python",
+            "information": "https://pypi.org/project/ackmq/",
+            "copyright": "ackmq authors", "cluster_name": "ackmq@localhost",
+            "capabilities": SERVER_CAPABILITIES,
+        }
+        self.write(encode_method(0, C.Connection.Start(
+            server_properties=props, mechanisms="PLAIN AMQPLAIN", locales="en_US")))
+
+    def _handshake(self, number: int, m: Any) -> None:
+        if number != 0:
+            raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'" if self.state
+                                   == "open" else "unexpected method before connection.open")
+        if self.state == "start" and isinstance(m, C.Connection.StartOk):
+            self.client_properties = m.client_properties or {}
+            self.client_capabilities = self.client_properties.get("capabilities") or {}
+            user, password = self._credentials(m.mechanism, m.response)
+            if not self.server.config.authenticate(user, password, _is_loopback(self.peer)):
+                log.warning("login refused for user %r from %s", user, self.peer)
+                raise ConnectionError_(ACCESS_REFUSED, f"Login was refused using "
+                                       f"authentication mechanism {m.mechanism}. For details "
+                                       "see the broker logfile.")
+            self.user = user
+            self.state = "tune"
+            self.write(encode_method(0, C.Connection.Tune(
+                channel_max=CHANNEL_MAX, frame_max=FRAME_MAX,
+                heartbeat=self.server.config.heartbeat)))
+        elif self.state == "tune" and isinstance(m, C.Connection.TuneOk):
+            self.channel_max = m.channel_max or CHANNEL_MAX
+            fm = m.frame_max or FRAME_MAX
+            if fm < FRAME_MIN:
+                raise ConnectionError_(NOT_ALLOWED, f"frame_max={fm} < {FRAME_MIN} min size")
+            self.frame_max = min(fm, FRAME_MAX)
+            self.decoder.frame_max = self.frame_max
+            self.heartbeat = m.heartbeat
+            self.state = "open-wait"
+            if self.heartbeat:
+                self._hb_timer = self.server.loop.call_later(self.heartbeat / 2,
+                                                             self._heartbeat_tick)
+        elif self.state == "open-wait" and isinstance(m, C.Connection.Open):
+            self.vhost = self.server.broker.vhost(m.virtual_host or "/")
+            self.state = "open"
+            if self._close_timer is not None:
+                self._close_timer.cancel()
+                self._close_timer = None
+            self.write(encode_method(0, C.Connection.OpenOk()))
+        elif isinstance(m, C.Connection.Close):
+            self.write(encode_method(0, C.Connection.CloseOk()))
+            self._shutdown()
+        else:
+            raise ConnectionError_(503, f"unexpected method {m.name} in state {self.state}")
+
+    @staticmethod
+    def _credentials(mechanism: str, response: Any) -> tuple[str, str]:
+        raw = response.encode("utf-8", "surrogateescape") if isinstance(response, str) \
+            else bytes(response or b"")
+        if mechanism == "PLAIN":
+            parts = raw.split(b"\x00")
+            if len(parts) == 3:
+                return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
+            return "", ""
+        if mechanism == "AMQPLAIN":
+            try:
+                table = decode_table(struct.pack(">I", len(raw)) + raw)
+            except Exception:
+                return "", ""
+            user, pw = table.get("LOGIN", ""), table.get("PASSWORD", "")
+            return (user.decode() if isinstance(user, bytes) else str(user),
+                    pw.decode() if isinstance(pw, bytes) else str(pw))
+        return "", ""
+
+    # -- output -----------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        self.out.append(data)
+        if not self.queued:
+            self.queued = True
+            self.server.dirty.append(self)
+
+    def flush(self) -> None:
+        self.queued = False
+        if self.out and self.transport is not None and not self.transport.is_closing():
+            out, self.out = self.out, []
+            self.transport.writelines(out)
+            self.last_sent = time.monotonic()
+        else:
+            self.out.clear()
+
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        for ch in list(self.channels.values()):
+            ch.model.wake()
+        self.server.request_flush()
+
+    # -- closing ----------------------------------------------------------------------
+    def close_connection(self, code: int, text: str, class_id: int = 0,
+                         method_id: int = 0) -> None:
+        """Hard error or shutdown: send connection.close, wait briefly for close-ok."""
+        if self.state in ("closing", "closed"):
+            return
+        log.info("closing connection %s: %s %s", self.peer, code, text)
+        self._release()
+        self.state = "closing"
+        self.write(encode_method(0, C.Connection.Close(
+            reply_code=code, reply_text=text[:255], class_id=class_id, method_id=method_id)))
+        self.server.request_flush()
+        self._close_timer = self.server.loop.call_later(1.0, self._shutdown)
+
+    def _closing_method(self, m: Any) -> None:
+        if isinstance(m, C.Connection.Close):
+            self.write(encode_method(0, C.Connection.CloseOk()))
+            self._shutdown()
+        elif isinstance(m, C.Connection.CloseOk):
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        """Flush what is queued and close the socket."""
+        self._release()
+        self.state = "closed"
+        self.flush()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def _release(self) -> None:
+        """D8: every channel's unacked deliveries go back; exclusive queues go away."""
+        for t in (self._hb_timer, self._close_timer):
+            if t is not None:
+                t.cancel()
+        self._hb_timer = self._close_timer = None
+        channels, self.channels = self.channels, {}
+        for ch in channels.values():
+            ch.model.close()
+        if self.vhost is not None:
+            self.vhost.connection_closed(self)
+        self.server.request_flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._release()
+        self.state = "closed"
+        self.out.clear()
+        self.server.connections.discard(self)
+
+    def _handshake_timeout(self) -> None:
+        self._close_timer = None
+        if self.state != "open":
+            log.info("handshake timeout from %s", self.peer)
+            self._shutdown()
+
+    def _heartbeat_tick(self) -> None:
+        """H1: send when quiet for half an interval; a peer silent for two is dead."""
+        self._hb_timer = None
+        if self.state in ("closing", "closed") or self.transport is None:
+            return
+        now = time.monotonic()
+        if now - self.last_recv > 2 * self.heartbeat:
+            log.info("missed heartbeats from %s, closing", self.peer)
+            self._release()
+            self.state = "closed"
+            self.transport.abort()
+            return
+        if now - self.last_sent >= self.heartbeat / 2:
+            self.write(HEARTBEAT)
+            self.server.request_flush()
+        self._hb_timer = self.server.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
+
+    def force_close(self, text: str) -> None:
+        """Broker shutdown: 320 CONNECTION_FORCED."""
+        if self.state == "open":
+            self.close_connection(320, f"CONNECTION_FORCED - {text}")
+        else:
+            self._shutdown()

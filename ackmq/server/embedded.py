@@ -1,0 +1,120 @@
+"""Running a broker inside your own process: `Broker` for asyncio code, `EmbeddedBroker`
+(a background thread with its own loop) for synchronous code and pytest fixtures, the
+way Java users embed ActiveMQ's BrokerService."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from ackmq.server.config import Config
+from ackmq.server.server import Server
+
+
+def _config(host: str, port: int, data_dir: str | Path | None, persistent: bool,
+            fsync: bool, **kw: Any) -> tuple[Config, str | None]:
+    tmp = None
+    if not persistent:
+        path = None
+    elif data_dir is None:
+        tmp = tempfile.mkdtemp(prefix="ackmq-")
+        path = Path(tmp)
+    else:
+        path = Path(data_dir)
+    return Config(host=host, port=port, data_dir=path, fsync=fsync, **kw), tmp
+
+
+class Broker:
+    """`async with ackmq.Broker(port=0) as broker: broker.url`.
+
+    `data_dir=None` uses a temporary directory removed on exit; `persistent=False` keeps
+    nothing on disk at all.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, data_dir: str | Path | None = None,
+                 *, persistent: bool = True, fsync: bool = True, **options: Any) -> None:
+        self.config, self._tmp = _config(host, port, data_dir, persistent, fsync, **options)
+        self.server = Server(self.config)
+        self.url = ""
+        self.port = 0
+
+    async def start(self) -> str:
+        self.url = await self.server.start()
+        self.port = self.server.port
+        return self.url
+
+    async def stop(self) -> None:
+        await self.server.stop()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.stop()
+
+
+class EmbeddedBroker:
+    """`with ackmq.EmbeddedBroker() as broker: pika.URLParameters(broker.url)`."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, data_dir: str | Path | None = None,
+                 *, persistent: bool = True, fsync: bool = True, **options: Any) -> None:
+        self._broker = Broker(host, port, data_dir, persistent=persistent, fsync=fsync,
+                              **options)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self.url = ""
+        self.port = 0
+
+    def start(self, timeout: float = 30.0) -> str:
+        self._thread = threading.Thread(target=self._run, name="ackmq-broker", daemon=True)
+        self._thread.start()
+        if not self._started.wait(timeout):
+            raise TimeoutError("embedded ackmq broker did not start")
+        if self._error is not None:
+            raise self._error
+        self.url, self.port = self._broker.url, self._broker.port
+        return self.url
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._broker.start())
+        except BaseException as e:  # report to the starting thread
+            self._error = e
+            self._started.set()
+            loop.close()
+            return
+        self._started.set()
+        loop.run_forever()
+        loop.run_until_complete(self._broker.stop())
+        loop.close()
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(30)
+
+    @property
+    def server(self) -> Server:
+        return self._broker.server
+
+    def __enter__(self) -> EmbeddedBroker:
+        self.start()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

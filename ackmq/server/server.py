@@ -1,0 +1,105 @@
+"""The asyncio server: listening socket, connections, and the once-per-turn flush.
+
+`request_flush()` schedules one callback for the end of the current loop turn: it runs the
+broker's end-of-turn work (group commit, coalesced confirms) and then writes every
+connection's buffered frames with one `writelines` each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ackmq.broker import Broker
+from ackmq.server.config import Config
+from ackmq.server.connection import AMQPConnection
+
+log = logging.getLogger("ackmq.server")
+
+
+class Server:
+    """One broker process (or one embedded broker): the model plus its sockets."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self.broker: Broker = None  # type: ignore[assignment]
+        self.connections: set[AMQPConnection] = set()
+        self.dirty: list[AMQPConnection] = []
+        self._flush_scheduled = False
+        self._server: asyncio.AbstractServer | None = None
+        self.url = ""
+        self.port = 0
+
+    # -- Scheduler for the model -------------------------------------------------------
+    def call_later(self, delay: float, fn: Callable[[], None]) -> asyncio.TimerHandle:
+        def run() -> None:
+            fn()
+            self.request_flush()
+        return self.loop.call_later(delay, run)
+
+    def request_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        self.broker.end_of_turn()
+        dirty, self.dirty = self.dirty, []
+        for conn in dirty:
+            conn.flush()
+
+    # -- life cycle ---------------------------------------------------------------------
+    async def start(self) -> str:
+        self.loop = asyncio.get_running_loop()
+        cfg = self.config
+        store = None
+        if cfg.data_dir is not None:
+            from ackmq.store import open_store
+            cfg.data_dir.mkdir(parents=True, exist_ok=True)
+            store = open_store(cfg.data_dir, fsync=cfg.fsync,
+                               call_soon_threadsafe=self.loop.call_soon_threadsafe)
+            if not cfg.fsync:
+                log.warning("fsync is OFF (--no-fsync): confirmed persistent messages can be "
+                            "lost on a crash or power failure; use only for tests and "
+                            "throwaway data")
+        self.broker = Broker(self, store, consumer_timeout_ms=cfg.consumer_timeout_ms)
+        self.broker.start()
+        self._server = await self.loop.create_server(
+            lambda: AMQPConnection(self), cfg.host, cfg.port, backlog=1024, reuse_address=True)
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+        host = cfg.host if ":" not in cfg.host else f"[{cfg.host}]"
+        self.url = f"amqp://guest:guest@{host}:{self.port}/"
+        return self.url
+
+    async def stop(self) -> None:
+        """Close connections with 320 CONNECTION_FORCED, then the store."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.force_close("broker forced connection closure with reason 'shutdown'")
+        self._flush()
+        deadline = self.loop.time() + 2.0
+        while self.connections and self.loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+        # let the last commit callbacks run before closing the store
+        await asyncio.sleep(0)
+        if self.broker is not None:
+            await self.loop.run_in_executor(None, self.broker.close)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "connections": len(self.connections),
+            "queues": {q.name: {"messages": q.message_count, "unacked": q.unacked_count,
+                                "consumers": q.consumer_count}
+                       for q in self.broker.queues()},
+        }

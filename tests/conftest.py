@@ -1,0 +1,122 @@
+"""Shared fixtures: a real ackmq broker on a real socket (or any broker via ACKMQ_TEST_URL)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import pytest
+
+URL_LINE = re.compile(r"listening on (amqp://\S+)")
+
+
+class BrokerProcess:
+    """`ackmq serve` as a subprocess; the tests talk to it over loopback like any client."""
+
+    def __init__(self, data_dir: Path, *extra: str, port: int = 0) -> None:
+        self.data_dir = data_dir
+        self.extra = extra
+        self.port = port
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.log: list[str] = []
+
+    def start(self, timeout: float = 30.0) -> str:
+        cmd = [sys.executable, "-m", "ackmq", "serve", "--port", str(self.port),
+               "--data-dir", str(self.data_dir), *self.extra]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, bufsize=1)
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.log.append(line)
+            m = URL_LINE.search(line)
+            if m:
+                self.url = m.group(1)
+                self.port = int(self.url.rsplit(":", 1)[1].split("/")[0])
+                # keep draining output so the broker never blocks on a full pipe
+                import threading
+                threading.Thread(target=self._drain, daemon=True).start()
+                return self.url
+        self.stop()
+        raise RuntimeError("ackmq did not start:\n" + "".join(self.log))
+
+    def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.log.append(line)
+
+    def kill(self) -> None:
+        """SIGKILL: the crash the durability promise is about."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+@pytest.fixture(scope="session")
+def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of the broker under test: ACKMQ_TEST_URL if set, else a fresh `ackmq serve`."""
+    external = os.environ.get("ACKMQ_TEST_URL")
+    if external:
+        yield external
+        return
+    broker = BrokerProcess(tmp_path_factory.mktemp("ackmq-data"))
+    url = broker.start()
+    yield url
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def is_rabbitmq(broker_url: str) -> bool:
+    """True when the suite runs against a real RabbitMQ (reference behaviour)."""
+    conn = pika.BlockingConnection(pika.URLParameters(broker_url))
+    try:
+        product = conn._impl.server_properties.get("product", b"")
+        if isinstance(product, bytes):
+            product = product.decode()
+        return "RabbitMQ" in product
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def params(broker_url: str) -> pika.URLParameters:
+    return pika.URLParameters(broker_url)
+
+
+@pytest.fixture
+def connection(params: pika.URLParameters) -> Iterator[pika.BlockingConnection]:
+    conn = pika.BlockingConnection(params)
+    yield conn
+    if conn.is_open:
+        conn.close()
+
+
+@pytest.fixture
+def channel(connection: pika.BlockingConnection):
+    return connection.channel()
+
+
+@pytest.fixture
+def qname(request: pytest.FixtureRequest) -> str:
+    """A queue name unique to the test, so tests can share one broker."""
+    return f"t.{request.node.name[:60]}.{uuid.uuid4().hex[:8]}"
