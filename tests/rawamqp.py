@@ -23,6 +23,8 @@ API summary (all waits take `timeout` seconds and raise `TimeoutError` when it r
   mechanism="PLAIN", vhost=None, username=None, password=None)`: full handshake.
   After it: `server_properties`, `tune` (the server's Connection.Tune), and the
   negotiated `frame_max`, `channel_max`, `heartbeat`.
+- Frame builders for malformed/edge input: `raw_frame`, `method_frame`, `header_frame`,
+  `body_frame`, `ack_frame`/`nack_frame` (unsigned 64-bit tags); `safe_name(qname)`.
 - `send(channel, method)`, `send_raw(bytes)`, `send_heartbeat()`,
   `publish(channel, exchange, routing_key, body, properties=None, mandatory=False)`.
 - `recv(timeout) -> (channel, frame)`: the next frame. Content-carrying methods
@@ -40,6 +42,7 @@ API summary (all waits take `timeout` seconds and raise `TimeoutError` when it r
 
 from __future__ import annotations
 
+import re
 import socket
 import struct
 import time
@@ -105,6 +108,24 @@ def header_frame(channel: int, body_size: int,
 def body_frame(channel: int, body: bytes) -> bytes:
     """Bytes of one content body frame."""
     return frame.marshal(ContentBody(body), channel)
+
+
+def ack_frame(channel: int, delivery_tag: int, multiple: bool = False) -> bytes:
+    """basic.ack with an unsigned 64-bit tag (pamqp only encodes signed long-longs)."""
+    return raw_frame(FRAME_METHOD, channel, struct.pack(">HHQB", 60, 80, delivery_tag,
+                                                        int(multiple)))
+
+
+def nack_frame(channel: int, delivery_tag: int, multiple: bool = False,
+               requeue: bool = True) -> bytes:
+    """basic.nack with an unsigned 64-bit tag."""
+    bits = int(multiple) | (int(requeue) << 1)
+    return raw_frame(FRAME_METHOD, channel, struct.pack(">HHQB", 60, 120, delivery_tag, bits))
+
+
+def safe_name(name: str) -> str:
+    """A queue/exchange name pamqp accepts (it rejects e.g. the brackets of test ids)."""
+    return re.sub(r"[^-_.:a-zA-Z0-9]", "_", name)
 
 
 def _parse_url(url: str) -> tuple[str, int, str, str, str]:
