@@ -83,6 +83,7 @@ from .properties import check_properties
 _FRAME_HEAD = struct.Struct(">BHI")
 _U32 = struct.Struct(">I")
 _CONTENT_HEAD = struct.Struct(">HHQ")
+_HEADER_FRAME = struct.Struct(">BHIHHQ")
 _TAG_BIT = struct.Struct(">QB")
 
 _PUBLISH = 0x003C0028
@@ -227,7 +228,15 @@ class Decoder:
                     self._interrupted(pending[channel])
                 method_id = _U32.unpack_from(buf, start)[0] if size >= 4 else -1
                 if method_id == _PUBLISH:
-                    pending[channel] = _Pending(_PUBLISH, _publish_args(buf, start, end))
+                    args = _publish_args(buf, start, end)
+                    fused = _fused_content(buf, pos, n, channel, payload_max,
+                                           self.max_message_size)
+                    if fused is None:
+                        pending[channel] = _Pending(_PUBLISH, args)
+                    else:
+                        pos, properties, body = fused
+                        append(Publish(channel, args[0], args[1], args[2], args[3],
+                                       properties, body))
                 elif method_id == _ACK:
                     append(Method(channel, _ack(buf, start, end)))
                 elif method_id in _CONTENT_METHODS:
@@ -336,6 +345,40 @@ class Decoder:
         elif body_size == 0:
             del self._pending[channel]
             events.append(_complete(channel, part, b""))
+
+
+def _fused_content(
+    buf: bytes | bytearray, pos: int, n: int, channel: int, payload_max: int, max_size: int
+) -> tuple[int, bytes, bytes] | None:
+    """The hot path: a well-formed header and a single body frame already follow the
+    basic.publish in the buffer. Returns (next offset, properties, body), or None to let
+    the general per-frame path handle whatever is there (including every error)."""
+    if n - pos < 22:
+        return None
+    ftype, chan, size, class_id, weight, body_size = _HEADER_FRAME.unpack_from(buf, pos)
+    if (ftype != FRAME_HEADER or chan != channel or size > payload_max or size < 14
+            or class_id != CLASS_BASIC or weight or body_size > max_size):
+        return None
+    hend = pos + 7 + size
+    if hend >= n or buf[hend] != FRAME_END:
+        return None
+    properties = bytes(buf[pos + 19 : hend])
+    try:
+        check_properties(properties)
+    except (ValueError, IndexError, struct.error):
+        return None
+    if body_size == 0:
+        return hend + 1, properties, b""
+    bpos = hend + 1
+    if n - bpos < 7:
+        return None
+    ftype, chan, size = _FRAME_HEAD.unpack_from(buf, bpos)
+    if ftype != FRAME_BODY or chan != channel or size != body_size or size > payload_max:
+        return None
+    bend = bpos + 7 + size
+    if bend >= n or buf[bend] != FRAME_END:
+        return None
+    return bend + 1, properties, bytes(buf[bpos + 7 : bend])
 
 
 def _complete(channel: int, part: _Pending, body: bytes) -> Publish | Content:
