@@ -8,7 +8,7 @@ from pamqp import commands
 from ackmq.bench.context import RunContext, run_async
 from ackmq.bench.floor import physical_floor
 from ackmq.bench.pipeline import OutstandingConfirms, publish_pipelined
-from ackmq.bench.wire import Connection, body_frame, publish_prefix
+from ackmq.bench.wire import Connection, publish_bytes
 
 PERSISTENT = 2
 DEFAULT_N = 50_000
@@ -53,7 +53,7 @@ async def _confirms_pipelined(ctx: RunContext, n: int, batch: int | None) -> Non
             if batch is None:
                 await publish_pipelined(ch, q, n, body, PERSISTENT, confirms=oc)
             else:
-                one = publish_prefix(1, "", q, len(body), PERSISTENT) + body_frame(1, body)
+                one = publish_bytes(1, "", q, body, PERSISTENT, conn.frame_max)
                 left = n
                 while left:
                     k = min(batch, left)
@@ -97,7 +97,7 @@ async def _tx(ctx: RunContext, n: int, per_commit: int) -> float:
         ch = await conn.channel(1)
         await ch.declare_queue(q, durable=True)
         await ch.call(commands.Tx.Select())
-        one = publish_prefix(1, "", q, len(body), PERSISTENT) + body_frame(1, body)
+        one = publish_bytes(1, "", q, body, PERSISTENT, conn.frame_max)
         commit = commands.Tx.Commit()
         with ctx.measure():
             left = n

@@ -2,8 +2,9 @@
 
 A publisher that waits for each confirm cannot go faster than one network round trip
 and, for a broker that really syncs before confirming, one disk flush per message.
-Printing this beside confirms-individual shows how close a broker is to the limit
-(RabbitMQ classic queues confirm without fsync, so they can beat it).
+Printing this beside confirms-individual shows how close a broker is to the limit.
+(RabbitMQ 3.10 classic queues fsync before confirming a persistent message too:
+strace on beam.smp counts one fsync per confirm when the publisher waits for each.)
 """
 
 from __future__ import annotations

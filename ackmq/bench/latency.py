@@ -16,7 +16,7 @@ import time
 from ackmq.bench.context import RunContext, run_async
 from ackmq.bench.pipeline import OutstandingConfirms
 from ackmq.bench.stats import percentile
-from ackmq.bench.wire import Connection, ack_frame, body_frame, publish_prefix
+from ackmq.bench.wire import Connection, ack_frame, publish_bytes
 
 _STAMP = struct.Struct(">d")
 PREFETCH = 300
@@ -52,7 +52,6 @@ async def _latency(ctx: RunContext, n: int, rate: float) -> tuple[list[float], l
         oc = OutstandingConfirms()
         oc.on_settle = lambda seq, sched, ack: confirm_lat.append(clock() - sched)  # type: ignore[operator]
         pch.on_confirm = oc.settle
-        prefix = publish_prefix(1, "", q, size, 2)
         with ctx.measure():
             t0 = clock()
             sent = 0
@@ -63,8 +62,7 @@ async def _latency(ctx: RunContext, n: int, rate: float) -> tuple[list[float], l
                     for i in range(sent, due):
                         sched = t0 + i / rate
                         oc.add(sched)
-                        frames.append(prefix)
-                        frames.append(body_frame(1, _STAMP.pack(sched) + pad))
+                        frames.append(publish_bytes(1, "", q, _STAMP.pack(sched) + pad, 2))
                     pub.write(b"".join(frames))
                     sent = due
                 await asyncio.sleep(TICK)

@@ -6,7 +6,7 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Callable
 
-from ackmq.bench.wire import Channel, body_frame, publish_prefix
+from ackmq.bench.wire import Channel, publish_bytes
 
 CHUNK = 256  # messages per socket write
 
@@ -70,8 +70,7 @@ async def publish_pipelined(ch: Channel, queue: str, n: int, body: bytes, delive
     until every message is acked.
     """
     conn = ch.conn
-    one = publish_prefix(ch.number, exchange, queue, len(body), delivery_mode) + body_frame(
-        ch.number, body)
+    one = publish_bytes(ch.number, exchange, queue, body, delivery_mode, conn.frame_max)
     todo = n
     while todo:
         sent = 0

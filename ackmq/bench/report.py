@@ -112,8 +112,8 @@ def _notes(wl: str, runs: Sequence[dict[str, Any]], labels: Sequence[str],
         notes.append(f"  physical floor for {ok[-1]['messages']:,} one-at-a-time confirms: "
                      f"{fmt(e['floor_ms'])} ms = n × (loopback rtt {e['rtt_us']:.0f} µs + "
                      f"fdatasync {e['fdatasync_us']:.0f} µs in {e['floor_dir']}); without fsync "
-                     f"{fmt(e['floor_no_fsync_ms'])} ms. RabbitMQ classic queues confirm "
-                     "without fsync; ackmq fsyncs.")
+                     f"{fmt(e['floor_no_fsync_ms'])} ms. A broker that confirms only after "
+                     "fsync (ackmq; RabbitMQ 3.10 classic queues too) cannot beat it.")
     if wl == "tx":
         for label in labels:
             each = _median_of(rows, "tx", "tx/commit-each", label)

@@ -1,11 +1,14 @@
 """A pipelined, frame-level AMQP 0-9-1 client for load generation.
 
 The load generator must never be the bottleneck, so this client does only what a
-benchmark needs and does it with few Python operations per message: the hot frames
-(basic.publish out, basic.ack/nack/deliver in, basic.ack out) are packed and parsed
-with precompiled structs, everything else goes through pamqp. Output is batched:
-callers queue bytes and one `write` goes out per batch. It speaks plain AMQP 0-9-1 on
-purpose, independent of ackmq's own codec, so a codec bug cannot cancel itself out.
+benchmark needs, with few Python operations per message. Output uses ackmq's codec
+encoders (byte-identical to pamqp's) and is batched: one `write` per batch.
+Input is parsed here with a flat loop: the hot frames (basic.ack/nack as confirms,
+basic.deliver + header + body) go straight to per-channel callbacks without building
+objects; anything else goes through pamqp. Measured against the codec's Decoder
+(which builds a pamqp object per frame), this costs ~5 µs instead of ~10 µs per
+delivery and ~0.8 µs instead of ~2 µs per confirm, which matters when the client
+shares a small machine with the broker.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from urllib.parse import unquote, urlparse
 
 from pamqp import commands, frame
 
+from ackmq.protocol.amqp import encode_ack, encode_method, encode_publish
+
 FRAME_END = b"\xce"
 _FRAME_HDR = struct.Struct(">BHI")
 _CLASS_METHOD = struct.Struct(">HH")
 _ACK_IN = struct.Struct(">QB")
-_ACK_OUT = struct.Struct(">BHIHHQBB")
 _BODY_SIZE = struct.Struct(">Q")
 _TAG = struct.Struct(">Q")
 
@@ -59,26 +63,20 @@ def _shortstr(s: str) -> bytes:
     return bytes((len(b),)) + b
 
 
-def frame_bytes(ftype: int, channel: int, payload: bytes) -> bytes:
-    return _FRAME_HDR.pack(ftype, channel, len(payload)) + payload + FRAME_END
+def properties_for(delivery_mode: int) -> bytes:
+    """Raw content-header properties carrying only delivery-mode (flag bit 12)."""
+    return b"\x10\x00" + bytes((delivery_mode,))
 
 
-def publish_prefix(channel: int, exchange: str, routing_key: str, body_size: int,
-                   delivery_mode: int = 1, mandatory: bool = False) -> bytes:
-    """basic.publish method frame + content header, precomputed once per stream."""
-    method = (_CLASS_METHOD.pack(60, 40) + b"\x00\x00" + _shortstr(exchange)
-              + _shortstr(routing_key) + bytes((1 if mandatory else 0,)))
-    # property flags: bit 12 = delivery-mode
-    header = struct.pack(">HHQH", 60, 0, body_size, 0x1000) + bytes((delivery_mode,))
-    return frame_bytes(1, channel, method) + frame_bytes(2, channel, header)
-
-
-def body_frame(channel: int, body: bytes) -> bytes:
-    return _FRAME_HDR.pack(3, channel, len(body)) + body + FRAME_END
+def publish_bytes(channel: int, exchange: str, routing_key: str, body: bytes,
+                  delivery_mode: int = 1, frame_max: int = 131072) -> bytes:
+    """basic.publish + header + body, encoded by ackmq's codec."""
+    return encode_publish(channel, exchange, routing_key, False, False,
+                          properties_for(delivery_mode), body, frame_max)
 
 
 def ack_frame(channel: int, tag: int, multiple: bool = False) -> bytes:
-    return _ACK_OUT.pack(1, channel, 13, 60, 80, tag, 1 if multiple else 0, 0xCE)
+    return encode_ack(channel, tag, multiple)
 
 
 class Channel:
@@ -100,11 +98,11 @@ class Channel:
             raise self.closed
         fut: asyncio.Future[object] = self.conn.loop.create_future()
         self.waiters.append(fut)
-        self.conn.write(frame.marshal(method, self.number))
+        self.conn.write(encode_method(self.number, method))
         return await fut
 
     def send(self, method: object) -> None:
-        self.conn.write(frame.marshal(method, self.number))
+        self.conn.write(encode_method(self.number, method))
 
     async def confirm_select(self) -> None:
         await self.call(commands.Confirm.Select())
@@ -143,7 +141,7 @@ class Channel:
 
     def _method(self, method: object) -> None:
         if isinstance(method, commands.Channel.Close):
-            self.conn.write(frame.marshal(commands.Channel.CloseOk(), self.number))
+            self.conn.write(encode_method(self.number, commands.Channel.CloseOk()))
             self._fail(AMQPError(f"channel {self.number} closed by broker: "
                                  f"{method.reply_code} {method.reply_text}"))
             return
@@ -228,7 +226,8 @@ class Connection(asyncio.Protocol):
             fut = self.loop.create_future()
             self._conn_waiter = fut
             try:
-                self.write(frame.marshal(commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0), 0))
+                self.write(encode_method(0, commands.Connection.Close(
+                    reply_code=200, reply_text="bye", class_id=0, method_id=0)))
                 await asyncio.wait_for(fut, 10)
             except (AMQPError, TimeoutError, ConnectionError):
                 pass
@@ -250,16 +249,16 @@ class Connection(asyncio.Protocol):
                 "connection.blocked": False}
         tune_fut = self.loop.create_future()
         self._conn_waiter = tune_fut
-        self.write(frame.marshal(commands.Connection.StartOk(
+        self.write(encode_method(0, commands.Connection.StartOk(
             client_properties={"product": "ackmq-bench", "connection_name": name,
                                "capabilities": caps},
-            mechanism="PLAIN", response=f"\0{parts.user}\0{parts.password}"), 0))
+            mechanism="PLAIN", response=f"\0{parts.user}\0{parts.password}")))
         tune = await asyncio.wait_for(tune_fut, 30)
         self.frame_max = min(tune.frame_max or 131072, 131072)  # type: ignore[attr-defined]
-        self.write(frame.marshal(commands.Connection.TuneOk(
+        self.write(encode_method(0, commands.Connection.TuneOk(
             channel_max=tune.channel_max or 2047, frame_max=self.frame_max,  # type: ignore[attr-defined]
-            heartbeat=0), 0))
-        self.write(frame.marshal(commands.Connection.Open(virtual_host=parts.vhost), 0))
+            heartbeat=0)))
+        self.write(encode_method(0, commands.Connection.Open(virtual_host=parts.vhost)))
         await self._next_conn_method()
 
     # --- asyncio.Protocol ------------------------------------------------------------
@@ -354,7 +353,7 @@ class Connection(asyncio.Protocol):
 
     def _connection_method(self, method: object) -> None:
         if isinstance(method, commands.Connection.Close):
-            self.write(frame.marshal(commands.Connection.CloseOk(), 0))
+            self.write(encode_method(0, commands.Connection.CloseOk()))
             self._fail(AMQPError(f"connection closed by broker: {method.reply_code} "
                                  f"{method.reply_text}"))
             return
