@@ -1,0 +1,115 @@
+"""The two jobs behind `ackmq pipeline`: land a queue into Parquet, publish a table."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pika
+import pika.exceptions
+
+
+def spark_session(app: str = "ackmq", master: str | None = None) -> Any:
+    """A small local session (the machine is shared): local[2], no UI, 2 shuffle partitions."""
+    from pyspark.sql import SparkSession
+
+    import ackmq.spark
+
+    master = master or os.environ.get("ACKMQ_SPARK_MASTER", "local[2]")
+    spark = (SparkSession.builder.appName(app).master(master)
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.driver.memory", os.environ.get("ACKMQ_SPARK_DRIVER_MEMORY", "1g"))
+             .config("spark.sql.streaming.pollingDelay", "50ms")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    ackmq.spark.register(spark)
+    return spark
+
+
+def queue_backlog(url: str, queue: str) -> int | None:
+    """Ready messages in `queue`, or None when the broker cannot be asked."""
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+    except pika.exceptions.AMQPError:
+        return None
+    try:
+        return conn.channel().queue_declare(queue, passive=True).method.message_count
+    except pika.exceptions.AMQPError:
+        return None
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+@dataclass
+class LandStats:
+    batches: int = 0
+    rows: int = 0
+    seconds: float = 0.0
+
+
+def land(spark: Any, *, url: str, queue: str, to: str, checkpoint: str,
+         max_per_trigger: int = 10000, available_now: bool = False,
+         staging: str | None = None, num_partitions: int = 2,
+         progress: Callable[[str], None] | None = None,
+         stop_when: Callable[[LandStats], bool] | None = None) -> LandStats:
+    """Stream `queue` into Parquet at `to`; staged batches live with the checkpoint."""
+    staging = staging or str(Path(checkpoint) / "ackmq-staging")
+    df = (spark.readStream.format("ackmq").option("url", url).option("queue", queue)
+          .option("maxMessagesPerTrigger", max_per_trigger)
+          .option("numPartitions", num_partitions)
+          .option("stagingLocation", staging).load())
+    w = (df.writeStream.format("parquet").option("path", to)
+         .option("checkpointLocation", checkpoint).queryName(f"land-{queue}"))
+    w = w.trigger(availableNow=True) if available_now else w.trigger(processingTime="0 seconds")
+    q = w.start()
+    stats, seen, t0 = LandStats(), -1, time.monotonic()
+    try:
+        while q.isActive:
+            q.awaitTermination(1.0)
+            for p in q.recentProgress:
+                if p.batchId <= seen:
+                    continue
+                seen = p.batchId
+                rows = int(p.numInputRows)
+                if rows:
+                    stats.batches += 1
+                    stats.rows += rows
+                    if progress:
+                        dur = max(p.durationMs.get("triggerExecution", 0), 1) / 1000.0
+                        progress(f"batch {p.batchId}: {rows} rows, {rows / dur:,.0f} rows/s; "
+                                 f"landed {stats.rows} in {stats.batches} batches; "
+                                 f"queue backlog {queue_backlog(url, queue)}")
+            if stop_when and stop_when(stats):
+                q.stop()
+        q.awaitTermination()
+    finally:
+        if q.isActive:
+            q.stop()
+    stats.seconds = time.monotonic() - t0
+    return stats
+
+
+def publish(spark: Any, *, source: str, url: str, exchange: str = "",
+            routing_key: str | None = None, routing_key_column: str | None = None,
+            confirm_timeout: float = 30.0) -> int:
+    """Publish every row of a Parquet table with confirms; returns the row count."""
+    df = spark.read.parquet(source)
+    w = (df.write.format("ackmq").mode("append").option("url", url).option("exchange", exchange)
+         .option("confirmTimeout", confirm_timeout))
+    if routing_key is not None:
+        w = w.option("routingKey", routing_key)
+    if routing_key_column:
+        w = w.option("routingKeyColumn", routing_key_column)
+    w.save()
+    return df.count()
+
+
+def log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

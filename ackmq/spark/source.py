@@ -1,0 +1,275 @@
+"""Structured Streaming source `ackmq`: a queue read into micro-batches, acked after commit.
+
+Where each piece runs (PySpark 4.3): `latestOffset`, `partitions` and `commit` run in
+one long-lived Python process on the driver side; `read()` runs in executor workers
+and shares nothing with it. So:
+
+* the driver-side process owns the only AMQP consumer (manual ack, bounded prefetch,
+  exclusive) and the delivery tags, which belong to its channel;
+* `latestOffset(start)` takes up to `maxMessagesPerTrigger` buffered messages and
+  stages them durably in `<stagingLocation>/b-<begin>-<end>.arrow` before returning
+  `{"n": end, "hwm": highest x-ackmq-seq staged}`; the offset Spark logs therefore
+  always names a complete file, and a replayed batch reads the very same rows;
+* Spark asks for the next batch only after it has committed the previous one to the
+  sink, so `latestOffset(start)` is where everything staged up to `start` is acked
+  (the reader's `commit(end)` lags a batch behind and never comes while the stream is
+  idle; it acks too, harmlessly). Prefetch is 2 x maxMessagesPerTrigger, so the
+  unacked batch in flight never stalls the next one;
+* after any crash the broker redelivers everything unacked; a redelivered message
+  whose `x-ackmq-seq` is at or below the `hwm` of the committed offset is already in
+  the sink: it is acked and dropped (S2, no producer help). Without the header
+  (RabbitMQ) the producers' `message_id`s in a window of recent batches do the same;
+  messages with neither are delivered at least once (S4).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import tempfile
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from ackmq.spark.amqp import Delivery, QueueConsumer
+from ackmq.spark.schema import SCHEMA_DDL, seq_of, to_arrow
+from ackmq.spark.staging import Staged, StagingDir, read_rows
+
+DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
+_TRACE = os.environ.get("ACKMQ_SPARK_TRACE")
+
+
+def _trace(*parts: Any) -> None:
+    """Append one line to $ACKMQ_SPARK_TRACE: how tests see which call came when."""
+    if _TRACE:
+        with open(_TRACE, "a") as f:
+            f.write(" ".join(str(p) for p in (os.getpid(), *parts)) + "\n")
+
+
+def _bool(v: str | None, default: bool) -> bool:
+    return default if v is None else str(v).lower() in ("1", "true", "yes", "on")
+
+
+def default_staging(url: str, queue: str) -> str:
+    """A per (broker, queue) directory that survives driver restarts on this machine."""
+    safe = url.split("@")[-1]
+    key = hashlib.sha1(f"{safe}|{queue}".encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), "ackmq-spark", key)
+
+
+class StagedPartition(InputPartition):
+    """Rows [row_from, row_to) of one staged batch file."""
+
+    def __init__(self, path: str, row_from: int, row_to: int) -> None:
+        super().__init__((path, row_from, row_to))
+        self.path, self.row_from, self.row_to = path, row_from, row_to
+
+
+class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """See the module docstring for the protocol; options are read case-insensitively."""
+
+    def __init__(self, options: Any) -> None:
+        self.url = options.get("url") or os.environ.get("ACKMQ_URL", DEFAULT_URL)
+        self.queue = options.get("queue")
+        if not self.queue:
+            raise ValueError("the ackmq source needs option('queue', ...)")
+        self.max_per_trigger = int(options.get("maxMessagesPerTrigger") or 10000)
+        self.prefetch = int(options.get("prefetch") or min(65535, 2 * self.max_per_trigger))
+        self.num_partitions = int(options.get("numPartitions") or 2)
+        self.dedupe_window = int(options.get("dedupeWindow") or 100000)
+        self.exclusive = _bool(options.get("exclusive"), True)
+        self.idle_timeout = float(options.get("availableNowIdleTimeout") or 1.0)
+        self.staging = StagingDir(options.get("stagingLocation")
+                                  or default_staging(self.url, self.queue))
+        self._consumer: QueueConsumer | None = None
+        self._staged: OrderedDict[int, tuple[int, list[Delivery], list[str]]] = OrderedDict()
+        self._window: set[str] | None = None
+        self._window_files: list[tuple[Staged, int]] = []
+        self._remaining: int | None = None  # Trigger.AvailableNow budget
+
+    # -- driver side ----------------------------------------------------------------------
+    def _ensure(self) -> QueueConsumer:
+        if self._consumer is None:
+            self.staging.ensure()
+            c = QueueConsumer(self.url, self.queue, self.prefetch, exclusive=self.exclusive)
+            c.start()
+            self._consumer = c
+        return self._consumer
+
+    def initialOffset(self) -> dict:
+        return {"n": 0, "hwm": -1}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        c = self._ensure()
+        staged = sum(len(items) for _, items, _ in self._staged.values())
+        self._remaining = c.queue_depth() - staged
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        c = self._ensure()
+        n, hwm = int(start["n"]), int(start["hwm"])
+        _trace("latestOffset", n, hwm)
+        self._settle(n)
+        self._drop_unlogged(n)
+        window = self._load_window(n)
+        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else self.prefetch
+        if isinstance(limit, ReadAllAvailable):
+            cap = self.prefetch
+        wait = 0.0
+        if self._remaining is not None:
+            cap = min(cap, self._remaining)
+            wait = self.idle_timeout
+        taken: list[Delivery] = []
+        ids: list[str] = []
+        dupes: list[Delivery] = []
+        while len(taken) < cap:
+            got = c.take(cap - len(taken), wait=wait if not taken and not dupes else 0.0)
+            if not got:
+                break
+            if self._remaining is not None:
+                self._remaining -= len(got)
+                cap = min(cap, len(taken) + len(got) + max(self._remaining, 0))
+            for d in got:
+                seq = seq_of(d)
+                mid = d.props.message_id
+                if (seq is not None and seq <= hwm) or (mid is not None and mid in window):
+                    dupes.append(d)  # already in the committed sink
+                    continue
+                taken.append(d)
+                if mid is not None:
+                    window.add(mid)
+                    ids.append(mid)
+        if dupes:
+            c.ack(dupes)
+        if not taken:
+            return start
+        end = n + len(taken)
+        self.staging.write(n, end, to_arrow(taken, n), ids)
+        self._staged[n] = (end, taken, ids)
+        seqs = [s for s in (seq_of(d) for d in taken) if s is not None]
+        return {"n": end, "hwm": max([hwm, *seqs])}
+
+    def reportLatestOffset(self) -> dict | None:
+        return None
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        b, e = int(start["n"]), int(end["n"])
+        _trace("partitions", b, e)
+        if b == e:
+            return []
+        path = self.staging.path(b, e)
+        if not path.exists():
+            raise FileNotFoundError(
+                f"staged batch {b}-{e} is missing from {self.staging.root}: the checkpoint "
+                "and stagingLocation must be kept together")
+        rows = e - b
+        k = max(1, min(self.num_partitions, math.ceil(rows / 1000)))
+        step = math.ceil(rows / k)
+        return [StagedPartition(str(path), i, min(rows, i + step)) for i in range(0, rows, step)]
+
+    def commit(self, end: dict) -> None:
+        _trace("commit", end["n"])
+        if self._consumer is not None:
+            self._settle(int(end["n"]))
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    # -- executor side --------------------------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        p: StagedPartition = partition  # type: ignore[assignment]
+        yield from read_rows(p.path, p.row_from, p.row_to)
+
+    # -- bookkeeping ----------------------------------------------------------------------
+    def _settle(self, n: int) -> None:
+        """Everything staged below offset n is committed in the sink: ack, drop its file."""
+        done = [b for b, (e, _, _) in self._staged.items() if e <= n]
+        acks: list[Delivery] = []
+        for b in done:
+            acks.extend(self._staged.pop(b)[1])
+        if acks and self._consumer is not None:
+            self._consumer.ack(acks)
+            _trace("acked", len(acks), "up to", n)
+        for s in self.staging.batches():
+            if s.end <= n:
+                self.staging.remove(s)
+        self._trim_window()
+
+    def _drop_unlogged(self, n: int) -> None:
+        """Staged at or beyond n, Spark never logged it: its messages go back to the buffer
+        (this process still holds them) or come back redelivered (an earlier process)."""
+        for b in [b for b in self._staged if b >= n]:
+            _, items, ids = self._staged.pop(b)
+            if self._window is not None:
+                self._window.difference_update(ids)
+            assert self._consumer is not None
+            self._consumer.push_front(items)
+        for kind in ("arrow", "ids"):
+            for s in self.staging.batches(kind):
+                if s.begin >= n:
+                    self.staging.remove(s, kind)
+        self._window_files = [(s, k) for s, k in self._window_files if s.begin < n]
+
+    def _load_window(self, n: int) -> set[str]:
+        if self._window is None:
+            self._window = set()
+            for s in self.staging.batches("ids"):
+                if s.end <= n:
+                    ids = self.staging.ids(s)
+                    self._window.update(ids)
+                    self._window_files.append((s, len(ids)))
+        for b, (e, _, ids) in self._staged.items():
+            if (Staged(b, e), len(ids)) not in self._window_files:
+                self._window_files.append((Staged(b, e), len(ids)))
+        return self._window
+
+    def _trim_window(self) -> None:
+        """Keep the newest batches' ids until they hold `dedupeWindow` ids."""
+        files = sorted(set(self._window_files), key=lambda x: x[0].begin)
+        total, keep = 0, []
+        for s, k in reversed(files):
+            if total >= self.dedupe_window and s.begin not in self._staged:
+                if self._window is not None:
+                    self._window.difference_update(self.staging.ids(s))
+                self.staging.remove(s, "ids")
+                continue
+            total += k
+            keep.append((s, k))
+        self._window_files = list(reversed(keep))
+
+
+class AckmqDataSource(DataSource):
+    """`spark.readStream.format("ackmq")` / `df.write[Stream].format("ackmq")`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "ackmq"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return AckmqStreamReader(self.options)
+
+    def writer(self, schema: Any, overwrite: bool) -> Any:
+        from ackmq.spark.sink import AckmqBatchWriter
+
+        return AckmqBatchWriter(self.options, schema)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+        from ackmq.spark.sink import AckmqStreamWriter
+
+        return AckmqStreamWriter(self.options, schema)
