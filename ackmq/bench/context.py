@@ -42,6 +42,10 @@ class Metric:
     value: float
     unit: str
     better: str  # "lower" | "higher"
+    # the measured section behind this metric, when it is not the whole run
+    wall_s: float | None = None
+    client_cpu_s: float | None = None
+    broker_cpu_s: float | None = None
 
 
 def _client_cpu() -> float:
@@ -85,8 +89,19 @@ class RunContext:
         (self.exchanges if kind == "x" else self.queues).append(nm)
         return nm
 
-    def add(self, name: str, value: float, unit: str, better: str) -> None:
-        self.metrics.append(Metric(name, float(value), unit, better))
+    def mark(self) -> tuple[float, float, float | None]:
+        """Meter totals so far; pass to `add(since=...)` to give a metric its own CPU."""
+        return (self.wall_s, self.client_cpu_s, self.broker_cpu_s)
+
+    def add(self, name: str, value: float, unit: str, better: str,
+            since: tuple[float, float, float | None] | None = None) -> None:
+        m = Metric(name, float(value), unit, better)
+        if since is not None:
+            m.wall_s = self.wall_s - since[0]
+            m.client_cpu_s = self.client_cpu_s - since[1]
+            if since[2] is not None and self.broker_cpu_s is not None:
+                m.broker_cpu_s = self.broker_cpu_s - since[2]
+        self.metrics.append(m)
 
     def _broker_cpu(self) -> float | None:
         proc = self.target.process

@@ -20,8 +20,11 @@ def summarize(runs: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[dic
     for run in runs:
         if not run.get("ok"):
             continue
-        wall = run["wall_s"] or 1e-9
         for m in run["metrics"]:
+            own = m.get("wall_s") is not None
+            wall = (m["wall_s"] if own else run["wall_s"]) or 1e-9
+            ccpu = m["client_cpu_s"] if own else run["client_cpu_s"]
+            bcpu = m["broker_cpu_s"] if own else run["broker_cpu_s"]
             key = (run["workload"], m["name"])
             if key not in values:
                 order.append(key)
@@ -29,9 +32,8 @@ def summarize(runs: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[dic
                 cpu[key] = {}
                 meta[key] = (m["unit"], m["better"])
             values[key].setdefault(run["broker"], []).append(m["value"])
-            bcpu = run["broker_cpu_s"]
             cpu[key].setdefault(run["broker"], []).append(
-                (100 * run["client_cpu_s"] / wall, None if bcpu is None else 100 * bcpu / wall))
+                (100 * ccpu / wall, None if bcpu is None else 100 * bcpu / wall))
     rows = []
     for key in order:
         unit, better = meta[key]
@@ -78,7 +80,9 @@ def format_table(rows: Sequence[dict[str, Any]], runs: Sequence[dict[str, Any]],
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
     for wl in workloads:
         w = WORKLOADS.get(wl)
-        out.append(f"\n== {wl}: {w.summary if w else ''}")
+        counts = sorted({r["messages"] for r in runs if r.get("ok") and r["workload"] == wl})
+        n = "/".join(f"{c:,}" for c in counts)
+        out.append(f"\n== {wl} (n={n}): {w.summary if w else ''}")
         out.append(f"  {'metric':<26} {'broker':<10} {'median':>12} {'unit':<12} {'runs':>4}  "
                    f"{'cpu client/broker':>17}  {ratio_head}")
         for row in (r for r in rows if r["workload"] == wl):

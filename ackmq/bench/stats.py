@@ -39,8 +39,8 @@ def ratio(a: float, b: float) -> float | None:
 
 def verdict(r: float | None, better: str, a_name: str, b_name: str) -> str:
     """Say in words who won, so nobody has to remember which way a ratio points."""
-    if r is None:
-        return ""
+    if r is None or r <= 0:
+        return "not comparable"  # e.g. a memory delta lost in noise at tiny scale
     if abs(r - 1.0) < 0.02:
         return "same"
     a_wins = r < 1.0 if better == "lower" else r > 1.0

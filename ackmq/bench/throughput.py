@@ -109,11 +109,12 @@ def consume_prefetch(ctx: RunContext) -> None:
 
     async def sweep() -> None:
         for p in ctx.options.prefetch:
+            mark = ctx.mark()
             secs = await _drain(ctx, ctx.name(), n, p)
-            ctx.add(f"consume-prefetch/{p}", n / secs, "msgs/s", "higher")
+            ctx.add(f"consume-prefetch/{p}", n / secs, "msgs/s", "higher", since=mark)
 
     run_async(sweep())
-    ctx.messages = n * len(ctx.options.prefetch)
+    ctx.messages = n  # per prefetch value
 
 
 FANOUT_QUEUES = 10
