@@ -1,0 +1,247 @@
+"""The `x-ackmq-seq` header (ackmq only; RabbitMQ has nothing like it).
+
+Why: the Spark reader (S2) deduplicates by (queue, seq) across crashes, so the seq must be
+a per-queue unsigned 64-bit number, strictly increasing in publish order, fixed for a
+message's life in the queue (redeliveries included) and still increasing after restarts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import pytest
+from conftest import BrokerProcess
+from pika.adapters.blocking_connection import BlockingChannel
+
+WAIT = 5.0
+SEQ = "x-ackmq-seq"
+U64 = 2**64
+
+
+@pytest.fixture(autouse=True)
+def _ackmq_only(is_rabbitmq: bool) -> None:
+    if is_rabbitmq:
+        pytest.skip("x-ackmq-seq is an ackmq extension; RabbitMQ does not add it")
+
+
+def seq_of(props: pika.BasicProperties) -> int:
+    headers = props.headers or {}
+    assert SEQ in headers, f"no {SEQ} header in {headers}"
+    seq = headers[SEQ]
+    assert isinstance(seq, int) and not isinstance(seq, bool)
+    assert 0 <= seq < U64
+    return seq
+
+
+def get(ch: BlockingChannel, queue: str, auto_ack: bool = False):
+    deadline = time.monotonic() + WAIT
+    while True:
+        m, p, b = ch.basic_get(queue, auto_ack=auto_ack)
+        if m is not None:
+            return m, p, b
+        assert time.monotonic() < deadline, f"nothing on {queue}"
+        time.sleep(0.02)
+
+
+def wait_ready(ch: BlockingChannel, queue: str, n: int) -> None:
+    deadline = time.monotonic() + WAIT
+    while ch.queue_declare(queue, passive=True).method.message_count != n:
+        assert time.monotonic() < deadline, f"{queue}: expected {n} ready"
+        time.sleep(0.02)
+
+
+def get_all_seqs(ch: BlockingChannel, queue: str, n: int) -> list[tuple[bytes, int]]:
+    out = []
+    for _ in range(n):
+        _m, p, b = get(ch, queue, auto_ack=True)
+        out.append((b, seq_of(p)))
+    return out
+
+
+def test_seq_on_every_delivery_strictly_increasing(connection, channel: BlockingChannel,
+                                                   qname: str) -> None:
+    channel.queue_declare(qname, exclusive=True)
+    for i in range(20):
+        channel.basic_publish("", qname, str(i).encode())
+    wait_ready(channel, qname, 20)
+    pulled = get_all_seqs(channel, qname, 10)  # pull
+    pushed: list[tuple[bytes, int]] = []       # push
+    channel.basic_consume(qname, lambda c, m, p, b: pushed.append((b, seq_of(p))),
+                          auto_ack=True)
+    deadline = time.monotonic() + WAIT
+    while len(pushed) < 10 and time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.05)
+    got = pulled + pushed
+    assert [b for b, _s in got] == [str(i).encode() for i in range(20)]
+    seqs = [s for _b, s in got]
+    assert all(a < b for a, b in zip(seqs, seqs[1:], strict=False)), seqs
+
+
+def test_seq_unchanged_on_requeue_and_redelivery(connection, channel: BlockingChannel,
+                                                 qname: str) -> None:
+    channel.queue_declare(qname, exclusive=True)
+    for i in range(3):
+        channel.basic_publish("", qname, str(i).encode())
+    wait_ready(channel, qname, 3)
+    first = {}
+    for _ in range(3):
+        m, p, b = get(channel, qname)
+        first[b] = seq_of(p)
+    channel.basic_nack(2, requeue=True)  # body "1"
+    m, p, b = get(channel, qname)
+    assert (b, m.redelivered, seq_of(p)) == (b"1", True, first[b"1"])
+    channel.close()  # D8: everything unacked comes back
+    ch2 = connection.channel()
+    wait_ready(ch2, qname, 3)
+    again = {b: s for b, s in get_all_seqs(ch2, qname, 3)}
+    assert again == first
+
+
+def test_seq_unchanged_by_recover(connection, channel: BlockingChannel, qname: str) -> None:
+    channel.queue_declare(qname, exclusive=True)
+    channel.basic_publish("", qname, b"r")
+    wait_ready(channel, qname, 1)
+    _m, p, _b = get(channel, qname)
+    before = seq_of(p)
+    channel.basic_recover(requeue=True)
+    wait_ready(channel, qname, 1)
+    m, p, _b = get(channel, qname, auto_ack=True)
+    assert m.redelivered and seq_of(p) == before
+
+
+def test_seq_is_per_queue_for_fanout(channel: BlockingChannel, qname: str) -> None:
+    q1, q2 = qname + ".1", qname + ".2"
+    ex = qname + ".fan"
+    channel.exchange_declare(ex, "fanout", auto_delete=True)
+    for q in (q1, q2):
+        channel.queue_declare(q, exclusive=True)
+        channel.queue_bind(q, ex)
+    for i in range(3):  # q1 gets a head start
+        channel.basic_publish("", q1, f"own{i}".encode())
+    for i in range(3):
+        channel.basic_publish(ex, "", f"fan{i}".encode())
+    wait_ready(channel, q1, 6)
+    wait_ready(channel, q2, 3)
+    s1 = get_all_seqs(channel, q1, 6)
+    s2 = get_all_seqs(channel, q2, 3)
+    fan1 = [s for b, s in s1 if b.startswith(b"fan")]
+    fan2 = [s for _b, s in s2]
+    assert fan1 == sorted(fan1) and fan2 == sorted(fan2)
+    assert all(a < b for a, b in zip(fan2, fan2[1:], strict=False))
+    # each queue numbers its own entries: the same message has different seqs
+    assert fan1 != fan2
+    assert max(s for b, s in s1 if b.startswith(b"own")) < min(fan1)
+
+
+def test_client_cannot_forge_seq(channel: BlockingChannel, qname: str) -> None:
+    channel.queue_declare(qname, exclusive=True)
+    channel.basic_publish("", qname, b"a")
+    channel.basic_publish("", qname, b"b", pika.BasicProperties(headers={SEQ: 1, "k": "v"}))
+    channel.basic_publish("", qname, b"c", pika.BasicProperties(headers={SEQ: "junk"}))
+    wait_ready(channel, qname, 3)
+    msgs = []
+    for _ in range(3):
+        _m, p, b = get(channel, qname, auto_ack=True)
+        msgs.append((b, seq_of(p), p.headers))
+    seqs = [s for _b, s, _h in msgs]
+    assert seqs[0] < seqs[1] < seqs[2]
+    assert msgs[1][2]["k"] == "v"  # other headers untouched
+
+
+def test_dead_lettered_message_gets_target_queue_seq(channel: BlockingChannel,
+                                                     qname: str) -> None:
+    dead = qname + ".dead"
+    channel.queue_declare(dead, exclusive=True)
+    channel.queue_declare(qname, exclusive=True, arguments={
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead})
+    channel.basic_publish("", dead, b"already-there")
+    channel.basic_publish("", qname, b"dies")
+    wait_ready(channel, qname, 1)
+    m, p, _b = get(channel, qname)
+    channel.basic_reject(m.delivery_tag, requeue=False)
+    wait_ready(channel, dead, 2)
+    (_b0, s0), (b1, s1) = get_all_seqs(channel, dead, 2)
+    assert b1 == b"dies" and s0 < s1
+
+
+# ------------------------------------------------------------------ restarts
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A private ackmq we may stop, kill and restart on the same data dir."""
+    broker = BrokerProcess(tmp_path / "data")
+    (tmp_path / "data").mkdir()
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def _restart(broker: BrokerProcess, how: str) -> None:
+    if how == "kill":
+        broker.kill()
+    else:
+        broker.stop()
+    broker.start()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_seq_survives_restart_and_keeps_increasing(own_broker: BrokerProcess,
+                                                   qname: str, how: str) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(own_broker.url))
+    ch = conn.channel()
+    ch.queue_declare(qname, durable=True)
+    ch.confirm_delivery()  # acked persistent messages must survive even kill -9 (P9)
+    for i in range(5):
+        ch.basic_publish("", qname, str(i).encode(), pika.BasicProperties(delivery_mode=2))
+    wait_ready(ch, qname, 5)
+    before = {}
+    for _ in range(5):
+        _m, p, b = get(ch, qname)
+        before[b] = seq_of(p)
+    ch.basic_ack(1)  # body "0" is gone for good; the rest stay unacked at the restart
+    if how == "stop":
+        conn.close()  # polite: the unacked ones are requeued before the shutdown
+    _restart(own_broker, how)  # on kill the connection just dies with the broker
+
+    conn = pika.BlockingConnection(pika.URLParameters(own_broker.url))
+    try:
+        ch = conn.channel()
+        wait_ready(ch, qname, 4)
+        after = get_all_seqs(ch, qname, 4)
+        assert [b for b, _s in after] == [b"1", b"2", b"3", b"4"]
+        assert {b: s for b, s in after} == {b: before[b] for b in (b"1", b"2", b"3", b"4")}
+        ch.confirm_delivery()
+        for i in range(5, 8):
+            ch.basic_publish("", qname, str(i).encode(),
+                             pika.BasicProperties(delivery_mode=2))
+        wait_ready(ch, qname, 3)
+        new = [s for _b, s in get_all_seqs(ch, qname, 3)]
+        assert all(a < b for a, b in zip(new, new[1:], strict=False))
+        assert min(new) > max(before.values())
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_seq_keeps_increasing_across_two_restarts_when_queue_was_empty(
+        own_broker: BrokerProcess, qname: str) -> None:
+    """Even with nothing stored, a restarted queue never hands out an old seq again."""
+    seen: list[int] = []
+    for _round in range(3):
+        conn = pika.BlockingConnection(pika.URLParameters(own_broker.url))
+        try:
+            ch = conn.channel()
+            ch.queue_declare(qname, durable=True)
+            ch.confirm_delivery()
+            ch.basic_publish("", qname, b"x", pika.BasicProperties(delivery_mode=2))
+            _m, p, _b = get(ch, qname, auto_ack=True)
+            seen.append(seq_of(p))
+        finally:
+            conn.close()
+        _restart(own_broker, "stop")
+    assert seen[0] < seen[1] < seen[2], seen
