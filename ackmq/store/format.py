@@ -1,0 +1,199 @@
+"""On-disk format of segment files: file header, frames, checksummed records.
+
+A segment file is a 16-byte header followed by frames. One frame is what one `write()`
+of the writer thread put down (a group commit); it is the unit of atomicity: a frame
+whose header or any record fails its check is torn. Every record carries its own crc32
+so a single body can be verified when read back alone (`read_body`).
+
+    file header  : b"ACKMQSG1" | u32 segment id | u32 crc32(previous 12 bytes)
+    frame header : u32 FRAME_MAGIC | u32 payload length | u32 crc32(previous 8 bytes)
+    record       : u32 body length | u32 crc32(body) | body
+    body         : u8 type | fields (little endian), see ADD / REMOVE / DELIVERED / DEF
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import zlib
+from collections.abc import Iterator
+
+from .base import CorruptStore
+
+log = logging.getLogger("ackmq.store")
+
+FILE_MAGIC = b"ACKMQSG1"
+FILE_HDR = struct.Struct("<8sII")
+FRAME_MAGIC = 0xA5C40F01
+FRAME_HDR = struct.Struct("<III")
+REC_HDR = struct.Struct("<II")
+FRAME_MAX = 16 << 20  # a frame is closed once its payload passes this (one record may exceed)
+
+ADD, REMOVE, DELIVERED, DEF = 1, 2, 3, 4
+# type, qid, seq, delivery_count, len(exchange), len(routing_key), len(properties), len(body)
+ADD_HDR = struct.Struct("<BIQIBBII")
+REMOVE_REC = struct.Struct("<BIQ")
+DELIVERED_REC = struct.Struct("<BIQI")
+
+_FRAME_MAGIC_BYTES = struct.pack("<I", FRAME_MAGIC)
+
+
+def file_header(seg_id: int) -> bytes:
+    head = FILE_MAGIC + struct.pack("<I", seg_id)
+    return head + struct.pack("<I", zlib.crc32(head))
+
+
+def encode_add(out: bytearray, qid: int, seq: int, count: int, exchange: bytes,
+               routing_key: bytes, properties: bytes, body: bytes) -> None:
+    """Append one ADD record; the body is copied once (into `out`), crc computed in parts."""
+    head = ADD_HDR.pack(ADD, qid, seq, count, len(exchange), len(routing_key),
+                        len(properties), len(body))
+    crc = zlib.crc32(head)
+    crc = zlib.crc32(exchange, crc)
+    crc = zlib.crc32(routing_key, crc)
+    crc = zlib.crc32(properties, crc)
+    crc = zlib.crc32(body, crc)
+    size = len(head) + len(exchange) + len(routing_key) + len(properties) + len(body)
+    out += REC_HDR.pack(size, crc)
+    out += head
+    out += exchange
+    out += routing_key
+    out += properties
+    out += body
+
+
+def encode_small(out: bytearray, body: bytes) -> None:
+    out += REC_HDR.pack(len(body), zlib.crc32(body))
+    out += body
+
+
+def encode_remove(out: bytearray, qid: int, seq: int) -> None:
+    encode_small(out, REMOVE_REC.pack(REMOVE, qid, seq))
+
+
+def encode_delivered(out: bytearray, qid: int, seq: int, count: int) -> None:
+    encode_small(out, DELIVERED_REC.pack(DELIVERED, qid, seq, count))
+
+
+class FrameWriter:
+    """Builds one write's worth of frames in a bytearray, closing a frame past FRAME_MAX."""
+
+    __slots__ = ("out", "_start", "records")
+
+    def __init__(self) -> None:
+        self.out = bytearray()
+        self._start = -1
+        self.records = 0
+
+    def begin_record(self) -> int:
+        """Call before encoding a record; returns the record's offset within `out`."""
+        if self._start < 0 or len(self.out) - self._start > FRAME_MAX:
+            self._close()
+            self._start = len(self.out)
+            self.out += bytes(FRAME_HDR.size)
+        self.records += 1
+        return len(self.out)
+
+    def _close(self) -> None:
+        if self._start >= 0:
+            length = len(self.out) - self._start - FRAME_HDR.size
+            head = struct.pack("<II", FRAME_MAGIC, length)
+            self.out[self._start:self._start + FRAME_HDR.size] = head + struct.pack(
+                "<I", zlib.crc32(head))
+
+    def finish(self) -> bytearray:
+        self._close()
+        self._start = -1
+        return self.out
+
+
+def _frame_at(data: memoryview, off: int) -> tuple[int, str | None]:
+    """Check the frame at `off`; returns (end offset, None) or (off, reason it is bad)."""
+    end = len(data)
+    if off + FRAME_HDR.size > end:
+        return off, "truncated frame header"
+    magic, length, crc = FRAME_HDR.unpack_from(data, off)
+    if magic != FRAME_MAGIC or zlib.crc32(data[off:off + 8]) != crc:
+        return off, "bad frame header"
+    pos = off + FRAME_HDR.size
+    stop = pos + length
+    if stop > end:
+        return off, "truncated frame"
+    while pos < stop:
+        if pos + REC_HDR.size > stop:
+            return off, "bad record framing"
+        size, rcrc = REC_HDR.unpack_from(data, pos)
+        body_end = pos + REC_HDR.size + size
+        if body_end > stop or size == 0:
+            return off, f"bad record length at offset {pos}"
+        if zlib.crc32(data[pos + REC_HDR.size:body_end]) != rcrc:
+            return off, f"record checksum mismatch at offset {pos}"
+        pos = body_end
+    return stop, None
+
+
+def _valid_frame_after(data: memoryview, off: int) -> int:
+    """Offset of a complete valid frame starting after `off`, or -1 (decides torn vs corrupt)."""
+    raw = data.obj if isinstance(data.obj, bytes) else bytes(data)
+    pos = off + 1
+    while True:
+        pos = raw.find(_FRAME_MAGIC_BYTES, pos)
+        if pos < 0:
+            return -1
+        if _frame_at(data, pos)[1] is None:
+            return pos
+        pos += 1
+
+
+def check_file_header(data: bytes, path: str, seg_id: int) -> None:
+    magic, sid, crc = FILE_HDR.unpack_from(data, 0)
+    if magic != FILE_MAGIC or zlib.crc32(data[:12]) != crc:
+        raise CorruptStore(f"{path}: bad file header at offset 0")
+    if sid != seg_id:
+        raise CorruptStore(f"{path}: header says segment {sid}, file name says {seg_id}")
+
+
+def valid_length(data: bytes, path: str, seg_id: int, newest: bool) -> int:
+    """Length of the valid prefix of a segment file.
+
+    A bad frame with no valid frame after it, in the newest file, is a torn tail: the
+    returned length excludes it (the caller truncates and logs). Anything else bad
+    raises CorruptStore naming the file and offset.
+    """
+    if len(data) < FILE_HDR.size:
+        if newest:
+            return 0
+        raise CorruptStore(f"{path}: truncated file header at offset 0")
+    check_file_header(data, path, seg_id)
+    mv = memoryview(data)
+    off = FILE_HDR.size
+    while off < len(data):
+        nxt, why = _frame_at(mv, off)
+        if why is None:
+            off = nxt
+            continue
+        later = _valid_frame_after(mv, off)
+        if newest and later < 0:
+            return off
+        where = f"; a valid frame follows at offset {later}" if later >= 0 else ""
+        raise CorruptStore(f"{path}: corrupt data at offset {off} ({why}){where}")
+    return off
+
+
+def iter_records(data: bytes, start: int, stop: int) -> Iterator[tuple[int, memoryview]]:
+    """Yield (record offset, record body) for the already validated range [start, stop)."""
+    mv = memoryview(data)
+    off = start
+    hsize = FRAME_HDR.size
+    rsize = REC_HDR.size
+    unpack_frame = FRAME_HDR.unpack_from
+    unpack_rec = REC_HDR.unpack_from
+    while off < stop:
+        _, length, _ = unpack_frame(data, off)
+        pos = off + hsize
+        fend = pos + length
+        while pos < fend:
+            size, _ = unpack_rec(data, pos)
+            yield pos, mv[pos + rsize:pos + rsize + size]
+            pos += rsize + size
+        off = fend

@@ -1,0 +1,611 @@
+"""`SegmentStore`: the embedded durable store (append-only checksummed segment log).
+
+Threads and ownership:
+- the broker thread calls add/remove/delivered/commit/read_body; they only touch memory
+  (pending batch, index) under `_lock` — never the disk, except read_body's pread;
+- ONE writer thread takes every batch committed so far, writes them as one `write()` and
+  one fdatasync (group commit), fills in the index positions, then runs the callbacks;
+- a compactor thread rewrites old segments (see compact.py).
+
+Why a log and not SQLite: see docs/storage.md (measured).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .base import (
+    BindingDef,
+    CorruptStore,
+    ExchangeDef,
+    QueueDef,
+    Recovered,
+    StoredMessage,
+    StoreError,
+)
+from .defs import DefsLog, _enc, fsync_dir
+from .format import (
+    ADD,
+    ADD_HDR,
+    DELIVERED,
+    DELIVERED_REC,
+    REC_HDR,
+    REMOVE,
+    REMOVE_REC,
+    FrameWriter,
+    encode_add,
+    encode_delivered,
+    encode_remove,
+    file_header,
+    iter_records,
+    valid_length,
+)
+from .index import DEAD, PENDING, QueueIndex
+
+log = logging.getLogger("ackmq.store")
+
+Callback = Callable[[BaseException | None], None]
+Key = tuple[int, int]  # (qid, seq)
+MASK64 = (1 << 64) - 1
+
+
+def seg_name(seg: int) -> str:
+    return f"{seg:08d}.seg"
+
+
+@dataclass
+class StoreStats:
+    """Counters for tests and benchmarks (read them, do not write them)."""
+
+    commits: int = 0          # commit() calls
+    writes: int = 0           # write() calls of the writer (one per group)
+    fsyncs: int = 0           # fdatasync calls for message data
+    bytes_written: int = 0
+    records_written: int = 0
+    cancelled: int = 0        # add+remove pairs that never reached the disk (P5 d)
+    failed_commits: int = 0   # callbacks that got a StoreError
+    compactions: int = 0
+    segments_deleted: int = 0
+    bytes_copied: int = 0     # live records rewritten by compaction
+
+
+class _Add:
+    __slots__ = ("qid", "seq", "exchange", "routing_key", "properties", "body", "count")
+
+    def __init__(self, qid: int, seq: int, exchange: str, routing_key: str,
+                 properties: bytes, body: bytes) -> None:
+        self.qid = qid
+        self.seq = seq
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.properties = properties
+        self.body = body
+        self.count = 0
+
+
+class _Batch:
+    """What the broker buffered between two commits. Immutable once handed to the writer."""
+
+    __slots__ = ("adds", "removes", "delivered", "callbacks")
+
+    def __init__(self) -> None:
+        self.adds: dict[Key, _Add] = {}
+        self.removes: dict[Key, int] = {}     # key -> position at removal time
+        self.delivered: dict[Key, int] = {}   # key -> highest delivery count
+        self.callbacks: list[Callback] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.adds or self.removes or self.delivered)
+
+
+@dataclass
+class SegInfo:
+    """Per-segment accounting, used to pick what to compact (estimates, not truth)."""
+
+    size: int = 0
+    adds: int = 0        # ADD records in the file
+    add_bytes: int = 0
+    live: int = 0        # of those, still live in the index
+
+    def live_bytes(self) -> float:
+        return self.live * (self.add_bytes / self.adds) if self.adds else 0.0
+
+
+class SegmentStore:
+    """The `Store` of ackmq: see docs/storage.md for the design and the figures."""
+
+    def __init__(self, data_dir: str | Path, *, fsync: bool = True,
+                 call_soon_threadsafe: Callable[..., Any] | None = None,
+                 segment_bytes: int = 64 << 20, recover_bodies_max: int = 64 << 20,
+                 compact_interval: float = 5.0) -> None:
+        self.dir = Path(data_dir)
+        self.fsync = fsync
+        self.stats = StoreStats()
+        self.segment_bytes = segment_bytes
+        self.recover_bodies_max = recover_bodies_max
+        self.compact_interval = compact_interval
+        self._call = call_soon_threadsafe
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._defs: DefsLog | None = None
+        self._qids: dict[str, int] = {}
+        self._index: dict[int, QueueIndex] = {}
+        self._pending = _Batch()
+        self._queue: list[_Batch] = []
+        self._unwritten: dict[Key, _Add] = {}          # adds not yet on disk
+        self._unwritten_removes: dict[Key, int] = {}   # removes not yet on disk -> old pos
+        self._failed: dict[Key, _Add] = {}             # adds whose commit failed
+        self._segs: dict[int, SegInfo] = {}
+        self._rfds: dict[int, int] = {}
+        self._paths: dict[int, Path] = {}
+        self._active = 0
+        self._wfd = -1
+        self._woff = 0
+        self._broken: StoreError | None = None
+        self._closing = False
+        self._closed = True
+        self._lockfd = -1
+        self._writer: threading.Thread | None = None
+        self._compactor: threading.Thread | None = None
+        self._compact_wake = threading.Event()
+
+    # -- open / recovery ---------------------------------------------------------------
+    def open(self) -> Recovered:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lockfd = os.open(self.dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lockfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(self._lockfd)
+            raise StoreError(f"{self.dir} is in use by another process") from e
+        try:
+            return self._open_locked()
+        except BaseException:
+            os.close(self._lockfd)
+            raise
+
+    def _open_locked(self) -> Recovered:
+        from .compact import finish_interrupted
+
+        finish_interrupted(self.dir)
+        seg_ids = sorted(int(p.name.split(".")[0]) for p in self.dir.glob("*.seg"))
+        if seg_ids and not (self.dir / DefsLog.NAME).exists():
+            raise CorruptStore(f"{self.dir}: {DefsLog.NAME} is missing but segments exist")
+        self._defs = DefsLog(self.dir, self.fsync)
+        state = self._defs.load_and_bump()
+        names = {qid: name for name, (qid, _) in state.queues.items()}
+        self._qids = {name: qid for qid, name in names.items()}
+        total = sum((self.dir / seg_name(s)).stat().st_size for s in seg_ids)
+        with_bodies = total <= self.recover_bodies_max
+        msgs: dict[int, dict[int, StoredMessage]] = {qid: {} for qid in names}
+        for s in seg_ids:
+            self._load_segment(s, s == seg_ids[-1], msgs, with_bodies)
+        out: dict[str, list[StoredMessage]] = {}
+        for qid, by_seq in msgs.items():
+            idx = QueueIndex()
+            lst = [by_seq[k] for k in sorted(by_seq)]
+            for m in lst:
+                idx.insert(m.seq, m.location)
+                self._segs[m.location >> 32].live += 1
+                m.location = (qid << 64) | m.seq
+            self._index[qid] = idx
+            out[names[qid]] = lst
+        self._active = (seg_ids[-1] if seg_ids else 0) + 1
+        self._new_segment(self._active)
+        self._closed = False
+        self._writer = threading.Thread(target=self._writer_main, name="ackmq-store-writer",
+                                        daemon=True)
+        self._writer.start()
+        from .compact import compactor_main
+
+        self._compactor = threading.Thread(target=compactor_main, args=(self,),
+                                           name="ackmq-store-compactor", daemon=True)
+        self._compactor.start()
+        return Recovered(epoch=state.epoch, exchanges=list(state.exchanges.values()),
+                         queues=[d for _, d in state.queues.values()],
+                         bindings=list(state.bindings.values()), messages=out)
+
+    def _load_segment(self, s: int, newest: bool, msgs: dict[int, dict[int, StoredMessage]],
+                      with_bodies: bool) -> None:
+        path = self.dir / seg_name(s)
+        data = path.read_bytes()
+        end = valid_length(data, str(path), s, newest)
+        if end < len(data):
+            log.warning("%s: dropped torn tail at offset %d (%d bytes not acknowledged)",
+                        path, end, len(data) - end)
+            with open(path, "r+b") as f:
+                f.truncate(end)
+                os.fsync(f.fileno())
+        if end <= 16:  # nothing in it (crashed right after creating it)
+            path.unlink()
+            fsync_dir(self.dir)
+            return
+        info = SegInfo(size=end)
+        self._segs[s] = info
+        self._paths[s] = path
+        base = s << 32
+        strs: dict[bytes, str] = {}
+        unpack_add = ADD_HDR.unpack_from
+        hsize = ADD_HDR.size
+        for off, rec in iter_records(data, 16, end):
+            kind = rec[0]
+            if kind == ADD:
+                _, qid, seq, count, el, rl, pl, bl = unpack_add(rec)
+                info.adds += 1
+                info.add_bytes += len(rec) + 8
+                q = msgs.get(qid)
+                if q is None:
+                    continue
+                p = hsize
+                ex = bytes(rec[p:p + el])
+                rk = bytes(rec[p + el:p + el + rl])
+                exs = strs.get(ex)
+                if exs is None:
+                    exs = strs[ex] = ex.decode()
+                rks = strs.get(rk)
+                if rks is None:
+                    rks = rk.decode()
+                    if len(strs) < 10000:
+                        strs[rk] = rks
+                p += el + rl
+                props = bytes(rec[p:p + pl])
+                body = bytes(rec[p + pl:p + pl + bl]) if with_bodies else None
+                old = q.get(seq)
+                if old is not None:  # a compaction copy of the same message
+                    count = max(count, old.delivery_count)
+                q[seq] = StoredMessage(seq, exs, rks, props, body, count, base | off)
+            elif kind == REMOVE:
+                _, qid, seq = REMOVE_REC.unpack_from(rec)
+                q = msgs.get(qid)
+                if q is not None:
+                    q.pop(seq, None)
+            elif kind == DELIVERED:
+                _, qid, seq, count = DELIVERED_REC.unpack_from(rec)
+                q = msgs.get(qid)
+                m = q.get(seq) if q is not None else None
+                if m is not None and count > m.delivery_count:
+                    m.delivery_count = count
+            else:
+                raise CorruptStore(f"{path}: unknown record type {kind} at offset {off}")
+
+    def _new_segment(self, s: int) -> None:
+        path = self.dir / seg_name(s)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        head = file_header(s)
+        os.write(fd, head)
+        if self.fsync:
+            os.fdatasync(fd)
+            fsync_dir(self.dir)
+        if self._wfd >= 0:
+            os.close(self._wfd)
+        self._wfd, self._woff = fd, len(head)
+        with self._lock:
+            self._active = s
+            self._segs[s] = SegInfo(size=len(head))
+            self._paths[s] = path
+
+    # -- definitions ---------------------------------------------------------------------
+    def _defs_op(self, op: dict[str, Any]) -> None:
+        if self._closed or self._defs is None:
+            raise StoreError("store is closed")
+        try:
+            self._defs.append(op)
+        except OSError as e:
+            raise StoreError(f"cannot write {self._defs.path}: {e}") from e
+
+    def save_exchange(self, d: ExchangeDef) -> None:
+        from dataclasses import asdict
+        self._defs_op({"op": "exchange", "def": _enc(asdict(d))})
+
+    def delete_exchange(self, name: str) -> None:
+        self._defs_op({"op": "del_exchange", "name": name})
+
+    def save_queue(self, d: QueueDef) -> None:
+        from dataclasses import asdict
+        assert self._defs is not None
+        qid = self._qids.get(d.name)
+        if qid is None:
+            qid = self._defs.state.next_qid
+        self._defs_op({"op": "queue", "qid": qid, "def": _enc(asdict(d))})
+        with self._lock:
+            if d.name not in self._qids:
+                self._qids[d.name] = qid
+                self._index[qid] = QueueIndex()
+
+    def delete_queue(self, name: str) -> None:
+        self._defs_op({"op": "del_queue", "name": name})
+        with self._lock:
+            qid = self._qids.pop(name, None)
+            if qid is None:
+                return
+            idx = self._index.pop(qid, None)
+            if idx is not None:
+                for _, loc in idx.items():
+                    if loc != PENDING:
+                        info = self._segs.get(loc >> 32)
+                        if info is not None:
+                            info.live -= 1
+            p = self._pending
+            for d in (p.adds, p.removes, p.delivered, self._unwritten,
+                      self._unwritten_removes, self._failed):
+                for k in [k for k in d if k[0] == qid]:
+                    del d[k]
+
+    def save_binding(self, b: BindingDef) -> None:
+        from dataclasses import asdict
+        self._defs_op({"op": "binding", "def": _enc(asdict(b))})
+
+    def delete_binding(self, b: BindingDef) -> None:
+        from dataclasses import asdict
+        self._defs_op({"op": "del_binding", "def": _enc(asdict(b))})
+
+    # -- messages (broker thread: memory only) ---------------------------------------------
+    def add(self, queue: str, seq: int, exchange: str, routing_key: str,
+            properties: bytes, body: bytes) -> int:
+        qid = self._qids.get(queue)
+        if qid is None:
+            raise StoreError(f"queue {queue!r} is not a saved durable queue")
+        key = (qid, seq)
+        op = _Add(qid, seq, exchange, routing_key, properties, body)
+        with self._lock:
+            if self._closed:
+                raise StoreError("store is closed")
+            self._pending.adds[key] = op
+            self._unwritten[key] = op
+            self._index[qid].insert(seq, PENDING)
+        return (qid << 64) | seq
+
+    def remove(self, queue: str, seq: int) -> None:
+        qid = self._qids.get(queue)
+        if qid is None:
+            return
+        key = (qid, seq)
+        with self._lock:
+            p = self._pending
+            if p.adds.pop(key, None) is not None:  # P5 d: never written at all
+                del self._unwritten[key]
+                self._index[qid].pop(seq)
+                self.stats.cancelled += 1
+                return
+            p.delivered.pop(key, None)
+            if self._failed.pop(key, None) is not None:
+                return
+            loc = self._index[qid].pop(seq)
+            if loc == DEAD:
+                return
+            p.removes[key] = loc
+            self._unwritten_removes[key] = loc
+            if loc != PENDING:
+                info = self._segs.get(loc >> 32)
+                if info is not None:
+                    info.live -= 1
+
+    def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
+        qid = self._qids.get(queue)
+        if qid is None:
+            return
+        key = (qid, seq)
+        with self._lock:
+            p = self._pending
+            op = p.adds.get(key)
+            if op is not None:
+                if delivery_count > op.count:
+                    op.count = delivery_count
+            elif key not in p.removes and delivery_count > p.delivered.get(key, 0):
+                p.delivered[key] = delivery_count
+
+    def commit(self, callback: Callback) -> None:
+        with self._cond:
+            if self._closed or self._closing:
+                raise StoreError("store is closed")
+            self.stats.commits += 1
+            b = self._pending
+            b.callbacks.append(callback)
+            self._queue.append(b)
+            self._pending = _Batch()
+            self._cond.notify()
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending)
+
+    def read_body(self, location: int) -> bytes:
+        key = (location >> 64, location & MASK64)
+        with self._lock:
+            op = self._unwritten.get(key) or self._failed.get(key)
+            if op is not None:
+                return op.body
+            idx = self._index.get(key[0])
+            loc = idx.get(key[1]) if idx is not None else DEAD
+            if loc == DEAD or loc == PENDING:
+                raise StoreError(f"no stored message for location {location:#x}")
+            return self._pread_body(loc, key)
+
+    def _pread_body(self, loc: int, key: Key) -> bytes:
+        seg, off = loc >> 32, loc & 0xFFFFFFFF
+        fd = self._rfds.get(seg)
+        if fd is None:
+            fd = self._rfds[seg] = os.open(self._paths[seg], os.O_RDONLY)
+        buf = os.pread(fd, 4096, off)
+        size, crc = REC_HDR.unpack_from(buf) if len(buf) >= 8 else (0, 0)
+        if size + 8 > len(buf):
+            buf += os.pread(fd, size + 8 - len(buf), off + len(buf))
+        rec = memoryview(buf)[8:8 + size]
+        import zlib
+        if size < ADD_HDR.size or len(rec) != size or zlib.crc32(rec) != crc:
+            raise CorruptStore(f"{self._paths[seg]}: bad record at offset {off}")
+        kind, qid, seq, _, el, rl, pl, bl = ADD_HDR.unpack_from(rec)
+        if kind != ADD or (qid, seq) != key:
+            raise CorruptStore(f"{self._paths[seg]}: offset {off} holds another record")
+        start = ADD_HDR.size + el + rl + pl
+        return bytes(rec[start:start + bl])
+
+    # -- writer thread -----------------------------------------------------------------------
+    def _dispatch(self, callbacks: list[Callback], exc: BaseException | None) -> None:
+        for cb in callbacks:
+            try:
+                if self._call is not None:
+                    self._call(cb, exc)
+                else:
+                    cb(exc)
+            except Exception:  # a broken callback must not kill the writer
+                log.exception("store commit callback failed")
+
+    def _writer_main(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                group, self._queue = self._queue, []
+            callbacks = [cb for b in group for cb in b.callbacks]
+            try:
+                err = self._write_group(group)
+            except Exception as e:  # a bug: fail loudly but keep the broker up
+                log.exception("store writer failed")
+                err = self._broken = StoreError(f"store writer failed: {e!r}")
+            if err is not None:
+                self.stats.failed_commits += len(callbacks)
+            self._dispatch(callbacks, err)
+
+    def _write_group(self, group: list[_Batch]) -> StoreError | None:
+        if self._broken is not None:
+            self._fail_group(group)
+            return self._broken
+        if not any(group):
+            return None  # earlier groups were already fsynced: nothing to wait for
+        if self._woff >= self.segment_bytes:
+            self._new_segment(self._active + 1)
+            self._compact_wake.set()
+        fw = FrameWriter()
+        out = fw.out
+        base = self._woff
+        placed: list[tuple[_Add, int]] = []
+        for b in group:
+            for op in b.adds.values():
+                placed.append((op, base + fw.begin_record()))
+                encode_add(out, op.qid, op.seq, op.count, op.exchange.encode(),
+                           op.routing_key.encode(), op.properties, op.body)
+            for (qid, seq), count in b.delivered.items():
+                fw.begin_record()
+                encode_delivered(out, qid, seq, count)
+            for qid, seq in b.removes:
+                fw.begin_record()
+                encode_remove(out, qid, seq)
+        data = fw.finish()
+        try:
+            view = memoryview(data)
+            done = 0
+            while done < len(data):
+                done += os.write(self._wfd, view[done:])
+            if self.fsync:
+                try:
+                    os.fdatasync(self._wfd)
+                except OSError as e:  # after a failed fsync the page cache can't be trusted
+                    self._broken = StoreError(f"fdatasync failed, store disabled: {e}")
+                    raise
+                self.stats.fsyncs += 1
+        except OSError as e:
+            self._undo_write(base)
+            self._fail_group(group)
+            if self._broken is not None:
+                return self._broken
+            what = "disk full" if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) else "I/O error"
+            return StoreError(f"write to {self._paths[self._active]} failed ({what}): {e}")
+        self.stats.writes += 1
+        self.stats.bytes_written += len(data)
+        self.stats.records_written += fw.records
+        seg = self._active
+        shift = seg << 32
+        with self._lock:
+            info = self._segs[seg]
+            info.size = base + len(data)
+            self._woff = info.size
+            for op, off in placed:
+                key = (op.qid, op.seq)
+                self._unwritten.pop(key, None)
+                info.adds += 1
+                idx = self._index.get(op.qid)
+                if idx is not None and idx.replace(op.seq, PENDING, shift | off):
+                    info.live += 1
+            info.add_bytes += sum(REC_HDR.size + ADD_HDR.size + len(op.body) + len(op.properties)
+                                  + len(op.exchange) + len(op.routing_key) for op, _ in placed)
+            for b in group:
+                for key in b.removes:
+                    self._unwritten_removes.pop(key, None)
+        return None
+
+    def _undo_write(self, base: int) -> None:
+        """Cut a partial write off so later frames follow valid data (else: broken)."""
+        try:
+            os.ftruncate(self._wfd, base)
+            if self.fsync:
+                os.fdatasync(self._wfd)
+        except OSError as e:
+            self._broken = StoreError(f"cannot truncate after a failed write, store disabled: {e}")
+
+    def _fail_group(self, group: list[_Batch]) -> None:
+        """Nothing of the group is durable: its adds are not stored (kept readable until
+        removed); its removes and delivery counts go back into the next batch."""
+        with self._lock:
+            p = self._pending
+            for b in group:
+                for key, op in b.adds.items():
+                    if self._unwritten.pop(key, None) is not None:
+                        idx = self._index.get(op.qid)
+                        if idx is not None and idx.pop(op.seq) != DEAD:
+                            self._failed[key] = op
+                for key, loc in b.removes.items():
+                    if key not in p.adds:
+                        p.removes[key] = loc
+                for key, count in b.delivered.items():
+                    if key not in p.adds and key not in p.removes:
+                        p.delivered[key] = max(count, p.delivered.get(key, 0))
+
+    # -- close ------------------------------------------------------------------------------
+    def close(self) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            if self._pending:
+                self._pending.callbacks.append(lambda exc: None)
+                self._queue.append(self._pending)
+                self._pending = _Batch()
+            self._closing = True
+            self._cond.notify()
+        if self._writer is not None:
+            self._writer.join()
+        self._compact_wake.set()
+        if self._compactor is not None:
+            self._compactor.join()
+        with self._lock:
+            self._closed = True
+            for fd in self._rfds.values():
+                os.close(fd)
+            self._rfds.clear()
+        if self._wfd >= 0:
+            os.close(self._wfd)
+            self._wfd = -1
+        if self._defs is not None:
+            self._defs.close()
+        if self._lockfd >= 0:
+            os.close(self._lockfd)
+            self._lockfd = -1
+
+    def _is_live(self, qid: int, seq: int, pos: int) -> bool:
+        from .compact import is_live
+        return is_live(self, qid, seq, pos)
+
+    def index_bytes(self) -> int:
+        """Memory held by the per-message index (arrays), for the bytes/message figure."""
+        with self._lock:
+            return sum(i.nbytes() for i in self._index.values())
