@@ -31,9 +31,11 @@ API summary (all waits take `timeout` seconds and raise `TimeoutError` when it r
   (Basic.Deliver, Basic.GetOk, Basic.Return) come back assembled as a `Message` unless
   `assemble=False`. Heartbeats are skipped unless `heartbeats=True`. EOF raises
   `ConnectionClosedByPeer` and sets `closed`.
-- `expect(method_class, timeout, channel=None)`: the next non-heartbeat frame, asserted
-  to be of that class (and channel); returns it.
-- `rpc(channel, method, reply_class)`: send then expect.
+- `expect(method_class, timeout, channel=None, skip_others=False)`: the next
+  non-heartbeat frame, asserted to be of that class (and channel); returns it. With
+  `skip_others`, other frames are set aside in `pending` (recv returns them later).
+- `rpc(channel, method, reply_class)`: send then expect(skip_others=True), so a
+  delivery racing the reply is not lost but comes out of the next `recv`.
 - `wait_close(timeout)`: reads until a Connection.Close or Channel.Close arrives and
   returns it (answering it with the matching close-ok unless `reply=False`); returns
   None if the socket reaches EOF first. `wait_eof(timeout)` waits for the socket to close.
@@ -148,6 +150,7 @@ class RawConnection:
         self.sock = sock
         self.url = url
         self.buf = b""
+        self.pending: list[tuple[int, Any]] = []  # frames set aside by expect(skip_others)
         self.closed = False
         self.server_properties: dict[str, Any] = {}
         self.mechanisms: str = ""
@@ -255,9 +258,11 @@ class RawConnection:
         self.send(channel, commands.Channel.Open())
         self.expect(commands.Channel.OpenOk, timeout, channel=channel)
 
-    def rpc(self, channel: int, method: Any, reply_class: type, timeout: float = 5.0) -> Any:
+    def rpc(self, channel: int, method: Any, reply_class: type, timeout: float = 5.0,
+            skip_others: bool = True) -> Any:
+        """Send `method`, return its reply; frames racing the reply stay in `pending`."""
         self.send(channel, method)
-        return self.expect(reply_class, timeout, channel=channel)
+        return self.expect(reply_class, timeout, channel=channel, skip_others=skip_others)
 
     # ---- receiving -------------------------------------------------------------------
     def _read_more(self, deadline: float) -> None:
@@ -293,6 +298,8 @@ class RawConnection:
     def recv(self, timeout: float = 5.0, assemble: bool = True,
              heartbeats: bool = False) -> tuple[int, Any]:
         """Next frame as (channel, pamqp object or Message)."""
+        if self.pending:
+            return self.pending.pop(0)
         deadline = time.monotonic() + timeout
         while True:
             channel, value = self._next_frame(deadline)
@@ -323,16 +330,32 @@ class RawConnection:
                 return msg
 
     def expect(self, method_class: type, timeout: float = 5.0, channel: int | None = None,
-               assemble: bool = True) -> Any:
-        """Next frame, asserted to be `method_class` (on `channel` if given)."""
-        ch, value = self.recv(timeout, assemble=assemble)
-        got = value.method if isinstance(value, Message) else value
-        if not isinstance(got, method_class) or (channel is not None and ch != channel):
-            raise AssertionError(f"expected {method_class.__qualname__}"
-                                 f"{'' if channel is None else f' on channel {channel}'}, "
-                                 f"got {getattr(got, 'name', type(got).__name__)} on "
-                                 f"channel {ch}: {vars_of(got)}")
-        return value
+               assemble: bool = True, skip_others: bool = False) -> Any:
+        """Next frame, asserted to be `method_class` (on `channel` if given).
+
+        With `skip_others`, non-matching frames (e.g. deliveries racing an rpc reply)
+        are kept in `pending` and handed out by later `recv` calls in arrival order;
+        a Connection.Close, or a Channel.Close on `channel`, still fails at once.
+        """
+        deadline = time.monotonic() + timeout
+        skipped: list[tuple[int, Any]] = []
+        try:
+            while True:
+                ch, value = self.recv(max(deadline - time.monotonic(), 0.001), assemble=assemble)
+                got = value.method if isinstance(value, Message) else value
+                if isinstance(got, method_class) and (channel is None or ch == channel):
+                    return value
+                fatal = isinstance(got, commands.Connection.Close) or (
+                    isinstance(got, commands.Channel.Close) and ch == channel)
+                if not skip_others or fatal:
+                    raise AssertionError(
+                        f"expected {method_class.__qualname__}"
+                        f"{'' if channel is None else f' on channel {channel}'}, "
+                        f"got {getattr(got, 'name', type(got).__name__)} on "
+                        f"channel {ch}: {vars_of(got)}")
+                skipped.append((ch, value))
+        finally:
+            self.pending[:0] = skipped
 
     def drain(self, timeout: float = 0.3) -> list[tuple[int, Any]]:
         """Every frame that arrives within `timeout` (stops early on EOF)."""
