@@ -26,7 +26,7 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
         raise ValueError("percentile of no values")
     if not 0 <= p <= 100:
         raise ValueError(f"percentile out of range: {p}")
-    rank = max(1, math.ceil(p / 100.0 * len(sorted_values)))
+    rank = max(1, math.ceil(round(p * len(sorted_values) / 100.0, 9)))  # 99.9% of 1000 is 999
     return float(sorted_values[min(rank, len(sorted_values)) - 1])
 
 
