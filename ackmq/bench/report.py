@@ -112,8 +112,10 @@ def _notes(wl: str, runs: Sequence[dict[str, Any]], labels: Sequence[str],
     notes = []
     ok = [r for r in runs if r.get("ok") and r["workload"] == wl]
     if wl == "confirms-individual" and ok:
-        e = ok[-1]["extra"]
-        notes.append(f"  physical floor for {ok[-1]['messages']:,} one-at-a-time confirms: "
+        # prefer the floor measured in a broker's own data directory (--ackmq, --data-dir)
+        run = next((r for r in ok if r["extra"].get("floor_in_data_dir")), ok[-1])
+        e = run["extra"]
+        notes.append(f"  physical floor for {run['messages']:,} one-at-a-time confirms: "
                      f"{fmt(e['floor_ms'])} ms = n × (loopback rtt {e['rtt_us']:.0f} µs + "
                      f"fdatasync {e['fdatasync_us']:.0f} µs in {e['floor_dir']}); without fsync "
                      f"{fmt(e['floor_no_fsync_ms'])} ms. A broker that confirms only after "
