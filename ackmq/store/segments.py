@@ -125,13 +125,14 @@ class SegmentStore:
     def __init__(self, data_dir: str | Path, *, fsync: bool = True,
                  call_soon_threadsafe: Callable[..., Any] | None = None,
                  segment_bytes: int = 64 << 20, recover_bodies_max: int = 64 << 20,
-                 compact_interval: float = 5.0) -> None:
+                 compact_interval: float = 5.0, auto_compact: bool = True) -> None:
         self.dir = Path(data_dir)
         self.fsync = fsync
         self.stats = StoreStats()
         self.segment_bytes = segment_bytes
         self.recover_bodies_max = recover_bodies_max
         self.compact_interval = compact_interval
+        self.auto_compact = auto_compact  # False: only explicit compact.maybe_compact (tests)
         self._call = call_soon_threadsafe
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -204,11 +205,12 @@ class SegmentStore:
         self._writer = threading.Thread(target=self._writer_main, name="ackmq-store-writer",
                                         daemon=True)
         self._writer.start()
-        from .compact import compactor_main
+        if self.auto_compact:
+            from .compact import compactor_main
 
-        self._compactor = threading.Thread(target=compactor_main, args=(self,),
-                                           name="ackmq-store-compactor", daemon=True)
-        self._compactor.start()
+            self._compactor = threading.Thread(target=compactor_main, args=(self,),
+                                               name="ackmq-store-compactor", daemon=True)
+            self._compactor.start()
         return Recovered(epoch=state.epoch, exchanges=list(state.exchanges.values()),
                          queues=[d for _, d in state.queues.values()],
                          bindings=list(state.bindings.values()), messages=out)

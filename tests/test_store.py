@@ -1,0 +1,460 @@
+"""The embedded store, driven directly (no broker): ackmq/store."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ackmq.store import (
+    BindingDef,
+    CorruptStore,
+    ExchangeDef,
+    QueueDef,
+    SegmentStore,
+    StoreError,
+    open_store,
+)
+from ackmq.store import compact as compact_mod
+
+PROPS = b"\x10\x00\x02"  # delivery-mode 2
+
+
+def commit_sync(st: SegmentStore, timeout: float = 10.0) -> BaseException | None:
+    done = threading.Event()
+    box: list[BaseException | None] = []
+
+    def cb(exc: BaseException | None) -> None:
+        box.append(exc)
+        done.set()
+
+    st.commit(cb)
+    assert done.wait(timeout), "commit callback never came"
+    return box[0]
+
+
+def fresh(path: Path, **kw) -> tuple[SegmentStore, int]:
+    st = open_store(path, **kw)
+    rec = st.open()
+    return st, rec.epoch
+
+
+def seg_files(path: Path) -> list[Path]:
+    return sorted(path.glob("*.seg"))
+
+
+def publish(st: SegmentStore, queue: str, seqs: list[int], size: int = 100) -> list[int]:
+    return [st.add(queue, s, "ex", "rk", PROPS, s.to_bytes(8, "little") * (size // 8))
+            for s in seqs]
+
+
+def body_of(seq: int, size: int = 100) -> bytes:
+    return seq.to_bytes(8, "little") * (size // 8)
+
+
+def test_round_trip_definitions_and_messages(tmp_path: Path) -> None:
+    st, epoch = fresh(tmp_path)
+    st.save_exchange(ExchangeDef("ex", "topic", arguments={"alternate-exchange": "ae"}))
+    st.save_exchange(ExchangeDef("gone", "fanout"))
+    st.delete_exchange("gone")
+    st.save_queue(QueueDef("q", arguments={"x-max-length": 10, "b": b"\x00\x01"}))
+    st.save_queue(QueueDef("q2"))
+    st.save_binding(BindingDef("ex", "q", "queue", "a.#", {"k": [1, "two"]}))
+    st.save_binding(BindingDef("ex", "q2", "queue", "b"))
+    st.delete_binding(BindingDef("ex", "q2", "queue", "b"))
+    seqs = [(epoch << 40) | i for i in range(5)]
+    locs = publish(st, "q", seqs)
+    assert st.pending
+    assert commit_sync(st) is None
+    assert not st.pending
+    assert [st.read_body(x) for x in locs] == [body_of(s) for s in seqs]
+    st.close()
+
+    st3 = open_store(tmp_path)
+    rec = st3.open()
+    assert rec.epoch > epoch
+    assert [e.name for e in rec.exchanges] == ["ex"]
+    assert rec.exchanges[0].arguments == {"alternate-exchange": "ae"}
+    assert {q.name: q.arguments for q in rec.queues} == {
+        "q": {"x-max-length": 10, "b": b"\x00\x01"}, "q2": {}}
+    assert rec.bindings == [BindingDef("ex", "q", "queue", "a.#", {"k": [1, "two"]})]
+    msgs = rec.messages["q"]
+    assert [m.seq for m in msgs] == seqs
+    assert all(m.exchange == "ex" and m.routing_key == "rk" and m.properties == PROPS
+               for m in msgs)
+    assert [m.body for m in msgs] == [body_of(s) for s in seqs]
+    assert [st3.read_body(m.location) for m in msgs] == [body_of(s) for s in seqs]
+    assert rec.messages["q2"] == []
+    st3.close()
+
+
+def test_epoch_is_bumped_durably_on_every_open(tmp_path: Path) -> None:
+    epochs = []
+    for _ in range(4):
+        st, epoch = fresh(tmp_path)
+        epochs.append(epoch)
+        st.close()
+    assert epochs == sorted(set(epochs)) and len(epochs) == 4
+
+
+def test_P5_add_and_remove_in_one_batch_cancel_out(tmp_path: Path) -> None:
+    st, epoch = fresh(tmp_path)
+    st.save_queue(QueueDef("q"))
+    size_before = sum(p.stat().st_size for p in seg_files(tmp_path))
+    publish(st, "q", [(epoch << 40) | 1, (epoch << 40) | 2])
+    st.remove("q", (epoch << 40) | 1)
+    st.remove("q", (epoch << 40) | 2)
+    assert not st.pending
+    assert commit_sync(st) is None
+    assert st.stats.cancelled == 2
+    assert st.stats.records_written == 0 and st.stats.fsyncs == 0
+    assert sum(p.stat().st_size for p in seg_files(tmp_path)) == size_before
+    st.close()
+    st, _ = fresh(tmp_path)
+    st.close()
+
+
+def test_recovery_keeps_seq_order_per_queue_minus_removed(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path)
+    for q in ("a", "b"):
+        st.save_queue(QueueDef(q))
+    for i in range(0, 30, 3):  # interleave queues and commits
+        publish(st, "a", [(e << 40) | i, (e << 40) | (i + 1)])
+        publish(st, "b", [(e << 40) | (i + 2)])
+        assert commit_sync(st) is None
+    for i in (0, 4, 28):
+        st.remove("a", (e << 40) | i)
+    st.remove("b", (e << 40) | 5)
+    assert commit_sync(st) is None
+    st.close()
+    st = open_store(tmp_path)
+    rec = st.open()
+    a = [m.seq & 0xFFFF for m in rec.messages["a"]]
+    b = [m.seq & 0xFFFF for m in rec.messages["b"]]
+    want_a = [i for k in range(0, 30, 3) for i in (k, k + 1) if i not in (0, 4, 28)]
+    assert a == want_a
+    assert b == [k + 2 for k in range(0, 30, 3) if k + 2 != 5]
+    st.close()
+
+
+def test_delivered_counts_survive_restart(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path)
+    st.save_queue(QueueDef("q"))
+    s = [(e << 40) | i for i in range(4)]
+    publish(st, "q", s[:3])
+    st.delivered("q", s[0], 1)           # same batch as the add: rides in the ADD record
+    assert commit_sync(st) is None
+    st.delivered("q", s[1], 1)
+    st.delivered("q", s[1], 3)
+    publish(st, "q", s[3:])
+    assert commit_sync(st) is None
+    fsyncs = st.stats.fsyncs
+    st.delivered("q", s[2], 2)           # buffered only: no fsync of its own
+    assert st.stats.fsyncs == fsyncs
+    st.close()                           # close flushes it
+    st = open_store(tmp_path)
+    rec = st.open()
+    assert [m.delivery_count for m in rec.messages["q"]] == [1, 3, 2, 0]
+    st.close()
+
+
+def test_delete_queue_forgets_messages_and_redeclare_starts_empty(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path)
+    st.save_queue(QueueDef("q"))
+    publish(st, "q", [(e << 40) | 1, (e << 40) | 2])
+    assert commit_sync(st) is None
+    st.delete_queue("q")
+    st.save_queue(QueueDef("q"))
+    publish(st, "q", [(e << 40) | 3])
+    assert commit_sync(st) is None
+    st.close()
+    st = open_store(tmp_path)
+    rec = st.open()
+    assert [m.seq & 0xFF for m in rec.messages["q"]] == [3]
+    st.close()
+
+
+def test_second_open_of_same_dir_is_refused(tmp_path: Path) -> None:
+    st, _ = fresh(tmp_path)
+    with pytest.raises(StoreError, match="in use"):
+        open_store(tmp_path).open()
+    st.close()
+
+
+def test_torn_tail_of_newest_file_is_dropped_with_a_log_line(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    st, e = fresh(tmp_path)
+    st.save_queue(QueueDef("q"))
+    publish(st, "q", [(e << 40) | 1])
+    assert commit_sync(st) is None
+    good = seg_files(tmp_path)[-1].stat().st_size
+    publish(st, "q", [(e << 40) | 2, (e << 40) | 3])
+    assert commit_sync(st) is None
+    st.close()
+    newest = seg_files(tmp_path)[-1]
+    full = newest.read_bytes()
+    newest.write_bytes(full[:good + (len(full) - good) // 2])  # cut the last frame in half
+    with caplog.at_level(logging.WARNING, logger="ackmq.store"):
+        st = open_store(tmp_path)
+        rec = st.open()
+    assert [m.seq & 0xFF for m in rec.messages["q"]] == [1]
+    assert any("torn tail" in r.getMessage() and newest.name in r.getMessage()
+               for r in caplog.records)
+    publish(st, "q", [(rec.epoch << 40) | 4])
+    assert commit_sync(st) is None
+    st.close()
+    st = open_store(tmp_path)  # the truncated file is now an older segment: still valid
+    rec = st.open()
+    assert [m.seq & 0xFF for m in rec.messages["q"]] == [1, 4]
+    st.close()
+
+
+def test_corrupt_last_frame_payload_is_a_torn_tail(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path)
+    st.save_queue(QueueDef("q"))
+    publish(st, "q", [(e << 40) | 1])
+    assert commit_sync(st) is None
+    publish(st, "q", [(e << 40) | 2])
+    assert commit_sync(st) is None
+    st.close()
+    newest = seg_files(tmp_path)[-1]
+    data = bytearray(newest.read_bytes())
+    data[-3] ^= 0xFF
+    newest.write_bytes(bytes(data))
+    st = open_store(tmp_path)
+    rec = st.open()
+    assert [m.seq & 0xFF for m in rec.messages["q"]] == [1]
+    st.close()
+
+
+def test_corruption_in_the_middle_raises_CorruptStore(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path)
+    st.save_queue(QueueDef("q"))
+    for i in range(3):
+        publish(st, "q", [(e << 40) | i], size=200)
+        assert commit_sync(st) is None
+    st.close()
+    newest = seg_files(tmp_path)[-1]
+    data = bytearray(newest.read_bytes())
+    off = 16 + 12 + 8 + 60  # inside the first record of the first frame
+    data[off] ^= 0x01
+    newest.write_bytes(bytes(data))
+    with pytest.raises(CorruptStore, match=rf"{newest.name}.*offset 16"):
+        open_store(tmp_path).open()
+
+
+def test_damaged_older_segment_raises_CorruptStore(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path)
+    st.save_queue(QueueDef("q"))
+    publish(st, "q", [(e << 40) | 1])
+    assert commit_sync(st) is None
+    st.close()
+    st, e = fresh(tmp_path)  # opens a new segment: the first one is now "older"
+    publish(st, "q", [(e << 40) | 1])
+    assert commit_sync(st) is None
+    st.close()
+    older = seg_files(tmp_path)[0]
+    older.write_bytes(older.read_bytes()[:-5])  # a torn tail is NOT fine in an older file
+    with pytest.raises(CorruptStore, match=older.name):
+        open_store(tmp_path).open()
+
+
+def test_missing_defs_with_segments_raises_CorruptStore(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path)
+    st.save_queue(QueueDef("q"))
+    publish(st, "q", [(e << 40) | 1])
+    assert commit_sync(st) is None
+    st.close()
+    (tmp_path / "defs.log").unlink()
+    with pytest.raises(CorruptStore, match="defs.log"):
+        open_store(tmp_path).open()
+
+
+def test_read_body_detects_corruption(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path, recover_bodies_max=0)
+    st.save_queue(QueueDef("q"))
+    loc = publish(st, "q", [(e << 40) | 1], size=400)[0]
+    assert commit_sync(st) is None
+    assert st.read_body(loc) == body_of((e << 40) | 1, 400)
+    seg = seg_files(tmp_path)[-1]
+    with open(seg, "r+b") as f:
+        f.seek(-100, os.SEEK_END)
+        f.write(b"X")
+    with pytest.raises(CorruptStore, match=seg.name):
+        st.read_body(loc)
+    st.close()
+
+
+def test_P8_group_commit_merges_commits_made_during_an_fsync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    st, e = fresh(tmp_path)
+    st.save_queue(QueueDef("q"))
+    real = os.fdatasync
+    in_fsync = threading.Event()
+    release = threading.Event()
+
+    def slow_fdatasync(fd: int) -> None:
+        if threading.current_thread().name == "ackmq-store-writer" and not release.is_set():
+            in_fsync.set()
+            release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    fired: list[BaseException | None] = []
+    all_done = threading.Event()
+
+    def cb(exc: BaseException | None) -> None:
+        fired.append(exc)
+        if len(fired) == 101:
+            all_done.set()
+
+    publish(st, "q", [(e << 40)])
+    st.commit(cb)
+    assert in_fsync.wait(10)
+    for i in range(1, 101):            # 100 commits while the first fsync runs
+        publish(st, "q", [(e << 40) | i])
+        st.commit(cb)
+    assert len(fired) == 0             # nothing is reported before its fsync
+    release.set()
+    assert all_done.wait(10)
+    assert fired == [None] * 101
+    assert st.stats.commits == 101
+    assert st.stats.fsyncs == 2 and st.stats.writes == 2  # the 100 shared one fsync
+    st.close()
+
+
+def test_P8_lone_commit_is_flushed_without_waiting_for_more(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path)
+    st.save_queue(QueueDef("q"))
+    publish(st, "q", [(e << 40) | 1])
+    assert commit_sync(st) is None  # no timer, no second commit needed
+    assert st.stats.fsyncs == 1
+    st.close()
+
+
+def test_callbacks_go_through_call_soon_threadsafe(tmp_path: Path) -> None:
+    calls: list[tuple] = []
+    st, e = fresh(tmp_path, call_soon_threadsafe=lambda f, *a: calls.append((f, a)) or f(*a))
+    st.save_queue(QueueDef("q"))
+    publish(st, "q", [(e << 40) | 1])
+    assert commit_sync(st) is None
+    assert len(calls) == 1 and calls[0][1] == (None,)
+    st.close()
+
+
+def test_no_fsync_mode_skips_fsync_but_keeps_data(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path, fsync=False)
+    st.save_queue(QueueDef("q"))
+    publish(st, "q", [(e << 40) | 1])
+    assert commit_sync(st) is None
+    assert st.stats.fsyncs == 0 and st.stats.writes == 1
+    st.close()
+    st = open_store(tmp_path)
+    assert [m.seq & 0xFF for m in st.open().messages["q"]] == [1]
+    st.close()
+
+
+def test_removal_of_an_in_flight_add_and_read_body_of_unwritten(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path)
+    st.save_queue(QueueDef("q"))
+    locs = publish(st, "q", [(e << 40) | 1, (e << 40) | 2])
+    assert st.read_body(locs[0]) == body_of((e << 40) | 1)  # served from memory
+    done = threading.Event()
+    st.commit(lambda exc: done.set())
+    st.remove("q", (e << 40) | 1)  # add may be in flight: a REMOVE record is written
+    assert done.wait(10)
+    assert commit_sync(st) is None
+    with pytest.raises(StoreError):
+        st.read_body(locs[0])
+    st.close()
+    st = open_store(tmp_path)
+    assert [m.seq & 0xFF for m in st.open().messages["q"]] == [2]
+    st.close()
+
+
+def _fill(st: SegmentStore, e: int, start: int, n: int, keep: set[int]) -> None:
+    for i in range(start, start + n):
+        publish(st, "q", [(e << 40) | i], size=1000)
+        if i % 10 == 9:
+            assert commit_sync(st) is None
+            for j in range(i - 9, i + 1):
+                if j not in keep:
+                    st.remove("q", (e << 40) | j)
+    assert commit_sync(st) is None
+
+
+def test_space_is_reclaimed_and_a_long_lived_message_pins_nothing(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path, segment_bytes=64 << 10, auto_compact=False)
+    st.save_queue(QueueDef("q"))
+    long_lived = (e << 40) | 0
+    _fill(st, e, 0, 400, keep={0})
+    st.delivered("q", long_lived, 2)
+    _fill(st, e, 400, 400, keep=set())
+    files_before = len(seg_files(tmp_path))
+    assert files_before >= 8
+    assert compact_mod.maybe_compact(st)
+    loc = (st._qids["q"] << 64) | long_lived
+    assert st.read_body(loc) == body_of(long_lived, 1000)  # location survives the move
+    _fill(st, e, 800, 400, keep=set())
+    while compact_mod.maybe_compact(st):
+        pass
+    assert st.read_body(loc) == body_of(long_lived, 1000)
+    assert st.stats.compactions >= 2
+    assert len(seg_files(tmp_path)) <= 3
+    assert not list(tmp_path.glob("*.compact*"))
+    st.close()
+    st = open_store(tmp_path)
+    rec = st.open()
+    assert [(m.seq, m.delivery_count) for m in rec.messages["q"]] == [(long_lived, 2)]
+    st.close()
+
+
+def test_background_compaction_deletes_dead_segments(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path, segment_bytes=32 << 10, compact_interval=0.05)
+    st.save_queue(QueueDef("q"))
+    _fill(st, e, 0, 600, keep={5})
+    deadline = time.monotonic() + 20
+    while len(seg_files(tmp_path)) > 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(seg_files(tmp_path)) <= 3
+    st.close()
+    st = open_store(tmp_path)
+    assert [m.seq & 0xFFFF for m in st.open().messages["q"]] == [5]
+    st.close()
+
+
+def test_crash_inside_compaction_after_commit_point_recovers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    st, e = fresh(tmp_path, segment_bytes=32 << 10, auto_compact=False)
+    st.save_queue(QueueDef("q"))
+    _fill(st, e, 0, 200, keep={3, 150})
+
+    def crash(*a, **k):
+        raise RuntimeError("simulated crash after the commit point")
+
+    monkeypatch.setattr(compact_mod, "_drop", crash)
+    with pytest.raises(RuntimeError):
+        compact_mod.maybe_compact(st)
+    assert list(tmp_path.glob("*.compact"))
+    monkeypatch.undo()
+    st.close()
+    st = open_store(tmp_path)
+    rec = st.open()
+    assert [m.seq & 0xFFFF for m in rec.messages["q"]] == [3, 150]
+    assert not list(tmp_path.glob("*.compact"))
+    st.close()
+
+
+def test_index_overhead_is_small(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path, fsync=False)
+    st.save_queue(QueueDef("q"))
+    n = 20000
+    for i in range(n):
+        st.add("q", (e << 40) | i, "ex", "rk", PROPS, b"x")
+    assert commit_sync(st) is None
+    assert st.index_bytes() / n <= 24  # two uint64 arrays (+ growth slack)
+    st.close()
