@@ -192,3 +192,12 @@ def test_compare_alternates_and_reports_ratio(broker_url: str, tmp_path: Path) -
 def test_unknown_workload_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["nope", "--url", "amqp://guest:guest@127.0.0.1:1/"]) == 2
     assert "unknown workload" in capsys.readouterr().err
+
+
+def test_rabbitmq_not_installed_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ackmq.bench import brokers
+
+    monkeypatch.setattr(brokers, "port_open", lambda host, port, timeout=0.5: False)
+    monkeypatch.setattr(brokers.shutil, "which", lambda name: None)
+    with pytest.raises(brokers.BenchSetupError, match="apt-get install rabbitmq-server"):
+        brokers.local_rabbitmq()

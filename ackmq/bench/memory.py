@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import asyncio
 
 from ackmq.bench.context import RunContext, run_async
 from ackmq.bench.pipeline import OutstandingConfirms, publish_pipelined
@@ -29,11 +29,11 @@ async def _fill(ctx: RunContext, n: int) -> tuple[int, int]:
         await ch.confirm_select()
         oc = OutstandingConfirms()
         ch.on_confirm = oc.settle
-        time.sleep(SETTLE_S)
+        await asyncio.sleep(SETTLE_S)
         before = _rss(ctx)
         with ctx.measure():
             await publish_pipelined(ch, q, n, body, 1, confirms=oc)
-        time.sleep(SETTLE_S)  # let the broker finish GC / bookkeeping
+        await asyncio.sleep(SETTLE_S)  # let the broker finish GC / bookkeeping
         after = _rss(ctx)
         count = await ch.queue_count(q)
         if count != n:
