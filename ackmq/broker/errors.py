@@ -47,5 +47,13 @@ class ConnectionError_(AMQPError):
     hard = True
 
 
+def fit_shortstr(text: str) -> str:
+    """Reply texts are shortstrs: cut to 255 bytes with "..." as RabbitMQ does."""
+    data = text.encode("utf-8")
+    if len(data) <= 255:
+        return text
+    return data[:252].decode("utf-8", "ignore") + "..."
+
+
 def not_found(what: str, name: str, vhost: str) -> ChannelError:
     return ChannelError(NOT_FOUND, f"no {what} '{name}' in vhost '{vhost}'")

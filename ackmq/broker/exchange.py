@@ -139,10 +139,11 @@ class TopicExchange(Exchange):
         hit = self._cache.get(routing_key)
         if hit is not None:
             return hit
-        words = routing_key.split(".")
+        words = routing_key.split(".") if routing_key else []
         out = []
         for b in self.bindings.values():
-            if topic_match(b.routing_key.split("."), words):
+            pattern = b.routing_key.split(".") if b.routing_key else []
+            if topic_match(pattern, words):
                 out.append(b.destination)
         if len(self._cache) >= self._CACHE_MAX:
             self._cache.clear()

@@ -12,7 +12,7 @@ from ackmq.protocol.amqp.properties import PropertiesView
 
 class Message:
     __slots__ = ("exchange", "routing_key", "properties", "body", "persistent", "priority",
-                 "expiration_ms", "view")
+                 "expiration_ms", "view", "cc", "cc_visible")
 
     def __init__(self, exchange: str, routing_key: str, properties: bytes, body: bytes) -> None:
         self.exchange = exchange
@@ -24,12 +24,44 @@ class Message:
         self.persistent = view.delivery_mode == 2
         self.priority = view.priority or 0
         exp = view.expiration
+        self.cc_visible: list[str] = []
+        self.cc: list[str] = []  # sender-selected distribution: CC and BCC routing keys
+        if b"CC" in properties:
+            self._sender_selected()
         self.expiration_ms: int | None = None
         if exp is not None:
             try:
                 self.expiration_ms = max(0, int(exp))
             except ValueError:
                 self.expiration_ms = None
+
+    def _sender_selected(self) -> None:
+        """RabbitMQ's CC/BCC headers: extra routing keys; BCC is removed before delivery."""
+        from ackmq.protocol.amqp.properties import decode_properties, encode_properties
+
+        headers = self.view.headers or {}
+
+        def keys(name: str) -> list[str]:
+            v = headers.get(name)
+            if not isinstance(v, list):
+                return []
+            return [k.decode() if isinstance(k, bytes) else str(k) for k in v]
+
+        cc, bcc = keys("CC"), keys("BCC")
+        self.cc = cc + bcc
+        if "BCC" in headers:
+            props = decode_properties(self.properties)
+            props.headers = {k: v for k, v in headers.items() if k != "BCC"}
+            self.properties = encode_properties(props)
+            self.view = PropertiesView(self.properties)
+        self.cc_visible = cc
+
+    @property
+    def routing_keys(self) -> list[str]:
+        """Routing keys as recorded in x-death: the key plus CC (never BCC)."""
+        if not self.cc:
+            return [self.routing_key]
+        return [self.routing_key, *self.cc_visible]
 
     @property
     def headers(self) -> dict:

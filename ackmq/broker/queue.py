@@ -69,7 +69,7 @@ class Queue:
         if overflow not in ("drop-head", "reject-publish", "reject-publish-dlx"):
             raise ChannelError(PRECONDITION_FAILED,
                                f"invalid arg 'x-overflow' for queue '{name}' in vhost '{vn}': "
-                               f"{{unacceptable_value,<<\"{overflow}\">>}}")
+                               "invalid_overflow")
         self.overflow = overflow
         self.dlx = _str_arg(a, "x-dead-letter-exchange")
         self.dlrk = _str_arg(a, "x-dead-letter-routing-key")
@@ -122,10 +122,17 @@ class Queue:
         ttl = self.message_ttl
         if message.expiration_ms is not None:
             ttl = message.expiration_ms if ttl is None else min(ttl, message.expiration_ms)
-        if ttl is not None:
-            if ttl == 0 and not self._active:
+        if ttl == 0:
+            # TTL 0: delivered only if a consumer can take it right now, else expired
+            if not self._active or len(self.ready):
                 self._dead_letter(entry, "expired")
                 return True
+            self.ready.append(entry)
+            self.dispatch()
+            if self.ready.peek() is entry:
+                self._drop(self.ready.pop(), "expired")
+            return True
+        if ttl is not None:
             entry.expires_at = time.monotonic() + ttl / 1000.0
         store = self.persistent_store
         if store is not None and message.persistent:

@@ -105,7 +105,7 @@ class VHost:
             raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         if passive:
             return self.exchange(name)
-        if name.startswith("amq."):
+        if name.startswith("amq.") and name not in self.exchanges:
             raise ChannelError(ACCESS_REFUSED,
                                f"exchange name '{name}' contains reserved prefix 'amq.*'")
         cls = EXCHANGE_CLASSES.get(type_)
@@ -130,8 +130,8 @@ class VHost:
         if name == "":
             raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         if name.startswith("amq."):
-            raise ChannelError(ACCESS_REFUSED,
-                               f"exchange name '{name}' contains reserved prefix 'amq.*'")
+            raise ChannelError(ACCESS_REFUSED, f"deletion of system exchange '{name}' in "
+                                               f"vhost '{self.name}' not allowed")
         x = self.exchanges.get(name)
         if x is None:
             return  # idempotent, as RabbitMQ 3.x
@@ -218,7 +218,14 @@ class VHost:
              arguments: dict[str, Any]) -> None:
         if source == "":
             raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        if getattr(destination, "name", None) == "" and not isinstance(destination, Queue):
+            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         x = self.exchange(source)
+        if x.type == "headers":
+            mode = _norm((arguments or {}).get("x-match", "all"))
+            if mode not in ("all", "any", "all-with-x", "any-with-x"):
+                raise ChannelError(PRECONDITION_FAILED, f'Invalid x-match field value <<"{mode}">>; '
+                                   "expected all, any, all-with-x, or any-with-x")
         b = Binding(x, destination, routing_key, arguments)
         if x.bind(b):
             self._inbound.setdefault(id(destination), {})[b.key] = b
@@ -258,6 +265,10 @@ class VHost:
     # -- routing ----------------------------------------------------------------------
     def route(self, x: Exchange, message: Message) -> list[Queue]:
         dests = x.route(message.routing_key, message)
+        if message.cc:
+            dests = list(dests)
+            for key in message.cc:
+                dests.extend(x.route(key, message))
         if not dests:
             return []
         if len(dests) == 1 and isinstance(dests[0], Queue):
@@ -274,6 +285,8 @@ class VHost:
                 out.append(d)
             else:
                 stack.extend(d.route(message.routing_key, message))
+                for key in message.cc:
+                    stack.extend(d.route(key, message))
         return out
 
     # -- dead-lettering (D6) ------------------------------------------------------------
@@ -296,7 +309,7 @@ class VHost:
         else:
             d = {"count": 1, "reason": reason, "queue": queue.name,
                  "time": datetime.datetime.now(tz=datetime.UTC).replace(microsecond=0),
-                 "exchange": msg.exchange, "routing-keys": [msg.routing_key]}
+                 "exchange": msg.exchange, "routing-keys": msg.routing_keys}
             if props.expiration is not None:
                 d["original-expiration"] = props.expiration
             deaths.insert(0, d)
@@ -324,6 +337,8 @@ class VHost:
     def _equivalent_arg(self, name: str, key: str, received: Any, current: Any) -> None:
         if _norm(received) == _norm(current):
             return
+        if received is not None and current is not None:
+            self._equivalent("queue", name, key, received, current)
 
         def desc(v: Any) -> str:
             if v is None:

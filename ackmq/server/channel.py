@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands as C
 
 from ackmq.broker.channel import delivery_properties
-from ackmq.broker.errors import ChannelError
+from ackmq.broker.errors import ChannelError, fit_shortstr
+from ackmq.protocol.amqp import build_method as M
 from ackmq.protocol.amqp import (
     encode_ack,
     encode_deliver,
@@ -61,7 +62,7 @@ class AMQPChannel:
 
     def consumer_cancelled(self, consumer_tag: str) -> None:
         if self.conn.client_capabilities.get("consumer_cancel_notify"):
-            self.send(C.Basic.Cancel(consumer_tag=consumer_tag, nowait=True))
+            self.send(M(C.Basic.Cancel, consumer_tag=consumer_tag, nowait=True))
 
     def close(self, code: int, text: str) -> None:
         """The model closes the channel on its own (consumer timeout, H2)."""
@@ -78,7 +79,7 @@ class AMQPChannel:
             return
         self.closing = True
         self.model.close()
-        self.send(C.Channel.Close(reply_code=err.code, reply_text=(text or err.text)[:255],
+        self.send(M(C.Channel.Close, reply_code=err.code, reply_text=fit_shortstr(text or err.text),
                                   class_id=class_id, method_id=method_id))
         self.conn.server.request_flush()
 
@@ -96,23 +97,23 @@ class AMQPChannel:
 
     def _channel_close(self, m: C.Channel.Close) -> None:
         self.model.close()
-        self.send(C.Channel.CloseOk())
+        self.send(M(C.Channel.CloseOk))
         self.conn.channel_gone(self.number)
 
     def _channel_flow(self, m: C.Channel.Flow) -> None:
         self.model.channel_flow(m.active)
-        self.send(C.Channel.FlowOk(active=m.active))
+        self.send(M(C.Channel.FlowOk, active=m.active))
 
     def _exchange_declare(self, m: C.Exchange.Declare) -> None:
         self.conn.vhost.declare_exchange(m.exchange, _s(m.exchange_type), m.passive, m.durable,
                                          m.auto_delete, m.internal, m.arguments or {})
         if not m.nowait:
-            self.send(C.Exchange.DeclareOk())
+            self.send(M(C.Exchange.DeclareOk))
 
     def _exchange_delete(self, m: C.Exchange.Delete) -> None:
         self.conn.vhost.delete_exchange(m.exchange, m.if_unused)
         if not m.nowait:
-            self.send(C.Exchange.DeleteOk())
+            self.send(M(C.Exchange.DeleteOk))
 
     def _exchange_bind(self, m: C.Exchange.Bind) -> None:
         vh = self.conn.vhost
@@ -120,7 +121,7 @@ class AMQPChannel:
         vh.exchange(m.source)
         vh.bind(m.source, dest, m.routing_key, m.arguments or {})
         if not m.nowait:
-            self.send(C.Exchange.BindOk())
+            self.send(M(C.Exchange.BindOk))
 
     def _exchange_unbind(self, m: C.Exchange.Unbind) -> None:
         vh = self.conn.vhost
@@ -128,13 +129,13 @@ class AMQPChannel:
         vh.exchange(m.source)
         vh.unbind(m.source, dest, m.routing_key, m.arguments or {})
         if not m.nowait:
-            self.send(C.Exchange.UnbindOk())
+            self.send(M(C.Exchange.UnbindOk))
 
     def _queue_declare(self, m: C.Queue.Declare) -> None:
         q = self.conn.vhost.declare_queue(m.queue, m.passive, m.durable, m.exclusive,
                                           m.auto_delete, m.arguments or {}, self.conn)
         if not m.nowait:
-            self.send(C.Queue.DeclareOk(queue=q.name, message_count=q.message_count,
+            self.send(M(C.Queue.DeclareOk, queue=q.name, message_count=q.message_count,
                                         consumer_count=q.consumer_count))
 
     def _queue_bind(self, m: C.Queue.Bind) -> None:
@@ -142,18 +143,18 @@ class AMQPChannel:
         q = vh.queue(m.queue, self.conn)
         vh.bind(m.exchange, q, m.routing_key, m.arguments or {})
         if not m.nowait:
-            self.send(C.Queue.BindOk())
+            self.send(M(C.Queue.BindOk))
 
     def _queue_unbind(self, m: C.Queue.Unbind) -> None:
         vh = self.conn.vhost
         q = vh.queue(m.queue, self.conn)
         vh.unbind(m.exchange, q, m.routing_key, m.arguments or {})
-        self.send(C.Queue.UnbindOk())
+        self.send(M(C.Queue.UnbindOk))
 
     def _queue_purge(self, m: C.Queue.Purge) -> None:
         n = self.conn.vhost.queue(m.queue, self.conn).purge()
         if not m.nowait:
-            self.send(C.Queue.PurgeOk(message_count=n))
+            self.send(M(C.Queue.PurgeOk, message_count=n))
 
     def _queue_delete(self, m: C.Queue.Delete) -> None:
         vh = self.conn.vhost
@@ -163,28 +164,28 @@ class AMQPChannel:
             vh.check_exclusive(q, self.conn)
             n = vh.delete_queue(q, notify=True, if_unused=m.if_unused, if_empty=m.if_empty)
         if not m.nowait:
-            self.send(C.Queue.DeleteOk(message_count=n))
+            self.send(M(C.Queue.DeleteOk, message_count=n))
 
     def _basic_qos(self, m: C.Basic.Qos) -> None:
         self.model.basic_qos(m.prefetch_size, m.prefetch_count, m.global_)
-        self.send(C.Basic.QosOk())
+        self.send(M(C.Basic.QosOk))
 
     def _basic_consume(self, m: C.Basic.Consume) -> None:
         tag = self.model.basic_consume(m.queue, m.consumer_tag, m.no_ack, m.exclusive,
                                        m.arguments or {})
         if not m.nowait:
-            self.send(C.Basic.ConsumeOk(consumer_tag=tag))
+            self.send(M(C.Basic.ConsumeOk, consumer_tag=tag))
         self.model.start_consumer(tag)
 
     def _basic_cancel(self, m: C.Basic.Cancel) -> None:
         self.model.basic_cancel(m.consumer_tag)
         if not m.nowait:
-            self.send(C.Basic.CancelOk(consumer_tag=m.consumer_tag))
+            self.send(M(C.Basic.CancelOk, consumer_tag=m.consumer_tag))
 
     def _basic_get(self, m: C.Basic.Get) -> None:
         got = self.model.basic_get(m.queue, m.no_ack)
         if got is None:
-            self.send(C.Basic.GetEmpty())
+            self.send(M(C.Basic.GetEmpty))
             return
         tag, entry, count = got
         msg = entry.message
@@ -203,7 +204,7 @@ class AMQPChannel:
 
     def _basic_recover(self, m: C.Basic.Recover) -> None:
         self.model.basic_recover(m.requeue)
-        self.send(C.Basic.RecoverOk())
+        self.send(M(C.Basic.RecoverOk))
 
     def _basic_recover_async(self, m: C.Basic.RecoverAsync) -> None:
         self.model.basic_recover(m.requeue)
@@ -211,18 +212,18 @@ class AMQPChannel:
     def _confirm_select(self, m: C.Confirm.Select) -> None:
         self.model.confirm_select()
         if not m.nowait:
-            self.send(C.Confirm.SelectOk())
+            self.send(M(C.Confirm.SelectOk))
 
     def _tx_select(self, m: C.Tx.Select) -> None:
         self.model.tx_select()
-        self.send(C.Tx.SelectOk())
+        self.send(M(C.Tx.SelectOk))
 
     def _tx_commit(self, m: C.Tx.Commit) -> None:
         def done(exc: BaseException | None) -> None:
             if self.closing or not self.model.open:
                 return
             if exc is None:
-                self.send(C.Tx.CommitOk())
+                self.send(M(C.Tx.CommitOk))
             else:
                 self.fail(ChannelError(541, f"commit failed: {exc}"), 90, 20)
             self.conn.server.request_flush()
@@ -230,7 +231,7 @@ class AMQPChannel:
 
     def _tx_rollback(self, m: C.Tx.Rollback) -> None:
         self.model.tx_rollback()
-        self.send(C.Tx.RollbackOk())
+        self.send(M(C.Tx.RollbackOk))
 
 
 _HANDLERS: dict[type, Any] = {

@@ -26,6 +26,7 @@ from ackmq.broker.errors import (
     AMQPError,
     ChannelError,
     ConnectionError_,
+    fit_shortstr,
 )
 from ackmq.protocol.amqp import (
     HEARTBEAT,
@@ -41,6 +42,7 @@ from ackmq.protocol.amqp import (
     decode_table,
     encode_method,
 )
+from ackmq.protocol.amqp import build_method as M
 from ackmq.server.channel import AMQPChannel
 
 if TYPE_CHECKING:
@@ -189,7 +191,7 @@ class AMQPConnection(asyncio.Protocol):
             return
         if number == 0:
             if isinstance(m, C.Connection.Close):
-                self.write(encode_method(0, C.Connection.CloseOk()))
+                self.write(encode_method(0, M(C.Connection.CloseOk)))
                 self._shutdown()
             elif isinstance(m, C.Connection.CloseOk):
                 self._shutdown()
@@ -209,14 +211,14 @@ class AMQPConnection(asyncio.Protocol):
                                        f"({len(self.channels)}) has reached the negotiated "
                                        f"channel_max ({self.channel_max})")
             self.channels[number] = AMQPChannel(self, number)
-            self.write(encode_method(number, C.Channel.OpenOk()))
+            self.write(encode_method(number, M(C.Channel.OpenOk)))
             return
         if ch is None:
             raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'")
         if ch.closing:
             if isinstance(m, (C.Channel.CloseOk, C.Channel.Close)):
                 if isinstance(m, C.Channel.Close):
-                    self.write(encode_method(number, C.Channel.CloseOk()))
+                    self.write(encode_method(number, M(C.Channel.CloseOk)))
                 self.channel_gone(number)
             return
         try:
@@ -238,7 +240,7 @@ class AMQPConnection(asyncio.Protocol):
             "copyright": "ackmq authors", "cluster_name": "ackmq@localhost",
             "capabilities": SERVER_CAPABILITIES,
         }
-        self.write(encode_method(0, C.Connection.Start(
+        self.write(encode_method(0, M(C.Connection.Start,
             server_properties=props, mechanisms="PLAIN AMQPLAIN", locales="en_US")))
 
     def _handshake(self, number: int, m: Any) -> None:
@@ -256,7 +258,7 @@ class AMQPConnection(asyncio.Protocol):
                                        "see the broker logfile.")
             self.user = user
             self.state = "tune"
-            self.write(encode_method(0, C.Connection.Tune(
+            self.write(encode_method(0, M(C.Connection.Tune,
                 channel_max=CHANNEL_MAX, frame_max=FRAME_MAX,
                 heartbeat=self.server.config.heartbeat)))
         elif self.state == "tune" and isinstance(m, C.Connection.TuneOk):
@@ -277,9 +279,9 @@ class AMQPConnection(asyncio.Protocol):
             if self._close_timer is not None:
                 self._close_timer.cancel()
                 self._close_timer = None
-            self.write(encode_method(0, C.Connection.OpenOk()))
+            self.write(encode_method(0, M(C.Connection.OpenOk)))
         elif isinstance(m, C.Connection.Close):
-            self.write(encode_method(0, C.Connection.CloseOk()))
+            self.write(encode_method(0, M(C.Connection.CloseOk)))
             self._shutdown()
         else:
             raise ConnectionError_(503, f"unexpected method {m.name} in state {self.state}")
@@ -337,14 +339,14 @@ class AMQPConnection(asyncio.Protocol):
         log.info("closing connection %s: %s %s", self.peer, code, text)
         self._release()
         self.state = "closing"
-        self.write(encode_method(0, C.Connection.Close(
-            reply_code=code, reply_text=text[:255], class_id=class_id, method_id=method_id)))
+        self.write(encode_method(0, M(C.Connection.Close,
+            reply_code=code, reply_text=fit_shortstr(text), class_id=class_id, method_id=method_id)))
         self.server.request_flush()
         self._close_timer = self.server.loop.call_later(1.0, self._shutdown)
 
     def _closing_method(self, m: Any) -> None:
         if isinstance(m, C.Connection.Close):
-            self.write(encode_method(0, C.Connection.CloseOk()))
+            self.write(encode_method(0, M(C.Connection.CloseOk)))
             self._shutdown()
         elif isinstance(m, C.Connection.CloseOk):
             self._shutdown()

@@ -6,6 +6,7 @@ from .constants import FRAME_END, PROTOCOL_HEADER, REPLY_TEXT
 from .decoder import Decoder
 from .encoder import (
     HEARTBEAT,
+    build_method,
     encode_ack,
     encode_deliver,
     encode_get_ok,
@@ -39,6 +40,7 @@ from .properties import (
 
 __all__ = [
     "BadProtocolHeader",
+    "build_method",
     "ChannelFault",
     "Content",
     "Decoder",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 
-from pamqp import frame as pamqp_frame
+from pamqp import encode as pamqp_encode
 from pamqp.base import Frame
 
 _FRAME_END = b"\xce"
@@ -35,9 +35,37 @@ def _short(value: str | bytes) -> bytes:
     return data
 
 
+def _arguments(method: Frame) -> bytes:
+    """pamqp's Frame.marshal without its validate(): RabbitMQ accepts any UTF-8 name
+    (pamqp's regex refuses e.g. "orders[eu]"), and names the client sent must come back."""
+    out: list[bytes] = []
+    byte = offset = 0
+    in_bits = False
+    for name in method.__slots__:  # type: ignore[attr-defined]
+        kind = method.amqp_type(name)
+        value = getattr(method, name, 0)
+        if kind == "bit":
+            if not in_bits:
+                byte, offset, in_bits = 0, 0, True
+            byte = pamqp_encode.bit(value, byte, offset)
+            offset += 1
+            if offset == 8:
+                out.append(pamqp_encode.octet(byte))
+                in_bits = False
+            continue
+        if in_bits:
+            out.append(pamqp_encode.octet(byte))
+            in_bits = False
+        out.append(pamqp_encode.by_type(value, kind))
+    if in_bits:
+        out.append(pamqp_encode.octet(byte))
+    return b"".join(out)
+
+
 def encode_method(channel: int, method: Frame) -> bytes:
-    """Any method frame via pamqp (validates; not for the hot path)."""
-    return pamqp_frame.marshal(method, channel)
+    """Any method frame (the slow path: pamqp's argument encoders, no name validation)."""
+    payload = _U32(method.index) + _arguments(method)
+    return _BODY_HEAD(1, channel, len(payload)) + payload + _FRAME_END
 
 
 def _content(
@@ -185,3 +213,24 @@ def encode_nack(channel: int, delivery_tag: int, multiple: bool, requeue: bool) 
 def encode_reject(channel: int, delivery_tag: int, requeue: bool) -> bytes:
     """basic.reject."""
     return _ACK(1, channel, 13, 0x003C005A, delivery_tag, 1 if requeue else 0, 0xCE)
+
+
+def build_method(cls: type[Frame], **arguments: object) -> Frame:
+    """A pamqp method object without pamqp's validation (see `_arguments`)."""
+    method = object.__new__(cls)
+    for name, default in _defaults(cls):
+        setattr(method, name, arguments.get(name, default))
+    return method
+
+
+_DEFAULTS: dict[type, list[tuple[str, object]]] = {}
+
+
+def _defaults(cls: type[Frame]) -> list[tuple[str, object]]:
+    found = _DEFAULTS.get(cls)
+    if found is None:
+        import inspect
+        found = [(n, p.default) for n, p in inspect.signature(cls.__init__).parameters.items()
+                 if n != "self"]
+        _DEFAULTS[cls] = found
+    return found
