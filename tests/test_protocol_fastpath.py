@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands, frame
@@ -19,6 +20,7 @@ from ackmq.protocol.amqp import (
     encode_ack,
     encode_deliver,
     encode_get_ok,
+    encode_method,
     encode_nack,
     encode_properties,
     encode_publish,
@@ -213,3 +215,29 @@ def test_decode_deliver_equals_pamqp(channel, ctag, tag, redelivered, exchange, 
     assert type(event) is Content and event.channel == channel
     assert dict(event.method) == dict(method)
     assert event.properties == props.marshal() and event.body == body
+
+
+SLOW_PATH_METHODS = [
+    commands.Connection.Start(server_properties={"product": "ackmq", "capabilities": {
+        "publisher_confirms": True}}, mechanisms="PLAIN AMQPLAIN", locales="en_US"),
+    commands.Connection.Tune(2047, 131072, 60),
+    commands.Connection.Close(320, "CONNECTION_FORCED - bye", 0, 0),
+    commands.Channel.Close(406, "PRECONDITION_FAILED - unknown delivery tag 5", 60, 80),
+    commands.Queue.Declare(0, "q", False, True, False, True, True, {"x-max-length": 5}),
+    commands.Queue.DeclareOk("amq.gen-abc", 2**32 - 1, 3),
+    commands.Exchange.Declare(0, "ex", "topic", True, False, False, False, False, {}),
+    commands.Basic.Qos(0, 65535, True),
+    commands.Basic.Consume(0, "q", "ctag", True, False, True, False, {"x-priority": 1}),
+    commands.Basic.ConsumeOk("ctag"),
+    commands.Basic.Nack(2**63 - 1, True, False),
+    commands.Confirm.SelectOk(),
+    commands.Tx.CommitOk(),
+]
+
+
+@pytest.mark.parametrize("method", SLOW_PATH_METHODS, ids=lambda m: m.name)
+def test_encode_method_equals_pamqp_and_decodes_back(method):
+    data = encode_method(3, method)
+    assert data == frame.marshal(method, 3)
+    (event,) = decode_all(data)
+    assert event.channel == 3 and dict(event.method) == dict(method)
