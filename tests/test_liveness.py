@@ -161,6 +161,7 @@ def _expect_timeout_close(conn: RawConnection, limit_ms: int, within: float) -> 
     assert close.reply_code == 406
     assert close.reply_text.startswith(H2_TEXT), close.reply_text
     assert f"Timeout value used: {limit_ms} ms" in close.reply_text
+    assert (close.class_id, close.method_id) == (0, 0)  # not caused by a client method
     return waited
 
 
