@@ -282,6 +282,7 @@ def test_expiry_cycle_is_dropped(channel: BlockingChannel, names: dict[str, str]
 
 def test_expiry_cycle_through_two_queues_is_dropped(channel: BlockingChannel,
                                                     names: dict[str, str]) -> None:
+    channel.confirm_delivery()  # each publish is in its queue once it returns
     a, b = names["a"], names["b"]
     dlq_to(channel, a, b, **{"x-message-ttl": 100})
     dlq_to(channel, b, a, **{"x-message-ttl": 100})
@@ -309,6 +310,7 @@ def test_cycle_with_rejection_is_not_dropped(channel: BlockingChannel,
 
 
 def test_maxlen_cycle_is_dropped(channel: BlockingChannel, names: dict[str, str]) -> None:
+    channel.confirm_delivery()  # each publish is in its queue once it returns
     a = names["a"]
     dlq_to(channel, a, a, **{"x-max-length": 1})
     channel.basic_publish("", a, b"first")

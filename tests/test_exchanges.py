@@ -61,6 +61,7 @@ def sync(ch: BlockingChannel) -> None:
 
 
 def test_direct_exchange_routes_by_exact_key(channel: BlockingChannel) -> None:
+    channel.confirm_delivery()  # each publish is in its queues once it returns
     ex = uniq("ex.direct")
     channel.exchange_declare(ex, "direct", auto_delete=True)
     q1, q2, q3 = new_queue(channel), new_queue(channel), new_queue(channel)
@@ -78,6 +79,7 @@ def test_direct_exchange_routes_by_exact_key(channel: BlockingChannel) -> None:
 
 def test_one_copy_per_queue_even_with_several_matching_bindings(
         channel: BlockingChannel) -> None:
+    channel.confirm_delivery()  # each publish is in its queues once it returns
     ex = uniq("ex.topic")
     channel.exchange_declare(ex, "topic", auto_delete=True)
     q = new_queue(channel)
@@ -88,6 +90,7 @@ def test_one_copy_per_queue_even_with_several_matching_bindings(
 
 
 def test_fanout_ignores_routing_key(channel: BlockingChannel) -> None:
+    channel.confirm_delivery()  # each publish is in its queues once it returns
     ex = uniq("ex.fanout")
     channel.exchange_declare(ex, "fanout", auto_delete=True)
     q1, q2 = new_queue(channel), new_queue(channel)
@@ -123,6 +126,7 @@ TOPIC_CASES: list[tuple[str, list[str], list[str]]] = [
                          ids=[repr(c[0]) for c in TOPIC_CASES])
 def test_topic_exchange_matching(channel: BlockingChannel, pattern: str, yes: list[str],
                                  no: list[str]) -> None:
+    channel.confirm_delivery()  # each publish is in its queues once it returns
     ex = uniq("ex.topic")
     channel.exchange_declare(ex, "topic", auto_delete=True)
     q = new_queue(channel)
@@ -133,6 +137,7 @@ def test_topic_exchange_matching(channel: BlockingChannel, pattern: str, yes: li
 
 
 def test_topic_bindings_added_and_removed(channel: BlockingChannel) -> None:
+    channel.confirm_delivery()  # each publish is in its queues once it returns
     ex = uniq("ex.topic")
     channel.exchange_declare(ex, "topic", auto_delete=True)
     q1, q2 = new_queue(channel), new_queue(channel)
@@ -178,6 +183,7 @@ HEADERS_CASES: list[tuple[dict, list[dict | None], list[dict | None]]] = [
                          ids=[str(i) for i in range(len(HEADERS_CASES))])
 def test_headers_exchange_matching(channel: BlockingChannel, binding: dict,
                                    yes: list[dict | None], no: list[dict | None]) -> None:
+    channel.confirm_delivery()  # each publish is in its queues once it returns
     ex = uniq("ex.headers")
     channel.exchange_declare(ex, "headers", auto_delete=True)
     q = new_queue(channel)
@@ -198,6 +204,7 @@ def test_headers_exchange_invalid_x_match_406(channel: BlockingChannel) -> None:
 
 
 def test_default_exchange_routes_by_queue_name(channel: BlockingChannel) -> None:
+    channel.confirm_delivery()  # each publish is in its queues once it returns
     q = new_queue(channel)
     channel.basic_publish("", q, b"direct-to-queue")
     channel.basic_publish("", q + ".nope", b"lost")
@@ -263,6 +270,7 @@ def test_amq_exchanges_predeclared(channel: BlockingChannel, name: str, kind: st
 
 
 def test_amq_exchanges_route(channel: BlockingChannel) -> None:
+    channel.confirm_delivery()  # each publish is in its queues once it returns
     q = new_queue(channel)
     channel.queue_bind(q, "amq.direct", q)
     channel.queue_bind(q, "amq.topic", q + ".#")
@@ -364,6 +372,7 @@ def test_internal_exchange_cannot_be_published_to_403(channel: BlockingChannel) 
 
 def test_internal_exchange_reachable_through_exchange_binding(
         channel: BlockingChannel) -> None:
+    channel.confirm_delivery()  # each publish is in its queues once it returns
     src = uniq("ex.src")
     internal = uniq("ex.internal")
     channel.exchange_declare(src, "direct", auto_delete=True)
@@ -405,6 +414,7 @@ def test_delete_if_unused_without_bindings_ok(channel: BlockingChannel) -> None:
 
 
 def test_delete_exchange_removes_its_bindings(channel: BlockingChannel) -> None:
+    channel.confirm_delivery()  # each publish is in its queues once it returns
     name = uniq("ex.del")
     channel.exchange_declare(name, "fanout")
     q = new_queue(channel)
@@ -456,6 +466,7 @@ def test_bind_missing_queue_404(channel: BlockingChannel) -> None:
 
 
 def test_bind_is_idempotent(channel: BlockingChannel) -> None:
+    channel.confirm_delivery()  # each publish is in its queues once it returns
     q = new_queue(channel)
     channel.queue_bind(q, "amq.direct", q)
     channel.queue_bind(q, "amq.direct", q)
@@ -473,6 +484,7 @@ def test_unbind_missing_binding_is_ok(channel: BlockingChannel) -> None:
 
 
 def test_exchange_to_exchange_bind_and_unbind(channel: BlockingChannel) -> None:
+    channel.confirm_delivery()  # each publish is in its queues once it returns
     src = uniq("ex.src")
     dst = uniq("ex.dst")
     channel.exchange_declare(src, "topic")
@@ -509,6 +521,7 @@ def test_auto_delete_source_exchange_goes_with_last_exchange_binding(
 
 def test_exchange_bindings_deliver_one_copy_and_survive_cycles(
         channel: BlockingChannel) -> None:
+    channel.confirm_delivery()  # each publish is in its queues once it returns
     a = uniq("ex.a")
     b = uniq("ex.b")
     channel.exchange_declare(a, "fanout", auto_delete=True)

@@ -334,6 +334,7 @@ def test_delete_if_empty_counts_only_ready_messages(channel: BlockingChannel,
 
 
 def test_delete_queue_removes_bindings(channel: BlockingChannel, qname: str) -> None:
+    channel.confirm_delivery()  # each publish is in its queue once it returns
     channel.queue_declare(qname, exclusive=True)
     channel.queue_bind(qname, "amq.direct", qname)
     channel.queue_delete(qname)
@@ -360,6 +361,7 @@ def _dead_queue(ch: BlockingChannel, qname: str) -> str:
 
 
 def test_message_ttl_expires(channel: BlockingChannel, qname: str) -> None:
+    channel.confirm_delivery()  # each publish is in its queue once it returns
     channel.queue_declare(qname, exclusive=True, arguments={"x-message-ttl": 150})
     channel.basic_publish("", qname, b"short-lived")
     wait_ready(channel, qname, 0, timeout=WAIT)
@@ -369,6 +371,7 @@ def test_message_ttl_expires(channel: BlockingChannel, qname: str) -> None:
 def test_message_ttl_zero_expires_unless_consumer_waiting(connection,
                                                            channel: BlockingChannel,
                                                            qname: str) -> None:
+    channel.confirm_delivery()  # each publish is in its queue once it returns
     channel.queue_declare(qname, exclusive=True, arguments={"x-message-ttl": 0})
     channel.basic_publish("", qname, b"nobody-waits")
     channel.basic_qos(prefetch_count=0)
@@ -401,6 +404,7 @@ def test_message_ttl_dead_letters_expired(channel: BlockingChannel, qname: str) 
 
 
 def test_per_message_expiration(channel: BlockingChannel, qname: str) -> None:
+    channel.confirm_delivery()  # each publish is in its queue once it returns
     channel.queue_declare(qname, exclusive=True)
     channel.basic_publish("", qname, b"short", pika.BasicProperties(expiration="100"))
     channel.basic_publish("", qname, b"long", pika.BasicProperties(expiration="60000"))
@@ -426,6 +430,7 @@ def test_per_message_expiration_dead_lettered(channel: BlockingChannel, qname: s
 
 
 def test_shorter_of_queue_and_message_ttl_wins(channel: BlockingChannel, qname: str) -> None:
+    channel.confirm_delivery()  # each publish is in its queue once it returns
     channel.queue_declare(qname, exclusive=True, arguments={"x-message-ttl": 60000})
     channel.basic_publish("", qname, b"short", pika.BasicProperties(expiration="100"))
     wait_ready(channel, qname, 0)
@@ -469,6 +474,7 @@ def test_queue_expires_not_while_consumed(params, connection, channel: BlockingC
 
 
 def test_max_length_drop_head(channel: BlockingChannel, qname: str) -> None:
+    channel.confirm_delivery()  # each publish is in its queue once it returns
     channel.queue_declare(qname, exclusive=True, arguments={"x-max-length": 2})
     for i in range(5):
         channel.basic_publish("", qname, str(i).encode())
@@ -503,6 +509,7 @@ def test_max_length_drop_head_dead_letters_maxlen(channel: BlockingChannel,
 
 
 def test_max_length_bytes_drop_head(channel: BlockingChannel, qname: str) -> None:
+    channel.confirm_delivery()  # each publish is in its queue once it returns
     channel.queue_declare(qname, exclusive=True, arguments={"x-max-length-bytes": 10})
     for body in (b"aaaa", b"bbbb", b"cccc"):
         channel.basic_publish("", qname, body)
@@ -550,6 +557,7 @@ def test_overflow_reject_publish_dlx_dead_letters(channel: BlockingChannel,
 
 
 def test_max_priority_higher_first(channel: BlockingChannel, qname: str) -> None:
+    channel.confirm_delivery()  # each publish is in its queue once it returns
     channel.queue_declare(qname, exclusive=True, arguments={"x-max-priority": 10})
     for body, prio in [(b"p1", 1), (b"p5a", 5), (b"none", None), (b"p9", 9), (b"p5b", 5),
                        (b"p0", 0), (b"p200", 200)]:
@@ -560,6 +568,7 @@ def test_max_priority_higher_first(channel: BlockingChannel, qname: str) -> None
 
 
 def test_priority_ignored_without_max_priority(channel: BlockingChannel, qname: str) -> None:
+    channel.confirm_delivery()  # each publish is in its queue once it returns
     channel.queue_declare(qname, exclusive=True)
     for body, prio in [(b"a", 1), (b"b", 9), (b"c", 5)]:
         channel.basic_publish("", qname, body, pika.BasicProperties(priority=prio))
