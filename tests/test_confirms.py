@@ -240,6 +240,23 @@ def test_P4_every_publish_settled_exactly_once(confirm_raw: RawConnection, qname
     raw.rpc(1, commands.Queue.Delete(queue=qname), commands.Queue.DeleteOk)
 
 
+def test_P3_numbering_restarts_on_a_new_channel(confirm_raw: RawConnection,
+                                                qname: str) -> None:
+    raw = confirm_raw
+    declare(raw, qname)
+    for _ in range(3):
+        raw.publish(1, "", qname, b"m")
+    confirms = Confirms()
+    confirms.published = 3
+    collect(raw, confirms)
+    raw.rpc(1, commands.Channel.Close(200, "", 0, 0), commands.Channel.CloseOk)
+    raw.open_channel(1)
+    raw.rpc(1, commands.Confirm.Select(), commands.Confirm.SelectOk)
+    raw.publish(1, "", qname, b"m")
+    ack = raw.expect(commands.Basic.Ack, channel=1)
+    assert ack.delivery_tag == 1
+
+
 def test_P4_acks_coalesced_under_load(confirm_raw: RawConnection, qname: str) -> None:
     """SHOULD: a burst of persistent publishes is confirmed with fewer frames."""
     raw = confirm_raw
@@ -447,6 +464,21 @@ def test_P6_one_full_queue_of_two_nacks(confirm_raw: RawConnection, qname: str) 
     assert confirms.outcome == {1: "ack", 2: "nack", 3: "nack"}
     assert message_count(raw, full) == 1
     assert message_count(raw, free) == 3
+
+
+def test_P6_mandatory_rejected_publish_is_nacked_not_returned(confirm_raw: RawConnection,
+                                                            qname: str) -> None:
+    """Routed but refused by a full queue: a nack, no basic.return (it was routable)."""
+    raw = confirm_raw
+    declare(raw, qname, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    confirms = Confirms()
+    for _ in range(2):
+        raw.publish(1, "", qname, b"m", mandatory=True)
+        confirms.published += 1
+    others: list = []
+    collect(raw, confirms, others=others)
+    assert confirms.outcome == {1: "ack", 2: "nack"}
+    assert others == [] and raw.drain(0.3) == []
 
 
 def test_P6_pika_nack_raises(channel, qname: str) -> None:
