@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
-from pika.exceptions import ChannelClosedByBroker
+from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 WAIT = 5.0  # upper bound for anything that should happen "soon"
 
@@ -540,6 +540,62 @@ def test_D7_channel_error_requeues_its_unacked(connection, channel: BlockingChan
     assert drain(ch2, queue) == [(b"1", True), (b"2", True), (b"3", True)]
 
 
+def test_D7_ack_tag_zero_without_multiple_406(channel: BlockingChannel, queue: str) -> None:
+    publish_n(channel, queue, 1)
+    wait_ready(channel, queue, 1)
+    get(channel, queue)
+    channel.basic_ack(0)
+    expect_channel_closed(channel, 406, UNKNOWN.format(0))
+
+
+def test_D7_ack_zero_multiple_with_nothing_outstanding_is_fine(
+        channel: BlockingChannel) -> None:
+    channel.basic_ack(0, multiple=True)
+    channel.basic_qos(prefetch_count=0)
+    assert channel.is_open
+
+
+def test_D7_multiple_beyond_highest_tag_406(channel: BlockingChannel, queue: str) -> None:
+    publish_n(channel, queue, 1)
+    wait_ready(channel, queue, 1)
+    get(channel, queue)
+    channel.basic_nack(5, multiple=True, requeue=True)
+    expect_channel_closed(channel, 406, UNKNOWN.format(5))
+
+
+def test_D7_ack_of_no_ack_delivery_406(channel: BlockingChannel, queue: str) -> None:
+    """An automatic-mode delivery has a tag but nothing to settle."""
+    publish_n(channel, queue, 1)
+    wait_ready(channel, queue, 1)
+    tag = get(channel, queue, auto_ack=True)[0]
+    channel.basic_ack(tag)
+    expect_channel_closed(channel, 406, UNKNOWN.format(tag))
+
+
+def test_D7_ack_after_requeue_406(channel: BlockingChannel, queue: str) -> None:
+    publish_n(channel, queue, 1)
+    wait_ready(channel, queue, 1)
+    tag = get(channel, queue)[0]
+    channel.basic_nack(tag, requeue=True)
+    channel.basic_ack(tag)
+    expect_channel_closed(channel, 406, UNKNOWN.format(tag))
+
+
+def test_D7_settling_after_queue_deleted_is_fine(channel: BlockingChannel,
+                                                 qname: str) -> None:
+    """The channel still knows the tags of a deleted queue's deliveries."""
+    channel.queue_declare(qname, exclusive=True)
+    publish_n(channel, qname, 2)
+    wait_ready(channel, qname, 2)
+    t1 = get(channel, qname)[0]
+    t2 = get(channel, qname)[0]
+    assert channel.queue_delete(qname).method.message_count == 0  # unacked not counted
+    channel.basic_ack(t1)
+    channel.basic_nack(t2, requeue=True)
+    channel.basic_qos(prefetch_count=0)
+    assert channel.is_open
+
+
 # ---------------------------------------------------------------------- D8
 
 
@@ -667,6 +723,15 @@ def test_D9_recover_marks_redelivered(connection, channel: BlockingChannel,
         connection.process_data_events(time_limit=0.05)
     assert [(g[1], g[2]) for g in got[2:]] == [(b"1", True), (b"2", True)]
     assert [g[0] for g in got] == [1, 2, 3, 4]
+
+
+def test_D9_recover_without_requeue_not_implemented_540(params) -> None:
+    """RabbitMQ refuses basic.recover(requeue=false) with a connection error."""
+    conn = pika.BlockingConnection(params)
+    ch = conn.channel()
+    with pytest.raises(ConnectionClosedByBroker) as ei:
+        ch.basic_recover(requeue=False)
+    assert (ei.value.reply_code, ei.value.reply_text) == (540, "NOT_IMPLEMENTED - requeue=false")
 
 
 # ---------------------------------------------------------------------- D10 (ackmq only)

@@ -609,6 +609,32 @@ def test_exclusive_consume_refused_when_consumers_exist_403(
                 f"ACCESS_REFUSED - queue '{qname}' in vhost '/' in exclusive use")
 
 
+def test_exclusive_consumer_released_by_cancel(connection, channel: BlockingChannel,
+                                               qname: str) -> None:
+    channel.queue_declare(qname, exclusive=True)
+    tag = channel.basic_consume(qname, lambda *a: None, exclusive=True)
+    channel.basic_cancel(tag)
+    connection.channel().basic_consume(qname, lambda *a: None)
+
+
+def test_message_ttl_applies_to_requeued_message(channel: BlockingChannel,
+                                                 qname: str) -> None:
+    """A message whose TTL ran out while it was unacked expires when it is requeued."""
+    dead = _dead_queue(channel, qname)
+    channel.queue_declare(qname, exclusive=True, arguments={
+        "x-message-ttl": 200, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead})
+    channel.confirm_delivery()
+    channel.basic_publish("", qname, b"late")
+    m, _p, _b = channel.basic_get(qname)
+    assert m is not None
+    time.sleep(0.4)
+    channel.basic_nack(m.delivery_tag, requeue=True)
+    wait_ready(channel, dead, 1)
+    assert ready_count(channel, qname) == 0
+    _m, p, b = channel.basic_get(dead, auto_ack=True)
+    assert b == b"late" and p.headers["x-death"][0]["reason"] == "expired"
+
+
 def test_consume_missing_queue_404(channel: BlockingChannel) -> None:
     name = uniq("missing.q")
     closed_with(lambda: channel.basic_consume(name, lambda *a: None), 404,
