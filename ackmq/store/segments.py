@@ -37,6 +37,7 @@ from .format import (
     ADD_HDR,
     DELIVERED,
     DELIVERED_REC,
+    FRAME_HDR,
     REC_HDR,
     REMOVE,
     REMOVE_REC,
@@ -45,7 +46,6 @@ from .format import (
     encode_delivered,
     encode_remove,
     file_header,
-    iter_records,
     valid_length,
 )
 from .index import DEAD, PENDING, QueueIndex
@@ -236,47 +236,63 @@ class SegmentStore:
         base = s << 32
         strs: dict[bytes, str] = {}
         unpack_add = ADD_HDR.unpack_from
+        unpack_rec = REC_HDR.unpack_from
+        unpack_frame = FRAME_HDR.unpack_from
+        unpack_remove = REMOVE_REC.unpack_from
+        unpack_deliv = DELIVERED_REC.unpack_from
         hsize = ADD_HDR.size
-        for off, rec in iter_records(data, 16, end):
-            kind = rec[0]
-            if kind == ADD:
-                _, qid, seq, count, el, rl, pl, bl = unpack_add(rec)
-                info.adds += 1
-                info.add_bytes += len(rec) + 8
-                q = msgs.get(qid)
-                if q is None:
-                    continue
-                p = hsize
-                ex = bytes(rec[p:p + el])
-                rk = bytes(rec[p + el:p + el + rl])
-                exs = strs.get(ex)
-                if exs is None:
-                    exs = strs[ex] = ex.decode()
-                rks = strs.get(rk)
-                if rks is None:
-                    rks = rk.decode()
-                    if len(strs) < 10000:
-                        strs[rk] = rks
-                p += el + rl
-                props = bytes(rec[p:p + pl])
-                body = bytes(rec[p + pl:p + pl + bl]) if with_bodies else None
-                old = q.get(seq)
-                if old is not None:  # a compaction copy of the same message
-                    count = max(count, old.delivery_count)
-                q[seq] = StoredMessage(seq, exs, rks, props, body, count, base | off)
-            elif kind == REMOVE:
-                _, qid, seq = REMOVE_REC.unpack_from(rec)
-                q = msgs.get(qid)
-                if q is not None:
-                    q.pop(seq, None)
-            elif kind == DELIVERED:
-                _, qid, seq, count = DELIVERED_REC.unpack_from(rec)
-                q = msgs.get(qid)
-                m = q.get(seq) if q is not None else None
-                if m is not None and count > m.delivery_count:
-                    m.delivery_count = count
-            else:
-                raise CorruptStore(f"{path}: unknown record type {kind} at offset {off}")
+        adds = add_bytes = 0
+        frame = 16
+        while frame < end:  # offsets straight into `data`: validated above
+            _, flen, _ = unpack_frame(data, frame)
+            off = frame + FRAME_HDR.size
+            fend = off + flen
+            frame = fend
+            while off < fend:
+                size, _ = unpack_rec(data, off)
+                b = off + 8
+                kind = data[b]
+                if kind == ADD:
+                    _, qid, seq, count, el, rl, pl, bl = unpack_add(data, b)
+                    adds += 1
+                    add_bytes += size + 8
+                    q = msgs.get(qid)
+                    if q is not None:
+                        p = b + hsize
+                        ex = data[p:p + el]
+                        exs = strs.get(ex)
+                        if exs is None:
+                            exs = strs[ex] = ex.decode()
+                        p += el
+                        rk = data[p:p + rl]
+                        rks = strs.get(rk)
+                        if rks is None:
+                            rks = rk.decode()
+                            if len(strs) < 10000:
+                                strs[rk] = rks
+                        p += rl
+                        old = q.get(seq)
+                        if old is not None:  # a compaction copy of the same message
+                            count = max(count, old.delivery_count)
+                        q[seq] = StoredMessage(
+                            seq, exs, rks, data[p:p + pl],
+                            data[p + pl:p + pl + bl] if with_bodies else None, count, base | off)
+                elif kind == REMOVE:
+                    _, qid, seq = unpack_remove(data, b)
+                    q = msgs.get(qid)
+                    if q is not None:
+                        q.pop(seq, None)
+                elif kind == DELIVERED:
+                    _, qid, seq, count = unpack_deliv(data, b)
+                    q = msgs.get(qid)
+                    m = q.get(seq) if q is not None else None
+                    if m is not None and count > m.delivery_count:
+                        m.delivery_count = count
+                else:
+                    raise CorruptStore(f"{path}: unknown record type {kind} at offset {off}")
+                off = b + size
+        info.adds = adds
+        info.add_bytes = add_bytes
 
     def _new_segment(self, s: int) -> None:
         path = self.dir / seg_name(s)
