@@ -256,10 +256,19 @@ def test_oversize_message_is_a_channel_fault_and_its_body_is_skipped():
     assert len(events) == 3
 
 
+def test_oversize_fault_abandoned_by_next_method():
+    """After the server closes the channel over an oversize content, the client's next
+    method on that channel (its channel.close-ok) abandons the skipped body."""
+    dec = Decoder(max_message_size=10, expect_header=False)
+    events = dec.feed(PUB + header(11) + QOS)
+    assert isinstance(events[0], ChannelFault)
+    assert isinstance(events[1], Method)
+
+
 def test_oversize_fault_still_enforces_body_framing():
     dec = Decoder(max_message_size=10, expect_header=False)
     with pytest.raises(FrameError) as info:
-        dec.feed(PUB + header(11) + QOS)
+        dec.feed(PUB + header(11) + body(b"x" * 12))
     assert info.value.reply_code == 505
 
 

@@ -41,6 +41,7 @@ class ChannelOutput(Protocol):
     """What the model asks the protocol front end to send."""
 
     writable: bool
+    number: int  # the channel's number on its connection, for error texts
 
     def deliver(self, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
                 routing_key: str, properties: bytes, body: bytes) -> None: ...
@@ -191,7 +192,7 @@ class Channel:
                 ms = entry.queue.consumer_timeout or self.consumer_timeout_ms
                 self.output.close(PRECONDITION_FAILED,
                                   f"PRECONDITION_FAILED - delivery acknowledgement on channel "
-                                  f"timed out. Timeout value used: {ms} ms. This timeout value "
+                                  f"{self.output.number} timed out. Timeout value used: {ms} ms. This timeout value "
                                   "can be configured, see consumers doc guide to learn more")
                 return
             soonest = deadline if soonest is None else min(soonest, deadline)

@@ -225,7 +225,12 @@ class Decoder:
             pos = end + 1
             if ftype == FRAME_METHOD:
                 if pending and channel in pending:
-                    self._interrupted(pending[channel])
+                    if pending[channel].skip:
+                        # the server closed the channel over this content: the client's
+                        # channel.close-ok / close abandons the rest of the body
+                        del pending[channel]
+                    else:
+                        self._interrupted(pending[channel])
                 method_id = _U32.unpack_from(buf, start)[0] if size >= 4 else -1
                 if method_id == _PUBLISH:
                     args = _publish_args(buf, start, end)
