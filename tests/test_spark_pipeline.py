@@ -1,0 +1,181 @@
+"""S1/S2/S4: land a queue into Parquet while the Spark driver is SIGKILLed again and again.
+
+The driver is `python -m ackmq.spark pipeline land` in its own process group; it is
+killed at random moments after it has landed something, restarted on the same
+checkpoint, while a publisher keeps publishing. At the end the committed table must
+hold every message exactly once and the queue must be empty with nothing unacked.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pika
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+try:
+    import pyspark  # noqa: F401
+except ImportError:  # pragma: no cover
+    pytest.skip("pyspark is not installed (pip install 'pyspark==4.3.0')", allow_module_level=True)
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Spark needs Java (no java on PATH, no JAVA_HOME)", allow_module_level=True)
+
+from ackmq.spark.amqp import ConfirmingPublisher  # noqa: E402
+from ackmq.spark.lake import read_committed  # noqa: E402
+
+RABBITMQ_URL = os.environ.get("ACKMQ_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
+
+
+@pytest.fixture
+def rabbitmq_url() -> str:
+    try:
+        pika.BlockingConnection(pika.URLParameters(RABBITMQ_URL)).close()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"no RabbitMQ at {RABBITMQ_URL} ({exc}); set ACKMQ_RABBITMQ_URL")
+    return RABBITMQ_URL
+
+
+class Publisher(threading.Thread):
+    """Publishes bodies b"0".."n-1" at a steady pace, confirming every chunk."""
+
+    def __init__(self, url: str, queue: str, n: int, *, with_ids: bool, rate: float) -> None:
+        super().__init__(daemon=True)
+        self.url, self.queue, self.n, self.with_ids, self.rate = url, queue, n, with_ids, rate
+        self.error: BaseException | None = None
+        self.confirmed = 0
+
+    def run(self) -> None:
+        try:
+            pub = ConfirmingPublisher(self.url)
+            chunk = 50
+            for start in range(0, self.n, chunk):
+                for i in range(start, min(self.n, start + chunk)):
+                    pub.publish("", self.queue, str(i).encode(), pika.BasicProperties(
+                        delivery_mode=2, message_id=f"m-{i}" if self.with_ids else None))
+                pub.flush()
+                self.confirmed = min(self.n, start + chunk)
+                time.sleep(chunk / self.rate)
+            pub.close()
+        except BaseException as exc:  # noqa: BLE001
+            self.error = exc
+
+
+class Driver:
+    """One `pipeline land` run, its own process group so nothing of it outlives the test."""
+
+    def __init__(self, url: str, queue: str, work: Path, *, available_now: bool) -> None:
+        cmd = [sys.executable, "-m", "ackmq.spark", "pipeline", "land", "--url", url,
+               "--queue", queue, "--to", str(work / "lake"), "--checkpoint", str(work / "chk"),
+               "--max-per-trigger", "400"]
+        if available_now:
+            cmd.append("--available-now")
+        env = dict(os.environ, ACKMQ_SPARK_TRACE=str(work / "trace.log"))
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True, env=env)
+        self.landed = threading.Event()
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if line.startswith("batch "):
+                self.landed.set()
+
+    def kill(self) -> None:
+        """SIGKILL the driver only; then reap whatever of its group is left."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+        self._reap()
+
+    def _reap(self) -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # our own JVM/workers, if they linger
+        except ProcessLookupError:
+            pass
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._reap()
+
+
+def _queue_state(url: str, queue: str) -> tuple[int, int]:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        ok = conn.channel().queue_declare(queue, passive=True).method
+        return ok.message_count, ok.consumer_count
+    finally:
+        conn.close()
+
+
+def land_through_kills(url: str, work: Path, *, n: int, kills: int, with_ids: bool,
+                       seed: int) -> None:
+    rnd = random.Random(seed)
+    queue = f"spark.kill.{uuid.uuid4().hex[:8]}"
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    conn.channel().queue_declare(queue, durable=True)
+    conn.close()
+    pub = Publisher(url, queue, n, with_ids=with_ids, rate=n / 40.0)
+    pub.start()
+    try:
+        for _ in range(kills):
+            d = Driver(url, queue, work, available_now=False)
+            assert d.landed.wait(180), "driver never landed a batch:\n" + "".join(d.lines[-30:])
+            time.sleep(rnd.uniform(0.0, 3.0))
+            d.kill()
+        pub.join(120)
+        assert pub.error is None, pub.error
+        assert pub.confirmed == n
+        d = Driver(url, queue, work, available_now=True)
+        rc = d.wait(240)
+        assert rc == 0, "".join(d.lines[-40:])
+        table = read_committed(work / "lake", ["body"])
+        assert table is not None
+        bodies = [int(b) for b in table.column("body").to_pylist()]
+        dupes = len(bodies) - len(set(bodies))
+        missing = set(range(n)) - set(bodies)
+        assert dupes == 0, f"{dupes} messages landed twice (seed {seed})"
+        assert not missing, f"{len(missing)} messages lost, e.g. {sorted(missing)[:10]} (seed {seed})"
+        assert _queue_state(url, queue) == (0, 0)  # empty, and nothing left unacked
+    finally:
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+        conn.channel().queue_delete(queue)
+        conn.close()
+
+
+@pytest.mark.timeout(600)
+def test_S1_S2_driver_sigkill_lands_every_message_once_without_producer_ids(
+        broker_url: str, tmp_path: Path) -> None:
+    """Against ackmq: dedupe by x-ackmq-seq, producers set no message_id."""
+    seed = int(os.environ.get("ACKMQ_TEST_SEED", time.time()))
+    land_through_kills(broker_url, tmp_path, n=4000, kills=3, with_ids=False, seed=seed)
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.timeout(600)
+def test_S4_rabbitmq_driver_sigkill_exactly_once_with_message_ids(
+        rabbitmq_url: str, tmp_path: Path) -> None:
+    """Against RabbitMQ (no x-ackmq-seq): exactly-once because producers set message_id."""
+    seed = int(os.environ.get("ACKMQ_TEST_SEED", time.time()))
+    land_through_kills(rabbitmq_url, tmp_path, n=3000, kills=2, with_ids=True, seed=seed)
