@@ -167,6 +167,8 @@ def start_ackmq(data_dir: Path | None = None, timeout: float = 60.0) -> Target:
     if not url:
         proc.kill()
         proc.wait(10)
+        if owned:
+            shutil.rmtree(ddir, ignore_errors=True)
         raise BenchSetupError("`python -m ackmq serve` did not start:\n" + "".join(log[-20:]))
 
     def drain() -> None:
