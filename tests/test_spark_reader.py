@@ -1,0 +1,161 @@
+"""The stream reader's protocol, driven by hand the way Spark drives it (no JVM needed).
+
+Spark calls latestOffset -> (logs the offset) -> partitions -> read (executors) ->
+commits the sink -> latestOffset(next start) ...; these tests make the same calls,
+and "crash" a reader by closing its connection without acking.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pika
+import pytest
+
+pytestmark = [pytest.mark.spark]
+pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'pyspark==4.3.0')")
+
+from pyspark.sql.streaming.datasource import ReadMaxRows  # noqa: E402
+
+from ackmq.spark.source import AckmqStreamReader  # noqa: E402
+
+
+@pytest.fixture
+def queue(broker_url: str):
+    name = f"spark.reader.{uuid.uuid4().hex[:8]}"
+    conn = pika.BlockingConnection(pika.URLParameters(broker_url))
+    conn.channel().queue_declare(name, durable=True)
+    conn.close()
+    yield name
+    conn = pika.BlockingConnection(pika.URLParameters(broker_url))
+    conn.channel().queue_delete(name)
+    conn.close()
+
+
+def publish(url: str, queue: str, bodies: range, with_ids: bool = False) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for i in bodies:
+        ch.basic_publish("", queue, str(i).encode(), pika.BasicProperties(
+            delivery_mode=2, message_id=f"m-{i}" if with_ids else None))
+    conn.close()
+
+
+def queue_state(url: str, queue: str) -> tuple[int, int]:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        ok = conn.channel().queue_declare(queue, passive=True).method
+        return ok.message_count, ok.consumer_count
+    finally:
+        conn.close()
+
+
+def reader(url: str, queue: str, staging: Path, max_per_trigger: int = 100) -> AckmqStreamReader:
+    return AckmqStreamReader({"url": url, "queue": queue, "stagingLocation": str(staging),
+                              "maxMessagesPerTrigger": str(max_per_trigger)})
+
+
+def next_batch(r: AckmqStreamReader, start: dict, want: int, timeout: float = 10.0) -> dict:
+    """latestOffset until it admits something (deliveries arrive asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        end = r.latestOffset(start, ReadMaxRows(want))
+        if end != start or time.monotonic() > deadline:
+            return end
+        time.sleep(0.05)
+
+
+def rows(r: AckmqStreamReader, start: dict, end: dict) -> list[int]:
+    """What Spark's executors would read for the batch (start, end]."""
+    out: list[int] = []
+    for p in r.partitions(start, end):
+        for rb in r.read(p):
+            out.extend(int(b) for b in rb.column("body").to_pylist())
+    return out
+
+
+def drain(r: AckmqStreamReader, start: dict, landed: list[int], limit: int) -> dict:
+    while True:
+        end = next_batch(r, start, limit, timeout=2.0)
+        if end == start:
+            return start
+        batch = rows(r, start, end)
+        assert 0 < len(batch) <= limit  # S5: the cap holds
+        landed.extend(batch)
+        start = end
+
+
+def test_S5_batches_are_capped_and_prefetch_bounds_the_buffer(broker_url, queue, tmp_path):
+    publish(broker_url, queue, range(1000))
+    r = reader(broker_url, queue, tmp_path, max_per_trigger=150)
+    try:
+        start = r.initialOffset()
+        landed: list[int] = []
+        for _ in range(3):
+            end = next_batch(r, start, 150)
+            assert r._consumer is not None and r._consumer.buffered() <= r.prefetch
+            landed.extend(rows(r, start, end))
+            start = end
+        assert len(landed) == 450
+        start = drain(r, start, landed, 150)
+        assert sorted(landed) == list(range(1000))
+        assert queue_state(broker_url, queue) == (0, 1)  # all acked, consumer still there
+    finally:
+        r.stop()
+
+
+def test_S1_idle_stream_acks_the_last_batch(broker_url, queue, tmp_path):
+    publish(broker_url, queue, range(10))
+    r = reader(broker_url, queue, tmp_path)
+    try:
+        start = r.initialOffset()
+        end = next_batch(r, start, 100)
+        assert rows(r, start, end) == list(range(10))
+        assert r.latestOffset(end, ReadMaxRows(100)) == end  # idle: Spark never commits
+    finally:
+        r.stop()
+    assert queue_state(broker_url, queue) == (0, 0)  # still acked: nothing came back
+
+
+def test_S1_unlogged_batch_is_given_back_in_the_same_process(broker_url, queue, tmp_path):
+    publish(broker_url, queue, range(30))
+    r = reader(broker_url, queue, tmp_path)
+    try:
+        start = r.initialOffset()
+        lost = next_batch(r, start, 10)  # Spark did not log this one (e.g. query stopping)
+        end = r.latestOffset(start, ReadMaxRows(100))
+        assert rows(r, start, end)[:10] == list(range(10))
+        assert lost != end
+    finally:
+        r.stop()
+
+
+@pytest.mark.parametrize("crash_after", ["staged", "committed"])
+def test_S2_restart_after_crash_lands_nothing_twice(broker_url, queue, tmp_path, is_rabbitmq,
+                                                    crash_after):
+    """Reader A dies holding a logged batch (committed or not) and an unlogged one."""
+    publish(broker_url, queue, range(500), with_ids=is_rabbitmq)  # RabbitMQ needs the ids
+    landed: list[int] = []
+    a = reader(broker_url, queue, tmp_path, max_per_trigger=100)
+    start = a.initialOffset()
+    logged = next_batch(a, start, 100)
+    if crash_after == "committed":
+        landed.extend(rows(a, start, logged))  # the sink committed batch 0 ...
+    a.latestOffset(logged, ReadMaxRows(100)) if crash_after == "committed" else None
+    # ... A acked batch 0 (committed case) and staged batch 1, which Spark never logged.
+    assert a._consumer is not None
+    a._consumer._stop.set()  # crash: the connection goes away without further acks
+    a._consumer._thread.join(5)
+    b = reader(broker_url, queue, tmp_path, max_per_trigger=100)
+    try:
+        if crash_after == "staged":
+            landed.extend(rows(b, start, logged))  # Spark replays the logged batch 0
+        drain(b, logged, landed, 100)
+        assert sorted(landed) == list(range(500))
+        assert queue_state(broker_url, queue)[0] == 0
+    finally:
+        b.stop()
+    assert queue_state(broker_url, queue) == (0, 0)
