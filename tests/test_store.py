@@ -240,7 +240,7 @@ def test_corruption_in_the_middle_raises_CorruptStore(tmp_path: Path) -> None:
     st.close()
     newest = seg_files(tmp_path)[-1]
     data = bytearray(newest.read_bytes())
-    off = 16 + 12 + 8 + 60  # inside the first record of the first frame
+    off = 16 + 16 + 8 + 60  # inside the first record of the first frame
     data[off] ^= 0x01
     newest.write_bytes(bytes(data))
     with pytest.raises(CorruptStore, match=rf"{newest.name}.*offset 16"):

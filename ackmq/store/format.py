@@ -2,11 +2,13 @@
 
 A segment file is a 16-byte header followed by frames. One frame is what one `write()`
 of the writer thread put down (a group commit); it is the unit of atomicity: a frame
-whose header or any record fails its check is torn. Every record carries its own crc32
-so a single body can be verified when read back alone (`read_body`).
+whose header or payload fails its crc is torn. Recovery checks one crc per frame (a C
+loop over all bytes); every record also carries its own crc32 so a single body can be
+verified when read back alone (`read_body`).
 
     file header  : b"ACKMQSG1" | u32 segment id | u32 crc32(previous 12 bytes)
-    frame header : u32 FRAME_MAGIC | u32 payload length | u32 crc32(previous 8 bytes)
+    frame header : u32 FRAME_MAGIC | u32 payload length | u32 crc32(payload)
+                   | u32 crc32(previous 12 bytes)
     record       : u32 body length | u32 crc32(body) | body
     body         : u8 type | fields (little endian), see ADD / REMOVE / DELIVERED / DEF
 """
@@ -25,7 +27,7 @@ log = logging.getLogger("ackmq.store")
 FILE_MAGIC = b"ACKMQSG1"
 FILE_HDR = struct.Struct("<8sII")
 FRAME_MAGIC = 0xA5C40F01
-FRAME_HDR = struct.Struct("<III")
+FRAME_HDR = struct.Struct("<IIII")
 REC_HDR = struct.Struct("<II")
 FRAME_MAX = 16 << 20  # a frame is closed once its payload passes this (one record may exceed)
 
@@ -96,10 +98,12 @@ class FrameWriter:
 
     def _close(self) -> None:
         if self._start >= 0:
-            length = len(self.out) - self._start - FRAME_HDR.size
-            head = struct.pack("<II", FRAME_MAGIC, length)
-            self.out[self._start:self._start + FRAME_HDR.size] = head + struct.pack(
-                "<I", zlib.crc32(head))
+            payload = self._start + FRAME_HDR.size
+            length = len(self.out) - payload
+            with memoryview(self.out) as mv:
+                pcrc = zlib.crc32(mv[payload:])
+            head = struct.pack("<III", FRAME_MAGIC, length, pcrc)
+            self.out[self._start:payload] = head + struct.pack("<I", zlib.crc32(head))
 
     def finish(self) -> bytearray:
         self._close()
@@ -112,23 +116,15 @@ def _frame_at(data: memoryview, off: int) -> tuple[int, str | None]:
     end = len(data)
     if off + FRAME_HDR.size > end:
         return off, "truncated frame header"
-    magic, length, crc = FRAME_HDR.unpack_from(data, off)
-    if magic != FRAME_MAGIC or zlib.crc32(data[off:off + 8]) != crc:
+    magic, length, pcrc, crc = FRAME_HDR.unpack_from(data, off)
+    if magic != FRAME_MAGIC or zlib.crc32(data[off:off + 12]) != crc:
         return off, "bad frame header"
     pos = off + FRAME_HDR.size
     stop = pos + length
     if stop > end:
         return off, "truncated frame"
-    while pos < stop:
-        if pos + REC_HDR.size > stop:
-            return off, "bad record framing"
-        size, rcrc = REC_HDR.unpack_from(data, pos)
-        body_end = pos + REC_HDR.size + size
-        if body_end > stop or size == 0:
-            return off, f"bad record length at offset {pos}"
-        if zlib.crc32(data[pos + REC_HDR.size:body_end]) != rcrc:
-            return off, f"record checksum mismatch at offset {pos}"
-        pos = body_end
+    if zlib.crc32(data[pos:stop]) != pcrc:
+        return off, "frame checksum mismatch"
     return stop, None
 
 
@@ -189,11 +185,13 @@ def iter_records(data: bytes, start: int, stop: int) -> Iterator[tuple[int, memo
     unpack_frame = FRAME_HDR.unpack_from
     unpack_rec = REC_HDR.unpack_from
     while off < stop:
-        _, length, _ = unpack_frame(data, off)
+        length = unpack_frame(data, off)[1]
         pos = off + hsize
         fend = pos + length
         while pos < fend:
             size, _ = unpack_rec(data, pos)
             yield pos, mv[pos + rsize:pos + rsize + size]
             pos += rsize + size
+        if pos != fend:
+            raise CorruptStore(f"record framing does not match the frame at offset {off}")
         off = fend

@@ -244,10 +244,9 @@ class SegmentStore:
         adds = add_bytes = 0
         frame = 16
         while frame < end:  # offsets straight into `data`: validated above
-            _, flen, _ = unpack_frame(data, frame)
+            fstart = frame
             off = frame + FRAME_HDR.size
-            fend = off + flen
-            frame = fend
+            fend = frame = off + unpack_frame(data, frame)[1]
             while off < fend:
                 size, _ = unpack_rec(data, off)
                 b = off + 8
@@ -291,6 +290,8 @@ class SegmentStore:
                 else:
                     raise CorruptStore(f"{path}: unknown record type {kind} at offset {off}")
                 off = b + size
+            if off != fend:
+                raise CorruptStore(f"{path}: record framing does not match frame at {fstart}")
         info.adds = adds
         info.add_bytes = add_bytes
 
