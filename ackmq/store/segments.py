@@ -17,6 +17,8 @@ import fcntl
 import logging
 import os
 import threading
+from array import array
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,12 +193,17 @@ class SegmentStore:
             self._load_segment(s, s == seg_ids[-1], msgs, with_bodies)
         out: dict[str, list[StoredMessage]] = {}
         for qid, by_seq in msgs.items():
+            seqs = sorted(by_seq)
+            lst = [by_seq[k] for k in seqs]
             idx = QueueIndex()
-            lst = [by_seq[k] for k in sorted(by_seq)]
+            idx.seqs = array("Q", seqs)
+            idx.locs = array("Q", [m.location for m in lst])
+            idx.live = len(lst)
+            for seg, n in Counter(loc >> 32 for loc in idx.locs).items():
+                self._segs[seg].live += n
+            top = qid << 64
             for m in lst:
-                idx.insert(m.seq, m.location)
-                self._segs[m.location >> 32].live += 1
-                m.location = (qid << 64) | m.seq
+                m.location = top | m.seq
             self._index[qid] = idx
             out[names[qid]] = lst
         self._active = (seg_ids[-1] if seg_ids else 0) + 1
