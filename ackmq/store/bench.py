@@ -6,7 +6,8 @@
 publish: persistent adds committed in batches of 1, 100, 1000, waiting for each batch's
 callback (a publisher confirming one-by-one or per batch), then "pipelined": one commit
 per message without waiting, as a busy broker commits once per event-loop turn while
-the previous fsync runs (group commit merges them).
+the previous fsync runs (group commit merges them); then "turns": a broker-like thread
+adding 20 messages per event-loop turn, one commit per turn, with confirm latencies.
 recover: writes N messages, closes, and times `open()` (cold process-level, warm page
 cache), reporting the index's bytes per message.
 """
@@ -62,6 +63,32 @@ def _publish(path: Path, n: int, size: int, batch: int | None) -> str:
             f"commits/fsync)")
 
 
+def _turns(path: Path, seconds: float, size: int, per_turn: int = 20) -> str:
+    """A broker-like thread: `per_turn` adds, one commit, a short wait for sockets."""
+    shutil.rmtree(path, ignore_errors=True)
+    st = open_store(path, auto_compact=False)
+    epoch = st.open().epoch
+    st.save_queue(QueueDef("q"))
+    body = b"x" * size
+    lat: list[float] = []
+    n = 0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(per_turn):
+            st.add("q", (epoch << 40) | n, "amq.direct", "rk", PROPS, body)
+            n += 1
+        t0 = time.perf_counter()
+        st.commit(lambda exc, t0=t0: lat.append(time.perf_counter() - t0))
+        time.sleep(0.0002)
+    st.close()
+    lat.sort()
+    s = st.stats
+    return (f"turns of {per_turn} adds for {seconds:.0f} s: {n / seconds:9,.0f} msg/s  "
+            f"commits={s.commits} fsyncs={s.fsyncs} ({s.commits / max(1, s.fsyncs):.1f} "
+            f"commits/fsync); confirm latency median {lat[len(lat) // 2] * 1e3:.2f} ms, "
+            f"p99 {lat[int(len(lat) * 0.99)] * 1e3:.2f} ms")
+
+
 def _recover(path: Path, n: int, size: int) -> str:
     shutil.rmtree(path, ignore_errors=True)
     st = open_store(path, auto_compact=False, fsync=False)
@@ -101,6 +128,7 @@ def main() -> None:
         n = a.n or 50000
         for batch in (1000, 100, 1, None):
             print(_publish(path, n, a.size, batch), flush=True)
+        print(_turns(path, 3.0, a.size), flush=True)
     else:
         print(_recover(path, a.n or 1_000_000, a.size), flush=True)
     shutil.rmtree(path, ignore_errors=True)
