@@ -92,6 +92,37 @@ def test_round_trip_definitions_and_messages(tmp_path: Path) -> None:
     st3.close()
 
 
+def test_identical_redeclare_writes_nothing(tmp_path: Path) -> None:
+    st, _ = fresh(tmp_path)
+    st.save_queue(QueueDef("q", arguments={"x-max-length": 5}))
+    st.save_exchange(ExchangeDef("ex", "direct"))
+    st.save_binding(BindingDef("ex", "q", "queue", "k"))
+    size = (tmp_path / "defs.log").stat().st_size
+    st.save_queue(QueueDef("q", arguments={"x-max-length": 5}))
+    st.save_exchange(ExchangeDef("ex", "direct"))
+    st.save_binding(BindingDef("ex", "q", "queue", "k"))
+    assert (tmp_path / "defs.log").stat().st_size == size
+    st.save_queue(QueueDef("q", arguments={"x-max-length": 6}))  # changed: journaled
+    assert (tmp_path / "defs.log").stat().st_size > size
+    st.close()
+    st = open_store(tmp_path)
+    assert st.open().queues == [QueueDef("q", arguments={"x-max-length": 6})]
+    st.close()
+
+
+def test_newest_segment_with_zeroed_header_is_dropped(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path)
+    st.save_queue(QueueDef("q"))
+    publish(st, "q", [(e << 40) | 1])
+    assert commit_sync(st) is None
+    st.close()
+    newest = seg_files(tmp_path)[-1]
+    (tmp_path / f"{int(newest.stem) + 1:08d}.seg").write_bytes(bytes(4096))  # crash at create
+    st = open_store(tmp_path)
+    assert [m.seq & 0xFF for m in st.open().messages["q"]] == [1]
+    st.close()
+
+
 def test_epoch_is_bumped_durably_on_every_open(tmp_path: Path) -> None:
     epochs = []
     for _ in range(4):

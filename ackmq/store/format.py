@@ -156,8 +156,8 @@ def valid_length(data: bytes, path: str, seg_id: int, newest: bool) -> int:
     returned length excludes it (the caller truncates and logs). Anything else bad
     raises CorruptStore naming the file and offset.
     """
-    if len(data) < FILE_HDR.size:
-        if newest:
+    if len(data) < FILE_HDR.size or (newest and not data.strip(b"\0")):
+        if newest:  # created just before the crash; its header never reached the disk
             return 0
         raise CorruptStore(f"{path}: truncated file header at offset 0")
     check_file_header(data, path, seg_id)

@@ -20,7 +20,7 @@ import threading
 from array import array
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from .base import (
     StoredMessage,
     StoreError,
 )
-from .defs import DefsLog, _enc, fsync_dir
+from .defs import DefsLog, _enc, binding_key, fsync_dir
 from .format import (
     ADD,
     ADD_HDR,
@@ -328,16 +328,18 @@ class SegmentStore:
             raise StoreError(f"cannot write {self._defs.path}: {e}") from e
 
     def save_exchange(self, d: ExchangeDef) -> None:
-        from dataclasses import asdict
+        if self._defs is not None and self._defs.state.exchanges.get(d.name) == d:
+            return  # redeclared as it is: no journal record, no fsync
         self._defs_op({"op": "exchange", "def": _enc(asdict(d))})
 
     def delete_exchange(self, name: str) -> None:
         self._defs_op({"op": "del_exchange", "name": name})
 
     def save_queue(self, d: QueueDef) -> None:
-        from dataclasses import asdict
         assert self._defs is not None
         qid = self._qids.get(d.name)
+        if qid is not None and self._defs.state.queues.get(d.name) == (qid, d):
+            return  # redeclared as it is
         if qid is None:
             qid = self._defs.state.next_qid
         self._defs_op({"op": "queue", "qid": qid, "def": _enc(asdict(d))})
@@ -366,11 +368,11 @@ class SegmentStore:
                     del d[k]
 
     def save_binding(self, b: BindingDef) -> None:
-        from dataclasses import asdict
+        if self._defs is not None and binding_key(b) in self._defs.state.bindings:
+            return
         self._defs_op({"op": "binding", "def": _enc(asdict(b))})
 
     def delete_binding(self, b: BindingDef) -> None:
-        from dataclasses import asdict
         self._defs_op({"op": "del_binding", "def": _enc(asdict(b))})
 
     # -- messages (broker thread: memory only) ---------------------------------------------
