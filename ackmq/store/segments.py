@@ -171,6 +171,9 @@ class SegmentStore:
             raise StoreError(f"{self.dir} is in use by another process") from e
         try:
             return self._open_locked()
+        except OSError as e:
+            os.close(self._lockfd)
+            raise StoreError(f"cannot open the store in {self.dir}: {e}") from e
         except BaseException:
             os.close(self._lockfd)
             raise
@@ -306,10 +309,16 @@ class SegmentStore:
         path = self.dir / seg_name(s)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         head = file_header(s)
-        os.write(fd, head)
-        if self.fsync:
-            os.fdatasync(fd)
-            fsync_dir(self.dir)
+        try:
+            if os.write(fd, head) != len(head):
+                raise OSError(errno.ENOSPC, "short write of the segment header")
+            if self.fsync:
+                os.fdatasync(fd)
+                fsync_dir(self.dir)
+        except OSError:  # e.g. disk full: keep appending to the current segment
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
         if self._wfd >= 0:
             os.close(self._wfd)
         self._wfd, self._woff = fd, len(head)
@@ -512,8 +521,11 @@ class SegmentStore:
         if not any(group):
             return None  # earlier groups were already fsynced: nothing to wait for
         if self._woff >= self.segment_bytes:
-            self._new_segment(self._active + 1)
-            self._compact_wake.set()
+            try:
+                self._new_segment(self._active + 1)
+                self._compact_wake.set()
+            except OSError as e:
+                log.warning("cannot start a new segment (%s); appending to the current one", e)
         fw = FrameWriter()
         out = fw.out
         base = self._woff
