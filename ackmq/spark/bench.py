@@ -7,15 +7,19 @@ landed twice: by Spark (local[2], Trigger.AvailableNow, ack after commit, exactl
 and by a naive consumer that acks each message as it appends it to an in-memory buffer
 and writes a Parquet file every `--file-rows` rows (fast, and it loses the buffer on a
 crash: the messages are acked before they are on disk). With no --ackmq-url an
-embedded ackmq is started.
+`ackmq serve` subprocess is started.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,10 +97,22 @@ def ackmq_broker(url: str | None, work: Path) -> Iterator[str]:
     if url:
         yield url
         return
-    import ackmq
-
-    with ackmq.EmbeddedBroker(port=0, data_dir=str(work / "broker")) as b:
-        yield b.url
+    # a process of its own, as RabbitMQ is: no GIL shared with the consumers measured
+    proc = subprocess.Popen([sys.executable, "-m", "ackmq", "serve", "--port", "0",
+                             "--data-dir", str(work / "broker")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            m = re.search(r"listening on (amqp://\S+)", line)
+            if m:
+                threading.Thread(target=proc.stdout.read, daemon=True).start()
+                yield m.group(1)
+                return
+        raise RuntimeError("ackmq serve did not start")
+    finally:
+        proc.terminate()
+        proc.wait(15)
 
 
 def main(argv: list[str] | None = None) -> int:
