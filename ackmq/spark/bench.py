@@ -1,6 +1,7 @@
 """Landing throughput into Parquet: the `ackmq` Spark source vs a naive pika+pyarrow consumer.
 
     python -m ackmq.spark.bench --messages 50000 [--ackmq-url URL] [--rabbitmq-url URL]
+    python -m ackmq.spark.bench backlog --messages 1000000 --max-per-trigger 20000   # S5
 
 For each source broker a durable queue is filled with persistent 1 KiB messages, then
 landed twice: by Spark (local[2], Trigger.AvailableNow, ack after commit, exactly once)
@@ -115,7 +116,64 @@ def ackmq_broker(url: str | None, work: Path) -> Iterator[str]:
         proc.wait(15)
 
 
+def backlog(url: str, n: int, size: int, per_trigger: int, work: Path) -> None:
+    """S5: drain an n-message backlog with `pipeline land --available-now` in a subprocess,
+    sampling the resident memory of the whole driver tree (JVM + Python workers)."""
+    import psutil
+
+    q = "bench.spark.backlog"
+    t0 = time.monotonic()
+    fill(url, q, n, size)
+    print(f"filled {n} messages of {size} B in {time.monotonic() - t0:.0f}s", flush=True)
+    cmd = [sys.executable, "-m", "ackmq.spark", "pipeline", "land", "--url", url, "--queue", q,
+           "--to", str(work / "lake"), "--checkpoint", str(work / "chk"),
+           "--max-per-trigger", str(per_trigger), "--available-now"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    landed, biggest, samples = 0, 0, []
+    top = psutil.Process(proc.pid)
+
+    def tree_rss() -> int:
+        total = 0
+        for p in [top, *top.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                total += p.memory_info().rss
+        return total
+
+    t0 = time.monotonic()
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        m = re.match(r"batch \d+: (\d+) rows.*landed (\d+)", line)
+        if m:
+            biggest = max(biggest, int(m.group(1)))
+            landed = int(m.group(2))
+            samples.append((landed, tree_rss()))
+    rc = proc.wait()
+    dt = time.monotonic() - t0
+    print(f"land exited {rc}: {landed} rows in {dt:.0f}s ({landed / dt:,.0f} msg/s), "
+          f"largest batch {biggest} (cap {per_trigger})")
+    for frac in (0.1, 0.25, 0.5, 0.75, 1.0):
+        if samples:
+            at, rss = samples[min(len(samples) - 1, int(frac * (len(samples) - 1)))]
+            print(f"  after {at:>9} rows: driver tree RSS {rss / 2**20:,.0f} MiB")
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["backlog"]:
+        bp = argparse.ArgumentParser(prog="python -m ackmq.spark.bench backlog")
+        bp.add_argument("--messages", type=int, default=1_000_000)
+        bp.add_argument("--body-size", type=int, default=100)
+        bp.add_argument("--max-per-trigger", type=int, default=20000)
+        bp.add_argument("--ackmq-url", default=None)
+        b = bp.parse_args(argv[1:])
+        work = Path(tempfile.mkdtemp(prefix="ackmq-spark-backlog-"))
+        try:
+            with ackmq_broker(b.ackmq_url, work) as url:
+                backlog(url, b.messages, b.body_size, b.max_per_trigger, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     ap = argparse.ArgumentParser(prog="python -m ackmq.spark.bench")
     ap.add_argument("--messages", type=int, default=50000)
     ap.add_argument("--body-size", type=int, default=1024)
