@@ -159,3 +159,35 @@ def test_S2_restart_after_crash_lands_nothing_twice(broker_url, queue, tmp_path,
     finally:
         b.stop()
     assert queue_state(broker_url, queue) == (0, 0)
+
+
+def test_S2_broker_sigkill_mid_stream_lands_nothing_twice(tmp_path):
+    """The broker (ackmq) is SIGKILLed while the reader holds staged, unacked batches."""
+    from conftest import BrokerProcess
+
+    broker = BrokerProcess(tmp_path / "data")
+    url = broker.start()
+    try:
+        q = "spark.broker-kill"
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+        conn.channel().queue_declare(q, durable=True)
+        conn.close()
+        publish(url, q, range(300))
+        r = reader(url, q, tmp_path / "staging", max_per_trigger=100)
+        try:
+            start = r.initialOffset()
+            landed: list[int] = []
+            end0 = next_batch(r, start, 100)
+            landed.extend(rows(r, start, end0))      # batch 0 committed by the sink
+            end1 = next_batch(r, end0, 100)           # batch 0 acked, batch 1 logged
+            broker.kill()
+            broker = BrokerProcess(tmp_path / "data", port=broker.port)
+            broker.start()
+            landed.extend(rows(r, end0, end1))        # batch 1 runs from its staged file
+            drain(r, end1, landed, 100)
+            assert sorted(landed) == list(range(300))
+        finally:
+            r.stop()
+        assert queue_state(url, q) == (0, 0)
+    finally:
+        broker.stop()

@@ -104,9 +104,10 @@ class QueueConsumer:
 
     def ack(self, items: list[Delivery], timeout: float = 30.0) -> None:
         """Ack deliveries and wait until the broker has processed the acks."""
-        tags = sorted(d.tag for d in items if d.gen == self.gen)
+        gen = self.gen
+        tags = sorted(d.tag for d in items if d.gen == gen)
         if tags:
-            self._call("ack", tags, timeout)
+            self._call("ack", (gen, tags), timeout)
 
     def queue_depth(self, timeout: float = 30.0) -> int:
         """Messages in the queue now: ready ones plus those delivered to us and unacked."""
@@ -168,7 +169,9 @@ class QueueConsumer:
 
     def _serve(self, conn: pika.BlockingConnection, ch: Any, op: str, arg: Any) -> Any:
         if op == "ack":
-            tags: list[int] = arg
+            gen, tags = arg
+            if gen != self.gen:
+                return None  # a reconnect came between: those tags died with their channel
             top = tags[-1]
             if sum(1 for t in self._outstanding if t <= top) == len(tags):
                 ch.basic_ack(top, multiple=True)  # they are every outstanding tag up to top
