@@ -24,7 +24,11 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heartbeat", type=int, default=60, help="heartbeat proposed in tune (s)")
     p.add_argument("--consumer-timeout-ms", type=int, default=None,
                    help="close a channel whose delivery stays unacked this long (H2)")
-    p.add_argument("--max-message-size", type=int, default=128 * 1024 * 1024)
+    p.add_argument("--max-message-size", type=int, default=128 * 1024 * 1024,
+                   help="larger messages are refused with 406 (default 128 MiB)")
+    p.add_argument("--queue-hot-messages", type=int, default=4096,
+                   help="ready messages a queue keeps in memory; the rest wait in spill "
+                        "files in the data dir (bounded memory at any queue depth)")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -40,7 +44,8 @@ def serve(args: argparse.Namespace) -> int:
                  data_dir=None if args.no_persistence else args.data_dir,
                  fsync=not args.no_fsync, heartbeat=args.heartbeat,
                  consumer_timeout_ms=args.consumer_timeout_ms,
-                 max_message_size=args.max_message_size)
+                 max_message_size=args.max_message_size,
+                 queue_hot_messages=max(1, args.queue_hot_messages))
     try:
         import uvloop
         uvloop.install()

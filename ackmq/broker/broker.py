@@ -16,6 +16,7 @@ from ackmq.broker.errors import NOT_ALLOWED, ConnectionError_
 from ackmq.broker.exchange import EXCHANGE_CLASSES
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue import Queue
+from ackmq.broker.readylist import Meter
 from ackmq.broker.vhost import VHost
 from ackmq.store.base import Store
 
@@ -37,9 +38,13 @@ class Scheduler(Protocol):
 
 class Broker:
     def __init__(self, scheduler: Scheduler, store: Store | None = None,
-                 consumer_timeout_ms: int | None = None) -> None:
+                 consumer_timeout_ms: int | None = None, spill: Any = None,
+                 queue_hot_messages: int = 4096) -> None:
         self.scheduler = scheduler
         self.store = store
+        self.spill = spill  # deep queues keep their tails there (ackmq.store.spill)
+        self.meter = Meter()
+        self.queue_hot_messages = queue_hot_messages
         self.consumer_timeout_ms = consumer_timeout_ms
         self.epoch = 0
         self.vhosts: dict[str, VHost] = {}
@@ -122,6 +127,11 @@ class Broker:
         self.scheduler.request_flush()
 
     def end_of_turn(self) -> None:
+        if self.spill is not None:
+            try:
+                self.spill.flush()
+            except OSError as e:  # kept in memory; retried next turn
+                log.warning("%s", e)
         store = self.store
         if store is not None and (store.pending or self._commit_waiters
                                   or self._commit_callbacks):
@@ -158,3 +168,5 @@ class Broker:
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
+        if self.spill is not None:
+            self.spill.close()

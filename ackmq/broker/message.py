@@ -73,13 +73,23 @@ class Message:
 
 
 class QueueEntry:
-    """One message in one queue: `seq` orders the queue and survives requeue and restart."""
+    """One message in one queue: `seq` orders the queue and survives requeue and restart.
+
+    `message` is None while the entry is paged out: its body waits in the store (at
+    `location`) and is read back when the entry is delivered, so a deep durable queue
+    costs one small object per message, not its body.
+    """
 
     __slots__ = ("message", "seq", "delivery_count", "redelivered", "expires_at", "persisted",
-                 "location", "queue")
+                 "location", "queue", "size", "priority")
 
-    def __init__(self, message: Message, seq: int, queue: object) -> None:
+    def __init__(self, message: Message | None, seq: int, queue: object, size: int = 0,
+                 priority: int = 0) -> None:
         self.message = message
+        if message is not None:
+            size, priority = len(message.body), message.priority
+        self.size = size
+        self.priority = priority
         self.seq = seq
         self.queue = queue
         self.delivery_count = 0   # times returned to the queue after a delivery (D10)

@@ -73,7 +73,9 @@ class Queue:
         self.overflow = overflow
         self.dlx = _str_arg(a, "x-dead-letter-exchange")
         self.dlrk = _str_arg(a, "x-dead-letter-routing-key")
-        self.ready = ReadyList(self.max_priority)
+        broker = vhost.broker
+        self.ready = ReadyList(self.max_priority, broker.meter, broker.spill, self,
+                               broker.queue_hot_messages)
         self.consumers: dict[str, Consumer] = {}
         self._active: deque[Consumer] = deque()
         self.unacked_count = 0
@@ -147,8 +149,8 @@ class Queue:
         return True
 
     def restore(self, entry: QueueEntry) -> None:
-        """Put back a message recovered from the store (keeps its seq)."""
-        self.ready.requeue(entry)
+        """Put back a message recovered from the store (keeps its seq; call in seq order)."""
+        self.ready.append(entry)
 
     def _over_limit(self, message: Message, incoming: bool) -> bool:
         ml, mlb = self.max_length, self.max_length_bytes

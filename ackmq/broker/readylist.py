@@ -4,26 +4,37 @@ New messages arrive with growing seqs and go to the tail of a deque; requeued on
 a heap. The next message is the smaller head of the two, so a requeued message is served
 before anything published after it: O(1) publish and consume, O(log n) requeue.
 With `x-max-priority` there is one such pair per priority level, highest first.
+
+Deep queues: past `hot_max` entries, new messages go to the spill (one record each on
+disk) and the deque's cold tail is just their 8-byte locations; they are read back in
+batches as the head drains. Memory per queued message stays small at any depth.
 """
 
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections import deque
 from collections.abc import Iterator
+from typing import Any
 
 from ackmq.broker.message import QueueEntry
+from ackmq.broker.paging import decode_entry, encode_entry
+
+REFILL = 512  # entries read back from the spill at a time
 
 
 class _Level:
-    __slots__ = ("fresh", "back")
+    __slots__ = ("fresh", "back", "cold", "cold_pos")
 
     def __init__(self) -> None:
         self.fresh: deque[QueueEntry] = deque()
         self.back: list[QueueEntry] = []
+        self.cold = array("Q")  # spill locations, after everything in `fresh`
+        self.cold_pos = 0
 
     def __len__(self) -> int:
-        return len(self.fresh) + len(self.back)
+        return len(self.fresh) + len(self.back) + len(self.cold) - self.cold_pos
 
     def peek(self) -> QueueEntry | None:
         fresh, back = self.fresh, self.back
@@ -40,13 +51,49 @@ class _Level:
         return fresh.popleft()
 
 
-class ReadyList:
-    __slots__ = ("_levels", "_count", "bytes")
+class Meter:
+    """Bytes of message bodies held in memory by ready lists, shared broker-wide."""
 
-    def __init__(self, max_priority: int = 0) -> None:
+    __slots__ = ("resident",)
+
+    def __init__(self) -> None:
+        self.resident = 0
+
+
+class ReadyList:
+    __slots__ = ("_levels", "_count", "bytes", "meter", "spill", "owner", "hot_max")
+
+    def __init__(self, max_priority: int = 0, meter: Meter | None = None, spill: Any = None,
+                 owner: Any = None, hot_max: int = 4096) -> None:
         self._levels = [_Level() for _ in range(max_priority + 1)]
         self._count = 0
-        self.bytes = 0
+        self.bytes = 0  # body bytes of every ready message, in memory or spilled
+        self.meter = meter if meter is not None else Meter()
+        self.spill = spill
+        self.owner = owner
+        self.hot_max = hot_max
+
+    @property
+    def spilled(self) -> int:
+        return sum(len(lv.cold) - lv.cold_pos for lv in self._levels)
+
+    def _refill(self, level: _Level) -> None:
+        """The hot head ran dry: read the next batch back from the spill."""
+        cold, spill, owner, meter = level.cold, self.spill, self.owner, self.meter
+        end = min(len(cold), level.cold_pos + REFILL)
+        for i in range(level.cold_pos, end):
+            loc = cold[i]
+            entry = decode_entry(spill.get(loc), owner)
+            spill.release(loc)
+            level.fresh.append(entry)
+            meter.resident += entry.size
+        level.cold_pos = end
+        if end == len(cold):
+            del cold[:]
+            level.cold_pos = 0
+        elif end > 65536:
+            del cold[:end]
+            level.cold_pos = 0
 
     def __len__(self) -> int:
         return self._count
@@ -55,52 +102,85 @@ class ReadyList:
         levels = self._levels
         if len(levels) == 1:
             return levels[0]
-        return levels[min(entry.message.priority, len(levels) - 1)]
+        return levels[min(entry.priority, len(levels) - 1)]
 
     def append(self, entry: QueueEntry) -> None:
-        self._level(entry).fresh.append(entry)
+        level = self._level(entry)
         self._count += 1
-        self.bytes += len(entry.message.body)
+        self.bytes += entry.size
+        if self.spill is not None and (len(level.fresh) >= self.hot_max or len(level.cold)):
+            try:
+                level.cold.append(self.spill.put(encode_entry(entry)))
+                return
+            except OSError:
+                # the spill cannot take it: keep it in memory, after the spilled ones
+                heapq.heappush(level.back, entry)
+                if entry.message is not None:
+                    self.meter.resident += entry.size
+                return
+        level.fresh.append(entry)
+        if entry.message is not None:
+            self.meter.resident += entry.size
 
     def requeue(self, entry: QueueEntry) -> None:
         heapq.heappush(self._level(entry).back, entry)
         self._count += 1
-        self.bytes += len(entry.message.body)
+        self.bytes += entry.size
+        if entry.message is not None:
+            self.meter.resident += entry.size
 
     def peek(self) -> QueueEntry | None:
         for level in reversed(self._levels):
             if level:
+                if not level.fresh and len(level.cold) > level.cold_pos:
+                    self._refill(level)
                 return level.peek()
         return None
 
     def pop(self) -> QueueEntry:
         for level in reversed(self._levels):
             if level:
-                entry = level.pop()
-                self._count -= 1
-                self.bytes -= len(entry.message.body)
-                return entry
+                if not level.fresh and len(level.cold) > level.cold_pos:
+                    self._refill(level)
+                return self._left(level.pop())
         raise IndexError("pop from an empty ReadyList")
 
     def pop_oldest(self) -> QueueEntry:
         """The head for x-max-length drop-head: oldest of the lowest priority, as RabbitMQ."""
         for level in self._levels:
             if level:
-                entry = level.pop()
-                self._count -= 1
-                self.bytes -= len(entry.message.body)
-                return entry
+                if not level.fresh and len(level.cold) > level.cold_pos:
+                    self._refill(level)
+                return self._left(level.pop())
         raise IndexError("pop from an empty ReadyList")
 
+    def _left(self, entry: QueueEntry) -> QueueEntry:
+        self._count -= 1
+        self.bytes -= entry.size
+        if entry.message is not None:
+            self.meter.resident -= entry.size
+        return entry
+
     def clear(self) -> list[QueueEntry]:
+        """Empty the list; spilled entries come back without their message (seq, flags)."""
         out = list(self)
+        for e in out:
+            self._left(e)
         for level in self._levels:
+            for i in range(level.cold_pos, len(level.cold)):
+                loc = level.cold[i]
+                e = decode_entry(self.spill.get(loc), self.owner, with_message=False)
+                self.spill.release(loc)
+                self._count -= 1
+                self.bytes -= e.size
+                out.append(e)
+            del level.cold[:]
+            level.cold_pos = 0
             level.fresh.clear()
             level.back.clear()
-        self._count = 0
-        self.bytes = 0
         return out
 
     def __iter__(self) -> Iterator[QueueEntry]:
+        """Entries held in memory (not the spilled tail), in seq order per level."""
         for level in reversed(self._levels):
             yield from sorted([*level.fresh, *level.back], key=lambda e: e.seq)

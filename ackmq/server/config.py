@@ -16,6 +16,8 @@ class Config:
     consumer_timeout_ms: int | None = None
     max_message_size: int = 128 * 1024 * 1024
     handshake_timeout: float = 10.0
+    spill: bool = True  # deep queues keep their tails on disk (bounded memory)
+    queue_hot_messages: int = 4096  # ready messages per queue kept in memory when spilling
     users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
     loopback_users: tuple[str, ...] = ("guest",)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +34,7 @@ class Server:
         self._server: asyncio.AbstractServer | None = None
         self.url = ""
         self.port = 0
+        self._spill_tmp: str | None = None
 
     # -- Scheduler for the model -------------------------------------------------------
     def call_later(self, delay: float, fn: Callable[[], None]) -> asyncio.TimerHandle:
@@ -47,7 +50,10 @@ class Server:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        self.broker.end_of_turn()
+        try:
+            self.broker.end_of_turn()
+        except Exception:  # never let one bad turn stop every connection's output
+            log.exception("end of turn failed")
         dirty, self.dirty = self.dirty, []
         for conn in dirty:
             conn.flush()
@@ -66,7 +72,16 @@ class Server:
                 log.warning("fsync is OFF (--no-fsync): confirmed persistent messages can be "
                             "lost on a crash or power failure; use only for tests and "
                             "throwaway data")
-        self.broker = Broker(self, store, consumer_timeout_ms=cfg.consumer_timeout_ms)
+        spill = None
+        if cfg.spill:
+            from ackmq.store.spill import Spill
+            if cfg.data_dir is not None:
+                spill = Spill(cfg.data_dir / "spill")
+            else:
+                self._spill_tmp = tempfile.mkdtemp(prefix="ackmq-spill-")
+                spill = Spill(self._spill_tmp)
+        self.broker = Broker(self, store, consumer_timeout_ms=cfg.consumer_timeout_ms,
+                             spill=spill, queue_hot_messages=cfg.queue_hot_messages)
         self.broker.start()
         self._server = await self.loop.create_server(
             lambda: AMQPConnection(self), cfg.host, cfg.port, backlog=1024, reuse_address=True)
@@ -95,6 +110,8 @@ class Server:
         await asyncio.sleep(0)
         if self.broker is not None:
             await self.loop.run_in_executor(None, self.broker.close)
+        if self._spill_tmp:
+            shutil.rmtree(self._spill_tmp, ignore_errors=True)
 
     def stats(self) -> dict[str, Any]:
         return {

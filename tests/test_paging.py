@@ -1,0 +1,119 @@
+"""Deep queues keep a hot head in memory and the rest in spill files (bounded memory).
+
+The broker runs with `--queue-hot-messages 5` so that every path below crosses the
+boundary between in-memory entries and spilled ones many times.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pika
+import pytest
+from conftest import BrokerProcess
+
+from ackmq.store.spill import Spill
+
+
+def test_spill_put_get_release_deletes_empty_segments(tmp_path: Path) -> None:
+    sp = Spill(tmp_path / "spill", segment_bytes=64)
+    locs = [sp.put(bytes([i]) * 40) for i in range(6)]
+    assert sp.get(locs[0]) == b"\x00" * 40   # still in the write buffer
+    sp.flush()
+    assert [sp.get(loc) for loc in locs] == [bytes([i]) * 40 for i in range(6)]
+    first = sorted(os.listdir(tmp_path / "spill"))[0]
+    for loc in locs[:2]:
+        sp.release(loc)
+    assert first not in os.listdir(tmp_path / "spill")  # its records are all released
+    sp.close()
+    assert not (tmp_path / "spill").exists()
+
+
+@pytest.fixture
+def deep_broker(tmp_path: Path):
+    b = BrokerProcess(tmp_path / "data", "--queue-hot-messages", "5")
+    b.start()
+    yield b
+    b.stop()
+
+
+def _publish(ch, q: str, n: int, persistent: bool = True) -> None:
+    ch.confirm_delivery()
+    for i in range(n):
+        ch.basic_publish("", q, str(i).encode(),
+                         pika.BasicProperties(delivery_mode=2 if persistent else 1,
+                                              priority=i % 3))
+
+
+def _drain(ch, q: str) -> list[int]:
+    out = []
+    while True:
+        m, _p, body = ch.basic_get(q, auto_ack=True)
+        if m is None:
+            return out
+        out.append(int(body))
+
+
+def test_D6_requeue_keeps_order_across_spilled_tail(deep_broker: BrokerProcess) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(deep_broker.url))
+    ch = conn.channel()
+    ch.queue_declare("deep", durable=True)
+    _publish(ch, "deep", 60)
+    tags = [ch.basic_get("deep")[0].delivery_tag for _ in range(8)]
+    for t in reversed(tags[2:6]):          # requeue 2..5 while 8..59 sit in the spill
+        ch.basic_nack(t, requeue=True)
+    ch.basic_ack(tags[0])
+    ch.basic_ack(tags[1])
+    ch.basic_ack(tags[6])
+    ch.basic_ack(tags[7])
+    assert _drain(ch, "deep") == [2, 3, 4, 5, *range(8, 60)]
+    conn.close()
+
+
+def test_P9_spilled_persistent_messages_survive_restart_in_order(deep_broker: BrokerProcess
+                                                                 ) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(deep_broker.url))
+    ch = conn.channel()
+    ch.queue_declare("deep2", durable=True)
+    _publish(ch, "deep2", 40)
+    ch.queue_declare("transient-deep")
+    _publish(ch, "transient-deep", 40, persistent=False)
+    assert ch.queue_declare("transient-deep", passive=True).method.message_count == 40
+    assert _drain(ch, "transient-deep") == list(range(40))
+    conn.close()
+    deep_broker.kill()
+    deep_broker.start()
+    conn = pika.BlockingConnection(pika.URLParameters(deep_broker.url))
+    ch = conn.channel()
+    assert _drain(ch, "deep2") == list(range(40))
+    conn.close()
+
+
+def test_purge_of_spilled_persistent_messages_is_durable(deep_broker: BrokerProcess) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(deep_broker.url))
+    ch = conn.channel()
+    ch.queue_declare("deep3", durable=True)
+    _publish(ch, "deep3", 30)
+    assert ch.queue_purge("deep3").method.message_count == 30
+    _publish(ch, "deep3", 3)               # a confirm after the purge: purge is on disk too
+    conn.close()
+    deep_broker.kill()
+    deep_broker.start()
+    conn = pika.BlockingConnection(pika.URLParameters(deep_broker.url))
+    ch = conn.channel()
+    assert _drain(ch, "deep3") == [0, 1, 2]
+    conn.close()
+
+
+def test_max_length_and_priority_with_spilled_tail(deep_broker: BrokerProcess) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(deep_broker.url))
+    ch = conn.channel()
+    ch.queue_declare("deep4", arguments={"x-max-length": 20})
+    _publish(ch, "deep4", 50, persistent=False)
+    assert _drain(ch, "deep4") == list(range(30, 50))   # drop-head reaches into the spill
+    ch.queue_declare("deep5", arguments={"x-max-priority": 2})
+    _publish(ch, "deep5", 30, persistent=False)
+    got = _drain(ch, "deep5")
+    assert got == [i for p in (2, 1, 0) for i in range(30) if i % 3 == p]
+    conn.close()
