@@ -35,6 +35,7 @@ from ackmq.spark.amqp import ConfirmingPublisher  # noqa: E402
 from ackmq.spark.lake import read_committed  # noqa: E402
 
 RABBITMQ_URL = os.environ.get("ACKMQ_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
+KILLS = int(os.environ.get("ACKMQ_SPARK_KILLS", "0"))  # 0: the defaults below (3 and 2)
 
 
 @pytest.fixture
@@ -169,7 +170,7 @@ def test_S1_S2_driver_sigkill_lands_every_message_once_without_producer_ids(
         broker_url: str, tmp_path: Path) -> None:
     """Against ackmq: dedupe by x-ackmq-seq, producers set no message_id."""
     seed = int(os.environ.get("ACKMQ_TEST_SEED", time.time()))
-    land_through_kills(broker_url, tmp_path, n=4000, kills=3, with_ids=False, seed=seed)
+    land_through_kills(broker_url, tmp_path, n=4000, kills=KILLS or 3, with_ids=False, seed=seed)
 
 
 @pytest.mark.rabbitmq
@@ -178,4 +179,4 @@ def test_S4_rabbitmq_driver_sigkill_exactly_once_with_message_ids(
         rabbitmq_url: str, tmp_path: Path) -> None:
     """Against RabbitMQ (no x-ackmq-seq): exactly-once because producers set message_id."""
     seed = int(os.environ.get("ACKMQ_TEST_SEED", time.time()))
-    land_through_kills(rabbitmq_url, tmp_path, n=3000, kills=2, with_ids=True, seed=seed)
+    land_through_kills(rabbitmq_url, tmp_path, n=3000, kills=KILLS or 2, with_ids=True, seed=seed)
