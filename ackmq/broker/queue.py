@@ -71,6 +71,15 @@ class Queue:
                                f"invalid arg 'x-overflow' for queue '{name}' in vhost '{vn}': "
                                "invalid_overflow")
         self.overflow = overflow
+        qtype = _str_arg(a, "x-queue-type") or "classic"
+        if qtype not in ("classic", "quorum"):
+            raise ChannelError(PRECONDITION_FAILED,
+                               f"invalid arg 'x-queue-type' for queue '{name}' in vhost '{vn}': "
+                               f"ackmq offers classic and quorum queues, not {qtype}")
+        if qtype == "quorum" and (not durable or exclusive_owner is not None):
+            raise ChannelError(PRECONDITION_FAILED,
+                               f"invalid property '{'non-durable' if not durable else 'exclusive'}'"
+                               f" for queue '{name}' in vhost '{vn}'")
         self.dlx = _str_arg(a, "x-dead-letter-exchange")
         self.dlrk = _str_arg(a, "x-dead-letter-routing-key")
         broker = vhost.broker
