@@ -201,3 +201,19 @@ def test_rabbitmq_not_installed_says_how_to_install(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(brokers.shutil, "which", lambda name: None)
     with pytest.raises(brokers.BenchSetupError, match="apt-get install rabbitmq-server"):
         brokers.local_rabbitmq()
+
+
+@pytest.mark.timeout(120)
+def test_T4_tx_workload_measures_commit_cost_against_confirms(broker_url: str,
+                                                              tmp_path: Path) -> None:
+    """T4 is a measurement: the tx workload reports commit-per-message and per-100 times
+    and their cost against asynchronous confirms on the same broker."""
+    out_json = tmp_path / "tx.json"
+    status = cli.main(["tx", "confirms-async", "--url", broker_url, "--messages", "300",
+                       "--rounds", "1", "--json", str(out_json)])
+    data = json.loads(out_json.read_text())
+    assert status == 0, [r["error"] for r in data["runs"]]
+    metrics = {m["name"]: m["value"] for r in data["runs"] for m in r["metrics"]}
+    each, per100 = metrics["tx/commit-each"], metrics["tx/commit-100"]
+    assert each > 0 and per100 > 0
+    assert metrics["confirms-async"] > 0
