@@ -19,6 +19,7 @@ import logging
 import struct
 import zlib
 from collections.abc import Iterator
+from typing import Any
 
 from .base import CorruptStore
 
@@ -130,7 +131,7 @@ def _frame_at(data: memoryview, off: int) -> tuple[int, str | None]:
 
 def _valid_frame_after(data: memoryview, off: int) -> int:
     """Offset of a complete valid frame starting after `off`, or -1 (decides torn vs corrupt)."""
-    raw = data.obj if isinstance(data.obj, bytes) else bytes(data)
+    raw = data.obj if hasattr(data.obj, "find") else bytes(data)
     pos = off + 1
     while True:
         pos = raw.find(_FRAME_MAGIC_BYTES, pos)
@@ -141,7 +142,7 @@ def _valid_frame_after(data: memoryview, off: int) -> int:
         pos += 1
 
 
-def check_file_header(data: bytes, path: str, seg_id: int) -> None:
+def check_file_header(data: Any, path: str, seg_id: int) -> None:
     magic, sid, crc = FILE_HDR.unpack_from(data, 0)
     if magic != FILE_MAGIC or zlib.crc32(data[:12]) != crc:
         raise CorruptStore(f"{path}: bad file header at offset 0")
@@ -149,14 +150,14 @@ def check_file_header(data: bytes, path: str, seg_id: int) -> None:
         raise CorruptStore(f"{path}: header says segment {sid}, file name says {seg_id}")
 
 
-def valid_length(data: bytes, path: str, seg_id: int, newest: bool) -> int:
+def valid_length(data: Any, path: str, seg_id: int, newest: bool) -> int:
     """Length of the valid prefix of a segment file.
 
     A bad frame with no valid frame after it, in the newest file, is a torn tail: the
     returned length excludes it (the caller truncates and logs). Anything else bad
     raises CorruptStore naming the file and offset.
     """
-    if len(data) < FILE_HDR.size or (newest and not data.strip(b"\0")):
+    if len(data) < FILE_HDR.size or (newest and data[:FILE_HDR.size] == bytes(FILE_HDR.size)):
         if newest:  # created just before the crash; its header never reached the disk
             return 0
         raise CorruptStore(f"{path}: truncated file header at offset 0")

@@ -15,10 +15,11 @@ from __future__ import annotations
 import errno
 import fcntl
 import logging
+import mmap
 import os
 import threading
 from array import array
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -57,6 +58,7 @@ log = logging.getLogger("ackmq.store")
 Callback = Callable[[BaseException | None], None]
 Key = tuple[int, int]  # (qid, seq)
 MASK64 = (1 << 64) - 1
+MAX_GROUP_BYTES = 8 << 20  # one write+fsync takes at most this much (plus one batch)
 
 
 def seg_name(seg: int) -> str:
@@ -96,9 +98,10 @@ class _Add:
 class _Batch:
     """What the broker buffered between two commits. Immutable once handed to the writer."""
 
-    __slots__ = ("adds", "removes", "delivered", "callbacks")
+    __slots__ = ("adds", "removes", "delivered", "callbacks", "nbytes")
 
     def __init__(self) -> None:
+        self.nbytes = 0                        # rough size of the records it will write
         self.adds: dict[Key, _Add] = {}
         self.removes: dict[Key, int] = {}     # key -> position at removal time
         self.delivered: dict[Key, int] = {}   # key -> highest delivery count
@@ -142,7 +145,7 @@ class SegmentStore:
         self._qids: dict[str, int] = {}
         self._index: dict[int, QueueIndex] = {}
         self._pending = _Batch()
-        self._queue: list[_Batch] = []
+        self._queue: deque[_Batch] = deque()
         self._unwritten: dict[Key, _Add] = {}          # adds not yet on disk
         self._unwritten_removes: dict[Key, int] = {}   # removes not yet on disk -> old pos
         self._failed: dict[Key, _Add] = {}             # adds whose commit failed
@@ -228,21 +231,35 @@ class SegmentStore:
     def _load_segment(self, s: int, newest: bool, msgs: dict[int, dict[int, StoredMessage]],
                       with_bodies: bool) -> None:
         path = self.dir / seg_name(s)
-        data = path.read_bytes()
-        end = valid_length(data, str(path), s, newest)
-        if end < len(data):
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            # mmap, not read(): no 64 MiB heap buffer per segment (peak RSS of recovery)
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        try:
+            end = valid_length(data, str(path), s, newest)
+            if end > 16:
+                self._segs[s] = self._parse_segment(data, s, end, path, msgs, with_bodies)
+                self._paths[s] = path
+        finally:
+            if isinstance(data, mmap.mmap):
+                try:
+                    data.close()
+                except BufferError:  # a traceback still holds a view: let GC unmap it
+                    pass
+        if end < size:
             log.warning("%s: dropped torn tail at offset %d (%d bytes not acknowledged)",
-                        path, end, len(data) - end)
+                        path, end, size - end)
             with open(path, "r+b") as f:
                 f.truncate(end)
                 os.fsync(f.fileno())
         if end <= 16:  # nothing in it (crashed right after creating it)
             path.unlink()
             fsync_dir(self.dir)
-            return
+
+    def _parse_segment(self, data: Any, s: int, end: int, path: Path,
+                       msgs: dict[int, dict[int, StoredMessage]], with_bodies: bool) -> SegInfo:
+        """Apply the records of [16, end) (validated) to `msgs`; returns the accounting."""
         info = SegInfo(size=end)
-        self._segs[s] = info
-        self._paths[s] = path
         base = s << 32
         strs: dict[bytes, str] = {}
         unpack_add = ADD_HDR.unpack_from
@@ -304,6 +321,7 @@ class SegmentStore:
                 raise CorruptStore(f"{path}: record framing does not match frame at {fstart}")
         info.adds = adds
         info.add_bytes = add_bytes
+        return info
 
     def _new_segment(self, s: int) -> None:
         path = self.dir / seg_name(s)
@@ -395,7 +413,9 @@ class SegmentStore:
         with self._lock:
             if self._closed:
                 raise StoreError("store is closed")
-            self._pending.adds[key] = op
+            p = self._pending
+            p.adds[key] = op
+            p.nbytes += len(body) + len(properties) + 64
             self._unwritten[key] = op
             self._index[qid].insert(seq, PENDING)
         return (qid << 64) | seq
@@ -419,6 +439,7 @@ class SegmentStore:
             if loc == DEAD:
                 return
             p.removes[key] = loc
+            p.nbytes += 24
             self._unwritten_removes[key] = loc
             if loc != PENDING:
                 info = self._segs.get(loc >> 32)
@@ -503,7 +524,11 @@ class SegmentStore:
                     self._cond.wait()
                 if not self._queue:
                     return
-                group, self._queue = self._queue, []
+                group = [self._queue.popleft()]  # merge, but bound the group's size
+                size = group[0].nbytes
+                while self._queue and size + self._queue[0].nbytes <= MAX_GROUP_BYTES:
+                    size += self._queue[0].nbytes
+                    group.append(self._queue.popleft())
             callbacks = [cb for b in group for cb in b.callbacks]
             try:
                 err = self._write_group(group)
