@@ -30,6 +30,19 @@ def test_spill_put_get_release_deletes_empty_segments(tmp_path: Path) -> None:
     assert not (tmp_path / "spill").exists()
 
 
+def test_spill_get_many_across_segments_buffer_and_large_records(tmp_path: Path) -> None:
+    sp = Spill(tmp_path / "spill", segment_bytes=1000)
+    records = [bytes([i % 251]) * (10 + 37 * i) for i in range(40)]
+    records[7] = b"L" * 300_000  # larger than one read chunk
+    locs = [sp.put(r) for r in records]
+    sp.flush()
+    locs.append(sp.put(b"unflushed"))
+    records.append(b"unflushed")
+    assert sp.get_many(locs) == records
+    assert sp.get_many(locs[5:9] + locs[20:22]) == records[5:9] + records[20:22]
+    sp.close()
+
+
 @pytest.fixture
 def deep_broker(tmp_path: Path):
     b = BrokerProcess(tmp_path / "data", "--queue-hot-messages", "5")

@@ -117,7 +117,7 @@ class Channel:
             raise ChannelError(ACCESS_REFUSED, f"cannot publish to internal exchange "
                                                f"'{exchange}' in vhost '{self.vhost.name}'")
         msg = Message(exchange, routing_key, properties, body)
-        mode = msg.view.delivery_mode
+        mode = msg.delivery_mode
         if mode is not None and mode not in (1, 2):
             raise ChannelError(PRECONDITION_FAILED,
                                f"invalid message: {{delivery_mode_unknown,{mode}}}")

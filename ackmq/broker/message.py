@@ -7,25 +7,25 @@ headers. A message routed to several queues is one `Message` and several `QueueE
 
 from __future__ import annotations
 
-from ackmq.protocol.amqp.properties import PropertiesView
+from ackmq.protocol.amqp.properties import PropertiesView, peek_routing_fields
 
 
 class Message:
     __slots__ = ("exchange", "routing_key", "properties", "body", "persistent", "priority",
-                 "expiration_ms", "view", "cc", "cc_visible")
+                 "expiration_ms", "_view", "cc", "cc_visible", "delivery_mode")
 
     def __init__(self, exchange: str, routing_key: str, properties: bytes, body: bytes) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
         self.properties = properties
         self.body = body
-        view = PropertiesView(properties)
-        self.view = view
-        self.persistent = view.delivery_mode == 2
-        self.priority = view.priority or 0
-        exp = view.expiration
-        self.cc_visible: list[str] = []
-        self.cc: list[str] = []  # sender-selected distribution: CC and BCC routing keys
+        self._view: PropertiesView | None = None
+        mode, prio, exp = peek_routing_fields(properties)
+        self.delivery_mode = mode
+        self.persistent = mode == 2
+        self.priority = prio or 0
+        self.cc_visible: tuple[str, ...] = ()
+        self.cc: tuple[str, ...] = ()  # sender-selected distribution: CC and BCC routing keys
         if b"CC" in properties:
             self._sender_selected()
         self.expiration_ms: int | None = None
@@ -48,13 +48,13 @@ class Message:
             return [k.decode() if isinstance(k, bytes) else str(k) for k in v]
 
         cc, bcc = keys("CC"), keys("BCC")
-        self.cc = cc + bcc
+        self.cc = tuple(cc + bcc)
         if "BCC" in headers:
             props = decode_properties(self.properties)
             props.headers = {k: v for k, v in headers.items() if k != "BCC"}
             self.properties = encode_properties(props)
-            self.view = PropertiesView(self.properties)
-        self.cc_visible = cc
+            self._view = None
+        self.cc_visible = tuple(cc)
 
     @property
     def routing_keys(self) -> list[str]:
@@ -62,6 +62,14 @@ class Message:
         if not self.cc:
             return [self.routing_key]
         return [self.routing_key, *self.cc_visible]
+
+    @property
+    def view(self) -> PropertiesView:
+        """All properties, parsed on first use (headers exchange, dead-lettering)."""
+        v = self._view
+        if v is None:
+            v = self._view = PropertiesView(self.properties)
+        return v
 
     @property
     def headers(self) -> dict:

@@ -299,7 +299,7 @@ class Queue:
             if t is not None:
                 t.cancel()
         self._ttl_timer = self._expiry_timer = None
-        self.ready.clear()
+        self.ready.discard()
         self._active.clear()
 
     # -- TTL --------------------------------------------------------------------------

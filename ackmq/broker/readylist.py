@@ -81,9 +81,9 @@ class ReadyList:
         """The hot head ran dry: read the next batch back from the spill."""
         cold, spill, owner, meter = level.cold, self.spill, self.owner, self.meter
         end = min(len(cold), level.cold_pos + REFILL)
-        for i in range(level.cold_pos, end):
-            loc = cold[i]
-            entry = decode_entry(spill.get(loc), owner)
+        locs = cold[level.cold_pos:end].tolist()
+        for loc, rec in zip(locs, spill.get_many(locs), strict=True):
+            entry = decode_entry(rec, owner)
             spill.release(loc)
             level.fresh.append(entry)
             meter.resident += entry.size
@@ -179,6 +179,20 @@ class ReadyList:
             level.fresh.clear()
             level.back.clear()
         return out
+
+    def discard(self) -> None:
+        """Forget everything without reading the spill back (queue deleted)."""
+        for e in list(self):
+            self._left(e)
+        for level in self._levels:
+            for i in range(level.cold_pos, len(level.cold)):
+                self.spill.release(level.cold[i])
+            del level.cold[:]
+            level.cold_pos = 0
+            level.fresh.clear()
+            level.back.clear()
+        self._count = 0
+        self.bytes = 0
 
     def __iter__(self) -> Iterator[QueueEntry]:
         """Entries held in memory (not the spilled tail), in seq order per level."""

@@ -102,6 +102,37 @@ class Spill:
             head += os.pread(fd, n + 4 - len(head), off + len(head))
         return head[4:4 + n]
 
+    def get_many(self, locs: list[int]) -> list[bytes]:
+        """Read many records; neighbours in one file come from one large pread."""
+        out: list[bytes] = []
+        i, n = 0, len(locs)
+        mask = (1 << SEG_BITS) - 1
+        while i < n:
+            loc = locs[i]
+            seg, off = loc >> SEG_BITS, loc & mask
+            if seg == self._seg and off >= self._flushed:
+                out.append(self.get(loc))
+                i += 1
+                continue
+            fd = self._rfds.get(seg)
+            if fd is None:
+                fd = self._rfds[seg] = os.open(self._path(seg), os.O_RDONLY)
+            chunk = os.pread(fd, 256 * 1024, off)
+            pos = 0
+            while i < n and locs[i] == (seg << SEG_BITS) | (off + pos):
+                if pos + 4 > len(chunk):
+                    break
+                (size,) = _LEN.unpack_from(chunk, pos)
+                if pos + 4 + size > len(chunk):
+                    if pos == 0:  # a record larger than the chunk
+                        out.append(self.get(locs[i]))
+                        i += 1
+                    break
+                out.append(chunk[pos + 4:pos + 4 + size])
+                pos += 4 + size
+                i += 1
+        return out
+
     def release(self, loc: int) -> None:
         seg = loc >> SEG_BITS
         left = self._live.get(seg, 0) - 1

@@ -173,6 +173,36 @@ def check_properties(raw: bytes) -> None:
         raise ValueError("property list length does not match the content header")
 
 
+def peek_routing_fields(raw: bytes) -> tuple[int | None, int | None, str | None]:
+    """(delivery-mode, priority, expiration) in one pass: what the broker needs of every
+    message. Assumes `raw` passed `check_properties` (the decoder checks each message)."""
+    flags = (raw[0] << 8) | raw[1]
+    if not flags & 0x1F00:
+        return None, None, None
+    pos = 2
+    if flags & 0x8000:
+        pos += 1 + raw[pos]
+    if flags & 0x4000:
+        pos += 1 + raw[pos]
+    if flags & 0x2000:
+        pos += 4 + ((raw[pos] << 24) | (raw[pos + 1] << 16) | (raw[pos + 2] << 8) | raw[pos + 3])
+    mode = prio = None
+    if flags & 0x1000:
+        mode = raw[pos]
+        pos += 1
+    if flags & 0x0800:
+        prio = raw[pos]
+        pos += 1
+    if not flags & 0x0100:
+        return mode, prio, None
+    if flags & 0x0400:
+        pos += 1 + raw[pos]
+    if flags & 0x0200:
+        pos += 1 + raw[pos]
+    n = raw[pos]
+    return mode, prio, bytes(raw[pos + 1:pos + 1 + n]).decode("utf-8", "replace")
+
+
 class PropertiesView:
     """Lazy read-only view of raw property bytes; fields decode on first access."""
 
