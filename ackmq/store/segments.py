@@ -261,7 +261,8 @@ class SegmentStore:
         """Apply the records of [16, end) (validated) to `msgs`; returns the accounting."""
         info = SegInfo(size=end)
         base = s << 32
-        strs: dict[bytes, str] = {}
+        strs: dict[bytes, str] = {}     # interned exchange names and routing keys
+        blobs: dict[bytes, bytes] = {}  # interned property blobs
         unpack_add = ADD_HDR.unpack_from
         unpack_rec = REC_HDR.unpack_from
         unpack_frame = FRAME_HDR.unpack_from
@@ -300,8 +301,15 @@ class SegmentStore:
                         old = q.get(seq)
                         if old is not None:  # a compaction copy of the same message
                             count = max(count, old.delivery_count)
+                        props = data[p:p + pl]
+                        shared = blobs.get(props)  # identical property blobs: one object
+                        if shared is None:
+                            if len(blobs) < 10000:
+                                blobs[props] = props
+                        else:
+                            props = shared
                         q[seq] = StoredMessage(
-                            seq, exs, rks, data[p:p + pl],
+                            seq, exs, rks, props,
                             data[p + pl:p + pl + bl] if with_bodies else None, count, base | off)
                 elif kind == REMOVE:
                     _, qid, seq = unpack_remove(data, b)
