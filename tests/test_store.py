@@ -308,15 +308,42 @@ def test_missing_defs_with_segments_raises_CorruptStore(tmp_path: Path) -> None:
 def test_read_body_detects_corruption(tmp_path: Path) -> None:
     st, e = fresh(tmp_path, recover_bodies_max=0)
     st.save_queue(QueueDef("q"))
-    loc = publish(st, "q", [(e << 40) | 1], size=400)[0]
+    loc1 = publish(st, "q", [(e << 40) | 1], size=400)[0]
+    loc2 = publish(st, "q", [(e << 40) | 2], size=400)[0]
     assert commit_sync(st) is None
-    assert st.read_body(loc) == body_of((e << 40) | 1, 400)
     seg = seg_files(tmp_path)[-1]
-    with open(seg, "r+b") as f:
+    with open(seg, "r+b") as f:  # inside the second body
         f.seek(-100, os.SEEK_END)
         f.write(b"X")
+    assert st.read_body(loc1) == body_of((e << 40) | 1, 400)
     with pytest.raises(CorruptStore, match=seg.name):
-        st.read_body(loc)
+        st.read_body(loc2)
+    st.close()
+
+
+def test_read_body_in_file_order_and_after_compaction(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path, segment_bytes=64 << 10, auto_compact=False, recover_bodies_max=0)
+    st.save_queue(QueueDef("q"))
+    seqs = [(e << 40) | i for i in range(300)]
+    for i in range(0, 300, 30):
+        publish(st, "q", seqs[i:i + 30], size=1000)
+        assert commit_sync(st) is None
+    st.close()
+    st = open_store(tmp_path, segment_bytes=64 << 10, auto_compact=False, recover_bodies_max=0)
+    msgs = st.open().messages["q"]
+    assert all(m.body is None for m in msgs)
+    assert [st.read_body(m.location) for m in msgs] == [body_of(s, 1000) for s in seqs]
+    for s in seqs[1:250]:
+        st.remove("q", s)
+    assert commit_sync(st) is None
+    publish(st, "q", [(e << 40) | 999], size=1000)
+    assert commit_sync(st) is None
+    live = [msgs[0]] + msgs[250:]
+    qid = st._qids["q"]
+    last = max(live, key=lambda m: st._index[qid].get(m.seq) >> 32)
+    st.read_body(last.location)  # read-ahead now holds segment K, which compaction replaces
+    assert compact_mod.maybe_compact(st)
+    assert [st.read_body(m.location) for m in live] == [body_of(m.seq, 1000) for m in live]
     st.close()
 
 

@@ -170,6 +170,7 @@ def _drop(st: SegmentStore, prefix: list[int],
     from .segments import SegInfo, seg_name
 
     with st._lock:
+        st._forget_read_ahead()
         if new is not None:
             k, path, size, moved, copied = new
             info = SegInfo(size=size, adds=len(moved), add_bytes=copied)

@@ -18,6 +18,7 @@ import logging
 import mmap
 import os
 import threading
+import zlib
 from array import array
 from collections import Counter, deque
 from collections.abc import Callable
@@ -58,6 +59,7 @@ log = logging.getLogger("ackmq.store")
 Callback = Callable[[BaseException | None], None]
 Key = tuple[int, int]  # (qid, seq)
 MASK64 = (1 << 64) - 1
+READ_AHEAD = 128 << 10   # read_body buffer (sequential reads of paged bodies)
 MAX_GROUP_BYTES = 8 << 20  # one write+fsync takes at most this much (plus one batch)
 
 
@@ -151,6 +153,7 @@ class SegmentStore:
         self._failed: dict[Key, _Add] = {}             # adds whose commit failed
         self._segs: dict[int, SegInfo] = {}
         self._rfds: dict[int, int] = {}
+        self._ra: tuple[int, int, bytes] = (0, 0, b"")  # read-ahead: segment, offset, bytes
         self._paths: dict[int, Path] = {}
         self._active = 0
         self._wfd = -1
@@ -496,16 +499,25 @@ class SegmentStore:
             return self._pread_body(loc, key)
 
     def _pread_body(self, loc: int, key: Key) -> bytes:
+        """Read and verify one ADD record. Reads READ_AHEAD bytes at a time and serves the
+        following records from that buffer: the broker reads bodies back in seq order
+        (recovery, deep queues), which is file order."""
         seg, off = loc >> 32, loc & 0xFFFFFFFF
-        fd = self._rfds.get(seg)
-        if fd is None:
-            fd = self._rfds[seg] = os.open(self._paths[seg], os.O_RDONLY)
-        buf = os.pread(fd, 4096, off)
-        size, crc = REC_HDR.unpack_from(buf) if len(buf) >= 8 else (0, 0)
-        if size + 8 > len(buf):
-            buf += os.pread(fd, size + 8 - len(buf), off + len(buf))
-        rec = memoryview(buf)[8:8 + size]
-        import zlib
+        ra_seg, ra_off, ra = self._ra
+        rel = off - ra_off
+        if seg != ra_seg or rel < 0 or rel + 8 > len(ra):
+            fd = self._rfds.get(seg)
+            if fd is None:
+                fd = self._rfds[seg] = os.open(self._paths[seg], os.O_RDONLY)
+            ra = os.pread(fd, READ_AHEAD, off)
+            self._ra = (seg, off, ra)
+            rel = 0
+        size, crc = REC_HDR.unpack_from(ra, rel) if len(ra) >= rel + 8 else (0, 0)
+        if rel + 8 + size > len(ra):  # bigger than what is buffered: read it alone
+            fd = self._rfds[seg]
+            ra = os.pread(fd, size + 8, off)
+            rel = 0
+        rec = memoryview(ra)[rel + 8:rel + 8 + size]
         if size < ADD_HDR.size or len(rec) != size or zlib.crc32(rec) != crc:
             raise CorruptStore(f"{self._paths[seg]}: bad record at offset {off}")
         kind, qid, seq, _, el, rl, pl, bl = ADD_HDR.unpack_from(rec)
@@ -513,6 +525,11 @@ class SegmentStore:
             raise CorruptStore(f"{self._paths[seg]}: offset {off} holds another record")
         start = ADD_HDR.size + el + rl + pl
         return bytes(rec[start:start + bl])
+
+    def _forget_read_ahead(self) -> None:
+        """Call under the lock whenever bytes at known offsets may change (compaction
+        replaces segment K, a failed write is truncated and rewritten)."""
+        self._ra = (0, 0, b"")
 
     # -- writer thread -----------------------------------------------------------------------
     def _dispatch(self, callbacks: list[Callback], exc: BaseException | None) -> None:
@@ -619,6 +636,8 @@ class SegmentStore:
 
     def _undo_write(self, base: int) -> None:
         """Cut a partial write off so later frames follow valid data (else: broken)."""
+        with self._lock:
+            self._forget_read_ahead()
         try:
             os.ftruncate(self._wfd, base)
             if self.fsync:
