@@ -54,12 +54,15 @@ def serve(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         from ackmq.server import Server
-        from ackmq.store.base import CorruptStore
+        from ackmq.store.base import CorruptStore, StoreError
         server = Server(cfg)
         try:
             url = await server.start()
         except CorruptStore as e:
             log.error("the data directory %s is damaged: %s", cfg.data_dir, e)
+            return 3
+        except StoreError as e:
+            log.error("cannot open the data directory %s: %s", cfg.data_dir, e)
             return 3
         except OSError as e:
             log.error("cannot listen on %s:%s: %s", cfg.host, cfg.port, e.strerror or e)
