@@ -11,33 +11,7 @@ import time
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
-
-WAIT = 5.0
-
-
-def ready_count(ch: BlockingChannel, queue: str) -> int:
-    return ch.queue_declare(queue, passive=True).method.message_count
-
-
-def wait_ready(ch: BlockingChannel, queue: str, n: int, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = ready_count(ch, queue)
-        if got == n:
-            return
-        assert time.monotonic() < deadline, f"{queue}: {got} ready, expected {n}"
-        time.sleep(0.02)
-
-
-def take(ch: BlockingChannel, queue: str, auto_ack: bool = True):
-    """basic.get that must find a message (polling briefly for asynchronous arrivals)."""
-    deadline = time.monotonic() + WAIT
-    while True:
-        m, p, b = ch.basic_get(queue, auto_ack=auto_ack)
-        if m is not None:
-            return m, p, b
-        assert time.monotonic() < deadline, f"nothing on {queue}"
-        time.sleep(0.02)
+from pikahelp import WAIT, ready_count, take, wait_ready
 
 
 def reject_one(ch: BlockingChannel, queue: str) -> None:

@@ -14,8 +14,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
-
-WAIT = 5.0  # upper bound for anything that should happen "soon"
+from pikahelp import WAIT, ready_count, wait_ready
 
 Got = tuple[int, bytes, bool, dict]  # (delivery_tag, body, redelivered, headers)
 
@@ -45,21 +44,6 @@ def drain(ch: BlockingChannel, queue: str) -> list[tuple[bytes, bool]]:
         if m is None:
             return out
         out.append((b, m.redelivered))
-
-
-def ready_count(ch: BlockingChannel, queue: str) -> int:
-    return ch.queue_declare(queue, passive=True).method.message_count
-
-
-def wait_ready(ch: BlockingChannel, queue: str, n: int, timeout: float = WAIT) -> None:
-    """Poll until the queue holds exactly n ready messages (requeues are asynchronous)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = ready_count(ch, queue)
-        if got == n:
-            return
-        assert time.monotonic() < deadline, f"{queue}: {got} ready, expected {n}"
-        time.sleep(0.02)
 
 
 def consume(conn: pika.BlockingConnection, ch: BlockingChannel, queue: str, n: int,

@@ -7,23 +7,12 @@ codes and reply texts asserted here are RabbitMQ's, byte for byte.
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Callable
 
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
-from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
-
-WAIT = 5.0
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}.{uuid.uuid4().hex[:8]}"
-
-
-def ready_count(ch: BlockingChannel, queue: str) -> int:
-    return ch.queue_declare(queue, passive=True).method.message_count
+from pika.exceptions import ConnectionClosedByBroker
+from pikahelp import WAIT, closed_with, uniq
 
 
 def bodies(ch: BlockingChannel, queue: str, settle: float = 0.0) -> list[bytes]:
@@ -40,16 +29,6 @@ def bodies(ch: BlockingChannel, queue: str, settle: float = 0.0) -> list[bytes]:
 
 def new_queue(ch: BlockingChannel) -> str:
     return ch.queue_declare("", exclusive=True).method.queue
-
-
-def closed_with(fn: Callable[[], object], code: int, text: str | None = None) -> str:
-    """Run fn; the broker must close the channel with `code` (and `text`)."""
-    with pytest.raises(ChannelClosedByBroker) as ei:
-        fn()
-    assert ei.value.reply_code == code, ei.value
-    if text is not None:
-        assert ei.value.reply_text == text
-    return ei.value.reply_text
 
 
 def sync(ch: BlockingChannel) -> None:

@@ -8,7 +8,6 @@ texts are RabbitMQ's.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterator
 
 import pika
@@ -16,37 +15,8 @@ import pytest
 from pamqp import commands
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import ChannelClosedByBroker, NackError, UnroutableError
+from pikahelp import WAIT, closed_with, ready_count, uniq, wait_ready
 from rawamqp import RawConnection
-
-WAIT = 5.0
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}.{uuid.uuid4().hex[:8]}"
-
-
-def closed_with(fn: Callable[[], object], code: int, text: str | None = None) -> str:
-    """Run fn; the broker must close the channel with `code` (and exactly `text`)."""
-    with pytest.raises(ChannelClosedByBroker) as ei:
-        fn()
-    assert ei.value.reply_code == code, ei.value
-    if text is not None:
-        assert ei.value.reply_text == text
-    return ei.value.reply_text
-
-
-def ready_count(ch: BlockingChannel, queue: str) -> int:
-    return ch.queue_declare(queue, passive=True).method.message_count
-
-
-def wait_ready(ch: BlockingChannel, queue: str, n: int, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = ready_count(ch, queue)
-        if got == n:
-            return
-        assert time.monotonic() < deadline, f"{queue}: {got} ready, expected {n}"
-        time.sleep(0.02)
 
 
 def bodies(ch: BlockingChannel, queue: str) -> list[bytes]:

@@ -15,8 +15,8 @@ import pika
 import pytest
 from conftest import BrokerProcess
 from pika.adapters.blocking_connection import BlockingChannel
+from pikahelp import WAIT, wait_ready
 
-WAIT = 5.0
 SEQ = "x-ackmq-seq"
 U64 = 2**64
 
@@ -43,13 +43,6 @@ def get(ch: BlockingChannel, queue: str, auto_ack: bool = False):
         if m is not None:
             return m, p, b
         assert time.monotonic() < deadline, f"nothing on {queue}"
-        time.sleep(0.02)
-
-
-def wait_ready(ch: BlockingChannel, queue: str, n: int) -> None:
-    deadline = time.monotonic() + WAIT
-    while ch.queue_declare(queue, passive=True).method.message_count != n:
-        assert time.monotonic() < deadline, f"{queue}: expected {n} ready"
         time.sleep(0.02)
 
 
