@@ -6,6 +6,7 @@ import logging
 import os
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from ackmq.store import (
     CorruptStore,
     ExchangeDef,
     QueueDef,
+    Recovered,
     SegmentStore,
     StoreError,
     open_store,
@@ -56,6 +58,11 @@ def body_of(seq: int, size: int = 100) -> bytes:
     return seq.to_bytes(8, "little") * (size // 8)
 
 
+def low(rec: Recovered, queue: str, mask: int = 0xFF) -> list[int]:
+    """The recovered seqs of `queue` in iteration order, epoch bits masked off."""
+    return [seq & mask for seq, _, _ in rec.messages[queue]]
+
+
 def test_round_trip_definitions_and_messages(tmp_path: Path) -> None:
     st, epoch = fresh(tmp_path)
     st.save_exchange(ExchangeDef("ex", "topic", arguments={"alternate-exchange": "ae"}))
@@ -82,14 +89,34 @@ def test_round_trip_definitions_and_messages(tmp_path: Path) -> None:
     assert {q.name: q.arguments for q in rec.queues} == {
         "q": {"x-max-length": 10, "b": b"\x00\x01"}, "q2": {}}
     assert rec.bindings == [BindingDef("ex", "q", "queue", "a.#", {"k": [1, "two"]})]
-    msgs = rec.messages["q"]
+    q = rec.messages["q"]
+    assert len(q) == 5
+    assert list(q) == [(s, loc, 0) for s, loc in zip(seqs, locs, strict=True)]
+    msgs = [st3.read_message(loc) for _, loc, _ in q]
     assert [m.seq for m in msgs] == seqs
+    assert [m.location for m in msgs] == locs
     assert all(m.exchange == "ex" and m.routing_key == "rk" and m.properties == PROPS
-               for m in msgs)
+               and m.delivery_count == 0 for m in msgs)
     assert [m.body for m in msgs] == [body_of(s) for s in seqs]
-    assert [st3.read_body(m.location) for m in msgs] == [body_of(s) for s in seqs]
-    assert rec.messages["q2"] == []
+    assert [st3.read_body(x) for x in locs] == [body_of(s) for s in seqs]
+    assert len(rec.messages["q2"]) == 0 and list(rec.messages["q2"]) == []  # empty: present
     st3.close()
+
+
+def test_read_message_from_the_unwritten_batch_and_from_disk(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path)
+    st.save_queue(QueueDef("q"))
+    loc = st.add("q", (e << 40) | 1, "amq.topic", "a.b", PROPS, b"hello")
+    st.delivered("q", (e << 40) | 1, 2)
+    m = st.read_message(loc)  # not committed yet: served from memory
+    assert (m.seq, m.exchange, m.routing_key, m.properties, m.body, m.delivery_count,
+            m.location) == ((e << 40) | 1, "amq.topic", "a.b", PROPS, b"hello", 2, loc)
+    assert commit_sync(st) is None
+    assert st.read_message(loc) == m  # now preaded from the segment
+    st.remove("q", (e << 40) | 1)
+    with pytest.raises(StoreError):
+        st.read_message(loc)
+    st.close()
 
 
 def test_identical_redeclare_writes_nothing(tmp_path: Path) -> None:
@@ -119,7 +146,7 @@ def test_newest_segment_with_zeroed_header_is_dropped(tmp_path: Path) -> None:
     newest = seg_files(tmp_path)[-1]
     (tmp_path / f"{int(newest.stem) + 1:08d}.seg").write_bytes(bytes(4096))  # crash at create
     st = open_store(tmp_path)
-    assert [m.seq & 0xFF for m in st.open().messages["q"]] == [1]
+    assert low(st.open(), "q") == [1]
     st.close()
 
 
@@ -164,8 +191,9 @@ def test_recovery_keeps_seq_order_per_queue_minus_removed(tmp_path: Path) -> Non
     st.close()
     st = open_store(tmp_path)
     rec = st.open()
-    a = [m.seq & 0xFFFF for m in rec.messages["a"]]
-    b = [m.seq & 0xFFFF for m in rec.messages["b"]]
+    a = low(rec, "a", 0xFFFF)
+    b = low(rec, "b", 0xFFFF)
+    assert (len(rec.messages["a"]), len(rec.messages["b"])) == (len(a), len(b))
     want_a = [i for k in range(0, 30, 3) for i in (k, k + 1) if i not in (0, 4, 28)]
     assert a == want_a
     assert b == [k + 2 for k in range(0, 30, 3) if k + 2 != 5]
@@ -189,7 +217,8 @@ def test_delivered_counts_survive_restart(tmp_path: Path) -> None:
     st.close()                           # close flushes it
     st = open_store(tmp_path)
     rec = st.open()
-    assert [m.delivery_count for m in rec.messages["q"]] == [1, 3, 2, 0]
+    assert [c for _, _, c in rec.messages["q"]] == [1, 3, 2, 0]
+    assert [st.read_message(loc).delivery_count for _, loc, _ in rec.messages["q"]] == [1, 3, 2, 0]
     st.close()
 
 
@@ -205,7 +234,7 @@ def test_delete_queue_forgets_messages_and_redeclare_starts_empty(tmp_path: Path
     st.close()
     st = open_store(tmp_path)
     rec = st.open()
-    assert [m.seq & 0xFF for m in rec.messages["q"]] == [3]
+    assert low(rec, "q") == [3]
     st.close()
 
 
@@ -232,7 +261,7 @@ def test_torn_tail_of_newest_file_is_dropped_with_a_log_line(
     with caplog.at_level(logging.WARNING, logger="ackmq.store"):
         st = open_store(tmp_path)
         rec = st.open()
-    assert [m.seq & 0xFF for m in rec.messages["q"]] == [1]
+    assert low(rec, "q") == [1]
     assert any("torn tail" in r.getMessage() and newest.name in r.getMessage()
                for r in caplog.records)
     publish(st, "q", [(rec.epoch << 40) | 4])
@@ -240,7 +269,7 @@ def test_torn_tail_of_newest_file_is_dropped_with_a_log_line(
     st.close()
     st = open_store(tmp_path)  # the truncated file is now an older segment: still valid
     rec = st.open()
-    assert [m.seq & 0xFF for m in rec.messages["q"]] == [1, 4]
+    assert low(rec, "q") == [1, 4]
     st.close()
 
 
@@ -258,7 +287,7 @@ def test_corrupt_last_frame_payload_is_a_torn_tail(tmp_path: Path) -> None:
     newest.write_bytes(bytes(data))
     st = open_store(tmp_path)
     rec = st.open()
-    assert [m.seq & 0xFF for m in rec.messages["q"]] == [1]
+    assert low(rec, "q") == [1]
     st.close()
 
 
@@ -305,8 +334,8 @@ def test_missing_defs_with_segments_raises_CorruptStore(tmp_path: Path) -> None:
         open_store(tmp_path).open()
 
 
-def test_read_body_detects_corruption(tmp_path: Path) -> None:
-    st, e = fresh(tmp_path, recover_bodies_max=0)
+def test_read_body_and_read_message_detect_corruption(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path)
     st.save_queue(QueueDef("q"))
     loc1 = publish(st, "q", [(e << 40) | 1], size=400)[0]
     loc2 = publish(st, "q", [(e << 40) | 2], size=400)[0]
@@ -318,21 +347,23 @@ def test_read_body_detects_corruption(tmp_path: Path) -> None:
     assert st.read_body(loc1) == body_of((e << 40) | 1, 400)
     with pytest.raises(CorruptStore, match=seg.name):
         st.read_body(loc2)
+    assert st.read_message(loc1).body == body_of((e << 40) | 1, 400)
+    with pytest.raises(CorruptStore, match=seg.name):
+        st.read_message(loc2)
     st.close()
 
 
-def test_read_body_in_file_order_and_after_compaction(tmp_path: Path) -> None:
-    st, e = fresh(tmp_path, segment_bytes=64 << 10, auto_compact=False, recover_bodies_max=0)
+def test_read_message_in_file_order_and_after_compaction(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path, segment_bytes=64 << 10, auto_compact=False)
     st.save_queue(QueueDef("q"))
     seqs = [(e << 40) | i for i in range(300)]
     for i in range(0, 300, 30):
         publish(st, "q", seqs[i:i + 30], size=1000)
         assert commit_sync(st) is None
     st.close()
-    st = open_store(tmp_path, segment_bytes=64 << 10, auto_compact=False, recover_bodies_max=0)
-    msgs = st.open().messages["q"]
-    assert all(m.body is None for m in msgs)
-    assert [st.read_body(m.location) for m in msgs] == [body_of(s, 1000) for s in seqs]
+    st = open_store(tmp_path, segment_bytes=64 << 10, auto_compact=False)
+    msgs = list(st.open().messages["q"])
+    assert [st.read_message(loc).body for _, loc, _ in msgs] == [body_of(s, 1000) for s in seqs]
     for s in seqs[1:250]:
         st.remove("q", s)
     assert commit_sync(st) is None
@@ -340,10 +371,12 @@ def test_read_body_in_file_order_and_after_compaction(tmp_path: Path) -> None:
     assert commit_sync(st) is None
     live = [msgs[0]] + msgs[250:]
     qid = st._qids["q"]
-    last = max(live, key=lambda m: st._index[qid].get(m.seq) >> 32)
-    st.read_body(last.location)  # read-ahead now holds segment K, which compaction replaces
+    last = max(live, key=lambda m: st._index[qid].get(m[0]) >> 32)
+    st.read_body(last[1])  # read-ahead now holds segment K, which compaction replaces
     assert compact_mod.maybe_compact(st)
-    assert [st.read_body(m.location) for m in live] == [body_of(m.seq, 1000) for m in live]
+    assert [st.read_message(loc).body for _, loc, _ in live] == [body_of(s, 1000)
+                                                                 for s, _, _ in live]
+    assert [st.read_body(loc) for _, loc, _ in live] == [body_of(s, 1000) for s, _, _ in live]
     st.close()
 
 
@@ -412,7 +445,7 @@ def test_no_fsync_mode_skips_fsync_but_keeps_data(tmp_path: Path) -> None:
     assert st.stats.fsyncs == 0 and st.stats.writes == 1
     st.close()
     st = open_store(tmp_path)
-    assert [m.seq & 0xFF for m in st.open().messages["q"]] == [1]
+    assert low(st.open(), "q") == [1]
     st.close()
 
 
@@ -430,7 +463,7 @@ def test_removal_of_an_in_flight_add_and_read_body_of_unwritten(tmp_path: Path) 
         st.read_body(locs[0])
     st.close()
     st = open_store(tmp_path)
-    assert [m.seq & 0xFF for m in st.open().messages["q"]] == [2]
+    assert low(st.open(), "q") == [2]
     st.close()
 
 
@@ -467,7 +500,8 @@ def test_space_is_reclaimed_and_a_long_lived_message_pins_nothing(tmp_path: Path
     st.close()
     st = open_store(tmp_path)
     rec = st.open()
-    assert [(m.seq, m.delivery_count) for m in rec.messages["q"]] == [(long_lived, 2)]
+    assert list(rec.messages["q"]) == [(long_lived, loc, 2)]
+    assert st.read_message(loc).delivery_count == 2
     st.close()
 
 
@@ -481,7 +515,7 @@ def test_background_compaction_deletes_dead_segments(tmp_path: Path) -> None:
     assert len(seg_files(tmp_path)) <= 3
     st.close()
     st = open_store(tmp_path)
-    assert [m.seq & 0xFFFF for m in st.open().messages["q"]] == [5]
+    assert low(st.open(), "q", 0xFFFF) == [5]
     st.close()
 
 
@@ -502,7 +536,7 @@ def test_crash_inside_compaction_after_commit_point_recovers(
     st.close()
     st = open_store(tmp_path)
     rec = st.open()
-    assert [m.seq & 0xFFFF for m in rec.messages["q"]] == [3, 150]
+    assert low(rec, "q", 0xFFFF) == [3, 150]
     assert not list(tmp_path.glob("*.compact"))
     st.close()
 
@@ -515,4 +549,78 @@ def test_index_overhead_is_small(tmp_path: Path) -> None:
         st.add("q", (e << 40) | i, "ex", "rk", PROPS, b"x")
     assert commit_sync(st) is None
     assert st.index_bytes() / n <= 24  # two uint64 arrays (+ growth slack)
+    st.close()
+
+
+def test_open_keeps_no_per_message_objects(tmp_path: Path) -> None:
+    """open() of 20,000 x 1 KiB (20 MiB on disk) allocates about the index, not bodies
+    (20 MiB) nor an object per message (~300 bytes each = 6 MB)."""
+    st, e = fresh(tmp_path, fsync=False)
+    st.save_queue(QueueDef("q"))
+    n = 20000
+    for i in range(n):
+        st.add("q", (e << 40) | i, "ex", f"rk{i}", PROPS + i.to_bytes(4, "little"), b"x" * 1024)
+        if i % 100 == 99:
+            st.delivered("q", (e << 40) | i, 1)
+    assert commit_sync(st) is None
+    st.close()
+    st = open_store(tmp_path, auto_compact=False)
+    tracemalloc.start()
+    try:
+        rec = st.open()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(rec.messages["q"]) == n
+    assert peak < 1_500_000, f"open() peaked at {peak} bytes for {n} messages"
+    got = list(rec.messages["q"])
+    assert [s & 0xFFFF for s, _, _ in got] == list(range(n))
+    assert sum(c for _, _, c in got) == n // 100
+    m = st.read_message(got[4321][1])
+    assert (m.routing_key, m.properties) == ("rk4321", PROPS + (4321).to_bytes(4, "little"))
+    st.close()
+
+
+def test_recovered_queue_iterates_lazily_while_the_store_is_used(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path, fsync=False)
+    st.save_queue(QueueDef("q"))
+    n = 3 * 4096 + 10  # several chunks
+    for i in range(n):
+        st.add("q", (e << 40) | i, "ex", "rk", PROPS, b"x")
+    assert commit_sync(st) is None
+    st.close()
+    st = open_store(tmp_path, auto_compact=False)
+    rec = st.open()
+    q = rec.messages["q"]
+    it = iter(q)
+    first = [next(it) for _ in range(100)]
+    for s, _, _ in first:  # the broker consumes what it read...
+        st.remove("q", s)
+    for i in range(5000, 12000):  # ...and acks ahead: the index arrays are shrunk
+        st.remove("q", (e << 40) | i)
+    e2 = rec.epoch
+    st.add("q", (e2 << 40) | 1, "ex", "rk", PROPS, b"new")  # added after open: not yielded
+    assert commit_sync(st) is None
+    rest = [s & 0xFFFF for s, _, _ in it]
+    assert rest == [i for i in range(100, n) if not 5000 <= i < 12000]
+    assert len(q) == n  # what open() found
+    assert [s & 0xFFFF for s, _, _ in q] == rest  # a second pass sees the live index
+    st.close()
+
+
+def test_adds_out_of_seq_order_are_recovered_in_seq_order(tmp_path: Path) -> None:
+    st, e = fresh(tmp_path)
+    st.save_queue(QueueDef("q"))
+    for i in (5, 9, 3, 7, 1):
+        publish(st, "q", [(e << 40) | i])
+        assert commit_sync(st) is None
+    st.delivered("q", (e << 40) | 3, 4)
+    st.remove("q", (e << 40) | 9)
+    assert commit_sync(st) is None
+    st.close()
+    st = open_store(tmp_path)
+    rec = st.open()
+    assert [(s & 0xFF, c) for s, _, c in rec.messages["q"]] == [(1, 0), (3, 4), (5, 0), (7, 0)]
+    assert [st.read_message(loc).body for _, loc, _ in rec.messages["q"]] == [
+        body_of((e << 40) | i) for i in (1, 3, 5, 7)]
     st.close()

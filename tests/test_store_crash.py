@@ -68,8 +68,13 @@ WRITER = textwrap.dedent("""
 def _recover(path: Path) -> dict[int, bytes | None]:
     st = open_store(path)
     rec = st.open()
-    got = {m.seq: st.read_body(m.location) for m in rec.messages.get("q", [])}
-    seqs = [m.seq for m in rec.messages.get("q", [])]
+    got: dict[int, bytes | None] = {}
+    seqs = []
+    for seq, loc, _ in rec.messages.get("q", ()):
+        m = st.read_message(loc)
+        assert (m.seq, m.location) == (seq, loc)
+        got[seq] = m.body
+        seqs.append(seq)
     st.close()
     assert seqs == sorted(seqs) and len(seqs) == len(set(seqs)), "order or duplicates"
     return got

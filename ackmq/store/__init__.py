@@ -15,6 +15,7 @@ from .base import (
     ExchangeDef,
     QueueDef,
     Recovered,
+    RecoveredQueue,
     Store,
     StoredMessage,
     StoreError,
@@ -22,8 +23,8 @@ from .base import (
 from .segments import SegmentStore, StoreStats
 
 __all__ = [
-    "BindingDef", "CorruptStore", "ExchangeDef", "QueueDef", "Recovered", "SegmentStore",
-    "Store", "StoreError", "StoreStats", "StoredMessage", "open_store",
+    "BindingDef", "CorruptStore", "ExchangeDef", "QueueDef", "Recovered", "RecoveredQueue",
+    "SegmentStore", "Store", "StoreError", "StoreStats", "StoredMessage", "open_store",
 ]
 
 
@@ -34,7 +35,7 @@ def open_store(data_dir: str | Path, *, fsync: bool = True,
 
     With `call_soon_threadsafe` None, commit callbacks run on the writer thread (tests);
     the server passes `loop.call_soon_threadsafe`. `options`: segment_bytes,
-    recover_bodies_max, compact_interval (see SegmentStore).
+    compact_interval, auto_compact (see SegmentStore).
     """
     return SegmentStore(data_dir, fsync=fsync, call_soon_threadsafe=call_soon_threadsafe,
                         **options)

@@ -8,9 +8,15 @@ Definition operations (exchanges, queues, bindings) are rare and durable on retu
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import threading
+
+    from .index import QueueIndex
 
 
 class StoreError(Exception):
@@ -56,9 +62,56 @@ class StoredMessage:
     exchange: str
     routing_key: str
     properties: bytes      # raw AMQP property flags + list (opaque to the store)
-    body: bytes | None     # None when the store pages bodies (read with read_body)
+    body: bytes
     delivery_count: int = 0  # deliveries recorded with `delivered` (>0 => redelivered)
-    location: int = -1     # store-private handle for read_body
+    location: int = -1     # the handle `add` returned: read_message / read_body take it
+
+
+class RecoveredQueue:
+    """The messages of one durable queue found by `open()`, without a Python object per
+    message: a view of the store's per-queue index (two `array('Q')`, 16 bytes/message)
+    plus a dict of delivery counts holding only messages delivered at least once.
+
+    `len()` is the number of messages found at open. Iterating yields
+    `(seq, location, delivery_count)` in seq order; `location` is `(qid << 64) | seq`,
+    the handle `add` returns (valid across compaction: read the message with
+    `Store.read_message`). Iteration reads the live index in chunks, so it may run
+    lazily while the store is in use: a message removed before the iteration reaches it
+    is skipped, messages added after `open()` are never yielded.
+    """
+
+    __slots__ = ("qid", "_index", "_counts", "_lock", "_end", "_len")
+    CHUNK = 4096
+
+    def __init__(self, qid: int, index: QueueIndex, counts: dict[int, int],
+                 lock: threading.Lock) -> None:
+        self.qid = qid
+        self._index = index
+        self._counts = counts      # seq -> delivery count, only for counts > 0
+        self._lock = lock
+        self._end = index.seqs[-1] + 1 if len(index.seqs) else 0  # first seq after open
+        self._len = len(index)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[tuple[int, int, int]]:
+        top = self.qid << 64
+        nxt = 0
+        while True:
+            with self._lock:  # the index arrays may be shrunk or replaced meanwhile
+                idx = self._index
+                start = bisect_left(idx.seqs, nxt, idx.head)
+                stop = min(start + self.CHUNK, bisect_left(idx.seqs, self._end, start))
+                seqs = idx.seqs[start:stop]
+                locs = idx.locs[start:stop]
+            if not seqs:
+                return
+            counts = self._counts
+            for seq, loc in zip(seqs, locs, strict=True):
+                if loc:  # 0: removed
+                    yield seq, top | seq, counts.get(seq, 0)
+            nxt = seqs[-1] + 1
 
 
 @dataclass(slots=True)
@@ -67,12 +120,13 @@ class Recovered:
     exchanges: list[ExchangeDef]
     queues: list[QueueDef]
     bindings: list[BindingDef]
-    messages: dict[str, list[StoredMessage]]  # queue name -> messages in seq order
+    messages: dict[str, RecoveredQueue]  # every durable queue, even empty; seq order
 
 
 class Store(Protocol):
     def open(self) -> Recovered:
-        """Load everything, drop a torn tail (logged), bump the epoch; CorruptStore if damaged."""
+        """Index everything (no message contents kept), drop a torn tail (logged), bump the
+        epoch; CorruptStore if damaged."""
 
     def close(self) -> None:
         """Flush what is buffered, fsync, release files."""
@@ -106,6 +160,10 @@ class Store(Protocol):
 
     def read_body(self, location: int) -> bytes:
         """Read back a body the broker dropped from memory."""
+
+    def read_message(self, location: int) -> StoredMessage:
+        """Read back a whole message (recovery, deep queues kept as locations): one pread
+        (served from the unwritten batch when not on disk yet), checksum verified."""
 
     @property
     def pending(self) -> bool:

@@ -19,8 +19,7 @@ import mmap
 import os
 import threading
 import zlib
-from array import array
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from .base import (
     ExchangeDef,
     QueueDef,
     Recovered,
+    RecoveredQueue,
     StoredMessage,
     StoreError,
 )
@@ -131,13 +131,11 @@ class SegmentStore:
 
     def __init__(self, data_dir: str | Path, *, fsync: bool = True,
                  call_soon_threadsafe: Callable[..., Any] | None = None,
-                 segment_bytes: int = 64 << 20, recover_bodies_max: int = 64 << 20,
-                 compact_interval: float = 5.0, auto_compact: bool = True) -> None:
+                 segment_bytes: int = 64 << 20, compact_interval: float = 5.0, auto_compact: bool = True) -> None:
         self.dir = Path(data_dir)
         self.fsync = fsync
         self.stats = StoreStats()
         self.segment_bytes = segment_bytes
-        self.recover_bodies_max = recover_bodies_max
         self.compact_interval = compact_interval
         self.auto_compact = auto_compact  # False: only explicit compact.maybe_compact (tests)
         self._call = call_soon_threadsafe
@@ -146,6 +144,9 @@ class SegmentStore:
         self._defs: DefsLog | None = None
         self._qids: dict[str, int] = {}
         self._index: dict[int, QueueIndex] = {}
+        # qid -> {seq: delivery count} as recovered, only counts > 0 (RecoveredQueue)
+        self._counts: dict[int, dict[int, int]] = {}
+        self._interned: dict[bytes, Any] = {}  # exchange names, routing keys, properties
         self._pending = _Batch()
         self._queue: deque[_Batch] = deque()
         self._unwritten: dict[Key, _Add] = {}          # adds not yet on disk
@@ -195,26 +196,12 @@ class SegmentStore:
         state = self._defs.load_and_bump()
         names = {qid: name for name, (qid, _) in state.queues.items()}
         self._qids = {name: qid for qid, name in names.items()}
-        total = sum((self.dir / seg_name(s)).stat().st_size for s in seg_ids)
-        with_bodies = total <= self.recover_bodies_max
-        msgs: dict[int, dict[int, StoredMessage]] = {qid: {} for qid in names}
+        self._index = {qid: QueueIndex() for qid in names}
+        self._counts = {qid: {} for qid in names}
         for s in seg_ids:
-            self._load_segment(s, s == seg_ids[-1], msgs, with_bodies)
-        out: dict[str, list[StoredMessage]] = {}
-        for qid, by_seq in msgs.items():
-            seqs = sorted(by_seq)
-            lst = [by_seq[k] for k in seqs]
-            idx = QueueIndex()
-            idx.seqs = array("Q", seqs)
-            idx.locs = array("Q", [m.location for m in lst])
-            idx.live = len(lst)
-            for seg, n in Counter(loc >> 32 for loc in idx.locs).items():
-                self._segs[seg].live += n
-            top = qid << 64
-            for m in lst:
-                m.location = top | m.seq
-            self._index[qid] = idx
-            out[names[qid]] = lst
+            self._load_segment(s, s == seg_ids[-1])
+        out = {names[qid]: RecoveredQueue(qid, self._index[qid], self._counts[qid], self._lock)
+               for qid in names}
         self._active = (seg_ids[-1] if seg_ids else 0) + 1
         self._new_segment(self._active)
         self._closed = False
@@ -231,8 +218,7 @@ class SegmentStore:
                          queues=[d for _, d in state.queues.values()],
                          bindings=list(state.bindings.values()), messages=out)
 
-    def _load_segment(self, s: int, newest: bool, msgs: dict[int, dict[int, StoredMessage]],
-                      with_bodies: bool) -> None:
+    def _load_segment(self, s: int, newest: bool) -> None:
         path = self.dir / seg_name(s)
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -241,8 +227,9 @@ class SegmentStore:
         try:
             end = valid_length(data, str(path), s, newest)
             if end > 16:
-                self._segs[s] = self._parse_segment(data, s, end, path, msgs, with_bodies)
+                self._segs[s] = info = SegInfo(size=end)
                 self._paths[s] = path
+                self._parse_segment(data, s, end, path, info)
         finally:
             if isinstance(data, mmap.mmap):
                 try:
@@ -259,20 +246,24 @@ class SegmentStore:
             path.unlink()
             fsync_dir(self.dir)
 
-    def _parse_segment(self, data: Any, s: int, end: int, path: Path,
-                       msgs: dict[int, dict[int, StoredMessage]], with_bodies: bool) -> SegInfo:
-        """Apply the records of [16, end) (validated) to `msgs`; returns the accounting."""
-        info = SegInfo(size=end)
+    def _parse_segment(self, data: Any, s: int, end: int, path: Path, info: SegInfo) -> None:
+        """Apply the records of [16, end) (validated) to the index and the delivery counts.
+
+        Only the ADD header is unpacked: nothing of a message is kept but its 16-byte
+        index entry (and its count when > 0), so memory does not grow with bodies.
+        ADDs of a queue come in seq order (broker seqs only grow; compaction copies in
+        file order), so an ADD is an array append and a REMOVE a C bisect.
+        """
         base = s << 32
-        strs: dict[bytes, str] = {}     # interned exchange names and routing keys
-        blobs: dict[bytes, bytes] = {}  # interned property blobs
+        segs = self._segs
+        index = self._index
+        counts = self._counts
         unpack_add = ADD_HDR.unpack_from
         unpack_rec = REC_HDR.unpack_from
         unpack_frame = FRAME_HDR.unpack_from
         unpack_remove = REMOVE_REC.unpack_from
         unpack_deliv = DELIVERED_REC.unpack_from
-        hsize = ADD_HDR.size
-        adds = add_bytes = 0
+        adds = add_bytes = live = 0
         frame = 16
         while frame < end:  # offsets straight into `data`: validated above
             fstart = frame
@@ -283,48 +274,33 @@ class SegmentStore:
                 b = off + 8
                 kind = data[b]
                 if kind == ADD:
-                    _, qid, seq, count, el, rl, pl, bl = unpack_add(data, b)
+                    _, qid, seq, count, _, _, _, _ = unpack_add(data, b)
                     adds += 1
                     add_bytes += size + 8
-                    q = msgs.get(qid)
+                    q = index.get(qid)
                     if q is not None:
-                        p = b + hsize
-                        ex = data[p:p + el]
-                        exs = strs.get(ex)
-                        if exs is None:
-                            exs = strs[ex] = ex.decode()
-                        p += el
-                        rk = data[p:p + rl]
-                        rks = strs.get(rk)
-                        if rks is None:
-                            rks = rk.decode()
-                            if len(strs) < 10000:
-                                strs[rk] = rks
-                        p += rl
-                        old = q.get(seq)
-                        if old is not None:  # a compaction copy of the same message
-                            count = max(count, old.delivery_count)
-                        props = data[p:p + pl]
-                        shared = blobs.get(props)  # identical property blobs: one object
-                        if shared is None:
-                            if len(blobs) < 10000:
-                                blobs[props] = props
-                        else:
-                            props = shared
-                        q[seq] = StoredMessage(
-                            seq, exs, rks, props,
-                            data[p + pl:p + pl + bl] if with_bodies else None, count, base | off)
+                        old = q.get(seq) if q.seqs and seq <= q.seqs[-1] else DEAD
+                        q.insert(seq, base | off)
+                        live += 1
+                        if old != DEAD:  # a second copy of the same message (compaction)
+                            segs[old >> 32].live -= 1
+                        if count:
+                            c = counts[qid]
+                            if count > c.get(seq, 0):
+                                c[seq] = count
                 elif kind == REMOVE:
                     _, qid, seq = unpack_remove(data, b)
-                    q = msgs.get(qid)
+                    q = index.get(qid)
                     if q is not None:
-                        q.pop(seq, None)
+                        old = q.pop(seq)
+                        if old != DEAD:
+                            segs[old >> 32].live -= 1
+                            counts[qid].pop(seq, None)
                 elif kind == DELIVERED:
                     _, qid, seq, count = unpack_deliv(data, b)
-                    q = msgs.get(qid)
-                    m = q.get(seq) if q is not None else None
-                    if m is not None and count > m.delivery_count:
-                        m.delivery_count = count
+                    q = index.get(qid)
+                    if q is not None and count > counts[qid].get(seq, 0) and q.get(seq) != DEAD:
+                        counts[qid][seq] = count
                 else:
                     raise CorruptStore(f"{path}: unknown record type {kind} at offset {off}")
                 off = b + size
@@ -332,7 +308,7 @@ class SegmentStore:
                 raise CorruptStore(f"{path}: record framing does not match frame at {fstart}")
         info.adds = adds
         info.add_bytes = add_bytes
-        return info
+        info.live += live
 
     def _new_segment(self, s: int) -> None:
         path = self.dir / seg_name(s)
@@ -385,6 +361,7 @@ class SegmentStore:
             if d.name not in self._qids:
                 self._qids[d.name] = qid
                 self._index[qid] = QueueIndex()
+                self._counts[qid] = {}
 
     def delete_queue(self, name: str) -> None:
         self._defs_op({"op": "del_queue", "name": name})
@@ -393,6 +370,7 @@ class SegmentStore:
             if qid is None:
                 return
             idx = self._index.pop(qid, None)
+            self._counts.pop(qid, None)
             if idx is not None:
                 for _, loc in idx.items():
                     if loc != PENDING:
@@ -449,6 +427,9 @@ class SegmentStore:
             loc = self._index[qid].pop(seq)
             if loc == DEAD:
                 return
+            counts = self._counts.get(qid)
+            if counts:
+                counts.pop(seq, None)
             p.removes[key] = loc
             p.nbytes += 24
             self._unwritten_removes[key] = loc
@@ -492,16 +473,61 @@ class SegmentStore:
             op = self._unwritten.get(key) or self._failed.get(key)
             if op is not None:
                 return op.body
-            idx = self._index.get(key[0])
-            loc = idx.get(key[1]) if idx is not None else DEAD
-            if loc == DEAD or loc == PENDING:
-                raise StoreError(f"no stored message for location {location:#x}")
-            return self._pread_body(loc, key)
+            rec, (_, _, _, _, el, rl, pl, bl) = self._pread_add(self._position(location), key)
+            start = ADD_HDR.size + el + rl + pl
+            return bytes(rec[start:start + bl])
 
-    def _pread_body(self, loc: int, key: Key) -> bytes:
-        """Read and verify one ADD record. Reads READ_AHEAD bytes at a time and serves the
-        following records from that buffer: the broker reads bodies back in seq order
-        (recovery, deep queues), which is file order."""
+    def read_message(self, location: int) -> StoredMessage:
+        """The whole message behind `location`; `delivery_count` is the highest the store
+        knows of: the ADD record's or the one recovered by `open()` (counts recorded with
+        `delivered` since then are the broker's own)."""
+        qid, seq = key = (location >> 64, location & MASK64)
+        with self._lock:
+            op = self._unwritten.get(key) or self._failed.get(key)
+            if op is not None:
+                return StoredMessage(seq, op.exchange, op.routing_key, op.properties, op.body,
+                                     op.count, location)
+            rec, (_, _, _, count, el, rl, pl, bl) = self._pread_add(self._position(location),
+                                                                    key)
+            counts = self._counts.get(qid)
+            if counts:
+                count = max(count, counts.get(seq, 0))
+            p = ADD_HDR.size
+            exchange = self._intern(rec[p:p + el], True)
+            p += el
+            routing_key = self._intern(rec[p:p + rl], True)
+            p += rl
+            properties = self._intern(rec[p:p + pl], False)
+            p += pl
+            return StoredMessage(seq, exchange, routing_key, properties, bytes(rec[p:p + bl]),
+                                 count, location)
+
+    def _intern(self, raw: memoryview, text: bool) -> Any:
+        """One object per distinct exchange name / routing key / property blob (they
+        repeat across millions of messages); bounded so unique keys cannot grow it."""
+        b = bytes(raw)
+        k = b"s" + b if text else b"p" + b
+        v = self._interned.get(k)
+        if v is None:
+            v = b.decode() if text else b
+            if len(self._interned) < 4096:
+                self._interned[k] = v
+        return v
+
+    def _position(self, location: int) -> int:
+        """Disk position of a written message (call under the lock)."""
+        idx = self._index.get(location >> 64)
+        loc = idx.get(location & MASK64) if idx is not None else DEAD
+        if loc == DEAD or loc == PENDING:
+            raise StoreError(f"no stored message for location {location:#x}")
+        return loc
+
+    def _pread_add(self, loc: int, key: Key) -> tuple[memoryview, tuple[int, ...]]:
+        """Read and verify one ADD record; returns it and its unpacked ADD header.
+
+        Reads READ_AHEAD bytes at a time and serves the following records from that
+        buffer: the broker reads messages back in seq order (recovery, deep queues),
+        which is file order."""
         seg, off = loc >> 32, loc & 0xFFFFFFFF
         ra_seg, ra_off, ra = self._ra
         rel = off - ra_off
@@ -520,11 +546,10 @@ class SegmentStore:
         rec = memoryview(ra)[rel + 8:rel + 8 + size]
         if size < ADD_HDR.size or len(rec) != size or zlib.crc32(rec) != crc:
             raise CorruptStore(f"{self._paths[seg]}: bad record at offset {off}")
-        kind, qid, seq, _, el, rl, pl, bl = ADD_HDR.unpack_from(rec)
-        if kind != ADD or (qid, seq) != key:
+        head = ADD_HDR.unpack_from(rec)
+        if head[0] != ADD or (head[1], head[2]) != key:
             raise CorruptStore(f"{self._paths[seg]}: offset {off} holds another record")
-        start = ADD_HDR.size + el + rl + pl
-        return bytes(rec[start:start + bl])
+        return rec, head
 
     def _forget_read_ahead(self) -> None:
         """Call under the lock whenever bytes at known offsets may change (compaction
