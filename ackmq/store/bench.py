@@ -1,22 +1,25 @@
 """Figures for docs/storage.md, measured through the real store API.
 
     python -m ackmq.store.bench DIR publish [-n 50000] [--size 1024]
-    python -m ackmq.store.bench DIR recover [-n 1000000] [--size 1024]
+    python -m ackmq.store.bench DIR recover [-n 1000000] [--size 1024] [--read 300000]
 
 publish: persistent adds committed in batches of 1, 100, 1000, waiting for each batch's
 callback (a publisher confirming one-by-one or per batch), then "pipelined": one commit
 per message without waiting, as a busy broker commits once per event-loop turn while
 the previous fsync runs (group commit merges them); then "turns": a broker-like thread
 adding 20 messages per event-loop turn, one commit per turn, with confirm latencies.
-recover: writes N messages, closes, and times `open()` (cold process-level, warm page
-cache), reporting the index's bytes per message.
+recover: writes N messages into one queue, closes, then in a fresh child process times
+`open()` (warm page cache) with its peak RSS (VmHWM), iterates the recovered queue, and
+times `read_message` in seq order for the first --read messages (what a broker pays per
+message it brings back into memory).
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -89,40 +92,90 @@ def _turns(path: Path, seconds: float, size: int, per_turn: int = 20) -> str:
             f"p99 {lat[int(len(lat) * 0.99)] * 1e3:.2f} ms")
 
 
-def _recover(path: Path, n: int, size: int) -> str:
+def _fill(path: Path, n: int, size: int) -> int:
+    """N persistent messages in queue "q", no fsync (only the data matters); bytes on disk."""
     shutil.rmtree(path, ignore_errors=True)
     st = open_store(path, auto_compact=False, fsync=False)
     epoch = st.open().epoch
     st.save_queue(QueueDef("q"))
     body = b"x" * size
-    done = threading.Event()
     for start in range(0, n, 10000):
+        done = threading.Event()
         for i in range(start, min(n, start + 10000)):
             st.add("q", (epoch << 40) | i, "amq.direct", "rk", PROPS, body)
-        st.commit(lambda exc: done.set())
+        st.commit(lambda exc, done=done: done.set())
+        if start % 200000 == 0:
+            done.wait()  # keep the unwritten backlog (memory) bounded
     st.close()
-    disk = sum(p.stat().st_size for p in path.glob("*.seg"))
-    gc.collect()
+    return sum(p.stat().st_size for p in path.glob("*.seg"))
+
+
+def _status() -> dict[str, int]:
+    """VmRSS, VmHWM (peak RSS), RssAnon, RssFile of this process in KiB."""
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        k, _, v = line.partition(":")
+        if k in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+            out[k] = int(v.split()[0])
+    return out
+
+
+def _open_and_read(path: Path, nread: int) -> str:
+    """Runs in a fresh process, so VmHWM is the peak of this open() (plus the interpreter)."""
+    before = _status()
     st = open_store(path, auto_compact=False)
     t0 = time.perf_counter()
     c0 = time.process_time()
     rec = st.open()
     dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-    count = sum(len(v) for v in rec.messages.values())
+    after = _status()
+    q = rec.messages["q"]
+    count = len(q)
     per = st.index_bytes() / max(1, count)
+    t0 = time.perf_counter()
+    k = sum(1 for _ in q)
+    it_dt = time.perf_counter() - t0
+    assert k == count
+    t0 = time.perf_counter()
+    got = 0
+    for _, loc, _ in q:
+        if got == nread:
+            break
+        st.read_message(loc)
+        got += 1
+    rd_dt = time.perf_counter() - t0
+    end = _status()
     st.close()
-    return (f"recover n={count} size={size}: {dt:.2f} s wall, {cpu:.2f} s cpu "
-            f"({dt / count * 1e6:.1f} us/msg); on disk {disk / 2**20:.0f} MiB; "
-            f"index {per:.1f} bytes/msg")
+    mib = 1024
+    return (f"open() n={count}: {dt:.2f} s wall, {cpu:.2f} s cpu ({dt / count * 1e6:.2f} us/msg);"
+            f" index {per:.1f} bytes/msg\n"
+            f"  RSS before open {before['VmRSS'] / mib:.0f} MiB, peak {after['VmHWM'] / mib:.0f} "
+            f"MiB, after {after['VmRSS'] / mib:.0f} MiB (anon {after['RssAnon'] / mib:.0f}, "
+            f"file {after['RssFile'] / mib:.0f})\n"
+            f"  iterate {count} (seq, location, count): {it_dt:.2f} s "
+            f"({it_dt / count * 1e6:.2f} us/msg)\n"
+            f"  read_message x {got} in seq order: {rd_dt:.2f} s "
+            f"({rd_dt / max(1, got) * 1e6:.1f} us/msg); RSS after {end['VmRSS'] / mib:.0f} MiB")
+
+
+def _recover(path: Path, n: int, size: int, nread: int) -> str:
+    disk = _fill(path, n, size)
+    out = subprocess.run([sys.executable, "-m", "ackmq.store.bench", str(path), "open",
+                          "--read", str(nread)], capture_output=True, text=True, check=True)
+    return f"recover n={n} size={size}, on disk {disk / 2**20:.0f} MiB\n{out.stdout.rstrip()}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("dir", type=Path)
-    ap.add_argument("what", choices=["publish", "recover"])
+    ap.add_argument("what", choices=["publish", "recover", "open"])
     ap.add_argument("-n", type=int, default=0)
     ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--read", type=int, default=300000, help="read_message count (recover)")
     a = ap.parse_args()
+    if a.what == "open":  # the child of `recover`: DIR is the store itself
+        print(_open_and_read(a.dir, a.read), flush=True)
+        return
     path = a.dir / "bench-store"
     if a.what == "publish":
         n = a.n or 50000
@@ -130,7 +183,10 @@ def main() -> None:
             print(_publish(path, n, a.size, batch), flush=True)
         print(_turns(path, 3.0, a.size), flush=True)
     else:
-        print(_recover(path, a.n or 1_000_000, a.size), flush=True)
+        try:
+            print(_recover(path, a.n or 1_000_000, a.size, a.read), flush=True)
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
     shutil.rmtree(path, ignore_errors=True)
 
 

@@ -50,6 +50,7 @@ from .format import (
     encode_delivered,
     encode_remove,
     file_header,
+    release,
     valid_length,
 )
 from .index import DEAD, PENDING, QueueIndex
@@ -146,7 +147,8 @@ class SegmentStore:
         self._index: dict[int, QueueIndex] = {}
         # qid -> {seq: delivery count} as recovered, only counts > 0 (RecoveredQueue)
         self._counts: dict[int, dict[int, int]] = {}
-        self._interned: dict[bytes, Any] = {}  # exchange names, routing keys, properties
+        self._interned: dict[bytes, str] = {}  # exchange names and routing keys (read_message)
+        self._interned_props: dict[bytes, bytes] = {}  # property blobs
         self._pending = _Batch()
         self._queue: deque[_Batch] = deque()
         self._unwritten: dict[Key, _Add] = {}          # adds not yet on disk
@@ -227,6 +229,7 @@ class SegmentStore:
         try:
             end = valid_length(data, str(path), s, newest)
             if end > 16:
+                release(data, 0, end)  # all checked: parsing faults the pages in again
                 self._segs[s] = info = SegInfo(size=end)
                 self._paths[s] = path
                 self._parse_segment(data, s, end, path, info)
@@ -258,14 +261,15 @@ class SegmentStore:
         segs = self._segs
         index = self._index
         counts = self._counts
-        unpack_add = ADD_HDR.unpack_from
+        unpack_head = DELIVERED_REC.unpack_from  # u8 type | u32 qid | u64 seq | u32 count
         unpack_rec = REC_HDR.unpack_from
         unpack_frame = FRAME_HDR.unpack_from
         unpack_remove = REMOVE_REC.unpack_from
         unpack_deliv = DELIVERED_REC.unpack_from
-        adds = add_bytes = live = 0
+        adds = add_bytes = live = released = 0
         frame = 16
         while frame < end:  # offsets straight into `data`: validated above
+            released = release(data, released, frame)
             fstart = frame
             off = frame + FRAME_HDR.size
             fend = frame = off + unpack_frame(data, frame)[1]
@@ -274,16 +278,22 @@ class SegmentStore:
                 b = off + 8
                 kind = data[b]
                 if kind == ADD:
-                    _, qid, seq, count, _, _, _, _ = unpack_add(data, b)
+                    _, qid, seq, count = unpack_head(data, b)  # ADD_HDR's first fields
                     adds += 1
                     add_bytes += size + 8
                     q = index.get(qid)
                     if q is not None:
-                        old = q.get(seq) if q.seqs and seq <= q.seqs[-1] else DEAD
-                        q.insert(seq, base | off)
                         live += 1
-                        if old != DEAD:  # a second copy of the same message (compaction)
-                            segs[old >> 32].live -= 1
+                        seqs = q.seqs
+                        if not seqs or seq > seqs[-1]:  # the usual case: an append
+                            seqs.append(seq)
+                            q.locs.append(base | off)
+                            q.live += 1
+                        else:
+                            old = q.get(seq)
+                            q.insert(seq, base | off)
+                            if old != DEAD:  # a second copy of the same message
+                                segs[old >> 32].live -= 1
                         if count:
                             c = counts[qid]
                             if count > c.get(seq, 0):
@@ -493,11 +503,21 @@ class SegmentStore:
             if counts:
                 count = max(count, counts.get(seq, 0))
             p = ADD_HDR.size
-            exchange = self._intern(rec[p:p + el], True)
+            interned = self._interned  # memoryview slices hash and compare like bytes
+            raw = rec[p:p + el]
+            exchange = interned.get(raw)
+            if exchange is None:
+                exchange = self._intern(raw, True)
             p += el
-            routing_key = self._intern(rec[p:p + rl], True)
+            raw = rec[p:p + rl]
+            routing_key = interned.get(raw)
+            if routing_key is None:
+                routing_key = self._intern(raw, True)
             p += rl
-            properties = self._intern(rec[p:p + pl], False)
+            raw = rec[p:p + pl]
+            properties = self._interned_props.get(raw)
+            if properties is None:
+                properties = self._intern(raw, False)
             p += pl
             return StoredMessage(seq, exchange, routing_key, properties, bytes(rec[p:p + bl]),
                                  count, location)
@@ -506,12 +526,10 @@ class SegmentStore:
         """One object per distinct exchange name / routing key / property blob (they
         repeat across millions of messages); bounded so unique keys cannot grow it."""
         b = bytes(raw)
-        k = b"s" + b if text else b"p" + b
-        v = self._interned.get(k)
-        if v is None:
-            v = b.decode() if text else b
-            if len(self._interned) < 4096:
-                self._interned[k] = v
+        d = self._interned if text else self._interned_props
+        v = b.decode() if text else b
+        if len(d) < 4096:
+            d[b] = v
         return v
 
     def _position(self, location: int) -> int:
