@@ -75,9 +75,9 @@ class RecoveredQueue:
     `len()` is the number of messages found at open. Iterating yields
     `(seq, location, delivery_count)` in seq order; `location` is `(qid << 64) | seq`,
     the handle `add` returns (valid across compaction: read the message with
-    `Store.read_message`). Iteration reads the live index in chunks, so it may run
-    lazily while the store is in use: a message removed before the iteration reaches it
-    is skipped, messages added after `open()` are never yielded.
+    `Store.read_message`). Iteration reads the live index in chunks (under the store's
+    lock), so it may run lazily while the store is in use: a message removed before its
+    chunk is read is skipped, messages added after `open()` are never yielded.
     """
 
     __slots__ = ("qid", "_index", "_counts", "_lock", "_end", "_len")
