@@ -130,3 +130,44 @@ def test_max_length_and_priority_with_spilled_tail(deep_broker: BrokerProcess) -
     got = _drain(ch, "deep5")
     assert got == [i for p in (2, 1, 0) for i in range(30) if i % 3 == p]
     conn.close()
+
+
+def test_D8_restart_with_deep_queue_marks_delivered_ones_and_purge_stays_durable(
+        deep_broker: BrokerProcess) -> None:
+    """After a restart only the head is read back; the tail stays in the store. Messages
+    delivered before the crash come back redelivered (with x-delivery-count), wherever
+    they sit, and a purge of the never-read tail is durable."""
+    conn = pika.BlockingConnection(pika.URLParameters(deep_broker.url))
+    ch = conn.channel()
+    ch.queue_declare("deep6", durable=True)
+    _publish(ch, "deep6", 30)
+    ch.basic_qos(prefetch_count=12)
+    seen = 0
+    for m, _p, _b in ch.consume("deep6", inactivity_timeout=2):
+        seen += 1
+        if seen == 12:
+            break
+    conn.process_data_events(time_limit=0.5)   # let the delivery records reach the disk
+    ch2 = conn.channel()
+    ch2.confirm_delivery()
+    ch2.queue_declare("sync", durable=True)
+    ch2.basic_publish("", "sync", b"s", pika.BasicProperties(delivery_mode=2))
+    deep_broker.kill()
+    deep_broker.start()
+    conn = pika.BlockingConnection(pika.URLParameters(deep_broker.url))
+    ch = conn.channel()
+    flags = []
+    for i in range(15):
+        m, p, body = ch.basic_get("deep6", auto_ack=True)
+        assert int(body) == i
+        flags.append((m.redelivered, (p.headers or {}).get("x-delivery-count")))
+    assert flags == [(True, 1)] * 12 + [(False, None)] * 3
+    assert ch.queue_purge("deep6").method.message_count == 15
+    ch.confirm_delivery()
+    ch.basic_publish("", "deep6", b"99", pika.BasicProperties(delivery_mode=2))
+    conn.close()
+    deep_broker.kill()
+    deep_broker.start()
+    conn = pika.BlockingConnection(pika.URLParameters(deep_broker.url))
+    assert _drain(conn.channel(), "deep6") == [99]
+    conn.close()

@@ -14,7 +14,6 @@ from typing import Any, Protocol
 from ackmq.broker.channel import Channel
 from ackmq.broker.errors import NOT_ALLOWED, ConnectionError_
 from ackmq.broker.exchange import EXCHANGE_CLASSES
-from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue import Queue
 from ackmq.broker.readylist import Meter
 from ackmq.broker.vhost import VHost
@@ -82,24 +81,33 @@ class Broker:
                 if dest is not None:
                     vh.bind(b.source, dest, b.routing_key, b.arguments)
             count = 0
-            for qname, msgs in rec.messages.items():
+            for qname in list(rec.messages):
+                msgs = rec.messages.pop(qname)
                 q = vh.queues.get(qname)
-                if q is None:
-                    continue
-                for sm in msgs:
-                    body = sm.body if sm.body is not None else store.read_body(sm.location)
-                    m = Message(sm.exchange, sm.routing_key, sm.properties, body)
-                    e = QueueEntry(m, sm.seq, q)
-                    e.persisted = True
-                    e.location = sm.location
-                    e.redelivered = sm.delivery_count > 0
-                    e.delivery_count = max(0, sm.delivery_count - 1) if sm.delivery_count else 0
-                    q.restore(e)
-                    count += 1
+                if q is not None:
+                    count += self._restore_queue(q, store, msgs)
         finally:
             self.store = store
         log.info("recovered %d exchanges, %d queues, %d bindings, %d messages (epoch %d)",
                  len(rec.exchanges), len(rec.queues), len(rec.bindings), count, self.epoch)
+
+    def _restore_queue(self, q: Queue, store: Store, msgs: Any) -> int:
+        """Messages of one recovered queue, in seq order: the first few thousand are read
+        back now; the rest stay references into the store, read back as the queue drains
+        (so a restart with millions of messages needs memory for none of their bodies)."""
+        hot = self.queue_hot_messages if self.spill is not None else None
+        n = 0
+        for seq, location, delivered in msgs:
+            if q.store_qid is None:
+                q.store_qid = location >> 64
+            if delivered:
+                q.recovered_counts[seq] = delivered
+            if hot is not None and n >= hot and q.max_priority == 0:
+                q.ready.append_stored(seq)
+            else:
+                q.restore(q.load_stored(seq))
+            n += 1
+        return n
 
     def vhost(self, name: str) -> VHost:
         vh = self.vhosts.get(name)

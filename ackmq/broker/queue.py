@@ -96,6 +96,8 @@ class Queue:
         self._ttl_due: float | None = None
         self._expiry_timer: Any = None
         self.persistent_store = vhost.broker.store if durable else None
+        self.store_qid: int | None = None          # set by recovery: the store's queue id
+        self.recovered_counts: dict[int, int] = {}  # seq -> deliveries before a restart
         self.touch()
 
     # -- identity -----------------------------------------------------------------
@@ -156,6 +158,19 @@ class Queue:
         if entry.expires_at is not None and self.ready.peek() is entry:
             self._schedule_ttl()
         return True
+
+    def load_stored(self, seq: int) -> QueueEntry:
+        """A recovered message read back from the store by its seq."""
+        assert self.persistent_store is not None and self.store_qid is not None
+        sm = self.persistent_store.read_message((self.store_qid << 64) | seq)
+        e = QueueEntry(Message(sm.exchange, sm.routing_key, sm.properties, sm.body),
+                       seq, self)
+        e.persisted = True
+        e.location = sm.location
+        count = self.recovered_counts.pop(seq, 0)
+        e.redelivered = count > 0
+        e.delivery_count = count
+        return e
 
     def restore(self, entry: QueueEntry) -> None:
         """Put back a message recovered from the store (keeps its seq; call in seq order)."""

@@ -22,6 +22,7 @@ from ackmq.broker.message import QueueEntry
 from ackmq.broker.paging import decode_entry, encode_entry
 
 REFILL = 512  # entries read back from the spill at a time
+STORED = 1 << 63  # a cold-tail value with this bit is a seq in the durable store, not a spill
 
 
 class _Level:
@@ -82,11 +83,22 @@ class ReadyList:
         cold, spill, owner, meter = level.cold, self.spill, self.owner, self.meter
         end = min(len(cold), level.cold_pos + REFILL)
         locs = cold[level.cold_pos:end].tolist()
-        for loc, rec in zip(locs, spill.get_many(locs), strict=True):
-            entry = decode_entry(rec, owner)
-            spill.release(loc)
-            level.fresh.append(entry)
-            meter.resident += entry.size
+        if locs[0] & STORED or locs[-1] & STORED:
+            for loc in locs:
+                if loc & STORED:  # recovered after a restart, never spilled
+                    entry = owner.load_stored(loc & ~STORED)
+                    self.bytes += entry.size
+                else:
+                    entry = decode_entry(spill.get(loc), owner)
+                    spill.release(loc)
+                level.fresh.append(entry)
+                meter.resident += entry.size
+        else:
+            for loc, rec in zip(locs, spill.get_many(locs), strict=True):
+                entry = decode_entry(rec, owner)
+                spill.release(loc)
+                level.fresh.append(entry)
+                meter.resident += entry.size
         level.cold_pos = end
         if end == len(cold):
             del cold[:]
@@ -121,6 +133,12 @@ class ReadyList:
         level.fresh.append(entry)
         if entry.message is not None:
             self.meter.resident += entry.size
+
+    def append_stored(self, seq: int) -> None:
+        """A recovered message left in the store: 8 bytes here until it is needed
+        (its size joins `bytes` when it is read back)."""
+        self._levels[0].cold.append(seq | STORED)
+        self._count += 1
 
     def requeue(self, entry: QueueEntry) -> None:
         heapq.heappush(self._level(entry).back, entry)
@@ -169,10 +187,14 @@ class ReadyList:
         for level in self._levels:
             for i in range(level.cold_pos, len(level.cold)):
                 loc = level.cold[i]
-                e = decode_entry(self.spill.get(loc), self.owner, with_message=False)
-                self.spill.release(loc)
                 self._count -= 1
-                self.bytes -= e.size
+                if loc & STORED:
+                    e = QueueEntry(None, loc & ~STORED, self.owner)
+                    e.persisted = True
+                else:
+                    e = decode_entry(self.spill.get(loc), self.owner, with_message=False)
+                    self.spill.release(loc)
+                    self.bytes -= e.size
                 out.append(e)
             del level.cold[:]
             level.cold_pos = 0
@@ -186,7 +208,8 @@ class ReadyList:
             self._left(e)
         for level in self._levels:
             for i in range(level.cold_pos, len(level.cold)):
-                self.spill.release(level.cold[i])
+                if not level.cold[i] & STORED:
+                    self.spill.release(level.cold[i])
             del level.cold[:]
             level.cold_pos = 0
             level.fresh.clear()
