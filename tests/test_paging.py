@@ -143,7 +143,7 @@ def test_D8_restart_with_deep_queue_marks_delivered_ones_and_purge_stays_durable
     _publish(ch, "deep6", 30)
     ch.basic_qos(prefetch_count=12)
     seen = 0
-    for m, _p, _b in ch.consume("deep6", inactivity_timeout=2):
+    for _m, _p, _b in ch.consume("deep6", inactivity_timeout=2):
         seen += 1
         if seen == 12:
             break
