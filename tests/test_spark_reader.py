@@ -77,15 +77,21 @@ def rows(r: AckmqStreamReader, start: dict, end: dict) -> list[int]:
     return out
 
 
-def drain(r: AckmqStreamReader, start: dict, landed: list[int], limit: int) -> dict:
-    while True:
-        end = next_batch(r, start, limit, timeout=2.0)
+def drain(r: AckmqStreamReader, start: dict, landed: list[int], limit: int,
+          expect: int) -> dict:
+    """Run batches until `expect` rows have landed (30 s at most), then let the reader
+    ack the last one, as Spark's next latestOffset call does."""
+    deadline = time.monotonic() + 30
+    while len(landed) < expect and time.monotonic() < deadline:
+        end = next_batch(r, start, limit, timeout=1.0)
         if end == start:
-            return start
+            continue
         batch = rows(r, start, end)
         assert 0 < len(batch) <= limit  # S5: the cap holds
         landed.extend(batch)
         start = end
+    assert r.latestOffset(start, ReadMaxRows(limit)) == start  # nothing more, acks the last
+    return start
 
 
 def test_S5_batches_are_capped_and_prefetch_bounds_the_buffer(broker_url, queue, tmp_path):
@@ -100,7 +106,7 @@ def test_S5_batches_are_capped_and_prefetch_bounds_the_buffer(broker_url, queue,
             landed.extend(rows(r, start, end))
             start = end
         assert len(landed) == 450
-        start = drain(r, start, landed, 150)
+        start = drain(r, start, landed, 150, 1000)
         assert sorted(landed) == list(range(1000))
         assert queue_state(broker_url, queue) == (0, 1)  # all acked, consumer still there
     finally:
@@ -153,7 +159,7 @@ def test_S2_restart_after_crash_lands_nothing_twice(broker_url, queue, tmp_path,
     try:
         if crash_after == "staged":
             landed.extend(rows(b, start, logged))  # Spark replays the logged batch 0
-        drain(b, logged, landed, 100)
+        drain(b, logged, landed, 100, 500)
         assert sorted(landed) == list(range(500))
         assert queue_state(broker_url, queue)[0] == 0
     finally:
@@ -184,7 +190,7 @@ def test_S2_broker_sigkill_mid_stream_lands_nothing_twice(tmp_path):
             broker = BrokerProcess(tmp_path / "data", port=broker.port)
             broker.start()
             landed.extend(rows(r, end0, end1))        # batch 1 runs from its staged file
-            drain(r, end1, landed, 100)
+            drain(r, end1, landed, 100, 300)
             assert sorted(landed) == list(range(300))
         finally:
             r.stop()

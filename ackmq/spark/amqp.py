@@ -113,6 +113,10 @@ class QueueConsumer:
         """Messages in the queue now: ready ones plus those delivered to us and unacked."""
         return int(self._call("depth", None, timeout))
 
+    def ready_count(self, timeout: float = 30.0) -> int:
+        """Messages the broker holds ready (not delivered to anyone)."""
+        return int(self._call("ready", None, timeout))
+
     def close(self) -> None:
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
@@ -181,6 +185,8 @@ class QueueConsumer:
             self._outstanding.difference_update(tags)
             ch.basic_qos(prefetch_count=self.prefetch)  # round trip: acks are processed
             return None
+        if op == "ready":
+            return ch.queue_declare(self.queue, passive=True).method.message_count
         if op == "depth":
             ready = ch.queue_declare(self.queue, passive=True).method.message_count
             conn.process_data_events(time_limit=0)  # dispatch deliveries that came before

@@ -28,6 +28,7 @@ import hashlib
 import math
 import os
 import tempfile
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -135,6 +136,8 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         dupes: list[Delivery] = []
         while len(taken) < cap:
             got = c.take(cap - len(taken), wait=wait if not taken and not dupes else 0.0)
+            if not got and self._remaining is not None and not taken and not dupes:
+                got = self._await_available_now(c, cap)
             if not got:
                 break
             if self._remaining is not None:
@@ -159,6 +162,16 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._staged[n] = (end, taken, ids)
         seqs = [s for s in (seq_of(d) for d in taken) if s is not None]
         return {"n": end, "hwm": max([hwm, *seqs])}
+
+    def _await_available_now(self, c: QueueConsumer, cap: int) -> list[Delivery]:
+        """AvailableNow found nothing within the idle timeout: end only if the broker holds
+        nothing ready either (a slow broker must not end the run early), 60 s at most."""
+        deadline = time.monotonic() + 60.0
+        while time.monotonic() < deadline and c.ready_count() > 0:
+            got = c.take(cap, wait=self.idle_timeout)
+            if got:
+                return got
+        return []
 
     def reportLatestOffset(self) -> dict | None:
         return None
