@@ -158,6 +158,9 @@ def land_through_kills(url: str, work: Path, *, n: int, kills: int, with_ids: bo
         missing = set(range(n)) - set(bodies)
         assert dupes == 0, f"{dupes} messages landed twice (seed {seed})"
         assert not missing, f"{len(missing)} messages lost, e.g. {sorted(missing)[:10]} (seed {seed})"
+        deadline = time.monotonic() + 15  # the broker notices the driver's exit shortly
+        while _queue_state(url, queue) != (0, 0) and time.monotonic() < deadline:
+            time.sleep(0.5)
         assert _queue_state(url, queue) == (0, 0)  # empty, and nothing left unacked
     finally:
         conn = pika.BlockingConnection(pika.URLParameters(url))
