@@ -21,6 +21,10 @@ def spark_session(app: str = "ackmq", master: str | None = None) -> Any:
     import ackmq.spark
 
     master = master or os.environ.get("ACKMQ_SPARK_MASTER", "local[2]")
+    # Spark's Python workers must import ackmq: run them on this interpreter (a venv's),
+    # not whatever `python3` is first on PATH
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     spark = (SparkSession.builder.appName(app).master(master)
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2")
