@@ -25,8 +25,11 @@ def spark_session(app: str = "ackmq", master: str | None = None) -> Any:
     # not whatever `python3` is first on PATH
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode: loopback only
     spark = (SparkSession.builder.appName(app).master(master)
              .config("spark.ui.enabled", "false")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.driver.memory", os.environ.get("ACKMQ_SPARK_DRIVER_MEMORY", "1g"))
              .config("spark.sql.streaming.pollingDelay", "50ms")
