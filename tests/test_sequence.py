@@ -15,7 +15,7 @@ import pika
 import pytest
 from conftest import BrokerProcess
 from pika.adapters.blocking_connection import BlockingChannel
-from pikahelp import WAIT, wait_ready
+from pikahelp import WAIT, take, wait_ready
 
 SEQ = "x-ackmq-seq"
 U64 = 2**64
@@ -36,20 +36,10 @@ def seq_of(props: pika.BasicProperties) -> int:
     return seq
 
 
-def get(ch: BlockingChannel, queue: str, auto_ack: bool = False):
-    deadline = time.monotonic() + WAIT
-    while True:
-        m, p, b = ch.basic_get(queue, auto_ack=auto_ack)
-        if m is not None:
-            return m, p, b
-        assert time.monotonic() < deadline, f"nothing on {queue}"
-        time.sleep(0.02)
-
-
 def get_all_seqs(ch: BlockingChannel, queue: str, n: int) -> list[tuple[bytes, int]]:
     out = []
     for _ in range(n):
-        _m, p, b = get(ch, queue, auto_ack=True)
+        _m, p, b = take(ch, queue)
         out.append((b, seq_of(p)))
     return out
 
@@ -81,10 +71,10 @@ def test_seq_unchanged_on_requeue_and_redelivery(connection, channel: BlockingCh
     wait_ready(channel, qname, 3)
     first = {}
     for _ in range(3):
-        m, p, b = get(channel, qname)
+        m, p, b = take(channel, qname, auto_ack=False)
         first[b] = seq_of(p)
     channel.basic_nack(2, requeue=True)  # body "1"
-    m, p, b = get(channel, qname)
+    m, p, b = take(channel, qname, auto_ack=False)
     assert (b, m.redelivered, seq_of(p)) == (b"1", True, first[b"1"])
     channel.close()  # D8: everything unacked comes back
     ch2 = connection.channel()
@@ -97,11 +87,11 @@ def test_seq_unchanged_by_recover(connection, channel: BlockingChannel, qname: s
     channel.queue_declare(qname, exclusive=True)
     channel.basic_publish("", qname, b"r")
     wait_ready(channel, qname, 1)
-    _m, p, _b = get(channel, qname)
+    _m, p, _b = take(channel, qname, auto_ack=False)
     before = seq_of(p)
     channel.basic_recover(requeue=True)
     wait_ready(channel, qname, 1)
-    m, p, _b = get(channel, qname, auto_ack=True)
+    m, p, _b = take(channel, qname)
     assert m.redelivered and seq_of(p) == before
 
 
@@ -137,7 +127,7 @@ def test_client_cannot_forge_seq(channel: BlockingChannel, qname: str) -> None:
     wait_ready(channel, qname, 3)
     msgs = []
     for _ in range(3):
-        _m, p, b = get(channel, qname, auto_ack=True)
+        _m, p, b = take(channel, qname)
         msgs.append((b, seq_of(p), p.headers))
     seqs = [s for _b, s, _h in msgs]
     assert seqs[0] < seqs[1] < seqs[2]
@@ -153,7 +143,7 @@ def test_dead_lettered_message_gets_target_queue_seq(channel: BlockingChannel,
     channel.basic_publish("", dead, b"already-there")
     channel.basic_publish("", qname, b"dies")
     wait_ready(channel, qname, 1)
-    m, p, _b = get(channel, qname)
+    m, p, _b = take(channel, qname, auto_ack=False)
     channel.basic_reject(m.delivery_tag, requeue=False)
     wait_ready(channel, dead, 2)
     (_b0, s0), (b1, s1) = get_all_seqs(channel, dead, 2)
@@ -194,7 +184,7 @@ def test_seq_survives_restart_and_keeps_increasing(own_broker: BrokerProcess,
     wait_ready(ch, qname, 5)
     before = {}
     for _ in range(5):
-        _m, p, b = get(ch, qname)
+        _m, p, b = take(ch, qname, auto_ack=False)
         before[b] = seq_of(p)
     ch.basic_ack(1)  # body "0" is gone for good; the rest stay unacked at the restart
     if how == "stop":
@@ -240,7 +230,7 @@ def test_seq_keeps_increasing_across_two_restarts_when_queue_was_empty(
             ch.queue_declare(qname, durable=True)
             ch.confirm_delivery()
             ch.basic_publish("", qname, b"x", pika.BasicProperties(delivery_mode=2))
-            _m, p, _b = get(ch, qname, auto_ack=True)
+            _m, p, _b = take(ch, qname)
             seen.append(seq_of(p))
         finally:
             conn.close()
