@@ -26,6 +26,7 @@ from ackmq.protocol.amqp import (
     encode_publish,
     encode_reject,
     encode_return,
+    properties_with_headers,
 )
 
 channels = st.integers(0, 65535)
@@ -241,3 +242,12 @@ def test_encode_method_equals_pamqp_and_decodes_back(method):
     assert data == frame.marshal(method, 3)
     (event,) = decode_all(data)
     assert event.channel == 3 and dict(event.method) == dict(method)
+
+
+@settings(max_examples=300, deadline=None)
+@given(props=pamqp_properties, seq=st.integers(0, 2**63 - 1))
+def test_properties_with_seq_equals_the_general_splice(props, seq) -> None:
+    from ackmq.protocol.amqp.properties import properties_with_seq
+
+    raw = encode_properties(props)
+    assert properties_with_seq(raw, seq) == properties_with_headers(raw, {"x-ackmq-seq": seq})

@@ -26,7 +26,7 @@ from ackmq.broker.errors import (
 )
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue import Queue
-from ackmq.protocol.amqp.properties import properties_with_headers
+from ackmq.protocol.amqp.properties import properties_with_headers, properties_with_seq
 
 if TYPE_CHECKING:
     from ackmq.broker.vhost import VHost
@@ -58,10 +58,11 @@ class ChannelOutput(Protocol):
 
 def delivery_properties(entry: QueueEntry) -> bytes:
     """The message's properties plus the headers the broker adds on delivery."""
-    extra: dict[str, Any] = {SEQ_HEADER: entry.seq}
-    if entry.delivery_count:
-        extra[DELIVERY_COUNT_HEADER] = entry.delivery_count
-    return properties_with_headers(entry.message.properties, extra)
+    if not entry.delivery_count:
+        return properties_with_seq(entry.message.properties, entry.seq)
+    return properties_with_headers(entry.message.properties,
+                                   {SEQ_HEADER: entry.seq,
+                                    DELIVERY_COUNT_HEADER: entry.delivery_count})
 
 
 class _Tx:

@@ -380,3 +380,25 @@ def properties_with_headers(raw: bytes, extra: dict[str, Any]) -> bytes:
     kept = [entry for key, entry in _table_entries(raw, start, end) if key not in replaced]
     data = b"".join(kept + new_entries)
     return b"".join((raw[:start], _U32.pack(len(data)), data, raw[end:]))
+
+
+_SEQ_ENTRY = struct.Struct(">B11scq")  # shortstr key "x-ackmq-seq", type 'l', value
+_SEQ_ONLY_TABLE = struct.Struct(">IB11scq")
+
+
+def properties_with_seq(raw: bytes, seq: int) -> bytes:
+    """`properties_with_headers(raw, {"x-ackmq-seq": seq})`, fast for the common case of
+    a message without headers (one splice, no parse of the property list); every
+    delivery pays for this, so it is written out by hand and tested against the general
+    function."""
+    flags = (raw[0] << 8) | raw[1]
+    if flags & _FLAG_HEADERS:
+        return properties_with_headers(raw, {"x-ackmq-seq": seq})
+    pos = 2
+    if flags & 0x8000:
+        pos += 1 + raw[pos]
+    if flags & 0x4000:
+        pos += 1 + raw[pos]
+    return b"".join((_U16.pack(flags | _FLAG_HEADERS), raw[2:pos],
+                     _SEQ_ONLY_TABLE.pack(_SEQ_ENTRY.size, 11, b"x-ackmq-seq", b"l", seq),
+                     raw[pos:]))
