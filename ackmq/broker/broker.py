@@ -15,7 +15,6 @@ from ackmq.broker.channel import Channel
 from ackmq.broker.errors import NOT_ALLOWED, ConnectionError_
 from ackmq.broker.exchange import EXCHANGE_CLASSES
 from ackmq.broker.queue import Queue
-from ackmq.broker.readylist import Meter
 from ackmq.broker.vhost import VHost
 from ackmq.store.base import Store
 
@@ -42,7 +41,6 @@ class Broker:
         self.scheduler = scheduler
         self.store = store
         self.spill = spill  # deep queues keep their tails there (ackmq.store.spill)
-        self.meter = Meter()
         self.queue_hot_messages = queue_hot_messages
         self.consumer_timeout_ms = consumer_timeout_ms
         self.epoch = 0

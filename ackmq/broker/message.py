@@ -83,13 +83,12 @@ class Message:
 class QueueEntry:
     """One message in one queue: `seq` orders the queue and survives requeue and restart.
 
-    `message` is None while the entry is paged out: its body waits in the store (at
-    `location`) and is read back when the entry is delivered, so a deep durable queue
-    costs one small object per message, not its body.
+    `message` is None only for spilled entries handed back by `ReadyList.clear` (seq and
+    flags are all a purge needs).
     """
 
     __slots__ = ("message", "seq", "delivery_count", "redelivered", "expires_at", "persisted",
-                 "location", "queue", "size", "priority")
+                 "queue", "size", "priority")
 
     def __init__(self, message: Message | None, seq: int, queue: object, size: int = 0,
                  priority: int = 0) -> None:
@@ -104,7 +103,6 @@ class QueueEntry:
         self.redelivered = False  # D9
         self.expires_at: float | None = None
         self.persisted = False    # written to the store: an ack must remove it there
-        self.location = -1
 
     def __lt__(self, other: QueueEntry) -> bool:  # heap order for requeued entries
         return self.seq < other.seq

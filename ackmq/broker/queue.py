@@ -83,8 +83,7 @@ class Queue:
         self.dlx = _str_arg(a, "x-dead-letter-exchange")
         self.dlrk = _str_arg(a, "x-dead-letter-routing-key")
         broker = vhost.broker
-        self.ready = ReadyList(self.max_priority, broker.meter, broker.spill, self,
-                               broker.queue_hot_messages)
+        self.ready = ReadyList(self.max_priority, broker.spill, self, broker.queue_hot_messages)
         self.consumers: dict[str, Consumer] = {}
         self._active: deque[Consumer] = deque()
         self.unacked_count = 0
@@ -149,8 +148,8 @@ class Queue:
             entry.expires_at = time.monotonic() + ttl / 1000.0
         store = self.persistent_store
         if store is not None and message.persistent:
-            entry.location = store.add(self.name, entry.seq, message.exchange,
-                                       message.routing_key, message.properties, message.body)
+            store.add(self.name, entry.seq, message.exchange, message.routing_key,
+                      message.properties, message.body)
             entry.persisted = True
         self.ready.append(entry)
         if self._active:
@@ -166,7 +165,6 @@ class Queue:
         e = QueueEntry(Message(sm.exchange, sm.routing_key, sm.properties, sm.body),
                        seq, self)
         e.persisted = True
-        e.location = sm.location
         count = self.recovered_counts.pop(seq, 0)
         e.redelivered = count > 0
         e.delivery_count = count

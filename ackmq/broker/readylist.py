@@ -52,24 +52,14 @@ class _Level:
         return fresh.popleft()
 
 
-class Meter:
-    """Bytes of message bodies held in memory by ready lists, shared broker-wide."""
-
-    __slots__ = ("resident",)
-
-    def __init__(self) -> None:
-        self.resident = 0
-
-
 class ReadyList:
-    __slots__ = ("_levels", "_count", "bytes", "meter", "spill", "owner", "hot_max")
+    __slots__ = ("_levels", "_count", "bytes", "spill", "owner", "hot_max")
 
-    def __init__(self, max_priority: int = 0, meter: Meter | None = None, spill: Any = None,
-                 owner: Any = None, hot_max: int = 4096) -> None:
+    def __init__(self, max_priority: int = 0, spill: Any = None, owner: Any = None,
+                 hot_max: int = 4096) -> None:
         self._levels = [_Level() for _ in range(max_priority + 1)]
         self._count = 0
         self.bytes = 0  # body bytes of every ready message, in memory or spilled
-        self.meter = meter if meter is not None else Meter()
         self.spill = spill
         self.owner = owner
         self.hot_max = hot_max
@@ -80,7 +70,7 @@ class ReadyList:
 
     def _refill(self, level: _Level) -> None:
         """The hot head ran dry: read the next batch back from the spill."""
-        cold, spill, owner, meter = level.cold, self.spill, self.owner, self.meter
+        cold, spill, owner = level.cold, self.spill, self.owner
         end = min(len(cold), level.cold_pos + REFILL)
         locs = cold[level.cold_pos:end].tolist()
         if locs[0] & STORED or locs[-1] & STORED:
@@ -92,13 +82,11 @@ class ReadyList:
                     entry = decode_entry(spill.get(loc), owner)
                     spill.release(loc)
                 level.fresh.append(entry)
-                meter.resident += entry.size
         else:
             for loc, rec in zip(locs, spill.get_many(locs), strict=True):
                 entry = decode_entry(rec, owner)
                 spill.release(loc)
                 level.fresh.append(entry)
-                meter.resident += entry.size
         level.cold_pos = end
         if end == len(cold):
             del cold[:]
@@ -127,12 +115,8 @@ class ReadyList:
             except OSError:
                 # the spill cannot take it: keep it in memory, after the spilled ones
                 heapq.heappush(level.back, entry)
-                if entry.message is not None:
-                    self.meter.resident += entry.size
                 return
         level.fresh.append(entry)
-        if entry.message is not None:
-            self.meter.resident += entry.size
 
     def append_stored(self, seq: int) -> None:
         """A recovered message left in the store: 8 bytes here until it is needed
@@ -144,8 +128,6 @@ class ReadyList:
         heapq.heappush(self._level(entry).back, entry)
         self._count += 1
         self.bytes += entry.size
-        if entry.message is not None:
-            self.meter.resident += entry.size
 
     def peek(self) -> QueueEntry | None:
         for level in reversed(self._levels):
@@ -175,8 +157,6 @@ class ReadyList:
     def _left(self, entry: QueueEntry) -> QueueEntry:
         self._count -= 1
         self.bytes -= entry.size
-        if entry.message is not None:
-            self.meter.resident -= entry.size
         return entry
 
     def clear(self) -> list[QueueEntry]:
@@ -204,8 +184,6 @@ class ReadyList:
 
     def discard(self) -> None:
         """Forget everything without reading the spill back (queue deleted)."""
-        for e in list(self):
-            self._left(e)
         for level in self._levels:
             for i in range(level.cold_pos, len(level.cold)):
                 if not level.cold[i] & STORED:

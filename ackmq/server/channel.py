@@ -115,21 +115,14 @@ class AMQPChannel:
         if not m.nowait:
             self.send(M(C.Exchange.DeleteOk))
 
-    def _exchange_bind(self, m: C.Exchange.Bind) -> None:
+    def _exchange_bind(self, m: C.Exchange.Bind | C.Exchange.Unbind) -> None:
         vh = self.conn.vhost
         dest = vh.exchange(m.destination)
         vh.exchange(m.source)
-        vh.bind(m.source, dest, m.routing_key, m.arguments or {})
+        bind = isinstance(m, C.Exchange.Bind)
+        (vh.bind if bind else vh.unbind)(m.source, dest, m.routing_key, m.arguments or {})
         if not m.nowait:
-            self.send(M(C.Exchange.BindOk))
-
-    def _exchange_unbind(self, m: C.Exchange.Unbind) -> None:
-        vh = self.conn.vhost
-        dest = vh.exchange(m.destination)
-        vh.exchange(m.source)
-        vh.unbind(m.source, dest, m.routing_key, m.arguments or {})
-        if not m.nowait:
-            self.send(M(C.Exchange.UnbindOk))
+            self.send(M(C.Exchange.BindOk if bind else C.Exchange.UnbindOk))
 
     def _queue_declare(self, m: C.Queue.Declare) -> None:
         q = self.conn.vhost.declare_queue(m.queue, m.passive, m.durable, m.exclusive,
@@ -241,7 +234,7 @@ _HANDLERS: dict[type, Any] = {
     C.Exchange.Declare: AMQPChannel._exchange_declare,
     C.Exchange.Delete: AMQPChannel._exchange_delete,
     C.Exchange.Bind: AMQPChannel._exchange_bind,
-    C.Exchange.Unbind: AMQPChannel._exchange_unbind,
+    C.Exchange.Unbind: AMQPChannel._exchange_bind,
     C.Queue.Declare: AMQPChannel._queue_declare,
     C.Queue.Bind: AMQPChannel._queue_bind,
     C.Queue.Unbind: AMQPChannel._queue_unbind,

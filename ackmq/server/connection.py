@@ -135,14 +135,10 @@ class AMQPConnection(asyncio.Protocol):
             self._shutdown()
             return
         except FrameError as e:
-            self._events(self._early_events())
             self.close_connection(e.reply_code, e.reply_text, e.class_id, e.method_id)
             return
         self._events(events)
         self.server.request_flush()
-
-    def _early_events(self) -> list[Any]:
-        return []
 
     def _events(self, events: list[Any]) -> None:
         for ev in events:

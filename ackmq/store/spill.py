@@ -151,10 +151,6 @@ class Spill:
         except FileNotFoundError:
             pass
 
-    @property
-    def disk_bytes(self) -> int:
-        return sum(1 for _ in self._live) * self.segment_bytes
-
     def close(self) -> None:
         for fd in self._rfds.values():
             os.close(fd)
