@@ -43,6 +43,42 @@ def test_spill_get_many_across_segments_buffer_and_large_records(tmp_path: Path)
     sp.close()
 
 
+def test_spill_get_many_interleaved_queues_one_read_per_window(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    """A fanout spills ten queues at once: each queue's records are every tenth one in
+    the file. Reading one queue back must return exactly its records, in order, and
+    share reads among them (not one large read per record)."""
+    import random
+
+    import ackmq.store.spill as spill_mod
+
+    rnd = random.Random(7)
+    sp = Spill(tmp_path / "spill", segment_bytes=1 << 20)
+    per_queue: list[list[tuple[int, bytes]]] = [[] for _ in range(10)]
+    for i in range(3000):
+        q = i % 10
+        size = 9000 if rnd.random() < 0.01 else rnd.randrange(0, 400)  # some > slack
+        rec = rnd.randbytes(size)
+        per_queue[q].append((sp.put(rec), rec))
+    sp.flush()
+    tail = sp.put(b"still buffered")
+    reads = 0
+    real_pread = os.pread
+
+    def counting_pread(fd: int, n: int, off: int) -> bytes:
+        nonlocal reads
+        reads += 1
+        return real_pread(fd, n, off)
+
+    monkeypatch.setattr(spill_mod.os, "pread", counting_pread)
+    for q in range(10):
+        locs = [loc for loc, _ in per_queue[q]]
+        got = sp.get_many(locs + ([tail] if q == 0 else []))
+        assert got == [rec for _, rec in per_queue[q]] + ([b"still buffered"] if q == 0 else [])
+    assert reads < 3000 // 4, f"{reads} preads for 3000 interleaved records"
+    sp.close()
+
+
 @pytest.fixture
 def deep_broker(tmp_path: Path):
     b = BrokerProcess(tmp_path / "data", "--queue-hot-messages", "5")

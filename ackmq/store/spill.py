@@ -20,6 +20,7 @@ from pathlib import Path
 
 _LEN = struct.Struct(">I")
 SEG_BITS = 40  # location = segment << 40 | offset
+WINDOW = 256 * 1024  # bytes one get_many pread may span
 
 
 class SpillError(OSError):
@@ -103,33 +104,42 @@ class Spill:
         return head[4:4 + n]
 
     def get_many(self, locs: list[int]) -> list[bytes]:
-        """Read many records; neighbours in one file come from one large pread."""
+        """Read many records, each window of neighbours in one file with one pread.
+
+        A queue's records are in ascending order but need not be adjacent: queues that
+        spill at the same time (a fanout) interleave theirs. A window spans from the
+        first record to the last one within WINDOW bytes of it, so interleaved records
+        cost a share of one read each, not a read of their own."""
         out: list[bytes] = []
         i, n = 0, len(locs)
         mask = (1 << SEG_BITS) - 1
         while i < n:
             loc = locs[i]
             seg, off = loc >> SEG_BITS, loc & mask
-            if seg == self._seg and off >= self._flushed:
+            hot = seg == self._seg
+            if hot and off >= self._flushed:
                 out.append(self.get(loc))
                 i += 1
                 continue
+            limit = min(off + WINDOW, self._flushed) if hot else off + WINDOW
+            j = i + 1
+            while j < n and locs[j] >> SEG_BITS == seg and off < locs[j] & mask < limit:
+                j += 1
             fd = self._rfds.get(seg)
             if fd is None:
                 fd = self._rfds[seg] = os.open(self._path(seg), os.O_RDONLY)
-            chunk = os.pread(fd, 256 * 1024, off)
-            pos = 0
-            while i < n and locs[i] == (seg << SEG_BITS) | (off + pos):
+            chunk = os.pread(fd, (locs[j - 1] & mask) - off + 4096, off)
+            while i < j:
+                pos = (locs[i] & mask) - off
                 if pos + 4 > len(chunk):
                     break
                 (size,) = _LEN.unpack_from(chunk, pos)
                 if pos + 4 + size > len(chunk):
-                    if pos == 0:  # a record larger than the chunk
+                    if pos == 0:  # a record larger than the window's slack
                         out.append(self.get(locs[i]))
                         i += 1
                     break
                 out.append(chunk[pos + 4:pos + 4 + size])
-                pos += 4 + size
                 i += 1
         return out
 
