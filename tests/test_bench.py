@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import socket
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pika
 import pytest
 
-from ackmq.bench import cli
+from ackmq.bench import cli, floor, report
 from ackmq.bench.pipeline import OutstandingConfirms
 from ackmq.bench.progress import Progress
 from ackmq.bench.report import summarize
@@ -167,6 +172,8 @@ def test_tiny_real_run_writes_json_and_png(broker_url: str, tmp_path: Path,
     assert rows[("publish", "publish")]["brokers"]
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "== confirms-individual" in printed.out and "physical floor" in printed.out
+    assert "median of 1 run;" in printed.out
+    assert data["meta"]["physical_floor"]["fdatasync_us"] == floor["fdatasync_us"]
     deleted = [n for r in data["runs"] for n in r["deleted"]]
     assert deleted and all(n.startswith("ackmq-bench.") for n in deleted)
     assert _gone(broker_url, deleted) == []
@@ -217,3 +224,205 @@ def test_T4_tx_workload_measures_commit_cost_against_confirms(broker_url: str,
     each, per100 = metrics["tx/commit-each"], metrics["tx/commit-100"]
     assert each > 0 and per100 > 0
     assert metrics["confirms-async"] > 0
+
+
+# --- the physical floor: medians of all runs, measured honestly, tmpfs named ------------
+
+
+def _floor_run(broker: str, rnd: int, sync_us: float, rtt_us: float = 20.0, *,
+               in_data_dir: bool = False, fstype: str = "ext4", mount: str = "/",
+               floor_dir: str = "/var/tmp") -> dict:
+    run = _run("confirms-individual", broker, rnd, 400.0)
+    run["messages"] = 1000
+    run["extra"] = {"rtt_us": rtt_us, "fdatasync_us": sync_us, "fdatasync_append_us": 2 * sync_us,
+                    "floor_in_data_dir": in_data_dir, "floor_dir": floor_dir,
+                    "floor_mount": mount, "floor_fstype": fstype}
+    return run
+
+
+def test_floor_is_the_median_of_all_runs_not_one_outlier() -> None:
+    """Issue 4 audit: one 3,242 µs fdatasync in the first run set the printed floor."""
+    runs = [_floor_run("A", 0, 3242, 30, in_data_dir=True), _floor_run("B", 0, 109, 10),
+            _floor_run("A", 1, 151, 20, in_data_dir=True), _floor_run("B", 1, 120, 40),
+            _floor_run("A", 2, 130, 25, in_data_dir=True), _floor_run("B", 2, 140, 15)]
+    f = report.floor_summary(runs)
+    assert f is not None
+    assert f["fdatasync_us"] == 135 and f["rtt_us"] == 22.5  # medians of six, separately
+    assert f["fdatasync_runs"] == f["rtt_runs"] == 6
+    assert f["floor_ms"] == pytest.approx(1000 * (22.5 + 135) / 1e3)
+    table = report.format_table(report.summarize(runs, ["A", "B"]), runs, ["A", "B"])
+    assert "fdatasync 135 µs" in table and "median of 6 runs" in table
+    assert "3242" not in table and "WARNING" not in table
+
+
+def test_floor_does_not_mix_filesystems_and_warns_on_tmpfs() -> None:
+    runs = [_floor_run("A", 0, 100, in_data_dir=True, floor_dir="/data/x", mount="/data"),
+            _floor_run("B", 0, 1, fstype="tmpfs", mount="/tmp", floor_dir="/tmp"),
+            _floor_run("A", 1, 300, in_data_dir=True, floor_dir="/data/x", mount="/data")]
+    f = report.floor_summary(runs)
+    assert f is not None and f["fdatasync_us"] == 200 and f["fdatasync_runs"] == 2
+    assert f["rtt_runs"] == 3
+    table = report.format_table(report.summarize(runs, ["A", "B"]), runs, ["A", "B"])
+    assert "medians of 3 runs (rtt) and 2 (fdatasync)" in table and "WARNING" not in table
+    tmp = [_floor_run("B", 0, 1, fstype="tmpfs", mount="/tmp", floor_dir="/tmp")]
+    table = report.format_table(report.summarize(tmp, ["B"]), tmp, ["B"])
+    assert "WARNING: /tmp is on tmpfs" in table and "--data-dir" in table
+
+
+def test_filesystem_of_takes_the_longest_mount_prefix() -> None:
+    mounts = ("/dev/vda / ext4 rw 0 0\n"
+              "tmpfs /tmp tmpfs rw 0 0\n"
+              "/dev/vdb /mnt/my\\040disk xfs rw 0 0\n"
+              "tmpfs /var/tmp tmpfs rw 0 0\n"
+              "/dev/vdc /var/tmp ext4 rw 0 0\n")  # mounted over: the last line wins
+    assert floor.filesystem_of("/tmp/x/y", mounts) == ("/tmp", "tmpfs")
+    assert floor.filesystem_of("/tmpfoo", mounts) == ("/", "ext4")  # a prefix of a name
+    assert floor.filesystem_of("/mnt/my disk/q", mounts) == ("/mnt/my disk", "xfs")
+    assert floor.filesystem_of("/var/tmp/a", mounts) == ("/var/tmp", "ext4")
+    assert floor.filesystem_of("/", mounts) == ("/", "ext4")
+
+
+def test_physical_floor_measures_both_writes_and_names_the_filesystem(tmp_path: Path) -> None:
+    f = floor.physical_floor(100, str(tmp_path))
+    assert f["rtt_us"] > 0 and f["fdatasync_us"] > 0 and f["fdatasync_append_us"] > 0
+    assert f["floor_ms"] == pytest.approx(100 * (f["rtt_us"] + f["fdatasync_us"]) / 1e3)
+    assert (f["floor_mount"], f["floor_fstype"]) == floor.filesystem_of(str(tmp_path))
+    assert f["floor_fstype"] != "unknown" and f["floor_dir"] == str(tmp_path)
+    assert list(tmp_path.iterdir()) == []  # its scratch files are gone
+    assert floor.floor_dir(None) == "/var/tmp"  # not /tmp, which is often tmpfs
+    shm = Path("/dev/shm")
+    if shm.is_dir() and floor.filesystem_of(str(shm))[1] == "tmpfs":
+        assert floor.physical_floor(10, str(shm))["floor_fstype"] == "tmpfs"
+
+
+# --- CPU below the tick resolution ---------------------------------------------------
+
+
+def test_broker_cpu_below_tick_resolution_is_marked_not_printed() -> None:
+    fine = [_run("w", "A", 0, 1.0), _run("w", "A", 1, 1.0)]
+    noisy = [_run("w", "B", 0, 1.0), _run("w", "B", 1, 1.0)]
+    noisy[1]["broker_cpu_s"] = 0.01  # one 10 ms tick: 0.5% of 2 s, or 0%, or 1%: noise
+    (row,) = report.summarize(fine + noisy, ["A", "B"])
+    assert row["brokers"]["A"]["broker_cpu_pct"] == 25
+    assert not row["brokers"]["A"]["broker_cpu_below_resolution"]
+    assert row["brokers"]["B"]["broker_cpu_pct"] is None
+    assert row["brokers"]["B"]["broker_cpu_below_resolution"]
+    table = report.format_table([row], fine + noisy, ["A", "B"])
+    b_line = next(line for line in table.splitlines() if line.split()[:1] == ["B"])
+    assert "<res" in b_line and "50% / <res" in b_line
+    assert "<res = " in table
+
+
+# --- bad URLs: one line, exit 2, no traceback -------------------------------------------
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("http://x", "unsupported scheme http://"),
+    ("amqps://guest:guest@127.0.0.1:5671/", "amqps:// (TLS) is not supported by the bench"),
+    ("notaurl", "not a broker URL"),
+    ("amqp:notaurl", "not a broker URL"),
+    ("amqp://guest:secret@127.0.0.1:notaport/", "Port could not be cast"),
+    ("amqp://127.0.0.1:99999/", "out of range"),
+])
+def test_bad_url_is_one_clear_line_and_exit_2(url: str, says: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in ("--url", "--compare"):
+        args = ["confirms-async", flag, url]
+        if flag == "--compare":
+            args += ["--url", "amqp://guest:guest@127.0.0.1:1/"]
+        assert cli.main(args) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, err
+        assert says in err and f"{flag}:" in err
+        assert "amqp://user:pass@host:port/vhost" in err
+        assert "Traceback" not in err and "secret" not in err
+
+
+def test_bad_url_through_the_ackmq_command() -> None:
+    proc = subprocess.run([sys.executable, "-m", "ackmq", "bench", "--url", "http://x"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "ackmq bench: --url: unsupported scheme http:// in 'http://x'; expected "
+        "amqp://user:pass@host:port/vhost (e.g. amqp://guest:guest@127.0.0.1:5672/)"]
+
+
+# --- --rabbitmq: what answers must be RabbitMQ; a failed start is a message -------------
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_rabbitmq_flag_refuses_another_broker_on_its_port(
+        broker_url: str, is_rabbitmq: bool, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from ackmq.bench import brokers
+
+    if is_rabbitmq:
+        pytest.skip("the broker under test is a RabbitMQ")
+    monkeypatch.setattr(brokers, "RABBITMQ_URL", broker_url)  # "5672" is an ackmq here
+    assert cli.main(["confirms-async", "--rabbitmq", "--messages", "10"]) == 2
+    err = capsys.readouterr().err
+    assert "not RabbitMQ" in err and "ackmq" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_rabbitmq_flag_refuses_a_non_amqp_listener() -> None:
+    from ackmq.bench import brokers
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+
+    def http() -> None:
+        for _ in range(4):
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            with c:
+                c.recv(64)
+                c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    t = threading.Thread(target=http, daemon=True)
+    t.start()
+    try:
+        port = srv.getsockname()[1]
+        with pytest.raises(brokers.BenchSetupError,
+                           match=f"something listens on 127.0.0.1:{port} .*but no RabbitMQ"):
+            brokers.local_rabbitmq(url=f"amqp://guest:guest@127.0.0.1:{port}/")
+    finally:
+        srv.close()
+
+
+def test_rabbitmq_failed_start_is_a_message_and_exit_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from ackmq.bench import brokers
+
+    fake = tmp_path / "rabbitmq-server"
+    fake.write_text("#!/bin/sh\necho 'cannot start' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(brokers, "RABBITMQ_URL", f"amqp://guest:guest@127.0.0.1:{_closed_port()}/")
+    assert cli.main(["confirms-async", "--rabbitmq", "--messages", "10"]) == 2
+    err = capsys.readouterr().err
+    assert "-detached` failed (exit status 3)" in err and str(fake) in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_rabbitmq_flag_accepts_the_real_rabbitmq() -> None:
+    from ackmq.bench import brokers
+
+    if not brokers.port_open("127.0.0.1", 5672):
+        pytest.skip("no RabbitMQ on 127.0.0.1:5672")
+    target = brokers.local_rabbitmq()
+    try:
+        assert "rabbitmq" in target.product.lower() and target.label == "rabbitmq"
+    finally:
+        target.close()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pika
 import psutil
 
-from ackmq.bench.wire import parse_url
+from ackmq.bench.wire import URL_FORM, BadURL, parse_url, redact
 
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
 _URL_LINE = re.compile(r"listening on (amqp://\S+)")
@@ -50,7 +50,7 @@ class Target:
 
     def public_url(self) -> str:
         """The URL without its password, for reports."""
-        return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", self.url)
+        return redact(self.url)
 
     def close(self) -> None:
         while self._cleanup:
@@ -77,11 +77,26 @@ def find_listener_pid(port: int) -> int | None:
     return None
 
 
+def check_url(url: str) -> pika.URLParameters:
+    """pika's parameters for a URL both clients accept, else a BenchSetupError saying
+    what form is expected (amqp://user:pass@host:port/vhost; no amqps, no other scheme)."""
+    try:
+        parse_url(url)
+    except BadURL as exc:
+        raise BenchSetupError(str(exc)) from None
+    try:
+        return pika.URLParameters(url)
+    except Exception as exc:  # noqa: BLE001 - pika raises IndexError, ValueError, ...
+        raise BenchSetupError(f"bad broker URL {redact(url)!r} ({type(exc).__name__}: {exc}); "
+                              f"expected {URL_FORM}") from None
+
+
 def probe(target: Target) -> Target:
     """Fill in product/version/label from connection.start and the pid from the port."""
+    params = check_url(target.url)
     parts = parse_url(target.url)
     try:
-        conn = pika.BlockingConnection(pika.URLParameters(target.url))
+        conn = pika.BlockingConnection(params)
     except Exception as exc:  # noqa: BLE001 - any failure here means "cannot reach"
         raise BenchSetupError(f"cannot connect to {target.public_url()}: {exc!r}") from exc
     try:
@@ -112,30 +127,75 @@ def rabbitmq_env() -> dict[str, str]:
     return env
 
 
-def local_rabbitmq(start_timeout: float = 120.0) -> Target:
-    """Use the RabbitMQ on 127.0.0.1:5672, starting one (and stopping it later) if needed."""
-    if port_open("127.0.0.1", 5672):
-        return probe(Target(RABBITMQ_URL))
-    if shutil.which("rabbitmq-server") is None:
+def _listener(port: int) -> str:
+    """'pid N, name' of what listens on `port`, for messages."""
+    pid = find_listener_pid(port)
+    if pid is None:
+        return "process unknown"
+    try:
+        return f"pid {pid}, {psutil.Process(pid).name()}"
+    except psutil.Error:
+        return f"pid {pid}"
+
+
+def _expect_rabbitmq(url: str) -> Target:
+    """Probe `url` and insist that connection.start says RabbitMQ."""
+    parts = parse_url(url)
+    where = f"{parts.host}:{parts.port}"
+    try:
+        target = probe(Target(url))
+    except BenchSetupError as exc:
+        raise BenchSetupError(f"--rabbitmq: something listens on {where} ({_listener(parts.port)}) "
+                              f"but no RabbitMQ answered there as guest/guest: {exc}") from None
+    if "rabbitmq" not in target.product.lower():
+        what = f"{target.product or 'a broker without a product name'} {target.version}".strip()
+        raise BenchSetupError(f"--rabbitmq: {where} is answered by {what} ({_listener(parts.port)}), "
+                              "not RabbitMQ; stop it, or name it with --compare URL if you "
+                              "meant to compare against it")
+    return target
+
+
+def local_rabbitmq(start_timeout: float = 120.0, url: str | None = None) -> Target:
+    """Use the RabbitMQ on 127.0.0.1:5672, starting one (and stopping it later) if needed.
+
+    Whatever answers there must say it is RabbitMQ in connection.start. (`url` and
+    RABBITMQ_URL are for tests; a RabbitMQ started here always listens on 5672.)"""
+    url = url or RABBITMQ_URL
+    parts = parse_url(url)
+    if port_open(parts.host, parts.port):
+        return _expect_rabbitmq(url)
+    server = shutil.which("rabbitmq-server")
+    if server is None:
         raise BenchSetupError(
-            "--rabbitmq: nothing listens on 127.0.0.1:5672 and rabbitmq-server is not "
+            f"--rabbitmq: nothing listens on {parts.host}:{parts.port} and rabbitmq-server is not "
             "installed. Install it with `apt-get install rabbitmq-server` (Debian/Ubuntu), "
             "or pass --compare amqp://user:pass@host:port/ for a broker you already run.")
     env = rabbitmq_env()
-    subprocess.run(["rabbitmq-server", "-detached"], env=env, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        subprocess.run([server, "-detached"], env=env, check=True, timeout=start_timeout,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        why = (f"exit status {exc.returncode}" if isinstance(exc, subprocess.CalledProcessError)
+               else str(exc))
+        raise BenchSetupError(f"--rabbitmq: nothing listens on {parts.host}:{parts.port} and "
+                              f"`{server} -detached` failed ({why}); run it yourself to see why "
+                              "(logs in /var/log/rabbitmq/), or pass --compare URL") from None
     deadline = time.monotonic() + start_timeout
-    while not port_open("127.0.0.1", 5672):
+    while not port_open(parts.host, parts.port):
         if time.monotonic() > deadline:
-            raise BenchSetupError("rabbitmq-server -detached did not open 127.0.0.1:5672 "
+            raise BenchSetupError(f"rabbitmq-server -detached did not open {parts.host}:{parts.port} "
                                   f"within {start_timeout:.0f}s; see /var/log/rabbitmq/")
         time.sleep(0.5)
-    target = probe(Target(RABBITMQ_URL))
 
     def stop() -> None:
         subprocess.run(["rabbitmqctl", "stop"], env=env, check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
+    try:
+        target = _expect_rabbitmq(url)
+    except BaseException:
+        stop()
+        raise
     target._cleanup.append(stop)
     return target
 

@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from ackmq.bench import report
-from ackmq.bench.brokers import BenchSetupError, Target, local_rabbitmq, probe, start_ackmq
+from ackmq.bench.brokers import (
+    BenchSetupError,
+    Target,
+    check_url,
+    local_rabbitmq,
+    probe,
+    start_ackmq,
+)
 from ackmq.bench.context import DEFAULT_PREFETCH, Options, RunContext
 from ackmq.bench.progress import Progress
 from ackmq.bench.stats import schedule
@@ -66,6 +73,12 @@ def _targets(args: argparse.Namespace) -> list[Target]:
         raise BenchSetupError("--url and --ackmq both name the broker under test; pick one")
     if args.compare and args.rabbitmq:
         raise BenchSetupError("--compare and --rabbitmq both name the comparison; pick one")
+    for flag, url in (("--url", args.url), ("--compare", args.compare)):
+        if url is not None:  # before anything starts: a typo must not cost a broker start
+            try:
+                check_url(url)
+            except BenchSetupError as exc:
+                raise BenchSetupError(f"{flag}: {exc}") from None
     targets: list[Target] = []
     try:
         if args.url:
@@ -157,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
     rows = report.summarize(runs, labels)
     print(report.format_table(rows, runs, labels), end="")
     meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    meta["physical_floor"] = report.floor_summary(
+        [r for r in runs if r["workload"] == "confirms-individual"])
     if args.json:
         report.write_json(args.json, meta, runs, rows)
         print(f"wrote {args.json}")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
-
 import pika
 from pamqp import commands
 
@@ -38,8 +36,7 @@ def confirms_individual(ctx: RunContext) -> None:
     ctx.add("confirms-individual", ms, "ms", "lower")
     floor_dir = ctx.options.floor_dir or (str(ctx.target.data_dir) if ctx.target.data_dir else None)
     ctx.extra["floor_in_data_dir"] = floor_dir is not None
-    ctx.extra.update(physical_floor(n, floor_dir), floor_dir=floor_dir or tempfile.gettempdir(),
-                     msgs_per_s=n / ctx.wall_s)
+    ctx.extra.update(physical_floor(n, floor_dir), msgs_per_s=n / ctx.wall_s)
 
 
 async def _confirms_pipelined(ctx: RunContext, n: int, batch: int | None) -> None:

@@ -7,8 +7,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ackmq.bench.floor import MEMORY_FS
 from ackmq.bench.stats import median, ratio, verdict
 from ackmq.bench.workloads import WORKLOADS
+
+# The broker's CPU time comes from psutil (/proc/PID/stat), counted in 10 ms clock ticks;
+# under 50 ms (5 ticks) a section's figure is mostly rounding, so it is shown as "<res".
+# (The client's comes from getrusage, which Linux reports to the microsecond.)
+CPU_RES_S = 0.05
 
 
 def summarize(runs: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[dict[str, Any]]:
@@ -16,7 +22,7 @@ def summarize(runs: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[dic
     order: list[tuple[str, str]] = []
     values: dict[tuple[str, str], dict[str, list[float]]] = {}
     meta: dict[tuple[str, str], tuple[str, str]] = {}
-    cpu: dict[tuple[str, str], dict[str, list[tuple[float, float | None]]]] = {}
+    cpu: dict[tuple[str, str], dict[str, list[tuple[float, float | None, bool]]]] = {}
     for run in runs:
         if not run.get("ok"):
             continue
@@ -33,7 +39,8 @@ def summarize(runs: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[dic
                 meta[key] = (m["unit"], m["better"])
             values[key].setdefault(run["broker"], []).append(m["value"])
             cpu[key].setdefault(run["broker"], []).append(
-                (100 * ccpu / wall, None if bcpu is None else 100 * bcpu / wall))
+                (100 * ccpu / wall, None if bcpu is None else 100 * bcpu / wall,
+                 bcpu is not None and bcpu < CPU_RES_S))
     rows = []
     for key in order:
         unit, better = meta[key]
@@ -43,10 +50,13 @@ def summarize(runs: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[dic
             if not vals:
                 continue
             c = cpu[key][label]
-            bc = [b for _, b in c if b is not None]
+            bc = [b for _, b, _ in c if b is not None]
+            # one run under the tick resolution makes the median unreadable: say so
+            below = any(low for _, _, low in c)
             brokers[label] = {"median": median(vals), "runs": len(vals), "values": vals,
-                              "client_cpu_pct": median([a for a, _ in c]),
-                              "broker_cpu_pct": median(bc) if bc else None}
+                              "client_cpu_pct": median([a for a, _, _ in c]),
+                              "broker_cpu_pct": median(bc) if bc and not below else None,
+                              "broker_cpu_below_resolution": below}
         row: dict[str, Any] = {"workload": key[0], "metric": key[1], "unit": unit,
                                "better": better, "brokers": brokers,
                                "ratio": None, "ratio_of": None, "verdict": ""}
@@ -68,7 +78,9 @@ def fmt(v: float | None) -> str:
     return f"{v:.3g}"
 
 
-def _pct(v: float | None) -> str:
+def _pct(v: float | None, below_resolution: bool = False) -> str:
+    if below_resolution:
+        return "<res"
     return "n/a" if v is None else f"{v:.0f}%"
 
 
@@ -91,7 +103,8 @@ def format_table(rows: Sequence[dict[str, Any]], runs: Sequence[dict[str, Any]],
                 rtxt = ""
                 if first and row["ratio"] is not None:
                     rtxt = f"{row['ratio']:.2f} ({row['better']} is better: {row['verdict']})"
-                cpu = f"{_pct(b['client_cpu_pct'])} / {_pct(b['broker_cpu_pct'])}"
+                cpu = (f"{_pct(b['client_cpu_pct'])} / "
+                       f"{_pct(b['broker_cpu_pct'], b.get('broker_cpu_below_resolution', False))}")
                 out.append(f"  {row['metric'] if first else '':<26} {label:<10} "
                            f"{fmt(b['median']):>12} {row['unit']:<12} {b['runs']:>4}  "
                            f"{cpu:>17}  {rtxt}")
@@ -104,6 +117,9 @@ def format_table(rows: Sequence[dict[str, Any]], runs: Sequence[dict[str, Any]],
             out.append(f"  {r['workload']} on {r['broker']} round {r['round'] + 1}: {r['error']}")
     out.append("\ncpu = CPU time / wall time of the measured section (100% = one core busy); "
                "a side near 100% (client) or its core count (broker) was the bottleneck.")
+    if any(b.get("broker_cpu_below_resolution") for r in rows for b in r["brokers"].values()):
+        out.append(f"<res = in some run the broker used under {CPU_RES_S * 1e3:.0f} ms of CPU, "
+                   "below what its 10 ms clock ticks resolve; run more messages to measure it.")
     return "\n".join(out) + "\n"
 
 
@@ -112,14 +128,9 @@ def _notes(wl: str, runs: Sequence[dict[str, Any]], labels: Sequence[str],
     notes = []
     ok = [r for r in runs if r.get("ok") and r["workload"] == wl]
     if wl == "confirms-individual" and ok:
-        # prefer the floor measured in a broker's own data directory (--ackmq, --data-dir)
-        run = next((r for r in ok if r["extra"].get("floor_in_data_dir")), ok[-1])
-        e = run["extra"]
-        notes.append(f"  physical floor for {run['messages']:,} one-at-a-time confirms: "
-                     f"{fmt(e['floor_ms'])} ms = n × (loopback rtt {e['rtt_us']:.0f} µs + "
-                     f"fdatasync {e['fdatasync_us']:.0f} µs in {e['floor_dir']}); without fsync "
-                     f"{fmt(e['floor_no_fsync_ms'])} ms. A broker that confirms only after "
-                     "fsync (ackmq; RabbitMQ 3.10 classic queues too) cannot beat it.")
+        f = floor_summary(ok)
+        if f:
+            notes.append(_floor_note(f))
     if wl == "tx":
         for label in labels:
             each = _median_of(rows, "tx", "tx/commit-each", label)
@@ -132,6 +143,48 @@ def _notes(wl: str, runs: Sequence[dict[str, Any]], labels: Sequence[str],
                 notes.append(f"  T4 on {label}: commit per message is {per_each / per_async:,.0f}× "
                              "slower per message than async confirms (published figure: 250×)")
     return notes
+
+
+def floor_summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The physical floor from every confirms-individual run: the median loopback RTT of
+    all runs and the median fdatasync of the runs that measured on the same filesystem
+    as the preferred one (a broker's own data directory, --ackmq or --data-dir), so one
+    outlier run cannot set the floor and runs on different disks are not mixed."""
+    runs = [r for r in runs if r.get("ok") and "rtt_us" in r.get("extra", {})]
+    if not runs:
+        return None
+    pref_run = next((r for r in runs if r["extra"].get("floor_in_data_dir")), runs[-1])
+    pref, n = pref_run["extra"], pref_run["messages"]
+    mount = pref.get("floor_mount")
+    same = [r for r in runs if r["extra"].get("floor_mount") == mount]
+    rtt = median([r["extra"]["rtt_us"] for r in runs])
+    sync = median([r["extra"]["fdatasync_us"] for r in same])
+    app = [r["extra"]["fdatasync_append_us"] for r in same if "fdatasync_append_us" in r["extra"]]
+    return {"messages": n, "rtt_us": rtt, "rtt_runs": len(runs),
+            "fdatasync_us": sync, "fdatasync_runs": len(same),
+            "fdatasync_append_us": median(app) if app else None,
+            "floor_ms": n * (rtt + sync) / 1e3, "floor_no_fsync_ms": n * rtt / 1e3,
+            "floor_dir": pref.get("floor_dir", "?"), "floor_mount": mount or "?",
+            "floor_fstype": pref.get("floor_fstype", "unknown")}
+
+
+def _floor_note(f: dict[str, Any]) -> str:
+    runs = (f"median of {f['rtt_runs']} run{'s' if f['rtt_runs'] > 1 else ''}"
+            if f["rtt_runs"] == f["fdatasync_runs"] else
+            f"medians of {f['rtt_runs']} runs (rtt) and {f['fdatasync_runs']} (fdatasync)")
+    append = ("" if f["fdatasync_append_us"] is None else
+              f"; an append + fdatasync costs {f['fdatasync_append_us']:.0f} µs")
+    note = (f"  physical floor for {f['messages']:,} one-at-a-time confirms: "
+            f"{fmt(f['floor_ms'])} ms = n × (loopback rtt {f['rtt_us']:.0f} µs + fdatasync "
+            f"{f['fdatasync_us']:.0f} µs), {runs}; fdatasync of a 128-byte overwrite in a "
+            f"flushed file in {f['floor_dir']} ({f['floor_fstype']} on {f['floor_mount']})"
+            f"{append}; without fsync {fmt(f['floor_no_fsync_ms'])} ms. A broker that confirms "
+            "only after fsync (ackmq; RabbitMQ 3.10 classic queues too) cannot beat it.")
+    if f["floor_fstype"] in MEMORY_FS:
+        note += (f"\n  WARNING: {f['floor_dir']} is on {f['floor_fstype']} (memory): fdatasync "
+                 "there costs nothing, so this floor is too low for a broker on disk; pass "
+                 "--data-dir DIR on the broker's disk.")
+    return note
 
 
 def _median_of(rows: Sequence[dict[str, Any]], wl: str, metric: str, label: str) -> float | None:

@@ -14,6 +14,7 @@ shares a small machine with the broker.
 from __future__ import annotations
 
 import asyncio
+import re
 import struct
 from collections import deque
 from collections.abc import Callable
@@ -48,13 +49,38 @@ class URLParts:
     vhost: str
 
 
+URL_FORM = "amqp://user:pass@host:port/vhost (e.g. amqp://guest:guest@127.0.0.1:5672/)"
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and reports."""
+    return re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", url)
+
+
+class BadURL(ValueError):
+    """A broker URL the bench cannot use; the message says what form is expected."""
+
+
 def parse_url(url: str) -> URLParts:
-    """amqp://user:pass@host:port/vhost, with the usual defaults (vhost '/' when empty)."""
-    u = urlparse(url)
-    if u.scheme not in ("amqp", ""):
-        raise ValueError(f"only amqp:// URLs are supported: {url}")
+    """amqp://user:pass@host:port/vhost, with the usual defaults (vhost '/' when empty).
+
+    Anything else raises BadURL with a one-line message naming the expected form."""
+    shown = redact(url) if isinstance(url, str) else url
+    if not isinstance(url, str) or "://" not in url:
+        raise BadURL(f"not a broker URL: {shown!r}; expected {URL_FORM}")
+    try:
+        u = urlparse(url)
+        port = u.port
+    except ValueError as exc:  # bad port: "Port could not be cast...", "out of range"
+        raise BadURL(f"bad broker URL {shown!r} ({exc}); expected {URL_FORM}") from exc
+    scheme = u.scheme.lower()
+    if scheme == "amqps":
+        raise BadURL(f"amqps:// (TLS) is not supported by the bench: {shown!r}; "
+                     f"use a plain {URL_FORM}")
+    if scheme != "amqp":
+        raise BadURL(f"unsupported scheme {u.scheme}:// in {shown!r}; expected {URL_FORM}")
     vhost = unquote(u.path[1:]) if u.path and u.path != "/" else "/"
-    return URLParts(u.hostname or "127.0.0.1", u.port or 5672,
+    return URLParts(u.hostname or "127.0.0.1", port or 5672,
                     unquote(u.username or "guest"), unquote(u.password or "guest"), vhost)
 
 
