@@ -181,3 +181,53 @@ def test_P6_disk_full_fails_the_commit_and_the_store_recovers(tmp_path: Path) ->
     assert set(res["ok"]) <= got.keys()
     assert not set(res["failed"]) & got.keys(), "a failed commit was reported durable later"
     assert set(res["after"]) <= got.keys()
+
+
+HELD_FSYNC = textwrap.dedent("""
+    import os, sys, threading, time
+    from ackmq.store import open_store, QueueDef
+    st = open_store(sys.argv[1], auto_compact=False)
+    e = st.open().epoch
+    st.save_queue(QueueDef("q"))
+    s1, s2, s3 = ((e << 40) | i for i in (1, 2, 3))
+    for s in (s1, s2, s3):
+        st.add("q", s, "ex", "rk", b"", b"body")
+    done = threading.Event()
+    st.commit(lambda exc: done.set())
+    assert done.wait(10)
+    held = threading.Event()
+    fired = []
+
+    def held_fdatasync(fd):  # the sync thread's next fdatasync never returns
+        held.set()
+        time.sleep(3600)
+
+    os.fdatasync = held_fdatasync
+    st.delivered("q", s3, 1)
+    st.commit(fired.append)
+    assert held.wait(10)
+    st.remove("q", s1)          # an ack and a delivery made while that fsync runs
+    st.delivered("q", s2, 1)
+    st.commit(fired.append)
+    print("COMMITTED", len(fired), flush=True)
+    time.sleep(3600)
+""")
+
+
+def test_D8_kill_9_keeps_acks_and_deliveries_committed_while_an_fsync_runs(
+        tmp_path: Path) -> None:
+    """commit() writes at once: kill -9 (not power loss) loses no ack or delivery mark,
+    even one made while another commit's fdatasync is still running."""
+    proc = subprocess.Popen([sys.executable, "-c", HELD_FSYNC, str(tmp_path)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == "COMMITTED 0\n"  # nothing reported durable yet
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    st = open_store(tmp_path)
+    rec = st.open()
+    got = {seq & 0xFF: count for seq, _loc, count in rec.messages["q"]}
+    st.close()
+    assert got == {2: 1, 3: 1}  # s1 acked: gone; s2 and s3 delivered: will be redelivered

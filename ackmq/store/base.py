@@ -154,9 +154,10 @@ class Store(Protocol):
         """Buffer the fact that a message was handed to a consumer (redelivered after restart)."""
 
     def commit(self, callback: Callable[[BaseException | None], None]) -> None:
-        """Make everything buffered so far durable (written + fsynced unless fsync is off),
-        then call `callback(None)` — or `callback(exc)` on failure — on the broker's
-        thread. Batches committed while an fsync runs share the next fsync."""
+        """Write everything buffered so far now (it survives `kill -9` from here on), then
+        call `callback(None)` once it is fsynced (unless fsync is off) — or
+        `callback(exc)` on failure — on the broker's thread. Batches committed while an
+        fsync runs share the next fsync."""
 
     def read_body(self, location: int) -> bytes:
         """Read back a body the broker dropped from memory."""

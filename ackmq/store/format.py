@@ -1,8 +1,11 @@
 """On-disk format of segment files: file header, frames, checksummed records.
 
 A segment file is a 16-byte header followed by frames. One frame is what one `write()`
-of the writer thread put down (a group commit); it is the unit of atomicity: a frame
-whose header or payload fails its crc is torn. Recovery checks one crc per frame (a C
+of a commit put down; it is the unit of atomicity: a frame whose header or payload fails
+its crc is torn. Writes go on while an fdatasync runs, so after a power loss several
+frames at the end of the newest segment may be missing or torn, in any order; a frame
+may therefore start with a SYNCED record ("everything before offset O was fdatasynced
+before this frame was written"), which tells a torn tail from real corruption. Recovery checks one crc per frame (a C
 loop over all bytes); every record also carries its own crc32 so a single body can be
 verified when read back alone (`read_body`).
 
@@ -11,6 +14,7 @@ verified when read back alone (`read_body`).
                    | u32 crc32(previous 12 bytes)
     record       : u32 body length | u32 crc32(body) | body
     body         : u8 type | fields (little endian), see ADD / REMOVE / DELIVERED / DEF
+                   / SYNCED
 """
 
 from __future__ import annotations
@@ -33,11 +37,12 @@ FRAME_HDR = struct.Struct("<IIII")
 REC_HDR = struct.Struct("<II")
 FRAME_MAX = 16 << 20  # a frame is closed once its payload passes this (one record may exceed)
 
-ADD, REMOVE, DELIVERED, DEF = 1, 2, 3, 4
+ADD, REMOVE, DELIVERED, DEF, SYNCED = 1, 2, 3, 4, 5
 # type, qid, seq, delivery_count, len(exchange), len(routing_key), len(properties), len(body)
 ADD_HDR = struct.Struct("<BIQIBBII")
 REMOVE_REC = struct.Struct("<BIQ")
 DELIVERED_REC = struct.Struct("<BIQI")
+SYNCED_REC = struct.Struct("<BQ")  # type, offset in this segment known fdatasynced
 
 _FRAME_MAGIC_BYTES = struct.pack("<I", FRAME_MAGIC)
 RELEASE_BYTES = 8 << 20  # recovery unmaps what it has scanned in steps of this much
@@ -91,6 +96,10 @@ def encode_delivered(out: bytearray, qid: int, seq: int, count: int) -> None:
     encode_small(out, DELIVERED_REC.pack(DELIVERED, qid, seq, count))
 
 
+def encode_synced(out: bytearray, offset: int) -> None:
+    encode_small(out, SYNCED_REC.pack(SYNCED, offset))
+
+
 class FrameWriter:
     """Builds one write's worth of frames in a bytearray, closing a frame past FRAME_MAX."""
 
@@ -142,6 +151,24 @@ def _frame_at(data: memoryview, off: int) -> tuple[int, str | None]:
     return stop, None
 
 
+def _synced_claim(data: memoryview, frame: int) -> int:
+    """The offset a valid frame's leading SYNCED record claims was fdatasynced, or 0."""
+    rec = frame + FRAME_HDR.size
+    size = REC_HDR.unpack_from(data, rec)[0] if rec + REC_HDR.size <= len(data) else 0
+    if size != SYNCED_REC.size or data[rec + REC_HDR.size] != SYNCED:
+        return 0
+    return SYNCED_REC.unpack_from(data, rec + REC_HDR.size)[1]
+
+
+def _synced_past(data: memoryview, off: int) -> int:
+    """A valid frame after `off` that says `off` was already fdatasynced, or -1."""
+    pos = off
+    while (pos := _valid_frame_after(data, pos)) >= 0:
+        if _synced_claim(data, pos) > off:
+            return pos
+    return -1
+
+
 def _valid_frame_after(data: memoryview, off: int) -> int:
     """Offset of a complete valid frame starting after `off`, or -1 (decides torn vs corrupt)."""
     raw = data.obj if hasattr(data.obj, "find") else bytes(data)
@@ -166,9 +193,11 @@ def check_file_header(data: Any, path: str, seg_id: int) -> None:
 def valid_length(data: Any, path: str, seg_id: int, newest: bool) -> int:
     """Length of the valid prefix of a segment file.
 
-    A bad frame with no valid frame after it, in the newest file, is a torn tail: the
-    returned length excludes it (the caller truncates and logs). Anything else bad
-    raises CorruptStore naming the file and offset.
+    In the newest file a bad frame is a torn tail — the returned length excludes it and
+    everything after it (the caller truncates and logs) — unless a later valid frame
+    says the bad one had been fdatasynced: then it is corruption. Older files were
+    fdatasynced whole before the next one was started: anything bad in them, and
+    anything else bad, raises CorruptStore naming the file and offset.
     """
     if len(data) < FILE_HDR.size or (newest and data[:FILE_HDR.size] == bytes(FILE_HDR.size)):
         if newest:  # created just before the crash; its header never reached the disk
@@ -184,10 +213,14 @@ def valid_length(data: Any, path: str, seg_id: int, newest: bool) -> int:
             off = nxt
             released = release(data, released, off)
             continue
-        later = _valid_frame_after(mv, off)
-        if newest and later < 0:
-            return off
-        where = f"; a valid frame follows at offset {later}" if later >= 0 else ""
+        if newest:
+            later = _synced_past(mv, off)
+            if later < 0:
+                return off  # never reported durable: written while an fsync ran, or torn
+            where = f"; the frame at offset {later} says it had been fdatasynced"
+        else:
+            later = _valid_frame_after(mv, off)
+            where = f"; a valid frame follows at offset {later}" if later >= 0 else ""
         raise CorruptStore(f"{path}: corrupt data at offset {off} ({why}){where}")
     return off
 

@@ -1,10 +1,11 @@
 """`SegmentStore`: the embedded durable store (append-only checksummed segment log).
 
 Threads and ownership:
-- the broker thread calls add/remove/delivered/commit/read_body; they only touch memory
-  (pending batch, index) under `_lock` — never the disk, except read_body's pread;
-- ONE writer thread takes every batch committed so far, writes them as one `write()` and
-  one fdatasync (group commit), fills in the index positions, then runs the callbacks;
+- the broker thread calls add/remove/delivered (memory only: pending batch, index, under
+  `_lock`) and commit, which `write()`s the batch at once: what a turn acked or delivered
+  is in the OS before the turn's replies reach the socket, so `kill -9` loses none of it;
+- ONE sync thread runs one fdatasync for everything written since the last one (group
+  commit: writes go on while it syncs) and then runs the callbacks, in commit order;
 - a compactor thread rewrites old segments (see compact.py).
 
 Why a log and not SQLite: see docs/storage.md (measured).
@@ -45,10 +46,12 @@ from .format import (
     REC_HDR,
     REMOVE,
     REMOVE_REC,
+    SYNCED,
     FrameWriter,
     encode_add,
     encode_delivered,
     encode_remove,
+    encode_synced,
     file_header,
     release,
     valid_length,
@@ -61,7 +64,6 @@ Callback = Callable[[BaseException | None], None]
 Key = tuple[int, int]  # (qid, seq)
 MASK64 = (1 << 64) - 1
 READ_AHEAD = 128 << 10   # read_body buffer (sequential reads of paged bodies)
-MAX_GROUP_BYTES = 8 << 20  # one write+fsync takes at most this much (plus one batch)
 
 
 def seg_name(seg: int) -> str:
@@ -150,7 +152,15 @@ class SegmentStore:
         self._interned: dict[bytes, str] = {}  # exchange names and routing keys (read_message)
         self._interned_props: dict[bytes, bytes] = {}  # property blobs
         self._pending = _Batch()
-        self._queue: deque[_Batch] = deque()
+        # written batches waiting for an fsync: (write generation, callbacks, failure)
+        self._syncq: deque[tuple[int, list[Callback], StoreError | None]] = deque()
+        self._wlock = threading.Lock()      # one write at a time: _wfd, _woff, _wstate
+        self._sync_lock = threading.Lock()  # held around an fdatasync; rollover takes it
+        # (fd, writes so far, segment, its length): one tuple, read whole by the sync thread
+        self._wstate = (-1, 0, 0, 0)
+        self._synced = 0            # writes known durable (a generation of _wstate)
+        self._synced_at = (0, 0)    # (segment, offset) known fdatasynced up to
+        self._claimed = 0           # the offset the last SYNCED record of the segment claimed
         self._unwritten: dict[Key, _Add] = {}          # adds not yet on disk
         self._unwritten_removes: dict[Key, int] = {}   # removes not yet on disk -> old pos
         self._failed: dict[Key, _Add] = {}             # adds whose commit failed
@@ -165,7 +175,7 @@ class SegmentStore:
         self._closing = False
         self._closed = True
         self._lockfd = -1
-        self._writer: threading.Thread | None = None
+        self._syncer: threading.Thread | None = None
         self._compactor: threading.Thread | None = None
         self._compact_wake = threading.Event()
 
@@ -207,9 +217,10 @@ class SegmentStore:
         self._active = (seg_ids[-1] if seg_ids else 0) + 1
         self._new_segment(self._active)
         self._closed = False
-        self._writer = threading.Thread(target=self._writer_main, name="ackmq-store-writer",
-                                        daemon=True)
-        self._writer.start()
+        if self.fsync:
+            self._syncer = threading.Thread(target=self._sync_main, name="ackmq-store-sync",
+                                            daemon=True)
+            self._syncer.start()
         if self.auto_compact:
             from .compact import compactor_main
 
@@ -311,6 +322,8 @@ class SegmentStore:
                     q = index.get(qid)
                     if q is not None and count > counts[qid].get(seq, 0) and q.get(seq) != DEAD:
                         counts[qid][seq] = count
+                elif kind == SYNCED:
+                    pass  # only recovery's torn-vs-corrupt check reads it
                 else:
                     raise CorruptStore(f"{path}: unknown record type {kind} at offset {off}")
                 off = b + size
@@ -337,6 +350,8 @@ class SegmentStore:
         if self._wfd >= 0:
             os.close(self._wfd)
         self._wfd, self._woff = fd, len(head)
+        self._wstate = (fd, self._wstate[1], s, self._woff)
+        self._claimed = 0
         with self._lock:
             self._active = s
             self._segs[s] = SegInfo(size=len(head))
@@ -463,15 +478,32 @@ class SegmentStore:
                 p.delivered[key] = delivery_count
 
     def commit(self, callback: Callback) -> None:
-        with self._cond:
+        """Write what is buffered now (one `write()`), then let the sync thread report it
+        durable with the next fdatasync, which it shares with every write made meanwhile."""
+        with self._lock:
             if self._closed or self._closing:
                 raise StoreError("store is closed")
             self.stats.commits += 1
             b = self._pending
-            b.callbacks.append(callback)
-            self._queue.append(b)
             self._pending = _Batch()
-            self._cond.notify()
+        b.callbacks.append(callback)
+        self._commit_batch(b)
+
+    def _commit_batch(self, b: _Batch) -> None:
+        with self._wlock:
+            try:
+                err = self._write_batch(b)
+            except Exception as e:  # a bug: fail loudly but keep the broker up
+                log.exception("store write failed")
+                err = self._broken = StoreError(f"store write failed: {e!r}")
+            if err is not None:
+                self.stats.failed_commits += len(b.callbacks)
+            if not self.fsync:
+                self._dispatch(b.callbacks, err)
+                return
+            with self._cond:  # in write order: the sync thread reports them in that order
+                self._syncq.append((self._wstate[1], b.callbacks, err))
+                self._cond.notify()
 
     @property
     def pending(self) -> bool:
@@ -585,71 +617,100 @@ class SegmentStore:
             except Exception:  # a broken callback must not kill the writer
                 log.exception("store commit callback failed")
 
-    def _writer_main(self) -> None:
+    def _sync_main(self) -> None:
+        """fdatasync what was written, then report it; everything written while one
+        fdatasync runs shares the next (group commit with no timer)."""
         while True:
             with self._cond:
-                while not self._queue and not self._closing:
+                while not self._syncq and not self._closing:
                     self._cond.wait()
-                if not self._queue:
+                if not self._syncq:
                     return
-                group = [self._queue.popleft()]  # merge, but bound the group's size
-                size = group[0].nbytes
-                while self._queue and size + self._queue[0].nbytes <= MAX_GROUP_BYTES:
-                    size += self._queue[0].nbytes
-                    group.append(self._queue.popleft())
-            callbacks = [cb for b in group for cb in b.callbacks]
-            try:
-                err = self._write_group(group)
-            except Exception as e:  # a bug: fail loudly but keep the broker up
-                log.exception("store writer failed")
-                err = self._broken = StoreError(f"store writer failed: {e!r}")
-            if err is not None:
-                self.stats.failed_commits += len(callbacks)
-            self._dispatch(callbacks, err)
+                entries = list(self._syncq)
+                self._syncq.clear()
+            need = max((gen for gen, _, exc in entries if exc is None), default=0)
+            err: StoreError | None = None
+            if need > self._synced:
+                with self._sync_lock:
+                    if self._broken is not None:
+                        err = self._broken
+                    elif need > self._synced:  # (a rollover may have synced it meanwhile)
+                        fd, gen, seg, end = self._wstate  # gen >= need: all in fd
+                        try:
+                            os.fdatasync(fd)
+                            self.stats.fsyncs += 1
+                            self._synced = gen
+                            self._synced_at = (seg, end)
+                        except OSError as e:  # the page cache can't be trusted any more
+                            err = self._broken = StoreError(
+                                f"fdatasync failed, store disabled: {e}")
+                            log.error("%s", err)
+            for gen, callbacks, exc in entries:
+                if exc is None and gen > self._synced:
+                    exc = err or StoreError("store closed before the write was synced")
+                    self.stats.failed_commits += len(callbacks)
+                self._dispatch(callbacks, exc)
 
-    def _write_group(self, group: list[_Batch]) -> StoreError | None:
-        if self._broken is not None:
-            self._fail_group(group)
-            return self._broken
-        if not any(group):
-            return None  # earlier groups were already fsynced: nothing to wait for
-        if self._woff >= self.segment_bytes:
+    def _rollover(self) -> None:
+        """Start the next segment (under `_wlock`). The old one is fsynced first, so only
+        the newest segment can ever have a torn tail (recovery relies on it)."""
+        with self._sync_lock:  # the sync thread is not inside an fdatasync of the old fd
+            fd, gen, _, _ = self._wstate
+            if self.fsync:
+                try:
+                    os.fdatasync(fd)
+                except OSError as e:
+                    self._broken = StoreError(f"fdatasync failed, store disabled: {e}")
+                    log.error("%s", self._broken)
+                    return
+                self.stats.fsyncs += 1
+                self._synced = gen
             try:
-                self._new_segment(self._active + 1)
+                self._new_segment(self._active + 1)  # closes the old fd
                 self._compact_wake.set()
             except OSError as e:
                 log.warning("cannot start a new segment (%s); appending to the current one", e)
+
+    def _write_batch(self, b: _Batch) -> StoreError | None:
+        """Serialize and `write()` one batch (under `_wlock`); no fsync here."""
+        if self._broken is not None:
+            self._fail_group([b])
+            return self._broken
+        if not b:
+            return None  # nothing to write: reported once what came before is synced
+        if self._woff >= self.segment_bytes:
+            self._rollover()
+            if self._broken is not None:
+                self._fail_group([b])
+                return self._broken
         fw = FrameWriter()
         out = fw.out
         base = self._woff
+        synced_seg, synced = self._synced_at
+        if synced_seg == self._active and synced > self._claimed:  # tells torn from corrupt
+            fw.begin_record()
+            encode_synced(out, synced)
+            self._claimed = synced
         placed: list[tuple[_Add, int]] = []
-        for b in group:
-            for op in b.adds.values():
-                placed.append((op, base + fw.begin_record()))
-                encode_add(out, op.qid, op.seq, op.count, op.exchange.encode(),
-                           op.routing_key.encode(), op.properties, op.body)
-            for (qid, seq), count in b.delivered.items():
-                fw.begin_record()
-                encode_delivered(out, qid, seq, count)
-            for qid, seq in b.removes:
-                fw.begin_record()
-                encode_remove(out, qid, seq)
+        for op in b.adds.values():
+            placed.append((op, base + fw.begin_record()))
+            encode_add(out, op.qid, op.seq, op.count, op.exchange.encode(),
+                       op.routing_key.encode(), op.properties, op.body)
+        for (qid, seq), count in b.delivered.items():
+            fw.begin_record()
+            encode_delivered(out, qid, seq, count)
+        for qid, seq in b.removes:
+            fw.begin_record()
+            encode_remove(out, qid, seq)
         data = fw.finish()
         try:
             view = memoryview(data)
             done = 0
             while done < len(data):
                 done += os.write(self._wfd, view[done:])
-            if self.fsync:
-                try:
-                    os.fdatasync(self._wfd)
-                except OSError as e:  # after a failed fsync the page cache can't be trusted
-                    self._broken = StoreError(f"fdatasync failed, store disabled: {e}")
-                    raise
-                self.stats.fsyncs += 1
         except OSError as e:
             self._undo_write(base)
-            self._fail_group(group)
+            self._fail_group([b])
             if self._broken is not None:
                 return self._broken
             what = "disk full" if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) else "I/O error"
@@ -672,9 +733,9 @@ class SegmentStore:
                     info.live += 1
             info.add_bytes += sum(REC_HDR.size + ADD_HDR.size + len(op.body) + len(op.properties)
                                   + len(op.exchange) + len(op.routing_key) for op, _ in placed)
-            for b in group:
-                for key in b.removes:
-                    self._unwritten_removes.pop(key, None)
+            for key in b.removes:
+                self._unwritten_removes.pop(key, None)
+        self._wstate = (self._wfd, self._wstate[1] + 1, seg, self._woff)
         return None
 
     def _undo_write(self, base: int) -> None:
@@ -708,17 +769,16 @@ class SegmentStore:
 
     # -- close ------------------------------------------------------------------------------
     def close(self) -> None:
-        with self._cond:
-            if self._closed:
+        with self._lock:
+            if self._closed or self._closing:
                 return
-            if self._pending:
-                self._pending.callbacks.append(lambda exc: None)
-                self._queue.append(self._pending)
-                self._pending = _Batch()
+            b, self._pending = self._pending, _Batch()
+        self._commit_batch(b)  # what is still buffered, then the sync thread's last fsync
+        with self._cond:
             self._closing = True
             self._cond.notify()
-        if self._writer is not None:
-            self._writer.join()
+        if self._syncer is not None:
+            self._syncer.join()
         self._compact_wake.set()
         if self._compactor is not None:
             self._compactor.join()
