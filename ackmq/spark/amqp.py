@@ -7,8 +7,13 @@ and confirmed by a synchronous round trip on the same channel, so once `ack()`
 returns the broker has processed them (methods on a channel are handled in order).
 
 `ConfirmingPublisher` publishes with asynchronous confirms (a window of outstanding
-sequence numbers, `multiple` acks settle many) and raises on nack, return or timeout,
-which is what makes a Spark write task fail and retry (S3).
+sequence numbers, `multiple` acks settle many) and raises on nack, return, timeout or a
+channel/connection the broker closed, which is what makes a Spark write task fail and
+retry (S3).
+
+Errors the broker reports as permanent (404 NOT_FOUND, 403 ACCESS_REFUSED, 406
+PRECONDITION_FAILED, bad credentials, unknown vhost) fail at once with the broker's reply
+code and text; a broker that cannot be reached (refused, restarting) is retried.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import queue as _queue
+import re
 import threading
 import time
 from collections import deque
@@ -47,6 +53,76 @@ class ConsumerError(RuntimeError):
     """The consumer cannot go on (bad queue, broker gone for too long, ...)."""
 
 
+def safe_url(url: str) -> str:
+    """`url` without its credentials, for messages."""
+    scheme, sep, rest = url.partition("://")
+    return f"{scheme}{sep}{rest.rsplit('@', 1)[-1]}" if sep else url.rsplit("@", 1)[-1]
+
+
+_CLOSE = re.compile(r"\((\d{3})\) ['\"](.*)['\"]")
+
+
+def reply_of(exc: BaseException) -> tuple[int, str] | None:
+    """(reply code, reply text) of a broker close carried by `exc`, if any."""
+    if isinstance(exc, (pika.exceptions.ChannelClosedByBroker,
+                        pika.exceptions.ConnectionClosedByBroker)):
+        return int(exc.reply_code), str(exc.reply_text)
+    if isinstance(exc, (pika.exceptions.ProbableAuthenticationError,
+                        pika.exceptions.AuthenticationError,
+                        pika.exceptions.ProbableAccessDeniedError)):
+        # pika wraps the broker's connection.close: "ConnectionClosedByBroker: (403) '...'"
+        m = _CLOSE.search(str(exc))
+        if m:
+            return int(m.group(1)), m.group(2)
+        if isinstance(exc, pika.exceptions.ProbableAccessDeniedError):
+            return 530, "NOT_ALLOWED - access to the virtual host refused"
+        return 403, "ACCESS_REFUSED - login refused"
+    return None
+
+
+def _exclusive_use(code: int, text: str) -> bool:
+    """Another consumer holds the queue: a dead predecessor the broker has not dropped yet."""
+    return code == 405 or (code == 403 and "exclusive" in text)
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """True for errors retrying cannot fix: 404, 403 (except exclusive use), 406, 530, auth."""
+    if isinstance(exc, (pika.exceptions.ProbableAuthenticationError,
+                        pika.exceptions.AuthenticationError,
+                        pika.exceptions.ProbableAccessDeniedError)):
+        return True
+    r = reply_of(exc)
+    if r is None:
+        return False  # refused, reset, timed out: the broker may be restarting
+    code, text = r
+    if _exclusive_use(code, text):
+        return False
+    return code in (402, 403, 404, 406, 501, 502, 503, 504, 505, 530, 540)
+
+
+_HINTS = {
+    402: "check the URL",
+    403: "check the user and password in the URL and the user's permissions",
+    404: "declare it first or check the name",
+    406: "the broker refused an argument: check the queue's or exchange's declared arguments",
+    530: "check the virtual host in the URL",
+}
+
+
+def describe(exc: BaseException, what: str) -> str:
+    """One line: what failed, the broker's reply code and text, and what to fix."""
+    r = reply_of(exc)
+    if r is None:
+        return f"{what}: {exc!r} (is the broker running at that address?)"
+    code, text = r
+    if _exclusive_use(code, text):
+        hint = ("another consumer holds the queue exclusively (another land job on it?); "
+                "stop it, or read with exclusive=false")
+    else:
+        hint = _HINTS.get(code, "see the broker's log")
+    return f"{what}: {code} {text} ({hint})"
+
+
 class QueueConsumer:
     """A manual-ack consumer with bounded prefetch, serviced by a daemon thread."""
 
@@ -71,8 +147,13 @@ class QueueConsumer:
     # -- called from the reader (Spark's thread) --------------------------------------
     def start(self) -> None:
         self._thread.start()
-        if not self._ready.wait(self.connect_timeout):
-            raise ConsumerError(f"could not consume from {self.queue!r}: {self._error}")
+        deadline = time.monotonic() + self.connect_timeout + 5
+        while not self._ready.wait(0.05):
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                err = self._error
+                if isinstance(err, ConsumerError):
+                    raise err
+                raise ConsumerError(self._what() + f": {err!r}") from err
 
     def buffered(self) -> int:
         with self._cond:
@@ -123,9 +204,14 @@ class QueueConsumer:
             self._thread.join(5)
 
     # -- internals ----------------------------------------------------------------------
+    def _what(self) -> str:
+        return f"cannot consume from queue {self.queue!r} at {safe_url(self.url)}"
+
     def _raise_if_failed(self) -> None:
         if self._error is not None and not self._thread.is_alive():
-            raise ConsumerError(str(self._error)) from self._error
+            if isinstance(self._error, ConsumerError):
+                raise self._error
+            raise ConsumerError(f"{self._what()}: {self._error!r}") from self._error
 
     def _call(self, op: str, arg: Any, timeout: float) -> Any:
         self._raise_if_failed()
@@ -164,11 +250,15 @@ class QueueConsumer:
                                  exclusive=self.exclusive)
                 return conn, ch
             except pika.exceptions.AMQPError as exc:
-                # 403 while a dead predecessor's exclusive consumer is still registered,
-                # or the broker restarting: retry until the deadline.
+                # 404/403/406/bad login: fail now. A dead predecessor's exclusive consumer
+                # still registered (403 "exclusive use"), or the broker restarting: retry
+                # until the deadline.
                 self._error = exc
+                if is_permanent(exc):
+                    raise ConsumerError(describe(exc, self._what())) from exc
                 if time.monotonic() > deadline:
-                    raise
+                    raise ConsumerError(describe(exc, self._what())
+                                        + f" [gave up after {self.connect_timeout:.0f}s]") from exc
                 time.sleep(0.5)
 
     def _serve(self, conn: pika.BlockingConnection, ch: Any, op: str, arg: Any) -> Any:
@@ -236,20 +326,32 @@ class ConfirmingPublisher:
         self.window = window
         self.confirm_timeout = confirm_timeout
         self.mandatory = mandatory
-        self.conn = pika.BlockingConnection(pika.URLParameters(url))
-        self.ch = self.conn.channel()
-        self._impl = self.ch._impl  # async publish: BlockingChannel waits per message
+        self._where = safe_url(url)
         self._next = 1
         self._outstanding: set[int] = set()
         self._failure: str | None = None
         self.published = 0
         self.confirmed = 0
+        try:
+            self.conn = pika.BlockingConnection(pika.URLParameters(url))
+            self.ch = self.conn.channel()
+        except pika.exceptions.AMQPError as exc:
+            raise PublishError(describe(exc, f"cannot publish to {self._where}")) from exc
+        self._impl = self.ch._impl  # async publish: BlockingChannel waits per message
+        # a broker-closed channel (404 no exchange, 403, 406, ...) fails at once: its
+        # publishes will never be confirmed
+        self._impl.add_on_close_callback(self._on_close)
         selected = threading.Event()
         self._impl.confirm_delivery(self._on_confirm, callback=lambda _f: selected.set())
         if mandatory:
             self._impl.add_on_return_callback(self._on_return)
         while not selected.is_set():
-            self.conn.process_data_events(time_limit=0.05)
+            self._pump(0.05)
+
+    def _on_close(self, _ch: Any, reason: BaseException) -> None:
+        if self._failure is None:
+            self._failure = describe(reason, f"the broker closed the channel at {self._where}"
+                                     f" ({len(self._outstanding)} publishes unconfirmed)")
 
     def _on_confirm(self, frame: Any) -> None:
         m = frame.method
@@ -263,18 +365,34 @@ class ConfirmingPublisher:
     def _on_return(self, _ch: Any, m: Any, _props: Any, _body: bytes) -> None:
         self._failure = f"message returned: {m.reply_code} {m.reply_text} ({m.routing_key!r})"
 
+    def _pump(self, time_limit: float) -> None:
+        """Process I/O; a lost or broker-closed connection raises PublishError now."""
+        try:
+            self.conn.process_data_events(time_limit=time_limit)
+        except pika.exceptions.AMQPError as exc:
+            raise PublishError(describe(exc, f"connection to {self._where} lost with "
+                                             f"{len(self._outstanding)} publishes unconfirmed")
+                               ) from exc
+        if self._failure:
+            raise PublishError(self._failure)
+
     def publish(self, exchange: str, routing_key: str, body: bytes,
                 props: pika.spec.BasicProperties) -> None:
         if self._failure:
             raise PublishError(self._failure)
-        self._impl.basic_publish(exchange, routing_key, body, props, mandatory=self.mandatory)
+        try:
+            self._impl.basic_publish(exchange, routing_key, body, props,
+                                     mandatory=self.mandatory)
+        except pika.exceptions.AMQPError as exc:  # channel or connection already gone
+            self._pump(0)
+            raise PublishError(describe(exc, f"cannot publish to {self._where}")) from exc
         self._outstanding.add(self._next)
         self._next += 1
         self.published += 1
         if len(self._outstanding) >= self.window:
             self._wait(self.window // 2)
         elif self.published % 64 == 0:
-            self.conn.process_data_events(time_limit=0)
+            self._pump(0)
 
     def _wait(self, at_most: int) -> None:
         deadline = time.monotonic() + self.confirm_timeout
@@ -284,7 +402,7 @@ class ConfirmingPublisher:
             if time.monotonic() > deadline:
                 raise PublishError(f"{len(self._outstanding)} publishes unconfirmed after "
                                    f"{self.confirm_timeout}s")
-            self.conn.process_data_events(time_limit=0.01)
+            self._pump(0.01)
         if self._failure:
             raise PublishError(self._failure)
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,8 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     land.add_argument("--available-now", action="store_true",
                       help="land what is in the queue now, then stop")
     land.add_argument("--partitions", type=int, default=2, help="read tasks per batch")
-    land.add_argument("--master", default=None, help="Spark master (default local[2])")
+    land.add_argument("--master", default=None,
+                      help="Spark master (default local[2,4]: 2 cores, a task tried 4 times)")
     pub = sub.add_parser("publish", help="publish a Parquet table with publisher confirms")
     pub.add_argument("--from", dest="source", required=True)
     pub.add_argument("--url", default=DEFAULT_URL)
@@ -34,15 +37,50 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     pub.add_argument("--routing-key", default=None)
     pub.add_argument("--routing-key-column", default=None)
     pub.add_argument("--confirm-timeout", type=float, default=30.0)
+    pub.add_argument("--write-id", default=None,
+                     help="message ids are ID/0/<partition>/<row>; re-run a failed publish "
+                          "with the ID it printed so rows keep their ids (default: random)")
     pub.add_argument("--master", default=None)
 
 
-def run_pipeline(args: argparse.Namespace) -> int:
-    from ackmq.spark.pipeline import land, log, publish, spark_session
+#: Spark's own ERROR log repeats every failed task's stack trace (Java and Python); the
+#: command prints one line per failure instead. ACKMQ_SPARK_LOG_LEVEL=ERROR shows it.
+_LOG_LEVEL = "ACKMQ_SPARK_LOG_LEVEL"
+_ACKMQ_ERROR = re.compile(r"(?:ConsumerError|PublishError|PipelineError): ([^\n]+)")
 
-    spark = spark_session(f"ackmq-{args.pipeline_command}", args.master)
+
+def explain(exc: BaseException) -> str:
+    """One line for a failed job: ackmq's own error if the Spark exception carries one
+    (it is buried in a Java and a Python stack trace), else the exception's first line."""
+    text = str(exc)
+    m = _ACKMQ_ERROR.search(text)
+    if m:
+        return m.group(1).strip()
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    return first[:400]
+
+
+def run_pipeline(args: argparse.Namespace) -> int:
+    """Run `land`/`publish`; a failure prints one line (what failed, what to fix), exit 1."""
+    import os
+
+    from ackmq.spark.pipeline import PipelineError, check_broker, land, log, publish, spark_session
+
+    cmd = args.pipeline_command
+    write_id = getattr(args, "write_id", None) or uuid.uuid4().hex
+    again = f"; re-run with --write-id {write_id} to give rows the same message ids"
     try:
-        if args.pipeline_command == "land":
+        if cmd == "land":
+            check_broker(args.url, queue=args.queue)
+        else:
+            check_broker(args.url, exchange=args.exchange)
+    except PipelineError as exc:
+        log(f"ackmq pipeline {cmd}: {exc}")
+        return 1
+    spark = spark_session(f"ackmq-{cmd}", args.master,
+                          log_level=os.environ.get(_LOG_LEVEL, "OFF"))
+    try:
+        if cmd == "land":
             s = land(spark, url=args.url, queue=args.queue, to=args.to,
                      checkpoint=args.checkpoint, max_per_trigger=args.max_per_trigger,
                      available_now=args.available_now, num_partitions=args.partitions,
@@ -52,9 +90,14 @@ def run_pipeline(args: argparse.Namespace) -> int:
             n = publish(spark, source=args.source, url=args.url, exchange=args.exchange,
                         routing_key=args.routing_key,
                         routing_key_column=args.routing_key_column,
-                        confirm_timeout=args.confirm_timeout)
-            log(f"published {n} rows, all confirmed")
+                        confirm_timeout=args.confirm_timeout, write_id=write_id)
+            log(f"published {n} rows, all confirmed (write id {write_id})")
         return 0
+    except Exception as exc:  # noqa: BLE001 - one line instead of Spark's stack traces
+        log(f"ackmq pipeline {cmd} failed: {explain(exc)}"
+            + (again if cmd == "publish" else "")
+            + f" [Spark's log: {_LOG_LEVEL}=ERROR]")
+        return 1
     finally:
         spark.stop()
 

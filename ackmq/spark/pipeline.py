@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,14 +14,20 @@ from typing import Any
 import pika
 import pika.exceptions
 
+#: local[N, maxFailures]: plain local[N] never retries a failed task (Spark aborts the job
+#: on the first failure), which would defeat S3's "a nack fails the task, Spark retries it"
+DEFAULT_MASTER = "local[2,4]"
 
-def spark_session(app: str = "ackmq", master: str | None = None) -> Any:
-    """A small local session (the machine is shared): local[2], no UI, 2 shuffle partitions."""
+
+def spark_session(app: str = "ackmq", master: str | None = None,
+                  log_level: str = "ERROR") -> Any:
+    """A small local session (the machine is shared): 2 cores, a failed task retried up to
+    3 times, no UI, 2 shuffle partitions. `master` (or $ACKMQ_SPARK_MASTER) overrides."""
     from pyspark.sql import SparkSession
 
     import ackmq.spark
 
-    master = master or os.environ.get("ACKMQ_SPARK_MASTER", "local[2]")
+    master = master or os.environ.get("ACKMQ_SPARK_MASTER", DEFAULT_MASTER)
     # Spark's Python workers must import ackmq: run them on this interpreter (a venv's),
     # not whatever `python3` is first on PATH
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -39,9 +46,42 @@ def spark_session(app: str = "ackmq", master: str | None = None) -> Any:
              .config("spark.driver.extraJavaOptions",
                      "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto")
              .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel(log_level)
     ackmq.spark.register(spark)
     return spark
+
+
+class PipelineError(RuntimeError):
+    """A permanent problem found before Spark starts (no such queue, bad login, ...)."""
+
+
+def check_broker(url: str, *, queue: str | None = None, exchange: str | None = None) -> None:
+    """Fail fast, before Spark's JVM starts, on what retrying cannot fix (404 no such
+    queue/exchange, 403 bad login or no permission, 530 no such vhost). A broker that
+    cannot be reached is left to the job, which keeps retrying (it may be restarting)."""
+    from ackmq.spark.amqp import describe, is_permanent, safe_url
+
+    what = f"broker {safe_url(url)}"
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+    except pika.exceptions.AMQPError as exc:
+        if is_permanent(exc):
+            raise PipelineError(describe(exc, f"cannot log in to {what}")) from exc
+        return
+    try:
+        ch = conn.channel()
+        if queue is not None:
+            what = f"queue {queue!r} at {safe_url(url)}"
+            ch.queue_declare(queue, passive=True)
+        if exchange:
+            what = f"exchange {exchange!r} at {safe_url(url)}"
+            ch.exchange_declare(exchange, passive=True)
+    except pika.exceptions.AMQPError as exc:
+        if is_permanent(exc):
+            raise PipelineError(describe(exc, f"cannot use {what}")) from exc
+    finally:
+        if conn.is_open:
+            conn.close()
 
 
 def queue_backlog(url: str, queue: str) -> int | None:
@@ -110,11 +150,16 @@ def land(spark: Any, *, url: str, queue: str, to: str, checkpoint: str,
 
 def publish(spark: Any, *, source: str, url: str, exchange: str = "",
             routing_key: str | None = None, routing_key_column: str | None = None,
-            confirm_timeout: float = 30.0) -> int:
-    """Publish every row of a Parquet table with confirms; returns the row count."""
+            confirm_timeout: float = 30.0, write_id: str | None = None) -> int:
+    """Publish every row of a Parquet table with confirms; returns the row count.
+
+    Message ids are `<write_id>/0/<partition>/<row>`: re-running a failed publish with the
+    same `write_id` (same input files, same Spark settings) gives every row the id it had,
+    so consumers can drop the copies of rows the failed run got confirmed."""
     df = spark.read.parquet(source)
     w = (df.write.format("ackmq").mode("append").option("url", url).option("exchange", exchange)
-         .option("confirmTimeout", confirm_timeout))
+         .option("confirmTimeout", confirm_timeout)
+         .option("writeId", write_id or uuid.uuid4().hex))
     if routing_key is not None:
         w = w.option("routingKey", routing_key)
     if routing_key_column:
