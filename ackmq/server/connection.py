@@ -333,6 +333,12 @@ class AMQPConnection(asyncio.Protocol):
         if self.state in ("closing", "closed"):
             return
         log.info("closing connection %s: %s %s", self.peer, code, text)
+        # The broker coalesces confirms until the end of the loop turn, but the channels
+        # go away now: what is already settled is answered before the close, as RabbitMQ's
+        # channels ack their publishes ahead of the reader's connection.close (P4).
+        # (Deliveries are written as they happen, so they are ahead of it already.)
+        for ch in self.channels.values():
+            ch.model.flush_confirms()
         self._release()
         self.state = "closing"
         self.write(encode_method(0, M(C.Connection.Close,

@@ -1,0 +1,101 @@
+"""Connection edges, as RabbitMQ 3.10 handles them: frames read together with a bad one,
+confirms owed when a connection error comes, a client that stops reading, methods only a
+server may send, tune-ok outside the proposed limits, guest from a remote address.
+
+Why: each is a way for a client to lose confirms, to be told the wrong thing, or to make
+the broker grow without bound. Every check here also runs against RabbitMQ
+(ACKMQ_TEST_URL=amqp://guest:guest@127.0.0.1:5672/), except where it says ackmq only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from pamqp import commands
+from rawamqp import (
+    RawConnection,
+    body_frame,
+    header_frame,
+    method_frame,
+    safe_name,
+)
+
+
+def _publish(channel: int, routing_key: str, body: bytes, mandatory: bool = False) -> bytes:
+    return (method_frame(channel, commands.Basic.Publish(exchange="", routing_key=routing_key,
+                                                         mandatory=mandatory))
+            + header_frame(channel, len(body)) + body_frame(channel, body))
+
+
+def _until_close(conn: RawConnection, timeout: float = 5.0
+                 ) -> tuple[list[tuple[int, object]], commands.Connection.Close]:
+    """Every frame up to the connection.close (answered with close-ok), and the close."""
+    frames: list[tuple[int, object]] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        ch, value = conn.recv(max(deadline - time.monotonic(), 0.001))
+        if isinstance(value, commands.Connection.Close):
+            conn.send(0, commands.Connection.CloseOk())
+            return frames, value
+        frames.append((ch, value))
+
+
+def _confirmed(frames: list[tuple[int, object]], channel: int = 1) -> set[int]:
+    """Publish sequence numbers acked on `channel` (multiple=true expanded)."""
+    done: set[int] = set()
+    for ch, value in frames:
+        if ch == channel and isinstance(value, commands.Basic.Ack):
+            if value.multiple:
+                done.update(range(1, value.delivery_tag + 1))
+            else:
+                done.add(value.delivery_tag)
+    return done
+
+
+@pytest.fixture
+def queue(broker_url: str, qname: str) -> Iterator[str]:
+    """A durable-less, non-auto-delete queue that outlives the connections that die here."""
+    name = safe_name(qname)
+    admin = RawConnection.open(broker_url)
+    admin.open_channel(1)
+    admin.rpc(1, commands.Queue.Declare(queue=name), commands.Queue.DeclareOk)
+    yield name
+    admin.rpc(1, commands.Queue.Delete(queue=name), commands.Queue.DeleteOk)
+    admin.close()
+
+
+def _depth(broker_url: str, name: str) -> int:
+    conn = RawConnection.open(broker_url)
+    try:
+        conn.open_channel(1)
+        return conn.rpc(1, commands.Queue.Declare(queue=name, passive=True),
+                        commands.Queue.DeclareOk).message_count
+    finally:
+        conn.close()
+
+
+def _confirming(broker_url: str) -> RawConnection:
+    conn = RawConnection.open(broker_url)
+    conn.open_channel(1)
+    conn.rpc(1, commands.Confirm.Select(), commands.Confirm.SelectOk)
+    return conn
+
+
+# ---- confirms owed when the connection fails ----------------------------------------
+
+def test_P4_confirms_are_sent_before_a_connection_error(broker_url: str, queue: str) -> None:
+    """Two confirmed publishes, then a method on a channel never opened: RabbitMQ acks both
+    (basic.ack) and only then closes the connection with 504."""
+    conn = _confirming(broker_url)
+    try:
+        conn.send_raw(_publish(1, queue, b"1") + _publish(1, queue, b"2")
+                      + method_frame(3, commands.Basic.Qos(0, 1)))
+        frames, close = _until_close(conn)
+    finally:
+        conn.abort()
+    assert close.reply_code == 504
+    assert (close.class_id, close.method_id) == (60, 10)
+    assert _confirmed(frames) == {1, 2}
+    assert _depth(broker_url, queue) == 2
