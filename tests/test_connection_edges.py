@@ -19,8 +19,11 @@ from rawamqp import (
     body_frame,
     header_frame,
     method_frame,
+    raw_frame,
     safe_name,
 )
+
+from ackmq.protocol.amqp import Decoder, FrameError, Publish
 
 
 def _publish(channel: int, routing_key: str, body: bytes, mandatory: bool = False) -> bytes:
@@ -83,7 +86,41 @@ def _confirming(broker_url: str) -> RawConnection:
     return conn
 
 
-# ---- confirms owed when the connection fails ----------------------------------------
+# ---- frames read together with a bad one --------------------------------------------
+
+def test_decoder_hands_over_the_events_before_a_bad_frame() -> None:
+    """Sans-IO: the FrameError carries what was decoded ahead of the bad frame, once."""
+    dec = Decoder(expect_header=False)
+    bad = raw_frame(1, 1, b"\x00\x3c\x00\x0a", end=0)
+    with pytest.raises(FrameError) as info:
+        dec.feed(_publish(1, "q", b"a") + _publish(1, "q", b"b") + bad)
+    assert info.value.reply_code == 501
+    assert [(e.routing_key, e.body) for e in info.value.events
+            if isinstance(e, Publish)] == [("q", b"a"), ("q", b"b")]
+    with pytest.raises(FrameError) as again:  # dead: same error, nothing handed over twice
+        dec.feed(_publish(1, "q", b"c"))
+    assert again.value.events == []
+
+
+def test_P4_publishes_before_a_bad_frame_are_queued_and_confirmed(
+        broker_url: str, queue: str, is_rabbitmq: bool) -> None:
+    """Two confirmed publishes and a bad frame-end octet in one write: both are queued (and
+    confirmed, before the 501 close), as RabbitMQ handles every frame ahead of the bad one."""
+    conn = _confirming(broker_url)
+    try:
+        conn.send_raw(_publish(1, queue, b"1") + _publish(1, queue, b"2")
+                      + raw_frame(1, 1, b"\x00\x3c\x00\x0a", end=0))
+        frames, close = _until_close(conn)
+    finally:
+        conn.abort()
+    assert close.reply_code == 501
+    assert "invalid_frame_end_marker" in close.reply_text
+    assert _depth(broker_url, queue) == 2
+    # RabbitMQ's channel races its reader here: its acks may come after the close (or
+    # never reach the socket). ackmq answers what it handled before saying goodbye.
+    if not is_rabbitmq:
+        assert _confirmed(frames) == {1, 2}
+
 
 def test_P4_confirms_are_sent_before_a_connection_error(broker_url: str, queue: str) -> None:
     """Two confirmed publishes, then a method on a channel never opened: RabbitMQ acks both

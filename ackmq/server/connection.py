@@ -135,6 +135,8 @@ class AMQPConnection(asyncio.Protocol):
             self._shutdown()
             return
         except FrameError as e:
+            # the good frames read ahead of the bad one count (published, confirmed)
+            self._events(getattr(e, "events", ()))
             self.close_connection(e.reply_code, e.reply_text, e.class_id, e.method_id)
             return
         self._events(events)

@@ -44,6 +44,9 @@ violation, observed with `python -m ackmq.protocol.amqp._probe`, is quoted):
    (RabbitMQ: 504 "CHANNEL_ERROR - unexpected method in connection state running"),
    delivery-mode not in {1, 2} (406 "invalid message: {delivery_mode_unknown,7}"),
    names and permissions.
+9. Good frames that arrived in the same read as a bad one still count: RabbitMQ handles
+   every frame before the bad one (two publishes then a bad frame-end: both are queued,
+   then 501). FrameError.events carries them to the caller.
 """
 
 from __future__ import annotations
@@ -164,9 +167,14 @@ class Decoder:
     def feed(self, data: bytes) -> list[Event]:
         """Consume bytes; return the complete events they finish, in wire order.
 
-        Raises FrameError (connection-level); the decoder is unusable afterwards.
+        Raises FrameError (connection-level); the decoder is unusable afterwards. The
+        error's `events` attribute holds the events this call decoded before the bad
+        frame: the caller handles them (publishes, acks, ...) and then closes with the
+        error, as RabbitMQ processes every good frame read ahead of a bad one. A dead
+        decoder raises the same error again, with `events` empty.
         """
         if self._dead is not None:
+            self._dead.events = []
             raise self._dead
         if type(data) is not bytes:
             data = bytes(data)
@@ -180,6 +188,7 @@ class Decoder:
         try:
             pos = self._parse(buf, events)
         except FrameError as err:
+            err.events = events  # type: ignore[attr-defined]
             self._dead = err
             self._buf = bytearray()
             raise
