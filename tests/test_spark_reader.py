@@ -7,6 +7,9 @@ and "crash" a reader by closing its connection without acking.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -19,6 +22,8 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'py
 
 from pyspark.sql.streaming.datasource import ReadMaxRows  # noqa: E402
 
+from ackmq.spark.amqp import ConsumerError, QueueConsumer  # noqa: E402
+from ackmq.spark.pipeline import held_by_reader, queue_backlog  # noqa: E402
 from ackmq.spark.source import AckmqStreamReader  # noqa: E402
 
 
@@ -197,3 +202,103 @@ def test_S2_broker_sigkill_mid_stream_lands_nothing_twice(tmp_path):
         assert queue_state(url, q) == (0, 0)
     finally:
         broker.stop()
+
+
+def test_S5_progress_counts_what_the_reader_holds_not_only_the_ready_messages(
+        broker_url, queue, tmp_path):
+    """The progress line's backlog: ready in the broker + held by the reader (its prefetch,
+    2 x maxMessagesPerTrigger, delivered and unacked) minus what is in committed batches."""
+    publish(broker_url, queue, range(1000))
+    r = reader(broker_url, queue, tmp_path, max_per_trigger=100)  # prefetch 200
+
+    def to_land(committed: int) -> tuple[int | None, int | None]:
+        deadline = time.monotonic() + 5  # until the prefetch window has refilled
+        while r._consumer is not None and r._consumer.unacked() < 200:
+            assert time.monotonic() < deadline, r._consumer.unacked()
+            time.sleep(0.02)
+        time.sleep(0.3)  # the reader rewrites its status within 0.1 s of a change
+        return queue_backlog(broker_url, queue), held_by_reader(str(tmp_path), committed)
+
+    try:
+        start = r.initialOffset()
+        end1 = next_batch(r, start, 100)
+        assert to_land(0) == (800, 200)      # batch 1 staged, not committed: all 1000 to land
+        rows(r, start, end1)
+        assert to_land(100) == (800, 100)    # batch 1 committed (not acked yet): 900
+        end2 = next_batch(r, end1, 100)      # acks batch 1, stages batch 2
+        assert to_land(100) == (700, 200)
+        rows(r, end1, end2)
+        assert to_land(200) == (700, 100)    # 800 still to land; the old line said 700
+    finally:
+        r.stop()
+
+
+def test_consumer_fails_fast_on_permanent_errors(broker_url, queue):
+    bad_login = broker_url.replace("guest:guest@", "guest:wrong@")
+    for url, q, expect in [(broker_url, "no.such.queue", "404 NOT_FOUND"),
+                           (bad_login, queue, "403 ACCESS_REFUSED")]:
+        c = QueueConsumer(url, q, 10, connect_timeout=60)
+        t0 = time.monotonic()
+        with pytest.raises(ConsumerError, match=expect) as err:
+            c.start()
+        assert time.monotonic() - t0 < 5, "retried a permanent error"
+        assert "guest:" not in str(err.value)  # no credentials in messages
+
+
+def test_consumer_keeps_retrying_while_the_broker_is_down(tmp_path):
+    """Connection refused is transient: start() waits for the broker to come back."""
+    from conftest import BrokerProcess
+
+    broker = BrokerProcess(tmp_path / "data")
+    url = broker.start()
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    conn.channel().queue_declare("back", durable=True)
+    conn.close()
+    broker.stop()
+    c = QueueConsumer(url, "back", 10, connect_timeout=30)
+    started: list[BaseException | None] = []
+
+    def start() -> None:
+        try:
+            c.start()
+            started.append(None)
+        except BaseException as exc:  # noqa: BLE001
+            started.append(exc)
+
+    t = threading.Thread(target=start, daemon=True)
+    t.start()
+    try:
+        time.sleep(1.5)
+        assert not started, started  # still retrying, not failed
+        broker = BrokerProcess(tmp_path / "data", port=broker.port)
+        broker.start()
+        t.join(20)
+        assert started == [None]
+    finally:
+        c.close()
+        broker.stop()
+
+
+@pytest.mark.parametrize("case", ["land-no-queue", "publish-no-exchange", "land-bad-login"])
+def test_cli_prints_one_line_and_exits_nonzero_on_a_permanent_error(broker_url, tmp_path, case):
+    """`ackmq pipeline` checks the queue/exchange before starting Spark: one line saying
+    what failed and what to fix, exit 1, no traceback, within seconds."""
+    base = [sys.executable, "-m", "ackmq", "pipeline"]
+    land = ["land", "--to", str(tmp_path / "lake"), "--checkpoint", str(tmp_path / "chk")]
+    cmd, expect = {
+        "land-no-queue": (base + land + ["--url", broker_url, "--queue", "no.such.queue"],
+                          "404 NOT_FOUND - no queue 'no.such.queue'"),
+        "publish-no-exchange": (base + ["publish", "--from", str(tmp_path / "t.parquet"),
+                                        "--url", broker_url, "--exchange", "no.such.exchange"],
+                                "404 NOT_FOUND - no exchange 'no.such.exchange'"),
+        "land-bad-login": (base + land + ["--queue", "q", "--url",
+                                          broker_url.replace("guest:guest@", "guest:wrong@")],
+                           "403 ACCESS_REFUSED"),
+    }[case]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and expect in lines[0] and "Traceback" not in p.stderr, p.stderr
+    assert lines[0].startswith(f"ackmq pipeline {cmd[4]}: ")
+    assert time.monotonic() - t0 < 30

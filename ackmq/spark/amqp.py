@@ -142,6 +142,8 @@ class QueueConsumer:
         self._error: BaseException | None = None
         self._parent = os.getppid()
         self._outstanding: set[int] = set()
+        #: called from the consumer thread at most every 0.1 s (the reader's status file)
+        self.on_tick: Any = None
         self._thread = threading.Thread(target=self._run, name="ackmq-consumer", daemon=True)
 
     # -- called from the reader (Spark's thread) --------------------------------------
@@ -189,6 +191,10 @@ class QueueConsumer:
         tags = sorted(d.tag for d in items if d.gen == gen)
         if tags:
             self._call("ack", (gen, tags), timeout)
+
+    def unacked(self) -> int:
+        """Deliveries this consumer holds unacked (buffered, staged or being landed)."""
+        return len(self._outstanding)
 
     def queue_depth(self, timeout: float = 30.0) -> int:
         """Messages in the queue now: ready ones plus those delivered to us and unacked."""
@@ -292,11 +298,15 @@ class QueueConsumer:
                 return
             self._error = None
             self._ready.set()
+            ticked = 0.0
             try:
                 while not self._stop.is_set():
                     if os.getppid() != self._parent:
                         os._exit(0)  # Spark's JVM is gone: let the broker requeue our messages
                     conn.process_data_events(time_limit=0.02)
+                    if self.on_tick is not None and time.monotonic() - ticked >= 0.1:
+                        ticked = time.monotonic()
+                        self.on_tick()
                     while True:
                         try:
                             op, arg, done, result = self._requests.get_nowait()

@@ -47,6 +47,8 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
 #: command prints one line per failure instead. ACKMQ_SPARK_LOG_LEVEL=ERROR shows it.
 _LOG_LEVEL = "ACKMQ_SPARK_LOG_LEVEL"
 _ACKMQ_ERROR = re.compile(r"(?:ConsumerError|PublishError|PipelineError): ([^\n]+)")
+_PY_ERROR = re.compile(r"^((?!java\.|org\.|py4j\.)[\w.]*(?:Error|Exception): [^\n]+)$",
+                       re.MULTILINE)
 
 
 def explain(exc: BaseException) -> str:
@@ -56,6 +58,10 @@ def explain(exc: BaseException) -> str:
     m = _ACKMQ_ERROR.search(text)
     if m:
         return m.group(1).strip()
+    py = _PY_ERROR.findall(text)  # the Python error inside Spark's wrapper, if any
+    if py:
+        kinds = re.findall(r"\[([A-Z][A-Z_]+)\]", text.split("Traceback", 1)[0])
+        return py[-1].strip()[:400] + (f" (Spark: {', '.join(kinds)})" if kinds else "")
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
     return first[:400]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import sys
 import time
@@ -13,6 +15,8 @@ from typing import Any
 
 import pika
 import pika.exceptions
+
+from ackmq.spark.staging import StagingDir
 
 #: local[N, maxFailures]: plain local[N] never retries a failed task (Spark aborts the job
 #: on the first failure), which would defeat S3's "a nack fails the task, Spark retries it"
@@ -85,7 +89,8 @@ def check_broker(url: str, *, queue: str | None = None, exchange: str | None = N
 
 
 def queue_backlog(url: str, queue: str) -> int | None:
-    """Ready messages in `queue`, or None when the broker cannot be asked."""
+    """Ready messages in `queue` (not delivered to anyone), or None when the broker cannot
+    be asked. Messages delivered to a consumer and not acked yet are not in this count."""
     try:
         conn = pika.BlockingConnection(pika.URLParameters(url))
     except pika.exceptions.AMQPError:
@@ -97,6 +102,38 @@ def queue_backlog(url: str, queue: str) -> int | None:
     finally:
         if conn.is_open:
             conn.close()
+
+
+def held_by_reader(staging: str, committed: int) -> int | None:
+    """Messages the `ackmq` source holds delivered-but-unacked that are not in a batch
+    committed up to offset `committed` (its buffer and the batch being landed), from the
+    status the reader leaves in its staging directory; None when there is none."""
+    st = StagingDir(staging).read_status()
+    if st is None:
+        return None
+    landed = sum(e - b for b, e in st.get("staged", []) if e <= committed)
+    return max(0, int(st.get("unacked", 0)) - landed)
+
+
+def still_to_land(url: str, queue: str, staging: str, committed: int) -> str:
+    """The progress line's backlog: the broker's ready count plus what the reader holds
+    (up to its prefetch, 2 x maxMessagesPerTrigger), which the ready count leaves out."""
+    ready = queue_backlog(url, queue)
+    held = held_by_reader(staging, committed)
+    if ready is None:
+        return f"to land: ? (broker not answering; reader holds {held if held is not None else '?'})"
+    if held is None:
+        return f"to land: {ready}+ ({ready} ready in the queue, reader holdings unknown)"
+    return f"to land: {ready + held} ({ready} ready in the queue + {held} held by the reader)"
+
+
+def _end_offset(p: Any) -> int | None:
+    """The source's end offset `n` of a progress event."""
+    try:
+        end = p.sources[0].endOffset
+        return int((json.loads(end) if isinstance(end, str) else end)["n"])
+    except (IndexError, KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 @dataclass
@@ -113,6 +150,8 @@ def land(spark: Any, *, url: str, queue: str, to: str, checkpoint: str,
          stop_when: Callable[[LandStats], bool] | None = None) -> LandStats:
     """Stream `queue` into Parquet at `to`; staged batches live with the checkpoint."""
     staging = staging or str(Path(checkpoint) / "ackmq-staging")
+    with contextlib.suppress(OSError):  # a killed run's: it counts what that run held
+        (Path(staging) / StagingDir.STATUS).unlink()
     df = (spark.readStream.format("ackmq").option("url", url).option("queue", queue)
           .option("maxMessagesPerTrigger", max_per_trigger)
           .option("numPartitions", num_partitions)
@@ -125,19 +164,22 @@ def land(spark: Any, *, url: str, queue: str, to: str, checkpoint: str,
     try:
         while q.isActive:
             q.awaitTermination(1.0)
-            for p in q.recentProgress:
-                if p.batchId <= seen:
-                    continue
-                seen = p.batchId
+            new = [p for p in q.recentProgress if p.batchId > seen and int(p.numInputRows)]
+            seen = max([seen, *(p.batchId for p in q.recentProgress)])
+            for i, p in enumerate(new):
                 rows = int(p.numInputRows)
-                if rows:
-                    stats.batches += 1
-                    stats.rows += rows
-                    if progress:
-                        dur = max(p.durationMs.get("triggerExecution", 0), 1) / 1000.0
-                        progress(f"batch {p.batchId}: {rows} rows, {rows / dur:,.0f} rows/s; "
-                                 f"landed {stats.rows} in {stats.batches} batches; "
-                                 f"queue backlog {queue_backlog(url, queue)}")
+                stats.batches += 1
+                stats.rows += rows
+                if progress:
+                    dur = max(p.durationMs.get("triggerExecution", 0), 1) / 1000.0
+                    line = (f"batch {p.batchId}: {rows} rows, {rows / dur:,.0f} rows/s; "
+                            f"landed {stats.rows} in {stats.batches} batches")
+                    end = _end_offset(p)
+                    if i == len(new) - 1:  # what is left now, after the newest batch
+                        line += "; " + (still_to_land(url, queue, staging, end)
+                                        if end is not None else
+                                        f"{queue_backlog(url, queue)} ready in the queue")
+                    progress(line)
             if stop_when and stop_when(stats):
                 q.stop()
         q.awaitTermination()

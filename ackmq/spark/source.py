@@ -28,6 +28,7 @@ import hashlib
 import math
 import os
 import tempfile
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -96,12 +97,17 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._window: set[str] | None = None
         self._window_files: list[tuple[Staged, int]] = []
         self._remaining: int | None = None  # Trigger.AvailableNow budget
+        self._status: tuple[int, tuple[tuple[int, int], ...]] | None = None
+        self._spans: tuple[tuple[int, int], ...] = ()  # staged [b, e), for the status
+        self._status_lock: threading.Lock | None = None  # driver side (a lock won't pickle)
 
     # -- driver side ----------------------------------------------------------------------
     def _ensure(self) -> QueueConsumer:
         if self._consumer is None:
             self.staging.ensure()
+            self._status_lock = threading.Lock()
             c = QueueConsumer(self.url, self.queue, self.prefetch, exclusive=self.exclusive)
+            c.on_tick = self._report
             c.start()
             self._consumer = c
         return self._consumer
@@ -160,8 +166,33 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = n + len(taken)
         self.staging.write(n, end, to_arrow(taken, n), ids)
         self._staged[n] = (end, taken, ids)
+        self._staged_changed()
         seqs = [s for s in (seq_of(d) for d in taken) if s is not None]
         return {"n": end, "hwm": max([hwm, *seqs])}
+
+    def _staged_changed(self) -> None:
+        self._spans = tuple((b, e) for b, (e, _, _) in self._staged.items())
+        self._report()
+
+    def _report(self) -> None:
+        """Tell `pipeline land` what this reader holds: every delivery not acked yet, and
+        which of them are in staged batches [b, e) (landed once offset e is committed).
+        Called by the consumer thread every 0.1 s and after staging or acking; the file
+        is rewritten only when that changed."""
+        c = self._consumer
+        if c is None or self._status_lock is None:
+            return
+        with self._status_lock:
+            status = (c.unacked(), self._spans)
+            if status == self._status:
+                return
+            self._status = status
+            try:
+                self.staging.write_status({"unacked": status[0],
+                                           "staged": [list(sp) for sp in status[1]],
+                                           "time": time.time()})
+            except OSError:
+                pass  # only the progress line reads it
 
     def _await_available_now(self, c: QueueConsumer, cap: int) -> list[Delivery]:
         """AvailableNow found nothing within the idle timeout: end only if the broker holds
@@ -213,9 +244,12 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         acks: list[Delivery] = []
         for b in done:
             acks.extend(self._staged.pop(b)[1])
+        if done:
+            self._staged_changed()
         if acks and self._consumer is not None:
             self._consumer.ack(acks)
             _trace("acked", len(acks), "up to", n)
+            self._report()  # the query may stop before the consumer thread's next tick
         for s in self.staging.batches():
             if s.end <= n:
                 self.staging.remove(s)
@@ -224,12 +258,15 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _drop_unlogged(self, n: int) -> None:
         """Staged at or beyond n, Spark never logged it: its messages go back to the buffer
         (this process still holds them) or come back redelivered (an earlier process)."""
-        for b in [b for b in self._staged if b >= n]:
+        unlogged = [b for b in self._staged if b >= n]
+        for b in unlogged:
             _, items, ids = self._staged.pop(b)
             if self._window is not None:
                 self._window.difference_update(ids)
             assert self._consumer is not None
             self._consumer.push_front(items)
+        if unlogged:
+            self._staged_changed()
         for kind in ("arrow", "ids"):
             for s in self.staging.batches(kind):
                 if s.begin >= n:

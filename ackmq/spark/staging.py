@@ -9,6 +9,7 @@ window used when the broker sets no `x-ackmq-seq` (RabbitMQ).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -74,6 +75,20 @@ class StagingDir:
             if m and m.group(3) == kind:
                 out.append(Staged(int(m.group(1)), int(m.group(2))))
         return sorted(out, key=lambda s: (s.begin, s.end))
+
+    STATUS = "reader-status.json"
+
+    def write_status(self, status: dict) -> None:
+        """What the reader holds, for the progress line (`pipeline land`); not durable."""
+        tmp = self.root / (self.STATUS + ".tmp")
+        tmp.write_text(json.dumps(status))
+        os.replace(tmp, self.root / self.STATUS)
+
+    def read_status(self) -> dict | None:
+        try:
+            return json.loads((self.root / self.STATUS).read_text())
+        except (OSError, ValueError):
+            return None
 
     def num_rows(self, begin: int, end: int) -> int:
         with pa.memory_map(str(self.path(begin, end))) as src:
