@@ -136,3 +136,62 @@ def test_P4_confirms_are_sent_before_a_connection_error(broker_url: str, queue: 
     assert (close.class_id, close.method_id) == (60, 10)
     assert _confirmed(frames) == {1, 2}
     assert _depth(broker_url, queue) == 2
+
+
+# ---- methods only a server sends --------------------------------------------------------
+
+SERVER_ONLY = [
+    commands.Queue.DeclareOk(queue="x", message_count=0, consumer_count=0),
+    commands.Exchange.DeclareOk(),
+    commands.Basic.ConsumeOk(consumer_tag="x"),
+    commands.Basic.CancelOk(consumer_tag="x"),
+    commands.Basic.GetEmpty(),
+    commands.Basic.QosOk(),
+    commands.Confirm.SelectOk(),
+    commands.Tx.CommitOk(),
+    commands.Channel.FlowOk(active=True),
+    commands.Channel.OpenOk(),
+    commands.Channel.CloseOk(),      # on an open channel: nothing asked for it
+    commands.Connection.Tune(),      # a connection method off channel 0
+]
+CONTENT_FROM_SERVER = [
+    commands.Basic.Deliver(consumer_tag="x", delivery_tag=1, exchange="", routing_key="q"),
+    commands.Basic.Return(reply_code=312, reply_text="NO_ROUTE", exchange="", routing_key="q"),
+    commands.Basic.GetOk(delivery_tag=1, exchange="", routing_key="q", message_count=0),
+]
+
+
+def _unimplemented(close: commands.Connection.Close, method: object) -> None:
+    assert (close.reply_code, close.reply_text) == (503, "COMMAND_INVALID - unimplemented method")
+    assert (close.class_id, close.method_id) == divmod(method.index, 0x10000)
+
+
+@pytest.mark.parametrize("method", SERVER_ONLY, ids=[m.name for m in SERVER_ONLY])
+def test_server_only_method_from_client_is_503(broker_url: str, method: object) -> None:
+    with RawConnection.open(broker_url) as conn:
+        conn.open_channel(1)
+        conn.send(1, method)
+        _, close = _until_close(conn)
+        _unimplemented(close, method)
+
+
+@pytest.mark.parametrize("method", CONTENT_FROM_SERVER, ids=[m.name for m in CONTENT_FROM_SERVER])
+def test_server_content_method_from_client_is_503(broker_url: str, method: object) -> None:
+    """basic.deliver / return / get-ok with their content: not swallowed, a 503 close; the
+    basic.qos behind it is never answered."""
+    with RawConnection.open(broker_url) as conn:
+        conn.open_channel(1)
+        conn.send_raw(method_frame(1, method) + header_frame(1, 3) + body_frame(1, b"abc")
+                      + method_frame(1, commands.Basic.Qos(0, 1)))
+        frames, close = _until_close(conn)
+        _unimplemented(close, method)
+        assert frames == []
+
+
+def test_server_content_method_on_unopened_channel_is_504(broker_url: str) -> None:
+    method = CONTENT_FROM_SERVER[0]
+    with RawConnection.open(broker_url) as conn:
+        conn.send_raw(method_frame(7, method) + header_frame(7, 1) + body_frame(7, b"a"))
+        _, close = _until_close(conn)
+        assert close.reply_code == 504
+        assert (close.class_id, close.method_id) == (60, 60)

@@ -22,6 +22,7 @@ from pamqp import commands as C
 from ackmq.broker.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
+    COMMAND_INVALID,
     NOT_ALLOWED,
     AMQPError,
     ChannelError,
@@ -33,6 +34,7 @@ from ackmq.protocol.amqp import (
     PROTOCOL_HEADER,
     BadProtocolHeader,
     ChannelFault,
+    Content,
     Decoder,
     FrameError,
     Heartbeat,
@@ -66,6 +68,21 @@ SERVER_CAPABILITIES = {
     "per_consumer_qos": True,
     "direct_reply_to": False,
 }
+
+
+# What a client may send on an open channel (besides channel.open and basic.publish, handled
+# here). Anything else -- the replies only a server sends (declare-ok, consume-ok,
+# get-empty, flow-ok, ...), connection methods off channel 0, and basic.deliver / return /
+# get-ok with their content -- is RabbitMQ's 503 "COMMAND_INVALID - unimplemented method"
+# (a connection error, with the method's ids).
+_CLIENT_CHANNEL_METHODS = frozenset((
+    C.Channel.Close, C.Channel.Flow,
+    C.Exchange.Declare, C.Exchange.Delete, C.Exchange.Bind, C.Exchange.Unbind,
+    C.Queue.Declare, C.Queue.Bind, C.Queue.Unbind, C.Queue.Purge, C.Queue.Delete,
+    C.Basic.Qos, C.Basic.Consume, C.Basic.Cancel, C.Basic.Get, C.Basic.Ack, C.Basic.Nack,
+    C.Basic.Reject, C.Basic.Recover, C.Basic.RecoverAsync,
+    C.Confirm.Select, C.Tx.Select, C.Tx.Commit, C.Tx.Rollback,
+))
 
 
 def _is_loopback(peer: Any) -> bool:
@@ -164,6 +181,8 @@ class AMQPConnection(asyncio.Protocol):
                     self._method(ev.channel, ev.method)
                 elif type(ev) is Heartbeat:
                     pass
+                elif type(ev) is Content:  # basic.deliver / return / get-ok from a client
+                    self._method(ev.channel, ev.method)
                 elif type(ev) is ProtocolHeader:
                     self._start()
                 elif type(ev) is ChannelFault:
@@ -219,6 +238,8 @@ class AMQPConnection(asyncio.Protocol):
                     self.write(encode_method(number, M(C.Channel.CloseOk)))
                 self.channel_gone(number)
             return
+        if type(m) not in _CLIENT_CHANNEL_METHODS:
+            raise ConnectionError_(COMMAND_INVALID, "unimplemented method")
         try:
             ch.handle(m)
         except ChannelError as err:
