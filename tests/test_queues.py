@@ -385,6 +385,44 @@ def test_per_message_expiration(channel: BlockingChannel, qname: str) -> None:
     assert bodies(channel, qname) == [b"forever"]
 
 
+@pytest.mark.parametrize("expiration, reason", [
+    ("-1", "{value_negative,-1}"),
+    ("abc", "no_integer"),
+    ("1.5", '{leftover_string,".5"}'),
+    ("", "no_integer"),
+    (" 5", "no_integer"),
+    ("5 ", '{leftover_string," "}'),
+    ("1e3", '{leftover_string,"e3"}'),
+    ("315360000001", "{value_too_large,315360000001}"),  # over ten years
+    # RabbitMQ's ~p layout: a reason that does not fit in the line wraps
+    ("0" * 30 + "315360000001",
+     "{value_too_large,\n" + " " * 66 + "315360000001}"),
+])
+def test_P4_invalid_expiration_closes_channel_406_never_confirmed(
+        params, connection, qname: str, expiration: str, reason: str) -> None:
+    """A bad per-message `expiration` is refused before the publish is numbered: the
+    channel closes with 406, no confirm is sent, and the message is in no queue."""
+    setup = connection.channel()
+    setup.queue_declare(qname, auto_delete=True)
+    ch = connection.channel()
+    ch.confirm_delivery()
+    closed_with(lambda: ch.basic_publish("", qname, b"x",
+                                         pika.BasicProperties(expiration=expiration)),
+                406, f"PRECONDITION_FAILED - invalid expiration '{expiration}': {reason}")
+    assert ready_count(setup, qname) == 0
+    assert connection.is_open  # a channel error only
+
+
+@pytest.mark.parametrize("expiration", ["0", "-0", "+5000", "00042", "315360000000"])
+def test_valid_expiration_forms_accepted(channel: BlockingChannel, qname: str,
+                                         expiration: str) -> None:
+    """What RabbitMQ's string:to_integer accepts (sign, leading zeros, up to ten years)."""
+    channel.confirm_delivery()
+    channel.queue_declare(qname, exclusive=True)
+    channel.basic_publish("", qname, b"x", pika.BasicProperties(expiration=expiration))
+    assert channel.is_open
+
+
 def test_per_message_expiration_dead_lettered(channel: BlockingChannel, qname: str) -> None:
     dead = _dead_queue(channel, qname)
     channel.queue_declare(qname, exclusive=True, arguments={

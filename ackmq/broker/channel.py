@@ -117,7 +117,8 @@ class Channel:
         if x.internal:
             raise ChannelError(ACCESS_REFUSED, f"cannot publish to internal exchange "
                                                f"'{exchange}' in vhost '{self.vhost.name}'")
-        msg = Message(exchange, routing_key, properties, body)
+        msg = Message(exchange, routing_key, properties, body)  # 406 on a bad expiration,
+        # raised before the publish gets a confirm number: it is never confirmed
         mode = msg.delivery_mode
         if mode is not None and mode not in (1, 2):
             raise ChannelError(PRECONDITION_FAILED,

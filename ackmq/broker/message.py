@@ -7,14 +7,68 @@ headers. A message routed to several queues is one `Message` and several `QueueE
 
 from __future__ import annotations
 
+import re
+
+from ackmq.broker.errors import PRECONDITION_FAILED, ChannelError
 from ackmq.protocol.amqp.properties import PropertiesView, peek_routing_fields
+
+MAX_EXPIRY_MS = 315_360_000_000  # ten years: RabbitMQ's bound for TTLs and expiration
+_LEADING_INT = re.compile(rb"[+-]?[0-9]+")
+_ERL_ESCAPES = {0x22: b'\\"', 0x5C: b"\\\\", 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t",
+                0x0B: b"\\v", 0x08: b"\\b", 0x0C: b"\\f", 0x1B: b"\\e"}
+
+
+def _erl_bytes(data: bytes) -> bytes:
+    """A byte list as Erlang's ~p writes it: a string when printable (latin-1), else [N,...]."""
+    if all(32 <= c <= 126 or 160 <= c or c in _ERL_ESCAPES for c in data):
+        return b'"' + b"".join(_ERL_ESCAPES.get(c) or bytes((c,)) for c in data) + b'"'
+    return b"[" + b",".join(str(c).encode() for c in data) + b"]"
+
+
+def _expiration_error(raw: bytes, reason: bytes, value: bytes | None) -> ChannelError:
+    """RabbitMQ's text: "invalid expiration '~s': ~p", the reason laid out as io_lib_pretty
+    does (a tuple that does not fit in the line puts its second element on the next one)."""
+    head = b"invalid expiration '" + raw + b"': "
+    if value is None:
+        text = head + reason
+    else:
+        flat = b"{" + reason + b"," + value + b"}"
+        if len(head) + len(flat) <= 78:
+            text = head + flat
+        else:
+            text = head + b"{" + reason + b",\n" + b" " * (len(head) + 1) + value + b"}"
+    return ChannelError(PRECONDITION_FAILED, text.decode("utf-8", "replace"))
+
+
+def parse_expiration(exp: str) -> int:
+    """The per-message `expiration` property in ms, checked as RabbitMQ does (an integer
+    string in 0 .. ten years); anything else is a 406 channel error."""
+    if exp.isascii() and exp.isdigit():
+        n = int(exp)
+        if n <= MAX_EXPIRY_MS:
+            return n
+    raw = exp.encode("utf-8")
+    m = _LEADING_INT.match(raw)
+    if m is None:
+        raise _expiration_error(raw, b"no_integer", None)
+    if m.end() < len(raw):
+        raise _expiration_error(raw, b"leftover_string", _erl_bytes(raw[m.end():]))
+    n = int(m.group())
+    if n < 0:
+        raise _expiration_error(raw, b"value_negative", str(n).encode())
+    if n > MAX_EXPIRY_MS:
+        raise _expiration_error(raw, b"value_too_large", str(n).encode())
+    return n
 
 
 class Message:
     __slots__ = ("exchange", "routing_key", "properties", "body", "persistent", "priority",
                  "expiration_ms", "_view", "cc", "cc_visible", "delivery_mode")
 
-    def __init__(self, exchange: str, routing_key: str, properties: bytes, body: bytes) -> None:
+    def __init__(self, exchange: str, routing_key: str, properties: bytes, body: bytes,
+                 trusted: bool = False) -> None:
+        """Raises ChannelError (406) for an invalid `expiration`, unless `trusted` (a message
+        read back from the store: it was accepted once, so a bad value means no expiry)."""
         self.exchange = exchange
         self.routing_key = routing_key
         self.properties = properties
@@ -31,9 +85,10 @@ class Message:
         self.expiration_ms: int | None = None
         if exp is not None:
             try:
-                self.expiration_ms = max(0, int(exp))
-            except ValueError:
-                self.expiration_ms = None
+                self.expiration_ms = parse_expiration(exp)
+            except ChannelError:
+                if not trusted:
+                    raise
 
     def _sender_selected(self) -> None:
         """RabbitMQ's CC/BCC headers: extra routing keys; BCC is removed before delivery."""

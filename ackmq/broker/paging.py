@@ -38,7 +38,7 @@ def decode_entry(rec: bytes, queue: Any, with_message: bool = True) -> QueueEntr
         p += rl
         (pl,) = _U32.unpack_from(rec, p)
         p += 4
-        msg: Message | None = Message(ex, rk, rec[p:p + pl], rec[p + pl:])
+        msg: Message | None = Message(ex, rk, rec[p:p + pl], rec[p + pl:], trusted=True)
         e = QueueEntry(msg, seq, queue)
     else:
         p += el + rl

@@ -162,7 +162,7 @@ class Queue:
         """A recovered message read back from the store by its seq."""
         assert self.persistent_store is not None and self.store_qid is not None
         sm = self.persistent_store.read_message((self.store_qid << 64) | seq)
-        e = QueueEntry(Message(sm.exchange, sm.routing_key, sm.properties, sm.body),
+        e = QueueEntry(Message(sm.exchange, sm.routing_key, sm.properties, sm.body, trusted=True),
                        seq, self)
         e.persisted = True
         count = self.recovered_counts.pop(seq, 0)
