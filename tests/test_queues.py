@@ -743,3 +743,84 @@ def test_get_message_count(channel: BlockingChannel, qname: str) -> None:
     wait_ready(channel, qname, 4)
     m, _p, _b = channel.basic_get(qname, auto_ack=True)
     assert m.message_count == 3
+
+
+# ------------------------------------------------------------------ "" = last declared queue
+
+_EMPTY_NAME_OPS: dict[str, Callable[[BlockingChannel], object]] = {
+    "queue.bind": lambda ch: ch.queue_bind("", "amq.direct", routing_key="k"),
+    "queue.unbind": lambda ch: ch.queue_unbind("", "amq.direct", routing_key="k"),
+    "basic.consume": lambda ch: ch.basic_consume("", lambda *a: None),
+    "basic.get": lambda ch: ch.basic_get(""),
+    "queue.purge": lambda ch: ch.queue_purge(""),
+    "queue.delete": lambda ch: ch.queue_delete(""),
+}
+
+
+@pytest.mark.parametrize("op", list(_EMPTY_NAME_OPS))
+def test_empty_queue_name_without_declared_queue_404(channel: BlockingChannel, op: str) -> None:
+    """RabbitMQ: an empty queue name means the channel's last declared queue; none yet: 404."""
+    closed_with(lambda: _EMPTY_NAME_OPS[op](channel), 404,
+                "NOT_FOUND - no previously declared queue")
+
+
+def test_empty_queue_name_is_last_declared_queue(params, connection, qname: str) -> None:
+    ch = connection.channel()
+    ch.confirm_delivery()
+    ch.queue_declare(qname)
+    ch.queue_bind("", "amq.direct", routing_key="k")
+    ch.basic_publish("amq.direct", "k", b"1", mandatory=True)
+    m, _p, b = ch.basic_get("", auto_ack=True)
+    assert b == b"1" and m.message_count == 0
+    ch.basic_publish("amq.direct", "k", b"2", mandatory=True)
+    assert ch.queue_purge("").method.message_count == 1
+    ch.queue_unbind("", "amq.direct", routing_key="k")
+    with pytest.raises(UnroutableError):
+        ch.basic_publish("amq.direct", "k", b"3", mandatory=True)
+    got: list[bytes] = []
+    ch.basic_consume("", lambda _c, _m, _p, body: got.append(body), auto_ack=True)
+    ch.basic_publish("", qname, b"4")
+    deadline = time.monotonic() + WAIT
+    while not got and time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.05)
+    assert got == [b"4"]
+    ch.queue_delete("")
+    assert not queue_exists(params, qname)
+
+
+def test_empty_queue_name_and_routing_key_binds_queue_name(channel: BlockingChannel,
+                                                           qname: str) -> None:
+    """With the queue field empty, an empty routing key is the queue's name; with a named
+    queue, an empty routing key stays empty."""
+    channel.confirm_delivery()
+    channel.queue_declare(qname, exclusive=True)
+    channel.queue_bind("", "amq.direct", routing_key="")
+    channel.basic_publish("amq.direct", qname, b"by-name", mandatory=True)
+    with pytest.raises(UnroutableError):
+        channel.basic_publish("amq.direct", "", b"by-empty-key", mandatory=True)
+    assert bodies(channel, qname) == [b"by-name"]
+    channel.queue_unbind("", "amq.direct", routing_key="")
+    with pytest.raises(UnroutableError):
+        channel.basic_publish("amq.direct", qname, b"unbound", mandatory=True)
+    channel.queue_bind(qname, "amq.direct", routing_key="")
+    channel.basic_publish("amq.direct", "", b"empty-key", mandatory=True)
+    assert bodies(channel, qname) == [b"empty-key"]
+    channel.queue_unbind(qname, "amq.direct", routing_key="")
+
+
+def test_empty_queue_name_follows_passive_declare_and_outlives_delete(
+        params, connection, qname: str) -> None:
+    connection.channel().queue_declare(qname)
+    ch = connection.channel()
+    ch.queue_declare(qname, passive=True)  # a passive declare counts too
+    ch.queue_delete("")
+    assert not queue_exists(params, qname)
+    # the name is remembered after the queue is gone
+    closed_with(lambda: ch.basic_get(""), 404, f"NOT_FOUND - no queue '{qname}' in vhost '/'")
+
+
+def test_empty_queue_name_is_per_channel(connection, qname: str) -> None:
+    connection.channel().queue_declare(qname, exclusive=True)
+    other_channel = connection.channel()
+    closed_with(lambda: other_channel.basic_get(""), 404,
+                "NOT_FOUND - no previously declared queue")

@@ -19,6 +19,7 @@ from ackmq.broker.consumer import Consumer
 from ackmq.broker.errors import (
     ACCESS_REFUSED,
     NOT_ALLOWED,
+    NOT_FOUND,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     ChannelError,
@@ -93,6 +94,17 @@ class Channel:
         self.tx: _Tx | None = None
         self.consumer_timeout_ms = consumer_timeout_ms
         self._timeout_timer: Any = None
+        # the queue most recently declared on this channel: an empty queue name in
+        # bind/unbind/purge/delete/consume/get means it (RabbitMQ's shortcut)
+        self.last_queue = ""
+
+    def queue_name(self, name: str) -> str:
+        """Expand RabbitMQ's shortcut: "" is the channel's last declared queue."""
+        if name:
+            return name
+        if not self.last_queue:
+            raise ChannelError(NOT_FOUND, "no previously declared queue")
+        return self.last_queue
 
     # -- room (Q1-Q3) ---------------------------------------------------------------
     def can_send(self) -> bool:
@@ -210,7 +222,7 @@ class Channel:
     # -- consume ----------------------------------------------------------------------
     def basic_consume(self, queue_name: str, consumer_tag: str, no_ack: bool, exclusive: bool,
                       arguments: dict[str, Any]) -> str:
-        q = self.vhost.queue(queue_name, self.owner)
+        q = self.vhost.queue(self.queue_name(queue_name), self.owner)
         if not consumer_tag:
             consumer_tag = "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
         elif consumer_tag in self.consumers:
@@ -240,7 +252,7 @@ class Channel:
 
     # -- get --------------------------------------------------------------------------
     def basic_get(self, queue_name: str, no_ack: bool) -> tuple[int, QueueEntry, int] | None:
-        q = self.vhost.queue(queue_name, self.owner)
+        q = self.vhost.queue(self.queue_name(queue_name), self.owner)
         entry = q.get()
         if entry is None:
             return None

@@ -127,31 +127,33 @@ class AMQPChannel:
     def _queue_declare(self, m: C.Queue.Declare) -> None:
         q = self.conn.vhost.declare_queue(m.queue, m.passive, m.durable, m.exclusive,
                                           m.auto_delete, m.arguments or {}, self.conn)
+        self.model.last_queue = q.name
         if not m.nowait:
             self.send(M(C.Queue.DeclareOk, queue=q.name, message_count=q.message_count,
                                         consumer_count=q.consumer_count))
 
-    def _queue_bind(self, m: C.Queue.Bind) -> None:
+    def _queue_bind(self, m: C.Queue.Bind | C.Queue.Unbind) -> None:
         vh = self.conn.vhost
-        q = vh.queue(m.queue, self.conn)
-        vh.bind(m.exchange, q, m.routing_key, m.arguments or {})
+        q = vh.queue(self.model.queue_name(m.queue), self.conn)
+        # as RabbitMQ: an empty routing key means the queue's name only when the queue
+        # field was empty too
+        key = m.routing_key if m.queue or m.routing_key else q.name
+        if isinstance(m, C.Queue.Unbind):
+            vh.unbind(m.exchange, q, key, m.arguments or {})
+            self.send(M(C.Queue.UnbindOk))
+            return
+        vh.bind(m.exchange, q, key, m.arguments or {})
         if not m.nowait:
             self.send(M(C.Queue.BindOk))
 
-    def _queue_unbind(self, m: C.Queue.Unbind) -> None:
-        vh = self.conn.vhost
-        q = vh.queue(m.queue, self.conn)
-        vh.unbind(m.exchange, q, m.routing_key, m.arguments or {})
-        self.send(M(C.Queue.UnbindOk))
-
     def _queue_purge(self, m: C.Queue.Purge) -> None:
-        n = self.conn.vhost.queue(m.queue, self.conn).purge()
+        n = self.conn.vhost.queue(self.model.queue_name(m.queue), self.conn).purge()
         if not m.nowait:
             self.send(M(C.Queue.PurgeOk, message_count=n))
 
     def _queue_delete(self, m: C.Queue.Delete) -> None:
         vh = self.conn.vhost
-        q = vh.queues.get(m.queue)
+        q = vh.queues.get(self.model.queue_name(m.queue))
         n = 0
         if q is not None:
             vh.check_exclusive(q, self.conn)
@@ -237,7 +239,7 @@ _HANDLERS: dict[type, Any] = {
     C.Exchange.Unbind: AMQPChannel._exchange_bind,
     C.Queue.Declare: AMQPChannel._queue_declare,
     C.Queue.Bind: AMQPChannel._queue_bind,
-    C.Queue.Unbind: AMQPChannel._queue_unbind,
+    C.Queue.Unbind: AMQPChannel._queue_bind,
     C.Queue.Purge: AMQPChannel._queue_purge,
     C.Queue.Delete: AMQPChannel._queue_delete,
     C.Basic.Qos: AMQPChannel._basic_qos,
