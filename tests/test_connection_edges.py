@@ -9,12 +9,15 @@ the broker grow without bound. Every check here also runs against RabbitMQ
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 
 import pytest
+from conftest import BrokerProcess
 from pamqp import commands
 from rawamqp import (
+    ConnectionClosedByPeer,
     RawConnection,
     body_frame,
     header_frame,
@@ -24,6 +27,17 @@ from rawamqp import (
 )
 
 from ackmq.protocol.amqp import Decoder, FrameError, Publish
+
+
+@pytest.fixture(scope="module")
+def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A transient ackmq of this module's own, for what needs its log or its pid."""
+    if os.environ.get("ACKMQ_TEST_URL"):
+        pytest.skip("needs an ackmq process of its own (log, pid)")
+    broker = BrokerProcess(tmp_path_factory.mktemp("edges"), "--no-persistence")
+    broker.start()
+    yield broker
+    broker.stop()
 
 
 def _publish(channel: int, routing_key: str, body: bytes, mandatory: bool = False) -> bytes:
@@ -195,3 +209,94 @@ def test_server_content_method_on_unopened_channel_is_504(broker_url: str) -> No
         _, close = _until_close(conn)
         assert close.reply_code == 504
         assert (close.class_id, close.method_id) == (60, 60)
+
+
+# ---- tune-ok outside what connection.tune proposed ------------------------------------
+
+def _tuned(url: str, channel_max: int | str | None, frame_max: int | str | None
+           ) -> RawConnection:
+    """start / start-ok / tune, then tune-ok and connection.open in one write. A value is
+    None for the server's proposal, "+1" for one above it, or a number."""
+    conn = RawConnection.connect(url)
+    conn.start()
+    conn.send(0, commands.Connection.StartOk(client_properties={}, mechanism="PLAIN",
+                                             response="\0guest\0guest", locale="en_US"))
+    tune = conn.expect(commands.Connection.Tune)
+
+    def value(v: int | str | None, proposed: int) -> int:
+        return proposed if v is None else proposed + 1 if v == "+1" else int(v)
+
+    conn.send_raw(method_frame(0, commands.Connection.TuneOk(
+                      value(channel_max, tune.channel_max), value(frame_max, tune.frame_max), 0))
+                  + method_frame(0, commands.Connection.Open(virtual_host="/")))
+    return conn
+
+
+# (channel_max, frame_max) given relative to the proposal: "+1" is one above it
+BAD_TUNE_OK = {
+    "channel_max 0 (no limit)": (0, None),
+    "channel_max above": ("+1", None),
+    "frame_max 0 (no limit)": (None, 0),
+    "frame_max above": (None, "+1"),
+    "frame_max below 4096": (None, 4095),
+}
+BAD_TUNE_OK_REASON = {
+    "channel_max 0 (no limit)": "negotiated channel_max = 0 (no limit) is higher than the "
+                                "maximum allowed value (2047)",
+    "channel_max above": "negotiated channel_max = 2048 is higher than the maximum allowed "
+                         "value (2047)",
+    "frame_max 0 (no limit)": "negotiated frame_max = 0 is higher than the maximum allowed "
+                              "value (131072)",
+    "frame_max above": "negotiated frame_max = 131073 is higher than the maximum allowed "
+                       "value (131072)",
+    "frame_max below 4096": "negotiated frame_max = 4095 is lower than the minimum allowed "
+                            "value (4096)",
+}
+
+
+def _tune_ok_outside_limits(url: str) -> dict[str, list[object]]:
+    """Every bad case at once (each costs the broker's silent-close delay): what each
+    connection received before EOF."""
+    conns = {name: _tuned(url, cm, fm) for name, (cm, fm) in BAD_TUNE_OK.items()}
+    seen: dict[str, list[object]] = {}
+    try:
+        for name, conn in conns.items():
+            got: list[object] = []
+            try:
+                while True:
+                    got.append(conn.recv(10)[1])
+            except ConnectionClosedByPeer:
+                got.append("EOF")
+            except TimeoutError:
+                got.append("still open after 10 s")
+            seen[name] = got
+    finally:
+        for conn in conns.values():
+            conn.abort()
+    return seen
+
+
+def test_tune_ok_outside_the_proposal_is_refused_silently(broker_url: str) -> None:
+    """tune-ok may lower the proposed channel_max / frame_max, not raise them or ask for no
+    limit, and frame_max may not go below 4096. RabbitMQ sends no connection.close (the
+    client is not trusted yet): it waits 3 s and drops the socket, open-ok never comes."""
+    seen = _tune_ok_outside_limits(broker_url)
+    assert seen == {name: ["EOF"] for name in BAD_TUNE_OK}
+
+
+def test_tune_ok_reasons_are_logged_as_rabbitmq(own_broker: BrokerProcess) -> None:
+    """ackmq only: the reason goes to the log, in RabbitMQ's words."""
+    _tune_ok_outside_limits(own_broker.url)
+    log = "".join(own_broker.log)
+    for name, reason in BAD_TUNE_OK_REASON.items():
+        assert f"failed to negotiate connection parameters: {reason}" in log, name
+
+
+@pytest.mark.parametrize(("channel_max", "frame_max"), [(1, 4096), (None, None)])
+def test_tune_ok_within_the_proposal_opens(broker_url: str, channel_max: int | None,
+                                           frame_max: int | None) -> None:
+    conn = _tuned(broker_url, channel_max, frame_max)
+    try:
+        conn.expect(commands.Connection.OpenOk)
+    finally:
+        conn.close()

@@ -56,6 +56,9 @@ log = logging.getLogger("ackmq.connection")
 CHANNEL_MAX = 2047
 FRAME_MAX = 131072
 FRAME_MIN = 4096
+# A client that fails the handshake (tune-ok outside the limits) is not trusted: as
+# RabbitMQ, say nothing, wait this long, then drop the socket.
+SILENT_CLOSE_DELAY = 3.0
 
 SERVER_CAPABILITIES = {
     "publisher_confirms": True,
@@ -92,6 +95,18 @@ def _is_loopback(peer: Any) -> bool:
         return ipaddress.ip_address(peer[0]).is_loopback
     except ValueError:
         return False
+
+
+def _negotiation_error(field: str, client: int, minimum: int, maximum: int) -> str | None:
+    """RabbitMQ's check of one tune-ok value (0 = "no limit", so above any maximum)."""
+    if client != 0 and client < minimum:
+        return (f"negotiated {field} = {client} is lower than the minimum allowed value "
+                f"({minimum})")
+    if client == 0 or client > maximum:
+        detail = " (no limit)" if client == 0 and field == "channel_max" else ""
+        return (f"negotiated {field} = {client}{detail} is higher than the maximum allowed "
+                f"value ({maximum})")
+    return None
 
 
 def _class_method(m: Any) -> tuple[int, int]:
@@ -281,11 +296,15 @@ class AMQPConnection(asyncio.Protocol):
                 channel_max=CHANNEL_MAX, frame_max=FRAME_MAX,
                 heartbeat=self.server.config.heartbeat)))
         elif self.state == "tune" and isinstance(m, C.Connection.TuneOk):
-            self.channel_max = m.channel_max or CHANNEL_MAX
-            fm = m.frame_max or FRAME_MAX
-            if fm < FRAME_MIN:
-                raise ConnectionError_(NOT_ALLOWED, f"frame_max={fm} < {FRAME_MIN} min size")
-            self.frame_max = min(fm, FRAME_MAX)
+            # the client may lower what connection.tune proposed, never raise it or ask
+            # for "no limit" (RabbitMQ checks frame_max first, then channel_max)
+            problem = (_negotiation_error("frame_max", m.frame_max, FRAME_MIN, FRAME_MAX)
+                       or _negotiation_error("channel_max", m.channel_max, 0, CHANNEL_MAX))
+            if problem is not None:
+                self._silent_close(f"failed to negotiate connection parameters: {problem}")
+                return
+            self.channel_max = m.channel_max
+            self.frame_max = m.frame_max
             self.decoder.frame_max = self.frame_max
             self.heartbeat = m.heartbeat
             self.state = "open-wait"
@@ -368,6 +387,14 @@ class AMQPConnection(asyncio.Protocol):
             reply_code=code, reply_text=fit_shortstr(text), class_id=class_id, method_id=method_id)))
         self.server.request_flush()
         self._close_timer = self.server.loop.call_later(1.0, self._shutdown)
+
+    def _silent_close(self, reason: str) -> None:
+        """A handshake failure RabbitMQ answers with no connection.close: log the reason,
+        read nothing more, and close the socket after SILENT_CLOSE_DELAY."""
+        log.error("closing connection %s: %s", self.peer, reason)
+        self._release()
+        self.state = "closed"
+        self._close_timer = self.server.loop.call_later(SILENT_CLOSE_DELAY, self._shutdown)
 
     def _closing_method(self, m: Any) -> None:
         if isinstance(m, C.Connection.Close):
