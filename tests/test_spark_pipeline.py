@@ -1,9 +1,19 @@
 """S1/S2/S4: land a queue into Parquet while the Spark driver is SIGKILLed again and again.
 
 The driver is `python -m ackmq.spark pipeline land` in its own process group; it is
-killed at random moments after it has landed something, restarted on the same
-checkpoint, while a publisher keeps publishing. At the end the committed table must
-hold every message exactly once and the queue must be empty with nothing unacked.
+killed, restarted on the same checkpoint, while a publisher keeps publishing. At the end
+the committed table must hold every message exactly once and the queue must be empty
+with nothing unacked. Kill points, in order:
+
+* start-up, on a fresh checkpoint: 0-0.3 s after the reader's first `latestOffset`
+  (it has connected and holds its prefetch unacked; it is staging the first batch or
+  Spark is logging its offset or starting to run it);
+* after it has landed something: a random moment 0-3 s after its first progress line
+  (mid-stream: staging, offset log, executors reading, sink commit, acks);
+* first batch: as soon as the restarted reader asks for the partitions of its first
+  batch (+0-0.5 s) - the replay of the batch the previous kill left logged but
+  uncommitted, when there is one;
+* then after-landed again for the remaining kills.
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ except ImportError:  # pragma: no cover
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs Java (no java on PATH, no JAVA_HOME)", allow_module_level=True)
 
-from ackmq.spark.amqp import ConfirmingPublisher  # noqa: E402
+from ackmq.spark.amqp import ConfirmingPublisher, safe_url  # noqa: E402
 from ackmq.spark.lake import read_committed  # noqa: E402
 
 RABBITMQ_URL = os.environ.get("ACKMQ_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
@@ -43,7 +53,8 @@ def rabbitmq_url() -> str:
     try:
         pika.BlockingConnection(pika.URLParameters(RABBITMQ_URL)).close()
     except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"no RabbitMQ at {RABBITMQ_URL} ({exc}); set ACKMQ_RABBITMQ_URL")
+        pytest.skip(f"no RabbitMQ at {safe_url(RABBITMQ_URL)} ({exc!r}); "
+                    "set ACKMQ_RABBITMQ_URL")
     return RABBITMQ_URL
 
 
@@ -87,7 +98,9 @@ class Driver:
                "--max-per-trigger", "400"]
         if available_now:
             cmd.append("--available-now")
-        env = dict(os.environ, ACKMQ_SPARK_TRACE=str(work / "trace.log"))
+        self.trace = work / "trace.log"
+        self.trace_from = self.trace.stat().st_size if self.trace.exists() else 0
+        env = dict(os.environ, ACKMQ_SPARK_TRACE=str(self.trace))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, start_new_session=True, env=env)
         self.landed = threading.Event()
@@ -100,6 +113,20 @@ class Driver:
             self.lines.append(line)
             if line.startswith("batch "):
                 self.landed.set()
+
+    def traced(self, call: str, timeout: float) -> bool:
+        """Wait until this run's reader traces `call` ("partitions": of a non-empty batch)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if self.trace.exists():
+                with open(self.trace) as f:
+                    f.seek(self.trace_from)
+                    for line in f:
+                        parts = line.split()
+                        if parts[1:2] == [call] and (call != "partitions" or parts[2] != parts[3]):
+                            return True
+            time.sleep(0.05)
+        return False
 
     def kill(self) -> None:
         """SIGKILL the driver only; then reap whatever of its group is left."""
@@ -146,15 +173,18 @@ def land_through_kills(url: str, work: Path, *, n: int, kills: int, with_ids: bo
     pub = Publisher(url, queue, n, with_ids=with_ids, rate=n / 40.0)
     pub.start()  # publishes throughout the kill phase, never less than n
     try:
-        for _ in range(kills):
+        plan = ["startup"] + ["first-batch" if i == 1 else "landed" for i in range(kills)]
+        for how in plan:
             d = Driver(url, queue, work, available_now=False)
-            if not d.landed.wait(180):
+            ok = (d.landed.wait(180) if how == "landed" else
+                  d.traced("latestOffset" if how == "startup" else "partitions", 180))
+            if not ok:
                 d.kill()
                 trace = (work / "trace.log")
                 tail = trace.read_text().splitlines()[-20:] if trace.exists() else []
-                pytest.fail("driver never landed a batch:\n" + "".join(d.lines[-30:])
+                pytest.fail(f"driver never reached {how}:\n" + "".join(d.lines[-30:])
                             + "\nreader trace:\n" + "\n".join(tail))
-            time.sleep(rnd.uniform(0.0, 3.0))
+            time.sleep(rnd.uniform(0.0, {"landed": 3.0, "startup": 0.3}.get(how, 0.5)))
             d.kill()
         pub.stop.set()
         pub.join(120)
