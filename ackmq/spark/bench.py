@@ -4,7 +4,7 @@
     python -m ackmq.spark.bench backlog --messages 1000000 --max-per-trigger 20000   # S5
 
 For each source broker a durable queue is filled with persistent 1 KiB messages, then
-landed twice: by Spark (local[2], Trigger.AvailableNow, ack after commit, exactly once)
+landed twice: by Spark (local[2,4]: 2 cores; Trigger.AvailableNow, ack after commit, exactly once)
 and by a naive consumer that acks each message as it appends it to an in-memory buffer
 and writes a Parquet file every `--file-rows` rows (fast, and it loses the buffer on a
 crash: the messages are acked before they are on disk). With no --ackmq-url an
@@ -188,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="ackmq-spark-bench-"))
     results: list[tuple[str, str, float, str]] = []
     spark = spark_session("ackmq-spark-bench")
+    master = spark.sparkContext.master
     try:
         with ackmq_broker(a.ackmq_url, work) as ackmq_url:
             brokers = [("ackmq", ackmq_url)]
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{a.messages} persistent messages of {a.body_size} B, local[2], "
+    print(f"{a.messages} persistent messages of {a.body_size} B, {master}, "
           f"maxMessagesPerTrigger={a.max_per_trigger}")
     print(f"{'source':10} {'consumer':22} {'msg/s':>10}  notes")
     for name, how, rate, note in results:
