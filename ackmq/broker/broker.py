@@ -66,10 +66,10 @@ class Broker:
                 if x.name in vh.exchanges or x.type not in EXCHANGE_CLASSES:
                     continue
                 vh.declare_exchange(x.name, x.type, False, True, x.auto_delete, x.internal,
-                                    x.arguments)
+                                    x.arguments, check=False)
             for qd in rec.queues:
                 q = vh.declare_queue(qd.name, False, True, False, qd.auto_delete, qd.arguments,
-                                     None)
+                                     None, check=False)
                 q.persistent_store = store
             for b in rec.bindings:
                 if b.source not in vh.exchanges:

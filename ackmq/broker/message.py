@@ -9,20 +9,11 @@ from __future__ import annotations
 
 import re
 
-from ackmq.broker.errors import PRECONDITION_FAILED, ChannelError
+from ackmq.broker.arguments import MAX_EXPIRY_MS
+from ackmq.broker.errors import PRECONDITION_FAILED, ChannelError, erl_bytes
 from ackmq.protocol.amqp.properties import PropertiesView, peek_routing_fields
 
-MAX_EXPIRY_MS = 315_360_000_000  # ten years: RabbitMQ's bound for TTLs and expiration
 _LEADING_INT = re.compile(rb"[+-]?[0-9]+")
-_ERL_ESCAPES = {0x22: b'\\"', 0x5C: b"\\\\", 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t",
-                0x0B: b"\\v", 0x08: b"\\b", 0x0C: b"\\f", 0x1B: b"\\e"}
-
-
-def _erl_bytes(data: bytes) -> bytes:
-    """A byte list as Erlang's ~p writes it: a string when printable (latin-1), else [N,...]."""
-    if all(32 <= c <= 126 or 160 <= c or c in _ERL_ESCAPES for c in data):
-        return b'"' + b"".join(_ERL_ESCAPES.get(c) or bytes((c,)) for c in data) + b'"'
-    return b"[" + b",".join(str(c).encode() for c in data) + b"]"
 
 
 def _expiration_error(raw: bytes, reason: bytes, value: bytes | None) -> ChannelError:
@@ -52,7 +43,7 @@ def parse_expiration(exp: str) -> int:
     if m is None:
         raise _expiration_error(raw, b"no_integer", None)
     if m.end() < len(raw):
-        raise _expiration_error(raw, b"leftover_string", _erl_bytes(raw[m.end():]))
+        raise _expiration_error(raw, b"leftover_string", erl_bytes(raw[m.end():]))
     n = int(m.group())
     if n < 0:
         raise _expiration_error(raw, b"value_negative", str(n).encode())

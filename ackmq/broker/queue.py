@@ -13,7 +13,6 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.consumer import Consumer
-from ackmq.broker.errors import PRECONDITION_FAILED, ChannelError
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.readylist import ReadyList
 
@@ -25,17 +24,12 @@ log = logging.getLogger("ackmq.queue")
 SEQ_BITS = 40  # seq = (epoch << 40) | n: grows across restarts (x-ackmq-seq, S2)
 
 
-def _int_arg(args: dict[str, Any], name: str, qname: str, vhost: str,
-             minimum: int = 0) -> int | None:
+def _int_arg(args: dict[str, Any], name: str) -> int | None:
+    """An integer argument (checked at declare by `check_queue_arguments`; a recovered
+    queue's odd value is ignored rather than refused)."""
     v = args.get(name)
-    if v is None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise ChannelError(PRECONDITION_FAILED,
-                           f"invalid arg '{name}' for queue '{qname}' in vhost '{vhost}': "
-                           f"{{value_negative,{v}}}" if isinstance(v, int) and v < minimum
-                           else f"invalid arg '{name}' for queue '{qname}' in vhost '{vhost}': "
-                           f"{{unacceptable_type,{type(v).__name__}}}")
     return v
 
 
@@ -43,7 +37,7 @@ def _str_arg(args: dict[str, Any], name: str) -> str | None:
     v = args.get(name)
     if isinstance(v, bytes):
         v = v.decode()
-    return v
+    return v if isinstance(v, str) else None
 
 
 class Queue:
@@ -56,30 +50,17 @@ class Queue:
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments = dict(arguments or {})
-        a, vn = self.arguments, vhost.name
-        self.message_ttl = _int_arg(a, "x-message-ttl", name, vn)
-        self.expires = _int_arg(a, "x-expires", name, vn, minimum=1)
-        self.max_length = _int_arg(a, "x-max-length", name, vn)
-        self.max_length_bytes = _int_arg(a, "x-max-length-bytes", name, vn)
-        self.delivery_limit = _int_arg(a, "x-delivery-limit", name, vn)
-        self.consumer_timeout = _int_arg(a, "x-consumer-timeout", name, vn)
-        max_priority = _int_arg(a, "x-max-priority", name, vn) or 0
-        self.max_priority = min(max_priority, 255)
-        overflow = _str_arg(a, "x-overflow") or "drop-head"
-        if overflow not in ("drop-head", "reject-publish", "reject-publish-dlx"):
-            raise ChannelError(PRECONDITION_FAILED,
-                               f"invalid arg 'x-overflow' for queue '{name}' in vhost '{vn}': "
-                               "invalid_overflow")
-        self.overflow = overflow
-        qtype = _str_arg(a, "x-queue-type") or "classic"
-        if qtype not in ("classic", "quorum"):
-            raise ChannelError(PRECONDITION_FAILED,
-                               f"invalid arg 'x-queue-type' for queue '{name}' in vhost '{vn}': "
-                               f"ackmq offers classic and quorum queues, not {qtype}")
-        if qtype == "quorum" and (not durable or exclusive_owner is not None):
-            raise ChannelError(PRECONDITION_FAILED,
-                               f"invalid property '{'non-durable' if not durable else 'exclusive'}'"
-                               f" for queue '{name}' in vhost '{vn}'")
+        a = self.arguments
+        self.message_ttl = _int_arg(a, "x-message-ttl")
+        self.expires = _int_arg(a, "x-expires") or None
+        self.max_length = _int_arg(a, "x-max-length")
+        self.max_length_bytes = _int_arg(a, "x-max-length-bytes")
+        self.delivery_limit = _int_arg(a, "x-delivery-limit")
+        self.consumer_timeout = _int_arg(a, "x-consumer-timeout")
+        self.max_priority = min(_int_arg(a, "x-max-priority") or 0, 255)
+        overflow = _str_arg(a, "x-overflow")
+        self.overflow = overflow if overflow in ("reject-publish", "reject-publish-dlx") \
+            else "drop-head"
         self.dlx = _str_arg(a, "x-dead-letter-exchange")
         self.dlrk = _str_arg(a, "x-dead-letter-routing-key")
         broker = vhost.broker

@@ -10,6 +10,13 @@ import datetime
 import os
 from typing import TYPE_CHECKING, Any
 
+from ackmq.broker.arguments import (
+    EXCHANGE_EQUIVALENCE_KEYS,
+    QUEUE_EQUIVALENCE_KEYS,
+    check_alternate_exchange_type,
+    check_queue_arguments,
+    type_name,
+)
 from ackmq.broker.errors import (
     ACCESS_REFUSED,
     COMMAND_INVALID,
@@ -37,20 +44,6 @@ if TYPE_CHECKING:
 DEFAULT_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"),
                      ("amq.topic", "topic"), ("amq.headers", "headers"),
                      ("amq.match", "headers"))
-
-
-def _type_name(v: Any) -> str:
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, int):
-        return "signedint" if -2**31 <= v < 2**31 else "long"
-    if isinstance(v, (str, bytes)):
-        return "longstr"
-    if isinstance(v, dict):
-        return "table"
-    if isinstance(v, list):
-        return "array"
-    return type(v).__name__
 
 
 def _show(v: Any) -> str:
@@ -92,15 +85,20 @@ class VHost:
 
     def check_exclusive(self, q: Queue, owner: Any) -> None:
         if q.exclusive_owner is not None and q.exclusive_owner is not owner:
-            raise ChannelError(
-                RESOURCE_LOCKED,
-                f"cannot obtain exclusive access to locked queue '{q.name}' in vhost "
-                f"'{self.name}'. It could be originally declared on another connection or "
-                "the exclusive property value does not match that of the original declaration.")
+            raise self._locked(q)
+
+    def _locked(self, q: Queue) -> ChannelError:
+        return ChannelError(
+            RESOURCE_LOCKED,
+            f"cannot obtain exclusive access to locked queue '{q.name}' in vhost "
+            f"'{self.name}'. It could be originally declared on another connection or "
+            "the exclusive property value does not match that of the original declaration.")
 
     # -- exchanges --------------------------------------------------------------------
     def declare_exchange(self, name: str, type_: str, passive: bool, durable: bool,
-                         auto_delete: bool, internal: bool, arguments: dict[str, Any]) -> Exchange:
+                         auto_delete: bool, internal: bool, arguments: dict[str, Any],
+                         check: bool = True) -> Exchange:
+        """`check=False` (recovery): definitions accepted once are not checked again."""
         if name == "":
             raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         if passive:
@@ -117,7 +115,11 @@ class VHost:
             self._equivalent("exchange", name, "durable", durable, x.durable)
             self._equivalent("exchange", name, "auto_delete", auto_delete, x.auto_delete)
             self._equivalent("exchange", name, "internal", internal, x.internal)
+            for k in EXCHANGE_EQUIVALENCE_KEYS:
+                self._equivalent_arg("exchange", name, k, arguments.get(k), x.arguments.get(k))
             return x
+        if check:
+            check_alternate_exchange_type(arguments, name, self.name)
         x = cls(name, durable=durable, auto_delete=auto_delete, internal=internal,
                 arguments=arguments)
         self.exchanges[name] = x
@@ -152,7 +154,9 @@ class VHost:
 
     # -- queues -----------------------------------------------------------------------
     def declare_queue(self, name: str, passive: bool, durable: bool, exclusive: bool,
-                      auto_delete: bool, arguments: dict[str, Any], owner: Any) -> Queue:
+                      auto_delete: bool, arguments: dict[str, Any], owner: Any,
+                      check: bool = True) -> Queue:
+        """`check=False` (recovery): definitions accepted once are not checked again."""
         if passive:
             if name == "":
                 raise not_found("queue", name, self.name)
@@ -164,16 +168,23 @@ class VHost:
                                f"queue name '{name}' contains reserved prefix 'amq.*'")
         q = self.queues.get(name)
         if q is not None:
-            self.check_exclusive(q, owner if exclusive or q.exclusive_owner else None)
+            # as RabbitMQ: the declaring connection must own the queue exactly when it
+            # declares it exclusive (405 either way round), checked before anything else
+            if q.exclusive_owner is not (owner if exclusive else None):
+                raise self._locked(q)
             self._equivalent("queue", name, "durable", durable, q.durable)
             self._equivalent("queue", name, "auto_delete", auto_delete, q.auto_delete)
-            self._equivalent("queue", name, "exclusive", exclusive, q.exclusive_owner is not None)
-            for k in set(arguments) | set(q.arguments):
-                if not k.startswith("x-"):
-                    continue
-                self._equivalent_arg(name, k, arguments.get(k), q.arguments.get(k))
+            for k in QUEUE_EQUIVALENCE_KEYS:  # other arguments may differ (RabbitMQ)
+                self._equivalent_arg("queue", name, k, arguments.get(k), q.arguments.get(k))
             q.touch()
             return q
+        if check:
+            check_queue_arguments(arguments, name, self.name)
+            qtype = arguments.get("x-queue-type")
+            if qtype in ("quorum", b"quorum") and (not durable or exclusive):
+                raise ChannelError(PRECONDITION_FAILED,
+                                   f"invalid property '{'non-durable' if not durable else 'exclusive'}'"
+                                   f" for queue '{name}' in vhost '{self.name}'")
         q = Queue(self, name, durable=durable and not exclusive,
                   exclusive_owner=owner if exclusive else None, auto_delete=auto_delete,
                   arguments=arguments, epoch=self.broker.epoch)
@@ -334,18 +345,19 @@ class VHost:
                 f"inequivalent arg '{field}' for {kind} '{name}' in vhost '{self.name}': "
                 f"received '{_show(received)}' but current is '{_show(current)}'")
 
-    def _equivalent_arg(self, name: str, key: str, received: Any, current: Any) -> None:
+    def _equivalent_arg(self, kind: str, name: str, key: str, received: Any,
+                        current: Any) -> None:
         if _norm(received) == _norm(current):
             return
         if received is not None and current is not None:
-            self._equivalent("queue", name, key, received, current)
+            self._equivalent(kind, name, key, received, current)
 
         def desc(v: Any) -> str:
             if v is None:
                 return "none"
-            return f"the value '{_show(v)}' of type '{_type_name(v)}'"
+            return f"the value '{_show(v)}' of type '{type_name(v)}'"
 
         raise ChannelError(
             PRECONDITION_FAILED,
-            f"inequivalent arg '{key}' for queue '{name}' in vhost '{self.name}': "
+            f"inequivalent arg '{key}' for {kind} '{name}' in vhost '{self.name}': "
             f"received {desc(received)} but current is {desc(current)}")
