@@ -11,7 +11,7 @@ import time
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
-from pika.exceptions import ConnectionClosedByBroker
+from pika.exceptions import ConnectionClosedByBroker, UnroutableError
 from pikahelp import WAIT, closed_with, uniq
 
 
@@ -527,3 +527,141 @@ def test_exchange_bind_missing_source_or_destination_404(params) -> None:
                     f"NOT_FOUND - no exchange '{name}' in vhost '/'")
     finally:
         conn.close()
+
+
+# ------------------------------------------------------------ alternate exchange
+
+def test_alternate_exchange_takes_unroutable_messages(connection,
+                                                      channel: BlockingChannel) -> None:
+    """What the exchange cannot route goes to its alternate exchange: delivered with the
+    original exchange and routing key, confirmed, not returned although mandatory."""
+    ae = uniq("ex.ae")
+    x = uniq("ex.main")
+    channel.exchange_declare(ae, "fanout", auto_delete=True)
+    channel.exchange_declare(x, "direct", auto_delete=True, arguments={"alternate-exchange": ae})
+    routed, spare = new_queue(channel), new_queue(channel)
+    channel.queue_bind(routed, x, "k")
+    channel.queue_bind(spare, ae)
+    returned: list = []
+    channel.add_on_return_callback(lambda c, m, p, b: returned.append(b))
+    channel.confirm_delivery()
+    channel.basic_publish(x, "k", b"routed", mandatory=True)
+    channel.basic_publish(x, "other", b"spare", mandatory=True)  # acked: no UnroutableError
+    connection.process_data_events(time_limit=0.1)
+    assert returned == []
+    assert bodies(channel, routed) == [b"routed"]  # the AE is only for the unroutable
+    m, _p, b = channel.basic_get(spare, auto_ack=True)
+    assert (m.exchange, m.routing_key, b) == (x, "other", b"spare")
+    assert bodies(channel, spare) == []
+
+
+def test_alternate_exchange_chain_and_internal(channel: BlockingChannel) -> None:
+    """Alternate exchanges apply recursively; an internal exchange may be one."""
+    a, b, c = uniq("ex.a"), uniq("ex.b"), uniq("ex.c")
+    channel.exchange_declare(c, "fanout", auto_delete=True, internal=True)
+    channel.exchange_declare(b, "direct", auto_delete=True, arguments={"alternate-exchange": c})
+    channel.exchange_declare(a, "topic", auto_delete=True, arguments={"alternate-exchange": b})
+    q = new_queue(channel)
+    channel.queue_bind(q, c)
+    channel.queue_bind(new_queue(channel), b, "keep")  # auto-delete exchanges need a binding
+    channel.queue_bind(new_queue(channel), a, "keep")
+    channel.confirm_delivery()
+    channel.basic_publish(a, "r.k", b"m", mandatory=True)
+    m, _p, body = channel.basic_get(q, auto_ack=True)
+    assert (m.exchange, m.routing_key, body) == (a, "r.k", b"m")
+
+
+def test_alternate_exchange_cycle_or_missing_is_returned(channel: BlockingChannel) -> None:
+    """A cycle of alternate exchanges ends; a missing alternate routes nothing. Mandatory
+    messages are returned only when no alternate could route them."""
+    x1, x2, x3 = uniq("ex.x1"), uniq("ex.x2"), uniq("ex.x3")
+    channel.exchange_declare(x1, "direct", arguments={"alternate-exchange": x2})
+    channel.exchange_declare(x2, "direct", arguments={"alternate-exchange": x1})
+    channel.exchange_declare(x3, "direct", arguments={"alternate-exchange": uniq("missing")})
+    try:
+        channel.confirm_delivery()
+        for x in (x1, x3):
+            with pytest.raises(UnroutableError):
+                channel.basic_publish(x, "k", b"m", mandatory=True)
+    finally:
+        for x in (x1, x2, x3):
+            channel.exchange_delete(x)
+
+
+def test_alternate_exchange_of_each_exchange_reached(channel: BlockingChannel) -> None:
+    """As RabbitMQ: an exchange that routes to another exchange has routed the message (its
+    own alternate is not used); the exchange that routes it nowhere uses its alternate."""
+    ae = uniq("ex.ae")
+    top, mid, dead_end = uniq("ex.top"), uniq("ex.mid"), uniq("ex.end")
+    channel.exchange_declare(ae, "fanout")
+    channel.exchange_declare(dead_end, "fanout")
+    channel.exchange_declare(top, "fanout", arguments={"alternate-exchange": ae})
+    channel.exchange_declare(mid, "fanout", arguments={"alternate-exchange": ae})
+    try:
+        q = new_queue(channel)
+        channel.queue_bind(q, ae)
+        channel.exchange_bind(dead_end, top)  # top -> dead_end, which routes nowhere
+        channel.confirm_delivery()
+        with pytest.raises(UnroutableError):
+            channel.basic_publish(top, "k", b"lost", mandatory=True)
+        channel.exchange_bind(mid, top)  # now also top -> mid, which uses its AE
+        channel.basic_publish(top, "k", b"via-mid", mandatory=True)
+        m, _p, b = channel.basic_get(q, auto_ack=True)
+        assert (m.exchange, b) == (top, b"via-mid")
+        assert bodies(channel, q) == []
+    finally:
+        for x in (top, mid, dead_end, ae):
+            channel.exchange_delete(x)
+
+
+def test_alternate_exchange_routes_cc_keys(channel: BlockingChannel) -> None:
+    x = uniq("ex.cc")
+    channel.exchange_declare(x, "direct", arguments={"alternate-exchange": "amq.direct"})
+    try:
+        q = new_queue(channel)
+        key = uniq("cc")
+        channel.queue_bind(q, "amq.direct", key)
+        channel.confirm_delivery()
+        channel.basic_publish(x, "nowhere", b"m", pika.BasicProperties(headers={"CC": [key]}),
+                              mandatory=True)
+        m, _p, b = channel.basic_get(q, auto_ack=True)
+        assert (m.exchange, m.routing_key, b) == (x, "nowhere", b"m")
+    finally:
+        channel.exchange_delete(x)
+
+
+@pytest.mark.parametrize("first, second, received, current", [
+    ({"alternate-exchange": "a"}, {"alternate-exchange": "b"}, "'b'", "'a'"),
+    ({"alternate-exchange": "a"}, {}, "none", "the value 'a' of type 'longstr'"),
+    ({}, {"alternate-exchange": "a"}, "the value 'a' of type 'longstr'", "none"),
+])
+def test_redeclare_alternate_exchange_compared_406(channel: BlockingChannel, first: dict,
+                                                   second: dict, received: str,
+                                                   current: str) -> None:
+    name = uniq("ex.redecl")
+    channel.exchange_declare(name, "direct", arguments=first)
+    try:
+        closed_with(lambda: channel.exchange_declare(name, "direct", arguments=second), 406,
+                    f"PRECONDITION_FAILED - inequivalent arg 'alternate-exchange' for exchange "
+                    f"'{name}' in vhost '/': received {received} but current is {current}")
+    finally:
+        channel.connection.channel().exchange_delete(name)
+
+
+def test_redeclare_other_exchange_arguments_may_differ(channel: BlockingChannel) -> None:
+    name = uniq("ex.redecl")
+    channel.exchange_declare(name, "direct", auto_delete=True,
+                             arguments={"alternate-exchange": "a", "x-foo": 1})
+    channel.exchange_declare(name, "direct", auto_delete=True,
+                             arguments={"alternate-exchange": "a", "x-foo": 2})
+    channel.exchange_delete(name)
+
+
+@pytest.mark.parametrize("value, typ", [(1, "signedint"), (True, "bool")])
+def test_alternate_exchange_must_be_a_string_406(channel: BlockingChannel, value: object,
+                                                 typ: str) -> None:
+    name = uniq("ex.ae")
+    closed_with(lambda: channel.exchange_declare(name, "direct",
+                                                 arguments={"alternate-exchange": value}),
+                406, f"PRECONDITION_FAILED - invalid type '{typ}' for arg 'alternate-exchange' "
+                     f"in exchange '{name}' in vhost '/'")

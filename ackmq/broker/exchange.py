@@ -45,6 +45,11 @@ class Exchange:
         self.internal = internal
         self.arguments = dict(arguments or {})
         self.bindings: dict[tuple, Binding] = {}
+        # RabbitMQ's alternate exchange: where what this exchange cannot route goes
+        ae = self.arguments.get("alternate-exchange")
+        if isinstance(ae, bytes):
+            ae = ae.decode("utf-8", "replace")
+        self.alternate: str | None = ae if isinstance(ae, str) and ae else None
 
     def bind(self, b: Binding) -> bool:
         if b.key in self.bindings:

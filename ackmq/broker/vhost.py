@@ -281,23 +281,35 @@ class VHost:
             for key in message.cc:
                 dests.extend(x.route(key, message))
         if not dests:
-            return []
-        if len(dests) == 1 and isinstance(dests[0], Queue):
+            if x.alternate is None:
+                return []
+        elif len(dests) == 1 and isinstance(dests[0], Queue):
             return [dests[0]]
+        return self._route_graph(x, dests, message)
+
+    def _route_graph(self, x: Exchange, dests: list[Any], message: Message) -> list[Queue]:
+        """Through exchange-to-exchange bindings and alternate exchanges, as RabbitMQ's
+        route1: every exchange reached that routes the message nowhere hands it to its
+        alternate exchange (if that exists); each exchange is visited once (cycles)."""
         out: list[Queue] = []
         seen: set[int] = {id(x)}
-        stack = list(dests)
-        while stack:
-            d = stack.pop()
-            if id(d) in seen:
-                continue
-            seen.add(id(d))
-            if isinstance(d, Queue):
-                out.append(d)
-            else:
-                stack.extend(d.route(message.routing_key, message))
-                for key in message.cc:
-                    stack.extend(d.route(key, message))
+        work: list[tuple[Exchange, list[Any]]] = [(x, dests)]
+        while work:
+            ex, ds = work.pop()
+            if not ds and ex.alternate is not None:
+                ae = self.exchanges.get(ex.alternate)
+                ds = [ae] if ae is not None else []
+            for d in ds:
+                if id(d) in seen:
+                    continue
+                seen.add(id(d))
+                if isinstance(d, Queue):
+                    out.append(d)
+                else:
+                    nd = list(d.route(message.routing_key, message))
+                    for key in message.cc:
+                        nd.extend(d.route(key, message))
+                    work.append((d, nd))
         return out
 
     # -- dead-lettering (D6) ------------------------------------------------------------
