@@ -10,14 +10,18 @@ the broker grow without bound. Every check here also runs against RabbitMQ
 from __future__ import annotations
 
 import os
+import struct
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+import psutil
 import pytest
 from conftest import BrokerProcess
 from pamqp import commands
 from rawamqp import (
     ConnectionClosedByPeer,
+    Message,
     RawConnection,
     body_frame,
     header_frame,
@@ -298,5 +302,143 @@ def test_tune_ok_within_the_proposal_opens(broker_url: str, channel_max: int | N
     conn = _tuned(broker_url, channel_max, frame_max)
     try:
         conn.expect(commands.Connection.OpenOk)
+    finally:
+        conn.close()
+
+
+# ---- a client that stops reading ----------------------------------------------------------
+
+@pytest.fixture
+def broker_and_pid(request: pytest.FixtureRequest, broker_url: str
+                   ) -> tuple[str, int | None]:
+    """ackmq: this module's own broker and its pid (to watch its memory); with
+    ACKMQ_TEST_URL, that broker and no pid."""
+    if os.environ.get("ACKMQ_TEST_URL"):
+        return broker_url, None
+    broker: BrokerProcess = request.getfixturevalue("own_broker")
+    assert broker.proc is not None
+    return broker.url, broker.proc.pid
+
+
+class _Rss:
+    """Peak resident memory of a process, sampled every 50 ms in a thread."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.proc = psutil.Process(pid) if pid else None
+        self.base = self.peak = self._now()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _now(self) -> int:
+        return self.proc.memory_info().rss if self.proc else 0
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak = max(self.peak, self._now())
+
+    def stop(self) -> int:
+        """Growth of the peak over the start, in MiB."""
+        self._stop.set()
+        self._thread.join()
+        return (self.peak - self.base) >> 20
+
+
+def _flood_without_reading(url: str, count: int, size: int, heartbeat: int = 0,
+                           stall: float = 1.5, quiet: float = 1.5,
+                           while_held: Callable[[], None] | None = None
+                           ) -> tuple[RawConnection, list[int], bool]:
+    """Publish `count` mandatory, unroutable `size`-byte messages from a thread without
+    reading a thing, until the broker stops taking them (no progress for `stall` s) or all
+    are sent; stay deaf `quiet` s more and run `while_held`. Then read every basic.return
+    (with `heartbeat`, the sender sends heartbeats once its publishes are out). Returns the connection, the sequence numbers
+    of the returns in arrival order, and whether the sender was held back."""
+    conn = RawConnection.open(url, heartbeat=heartbeat)
+    conn.open_channel(1)
+    out = conn.sock.dup()  # its own timeout; the reader's settimeout must not touch it
+    out.settimeout(120)
+    progress = [0, time.monotonic()]
+    errors: list[BaseException] = []
+    done = threading.Event()
+    pad = b"r" * (size - 4)
+
+    def send() -> None:
+        try:
+            for first in range(0, count, 10):
+                out.sendall(b"".join(
+                    _publish(1, "no-such-queue.edges", struct.pack(">I", i) + pad, True)
+                    for i in range(first, min(first + 10, count))))
+                progress[:] = [min(first + 10, count), time.monotonic()]
+            while heartbeat and not done.wait(heartbeat / 4):
+                out.sendall(raw_frame(8, 0, b""))
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    while progress[0] < count and time.monotonic() - progress[1] < stall:
+        time.sleep(0.05)
+    held_back = progress[0] < count
+    time.sleep(quiet)  # go on reading nothing a while (memory, heartbeats)
+    if while_held is not None:
+        while_held()
+    seqs: list[int] = []
+    try:
+        while len(seqs) < count:
+            _, msg = conn.recv(30)
+            assert isinstance(msg, Message), f"expected basic.return, got {msg!r}"
+            assert isinstance(msg.method, commands.Basic.Return)
+            assert msg.method.reply_code == 312 and len(msg.body) == size
+            seqs.append(struct.unpack(">I", msg.body[:4])[0])
+    finally:
+        done.set()
+        sender.join(30)
+        out.close()
+    assert not errors, errors
+    return conn, seqs, held_back
+
+
+def test_client_not_reading_is_held_back_not_buffered(
+        broker_and_pid: tuple[str, int | None], is_rabbitmq: bool) -> None:
+    """6000 x 20 KB mandatory unroutable publishes (120 MB of basic.return) from a client
+    that reads nothing. Another connection is served meanwhile; then the client reads
+    every return, in order (both as RabbitMQ). ackmq goes further: once its replies back
+    up it stops reading that client (whose sends then block in TCP) instead of holding
+    120 MB of returns; RabbitMQ 3.10 buffers them until its memory alarm."""
+    url, pid = broker_and_pid
+    rss = _Rss(pid)
+    count = 6000
+
+    def others_are_served() -> None:
+        with _confirming(url) as other:
+            q = other.rpc(1, commands.Queue.Declare(queue="", exclusive=True),
+                          commands.Queue.DeclareOk).queue
+            other.publish(1, "", q, b"meanwhile")
+            other.expect(commands.Basic.Ack, channel=1)
+            other.send(1, commands.Basic.Get(queue=q, no_ack=True))
+            assert other.expect(commands.Basic.GetOk, channel=1).body == b"meanwhile"
+
+    conn, seqs, held_back = _flood_without_reading(url, count, 20_000,
+                                                   while_held=others_are_served)
+    growth = rss.stop()
+    try:
+        assert seqs == list(range(count))
+        if pid is not None:
+            assert growth < 50, f"broker memory grew {growth} MiB for 120 MB of returns"
+        if not is_rabbitmq:
+            assert held_back, "the broker read every publish of a client that reads nothing"
+        conn.rpc(1, commands.Basic.Qos(0, 1), commands.Basic.QosOk)  # still in business
+    finally:
+        conn.close()
+
+
+def test_H1_client_held_back_is_not_taken_for_dead(broker_url: str) -> None:
+    """heartbeat=1 and a client that reads nothing for 4 s (its later frames, heartbeats
+    included, stuck behind the publishes the broker no longer reads): the silence is the
+    broker's doing, so it must not close the connection for missed heartbeats."""
+    conn, seqs, _ = _flood_without_reading(broker_url, 2000, 20_000, heartbeat=1, quiet=4.0)
+    try:
+        assert seqs == list(range(2000))
+        conn.rpc(1, commands.Basic.Qos(0, 1), commands.Basic.QosOk)
     finally:
         conn.close()

@@ -134,6 +134,7 @@ class AMQPConnection(asyncio.Protocol):
         self.client_properties: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
         self.last_recv = self.last_sent = time.monotonic()
+        self.reading_paused = False  # our output is backed up: the client's input waits
         self._hb_timer: asyncio.TimerHandle | None = None
         self._close_timer: asyncio.TimerHandle | None = None
 
@@ -360,10 +361,25 @@ class AMQPConnection(asyncio.Protocol):
             self.out.clear()
 
     def pause_writing(self) -> None:
+        """The socket's write buffer is above its high-water mark: the client is not
+        reading. Stop deliveries, and stop reading its requests too, or the replies they
+        cause (confirms, returns, get-ok) pile up here without bound. The client's sends
+        then block in TCP, the backpressure RabbitMQ gets by blocking its reader."""
         self.writable = False
+        t = self.transport
+        if t is not None and not t.is_closing() and not self.reading_paused:
+            self.reading_paused = True
+            t.pause_reading()
 
     def resume_writing(self) -> None:
         self.writable = True
+        if self.reading_paused:
+            self.reading_paused = False
+            # heartbeats were not read meanwhile: the silence so far is ours, not the peer's
+            self.last_recv = time.monotonic()
+            t = self.transport
+            if t is not None and not t.is_closing():
+                t.resume_reading()
         for ch in list(self.channels.values()):
             ch.model.wake()
         self.server.request_flush()
@@ -442,6 +458,11 @@ class AMQPConnection(asyncio.Protocol):
         if self.state in ("closing", "closed") or self.transport is None:
             return
         now = time.monotonic()
+        if self.reading_paused:
+            # we are not reading, so the peer's heartbeats cannot be seen: as RabbitMQ
+            # pauses its heartbeat monitor on a blocked connection, do not judge it now
+            # (a peer that is gone for good fails the writes TCP keeps retrying)
+            self.last_recv = now
         if now - self.last_recv > 2 * self.heartbeat:
             log.info("missed heartbeats from %s, closing", self.peer)
             self._release()
