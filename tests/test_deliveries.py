@@ -718,6 +718,18 @@ def test_D9_recover_without_requeue_not_implemented_540(params) -> None:
     assert (ei.value.reply_code, ei.value.reply_text) == (540, "NOT_IMPLEMENTED - requeue=false")
 
 
+def test_channel_flow_false_not_implemented_540(params, qname: str) -> None:
+    """A client cannot pause deliveries with channel.flow: RabbitMQ 3.10 closes the
+    connection with 540; active=true is answered and changes nothing."""
+    conn = pika.BlockingConnection(params)
+    ch = conn.channel()
+    assert ch.flow(True) is True
+    ch.queue_declare(qname, exclusive=True)
+    with pytest.raises(ConnectionClosedByBroker) as ei:
+        ch.flow(False)
+    assert (ei.value.reply_code, ei.value.reply_text) == (540, "NOT_IMPLEMENTED - active=false")
+
+
 # ---------------------------------------------------------------------- D10 (ackmq only)
 
 

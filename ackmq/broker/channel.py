@@ -83,7 +83,6 @@ class Channel:
         self.owner = owner  # the connection: exclusive queues belong to it
         self.output = output
         self.open = True
-        self.flow_active = True
         self.next_tag = 1
         self.unacked: OrderedDict[int, Delivery] = OrderedDict()
         self.consumers: dict[str, Consumer] = {}
@@ -108,14 +107,14 @@ class Channel:
 
     # -- room (Q1-Q3) ---------------------------------------------------------------
     def can_send(self) -> bool:
-        return self.open and self.flow_active and self.output.writable
+        return self.open and self.output.writable
 
     def has_room(self) -> bool:
         return self.can_send() and (self.global_prefetch == 0
                                     or self.global_unacked < self.global_prefetch)
 
     def wake(self) -> None:
-        """Room may have appeared (ack, flow on, socket drained): let queues deliver again."""
+        """Room may have appeared (ack, qos, socket drained): let queues deliver again."""
         for c in list(self.consumers.values()):
             if not c.active:
                 c.queue.activate(c)
@@ -340,9 +339,10 @@ class Channel:
         self.wake()
 
     def channel_flow(self, active: bool) -> None:
-        self.flow_active = active
-        if active:
-            self.wake()
+        """A client asking the broker to pause deliveries: RabbitMQ 3.10 refuses it (540,
+        closing the connection), and so does ackmq; active=true is a no-op."""
+        if not active:
+            raise ConnectionError_(NOT_IMPLEMENTED, "active=false")
 
     # -- confirm mode and transactions (P1, P2, T1-T3) -------------------------------
     def confirm_select(self) -> None:
