@@ -68,8 +68,13 @@ def serve(args: argparse.Namespace) -> int:
             log.error("cannot listen on %s:%s: %s", cfg.host, cfg.port, e.strerror or e)
             return 2
         where = "no persistence" if cfg.data_dir is None else f"data dir {cfg.data_dir}"
+        if server.all_interfaces:
+            where = f"on all interfaces: {', '.join(server.bound)}; {where}"
         log.info("ackmq listening on %s (%s, fsync %s)", url, where,
                  "on" if cfg.fsync else "OFF")
+        if server.all_interfaces and "guest" in cfg.loopback_users:
+            log.warning("user 'guest' can only connect via localhost (as RabbitMQ's): "
+                        "other hosts are refused with 403 ACCESS_REFUSED")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -9,11 +9,14 @@ the broker grow without bound. Every check here also runs against RabbitMQ
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -442,3 +445,64 @@ def test_H1_client_held_back_is_not_taken_for_dead(broker_url: str) -> None:
         conn.rpc(1, commands.Basic.Qos(0, 1), commands.Basic.QosOk)
     finally:
         conn.close()
+
+
+# ---- bound to all interfaces ----------------------------------------------------------------
+
+def _local_address(family: socket.AddressFamily) -> str | None:
+    """A non-loopback address of this machine in that family, if it has one."""
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family != family or "%" in a.address:  # link-local v6 needs a scope
+                continue
+            try:
+                ip = ipaddress.ip_address(a.address)
+            except ValueError:
+                continue
+            if not (ip.is_loopback or ip.is_link_local):
+                return a.address
+    return None
+
+
+@pytest.fixture(scope="module")
+def wildcard_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """An ackmq bound to 0.0.0.0."""
+    if os.environ.get("ACKMQ_TEST_URL"):
+        pytest.skip("needs an ackmq of its own bound to all interfaces")
+    broker = BrokerProcess(tmp_path_factory.mktemp("wildcard"), "--no-persistence",
+                           "--host", "0.0.0.0")
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def test_all_interfaces_logs_a_url_a_client_can_use(wildcard_broker: BrokerProcess) -> None:
+    """--host 0.0.0.0: the URL logged is loopback's (0.0.0.0 is no place to connect to),
+    and the log says the broker listens on all interfaces."""
+    assert wildcard_broker.url == f"amqp://guest:guest@127.0.0.1:{wildcard_broker.port}/"
+    line = next(x for x in wildcard_broker.log if "listening on" in x)
+    assert f"all interfaces: 0.0.0.0:{wildcard_broker.port}" in line
+    with RawConnection.open(wildcard_broker.url) as conn:
+        conn.open_channel(1)
+
+
+def test_all_interfaces_ipv6_logs_a_url_a_client_can_use(tmp_path: Path) -> None:
+    if os.environ.get("ACKMQ_TEST_URL"):
+        pytest.skip("needs an ackmq of its own bound to all interfaces")
+    try:
+        socket.create_server(("::1", 0), family=socket.AF_INET6).close()
+    except OSError as e:
+        pytest.skip(f"no IPv6 loopback on this machine: {e}")
+    broker = BrokerProcess(tmp_path, "--no-persistence", "--host", "::")
+    broker.start()
+    try:
+        assert broker.url == f"amqp://guest:guest@[::1]:{broker.port}/"
+        line = next(x for x in broker.log if "listening on" in x)
+        assert f"all interfaces: [::]:{broker.port}" in line
+        conn = RawConnection(socket.create_connection(("::1", broker.port), timeout=5),
+                             broker.url)
+        with conn:
+            conn.handshake()
+            conn.open_channel(1)
+    finally:
+        broker.stop()

@@ -8,8 +8,10 @@ connection's buffered frames with one `writelines` each.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +21,17 @@ from ackmq.server.config import Config
 from ackmq.server.connection import AMQPConnection
 
 log = logging.getLogger("ackmq.server")
+
+
+def _unspecified(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%")[0]).is_unspecified
+    except ValueError:
+        return False
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class Server:
@@ -32,8 +45,10 @@ class Server:
         self.dirty: list[AMQPConnection] = []
         self._flush_scheduled = False
         self._server: asyncio.AbstractServer | None = None
-        self.url = ""
+        self.url = ""  # for a client on this machine (loopback when bound to all interfaces)
         self.port = 0
+        self.bound: list[str] = []  # host:port of each listening socket
+        self.all_interfaces = False  # bound to 0.0.0.0 and/or ::
         self._spill_tmp: str | None = None
 
     # -- Scheduler for the model -------------------------------------------------------
@@ -85,10 +100,18 @@ class Server:
         self.broker.start()
         self._server = await self.loop.create_server(
             lambda: AMQPConnection(self), cfg.host, cfg.port, backlog=1024, reuse_address=True)
-        sock = self._server.sockets[0]
+        socks = list(self._server.sockets)
+        # the URL names the IPv4 socket when there is one ("" binds both families)
+        sock = next((s for s in socks if s.family == socket.AF_INET), socks[0])
         self.port = sock.getsockname()[1]
-        host = cfg.host if ":" not in cfg.host else f"[{cfg.host}]"
-        self.url = f"amqp://guest:guest@{host}:{self.port}/"
+        self.bound = [_host_port(s.getsockname()[0], s.getsockname()[1]) for s in socks]
+        self.all_interfaces = any(_unspecified(s.getsockname()[0]) for s in socks)
+        host = sock.getsockname()[0]
+        if _unspecified(host):  # 0.0.0.0 / :: is where to listen, not where to connect
+            host = "127.0.0.1" if sock.family == socket.AF_INET else "::1"
+        else:
+            host = cfg.host or host
+        self.url = f"amqp://guest:guest@{_host_port(host, self.port)}/"
         return self.url
 
     async def stop(self) -> None:
