@@ -506,3 +506,26 @@ def test_all_interfaces_ipv6_logs_a_url_a_client_can_use(tmp_path: Path) -> None
             conn.open_channel(1)
     finally:
         broker.stop()
+
+
+def test_guest_from_a_non_loopback_address_is_refused(wildcard_broker: BrokerProcess) -> None:
+    """guest/guest is right, but from another address than loopback RabbitMQ refuses it:
+    403 "ACCESS_REFUSED - PLAIN login refused: user 'guest' can only connect via localhost"
+    (with authentication_failure_close; no tune, no open)."""
+    address = _local_address(socket.AF_INET)
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to connect from")
+    sock = socket.create_connection((address, wildcard_broker.port), timeout=5)
+    conn = RawConnection(sock, wildcard_broker.url)
+    with conn:
+        assert not ipaddress.ip_address(sock.getsockname()[0]).is_loopback
+        conn.start()
+        conn.send(0, commands.Connection.StartOk(
+            client_properties={"capabilities": {"authentication_failure_close": True}},
+            mechanism="PLAIN", response="\0guest\0guest", locale="en_US"))
+        close = conn.wait_close()
+        assert isinstance(close, commands.Connection.Close), close
+        assert close.reply_code == 403
+        assert close.reply_text == ("ACCESS_REFUSED - PLAIN login refused: user 'guest' can "
+                                    "only connect via localhost")
+        assert conn.wait_eof(5)

@@ -92,9 +92,12 @@ def _is_loopback(peer: Any) -> bool:
     if not peer:
         return True  # unix socket / in-process
     try:
-        return ipaddress.ip_address(peer[0]).is_loopback
+        address = ipaddress.ip_address(peer[0].split("%")[0])
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # ::ffff:127.0.0.1 on a dual-stack socket
+    return address.is_loopback
 
 
 def _negotiation_error(field: str, client: int, minimum: int, maximum: int) -> str | None:
@@ -286,7 +289,14 @@ class AMQPConnection(asyncio.Protocol):
             self.client_properties = m.client_properties or {}
             self.client_capabilities = self.client_properties.get("capabilities") or {}
             user, password = self._credentials(m.mechanism, m.response)
-            if not self.server.config.authenticate(user, password, _is_loopback(self.peer)):
+            config, loopback = self.server.config, _is_loopback(self.peer)
+            if not config.authenticate(user, password, loopback):
+                if not loopback and config.authenticate(user, password, True):
+                    # the right password, for a user allowed on loopback only (guest)
+                    text = (f"{m.mechanism} login refused: user '{user}' can only connect "
+                            "via localhost")
+                    log.warning("%s (from %s)", text, self.peer)
+                    raise ConnectionError_(ACCESS_REFUSED, text)
                 log.warning("login refused for user %r from %s", user, self.peer)
                 raise ConnectionError_(ACCESS_REFUSED, f"Login was refused using "
                                        f"authentication mechanism {m.mechanism}. For details "
