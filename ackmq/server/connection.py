@@ -373,8 +373,10 @@ class AMQPConnection(asyncio.Protocol):
     def pause_writing(self) -> None:
         """The socket's write buffer is above its high-water mark: the client is not
         reading. Stop deliveries, and stop reading its requests too, or the replies they
-        cause (confirms, returns, get-ok) pile up here without bound. The client's sends
-        then block in TCP, the backpressure RabbitMQ gets by blocking its reader."""
+        cause (confirms, returns, get-ok) pile up here without bound: the client's sends
+        block in TCP instead. (RabbitMQ 3.10 goes on reading such a client and buffers
+        its replies until the memory alarm blocks every publisher; this costs only the
+        client that does not read.)"""
         self.writable = False
         t = self.transport
         if t is not None and not t.is_closing() and not self.reading_paused:
@@ -469,9 +471,9 @@ class AMQPConnection(asyncio.Protocol):
             return
         now = time.monotonic()
         if self.reading_paused:
-            # we are not reading, so the peer's heartbeats cannot be seen: as RabbitMQ
-            # pauses its heartbeat monitor on a blocked connection, do not judge it now
-            # (a peer that is gone for good fails the writes TCP keeps retrying)
+            # we are not reading, so the peer's heartbeats cannot be seen: do not judge it
+            # now (RabbitMQ, too, pauses its heartbeat monitor while it blocks a
+            # connection); a peer gone for good fails the writes TCP keeps retrying
             self.last_recv = now
         if now - self.last_recv > 2 * self.heartbeat:
             log.info("missed heartbeats from %s, closing", self.peer)
