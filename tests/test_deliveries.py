@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import time
+import types
 from collections.abc import Callable
 
 import pika
@@ -786,3 +787,91 @@ def test_D10_delivery_limit_without_dlx_drops(ackmq_only, channel: BlockingChann
     channel.basic_nack(get(channel, qname)[0], requeue=True)
     time.sleep(0.2)
     assert ready_count(channel, qname) == 0
+
+
+# ------------------------------------------------ Q2/Q6: what an ack costs, shared tags
+
+
+def test_Q6_same_consumer_tag_on_two_channels_both_served(connection, qname: str) -> None:
+    """Consumer tags are per channel: two channels may use the same tag on one queue, and
+    both stay consumers of it (round-robin), until each cancels its own."""
+    c1, c2 = connection.channel(), connection.channel()
+    c1.queue_declare(qname, exclusive=True)
+    got: dict[int, list[bytes]] = {1: [], 2: []}
+    for n, ch in ((1, c1), (2, c2)):
+        ch.basic_qos(prefetch_count=1)
+        ch.basic_consume(qname, lambda c, m, p, b, n=n: (got[n].append(b),
+                                                         c.basic_ack(m.delivery_tag)),
+                         consumer_tag="same")
+    assert c1.queue_declare(qname, passive=True).method.consumer_count == 2
+    publish_n(c1, qname, 10)
+    deadline = time.monotonic() + WAIT
+    while len(got[1]) + len(got[2]) < 10 and time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.05)
+    assert len(got[1]) == len(got[2]) == 5
+    c2.basic_cancel("same")
+    assert c1.queue_declare(qname, passive=True).method.consumer_count == 1
+    publish_n(c1, qname, 4)
+    while len(got[1]) < 9 and time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.05)
+    assert (len(got[1]), len(got[2])) == (9, 5)
+
+
+class _Scheduler:
+    def call_later(self, delay: float, fn: Callable[[], None]) -> object:
+        return types.SimpleNamespace(cancel=lambda: None)
+
+    def request_flush(self) -> None:
+        pass
+
+
+class _Output:
+    writable = True
+    number = 1
+
+    def __init__(self) -> None:
+        self.tags: list[int] = []
+
+    def deliver(self, consumer_tag: str, delivery_tag: int, *rest: object) -> None:
+        self.tags.append(delivery_tag)
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *a, **kw: None
+
+
+@pytest.mark.parametrize("global_", [False, True], ids=["consumer", "channel"])
+def test_Q2_ack_wakes_only_the_consumers_it_frees(monkeypatch: pytest.MonkeyPatch,
+                                                  global_: bool) -> None:
+    """ackmq-only (model): with many consumers blocked at their prefetch, an ack costs
+    O(tags settled), not O(consumers of the channel)."""
+    from ackmq.broker import Broker
+    from ackmq.broker.queue import Queue
+
+    broker = Broker(_Scheduler())
+    broker.start()
+    vh = broker.vhosts["/"]
+    vh.declare_queue("q", False, False, False, False, {}, None)
+    out = _Output()
+    ch = broker.open_channel(vh, object(), out)
+    n = 2000
+    ch.basic_qos(0, n if global_ else 1, global_)
+    for i in range(n):
+        ch.start_consumer(ch.basic_consume("q", f"c{i}", False, False, {}))
+    for i in range(n + 10):
+        ch.basic_publish("", "q", False, False, b"\x00\x00", str(i).encode())
+    assert len(out.tags) == n  # every consumer (or the channel) is at its prefetch
+    calls = 0
+    real = Queue.activate
+
+    def counting(self: Queue, c: object) -> None:
+        nonlocal calls
+        calls += 1
+        real(self, c)
+
+    monkeypatch.setattr(Queue, "activate", counting)
+    for tag in out.tags[:10]:
+        ch.basic_ack(tag, False)
+    assert len(out.tags) == n + 10  # each ack let one more message out (Q2)
+    assert calls <= 20, f"{calls} activations for 10 acks"
+    ch.basic_ack(out.tags[-1], True)  # one multiple ack frees everything
+    assert calls <= 20 + n + 1

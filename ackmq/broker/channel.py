@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import os
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -93,6 +93,11 @@ class Channel:
         self.tx: _Tx | None = None
         self.consumer_timeout_ms = consumer_timeout_ms
         self._timeout_timer: Any = None
+        # consumers with room of their own that stopped because the channel had none
+        # (global prefetch, socket full): wake() takes them in order, so an ack costs
+        # O(consumers it frees), not O(consumers of the channel)
+        self._parked: deque[Consumer] = deque()         # manual acks: need has_room()
+        self._parked_no_ack: deque[Consumer] = deque()  # no-ack: need can_send() only
         # the queue most recently declared on this channel: an empty queue name in
         # bind/unbind/purge/delete/consume/get means it (RabbitMQ's shortcut)
         self.last_queue = ""
@@ -113,11 +118,31 @@ class Channel:
         return self.can_send() and (self.global_prefetch == 0
                                     or self.global_unacked < self.global_prefetch)
 
+    def park(self, c: Consumer) -> None:
+        """`c` left its queue's round-robin for lack of room. If the channel is what stops
+        it, wait for wake(); if its own prefetch is full, its own acks bring it back."""
+        if c.parked or not c.own_room():
+            return
+        c.parked = True
+        (self._parked_no_ack if c.no_ack else self._parked).append(c)
+
+    def _unpark(self, c: Consumer) -> None:
+        if c.parked:
+            c.parked = False
+            (self._parked_no_ack if c.no_ack else self._parked).remove(c)
+
     def wake(self) -> None:
-        """Room may have appeared (ack, qos, socket drained): let queues deliver again."""
-        for c in list(self.consumers.values()):
-            if not c.active:
-                c.queue.activate(c)
+        """Room may have appeared (ack, qos, socket drained): parked consumers go back to
+        their queues, oldest first, while the channel has room."""
+        if not (self._parked or self._parked_no_ack) or not self.can_send():
+            return
+        for parked, room in ((self._parked_no_ack, self.can_send),
+                             (self._parked, self.has_room)):
+            while parked and room():
+                c = parked.popleft()
+                c.parked = False
+                if not c.active and self.consumers.get(c.tag) is c:
+                    c.queue.activate(c)
 
     # -- publish --------------------------------------------------------------------
     def basic_publish(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool,
@@ -242,10 +267,12 @@ class Channel:
     def basic_cancel(self, consumer_tag: str) -> None:
         c = self.consumers.pop(consumer_tag, None)
         if c is not None:
+            self._unpark(c)
             c.queue.remove_consumer(c)
 
     def consumer_gone(self, c: Consumer, notify: bool) -> None:
         """The queue went away under the consumer (deleted, expired)."""
+        self._unpark(c)
         if self.consumers.pop(c.tag, None) is not None and notify and self.open:
             self.output.consumer_cancelled(c.tag)
 
@@ -313,6 +340,8 @@ class Channel:
             if consumer is not None:
                 consumer.unacked -= 1
                 self.global_unacked -= 1
+                if not consumer.active and not consumer.parked:
+                    self.park(consumer)  # it may have been at its own prefetch
             if action == "ack":
                 q.settled(entry)
             elif action == "requeue":
@@ -403,6 +432,8 @@ class Channel:
         for c in list(self.consumers.values()):
             c.queue.remove_consumer(c)
         self.consumers.clear()
+        self._parked.clear()
+        self._parked_no_ack.clear()
         pending: list[tuple[int, Delivery]] = []
         if self.tx is not None:
             for _action, taken in self.tx.settles:

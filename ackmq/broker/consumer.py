@@ -7,7 +7,7 @@ from typing import Any
 
 class Consumer:
     __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "limit", "unacked",
-                 "active", "arguments")
+                 "active", "parked", "arguments")
 
     def __init__(self, tag: str, channel: Any, queue: Any, no_ack: bool, exclusive: bool,
                  limit: int, arguments: dict[str, Any] | None = None) -> None:
@@ -19,7 +19,12 @@ class Consumer:
         self.limit = 0 if no_ack else limit  # Q5: no-ack consumers ignore prefetch
         self.unacked = 0
         self.active = False  # in the queue's round-robin deque
+        self.parked = False  # waiting in its channel's deque for channel-wide room
         self.arguments = arguments or {}
+
+    def own_room(self) -> bool:
+        """Below its own prefetch (Q3 global=false); the channel may still be full."""
+        return self.no_ack or self.limit == 0 or self.unacked < self.limit
 
     def has_room(self) -> bool:
         if self.no_ack:

@@ -65,7 +65,8 @@ class Queue:
         self.dlrk = _str_arg(a, "x-dead-letter-routing-key")
         broker = vhost.broker
         self.ready = ReadyList(self.max_priority, broker.spill, self, broker.queue_hot_messages)
-        self.consumers: dict[str, Consumer] = {}
+        # keyed by id(): consumer tags are unique per channel only
+        self.consumers: dict[int, Consumer] = {}
         self._active: deque[Consumer] = deque()
         self.unacked_count = 0
         self.epoch = epoch
@@ -165,13 +166,13 @@ class Queue:
 
     # -- consumers ------------------------------------------------------------------
     def add_consumer(self, c: Consumer) -> None:
-        self.consumers[c.tag] = c
+        self.consumers[id(c)] = c
         self.had_consumers = True
         self.touch()
         self.activate(c)
 
     def remove_consumer(self, c: Consumer) -> None:
-        if self.consumers.pop(c.tag, None) is None:
+        if self.consumers.pop(id(c), None) is None:
             return
         if c.active:
             try:
@@ -185,11 +186,15 @@ class Queue:
 
     def activate(self, c: Consumer) -> None:
         """A consumer has room again: put it back in the round-robin and deliver."""
-        if not c.active and c.tag in self.consumers and c.has_room():
-            c.active = True
-            self._active.append(c)
-            if len(self.ready):
-                self.dispatch()
+        if c.active or id(c) not in self.consumers:
+            return
+        if not c.has_room():
+            c.channel.park(c)  # the channel will wake it when it has room
+            return
+        c.active = True
+        self._active.append(c)
+        if len(self.ready):
+            self.dispatch()
 
     def dispatch(self) -> None:
         active, ready = self._active, self.ready
@@ -205,6 +210,7 @@ class Queue:
             c = active.popleft()
             if not c.has_room():
                 c.active = False
+                c.channel.park(c)
                 continue
             entry = ready.pop()
             c.channel.deliver(c, entry)
@@ -212,6 +218,7 @@ class Queue:
                 active.append(c)
             else:
                 c.active = False
+                c.channel.park(c)
 
     # -- pull -----------------------------------------------------------------------
     def get(self) -> QueueEntry | None:

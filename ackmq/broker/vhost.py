@@ -208,7 +208,7 @@ class VHost:
         if self.queues.get(q.name) is q:
             del self.queues[q.name]
         for c in list(q.consumers.values()):
-            q.consumers.pop(c.tag, None)
+            q.consumers.pop(id(c), None)
             c.channel.consumer_gone(c, notify=notify)
         for b in list(self._inbound.get(id(q), {}).values()):
             self._unbind(b, check_auto_delete=True)
