@@ -85,11 +85,8 @@ class AMQPChannel:
 
     # -- methods ------------------------------------------------------------------
     def handle(self, m: Any) -> None:
-        handler = _HANDLERS.get(type(m))
-        if handler is None:
-            from ackmq.broker.errors import ConnectionError_
-            raise ConnectionError_(540, f"method {m.name} is not implemented")
-        handler(self, m)
+        """`m` is one of HANDLERS' methods (the connection answers any other with 503)."""
+        HANDLERS[type(m)](self, m)
 
     def publish(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool,
                 properties: bytes, body: bytes) -> None:
@@ -229,10 +226,11 @@ class AMQPChannel:
         self.send(M(C.Tx.RollbackOk))
 
 
-_HANDLERS: dict[type, Any] = {
+# What a client may send on an open channel, besides channel.open and basic.publish (the
+# connection handles those and answers anything else with 503, as RabbitMQ does).
+HANDLERS: dict[type, Any] = {
     C.Channel.Close: AMQPChannel._channel_close,
     C.Channel.Flow: AMQPChannel._channel_flow,
-    C.Channel.FlowOk: lambda self, m: None,
     C.Exchange.Declare: AMQPChannel._exchange_declare,
     C.Exchange.Delete: AMQPChannel._exchange_delete,
     C.Exchange.Bind: AMQPChannel._exchange_bind,

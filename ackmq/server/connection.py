@@ -45,7 +45,7 @@ from ackmq.protocol.amqp import (
     encode_method,
 )
 from ackmq.protocol.amqp import build_method as M
-from ackmq.server.channel import AMQPChannel
+from ackmq.server.channel import HANDLERS, AMQPChannel
 
 if TYPE_CHECKING:
     from ackmq.broker.vhost import VHost
@@ -73,19 +73,6 @@ SERVER_CAPABILITIES = {
 }
 
 
-# What a client may send on an open channel (besides channel.open and basic.publish, handled
-# here). Anything else -- the replies only a server sends (declare-ok, consume-ok,
-# get-empty, flow-ok, ...), connection methods off channel 0, and basic.deliver / return /
-# get-ok with their content -- is RabbitMQ's 503 "COMMAND_INVALID - unimplemented method"
-# (a connection error, with the method's ids).
-_CLIENT_CHANNEL_METHODS = frozenset((
-    C.Channel.Close, C.Channel.Flow,
-    C.Exchange.Declare, C.Exchange.Delete, C.Exchange.Bind, C.Exchange.Unbind,
-    C.Queue.Declare, C.Queue.Bind, C.Queue.Unbind, C.Queue.Purge, C.Queue.Delete,
-    C.Basic.Qos, C.Basic.Consume, C.Basic.Cancel, C.Basic.Get, C.Basic.Ack, C.Basic.Nack,
-    C.Basic.Reject, C.Basic.Recover, C.Basic.RecoverAsync,
-    C.Confirm.Select, C.Tx.Select, C.Tx.Commit, C.Tx.Rollback,
-))
 
 
 def _is_loopback(peer: Any) -> bool:
@@ -257,7 +244,9 @@ class AMQPConnection(asyncio.Protocol):
                     self.write(encode_method(number, M(C.Channel.CloseOk)))
                 self.channel_gone(number)
             return
-        if type(m) not in _CLIENT_CHANNEL_METHODS:
+        if type(m) not in HANDLERS:  # a server's reply (declare-ok, get-empty, flow-ok, ...),
+            # a connection method off channel 0, deliver/return/get-ok with content: RabbitMQ's
+            # 503 "COMMAND_INVALID - unimplemented method" (a connection error, with its ids)
             raise ConnectionError_(COMMAND_INVALID, "unimplemented method")
         try:
             ch.handle(m)
