@@ -112,6 +112,15 @@ def connection(params: pika.URLParameters) -> Iterator[pika.BlockingConnection]:
 
 
 @pytest.fixture
+def other(params: pika.URLParameters) -> Iterator[pika.BlockingConnection]:
+    """A second connection (exclusive queues, cross-connection checks)."""
+    conn = pika.BlockingConnection(params)
+    yield conn
+    if conn.is_open:
+        conn.close()
+
+
+@pytest.fixture
 def channel(connection: pika.BlockingConnection):
     return connection.channel()
 

@@ -8,9 +8,7 @@ ackmq-only; reply codes and texts are RabbitMQ's.
 from __future__ import annotations
 
 import types
-from collections.abc import Iterator
 
-import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 from pikahelp import closed_with
@@ -24,13 +22,6 @@ def locked(q: str) -> str:
     text = LOCKED.format(q=q)
     return text if len(text) <= 255 else text[:252] + "..."
 
-
-@pytest.fixture
-def other(params: pika.URLParameters) -> Iterator[pika.BlockingConnection]:
-    conn = pika.BlockingConnection(params)
-    yield conn
-    if conn.is_open:
-        conn.close()
 
 
 # ------------------------------------------------------------------ checks at declare

@@ -8,7 +8,7 @@ texts are RabbitMQ's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pika
 import pytest
@@ -48,14 +48,6 @@ def wait_gone(params: pika.URLParameters, name: str, timeout: float = WAIT) -> N
         assert time.monotonic() < deadline, f"queue {name} still exists"
         time.sleep(0.05)
 
-
-@pytest.fixture
-def other(params: pika.URLParameters) -> Iterator[pika.BlockingConnection]:
-    """A second connection."""
-    conn = pika.BlockingConnection(params)
-    yield conn
-    if conn.is_open:
-        conn.close()
 
 
 def locked_text(q: str) -> str:
