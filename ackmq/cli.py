@@ -26,9 +26,12 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="close a channel whose delivery stays unacked this long (H2)")
     p.add_argument("--max-message-size", type=int, default=128 * 1024 * 1024,
                    help="larger messages are refused with 406 (default 128 MiB)")
-    p.add_argument("--queue-hot-messages", type=int, default=4096,
-                   help="ready messages a queue keeps in memory; the rest wait in spill "
-                        "files in the data dir (bounded memory at any queue depth)")
+    p.add_argument("--queue-hot-messages", type=int, default=65536,
+                   help="ready messages a queue keeps in memory at most; the rest wait in "
+                        "spill files in the data dir (bounded memory at any queue depth)")
+    p.add_argument("--queue-memory-mb", type=int, default=256,
+                   help="memory for ready messages of all queues together (default 256); "
+                        "past it, queues keep 512 each and spill the rest")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -45,7 +48,8 @@ def serve(args: argparse.Namespace) -> int:
                  fsync=not args.no_fsync, heartbeat=args.heartbeat,
                  consumer_timeout_ms=args.consumer_timeout_ms,
                  max_message_size=args.max_message_size,
-                 queue_hot_messages=max(1, args.queue_hot_messages))
+                 queue_hot_messages=max(1, args.queue_hot_messages),
+                 queue_memory_mb=max(0, args.queue_memory_mb))
     try:
         import uvloop
         uvloop.install()

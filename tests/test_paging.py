@@ -207,3 +207,66 @@ def test_D8_restart_with_deep_queue_marks_delivered_ones_and_purge_stays_durable
     conn = pika.BlockingConnection(pika.URLParameters(deep_broker.url))
     assert _drain(conn.channel(), "deep6") == [99]
     conn.close()
+
+
+def _budget_run(n_queues: int, per_queue: int, body: int, **options) -> tuple[list, int, int]:
+    """Publish `per_queue` messages of `body` bytes to each of `n_queues` queues of an
+    embedded broker; returns (per-queue (in memory, spilled) after the burst, the
+    budget's `used` then, and `used` once every queue is drained, requeued, purged or
+    deleted)."""
+    import ackmq
+
+    with ackmq.EmbeddedBroker(persistent=False, **options) as b:
+        model = b.server.broker
+        conn = pika.BlockingConnection(pika.URLParameters(b.url))
+        ch = conn.channel()
+        names = [f"budget.{i}" for i in range(n_queues)]
+        for name in names:
+            ch.queue_declare(name)
+        for i in range(per_queue):
+            for name in names:
+                ch.basic_publish("", name, b"%08d" % i + b"x" * (body - 8))
+        ch.queue_declare(names[-1], passive=True)  # a channel's frames are handled in order
+        queues = [model.vhost("/").queues[name] for name in names]
+        shape = [(len(q.ready) - q.ready.spilled, q.ready.spilled) for q in queues]
+        used = model.hot_budget.used
+        # every way out of a ready list: get + ack, nack-requeue, purge, delete, consume
+        for _ in range(3):  # the head is taken and requeued (D6) three times
+            m, _p, _b = ch.basic_get(names[0])
+            ch.basic_nack(m.delivery_tag, requeue=True)
+        got = []
+        while (m := ch.basic_get(names[0]))[0] is not None:
+            got.append(int(m[2][:8]))
+            ch.basic_ack(m[0].delivery_tag)
+        assert got == list(range(per_queue)), "order lost across the spill"
+        ch.queue_purge(names[1])
+        ch.queue_delete(names[2])
+        for name in names[3:]:  # pushed to a no-ack consumer
+            n = 0
+            for m, _p, _b in ch.consume(name, auto_ack=True, inactivity_timeout=10):
+                assert m is not None, f"{name}: only {n} of {per_queue} delivered"
+                n += 1
+                if n == per_queue:
+                    break
+            ch.cancel()
+        left = model.hot_budget.used
+        conn.close()
+    return shape, used, left
+
+
+def test_queue_memory_budget_spills_every_queue_past_its_floor_and_accounts_to_zero() -> None:
+    from ackmq.broker.readylist import ENTRY_COST, HOT_FLOOR
+
+    shape, used, left = _budget_run(6, 1500, 1024, queue_memory_mb=1)
+    for in_memory, spilled in shape:  # the budget, not the 65536 cap, made them spill
+        assert in_memory >= HOT_FLOOR and spilled > 0, shape
+    assert used < 6 * (HOT_FLOOR + 100) * (1024 + ENTRY_COST)  # bounded by the floors
+    assert left == 0, f"{left} bytes still counted after every queue was emptied"
+
+
+def test_queue_memory_budget_keeps_a_burst_into_many_queues_in_memory() -> None:
+    """4 queues x 4,500 (past the old fixed 4,096 per queue): well inside the default
+    256 MiB, nothing spills (a fanout's queues used to page out and back)."""
+    shape, used, left = _budget_run(4, 4500, 100)
+    assert all(spilled == 0 for _, spilled in shape), shape
+    assert used > 0 and left == 0

@@ -15,6 +15,7 @@ from ackmq.broker.channel import Channel
 from ackmq.broker.errors import NOT_ALLOWED, ConnectionError_
 from ackmq.broker.exchange import EXCHANGE_CLASSES
 from ackmq.broker.queue import Queue
+from ackmq.broker.readylist import HotBudget
 from ackmq.broker.vhost import VHost
 from ackmq.store.base import Store
 
@@ -34,14 +35,18 @@ class Scheduler(Protocol):
         """Ask for `Broker.end_of_turn` to run soon (after the current callbacks)."""
 
 
+RECOVER_HOT = 4096  # entries a recovered queue reads back at start; the rest stay in the store
+
+
 class Broker:
     def __init__(self, scheduler: Scheduler, store: Store | None = None,
                  consumer_timeout_ms: int | None = None, spill: Any = None,
-                 queue_hot_messages: int = 4096) -> None:
+                 queue_hot_messages: int = 65536, queue_memory: int = 256 << 20) -> None:
         self.scheduler = scheduler
         self.store = store
         self.spill = spill  # deep queues keep their tails there (ackmq.store.spill)
-        self.queue_hot_messages = queue_hot_messages
+        self.queue_hot_messages = queue_hot_messages  # per queue, at most
+        self.hot_budget = HotBudget(queue_memory)     # all queues together
         self.consumer_timeout_ms = consumer_timeout_ms
         self.epoch = 0
         self.vhosts: dict[str, VHost] = {}
@@ -93,7 +98,7 @@ class Broker:
         """Messages of one recovered queue, in seq order: the first few thousand are read
         back now; the rest stay references into the store, read back as the queue drains
         (so a restart with millions of messages needs memory for none of their bodies)."""
-        hot = self.queue_hot_messages if self.spill is not None else None
+        hot = min(self.queue_hot_messages, RECOVER_HOT) if self.spill is not None else None
         n = 0
         for seq, location, delivered in msgs:
             if q.store_qid is None:

@@ -64,7 +64,8 @@ class Queue:
         self.dlx = _str_arg(a, "x-dead-letter-exchange")
         self.dlrk = _str_arg(a, "x-dead-letter-routing-key")
         broker = vhost.broker
-        self.ready = ReadyList(self.max_priority, broker.spill, self, broker.queue_hot_messages)
+        self.ready = ReadyList(self.max_priority, broker.spill, self, broker.queue_hot_messages,
+                               broker.hot_budget)
         # keyed by id(): consumer tags are unique per channel only
         self.consumers: dict[int, Consumer] = {}
         self._active: deque[Consumer] = deque()

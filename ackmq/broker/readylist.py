@@ -5,9 +5,11 @@ a heap. The next message is the smaller head of the two, so a requeued message i
 before anything published after it: O(1) publish and consume, O(log n) requeue.
 With `x-max-priority` there is one such pair per priority level, highest first.
 
-Deep queues: past `hot_max` entries, new messages go to the spill (one record each on
-disk) and the deque's cold tail is just their 8-byte locations; they are read back in
-batches as the head drains. Memory per queued message stays small at any depth.
+Deep queues: past `hot_max` entries, or past HOT_FLOOR entries once the broker's
+`HotBudget` (ready messages in memory, all queues together) is used up, new messages go
+to the spill (one record each on disk) and the deque's cold tail is just their 8-byte
+locations; they are read back in batches as the head drains. Memory per queued message
+stays small at any depth, and in all stays bounded however many queues there are.
 """
 
 from __future__ import annotations
@@ -16,12 +18,27 @@ import heapq
 from array import array
 from collections import deque
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
 from ackmq.broker.message import QueueEntry
 from ackmq.broker.paging import decode_entry, encode_entry
 
 REFILL = 512  # entries read back from the spill at a time
+HOT_FLOOR = REFILL  # what a queue keeps in memory even when the budget is used up
+ENTRY_COST = 256  # bytes an in-memory entry costs beyond its body (objects, deque slot)
+
+
+class HotBudget:
+    """Bytes of ready messages held in memory by every queue of a broker. Past `limit`,
+    queues page new messages to the spill: a burst into many queues stays in memory
+    while it fits, and memory stays bounded however many deep queues there are."""
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
 STORED = 1 << 63  # a cold-tail value with this bit is a seq in the durable store, not a spill
 
 
@@ -53,16 +70,17 @@ class _Level:
 
 
 class ReadyList:
-    __slots__ = ("_levels", "_count", "bytes", "spill", "owner", "hot_max")
+    __slots__ = ("_levels", "_count", "bytes", "spill", "owner", "hot_max", "budget")
 
     def __init__(self, max_priority: int = 0, spill: Any = None, owner: Any = None,
-                 hot_max: int = 4096) -> None:
+                 hot_max: int = 65536, budget: HotBudget | None = None) -> None:
         self._levels = [_Level() for _ in range(max_priority + 1)]
         self._count = 0
         self.bytes = 0  # body bytes of every ready message, in memory or spilled
         self.spill = spill
         self.owner = owner
         self.hot_max = hot_max
+        self.budget = budget if budget is not None else HotBudget(1 << 62)
 
     @property
     def spilled(self) -> int:
@@ -73,6 +91,7 @@ class ReadyList:
         cold, spill, owner = level.cold, self.spill, self.owner
         end = min(len(cold), level.cold_pos + REFILL)
         locs = cold[level.cold_pos:end].tolist()
+        before = len(level.fresh)
         if locs[0] & STORED or locs[-1] & STORED:
             for loc in locs:
                 if loc & STORED:  # recovered after a restart, never spilled
@@ -87,6 +106,8 @@ class ReadyList:
                 entry = decode_entry(rec, owner)
                 spill.release(loc)
                 level.fresh.append(entry)
+        self.budget.used += sum(e.size for e in islice(level.fresh, before, None)) \
+            + ENTRY_COST * (len(level.fresh) - before)
         level.cold_pos = end
         if end == len(cold):
             del cold[:]
@@ -108,15 +129,20 @@ class ReadyList:
         level = self._level(entry)
         self._count += 1
         self.bytes += entry.size
-        if self.spill is not None and (len(level.fresh) >= self.hot_max or len(level.cold)):
+        budget = self.budget
+        if self.spill is not None and (
+                len(level.cold) or len(level.fresh) >= self.hot_max
+                or (budget.used > budget.limit and len(level.fresh) >= HOT_FLOOR)):
             try:
                 level.cold.append(self.spill.put(encode_entry(entry)))
                 return
             except OSError:
                 # the spill cannot take it: keep it in memory, after the spilled ones
                 heapq.heappush(level.back, entry)
+                budget.used += entry.size + ENTRY_COST
                 return
         level.fresh.append(entry)
+        budget.used += entry.size + ENTRY_COST
 
     def append_stored(self, seq: int) -> None:
         """A recovered message left in the store: 8 bytes here until it is needed
@@ -128,6 +154,7 @@ class ReadyList:
         heapq.heappush(self._level(entry).back, entry)
         self._count += 1
         self.bytes += entry.size
+        self.budget.used += entry.size + ENTRY_COST
 
     def peek(self) -> QueueEntry | None:
         for level in reversed(self._levels):
@@ -155,8 +182,10 @@ class ReadyList:
         raise IndexError("pop from an empty ReadyList")
 
     def _left(self, entry: QueueEntry) -> QueueEntry:
+        """`entry` left memory (and the list)."""
         self._count -= 1
         self.bytes -= entry.size
+        self.budget.used -= entry.size + ENTRY_COST
         return entry
 
     def clear(self) -> list[QueueEntry]:
@@ -185,6 +214,7 @@ class ReadyList:
     def discard(self) -> None:
         """Forget everything without reading the spill back (queue deleted)."""
         for level in self._levels:
+            self.budget.used -= sum(e.size + ENTRY_COST for e in (*level.fresh, *level.back))
             for i in range(level.cold_pos, len(level.cold)):
                 if not level.cold[i] & STORED:
                     self.spill.release(level.cold[i])

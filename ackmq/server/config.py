@@ -17,7 +17,8 @@ class Config:
     max_message_size: int = 128 * 1024 * 1024
     handshake_timeout: float = 10.0
     spill: bool = True  # deep queues keep their tails on disk (bounded memory)
-    queue_hot_messages: int = 4096  # ready messages per queue kept in memory when spilling
+    queue_hot_messages: int = 65536  # ready messages a queue keeps in memory, at most
+    queue_memory_mb: int = 256  # ready messages in memory, all queues; past it they spill
     users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
     loopback_users: tuple[str, ...] = ("guest",)
 

@@ -96,7 +96,8 @@ class Server:
                 self._spill_tmp = tempfile.mkdtemp(prefix="ackmq-spill-")
                 spill = Spill(self._spill_tmp)
         self.broker = Broker(self, store, consumer_timeout_ms=cfg.consumer_timeout_ms,
-                             spill=spill, queue_hot_messages=cfg.queue_hot_messages)
+                             spill=spill, queue_hot_messages=cfg.queue_hot_messages,
+                             queue_memory=cfg.queue_memory_mb << 20)
         self.broker.start()
         self._server = await self.loop.create_server(
             lambda: AMQPConnection(self), cfg.host, cfg.port, backlog=1024, reuse_address=True)
