@@ -439,12 +439,54 @@ def test_H1_client_held_back_is_not_taken_for_dead(broker_url: str) -> None:
     """heartbeat=1 and a client that reads nothing for 4 s (its later frames, heartbeats
     included, stuck behind the publishes the broker no longer reads): the silence is the
     broker's doing, so it must not close the connection for missed heartbeats."""
-    conn, seqs, _ = _flood_without_reading(broker_url, 2000, 20_000, heartbeat=1, quiet=4.0)
+    # stall 0.4 s: while held back, ackmq lets one read through per heartbeat tick (0.5 s,
+    # to see that the peer lives), so the sender still inches forward between ticks
+    conn, seqs, _ = _flood_without_reading(broker_url, 2000, 20_000, heartbeat=1, stall=0.4,
+                                           quiet=4.0)
     try:
         assert seqs == list(range(2000))
         conn.rpc(1, commands.Basic.Qos(0, 1), commands.Basic.QosOk)
     finally:
         conn.close()
+
+
+def test_H1_D8_hung_consumer_behind_a_full_socket_is_dead_and_its_deliveries_come_back(
+        broker_url: str) -> None:
+    """A consumer process that hangs (reads nothing, sends nothing; its kernel still ACKs,
+    so TCP never fails) while 30 MB of deliveries are on their way: the broker's output
+    to it backs up and ackmq stops reading it, but it must still see the silence (two
+    heartbeat intervals), close the connection and give every delivery back (D8), as
+    RabbitMQ does."""
+    queue, n = f"edges.hung.{os.getpid()}", 1500
+    filler = RawConnection.open(broker_url)
+    filler.open_channel(1)
+    filler.rpc(1, commands.Queue.Declare(queue=queue), commands.Queue.DeclareOk)
+    body = b"h" * 20_000
+    for _ in range(n):
+        filler.publish(1, "", queue, body)
+    deadline = time.monotonic() + 20  # RabbitMQ's queue may count them a moment later
+    while filler.rpc(1, commands.Queue.Declare(queue=queue, passive=True),
+                     commands.Queue.DeclareOk).message_count < n:
+        assert time.monotonic() < deadline, "the queue never held every message"
+        time.sleep(0.05)
+    hung = RawConnection.open(broker_url, heartbeat=1)
+    hung.open_channel(1)
+    hung.rpc(1, commands.Basic.Consume(queue=queue), commands.Basic.ConsumeOk)
+    try:  # from here on `hung` neither reads nor sends
+        deadline = time.monotonic() + 20
+        while True:
+            ok = filler.rpc(1, commands.Queue.Declare(queue=queue, passive=True),
+                            commands.Queue.DeclareOk)
+            if ok.consumer_count == 0 and ok.message_count == n:
+                break
+            assert time.monotonic() < deadline, (
+                f"hung consumer still attached after 20 s: {ok.consumer_count} consumers, "
+                f"{ok.message_count} of {n} ready")
+            time.sleep(0.25)
+        filler.rpc(1, commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
+    finally:
+        hung.sock.close()
+        filler.close()
 
 
 # ---- bound to all interfaces ----------------------------------------------------------------

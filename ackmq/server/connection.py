@@ -149,6 +149,8 @@ class AMQPConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_recv = time.monotonic()
+        if self.reading_paused and self.transport is not None:
+            self.transport.pause_reading()  # the one read a heartbeat tick let through
         if self.state == "closed":
             return
         try:
@@ -460,10 +462,12 @@ class AMQPConnection(asyncio.Protocol):
             return
         now = time.monotonic()
         if self.reading_paused:
-            # we are not reading, so the peer's heartbeats cannot be seen: do not judge it
-            # now (RabbitMQ, too, pauses its heartbeat monitor while it blocks a
-            # connection); a peer gone for good fails the writes TCP keeps retrying
-            self.last_recv = now
+            # We stopped reading this peer, so its heartbeats wait unread: let one read
+            # through per tick (data_received pauses again). A live peer that is only
+            # slow to read has frames waiting and stays alive; a hung one (its kernel
+            # still ACKs, so TCP never fails) sends nothing and is dead after two
+            # intervals, and its deliveries go back (D8). Costs one read's replies a tick.
+            self.transport.resume_reading()
         if now - self.last_recv > 2 * self.heartbeat:
             log.info("missed heartbeats from %s, closing", self.peer)
             self._release()
