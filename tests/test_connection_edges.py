@@ -458,17 +458,7 @@ def test_H1_D8_hung_consumer_behind_a_full_socket_is_dead_and_its_deliveries_com
     heartbeat intervals), close the connection and give every delivery back (D8), as
     RabbitMQ does."""
     queue, n = f"edges.hung.{os.getpid()}", 1500
-    filler = RawConnection.open(broker_url)
-    filler.open_channel(1)
-    filler.rpc(1, commands.Queue.Declare(queue=queue), commands.Queue.DeclareOk)
-    body = b"h" * 20_000
-    for _ in range(n):
-        filler.publish(1, "", queue, body)
-    deadline = time.monotonic() + 20  # RabbitMQ's queue may count them a moment later
-    while filler.rpc(1, commands.Queue.Declare(queue=queue, passive=True),
-                     commands.Queue.DeclareOk).message_count < n:
-        assert time.monotonic() < deadline, "the queue never held every message"
-        time.sleep(0.05)
+    filler = _fill(broker_url, queue, n, 20_000)
     hung = RawConnection.open(broker_url, heartbeat=1)
     hung.open_channel(1)
     hung.rpc(1, commands.Basic.Consume(queue=queue), commands.Basic.ConsumeOk)
@@ -486,6 +476,53 @@ def test_H1_D8_hung_consumer_behind_a_full_socket_is_dead_and_its_deliveries_com
         filler.rpc(1, commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
     finally:
         hung.sock.close()
+        filler.close()
+
+
+def _fill(url: str, queue: str, n: int, size: int) -> RawConnection:
+    """A connection that declared `queue` and waited until it holds n messages."""
+    filler = RawConnection.open(url)
+    filler.open_channel(1)
+    filler.rpc(1, commands.Queue.Declare(queue=queue), commands.Queue.DeclareOk)
+    body = b"h" * size
+    for _ in range(n):
+        filler.publish(1, "", queue, body)
+    deadline = time.monotonic() + 20  # RabbitMQ's queue may count them a moment later
+    while filler.rpc(1, commands.Queue.Declare(queue=queue, passive=True),
+                     commands.Queue.DeclareOk).message_count < n:
+        assert time.monotonic() < deadline, "the queue never held every message"
+        time.sleep(0.05)
+    return filler
+
+
+def test_closed_connection_whose_peer_reads_nothing_is_cut_off(
+        own_broker: BrokerProcess) -> None:
+    """A consumer that stops reading with 30 MB of deliveries on their way, then sends a
+    bad frame: the broker sees it (one read per heartbeat tick), sends connection.close
+    and closes, but the peer reads none of its output. The socket must not stay open
+    waiting for that output to drain: cut off after two heartbeat intervals."""
+    assert own_broker.proc is not None
+    broker = psutil.Process(own_broker.proc.pid)
+    queue = f"edges.deaf.{os.getpid()}"
+    filler = _fill(own_broker.url, queue, 1500, 20_000)
+    deaf = RawConnection.open(own_broker.url, heartbeat=1)
+    deaf.open_channel(1)
+    deaf.rpc(1, commands.Basic.Consume(queue=queue, no_ack=True), commands.Basic.ConsumeOk)
+    port = deaf.sock.getsockname()[1]
+
+    def held_by_broker() -> bool:
+        return any(c.raddr and c.raddr.port == port for c in broker.net_connections("tcp"))
+
+    try:
+        time.sleep(1.0)  # the deliveries back up
+        deaf.sock.sendall(raw_frame(1, 1, b"\x00\x3c\x00\x0a", end=0))  # 501, then deaf
+        deadline = time.monotonic() + 15
+        while held_by_broker():
+            assert time.monotonic() < deadline, "the broker still holds the deaf socket"
+            time.sleep(0.2)
+    finally:
+        deaf.sock.close()
+        filler.rpc(1, commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
         filler.close()
 
 

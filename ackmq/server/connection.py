@@ -59,6 +59,7 @@ FRAME_MIN = 4096
 # A client that fails the handshake (tune-ok outside the limits) is not trusted: as
 # RabbitMQ, say nothing, wait this long, then drop the socket.
 SILENT_CLOSE_DELAY = 3.0
+CLOSING_TIMEOUT = 30.0  # s a closed connection's output may take to drain (no heartbeats)
 
 SERVER_CAPABILITIES = {
     "publisher_confirms": True,
@@ -423,12 +424,19 @@ class AMQPConnection(asyncio.Protocol):
             self._shutdown()
 
     def _shutdown(self) -> None:
-        """Flush what is queued and close the socket."""
+        """Flush what is queued and close the socket. The close waits for the output to
+        drain; a peer that reads none of it for two heartbeat intervals (30 s without
+        heartbeats, RabbitMQ's closing timeout) is cut off, so it cannot hold the socket
+        and its buffered output forever."""
         self._release()
         self.state = "closed"
         self.flush()
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.close()
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.close()
+            if t.get_write_buffer_size():
+                grace = 2 * self.heartbeat if self.heartbeat else CLOSING_TIMEOUT
+                self._close_timer = self.server.loop.call_later(grace, t.abort)
 
     def _release(self) -> None:
         """D8: every channel's unacked deliveries go back; exclusive queues go away."""
