@@ -52,7 +52,8 @@ def type_name(v: Any) -> str:
     return type(v).__name__
 
 
-def _text(v: Any) -> str | None:
+def as_text(v: Any) -> str | None:
+    """A string argument (AMQP longstr arrives as bytes); None if it is not one."""
     if isinstance(v, bytes):
         return v.decode("utf-8", "replace")
     return v if isinstance(v, str) else None
@@ -64,14 +65,14 @@ def _is_int(v: Any) -> bool:
 
 def check_dlx_type(args: dict[str, Any], qname: str, vhost: str) -> None:
     """RabbitMQ checks the dead-letter exchange's type before any other argument."""
-    if "x-dead-letter-exchange" in args and _text(args["x-dead-letter-exchange"]) is None:
+    if "x-dead-letter-exchange" in args and as_text(args["x-dead-letter-exchange"]) is None:
         raise ChannelError(PRECONDITION_FAILED,
                            f"invalid type '{type_name(args['x-dead-letter-exchange'])}' for "
                            f"arg 'x-dead-letter-exchange' in queue '{qname}' in vhost '{vhost}'")
 
 
 def check_alternate_exchange_type(args: dict[str, Any], xname: str, vhost: str) -> None:
-    if "alternate-exchange" in args and _text(args["alternate-exchange"]) is None:
+    if "alternate-exchange" in args and as_text(args["alternate-exchange"]) is None:
         raise ChannelError(PRECONDITION_FAILED,
                            f"invalid type '{type_name(args['alternate-exchange'])}' for arg "
                            f"'alternate-exchange' in exchange '{xname}' in vhost '{vhost}'")
@@ -110,11 +111,11 @@ def _message_ttl(v: Any, args: dict[str, Any]) -> str | None:
 
 
 def _dlx_name(v: Any, args: dict[str, Any]) -> str | None:
-    return None if _text(v) is not None else f"{{unacceptable_type,{type_name(v)}}}"
+    return None if as_text(v) is not None else f"{{unacceptable_type,{type_name(v)}}}"
 
 
 def _dlx_routing_key(v: Any, args: dict[str, Any]) -> str | None:
-    if _text(v) is None:
+    if as_text(v) is None:
         return f"{{unacceptable_type,{type_name(v)}}}"
     if "x-dead-letter-exchange" not in args:
         return "routing_key_but_no_dlx_defined"
@@ -129,7 +130,7 @@ def _max_priority(v: Any, args: dict[str, Any]) -> str | None:
 
 
 def _overflow(v: Any, args: dict[str, Any]) -> str | None:
-    s = _text(v)
+    s = as_text(v)
     if s is None:
         return f"{{unacceptable_type,{type_name(v)}}}"
     return None if s in ("drop-head", "reject-publish", "reject-publish-dlx") \
@@ -137,14 +138,14 @@ def _overflow(v: Any, args: dict[str, Any]) -> str | None:
 
 
 def _queue_mode(v: Any, args: dict[str, Any]) -> str | None:
-    s = _text(v)
+    s = as_text(v)
     if s is None:
         return f"{{unacceptable_type,{type_name(v)}}}"
     return None if s in ("default", "lazy") else erl_string(f"unsupported queue mode '{s}'")
 
 
 def _queue_type(v: Any, args: dict[str, Any]) -> str | None:
-    s = _text(v)
+    s = as_text(v)
     if s is None:
         return f"{{unacceptable_type,{type_name(v)}}}"
     if s == "stream":  # a RabbitMQ type ackmq does not have

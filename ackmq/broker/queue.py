@@ -12,6 +12,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from ackmq.broker.arguments import as_text
 from ackmq.broker.consumer import Consumer
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.readylist import ReadyList
@@ -34,10 +35,7 @@ def _int_arg(args: dict[str, Any], name: str) -> int | None:
 
 
 def _str_arg(args: dict[str, Any], name: str) -> str | None:
-    v = args.get(name)
-    if isinstance(v, bytes):
-        v = v.decode()
-    return v if isinstance(v, str) else None
+    return as_text(args.get(name))
 
 
 class Queue:

@@ -25,6 +25,7 @@ from ackmq.broker.message import QueueEntry
 from ackmq.broker.paging import decode_entry, encode_entry
 
 REFILL = 512  # entries read back from the spill at a time
+STORED = 1 << 63  # a cold-tail value with this bit is a seq in the durable store, not a spill
 HOT_FLOOR = REFILL  # what a queue keeps in memory even when the budget is used up
 ENTRY_COST = 256  # bytes an in-memory entry costs beyond its body (objects, deque slot)
 
@@ -39,7 +40,6 @@ class HotBudget:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.used = 0
-STORED = 1 << 63  # a cold-tail value with this bit is a seq in the durable store, not a spill
 
 
 class _Level:

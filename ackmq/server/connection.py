@@ -74,8 +74,6 @@ SERVER_CAPABILITIES = {
 }
 
 
-
-
 def _is_loopback(peer: Any) -> bool:
     if not peer:
         return True  # unix socket / in-process

@@ -641,15 +641,19 @@ class SegmentStore:
                             self.stats.fsyncs += 1
                             self._synced = gen
                             self._synced_at = (seg, end)
-                        except OSError as e:  # the page cache can't be trusted any more
-                            err = self._broken = StoreError(
-                                f"fdatasync failed, store disabled: {e}")
-                            log.error("%s", err)
+                        except OSError as e:
+                            err = self._fsync_failed(e)
             for gen, callbacks, exc in entries:
                 if exc is None and gen > self._synced:
                     exc = err or StoreError("store closed before the write was synced")
                     self.stats.failed_commits += len(callbacks)
                 self._dispatch(callbacks, exc)
+
+    def _fsync_failed(self, e: OSError) -> StoreError:
+        """After a failed fdatasync the page cache can't be trusted: disable the store."""
+        self._broken = StoreError(f"fdatasync failed, store disabled: {e}")
+        log.error("%s", self._broken)
+        return self._broken
 
     def _rollover(self) -> None:
         """Start the next segment (under `_wlock`). The old one is fsynced first, so only
@@ -660,8 +664,7 @@ class SegmentStore:
                 try:
                     os.fdatasync(fd)
                 except OSError as e:
-                    self._broken = StoreError(f"fdatasync failed, store disabled: {e}")
-                    log.error("%s", self._broken)
+                    self._fsync_failed(e)
                     return
                 self.stats.fsyncs += 1
                 self._synced = gen
@@ -674,14 +677,14 @@ class SegmentStore:
     def _write_batch(self, b: _Batch) -> StoreError | None:
         """Serialize and `write()` one batch (under `_wlock`); no fsync here."""
         if self._broken is not None:
-            self._fail_group([b])
+            self._fail_batch(b)
             return self._broken
         if not b:
             return None  # nothing to write: reported once what came before is synced
         if self._woff >= self.segment_bytes:
             self._rollover()
             if self._broken is not None:
-                self._fail_group([b])
+                self._fail_batch(b)
                 return self._broken
         fw = FrameWriter()
         out = fw.out
@@ -710,7 +713,7 @@ class SegmentStore:
                 done += os.write(self._wfd, view[done:])
         except OSError as e:
             self._undo_write(base)
-            self._fail_group([b])
+            self._fail_batch(b)
             if self._broken is not None:
                 return self._broken
             what = "disk full" if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) else "I/O error"
@@ -749,23 +752,22 @@ class SegmentStore:
         except OSError as e:
             self._broken = StoreError(f"cannot truncate after a failed write, store disabled: {e}")
 
-    def _fail_group(self, group: list[_Batch]) -> None:
-        """Nothing of the group is durable: its adds are not stored (kept readable until
+    def _fail_batch(self, b: _Batch) -> None:
+        """Nothing of the batch is durable: its adds are not stored (kept readable until
         removed); its removes and delivery counts go back into the next batch."""
         with self._lock:
             p = self._pending
-            for b in group:
-                for key, op in b.adds.items():
-                    if self._unwritten.pop(key, None) is not None:
-                        idx = self._index.get(op.qid)
-                        if idx is not None and idx.pop(op.seq) != DEAD:
-                            self._failed[key] = op
-                for key, loc in b.removes.items():
-                    if key not in p.adds:
-                        p.removes[key] = loc
-                for key, count in b.delivered.items():
-                    if key not in p.adds and key not in p.removes:
-                        p.delivered[key] = max(count, p.delivered.get(key, 0))
+            for key, op in b.adds.items():
+                if self._unwritten.pop(key, None) is not None:
+                    idx = self._index.get(op.qid)
+                    if idx is not None and idx.pop(op.seq) != DEAD:
+                        self._failed[key] = op
+            for key, loc in b.removes.items():
+                if key not in p.adds:
+                    p.removes[key] = loc
+            for key, count in b.delivered.items():
+                if key not in p.adds and key not in p.removes:
+                    p.delivered[key] = max(count, p.delivered.get(key, 0))
 
     # -- close ------------------------------------------------------------------------------
     def close(self) -> None:
