@@ -245,7 +245,9 @@ class Channel:
 
     # -- consume ----------------------------------------------------------------------
     def basic_consume(self, queue_name: str, consumer_tag: str, no_ack: bool, exclusive: bool,
-                      arguments: dict[str, Any]) -> str:
+                      arguments: dict[str, Any], prefetch: int | None = None) -> str:
+        """`prefetch`: this consumer's own cap instead of the channel's basic.qos value
+        (a STOMP subscription carries its own prefetch header)."""
         q = self.vhost.queue(self.queue_name(queue_name), self.owner)
         if not consumer_tag:
             consumer_tag = "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
@@ -254,7 +256,8 @@ class Channel:
         if any(c.exclusive for c in q.consumers.values()) or (exclusive and q.consumers):
             raise ChannelError(ACCESS_REFUSED, f"queue '{q.name}' in vhost "
                                                f"'{self.vhost.name}' in exclusive use")
-        c = Consumer(consumer_tag, self, q, no_ack, exclusive, self.prefetch_count, arguments)
+        c = Consumer(consumer_tag, self, q, no_ack, exclusive,
+                     self.prefetch_count if prefetch is None else prefetch, arguments)
         self.consumers[consumer_tag] = c
         return consumer_tag
 
@@ -313,6 +316,32 @@ class Channel:
         if d is None:
             raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
         return [(tag, d)]
+
+    def take_for_consumer(self, consumer_tag: str, tag: int,
+                          multiple: bool) -> list[tuple[int, Delivery]]:
+        """STOMP's acks name one subscription: `tag` alone, or with `multiple` every unacked
+        delivery of the same consumer up to it (STOMP `client` mode); other consumers'
+        deliveries on the channel stay. A tag that is not an unacked delivery of that
+        consumer is refused as D7 refuses it. Settle what this returns with `settle`."""
+        unacked = self.unacked
+        d = unacked.get(tag)
+        if d is None or d[1] is None or d[1].tag != consumer_tag:
+            raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+        if not multiple:
+            del unacked[tag]
+            return [(tag, d)]
+        consumer = d[1]
+        tags = []
+        for t, other in unacked.items():
+            if t > tag:
+                break
+            if other[1] is consumer:
+                tags.append(t)
+        return [(t, unacked.pop(t)) for t in tags]
+
+    def settle(self, action: str, taken: list[tuple[int, Delivery]]) -> None:
+        """Apply "ack", "requeue" or "reject" to deliveries from `take_for_consumer`."""
+        self._settle(action, taken)
 
     def basic_ack(self, tag: int, multiple: bool) -> None:
         taken = self._take(tag, multiple)

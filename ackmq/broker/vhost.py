@@ -313,14 +313,19 @@ class VHost:
         return out
 
     # -- dead-lettering (D6) ------------------------------------------------------------
-    def dead_letter(self, queue: Queue, entry: QueueEntry, reason: str) -> None:
-        x = self.exchanges.get(queue.dlx or "")
-        if x is None or queue.dlx is None:
+    def dead_letter(self, queue: Queue, entry: QueueEntry, reason: str,
+                    exchange: str | None = None, routing_key: str | None = None) -> None:
+        """`exchange`/`routing_key`, when given, stand in for the queue's DLX and its key
+        (a STOMP subscription in ActiveMQ form dead-letters to ActiveMQ.DLQ)."""
+        dlx = queue.dlx if exchange is None else exchange
+        x = self.exchanges.get(dlx or "")
+        if x is None or dlx is None:
             return
         msg = entry.message
         props = decode_properties(msg.properties)
         headers = dict(props.headers or {})
-        rk = queue.dlrk if queue.dlrk is not None else msg.routing_key
+        dlrk = queue.dlrk if exchange is None else routing_key
+        rk = dlrk if dlrk is not None else msg.routing_key
         deaths = list(headers.get("x-death") or [])
         for i, d in enumerate(deaths):
             if _norm(d.get("queue")) == queue.name and _norm(d.get("reason")) == reason:

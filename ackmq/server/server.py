@@ -41,12 +41,16 @@ class Server:
         self.config = config
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.broker: Broker = None  # type: ignore[assignment]
-        self.connections: set[AMQPConnection] = set()
-        self.dirty: list[AMQPConnection] = []
+        self.connections: set[Any] = set()  # AMQPConnection and StompConnection
+        self.dirty: list[Any] = []
         self._flush_scheduled = False
         self._server: asyncio.AbstractServer | None = None
         self.url = ""  # for a client on this machine (loopback when bound to all interfaces)
         self.port = 0
+        self._stomp_server: asyncio.AbstractServer | None = None
+        self.stomp_url = ""  # stomp://host:port, "" without a STOMP listener
+        self.stomp_port = 0
+        self.stomp_bound: list[str] = []
         self.bound: list[str] = []  # host:port of each listening socket
         self.all_interfaces = False  # bound to 0.0.0.0 and/or ::
         self._spill_tmp: str | None = None
@@ -113,12 +117,36 @@ class Server:
         else:
             host = cfg.host or host
         self.url = f"amqp://guest:guest@{_host_port(host, self.port)}/"
+        if cfg.stomp_port is not None:
+            await self._start_stomp(host)
         return self.url
+
+    async def _start_stomp(self, host: str) -> None:
+        """The STOMP listener (SPEC W) on the same host; `stomp_port` 0 picks a free port.
+        A port that cannot be bound is an OSError naming it (`.listener`)."""
+        from ackmq.server.stomp import StompConnection
+        cfg = self.config
+        try:
+            self._stomp_server = await self.loop.create_server(
+                lambda: StompConnection(self), cfg.host, cfg.stomp_port, backlog=1024,
+                reuse_address=True)
+        except OSError as e:
+            if self._server is not None:
+                self._server.close()
+            e.listener = f"{_host_port(cfg.host, cfg.stomp_port or 0)} (STOMP)"  # type: ignore[attr-defined]
+            raise
+        socks = list(self._stomp_server.sockets)
+        sock = next((s for s in socks if s.family == socket.AF_INET), socks[0])
+        self.stomp_port = sock.getsockname()[1]
+        self.stomp_bound = [_host_port(s.getsockname()[0], s.getsockname()[1]) for s in socks]
+        self.stomp_url = f"stomp://{_host_port(host, self.stomp_port)}"
 
     async def stop(self) -> None:
         """Close connections with 320 CONNECTION_FORCED, then the store."""
         if self._server is not None:
             self._server.close()
+        if self._stomp_server is not None:
+            self._stomp_server.close()
         for conn in list(self.connections):
             conn.force_close("broker forced connection closure with reason 'shutdown'")
         self._flush()
@@ -130,6 +158,8 @@ class Server:
                 conn.transport.abort()
         if self._server is not None:
             await self._server.wait_closed()
+        if self._stomp_server is not None:
+            await self._stomp_server.wait_closed()
         # let the last commit callbacks run before closing the store
         await asyncio.sleep(0)
         if self.broker is not None:
