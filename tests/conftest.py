@@ -14,6 +14,8 @@ from pathlib import Path
 import pika
 import pytest
 
+pytest_plugins = ("stomphelp",)  # the STOMP fixtures: target, ackmq_target, queue, ...
+
 URL_LINE = re.compile(r"listening on (amqp://\S+)")
 STOMP_URL = re.compile(r"(stomp://\S+:(\d+))")
 
