@@ -63,7 +63,6 @@ SUPPORTED = ",".join(VERSIONS)
 ACK_MODES = ("auto", "client", "client-individual")
 ACTIVEMQ_DLQ = "ActiveMQ.DLQ"
 STOMP_DELIVERY_LIMIT = 6  # W6: ActiveMQ's maximumRedeliveries, for STOMP subscriptions
-ACTIVEMQ_PREFETCH = {QUEUE: 1000, TOPIC: 32766}  # ActiveMQ's defaults for its own forms
 # SUBSCRIBE headers that become queue arguments, as RabbitMQ's plugin takes them
 QUEUE_ARGUMENTS = {"x-dead-letter-exchange": str, "x-dead-letter-routing-key": str,
                    "x-expires": int, "x-max-length": int, "x-max-length-bytes": int,
@@ -377,7 +376,7 @@ class StompConnection(asyncio.Protocol):
         if ack not in ACK_MODES:
             raise _Refused("Invalid header", f"'ack' must be auto, client or "
                                              f"client-individual, not {ack[:40]!r}\n")
-        prefetch = self._prefetch(h, dest)
+        prefetch = self._prefetch(h)
         tag = "T_" + sub_id if sub_id is not None else "Q_" + text
         if tag in self.subs:
             raise _Refused("Duplicated subscription identifier",
@@ -394,7 +393,7 @@ class StompConnection(asyncio.Protocol):
         return lambda: ch.start_consumer(tag)  # deliveries after the RECEIPT
 
     @staticmethod
-    def _prefetch(h: dict[str, str], dest: Destination) -> int | None:
+    def _prefetch(h: dict[str, str]) -> int | None:
         for name in ("prefetch-count", "activemq.prefetchSize"):
             v = h.get(name)
             if v is not None:
@@ -403,9 +402,7 @@ class StompConnection(asyncio.Protocol):
                     raise _Refused("Invalid header", f"'{name}' must be a whole number, "
                                                      f"not {v[:40]!r}\n")
                 return int(v)
-        if dest.activemq:
-            return ACTIVEMQ_PREFETCH.get(dest.kind)
-        return None
+        return None  # the channel's (unlimited), as RabbitMQ
 
     def _source_queue(self, dest: Destination, h: dict[str, str], sub_id: str | None,
                       durable: bool) -> Queue:
@@ -493,7 +490,7 @@ class StompConnection(asyncio.Protocol):
         assert ch is not None
         consumer = ch.consumers.get(tag)
         ch.basic_cancel(tag)
-        if consumer is not None:  # its unacked deliveries go back now (as ActiveMQ)
+        if consumer is not None:  # its unacked deliveries go back now, not at disconnect
             mine = [t for t, d in ch.unacked.items() if d[1] is consumer]
             if mine:
                 ch.settle("requeue", ch.take_for_consumer(tag, mine[-1], True))
