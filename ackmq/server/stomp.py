@@ -755,7 +755,7 @@ class StompConnection(asyncio.Protocol):
         """ERROR, then close (W9). Receipts already settled go out first."""
         if self.state == "closed":
             return
-        log.info("STOMP error to %s: %s: %s", self.peer, message, detail.strip())
+        log.info("STOMP error to %s: %s: %r", self.peer, message, detail.strip()[:300])
         if self.channel is not None and self.channel.open and self.state != "disconnecting":
             self.state = "closing"
             self.channel.flush_confirms()
