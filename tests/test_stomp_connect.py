@@ -3,11 +3,18 @@ ackmq and, where the behaviour is RabbitMQ's too, against RabbitMQ's STOMP plugi
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import stomp
+from conftest import BrokerProcess
 from stomphelp import Raw, Target
+
+import ackmq
 
 
 @pytest.mark.parametrize("offered,agreed", [
@@ -138,3 +145,48 @@ def test_W2_a_client_that_heart_beats_stays_connected(target: Target) -> None:
             time.sleep(0.5)
             r.write(b"\n")
         r.receipt("DISCONNECT")  # still there after 3 s
+
+
+# -- the listener -------------------------------------------------------------------
+
+def _serve(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ackmq", "serve", "--port", "0", *args],
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_W1_busy_stomp_port_is_a_clear_error(tmp_path: Path) -> None:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    try:
+        r = _serve("--stomp-port", str(port), "--data-dir", str(tmp_path / "d"))
+    finally:
+        s.close()
+    assert r.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port} (STOMP)" in r.stdout + r.stderr
+
+
+def test_W1_no_stomp_and_stomp_url_in_the_log(tmp_path: Path) -> None:
+    b = BrokerProcess(tmp_path / "a", "--no-stomp")
+    b.start()
+    b.stop()
+    assert b.stomp_url == "" and "stomp://" not in "".join(b.log)
+    b = BrokerProcess(tmp_path / "b")
+    b.start()
+    try:
+        assert b.stomp_url == f"stomp://127.0.0.1:{b.stomp_port}" and b.stomp_port > 0
+        with Raw.open("127.0.0.1", b.stomp_port) as r:
+            r.connect()
+    finally:
+        b.stop()
+
+
+def test_W1_embedded_broker_listens_for_stomp_on_a_free_port() -> None:
+    with ackmq.EmbeddedBroker(persistent=False) as b:
+        assert b.stomp_url == f"stomp://127.0.0.1:{b.stomp_port}"
+        conn = stomp.Connection12([("127.0.0.1", b.stomp_port)])
+        conn.connect("guest", "guest", wait=True)
+        conn.disconnect()
+    with ackmq.EmbeddedBroker(persistent=False, stomp_port=None) as b:
+        assert b.stomp_url == ""
