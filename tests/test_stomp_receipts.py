@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from stomphelp import Raw, Target, queue_depth, wait_depth
+from stomphelp import Closed, Raw, Target, queue_depth, wait_depth
 
 import ackmq
 
@@ -204,3 +204,26 @@ def test_W8_stomp_py_transaction(target: Target, queue: str) -> None:
     listener.wait("receipts", 1)
     conn.disconnect()
     assert queue_depth(target, queue) == 5
+
+
+def test_W7_disconnect_receipt_comes_after_every_receipt_owed(ackmq_target: Target,
+                                                             queue: str) -> None:
+    """Pipelined persistent SENDs, then DISCONNECT: the RECEIPT of the DISCONNECT means
+    everything before it is done, so the SENDs' receipts come first. (RabbitMQ answers
+    the DISCONNECT at once and the SENDs' receipts still owed are never sent.)"""
+    with ackmq_target.raw() as r:
+        r.receipt("SEND", {"destination": f"/queue/{queue}"}, b"declare", receipt="d")
+        for i in range(50):
+            r.send("SEND", {"destination": f"/queue/{queue}", "persistent": "true",
+                            "receipt": f"s{i}"}, b"%d" % i)
+        r.send("DISCONNECT", {"receipt": "bye"})
+        ids = []
+        while True:
+            try:
+                f = r.recv()
+            except Closed:
+                break
+            ids.append(f.headers["receipt-id"])
+            if ids[-1] == "bye":
+                break
+    assert sorted(ids[:-1]) == sorted(f"s{i}" for i in range(50)) and ids[-1] == "bye"

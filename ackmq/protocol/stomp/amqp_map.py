@@ -136,7 +136,7 @@ def message_headers(raw: bytes, skip: frozenset[str] | set[str] = frozenset()) \
     headers = p.headers
     if headers:
         for k, v in headers.items():
-            if k in skip:
+            if k in skip or not k:
                 continue
             t = _text(v)
             if t is not None:
