@@ -741,8 +741,11 @@ def ackmq_only(is_rabbitmq: bool) -> None:
 
 
 def test_D10_delivery_count_header(ackmq_only, connection, channel: BlockingChannel,
-                                   queue: str) -> None:
-    """As RabbitMQ quorum queues: 0 or absent first, then 1, 2, ... per redelivery."""
+                                   qname: str) -> None:
+    """As RabbitMQ quorum queues: 0 or absent first, then 1, 2, ... per redelivery, on a
+    queue that asks for it (`x-ackmq-delivery-count`; one with `x-delivery-limit` does)."""
+    queue = qname
+    channel.queue_declare(queue, exclusive=True, arguments={"x-ackmq-delivery-count": True})
     publish_n(channel, queue, 1)
     wait_ready(channel, queue, 1)
     tag, _b, red, h = get(channel, queue)

@@ -57,13 +57,18 @@ class ChannelOutput(Protocol):
     def close(self, code: int, text: str) -> None: ...
 
 
-def delivery_properties(entry: QueueEntry) -> bytes:
-    """The message's properties plus the headers the broker adds on delivery."""
-    if not entry.delivery_count:
-        return properties_with_seq(entry.message.properties, entry.seq)
-    return properties_with_headers(entry.message.properties,
-                                   {SEQ_HEADER: entry.seq,
-                                    DELIVERY_COUNT_HEADER: entry.delivery_count})
+def delivery_properties(entry: QueueEntry, seq_header: bool, count_header: bool) -> bytes:
+    """The message's properties as published, byte for byte, plus only the headers its
+    consumer or queue asked for: `x-ackmq-seq` (S2) and, on a redelivery,
+    `x-delivery-count` (D10). Clients compare and sign headers: nothing unasked is added."""
+    props = entry.message.properties
+    count = entry.delivery_count if count_header else 0
+    if not seq_header:
+        return properties_with_headers(props, {DELIVERY_COUNT_HEADER: count}) if count \
+            else props
+    if not count:
+        return properties_with_seq(props, entry.seq)
+    return properties_with_headers(props, {SEQ_HEADER: entry.seq, DELIVERY_COUNT_HEADER: count})
 
 
 class _Tx:
@@ -208,7 +213,9 @@ class Channel:
             queue.mark_delivered(entry)
         msg = entry.message
         self.output.deliver(consumer.tag, tag, entry.redelivered, msg.exchange,
-                            msg.routing_key, delivery_properties(entry), msg.body)
+                            msg.routing_key,
+                            delivery_properties(entry, consumer.seq_header,
+                                                consumer.count_header), msg.body)
 
     def _deadline(self, queue: Queue) -> float | None:
         ms = queue.consumer_timeout if queue.consumer_timeout is not None \

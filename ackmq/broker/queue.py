@@ -12,7 +12,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from ackmq.broker.arguments import as_text
+from ackmq.broker.arguments import DELIVERY_COUNT_ARG, SEQ_ARG, as_text, opt_in
 from ackmq.broker.consumer import Consumer
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.readylist import ReadyList
@@ -55,6 +55,11 @@ class Queue:
         self.max_length_bytes = _int_arg(a, "x-max-length-bytes")
         self.delivery_limit = _int_arg(a, "x-delivery-limit")
         self.consumer_timeout = _int_arg(a, "x-consumer-timeout")
+        # ackmq's delivery headers, off unless asked (clients see what was published):
+        # x-ackmq-seq on every delivery, x-delivery-count on redeliveries (always with a
+        # delivery limit, as RabbitMQ's quorum queues)
+        self.seq_header = opt_in(a, SEQ_ARG)
+        self.count_header = opt_in(a, DELIVERY_COUNT_ARG) or self.delivery_limit is not None
         self.max_priority = min(_int_arg(a, "x-max-priority") or 0, 255)
         overflow = _str_arg(a, "x-overflow")
         self.overflow = overflow if overflow in ("reject-publish", "reject-publish-dlx") \

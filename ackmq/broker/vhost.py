@@ -245,14 +245,24 @@ class VHost:
                     destination, "exclusive_owner", None):
                 store.save_binding(self._binding_def(b))
 
-    def unbind(self, source: str, destination: Any, routing_key: str,
-               arguments: dict[str, Any]) -> None:
-        if source == "":
+    def unbind(self, source: str, kind: str, destination: str, routing_key: str,
+               arguments: dict[str, Any], owner: Any = None) -> None:
+        """As RabbitMQ: unbinding what is not bound succeeds, whether the binding, its
+        source or its destination (`kind` "queue" or "exchange") is missing; only the
+        default exchange (403) and another connection's exclusive queue (405, when the
+        binding exists) refuse."""
+        if source == "" or (kind == "exchange" and destination == ""):
             raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
-        x = self.exchange(source)
-        b = x.bindings.get((id(destination), routing_key, _args_key(arguments)))
-        if b is not None:
-            self._unbind(b, check_auto_delete=True)
+        x = self.exchanges.get(source)
+        dest = (self.queues if kind == "queue" else self.exchanges).get(destination)
+        if x is None or dest is None:
+            return
+        b = x.bindings.get((id(dest), routing_key, _args_key(arguments)))
+        if b is None:
+            return
+        if kind == "queue":
+            self.check_exclusive(dest, owner)
+        self._unbind(b, check_auto_delete=True)
 
     def _unbind(self, b: Binding, check_auto_delete: bool) -> None:
         x = b.source

@@ -27,6 +27,12 @@ def _s(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else (v or "")
 
 
+def _binding_key(m: C.Queue.Bind | C.Queue.Unbind, queue: str) -> str:
+    """As RabbitMQ: an empty routing key means the queue's name only when the queue field
+    was empty too."""
+    return m.routing_key if m.queue or m.routing_key else queue
+
+
 class AMQPChannel:
     """Implements the model's ChannelOutput for one channel number."""
 
@@ -112,14 +118,19 @@ class AMQPChannel:
         if not m.nowait:
             self.send(M(C.Exchange.DeleteOk))
 
-    def _exchange_bind(self, m: C.Exchange.Bind | C.Exchange.Unbind) -> None:
+    def _exchange_bind(self, m: C.Exchange.Bind) -> None:
         vh = self.conn.vhost
         dest = vh.exchange(m.destination)
         vh.exchange(m.source)
-        bind = isinstance(m, C.Exchange.Bind)
-        (vh.bind if bind else vh.unbind)(m.source, dest, m.routing_key, m.arguments or {})
+        vh.bind(m.source, dest, m.routing_key, m.arguments or {})
         if not m.nowait:
-            self.send(M(C.Exchange.BindOk if bind else C.Exchange.UnbindOk))
+            self.send(M(C.Exchange.BindOk))
+
+    def _exchange_unbind(self, m: C.Exchange.Unbind) -> None:
+        self.conn.vhost.unbind(m.source, "exchange", m.destination, m.routing_key,
+                               m.arguments or {})
+        if not m.nowait:
+            self.send(M(C.Exchange.UnbindOk))
 
     def _queue_declare(self, m: C.Queue.Declare) -> None:
         q = self.conn.vhost.declare_queue(m.queue, m.passive, m.durable, m.exclusive,
@@ -129,19 +140,18 @@ class AMQPChannel:
             self.send(M(C.Queue.DeclareOk, queue=q.name, message_count=q.message_count,
                                         consumer_count=q.consumer_count))
 
-    def _queue_bind(self, m: C.Queue.Bind | C.Queue.Unbind) -> None:
+    def _queue_bind(self, m: C.Queue.Bind) -> None:
         vh = self.conn.vhost
         q = vh.queue(self.model.queue_name(m.queue), self.conn)
-        # as RabbitMQ: an empty routing key means the queue's name only when the queue
-        # field was empty too
-        key = m.routing_key if m.queue or m.routing_key else q.name
-        if isinstance(m, C.Queue.Unbind):
-            vh.unbind(m.exchange, q, key, m.arguments or {})
-            self.send(M(C.Queue.UnbindOk))
-            return
-        vh.bind(m.exchange, q, key, m.arguments or {})
+        vh.bind(m.exchange, q, _binding_key(m, q.name), m.arguments or {})
         if not m.nowait:
             self.send(M(C.Queue.BindOk))
+
+    def _queue_unbind(self, m: C.Queue.Unbind) -> None:
+        name = self.model.queue_name(m.queue)
+        self.conn.vhost.unbind(m.exchange, "queue", name, _binding_key(m, name),
+                               m.arguments or {}, self.conn)
+        self.send(M(C.Queue.UnbindOk))
 
     def _queue_purge(self, m: C.Queue.Purge) -> None:
         n = self.conn.vhost.queue(self.model.queue_name(m.queue), self.conn).purge()
@@ -180,9 +190,10 @@ class AMQPChannel:
             self.send(M(C.Basic.GetEmpty))
             return
         tag, entry, count = got
-        msg = entry.message
+        msg, q = entry.message, entry.queue
         self.conn.write(encode_get_ok(self.number, tag, entry.redelivered, msg.exchange,
-                                      msg.routing_key, count, delivery_properties(entry),
+                                      msg.routing_key, count,
+                                      delivery_properties(entry, q.seq_header, q.count_header),
                                       msg.body, self.conn.frame_max))
 
     def _basic_ack(self, m: C.Basic.Ack) -> None:
@@ -234,10 +245,10 @@ HANDLERS: dict[type, Any] = {
     C.Exchange.Declare: AMQPChannel._exchange_declare,
     C.Exchange.Delete: AMQPChannel._exchange_delete,
     C.Exchange.Bind: AMQPChannel._exchange_bind,
-    C.Exchange.Unbind: AMQPChannel._exchange_bind,
+    C.Exchange.Unbind: AMQPChannel._exchange_unbind,
     C.Queue.Declare: AMQPChannel._queue_declare,
     C.Queue.Bind: AMQPChannel._queue_bind,
-    C.Queue.Unbind: AMQPChannel._queue_bind,
+    C.Queue.Unbind: AMQPChannel._queue_unbind,
     C.Queue.Purge: AMQPChannel._queue_purge,
     C.Queue.Delete: AMQPChannel._queue_delete,
     C.Basic.Qos: AMQPChannel._basic_qos,
