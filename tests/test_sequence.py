@@ -239,3 +239,54 @@ def test_seq_keeps_increasing_across_two_restarts_when_queue_was_empty(
             conn.close()
         _restart(own_broker, "stop")
     assert seen[0] < seen[1] < seen[2], seen
+
+
+# ------------------------------------------------------------------ opt-in
+
+
+def test_seq_only_when_asked(connection, channel: BlockingChannel, qname: str) -> None:
+    """A queue without the argument adds nothing; a consumer asking with the basic.consume
+    argument gets the header on its deliveries, another consumer of the queue does not."""
+    channel.queue_declare(qname, exclusive=True)
+    for i in range(4):
+        channel.basic_publish("", qname, str(i).encode())
+    wait_ready(channel, qname, 4)
+    _m, p, _b = take(channel, qname)
+    assert p.headers is None  # basic.get on a queue that did not ask
+    asked: list[int] = []
+    plain: list[object] = []
+    ch2 = connection.channel()
+    ch2.basic_qos(prefetch_count=1)
+    channel.basic_qos(prefetch_count=1)
+    channel.basic_consume(qname, lambda c, m, p, b: (asked.append(seq_of(p)),
+                                                     c.basic_ack(m.delivery_tag)),
+                          arguments={SEQ: True})
+    ch2.basic_consume(qname, lambda c, m, p, b: (plain.append(p.headers),
+                                                 c.basic_ack(m.delivery_tag)))
+    deadline = time.monotonic() + WAIT
+    while len(asked) + len(plain) < 3 and time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.05)
+    assert asked and plain and all(h is None for h in plain)
+    assert asked == sorted(asked)
+
+
+def test_delivery_count_only_when_asked(channel: BlockingChannel, qname: str) -> None:
+    """x-delivery-count on redeliveries: not on a plain queue, yes on one with a delivery
+    limit (as RabbitMQ's quorum queues) or the x-ackmq-delivery-count argument."""
+    for args, want in (({}, None), ({"x-delivery-limit": 5}, 1),
+                       ({"x-ackmq-delivery-count": True}, 1)):
+        q = f"{qname}.{len(args)}{want}.{'-'.join(args)}"
+        channel.queue_declare(q, exclusive=True, arguments=args)
+        channel.basic_publish("", q, b"x")
+        m, p, _b = take(channel, q, auto_ack=False)
+        assert p.headers is None
+        channel.basic_nack(m.delivery_tag, requeue=True)
+        m, p, _b = take(channel, q)
+        assert m.redelivered and (p.headers or {}).get("x-delivery-count") == want, args
+
+
+def test_seq_argument_checked_at_declare(channel: BlockingChannel, qname: str) -> None:
+    from pikahelp import closed_with
+    closed_with(lambda: channel.queue_declare(qname, arguments={SEQ: "yes"}), 406,
+                f"PRECONDITION_FAILED - invalid arg '{SEQ}' for queue '{qname}' in vhost '/': "
+                "{unacceptable_type,longstr}")

@@ -6,7 +6,6 @@ Texts of errors follow RabbitMQ 3.10 word for word where clients or users see th
 from __future__ import annotations
 
 import base64
-import datetime
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +16,7 @@ from ackmq.broker.arguments import (
     check_queue_arguments,
     type_name,
 )
+from ackmq.broker.dead_letter import dead_letter_properties
 from ackmq.broker.errors import (
     ACCESS_REFUSED,
     COMMAND_INVALID,
@@ -35,7 +35,6 @@ from ackmq.broker.exchange import (
 )
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue import Queue
-from ackmq.protocol.amqp.properties import decode_properties, encode_properties
 from ackmq.store.base import BindingDef, ExchangeDef, QueueDef
 
 if TYPE_CHECKING:
@@ -328,31 +327,10 @@ class VHost:
         if x is None or queue.dlx is None:
             return
         msg = entry.message
-        props = decode_properties(msg.properties)
-        headers = dict(props.headers or {})
         rk = queue.dlrk if queue.dlrk is not None else msg.routing_key
-        deaths = list(headers.get("x-death") or [])
-        for i, d in enumerate(deaths):
-            if _norm(d.get("queue")) == queue.name and _norm(d.get("reason")) == reason:
-                d = dict(d)
-                d["count"] = int(d.get("count", 1)) + 1
-                deaths.pop(i)
-                deaths.insert(0, d)
-                break
-        else:
-            d = {"count": 1, "reason": reason, "queue": queue.name,
-                 "time": datetime.datetime.now(tz=datetime.UTC).replace(microsecond=0),
-                 "exchange": msg.exchange, "routing-keys": msg.routing_keys}
-            if props.expiration is not None:
-                d["original-expiration"] = props.expiration
-            deaths.insert(0, d)
-        headers["x-death"] = deaths
-        headers.setdefault("x-first-death-reason", reason)
-        headers.setdefault("x-first-death-queue", queue.name)
-        headers.setdefault("x-first-death-exchange", msg.exchange)
-        props.headers = headers
-        props.expiration = None
-        new = Message(x.name, rk, encode_properties(props), msg.body)
+        props, deaths = dead_letter_properties(msg, queue.name, reason,
+                                               drop_cc=queue.dlrk is not None)
+        new = Message(x.name, rk, props, msg.body)
         automatic = all(_norm(d.get("reason")) != "rejected" for d in deaths)
         for target in self.route(x, new):
             if automatic and any(_norm(d.get("queue")) == target.name for d in deaths):

@@ -402,3 +402,39 @@ def properties_with_seq(raw: bytes, seq: int) -> bytes:
     return b"".join((_U16.pack(flags | _FLAG_HEADERS), raw[2:pos],
                      _SEQ_ONLY_TABLE.pack(_SEQ_ENTRY.size, 11, b"x-ackmq-seq", b"l", seq),
                      raw[pos:]))
+
+
+# ---------------------------------------------------------------- edits as splices
+
+def header_entries(raw: bytes) -> list[tuple[bytes, bytes]]:
+    """The headers table's entries as (key, encoded entry) pairs, in wire order; [] when
+    there is no headers table. Entries keep their exact encoding (types included)."""
+    span = _offsets(raw).get("headers")
+    return [] if span is None else _table_entries(raw, *span)
+
+
+def encode_entry(key: str, value: Any) -> bytes:
+    """One encoded table entry, in the types RabbitMQ itself writes (see _encode_value)."""
+    return _encode_entries({key: value})[0]
+
+
+def properties_edit(raw: bytes, entries: list[bytes] | None = None,
+                    drop: tuple[str, ...] = ()) -> bytes:
+    """Raw properties with the headers table made of `entries` (encoded entries, as
+    `header_entries` returns them; None keeps the table as it is) and without the
+    properties named in `drop`. Every other byte is copied: the edits RabbitMQ makes
+    (BCC removal, dead-lettering) change nothing else a consumer can see."""
+    offsets = _offsets(raw)
+    flags = _U16.unpack_from(raw, 0)[0]
+    parts: list[bytes] = []
+    for flag, name, _kind in _FIELDS:
+        if name == "headers" and entries is not None:
+            data = b"".join(entries)
+            parts.append(_U32.pack(len(data)) + data)
+            flags |= flag
+        elif name in drop:
+            flags &= ~flag
+        elif name in offsets:
+            start, end = offsets[name]
+            parts.append(raw[start:end])
+    return _U16.pack(flags) + b"".join(parts)
