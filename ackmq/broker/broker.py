@@ -16,8 +16,8 @@ from ackmq.broker.errors import NOT_ALLOWED, ConnectionError_
 from ackmq.broker.exchange import EXCHANGE_CLASSES
 from ackmq.broker.queue import Queue
 from ackmq.broker.readylist import HotBudget
+from ackmq.broker.storage import Store
 from ackmq.broker.vhost import VHost
-from ackmq.store.base import Store
 
 log = logging.getLogger("ackmq.broker")
 
@@ -100,9 +100,7 @@ class Broker:
         (so a restart with millions of messages needs memory for none of their bodies)."""
         hot = min(self.queue_hot_messages, RECOVER_HOT) if self.spill is not None else None
         n = 0
-        for seq, location, delivered in msgs:
-            if q.store_qid is None:
-                q.store_qid = location >> 64
+        for seq, _location, delivered in msgs:
             if delivered:
                 q.recovered_counts[seq] = delivered
             if hot is not None and n >= hot and q.max_priority == 0:

@@ -81,7 +81,6 @@ class Queue:
         self._ttl_due: float | None = None
         self._expiry_timer: Any = None
         self.persistent_store = vhost.broker.store if durable else None
-        self.store_qid: int | None = None          # set by recovery: the store's queue id
         self.recovered_counts: dict[int, int] = {}  # seq -> deliveries before a restart
         self.touch()
 
@@ -146,8 +145,8 @@ class Queue:
 
     def load_stored(self, seq: int) -> QueueEntry:
         """A recovered message read back from the store by its seq."""
-        assert self.persistent_store is not None and self.store_qid is not None
-        sm = self.persistent_store.read_message((self.store_qid << 64) | seq)
+        assert self.persistent_store is not None
+        sm = self.persistent_store.read_queued(self.name, seq)
         e = QueueEntry(Message(sm.exchange, sm.routing_key, sm.properties, sm.body, trusted=True),
                        seq, self)
         e.persisted = True

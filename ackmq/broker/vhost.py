@@ -35,7 +35,7 @@ from ackmq.broker.exchange import (
 )
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue import Queue
-from ackmq.store.base import BindingDef, ExchangeDef, QueueDef
+from ackmq.broker.storage import BindingDef, ExchangeDef, QueueDef
 
 if TYPE_CHECKING:
     from ackmq.broker.broker import Broker

@@ -26,16 +26,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .base import (
+from ackmq.broker.storage import (
     BindingDef,
     CorruptStore,
     ExchangeDef,
     QueueDef,
     Recovered,
-    RecoveredQueue,
     StoredMessage,
     StoreError,
 )
+
 from .defs import DefsLog, _enc, binding_key, fsync_dir
 from .format import (
     ADD,
@@ -57,6 +57,7 @@ from .format import (
     valid_length,
 )
 from .index import DEAD, PENDING, QueueIndex
+from .recovered import RecoveredQueue
 
 log = logging.getLogger("ackmq.store")
 
@@ -518,6 +519,14 @@ class SegmentStore:
             rec, (_, _, _, _, el, rl, pl, bl) = self._pread_add(self._position(location), key)
             start = ADD_HDR.size + el + rl + pl
             return bytes(rec[start:start + bl])
+
+    def read_queued(self, queue: str, seq: int) -> StoredMessage:
+        """The message `seq` of durable queue `queue` (its location is the queue's id and
+        the seq: the broker need not keep it)."""
+        qid = self._qids.get(queue)
+        if qid is None:
+            raise StoreError(f"no durable queue {queue!r} in the store")
+        return self.read_message((qid << 64) | seq)
 
     def read_message(self, location: int) -> StoredMessage:
         """The whole message behind `location`; `delivery_count` is the highest the store
