@@ -1,5 +1,6 @@
 """A channel as the model sees it: delivery tags, unacked deliveries, prefetch,
-confirm mode and transactions. Protocol-neutral: output goes through `ChannelOutput`.
+confirm mode and transactions. Protocol-neutral: output goes through `ChannelOutput`
+as data (entries, tags, codes); no wire format here.
 
 Unacked deliveries live in an OrderedDict keyed by delivery tag (tags only grow), so an
 ack of one tag is O(1) and a `multiple` ack of k tags pops k entries from the front.
@@ -27,48 +28,32 @@ from ackmq.broker.errors import (
 )
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue import Queue
-from ackmq.protocol.amqp.properties import properties_with_headers, properties_with_seq
 
 if TYPE_CHECKING:
     from ackmq.broker.vhost import VHost
-
-SEQ_HEADER = "x-ackmq-seq"
-DELIVERY_COUNT_HEADER = "x-delivery-count"
 
 Delivery = tuple  # (entry, consumer | None, deadline | None)
 
 
 class ChannelOutput(Protocol):
-    """What the model asks the protocol front end to send."""
+    """What the model hands the protocol front end, as data: the front end (AMQP's
+    server/channel.py, STOMP's) turns it into frames, headers and reply texts."""
 
     writable: bool
     number: int  # the channel's number on its connection, for error texts
 
-    def deliver(self, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
-                routing_key: str, properties: bytes, body: bytes) -> None: ...
+    def deliver(self, consumer: Consumer, delivery_tag: int, entry: QueueEntry) -> None:
+        """A push delivery: `entry` carries the message, `redelivered`, `delivery_count`
+        and `seq`; `consumer` its tag and the headers it asked for."""
 
-    def basic_return(self, reply_code: int, reply_text: str, exchange: str, routing_key: str,
-                     properties: bytes, body: bytes) -> None: ...
+    def unroutable(self, message: Message) -> None:
+        """A mandatory publish that reached no queue (AMQP: basic.return 312 NO_ROUTE)."""
 
     def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None: ...
 
     def consumer_cancelled(self, consumer_tag: str) -> None: ...
 
     def close(self, code: int, text: str) -> None: ...
-
-
-def delivery_properties(entry: QueueEntry, seq_header: bool, count_header: bool) -> bytes:
-    """The message's properties as published, byte for byte, plus only the headers its
-    consumer or queue asked for: `x-ackmq-seq` (S2) and, on a redelivery,
-    `x-delivery-count` (D10). Clients compare and sign headers: nothing unasked is added."""
-    props = entry.message.properties
-    count = entry.delivery_count if count_header else 0
-    if not seq_header:
-        return properties_with_headers(props, {DELIVERY_COUNT_HEADER: count}) if count \
-            else props
-    if not count:
-        return properties_with_seq(props, entry.seq)
-    return properties_with_headers(props, {SEQ_HEADER: entry.seq, DELIVERY_COUNT_HEADER: count})
 
 
 class _Tx:
@@ -186,8 +171,7 @@ class Channel:
         queues = self.vhost.route(x, msg)
         if not queues:
             if mandatory:
-                self.output.basic_return(312, "NO_ROUTE", msg.exchange, msg.routing_key,
-                                         msg.properties, msg.body)
+                self.output.unroutable(msg)
             return False, False
         stored = refused = False
         for q in queues:
@@ -211,11 +195,7 @@ class Channel:
             self.global_unacked += 1
             queue.unacked_count += 1
             queue.mark_delivered(entry)
-        msg = entry.message
-        self.output.deliver(consumer.tag, tag, entry.redelivered, msg.exchange,
-                            msg.routing_key,
-                            delivery_properties(entry, consumer.seq_header,
-                                                consumer.count_header), msg.body)
+        self.output.deliver(consumer, tag, entry)
 
     def _deadline(self, queue: Queue) -> float | None:
         ms = queue.consumer_timeout if queue.consumer_timeout is not None \

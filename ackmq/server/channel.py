@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as C
 
-from ackmq.broker.channel import delivery_properties
 from ackmq.broker.errors import ChannelError, fit_shortstr
 from ackmq.protocol.amqp import build_method as M
 from ackmq.protocol.amqp import (
@@ -18,9 +17,30 @@ from ackmq.protocol.amqp import (
     encode_nack,
     encode_return,
 )
+from ackmq.protocol.amqp.constants import NO_ROUTE
+from ackmq.protocol.amqp.properties import properties_with_headers, properties_with_seq
 
 if TYPE_CHECKING:
+    from ackmq.broker.consumer import Consumer
+    from ackmq.broker.message import Message, QueueEntry
     from ackmq.server.connection import AMQPConnection
+
+SEQ_HEADER = "x-ackmq-seq"
+DELIVERY_COUNT_HEADER = "x-delivery-count"
+
+
+def delivery_properties(entry: QueueEntry, seq_header: bool, count_header: bool) -> bytes:
+    """The message's properties as published, byte for byte, plus only the headers its
+    consumer or queue asked for: `x-ackmq-seq` (S2) and, on a redelivery,
+    `x-delivery-count` (D10). Clients compare and sign headers: nothing unasked is added."""
+    props = entry.message.properties
+    count = entry.delivery_count if count_header else 0
+    if not seq_header:
+        return properties_with_headers(props, {DELIVERY_COUNT_HEADER: count}) if count \
+            else props
+    if not count:
+        return properties_with_seq(props, entry.seq)
+    return properties_with_headers(props, {SEQ_HEADER: entry.seq, DELIVERY_COUNT_HEADER: count})
 
 
 def _s(v: Any) -> str:
@@ -49,16 +69,18 @@ class AMQPChannel:
     def writable(self) -> bool:
         return self.conn.writable
 
-    def deliver(self, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
-                routing_key: str, properties: bytes, body: bytes) -> None:
-        self.conn.write(encode_deliver(self.number, consumer_tag, delivery_tag, redelivered,
-                                       exchange, routing_key, properties, body,
-                                       self.conn.frame_max))
+    def deliver(self, consumer: Consumer, delivery_tag: int, entry: QueueEntry) -> None:
+        msg = entry.message
+        self.conn.write(encode_deliver(
+            self.number, consumer.tag, delivery_tag, entry.redelivered, msg.exchange,
+            msg.routing_key, delivery_properties(entry, consumer.seq_header,
+                                                 consumer.count_header),
+            msg.body, self.conn.frame_max))
 
-    def basic_return(self, reply_code: int, reply_text: str, exchange: str, routing_key: str,
-                     properties: bytes, body: bytes) -> None:
-        self.conn.write(encode_return(self.number, reply_code, reply_text, exchange,
-                                      routing_key, properties, body, self.conn.frame_max))
+    def unroutable(self, message: Message) -> None:
+        self.conn.write(encode_return(self.number, NO_ROUTE, "NO_ROUTE", message.exchange,
+                                      message.routing_key, message.properties, message.body,
+                                      self.conn.frame_max))
 
     def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None:
         if ack:
