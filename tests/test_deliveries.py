@@ -848,7 +848,7 @@ def test_Q2_ack_wakes_only_the_consumers_it_frees(monkeypatch: pytest.MonkeyPatc
     """ackmq-only (model): with many consumers blocked at their prefetch, an ack costs
     O(tags settled), not O(consumers of the channel)."""
     from ackmq.broker import Broker
-    from ackmq.broker.queue import Queue
+    from ackmq.broker.queue import ClassicQueue as Queue
 
     broker = Broker(_Scheduler())
     broker.start()

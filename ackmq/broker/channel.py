@@ -27,7 +27,7 @@ from ackmq.broker.errors import (
     ConnectionError_,
 )
 from ackmq.broker.message import Message, QueueEntry
-from ackmq.broker.queue import Queue
+from ackmq.broker.queue_type import ACK, REJECT, REQUEUE, Queue
 
 if TYPE_CHECKING:
     from ackmq.broker.vhost import VHost
@@ -186,15 +186,11 @@ class Channel:
         tag = self.next_tag
         self.next_tag = tag + 1
         queue = entry.queue
-        if consumer.no_ack:
-            queue.settled(entry)  # D3: gone once written to the socket
-        else:
-            deadline = self._deadline(queue)
-            self.unacked[tag] = (entry, consumer, deadline)
+        if not consumer.no_ack:
+            self.unacked[tag] = (entry, consumer, self._deadline(queue))
             consumer.unacked += 1
             self.global_unacked += 1
-            queue.unacked_count += 1
-            queue.mark_delivered(entry)
+        queue.delivered(entry, not consumer.no_ack)
         self.output.deliver(consumer, tag, entry)
 
     def _deadline(self, queue: Queue) -> float | None:
@@ -271,12 +267,9 @@ class Channel:
             return None
         tag = self.next_tag
         self.next_tag = tag + 1
-        if no_ack:
-            q.settled(entry)
-        else:
+        if not no_ack:
             self.unacked[tag] = (entry, None, self._deadline(q))
-            q.unacked_count += 1
-            q.mark_delivered(entry)
+        q.delivered(entry, not no_ack)
         return tag, entry, q.message_count
 
     # -- acks (D4-D7) -------------------------------------------------------------------
@@ -304,13 +297,13 @@ class Channel:
     def basic_ack(self, tag: int, multiple: bool) -> None:
         taken = self._take(tag, multiple)
         if self.tx is not None:
-            self.tx.settles.append(("ack", taken))
+            self.tx.settles.append((ACK, taken))
             return
-        self._settle("ack", taken)
+        self._settle(ACK, taken)
 
     def basic_nack(self, tag: int, multiple: bool, requeue: bool) -> None:
         taken = self._take(tag, multiple)
-        action = "requeue" if requeue else "reject"
+        action = REQUEUE if requeue else REJECT
         if self.tx is not None:
             self.tx.settles.append((action, taken))
             return
@@ -323,19 +316,13 @@ class Channel:
         touched: dict[int, Queue] = {}
         for _tag, (entry, consumer, _deadline) in taken:
             q = entry.queue
-            q.unacked_count -= 1
             if consumer is not None:
                 consumer.unacked -= 1
                 self.global_unacked -= 1
                 if not consumer.active and not consumer.parked:
                     self.park(consumer)  # it may have been at its own prefetch
-            if action == "ack":
-                q.settled(entry)
-            elif action == "requeue":
-                q.requeue(entry, dispatch=False)
+            if q.settle(entry, action):
                 touched[id(q)] = q
-            else:
-                q.reject(entry)
         for q in touched.values():
             q.dispatch()
         self.wake()
@@ -343,7 +330,7 @@ class Channel:
     def basic_recover(self, requeue: bool) -> None:
         if not requeue:
             raise ConnectionError_(NOT_IMPLEMENTED, "requeue=false")
-        self._settle("requeue", self._take(0, True))
+        self._settle(REQUEUE, self._take(0, True))
 
     def basic_qos(self, prefetch_size: int, prefetch_count: int, global_: bool) -> None:
         if prefetch_size:
@@ -432,9 +419,8 @@ class Channel:
         touched: dict[int, Queue] = {}
         for _tag, (entry, _consumer, _deadline) in pending:
             q = entry.queue
-            q.unacked_count -= 1
-            q.requeue(entry, dispatch=False)
-            touched[id(q)] = q
+            if q.settle(entry, REQUEUE):
+                touched[id(q)] = q
         for q in touched.values():
             q.dispatch()
         self.broker.channel_closed(self)

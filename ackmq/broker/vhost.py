@@ -34,7 +34,8 @@ from ackmq.broker.exchange import (
     _args_key,
 )
 from ackmq.broker.message import Message, QueueEntry
-from ackmq.broker.queue import Queue
+from ackmq.broker.queue import ClassicQueue  # noqa: F401 - registers classic
+from ackmq.broker.queue_type import Queue, queue_class
 from ackmq.broker.storage import BindingDef, ExchangeDef, QueueDef
 
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ class VHost:
                 raise ChannelError(PRECONDITION_FAILED,
                                    f"invalid property '{'non-durable' if not durable else 'exclusive'}'"
                                    f" for queue '{name}' in vhost '{self.name}'")
-        q = Queue(self, name, durable=durable and not exclusive,
+        q = queue_class(arguments)(self, name, durable=durable and not exclusive,
                   exclusive_owner=owner if exclusive else None, auto_delete=auto_delete,
                   arguments=arguments, epoch=self.broker.epoch)
         q.durable = durable  # declared durability (exclusive queues are never stored)
