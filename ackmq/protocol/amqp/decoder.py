@@ -53,8 +53,9 @@ violation, observed with `python -m ackmq.protocol.amqp._probe`, is quoted):
    (or 60/40 for a content header). RabbitMQ 3.10 has no bound but frame-max (it takes
    18,000 levels in queue.declare and delivers them in headers); Python decoders recurse
    per level, so unbounded, such a table raised RecursionError here and cannot be read by
-   pika/pamqp consumers past ~450 levels. Tables are walked without recursion past the
-   bound, so feed raises FrameError and nothing else, whatever the bytes.
+   pika/pamqp consumers past ~450 levels. Every table walk stops at the bound, so feed
+   raises FrameError and nothing else, whatever the bytes (a property test over mutated
+   sessions checks it: tests/test_decoder_hostile.py).
 """
 
 from __future__ import annotations
