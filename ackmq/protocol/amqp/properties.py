@@ -88,11 +88,22 @@ def _skip_table(raw: bytes, pos: int, depth: int = 1) -> int:
     end = pos + length
     if end > len(raw):
         raise ValueError("field table longer than its container")
+    fixed = _FIXED.get
+    unpack = _U32.unpack_from
     while pos < end:
         pos += 1 + raw[pos]  # key shortstr
         if pos >= end:
             raise ValueError("field table entry without a value")
-        pos = _skip_value(raw, pos, end, depth)
+        # scalars and strings (most header values) without a call; an overrun of the
+        # table shows as pos != end below
+        tag = raw[pos]
+        size = fixed(tag)
+        if size is not None:
+            pos += 1 + size
+        elif tag == 0x53 or tag == 0x78:  # S x
+            pos += 5 + unpack(raw, pos + 1)[0]
+        else:
+            pos = _skip_value(raw, pos, end, depth)
     if pos != end:
         raise ValueError("field table entries overrun its length")
     return end
