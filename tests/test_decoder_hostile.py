@@ -25,6 +25,7 @@ import os
 import struct
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import BrokerProcess
@@ -394,6 +395,8 @@ def test_B1_P4_confirmed_publishes_ahead_of_a_deep_table_count(url: str, bad: st
     issue's RecursionError): both are queued and acked before the 502 close."""
     queue = f"hostile.ahead.{bad}"
     _queue(url, queue)
+    bystander = RawConnection.open(url)  # connected all along: must not notice
+    bystander.open_channel(1)
     conn = RawConnection.open(url)
     try:
         conn.open_channel(1)
@@ -410,6 +413,35 @@ def test_B1_P4_confirmed_publishes_ahead_of_a_deep_table_count(url: str, bad: st
     assert (close.reply_code, close.reply_text) == (502, DEEP_TEXT)
     assert _acked(frames) == {1, 2}
     assert _depth(url, queue) == 2
+    bystander.rpc(1, commands.Queue.Declare(queue=queue, passive=True),
+                  commands.Queue.DeclareOk)
+    bystander.close()
+
+
+def test_B1_durable_arguments_at_the_bound_survive_a_restart(tmp_path: Path) -> None:
+    """Depth 100 is safe all the way: stored (the definitions log is JSON, which has its
+    own recursion limit), recovered, and equivalent to the same declare after restart."""
+    if os.environ.get("ACKMQ_TEST_URL"):
+        pytest.skip("restarts an ackmq of its own")
+    frames = {f"hostile.durable.{kind}": NESTERS[kind](MAX_TABLE_DEPTH) for kind in NESTERS}
+    for attempt in range(2):
+        broker = BrokerProcess(tmp_path)
+        url = broker.start()
+        try:
+            conn = RawConnection.open(url)
+            conn.open_channel(1)
+            for name, table in frames.items():
+                if attempt:  # recovered, not declared anew
+                    conn.rpc(1, commands.Queue.Declare(queue=name, passive=True),
+                             commands.Queue.DeclareOk)
+                conn.send_raw(declare_frame(1, name, table, durable=True))
+                ok = conn.expect(commands.Queue.DeclareOk, channel=1)  # equivalent
+                assert ok.queue == name, attempt
+            conn.close()
+        finally:
+            broker.stop()
+        log = "".join(broker.log)
+        assert "Traceback" not in log and "inequivalent" not in log, log[-3000:]
 
 
 def test_B1_broker_reads_headers_at_the_bound(url: str) -> None:
