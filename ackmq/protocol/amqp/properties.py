@@ -369,7 +369,10 @@ def decode_table(raw: bytes, lenient: bool = False) -> dict[str, Any]:
     Raises ValueError (TableTooDeep past MAX_TABLE_DEPTH) on anything malformed or trailing.
     `lenient` is for tables already accepted off the wire (message headers): every one of
     them decodes, see read_table."""
-    table, end = read_table(raw, 0, lenient=lenient)
+    try:
+        table, end = read_table(raw, 0, lenient=lenient)
+    except (IndexError, struct.error) as err:
+        raise ValueError(f"field table truncated: {err}") from None
     if end != len(raw):
         raise ValueError("trailing bytes after the field table")
     return table
@@ -377,8 +380,9 @@ def decode_table(raw: bytes, lenient: bool = False) -> dict[str, Any]:
 
 # Field-value decoding. Values come out as pamqp 4 decodes them (the types the broker and
 # its tests already handle); the difference is that this walk is bounded (depth, lengths
-# inside their container, as RabbitMQ parses) and raises only ValueError, never
-# RecursionError, OverflowError or OSError.
+# inside their container, as RabbitMQ parses) and on malformed input raises ValueError
+# (IndexError / struct.error when truncated), never RecursionError, OverflowError or
+# OSError.
 _S8, _S16, _U16V, _S32, _U32V = (struct.Struct(f) for f in (">b", ">h", ">H", ">i", ">I"))
 _S64, _F32, _F64, _DEC = (struct.Struct(f) for f in (">q", ">f", ">d", ">Bi"))
 _SCALAR: dict[int, struct.Struct] = {
