@@ -565,6 +565,40 @@ def header_entries(raw: bytes) -> list[tuple[bytes, bytes]]:
     return [] if span is None else _table_entries(raw, *span)
 
 
+def array_items(entry: bytes) -> list[bytes] | None:
+    """The encoded values of an array entry (as `header_entries` gives it: key, then
+    b"A" + length + values), each with its type tag; None if the value is no array."""
+    pos = 1 + entry[0]
+    if entry[pos:pos + 1] != b"A":
+        return None
+    pos += 5
+    items = []
+    while pos < len(entry):
+        start = pos
+        pos = _skip_value(entry, pos, len(entry))
+        items.append(bytes(entry[start:pos]))
+    return items
+
+
+def table_items(value: bytes) -> list[tuple[bytes, bytes]] | None:
+    """A table value's (key, encoded entry) pairs (value: b"F" + length + entries), in
+    wire order with their exact encoding; None if the value is no table."""
+    if value[:1] != b"F":
+        return None
+    return _table_entries(value, 1, len(value))
+
+
+def encode_value(value: Any) -> bytes:
+    """One typed value (tag included), in the types RabbitMQ writes (see _encode_value)."""
+    return _encode_value(value)
+
+
+def encode_array(items: list[bytes]) -> bytes:
+    """b"A" + length + the encoded values, as they are."""
+    data = b"".join(items)
+    return b"A" + _U32.pack(len(data)) + data
+
+
 def encode_entry(key: str, value: Any) -> bytes:
     """One encoded table entry, in the types RabbitMQ itself writes (see _encode_value)."""
     return _encode_entries({key: value})[0]
