@@ -1,7 +1,21 @@
 """ackmq: a message broker in Python that keeps RabbitMQ's data-safety promises."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from ackmq.server.embedded import Broker, EmbeddedBroker  # noqa: E402
-
 __all__ = ["Broker", "EmbeddedBroker", "__version__"]
+
+if TYPE_CHECKING:
+    from ackmq.server.embedded import Broker, EmbeddedBroker
+
+
+def __getattr__(name: str) -> Any:
+    """`ackmq.Broker` / `ackmq.EmbeddedBroker` load the asyncio server on first use, so
+    `import ackmq.protocol.amqp` (or ackmq.spark on an executor) loads none of it."""
+    if name in ("Broker", "EmbeddedBroker"):
+        from ackmq.server import embedded
+        return getattr(embedded, name)
+    raise AttributeError(f"module 'ackmq' has no attribute {name!r}")

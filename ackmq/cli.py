@@ -65,8 +65,8 @@ def serve(args: argparse.Namespace) -> int:
         pass
 
     async def run() -> int:
+        from ackmq.broker.storage import CorruptStore, StoreError
         from ackmq.server import Server
-        from ackmq.store.base import CorruptStore, StoreError
         server = Server(cfg)
         try:
             url = await server.start()

@@ -98,6 +98,29 @@ def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     broker.stop()
 
 
+_rabbitmq_checked: dict[str, str | None] = {}
+
+
+def rabbitmq_url() -> str:
+    """The reference RabbitMQ's URL (`ACKMQ_RABBITMQ_URL`, default loopback 5672), or a skip
+    saying why it is not there (CI starts Debian's; `../shared/tools/rabbitmq-local start`)."""
+    url = os.environ.get("ACKMQ_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
+    if url not in _rabbitmq_checked:
+        try:
+            conn = pika.BlockingConnection(pika.URLParameters(url))
+            product = conn._impl.server_properties.get("product", b"")
+            conn.close()
+            product = product.decode() if isinstance(product, bytes) else str(product)
+            _rabbitmq_checked[url] = None if "RabbitMQ" in product else \
+                f"{url.split('@')[-1]} is {product!r}, not RabbitMQ"
+        except Exception as exc:  # noqa: BLE001 - any failure means: no reference broker
+            _rabbitmq_checked[url] = f"no RabbitMQ at {url.split('@')[-1]} ({exc!r})"
+    reason = _rabbitmq_checked[url]
+    if reason is not None:
+        pytest.skip(reason + "; start one with ../shared/tools/rabbitmq-local start")
+    return url
+
+
 @pytest.fixture(scope="session")
 def is_rabbitmq(broker_url: str) -> bool:
     """True when the suite runs against a real RabbitMQ (reference behaviour)."""

@@ -77,6 +77,8 @@ class Message:
     header: ContentHeader | None = None
     body: bytes = b""
     frames: list[Any] = field(default_factory=list)
+    raw_properties: bytes = b""  # the content header's property bytes as they came
+
 
     @property
     def properties(self) -> commands.Basic.Properties:
@@ -150,6 +152,7 @@ class RawConnection:
         self.sock = sock
         self.url = url
         self.buf = b""
+        self.last_raw = b""  # the bytes of the last frame read
         self.pending: list[tuple[int, Any]] = []  # frames set aside by expect(skip_others)
         self.closed = False
         self.server_properties: dict[str, Any] = {}
@@ -243,12 +246,17 @@ class RawConnection:
 
     def publish(self, channel: int, exchange: str, routing_key: str, body: bytes,
                 properties: commands.Basic.Properties | None = None,
-                mandatory: bool = False, immediate: bool = False) -> None:
-        """basic.publish + content header + body frames (split at frame_max), one write."""
+                mandatory: bool = False, immediate: bool = False,
+                raw_properties: bytes | None = None) -> None:
+        """basic.publish + content header + body frames (split at frame_max), one write.
+        `raw_properties` (flags + property list, as on the wire) replaces `properties`."""
+        header = header_frame(channel, len(body), properties) if raw_properties is None \
+            else raw_frame(FRAME_HEADER, channel, struct.pack(">HHQ", 60, 0, len(body))
+                           + raw_properties)
         parts = [method_frame(channel, commands.Basic.Publish(
                      exchange=exchange, routing_key=routing_key, mandatory=mandatory,
                      immediate=immediate)),
-                 header_frame(channel, len(body), properties)]
+                 header]
         chunk = max(1, self.frame_max - 8)
         for i in range(0, len(body), chunk):
             parts.append(body_frame(channel, body[i:i + chunk]))
@@ -291,6 +299,7 @@ class RawConnection:
                 _, _, size = struct.unpack(">BHI", self.buf[:7])
                 if len(self.buf) >= size + 8:
                     used, channel, value = frame.unmarshal(self.buf[:size + 8])
+                    self.last_raw = bytes(self.buf[:used])
                     self.buf = self.buf[used:]
                     return channel, value
             self._read_more(deadline)
@@ -321,6 +330,8 @@ class RawConnection:
                                      f"interleaved with a frame on channel {ch}: {value!r}")
             if isinstance(value, ContentHeader):
                 msg.header = value
+                # frame header (7) + class, weight, body size (12) ... frame end (1)
+                msg.raw_properties = self.last_raw[19:-1]
             elif isinstance(value, ContentBody):
                 msg.body += value.value
             else:

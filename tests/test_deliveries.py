@@ -741,8 +741,11 @@ def ackmq_only(is_rabbitmq: bool) -> None:
 
 
 def test_D10_delivery_count_header(ackmq_only, connection, channel: BlockingChannel,
-                                   queue: str) -> None:
-    """As RabbitMQ quorum queues: 0 or absent first, then 1, 2, ... per redelivery."""
+                                   qname: str) -> None:
+    """As RabbitMQ quorum queues: 0 or absent first, then 1, 2, ... per redelivery, on a
+    queue that asks for it (`x-ackmq-delivery-count`; one with `x-delivery-limit` does)."""
+    queue = qname
+    channel.queue_declare(queue, exclusive=True, arguments={"x-ackmq-delivery-count": True})
     publish_n(channel, queue, 1)
     wait_ready(channel, queue, 1)
     tag, _b, red, h = get(channel, queue)
@@ -845,7 +848,7 @@ def test_Q2_ack_wakes_only_the_consumers_it_frees(monkeypatch: pytest.MonkeyPatc
     """ackmq-only (model): with many consumers blocked at their prefetch, an ack costs
     O(tags settled), not O(consumers of the channel)."""
     from ackmq.broker import Broker
-    from ackmq.broker.queue import Queue
+    from ackmq.broker.queue import ClassicQueue as Queue
 
     broker = Broker(_Scheduler())
     broker.start()

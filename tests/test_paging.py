@@ -175,7 +175,7 @@ def test_D8_restart_with_deep_queue_marks_delivered_ones_and_purge_stays_durable
     they sit, and a purge of the never-read tail is durable."""
     conn = pika.BlockingConnection(pika.URLParameters(deep_broker.url))
     ch = conn.channel()
-    ch.queue_declare("deep6", durable=True)
+    ch.queue_declare("deep6", durable=True, arguments={"x-ackmq-delivery-count": True})
     _publish(ch, "deep6", 30)
     ch.basic_qos(prefetch_count=12)
     seen = 0

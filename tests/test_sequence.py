@@ -1,4 +1,6 @@
-"""The `x-ackmq-seq` header (ackmq only; RabbitMQ has nothing like it).
+"""The `x-ackmq-seq` header (ackmq only; RabbitMQ has nothing like it), which a queue
+(argument `x-ackmq-seq: true`, as here) or a consumer (the same basic.consume argument)
+asks for: unasked, deliveries carry only what was published (tests/test_parity.py).
 
 Why: the Spark reader (S2) deduplicates by (queue, seq) across crashes, so the seq must be
 a per-queue unsigned 64-bit number, strictly increasing in publish order, fixed for a
@@ -18,6 +20,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from pikahelp import WAIT, take, wait_ready
 
 SEQ = "x-ackmq-seq"
+SEQ_ARGS = {SEQ: True}  # the queue argument that turns the header on
 U64 = 2**64
 
 
@@ -46,7 +49,7 @@ def get_all_seqs(ch: BlockingChannel, queue: str, n: int) -> list[tuple[bytes, i
 
 def test_seq_on_every_delivery_strictly_increasing(connection, channel: BlockingChannel,
                                                    qname: str) -> None:
-    channel.queue_declare(qname, exclusive=True)
+    channel.queue_declare(qname, exclusive=True, arguments=SEQ_ARGS)
     for i in range(20):
         channel.basic_publish("", qname, str(i).encode())
     wait_ready(channel, qname, 20)
@@ -65,7 +68,7 @@ def test_seq_on_every_delivery_strictly_increasing(connection, channel: Blocking
 
 def test_seq_unchanged_on_requeue_and_redelivery(connection, channel: BlockingChannel,
                                                  qname: str) -> None:
-    channel.queue_declare(qname, exclusive=True)
+    channel.queue_declare(qname, exclusive=True, arguments=SEQ_ARGS)
     for i in range(3):
         channel.basic_publish("", qname, str(i).encode())
     wait_ready(channel, qname, 3)
@@ -84,7 +87,7 @@ def test_seq_unchanged_on_requeue_and_redelivery(connection, channel: BlockingCh
 
 
 def test_seq_unchanged_by_recover(connection, channel: BlockingChannel, qname: str) -> None:
-    channel.queue_declare(qname, exclusive=True)
+    channel.queue_declare(qname, exclusive=True, arguments=SEQ_ARGS)
     channel.basic_publish("", qname, b"r")
     wait_ready(channel, qname, 1)
     _m, p, _b = take(channel, qname, auto_ack=False)
@@ -100,7 +103,7 @@ def test_seq_is_per_queue_for_fanout(channel: BlockingChannel, qname: str) -> No
     ex = qname + ".fan"
     channel.exchange_declare(ex, "fanout", auto_delete=True)
     for q in (q1, q2):
-        channel.queue_declare(q, exclusive=True)
+        channel.queue_declare(q, exclusive=True, arguments=SEQ_ARGS)
         channel.queue_bind(q, ex)
     for i in range(3):  # q1 gets a head start
         channel.basic_publish("", q1, f"own{i}".encode())
@@ -120,7 +123,7 @@ def test_seq_is_per_queue_for_fanout(channel: BlockingChannel, qname: str) -> No
 
 
 def test_client_cannot_forge_seq(channel: BlockingChannel, qname: str) -> None:
-    channel.queue_declare(qname, exclusive=True)
+    channel.queue_declare(qname, exclusive=True, arguments=SEQ_ARGS)
     channel.basic_publish("", qname, b"a")
     channel.basic_publish("", qname, b"b", pika.BasicProperties(headers={SEQ: 1, "k": "v"}))
     channel.basic_publish("", qname, b"c", pika.BasicProperties(headers={SEQ: "junk"}))
@@ -137,9 +140,9 @@ def test_client_cannot_forge_seq(channel: BlockingChannel, qname: str) -> None:
 def test_dead_lettered_message_gets_target_queue_seq(channel: BlockingChannel,
                                                      qname: str) -> None:
     dead = qname + ".dead"
-    channel.queue_declare(dead, exclusive=True)
+    channel.queue_declare(dead, exclusive=True, arguments=SEQ_ARGS)
     channel.queue_declare(qname, exclusive=True, arguments={
-        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead})
+        **SEQ_ARGS, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead})
     channel.basic_publish("", dead, b"already-there")
     channel.basic_publish("", qname, b"dies")
     wait_ready(channel, qname, 1)
@@ -177,7 +180,7 @@ def test_seq_survives_restart_and_keeps_increasing(own_broker: BrokerProcess,
                                                    qname: str, how: str) -> None:
     conn = pika.BlockingConnection(pika.URLParameters(own_broker.url))
     ch = conn.channel()
-    ch.queue_declare(qname, durable=True)
+    ch.queue_declare(qname, durable=True, arguments=SEQ_ARGS)
     ch.confirm_delivery()  # acked persistent messages must survive even kill -9 (P9)
     for i in range(5):
         ch.basic_publish("", qname, str(i).encode(), pika.BasicProperties(delivery_mode=2))
@@ -227,7 +230,7 @@ def test_seq_keeps_increasing_across_two_restarts_when_queue_was_empty(
         conn = pika.BlockingConnection(pika.URLParameters(own_broker.url))
         try:
             ch = conn.channel()
-            ch.queue_declare(qname, durable=True)
+            ch.queue_declare(qname, durable=True, arguments=SEQ_ARGS)
             ch.confirm_delivery()
             ch.basic_publish("", qname, b"x", pika.BasicProperties(delivery_mode=2))
             _m, p, _b = take(ch, qname)
@@ -236,3 +239,54 @@ def test_seq_keeps_increasing_across_two_restarts_when_queue_was_empty(
             conn.close()
         _restart(own_broker, "stop")
     assert seen[0] < seen[1] < seen[2], seen
+
+
+# ------------------------------------------------------------------ opt-in
+
+
+def test_seq_only_when_asked(connection, channel: BlockingChannel, qname: str) -> None:
+    """A queue without the argument adds nothing; a consumer asking with the basic.consume
+    argument gets the header on its deliveries, another consumer of the queue does not."""
+    channel.queue_declare(qname, exclusive=True)
+    for i in range(4):
+        channel.basic_publish("", qname, str(i).encode())
+    wait_ready(channel, qname, 4)
+    _m, p, _b = take(channel, qname)
+    assert p.headers is None  # basic.get on a queue that did not ask
+    asked: list[int] = []
+    plain: list[object] = []
+    ch2 = connection.channel()
+    ch2.basic_qos(prefetch_count=1)
+    channel.basic_qos(prefetch_count=1)
+    channel.basic_consume(qname, lambda c, m, p, b: (asked.append(seq_of(p)),
+                                                     c.basic_ack(m.delivery_tag)),
+                          arguments={SEQ: True})
+    ch2.basic_consume(qname, lambda c, m, p, b: (plain.append(p.headers),
+                                                 c.basic_ack(m.delivery_tag)))
+    deadline = time.monotonic() + WAIT
+    while len(asked) + len(plain) < 3 and time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.05)
+    assert asked and plain and all(h is None for h in plain)
+    assert asked == sorted(asked)
+
+
+def test_delivery_count_only_when_asked(channel: BlockingChannel, qname: str) -> None:
+    """x-delivery-count on redeliveries: not on a plain queue, yes on one with a delivery
+    limit (as RabbitMQ's quorum queues) or the x-ackmq-delivery-count argument."""
+    for args, want in (({}, None), ({"x-delivery-limit": 5}, 1),
+                       ({"x-ackmq-delivery-count": True}, 1)):
+        q = f"{qname}.{len(args)}{want}.{'-'.join(args)}"
+        channel.queue_declare(q, exclusive=True, arguments=args)
+        channel.basic_publish("", q, b"x")
+        m, p, _b = take(channel, q, auto_ack=False)
+        assert p.headers is None
+        channel.basic_nack(m.delivery_tag, requeue=True)
+        m, p, _b = take(channel, q)
+        assert m.redelivered and (p.headers or {}).get("x-delivery-count") == want, args
+
+
+def test_seq_argument_checked_at_declare(channel: BlockingChannel, qname: str) -> None:
+    from pikahelp import closed_with
+    closed_with(lambda: channel.queue_declare(qname, arguments={SEQ: "yes"}), 406,
+                f"PRECONDITION_FAILED - invalid arg '{SEQ}' for queue '{qname}' in vhost '/': "
+                "{unacceptable_type,longstr}")

@@ -127,3 +127,18 @@ def test_W3_amqp_timestamp_and_stomp_timestamp_are_seconds(target: Target, queue
         r.subscribe(f"/queue/{queue}", "s")
         r.send("SEND", {"destination": f"/queue/{queue}", "timestamp": str(now)}, b"m")
         assert r.expect("MESSAGE").headers["timestamp"] == str(now)
+
+
+def test_W3_ackmq_delivery_headers_only_when_the_subscription_asks(ackmq_target: Target,
+                                                                   queue: str) -> None:
+    with ackmq_target.raw() as r:
+        r.receipt("SEND", {"destination": f"/queue/{queue}"}, b"a")
+        r.receipt("SEND", {"destination": f"/queue/{queue}"}, b"b")
+        r.subscribe(f"/queue/{queue}", "plain", ack="client-individual",
+                    **{"prefetch-count": "1"})
+        plain = r.expect("MESSAGE")
+        assert not any(k.startswith("x-ackmq") for k in plain.headers)
+        r.subscribe(f"/queue/{queue}", "asks", ack="client-individual",
+                    **{"x-ackmq-seq": "true", "prefetch-count": "1"})
+        asked = r.expect("MESSAGE")
+    assert asked.headers["subscription"] == "asks" and int(asked.headers["x-ackmq-seq"]) > 0

@@ -590,7 +590,7 @@ def test_crash_inside_compaction_after_commit_point_recovers(
     def crash(*a, **k):
         raise RuntimeError("simulated crash after the commit point")
 
-    monkeypatch.setattr(compact_mod, "_drop", crash)
+    monkeypatch.setattr(st, "replace_prefix", crash)  # the step after the commit point
     with pytest.raises(RuntimeError):
         compact_mod.maybe_compact(st)
     assert list(tmp_path.glob("*.compact"))

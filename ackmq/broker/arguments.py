@@ -16,6 +16,10 @@ from ackmq.broker.errors import PRECONDITION_FAILED, ChannelError, erl_string
 MAX_EXPIRY_MS = 315_360_000_000  # ten years: RabbitMQ's bound for TTLs and expiration
 MAX_PRIORITY = 255
 
+# ackmq's opt-in delivery headers, asked for by a queue argument or a basic.consume argument
+SEQ_ARG = "x-ackmq-seq"                   # every delivery carries x-ackmq-seq (S2)
+DELIVERY_COUNT_ARG = "x-ackmq-delivery-count"  # redeliveries carry x-delivery-count (D10)
+
 # compared on queue redeclare, in this order (RabbitMQ's declare_args, then ackmq's own)
 QUEUE_EQUIVALENCE_KEYS = (
     "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
@@ -24,7 +28,7 @@ QUEUE_EQUIVALENCE_KEYS = (
     "x-queue-type", "x-quorum-initial-group-size", "x-max-age",
     "x-stream-max-segment-size-bytes", "x-initial-cluster-size", "x-queue-leader-locator",
     "x-queue-master-locator", "x-dead-letter-strategy", "x-delivery-limit",
-    "x-consumer-timeout",
+    "x-consumer-timeout", SEQ_ARG, DELIVERY_COUNT_ARG,
 )
 EXCHANGE_EQUIVALENCE_KEYS = ("alternate-exchange",)
 
@@ -61,6 +65,15 @@ def as_text(v: Any) -> str | None:
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def opt_in(args: dict[str, Any], key: str) -> bool:
+    """An opt-in argument is on when true: an AMQP bool (pika, aio-pika send True so), or
+    1 / "true" from clients that cannot send a bool."""
+    v = args.get(key)
+    if isinstance(v, bytes):
+        v = v.decode("utf-8", "replace")
+    return v is True or (type(v) is int and v == 1) or (isinstance(v, str) and v.lower() == "true")
 
 
 def check_dlx_type(args: dict[str, Any], qname: str, vhost: str) -> None:
@@ -172,6 +185,8 @@ _QUEUE_CHECKS = (
     # ackmq's own (RabbitMQ has x-delivery-limit on quorum queues only)
     ("x-delivery-limit", _non_neg_int),
     ("x-consumer-timeout", _non_neg_int),
+    (SEQ_ARG, _bool),
+    (DELIVERY_COUNT_ARG, _bool),
 )
 
 

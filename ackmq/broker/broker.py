@@ -14,10 +14,10 @@ from typing import Any, Protocol
 from ackmq.broker.channel import Channel
 from ackmq.broker.errors import NOT_ALLOWED, ConnectionError_
 from ackmq.broker.exchange import EXCHANGE_CLASSES
-from ackmq.broker.queue import Queue
+from ackmq.broker.queue_type import Queue
 from ackmq.broker.readylist import HotBudget
+from ackmq.broker.storage import QueuedMessages, Store
 from ackmq.broker.vhost import VHost
-from ackmq.store.base import Store
 
 log = logging.getLogger("ackmq.broker")
 
@@ -88,29 +88,18 @@ class Broker:
                 msgs = rec.messages.pop(qname)
                 q = vh.queues.get(qname)
                 if q is not None:
-                    count += self._restore_queue(q, store, msgs)
+                    count += self._restore_queue(q, msgs)
         finally:
             self.store = store
         log.info("recovered %d exchanges, %d queues, %d bindings, %d messages (epoch %d)",
                  len(rec.exchanges), len(rec.queues), len(rec.bindings), count, self.epoch)
 
-    def _restore_queue(self, q: Queue, store: Store, msgs: Any) -> int:
-        """Messages of one recovered queue, in seq order: the first few thousand are read
-        back now; the rest stay references into the store, read back as the queue drains
-        (so a restart with millions of messages needs memory for none of their bodies)."""
+    def _restore_queue(self, q: Queue, msgs: QueuedMessages) -> int:
+        """Messages of one recovered queue: the first few thousand are read back now; the
+        rest stay references into the store, read back as the queue drains (so a restart
+        with millions of messages needs memory for none of their bodies)."""
         hot = min(self.queue_hot_messages, RECOVER_HOT) if self.spill is not None else None
-        n = 0
-        for seq, location, delivered in msgs:
-            if q.store_qid is None:
-                q.store_qid = location >> 64
-            if delivered:
-                q.recovered_counts[seq] = delivered
-            if hot is not None and n >= hot and q.max_priority == 0:
-                q.ready.append_stored(seq)
-            else:
-                q.restore(q.load_stored(seq))
-            n += 1
-        return n
+        return q.recover(msgs, hot)
 
     def vhost(self, name: str) -> VHost:
         vh = self.vhosts.get(name)

@@ -1,5 +1,6 @@
 """A channel as the model sees it: delivery tags, unacked deliveries, prefetch,
-confirm mode and transactions. Protocol-neutral: output goes through `ChannelOutput`.
+confirm mode and transactions. Protocol-neutral: output goes through `ChannelOutput`
+as data (entries, tags, codes); no wire format here.
 
 Unacked deliveries live in an OrderedDict keyed by delivery tag (tags only grow), so an
 ack of one tag is O(1) and a `multiple` ack of k tags pops k entries from the front.
@@ -26,44 +27,33 @@ from ackmq.broker.errors import (
     ConnectionError_,
 )
 from ackmq.broker.message import Message, QueueEntry
-from ackmq.broker.queue import Queue
-from ackmq.protocol.amqp.properties import properties_with_headers, properties_with_seq
+from ackmq.broker.queue_type import ACK, REJECT, REQUEUE, Queue
 
 if TYPE_CHECKING:
     from ackmq.broker.vhost import VHost
-
-SEQ_HEADER = "x-ackmq-seq"
-DELIVERY_COUNT_HEADER = "x-delivery-count"
 
 Delivery = tuple  # (entry, consumer | None, deadline | None)
 
 
 class ChannelOutput(Protocol):
-    """What the model asks the protocol front end to send."""
+    """What the model hands the protocol front end, as data: the front end (AMQP's
+    server/channel.py, STOMP's) turns it into frames, headers and reply texts."""
 
     writable: bool
     number: int  # the channel's number on its connection, for error texts
 
-    def deliver(self, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
-                routing_key: str, properties: bytes, body: bytes) -> None: ...
+    def deliver(self, consumer: Consumer, delivery_tag: int, entry: QueueEntry) -> None:
+        """A push delivery: `entry` carries the message, `redelivered`, `delivery_count`
+        and `seq`; `consumer` its tag and the headers it asked for."""
 
-    def basic_return(self, reply_code: int, reply_text: str, exchange: str, routing_key: str,
-                     properties: bytes, body: bytes) -> None: ...
+    def unroutable(self, message: Message) -> None:
+        """A mandatory publish that reached no queue (AMQP: basic.return 312 NO_ROUTE)."""
 
     def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None: ...
 
     def consumer_cancelled(self, consumer_tag: str) -> None: ...
 
     def close(self, code: int, text: str) -> None: ...
-
-
-def delivery_properties(entry: QueueEntry) -> bytes:
-    """The message's properties plus the headers the broker adds on delivery."""
-    if not entry.delivery_count:
-        return properties_with_seq(entry.message.properties, entry.seq)
-    return properties_with_headers(entry.message.properties,
-                                   {SEQ_HEADER: entry.seq,
-                                    DELIVERY_COUNT_HEADER: entry.delivery_count})
 
 
 class _Tx:
@@ -181,8 +171,7 @@ class Channel:
         queues = self.vhost.route(x, msg)
         if not queues:
             if mandatory:
-                self.output.basic_return(312, "NO_ROUTE", msg.exchange, msg.routing_key,
-                                         msg.properties, msg.body)
+                self.output.unroutable(msg)
             return False, False
         stored = refused = False
         for q in queues:
@@ -197,18 +186,12 @@ class Channel:
         tag = self.next_tag
         self.next_tag = tag + 1
         queue = entry.queue
-        if consumer.no_ack:
-            queue.settled(entry)  # D3: gone once written to the socket
-        else:
-            deadline = self._deadline(queue)
-            self.unacked[tag] = (entry, consumer, deadline)
+        if not consumer.no_ack:
+            self.unacked[tag] = (entry, consumer, self._deadline(queue))
             consumer.unacked += 1
             self.global_unacked += 1
-            queue.unacked_count += 1
-            queue.mark_delivered(entry)
-        msg = entry.message
-        self.output.deliver(consumer.tag, tag, entry.redelivered, msg.exchange,
-                            msg.routing_key, delivery_properties(entry), msg.body)
+        queue.delivered(entry, not consumer.no_ack)
+        self.output.deliver(consumer, tag, entry)
 
     def _deadline(self, queue: Queue) -> float | None:
         ms = queue.consumer_timeout if queue.consumer_timeout is not None \
@@ -287,12 +270,9 @@ class Channel:
             return None
         tag = self.next_tag
         self.next_tag = tag + 1
-        if no_ack:
-            q.settled(entry)
-        else:
+        if not no_ack:
             self.unacked[tag] = (entry, None, self._deadline(q))
-            q.unacked_count += 1
-            q.mark_delivered(entry)
+        q.delivered(entry, not no_ack)
         return tag, entry, q.message_count
 
     # -- acks (D4-D7) -------------------------------------------------------------------
@@ -346,13 +326,13 @@ class Channel:
     def basic_ack(self, tag: int, multiple: bool) -> None:
         taken = self._take(tag, multiple)
         if self.tx is not None:
-            self.tx.settles.append(("ack", taken))
+            self.tx.settles.append((ACK, taken))
             return
-        self._settle("ack", taken)
+        self._settle(ACK, taken)
 
     def basic_nack(self, tag: int, multiple: bool, requeue: bool) -> None:
         taken = self._take(tag, multiple)
-        action = "requeue" if requeue else "reject"
+        action = REQUEUE if requeue else REJECT
         if self.tx is not None:
             self.tx.settles.append((action, taken))
             return
@@ -365,19 +345,13 @@ class Channel:
         touched: dict[int, Queue] = {}
         for _tag, (entry, consumer, _deadline) in taken:
             q = entry.queue
-            q.unacked_count -= 1
             if consumer is not None:
                 consumer.unacked -= 1
                 self.global_unacked -= 1
                 if not consumer.active and not consumer.parked:
                     self.park(consumer)  # it may have been at its own prefetch
-            if action == "ack":
-                q.settled(entry)
-            elif action == "requeue":
-                q.requeue(entry, dispatch=False)
+            if q.settle(entry, action):
                 touched[id(q)] = q
-            else:
-                q.reject(entry)
         for q in touched.values():
             q.dispatch()
         self.wake()
@@ -385,7 +359,7 @@ class Channel:
     def basic_recover(self, requeue: bool) -> None:
         if not requeue:
             raise ConnectionError_(NOT_IMPLEMENTED, "requeue=false")
-        self._settle("requeue", self._take(0, True))
+        self._settle(REQUEUE, self._take(0, True))
 
     def basic_qos(self, prefetch_size: int, prefetch_count: int, global_: bool) -> None:
         if prefetch_size:
@@ -474,9 +448,8 @@ class Channel:
         touched: dict[int, Queue] = {}
         for _tag, (entry, _consumer, _deadline) in pending:
             q = entry.queue
-            q.unacked_count -= 1
-            q.requeue(entry, dispatch=False)
-            touched[id(q)] = q
+            if q.settle(entry, REQUEUE):
+                touched[id(q)] = q
         for q in touched.values():
             q.dispatch()
         self.broker.channel_closed(self)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ackmq.broker.arguments import DELIVERY_COUNT_ARG, SEQ_ARG, opt_in
+
 
 class Consumer:
     __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "limit", "unacked",
-                 "active", "parked", "arguments")
+                 "active", "parked", "arguments", "seq_header", "count_header")
 
     def __init__(self, tag: str, channel: Any, queue: Any, no_ack: bool, exclusive: bool,
                  limit: int, arguments: dict[str, Any] | None = None) -> None:
@@ -21,6 +23,9 @@ class Consumer:
         self.active = False  # in the queue's round-robin deque
         self.parked = False  # waiting in its channel's deque for channel-wide room
         self.arguments = arguments or {}
+        # the headers ackmq adds only when asked: by the queue or by this consume's arguments
+        self.seq_header = queue.seq_header or opt_in(self.arguments, SEQ_ARG)
+        self.count_header = queue.count_header or opt_in(self.arguments, DELIVERY_COUNT_ARG)
 
     def own_room(self) -> bool:
         """Below its own prefetch (Q3 global=false); the channel may still be full."""

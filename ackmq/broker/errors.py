@@ -6,23 +6,19 @@ and method ids of the offending method are filled in by the server, which knows 
 
 from __future__ import annotations
 
-NOT_FOUND = 404
-ACCESS_REFUSED = 403
-RESOURCE_LOCKED = 405
-PRECONDITION_FAILED = 406
-COMMAND_INVALID = 503
-CHANNEL_ERROR = 504
-NOT_ALLOWED = 530
-NOT_IMPLEMENTED = 540
-INTERNAL_ERROR = 541
-
-_NAMES = {
-    403: "ACCESS_REFUSED", 404: "NOT_FOUND", 405: "RESOURCE_LOCKED",
-    406: "PRECONDITION_FAILED", 501: "FRAME_ERROR", 502: "SYNTAX_ERROR",
-    503: "COMMAND_INVALID", 504: "CHANNEL_ERROR", 505: "UNEXPECTED_FRAME",
-    506: "RESOURCE_ERROR", 530: "NOT_ALLOWED", 540: "NOT_IMPLEMENTED", 541: "INTERNAL_ERROR",
-    320: "CONNECTION_FORCED",
-}
+from ackmq.protocol.amqp.constants import (  # noqa: F401 - the codes the model raises
+    ACCESS_REFUSED,
+    CHANNEL_ERROR,
+    COMMAND_INVALID,
+    INTERNAL_ERROR,
+    NOT_ALLOWED,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    REPLY_TEXT,
+    RESOURCE_LOCKED,
+    fit_shortstr,
+)
 
 
 class AMQPError(Exception):
@@ -31,7 +27,7 @@ class AMQPError(Exception):
     hard = False  # True: closes the whole connection
 
     def __init__(self, code: int, text: str) -> None:
-        name = _NAMES.get(code, "")
+        name = REPLY_TEXT.get(code, "")
         self.code = code
         self.text = f"{name} - {text}" if name else text
         super().__init__(self.text)
@@ -45,14 +41,6 @@ class ConnectionError_(AMQPError):
     """Hard error: the connection is closed."""
 
     hard = True
-
-
-def fit_shortstr(text: str) -> str:
-    """Reply texts are shortstrs: cut to 255 bytes with "..." as RabbitMQ does."""
-    data = text.encode("utf-8")
-    if len(data) <= 255:
-        return text
-    return data[:252].decode("utf-8", "ignore") + "..."
 
 
 _ERL_ESCAPES = {0x22: b'\\"', 0x5C: b"\\\\", 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t",

@@ -11,7 +11,12 @@ import re
 
 from ackmq.broker.arguments import MAX_EXPIRY_MS
 from ackmq.broker.errors import PRECONDITION_FAILED, ChannelError, erl_bytes
-from ackmq.protocol.amqp.properties import PropertiesView, peek_routing_fields
+from ackmq.protocol.amqp.properties import (
+    PropertiesView,
+    header_entries,
+    peek_routing_fields,
+    properties_edit,
+)
 
 _LEADING_INT = re.compile(rb"[+-]?[0-9]+")
 
@@ -82,9 +87,8 @@ class Message:
                     raise
 
     def _sender_selected(self) -> None:
-        """RabbitMQ's CC/BCC headers: extra routing keys; BCC is removed before delivery."""
-        from ackmq.protocol.amqp.properties import decode_properties, encode_properties
-
+        """RabbitMQ's CC/BCC headers: extra routing keys; BCC is removed before delivery
+        (the other entries keep their order and encoding, as RabbitMQ's keydelete)."""
         headers = self.view.headers or {}
 
         def keys(name: str) -> list[str]:
@@ -96,9 +100,9 @@ class Message:
         cc, bcc = keys("CC"), keys("BCC")
         self.cc = tuple(cc + bcc)
         if "BCC" in headers:
-            props = decode_properties(self.properties)
-            props.headers = {k: v for k, v in headers.items() if k != "BCC"}
-            self.properties = encode_properties(props)
+            self.properties = properties_edit(
+                self.properties,
+                [e for k, e in header_entries(self.properties) if k != b"BCC"])
             self._view = None
         self.cc_visible = tuple(cc)
 

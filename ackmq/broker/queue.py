@@ -1,5 +1,6 @@
-"""A queue: ready messages in seq order, consumers served round-robin, and the rules
-that make messages leave (ack, TTL, max-length, delivery limit, dead-lettering).
+"""The classic queue type: ready messages in seq order, consumers served round-robin,
+and the rules that make messages leave (ack, TTL, max-length, delivery limit,
+dead-lettering). Reached through the `Queue` interface of queue_type.py.
 
 Dispatch never scans idle consumers: only consumers with room sit in `_active`; a consumer
 at its prefetch cap leaves it and comes back when an ack frees room (Q2, Q6).
@@ -12,12 +13,14 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from ackmq.broker.arguments import as_text
+from ackmq.broker.arguments import DELIVERY_COUNT_ARG, SEQ_ARG, as_text, opt_in
 from ackmq.broker.consumer import Consumer
 from ackmq.broker.message import Message, QueueEntry
+from ackmq.broker.queue_type import ACK, QUEUE_TYPES, REQUEUE, Queue
 from ackmq.broker.readylist import ReadyList
 
 if TYPE_CHECKING:
+    from ackmq.broker.storage import QueuedMessages
     from ackmq.broker.vhost import VHost
 
 log = logging.getLogger("ackmq.queue")
@@ -38,7 +41,9 @@ def _str_arg(args: dict[str, Any], name: str) -> str | None:
     return as_text(args.get(name))
 
 
-class Queue:
+class ClassicQueue(Queue):
+    kind = "classic"
+
     def __init__(self, vhost: VHost, name: str, durable: bool = False, exclusive_owner: Any = None,
                  auto_delete: bool = False, arguments: dict[str, Any] | None = None,
                  epoch: int = 0) -> None:
@@ -55,6 +60,11 @@ class Queue:
         self.max_length_bytes = _int_arg(a, "x-max-length-bytes")
         self.delivery_limit = _int_arg(a, "x-delivery-limit")
         self.consumer_timeout = _int_arg(a, "x-consumer-timeout")
+        # ackmq's delivery headers, off unless asked (clients see what was published):
+        # x-ackmq-seq on every delivery, x-delivery-count on redeliveries (always with a
+        # delivery limit, as RabbitMQ's quorum queues)
+        self.seq_header = opt_in(a, SEQ_ARG)
+        self.count_header = opt_in(a, DELIVERY_COUNT_ARG) or self.delivery_limit is not None
         self.max_priority = min(_int_arg(a, "x-max-priority") or 0, 255)
         overflow = _str_arg(a, "x-overflow")
         self.overflow = overflow if overflow in ("reject-publish", "reject-publish-dlx") \
@@ -67,7 +77,7 @@ class Queue:
         # keyed by id(): consumer tags are unique per channel only
         self.consumers: dict[int, Consumer] = {}
         self._active: deque[Consumer] = deque()
-        self.unacked_count = 0
+        self._unacked = 0
         self.epoch = epoch
         self._n = 0
         self.deleted = False
@@ -76,7 +86,6 @@ class Queue:
         self._ttl_due: float | None = None
         self._expiry_timer: Any = None
         self.persistent_store = vhost.broker.store if durable else None
-        self.store_qid: int | None = None          # set by recovery: the store's queue id
         self.recovered_counts: dict[int, int] = {}  # seq -> deliveries before a restart
         self.touch()
 
@@ -93,8 +102,8 @@ class Queue:
         return len(self.ready)
 
     @property
-    def consumer_count(self) -> int:
-        return len(self.consumers)
+    def unacked_count(self) -> int:
+        return self._unacked
 
     # -- publish ------------------------------------------------------------------
     def publish(self, message: Message) -> bool:
@@ -139,10 +148,24 @@ class Queue:
             self._schedule_ttl()
         return True
 
+    def recover(self, messages: QueuedMessages, hot: int | None) -> int:
+        if self.max_priority:
+            hot = None  # a priority queue orders by priority: it needs every entry
+        n = 0
+        for seq, _location, delivered in messages:
+            if delivered:
+                self.recovered_counts[seq] = delivered
+            if hot is not None and n >= hot:
+                self.ready.append_stored(seq)
+            else:
+                self.restore(self.load_stored(seq))
+            n += 1
+        return n
+
     def load_stored(self, seq: int) -> QueueEntry:
         """A recovered message read back from the store by its seq."""
-        assert self.persistent_store is not None and self.store_qid is not None
-        sm = self.persistent_store.read_message((self.store_qid << 64) | seq)
+        assert self.persistent_store is not None
+        sm = self.persistent_store.read_queued(self.name, seq)
         e = QueueEntry(Message(sm.exchange, sm.routing_key, sm.properties, sm.body, trusted=True),
                        seq, self)
         e.persisted = True
@@ -228,14 +251,29 @@ class Queue:
         return self.ready.pop()
 
     # -- settlement -------------------------------------------------------------------
+    def delivered(self, entry: QueueEntry, ack_required: bool) -> None:
+        if not ack_required:
+            self.settled(entry)  # D3: gone once written to the socket
+            return
+        self._unacked += 1
+        if entry.persisted and not self.deleted:
+            self.persistent_store.delivered(self.name, entry.seq, entry.delivery_count + 1)  # type: ignore[union-attr]
+
+    def settle(self, entry: QueueEntry, action: str) -> bool:
+        self._unacked -= 1
+        if action == ACK:
+            self.settled(entry)
+            return False
+        if action == REQUEUE:
+            self.requeue(entry, dispatch=False)
+            return True
+        self.reject(entry)
+        return False
+
     def settled(self, entry: QueueEntry) -> None:
         """An ack (or no-ack delivery): the message leaves the queue for good."""
         if entry.persisted and not self.deleted:
             self.persistent_store.remove(self.name, entry.seq)  # type: ignore[union-attr]
-
-    def mark_delivered(self, entry: QueueEntry) -> None:
-        if entry.persisted and not self.deleted:
-            self.persistent_store.delivered(self.name, entry.seq, entry.delivery_count + 1)  # type: ignore[union-attr]
 
     def requeue(self, entry: QueueEntry, dispatch: bool = True) -> None:
         """Back at its original position (D6, D8), or dead-lettered past x-delivery-limit (D10)."""
@@ -333,3 +371,7 @@ class Queue:
         self.vhost.broker.request_flush()
         # RabbitMQ expires only at the head; a later message with a shorter TTL waits
         self._schedule_ttl()
+
+
+QUEUE_TYPES["classic"] = ClassicQueue
+QUEUE_TYPES["quorum"] = ClassicQueue  # one node: a classic queue already keeps its promises

@@ -6,7 +6,6 @@ Texts of errors follow RabbitMQ 3.10 word for word where clients or users see th
 from __future__ import annotations
 
 import base64
-import datetime
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +16,7 @@ from ackmq.broker.arguments import (
     check_queue_arguments,
     type_name,
 )
+from ackmq.broker.dead_letter import dead_letter_properties
 from ackmq.broker.errors import (
     ACCESS_REFUSED,
     COMMAND_INVALID,
@@ -34,9 +34,9 @@ from ackmq.broker.exchange import (
     _args_key,
 )
 from ackmq.broker.message import Message, QueueEntry
-from ackmq.broker.queue import Queue
-from ackmq.protocol.amqp.properties import decode_properties, encode_properties
-from ackmq.store.base import BindingDef, ExchangeDef, QueueDef
+from ackmq.broker.queue import ClassicQueue  # noqa: F401 - registers classic
+from ackmq.broker.queue_type import Queue, queue_class
+from ackmq.broker.storage import BindingDef, ExchangeDef, QueueDef
 
 if TYPE_CHECKING:
     from ackmq.broker.broker import Broker
@@ -185,7 +185,7 @@ class VHost:
                 raise ChannelError(PRECONDITION_FAILED,
                                    f"invalid property '{'non-durable' if not durable else 'exclusive'}'"
                                    f" for queue '{name}' in vhost '{self.name}'")
-        q = Queue(self, name, durable=durable and not exclusive,
+        q = queue_class(arguments)(self, name, durable=durable and not exclusive,
                   exclusive_owner=owner if exclusive else None, auto_delete=auto_delete,
                   arguments=arguments, epoch=self.broker.epoch)
         q.durable = durable  # declared durability (exclusive queues are never stored)
@@ -245,14 +245,24 @@ class VHost:
                     destination, "exclusive_owner", None):
                 store.save_binding(self._binding_def(b))
 
-    def unbind(self, source: str, destination: Any, routing_key: str,
-               arguments: dict[str, Any]) -> None:
-        if source == "":
+    def unbind(self, source: str, kind: str, destination: str, routing_key: str,
+               arguments: dict[str, Any], owner: Any = None) -> None:
+        """As RabbitMQ: unbinding what is not bound succeeds, whether the binding, its
+        source or its destination (`kind` "queue" or "exchange") is missing; only the
+        default exchange (403) and another connection's exclusive queue (405, when the
+        binding exists) refuse."""
+        if source == "" or (kind == "exchange" and destination == ""):
             raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
-        x = self.exchange(source)
-        b = x.bindings.get((id(destination), routing_key, _args_key(arguments)))
-        if b is not None:
-            self._unbind(b, check_auto_delete=True)
+        x = self.exchanges.get(source)
+        dest = (self.queues if kind == "queue" else self.exchanges).get(destination)
+        if x is None or dest is None:
+            return
+        b = x.bindings.get((id(dest), routing_key, _args_key(arguments)))
+        if b is None:
+            return
+        if kind == "queue":
+            self.check_exclusive(dest, owner)
+        self._unbind(b, check_auto_delete=True)
 
     def _unbind(self, b: Binding, check_auto_delete: bool) -> None:
         x = b.source
@@ -322,32 +332,11 @@ class VHost:
         if x is None or dlx is None:
             return
         msg = entry.message
-        props = decode_properties(msg.properties)
-        headers = dict(props.headers or {})
         dlrk = queue.dlrk if exchange is None else routing_key
         rk = dlrk if dlrk is not None else msg.routing_key
-        deaths = list(headers.get("x-death") or [])
-        for i, d in enumerate(deaths):
-            if _norm(d.get("queue")) == queue.name and _norm(d.get("reason")) == reason:
-                d = dict(d)
-                d["count"] = int(d.get("count", 1)) + 1
-                deaths.pop(i)
-                deaths.insert(0, d)
-                break
-        else:
-            d = {"count": 1, "reason": reason, "queue": queue.name,
-                 "time": datetime.datetime.now(tz=datetime.UTC).replace(microsecond=0),
-                 "exchange": msg.exchange, "routing-keys": msg.routing_keys}
-            if props.expiration is not None:
-                d["original-expiration"] = props.expiration
-            deaths.insert(0, d)
-        headers["x-death"] = deaths
-        headers.setdefault("x-first-death-reason", reason)
-        headers.setdefault("x-first-death-queue", queue.name)
-        headers.setdefault("x-first-death-exchange", msg.exchange)
-        props.headers = headers
-        props.expiration = None
-        new = Message(x.name, rk, encode_properties(props), msg.body)
+        props, deaths = dead_letter_properties(msg, queue.name, reason,
+                                               drop_cc=dlrk is not None)
+        new = Message(x.name, rk, props, msg.body)
         automatic = all(_norm(d.get("reason")) != "rejected" for d in deaths)
         for target in self.route(x, new):
             if automatic and any(_norm(d.get("queue")) == target.name for d in deaths):

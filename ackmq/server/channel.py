@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as C
 
-from ackmq.broker.channel import delivery_properties
 from ackmq.broker.errors import ChannelError, fit_shortstr
 from ackmq.protocol.amqp import build_method as M
 from ackmq.protocol.amqp import (
@@ -18,13 +17,40 @@ from ackmq.protocol.amqp import (
     encode_nack,
     encode_return,
 )
+from ackmq.protocol.amqp.constants import NO_ROUTE
+from ackmq.protocol.amqp.properties import properties_with_headers, properties_with_seq
 
 if TYPE_CHECKING:
+    from ackmq.broker.consumer import Consumer
+    from ackmq.broker.message import Message, QueueEntry
     from ackmq.server.connection import AMQPConnection
+
+SEQ_HEADER = "x-ackmq-seq"
+DELIVERY_COUNT_HEADER = "x-delivery-count"
+
+
+def delivery_properties(entry: QueueEntry, seq_header: bool, count_header: bool) -> bytes:
+    """The message's properties as published, byte for byte, plus only the headers its
+    consumer or queue asked for: `x-ackmq-seq` (S2) and, on a redelivery,
+    `x-delivery-count` (D10). Clients compare and sign headers: nothing unasked is added."""
+    props = entry.message.properties
+    count = entry.delivery_count if count_header else 0
+    if not seq_header:
+        return properties_with_headers(props, {DELIVERY_COUNT_HEADER: count}) if count \
+            else props
+    if not count:
+        return properties_with_seq(props, entry.seq)
+    return properties_with_headers(props, {SEQ_HEADER: entry.seq, DELIVERY_COUNT_HEADER: count})
 
 
 def _s(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else (v or "")
+
+
+def _binding_key(m: C.Queue.Bind | C.Queue.Unbind, queue: str) -> str:
+    """As RabbitMQ: an empty routing key means the queue's name only when the queue field
+    was empty too."""
+    return m.routing_key if m.queue or m.routing_key else queue
 
 
 class AMQPChannel:
@@ -43,16 +69,18 @@ class AMQPChannel:
     def writable(self) -> bool:
         return self.conn.writable
 
-    def deliver(self, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
-                routing_key: str, properties: bytes, body: bytes) -> None:
-        self.conn.write(encode_deliver(self.number, consumer_tag, delivery_tag, redelivered,
-                                       exchange, routing_key, properties, body,
-                                       self.conn.frame_max))
+    def deliver(self, consumer: Consumer, delivery_tag: int, entry: QueueEntry) -> None:
+        msg = entry.message
+        self.conn.write(encode_deliver(
+            self.number, consumer.tag, delivery_tag, entry.redelivered, msg.exchange,
+            msg.routing_key, delivery_properties(entry, consumer.seq_header,
+                                                 consumer.count_header),
+            msg.body, self.conn.frame_max))
 
-    def basic_return(self, reply_code: int, reply_text: str, exchange: str, routing_key: str,
-                     properties: bytes, body: bytes) -> None:
-        self.conn.write(encode_return(self.number, reply_code, reply_text, exchange,
-                                      routing_key, properties, body, self.conn.frame_max))
+    def unroutable(self, message: Message) -> None:
+        self.conn.write(encode_return(self.number, NO_ROUTE, "NO_ROUTE", message.exchange,
+                                      message.routing_key, message.properties, message.body,
+                                      self.conn.frame_max))
 
     def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None:
         if ack:
@@ -112,14 +140,19 @@ class AMQPChannel:
         if not m.nowait:
             self.send(M(C.Exchange.DeleteOk))
 
-    def _exchange_bind(self, m: C.Exchange.Bind | C.Exchange.Unbind) -> None:
+    def _exchange_bind(self, m: C.Exchange.Bind) -> None:
         vh = self.conn.vhost
         dest = vh.exchange(m.destination)
         vh.exchange(m.source)
-        bind = isinstance(m, C.Exchange.Bind)
-        (vh.bind if bind else vh.unbind)(m.source, dest, m.routing_key, m.arguments or {})
+        vh.bind(m.source, dest, m.routing_key, m.arguments or {})
         if not m.nowait:
-            self.send(M(C.Exchange.BindOk if bind else C.Exchange.UnbindOk))
+            self.send(M(C.Exchange.BindOk))
+
+    def _exchange_unbind(self, m: C.Exchange.Unbind) -> None:
+        self.conn.vhost.unbind(m.source, "exchange", m.destination, m.routing_key,
+                               m.arguments or {})
+        if not m.nowait:
+            self.send(M(C.Exchange.UnbindOk))
 
     def _queue_declare(self, m: C.Queue.Declare) -> None:
         q = self.conn.vhost.declare_queue(m.queue, m.passive, m.durable, m.exclusive,
@@ -129,19 +162,18 @@ class AMQPChannel:
             self.send(M(C.Queue.DeclareOk, queue=q.name, message_count=q.message_count,
                                         consumer_count=q.consumer_count))
 
-    def _queue_bind(self, m: C.Queue.Bind | C.Queue.Unbind) -> None:
+    def _queue_bind(self, m: C.Queue.Bind) -> None:
         vh = self.conn.vhost
         q = vh.queue(self.model.queue_name(m.queue), self.conn)
-        # as RabbitMQ: an empty routing key means the queue's name only when the queue
-        # field was empty too
-        key = m.routing_key if m.queue or m.routing_key else q.name
-        if isinstance(m, C.Queue.Unbind):
-            vh.unbind(m.exchange, q, key, m.arguments or {})
-            self.send(M(C.Queue.UnbindOk))
-            return
-        vh.bind(m.exchange, q, key, m.arguments or {})
+        vh.bind(m.exchange, q, _binding_key(m, q.name), m.arguments or {})
         if not m.nowait:
             self.send(M(C.Queue.BindOk))
+
+    def _queue_unbind(self, m: C.Queue.Unbind) -> None:
+        name = self.model.queue_name(m.queue)
+        self.conn.vhost.unbind(m.exchange, "queue", name, _binding_key(m, name),
+                               m.arguments or {}, self.conn)
+        self.send(M(C.Queue.UnbindOk))
 
     def _queue_purge(self, m: C.Queue.Purge) -> None:
         n = self.conn.vhost.queue(self.model.queue_name(m.queue), self.conn).purge()
@@ -180,9 +212,10 @@ class AMQPChannel:
             self.send(M(C.Basic.GetEmpty))
             return
         tag, entry, count = got
-        msg = entry.message
+        msg, q = entry.message, entry.queue
         self.conn.write(encode_get_ok(self.number, tag, entry.redelivered, msg.exchange,
-                                      msg.routing_key, count, delivery_properties(entry),
+                                      msg.routing_key, count,
+                                      delivery_properties(entry, q.seq_header, q.count_header),
                                       msg.body, self.conn.frame_max))
 
     def _basic_ack(self, m: C.Basic.Ack) -> None:
@@ -234,10 +267,10 @@ HANDLERS: dict[type, Any] = {
     C.Exchange.Declare: AMQPChannel._exchange_declare,
     C.Exchange.Delete: AMQPChannel._exchange_delete,
     C.Exchange.Bind: AMQPChannel._exchange_bind,
-    C.Exchange.Unbind: AMQPChannel._exchange_bind,
+    C.Exchange.Unbind: AMQPChannel._exchange_unbind,
     C.Queue.Declare: AMQPChannel._queue_declare,
     C.Queue.Bind: AMQPChannel._queue_bind,
-    C.Queue.Unbind: AMQPChannel._queue_bind,
+    C.Queue.Unbind: AMQPChannel._queue_unbind,
     C.Queue.Purge: AMQPChannel._queue_purge,
     C.Queue.Delete: AMQPChannel._queue_delete,
     C.Basic.Qos: AMQPChannel._basic_qos,

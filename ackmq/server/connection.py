@@ -219,8 +219,11 @@ class AMQPConnection(asyncio.Protocol):
                 self._shutdown()
             elif isinstance(m, C.Connection.CloseOk):
                 self._shutdown()
-            elif isinstance(m, (C.Connection.Blocked, C.Connection.Unblocked,
-                                C.Connection.UpdateSecret)):
+            elif isinstance(m, C.Connection.UpdateSecret):
+                # OAuth token refresh (RabbitMQ 3.8+). With guest as the only user there is
+                # no secret to check: RabbitMQ's internal backend accepts any, and so do we
+                self.write(encode_method(0, M(C.Connection.UpdateSecretOk)))
+            elif isinstance(m, (C.Connection.Blocked, C.Connection.Unblocked)):
                 pass
             else:
                 raise ConnectionError_(CHANNEL_ERROR,
@@ -230,7 +233,8 @@ class AMQPConnection(asyncio.Protocol):
         if isinstance(m, C.Channel.Open):
             if ch is not None:
                 raise ConnectionError_(CHANNEL_ERROR, "second 'channel.open' seen")
-            if number > self.channel_max:
+            # channel_max limits how many channels are open, not their numbers (RabbitMQ)
+            if len(self.channels) >= self.channel_max:
                 raise ConnectionError_(NOT_ALLOWED, f"number of channels opened "
                                        f"({len(self.channels)}) has reached the negotiated "
                                        f"channel_max ({self.channel_max})")

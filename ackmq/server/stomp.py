@@ -28,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ackmq.broker.arguments import DELIVERY_COUNT_ARG, SEQ_ARG, as_text
 from ackmq.broker.errors import PRECONDITION_FAILED, AMQPError, ChannelError
 from ackmq.protocol.stomp import (
     VERSIONS,
@@ -50,11 +51,14 @@ from ackmq.protocol.stomp.destinations import (
     TEMP_QUEUE,
     TOPIC,
 )
+from ackmq.server.channel import delivery_properties
 from ackmq.server.connection import CLOSING_TIMEOUT, _is_loopback
 
 if TYPE_CHECKING:
     from ackmq.broker.channel import Channel
-    from ackmq.broker.queue import Queue
+    from ackmq.broker.consumer import Consumer
+    from ackmq.broker.message import Message, QueueEntry
+    from ackmq.broker.queue_type import Queue
     from ackmq.server.server import Server
 
 log = logging.getLogger("ackmq.stomp")
@@ -68,9 +72,17 @@ QUEUE_ARGUMENTS = {"x-dead-letter-exchange": str, "x-dead-letter-routing-key": s
                    "x-expires": int, "x-max-length": int, "x-max-length-bytes": int,
                    "x-max-priority": int, "x-message-ttl": int, "x-queue-type": str,
                    "x-delivery-limit": int}
+# SUBSCRIBE headers passed on as consume arguments: ackmq's opt-in delivery headers
+CONSUMER_ARGUMENTS = (SEQ_ARG, DELIVERY_COUNT_ARG)
 # MESSAGE headers the broker writes itself: application headers of these names are dropped
 OWN_HEADERS = frozenset(("subscription", "destination", "message-id", "redelivered", "ack",
                          "content-length"))
+
+
+def _delivery_limit(q: Queue) -> int | None:
+    """The queue's own x-delivery-limit (D10), read from its arguments (any queue type)."""
+    v = q.arguments.get("x-delivery-limit")
+    return v if type(v) is int and v >= 0 else None
 
 
 class _Refused(Exception):
@@ -384,8 +396,9 @@ class StompConnection(asyncio.Protocol):
         ch = self.channel
         assert ch is not None
         queue = self._source_queue(dest, h, sub_id, durable)
+        args = {k: h[k] for k in CONSUMER_ARGUMENTS if k in h}
         try:
-            ch.basic_consume(queue.name, tag, ack == "auto", False, {}, prefetch=prefetch)
+            ch.basic_consume(queue.name, tag, ack == "auto", False, args, prefetch=prefetch)
         except AMQPError:
             self._drop_unused(queue, dest)
             raise
@@ -551,8 +564,8 @@ class StompConnection(asyncio.Protocol):
             else:
                 self._dead_letter(taken, "rejected", target)
             return
-        limit = q.delivery_limit
-        if target is None or (limit is not None and q.dlx is not None):
+        limit = _delivery_limit(q)
+        if target is None or (limit is not None and target == (None, None)):
             ch.settle("requeue", taken)  # RabbitMQ's form: back to the queue (D10 applies)
             return
         if limit is None:
@@ -568,7 +581,7 @@ class StompConnection(asyncio.Protocol):
         """Where a NACKed message past the delivery limit goes (W6): the queue's DLX
         ((None, None)); for a destination in ActiveMQ form without one, ActiveMQ.DLQ;
         otherwise nowhere, and the limit does not apply (RabbitMQ requeues for ever)."""
-        if q.dlx is not None:
+        if as_text(q.arguments.get("x-dead-letter-exchange")) is not None:
             return None, None
         if sub.dest is not None and sub.dest.activemq:
             ch = self.channel
@@ -648,21 +661,22 @@ class StompConnection(asyncio.Protocol):
         raise _Refused("Illegal command", "already connected\n")
 
     # -- ChannelOutput ----------------------------------------------------------------
-    def deliver(self, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
-                routing_key: str, properties: bytes, body: bytes) -> None:
-        sub = self.subs.get(consumer_tag)
+    def deliver(self, consumer: Consumer, delivery_tag: int, entry: QueueEntry) -> None:
+        sub = self.subs.get(consumer.tag)
         if sub is None:
             return
-        msg_id = f"{consumer_tag}@@{self.session}@@{delivery_tag}"
-        headers = [*sub.head, ("destination", format_destination(exchange, routing_key)),
-                   ("message-id", msg_id), ("redelivered", "true" if redelivered else "false")]
+        msg = entry.message
+        msg_id = f"{consumer.tag}@@{self.session}@@{delivery_tag}"
+        headers = [*sub.head, ("destination", format_destination(msg.exchange, msg.routing_key)),
+                   ("message-id", msg_id),
+                   ("redelivered", "true" if entry.redelivered else "false")]
         if sub.ack != "auto" and self.version == "1.2":
             headers.append(("ack", msg_id))
-        headers += message_headers(properties, OWN_HEADERS)
-        self.write(encode_frame("MESSAGE", headers, body, self.version or "1.2"))
+        props = delivery_properties(entry, consumer.seq_header, consumer.count_header)
+        headers += message_headers(props, OWN_HEADERS)
+        self.write(encode_frame("MESSAGE", headers, msg.body, self.version or "1.2"))
 
-    def basic_return(self, reply_code: int, reply_text: str, exchange: str, routing_key: str,
-                     properties: bytes, body: bytes) -> None:
+    def unroutable(self, message: Message) -> None:
         self._returned = True  # _send turns it into an ERROR naming the destination
 
     def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None:

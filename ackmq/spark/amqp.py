@@ -59,6 +59,10 @@ def safe_url(url: str) -> str:
     return f"{scheme}{sep}{rest.rsplit('@', 1)[-1]}" if sep else url.rsplit("@", 1)[-1]
 
 
+# basic.consume arguments asking ackmq for x-ackmq-seq (S2's dedupe key) and
+# x-delivery-count; RabbitMQ ignores consume arguments it does not know
+DELIVERY_HEADERS = {"x-ackmq-seq": True, "x-ackmq-delivery-count": True}
+
 _CLOSE = re.compile(r"\((\d{3})\) ['\"](.*)['\"]")
 
 
@@ -253,7 +257,7 @@ class QueueConsumer:
                         self._cond.notify_all()
 
                 ch.basic_consume(self.queue, on_message, auto_ack=False,
-                                 exclusive=self.exclusive)
+                                 exclusive=self.exclusive, arguments=DELIVERY_HEADERS)
                 return conn, ch
             except pika.exceptions.AMQPError as exc:
                 # 404/403/406/bad login: fail now. A dead predecessor's exclusive consumer

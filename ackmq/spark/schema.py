@@ -11,6 +11,7 @@ from ackmq.spark.amqp import Delivery
 
 SEQ_HEADER = "x-ackmq-seq"
 DELIVERY_COUNT_HEADER = "x-delivery-count"
+BROKER_HEADERS = (SEQ_HEADER, DELIVERY_COUNT_HEADER)  # asked for by amqp.DELIVERY_HEADERS
 
 PROPERTY_FIELDS: list[tuple[str, str]] = [
     ("content_type", "string"), ("content_encoding", "string"), ("delivery_mode", "int"),
@@ -87,7 +88,9 @@ def to_arrow(deliveries: list[Delivery], first_offset: int) -> pa.Table:
         cols["body"].append(d.body)
         cols["routing_key"].append(d.routing_key)
         cols["exchange"].append(d.exchange)
-        cols["headers"].append([(str(k), _text(v)) for k, v in headers.items()])
+        # the broker's own headers have their columns: `headers` is what the publisher set
+        cols["headers"].append([(str(k), _text(v)) for k, v in headers.items()
+                                if k not in BROKER_HEADERS])
         cols["properties"].append({
             "content_type": p.content_type, "content_encoding": p.content_encoding,
             "delivery_mode": p.delivery_mode, "priority": p.priority,

@@ -1,6 +1,6 @@
 """Durable storage for ackmq: an append-only, checksummed segment log with group commit.
 
-`open_store(data_dir)` returns a `Store` (see base.py); call `.open()` to recover.
+`open_store(data_dir)` returns a `Store` (the protocol in ackmq/broker/storage.py); call `.open()` to recover.
 """
 
 from __future__ import annotations
@@ -9,17 +9,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .base import (
+from ackmq.broker.storage import (
     BindingDef,
     CorruptStore,
     ExchangeDef,
     QueueDef,
     Recovered,
-    RecoveredQueue,
     Store,
     StoredMessage,
     StoreError,
 )
+
+from .recovered import RecoveredQueue
 from .segments import SegmentStore, StoreStats
 
 __all__ = [

@@ -11,6 +11,10 @@ that message is simply copied (once per compaction that covers it).
 Crash safety: the output is written to `K.compact.tmp`, fsynced, renamed to `K.compact`
 (the commit point), then the prefix files are unlinked and `K.compact` is renamed to
 `K.seg`. `finish_interrupted` redoes the last two steps on open.
+
+This module reads and writes files; it sees the store only through its compaction API
+(`closed_segments`, `segment_path`, `live_adds`, `replace_prefix`, `wait_compaction`,
+`stats`, `dir`, `segment_bytes`), never its index or locks.
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ from .format import (
     log,
     valid_length,
 )
-from .index import DEAD
 
 if TYPE_CHECKING:
     from .segments import SegmentStore
@@ -57,11 +60,7 @@ def finish_interrupted(data_dir: Path) -> None:
 
 
 def compactor_main(st: SegmentStore) -> None:
-    while True:
-        st._compact_wake.wait(st.compact_interval)
-        st._compact_wake.clear()
-        if st._closing:
-            return
+    while st.wait_compaction():
         try:
             maybe_compact(st)
         except Exception:
@@ -71,9 +70,8 @@ def compactor_main(st: SegmentStore) -> None:
 def choose_prefix(st: SegmentStore) -> list[int]:
     """Longest prefix of closed segments that is at least half garbage (and at least one
     segment's worth of it): copying its live part costs at most what it frees."""
-    with st._lock:
-        closed = sorted(s for s in st._segs if s < st._active)
-        infos = [(s, st._segs[s].size, st._segs[s].live_bytes()) for s in closed]
+    infos = st.closed_segments()
+    closed = [s for s, _size, _live in infos]
     best = -1
     total = live = 0.0
     for s, size, lb in infos:
@@ -107,8 +105,7 @@ def compact_prefix(st: SegmentStore, prefix: list[int]) -> None:
         fw = FrameWriter()
         counts: dict[tuple[int, int], int] = {}
         for s in prefix:
-            with st._lock:
-                path = st._paths[s]
+            path = st.segment_path(s)
             data = path.read_bytes()
             end = valid_length(data, str(path), s, newest=False)
             cands: list[tuple[int, int, int, int, int]] = []
@@ -120,8 +117,7 @@ def compact_prefix(st: SegmentStore, prefix: list[int]) -> None:
                     _, qid, seq, c = DELIVERED_REC.unpack_from(rec)
                     if c > counts.get((qid, seq), 0):
                         counts[(qid, seq)] = c
-            with st._lock:
-                live = [c for c in cands if st._is_live(c[0], c[1], c[2])]
+            live = st.live_adds(cands)
             for qid, seq, old, off, size in live:
                 new = (k << 32) | (pos + fw.begin_record())
                 fw.out += data[off:off + REC_HDR.size + size]
@@ -144,11 +140,11 @@ def compact_prefix(st: SegmentStore, prefix: list[int]) -> None:
     os.close(fd)
     if not moved:
         tmp.unlink()
-        _drop(st, prefix, None)
+        st.replace_prefix(prefix, None)
     else:
         os.replace(tmp, done)
         fsync_dir(st.dir)  # commit point: from here on the prefix is replaced
-        _drop(st, prefix, (k, done, pos, moved, copied))
+        st.replace_prefix(prefix, (k, done, pos, moved, copied))
     st.stats.compactions += 1
     st.stats.segments_deleted += len(prefix)
     st.stats.bytes_copied += copied
@@ -162,46 +158,3 @@ def _write_all(fd: int, data: bytearray) -> int:
     while done < len(data):
         done += os.write(fd, view[done:])
     return done
-
-
-def _drop(st: SegmentStore, prefix: list[int],
-          new: tuple[int, Path, int, list[tuple[int, int, int, int]], int] | None) -> None:
-    """Switch the index to the new file (if any), then delete the prefix files."""
-    from .segments import SegInfo, seg_name
-
-    with st._lock:
-        st._forget_read_ahead()
-        if new is not None:
-            k, path, size, moved, copied = new
-            info = SegInfo(size=size, adds=len(moved), add_bytes=copied)
-            for qid, seq, old, pos in moved:
-                idx = st._index.get(qid)
-                if idx is not None and idx.replace(seq, old, pos):
-                    info.live += 1
-                elif st._unwritten_removes.get((qid, seq)) == old:
-                    st._unwritten_removes[(qid, seq)] = pos
-        for s in prefix:
-            fd = st._rfds.pop(s, None)
-            if fd is not None:
-                os.close(fd)
-            st._segs.pop(s, None)
-            st._paths.pop(s, None)
-        if new is not None:
-            st._segs[k] = info
-            st._paths[k] = path
-    for s in prefix:  # oldest first: a crash part way leaves a consistent shorter log
-        (st.dir / seg_name(s)).unlink(missing_ok=True)
-    fsync_dir(st.dir)
-    if new is not None:
-        with st._lock:
-            os.replace(new[1], st.dir / seg_name(new[0]))
-            st._paths[new[0]] = st.dir / seg_name(new[0])
-        fsync_dir(st.dir)
-
-
-def is_live(st: SegmentStore, qid: int, seq: int, pos: int) -> bool:
-    """Still needed on disk: live in the index, or removed but the REMOVE not written yet."""
-    idx = st._index.get(qid)
-    if idx is not None and idx.get(seq) == pos and pos != DEAD:
-        return True
-    return st._unwritten_removes.get((qid, seq)) == pos

@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .base import BindingDef, CorruptStore, ExchangeDef, QueueDef
+from ackmq.broker.storage import BindingDef, CorruptStore, ExchangeDef, QueueDef
+
 from .format import DEF, FrameWriter, encode_small, file_header, iter_records, log, valid_length
 
 

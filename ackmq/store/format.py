@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-from .base import CorruptStore
+from ackmq.broker.storage import CorruptStore
 
 log = logging.getLogger("ackmq.store")
 

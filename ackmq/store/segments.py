@@ -26,16 +26,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .base import (
+from ackmq.broker.storage import (
     BindingDef,
     CorruptStore,
     ExchangeDef,
     QueueDef,
     Recovered,
-    RecoveredQueue,
     StoredMessage,
     StoreError,
 )
+
+from .compact import compactor_main, finish_interrupted
 from .defs import DefsLog, _enc, binding_key, fsync_dir
 from .format import (
     ADD,
@@ -57,6 +58,7 @@ from .format import (
     valid_length,
 )
 from .index import DEAD, PENDING, QueueIndex
+from .recovered import RecoveredQueue
 
 log = logging.getLogger("ackmq.store")
 
@@ -198,7 +200,6 @@ class SegmentStore:
             raise
 
     def _open_locked(self) -> Recovered:
-        from .compact import finish_interrupted
 
         finish_interrupted(self.dir)
         seg_ids = sorted(int(p.name.split(".")[0]) for p in self.dir.glob("*.seg"))
@@ -222,7 +223,6 @@ class SegmentStore:
                                             daemon=True)
             self._syncer.start()
         if self.auto_compact:
-            from .compact import compactor_main
 
             self._compactor = threading.Thread(target=compactor_main, args=(self,),
                                                name="ackmq-store-compactor", daemon=True)
@@ -519,6 +519,14 @@ class SegmentStore:
             start = ADD_HDR.size + el + rl + pl
             return bytes(rec[start:start + bl])
 
+    def read_queued(self, queue: str, seq: int) -> StoredMessage:
+        """The message `seq` of durable queue `queue` (its location is the queue's id and
+        the seq: the broker need not keep it)."""
+        qid = self._qids.get(queue)
+        if qid is None:
+            raise StoreError(f"no durable queue {queue!r} in the store")
+        return self.read_message((qid << 64) | seq)
+
     def read_message(self, location: int) -> StoredMessage:
         """The whole message behind `location`; `delivery_count` is the highest the store
         knows of: the ADD record's or the one recovered by `open()` (counts recorded with
@@ -798,10 +806,69 @@ class SegmentStore:
             os.close(self._lockfd)
             self._lockfd = -1
 
-    def _is_live(self, qid: int, seq: int, pos: int) -> bool:
-        from .compact import is_live
-        return is_live(self, qid, seq, pos)
+    # -- the compaction API (compact.py sees the store only through these) -------------
+    def wait_compaction(self) -> bool:
+        """Block until the next compaction round is due; False once the store closes."""
+        self._compact_wake.wait(self.compact_interval)
+        self._compact_wake.clear()
+        return not self._closing
 
+    def closed_segments(self) -> list[tuple[int, int, int]]:
+        """(segment, size, estimated live bytes) of every segment no longer written to."""
+        with self._lock:
+            closed = sorted(s for s in self._segs if s < self._active)
+            return [(s, self._segs[s].size, self._segs[s].live_bytes()) for s in closed]
+
+    def segment_path(self, s: int) -> Path:
+        with self._lock:
+            return self._paths[s]
+
+    def live_adds(self, cands: list[tuple[int, int, int, int, int]]
+                  ) -> list[tuple[int, int, int, int, int]]:
+        """The ADD records among `cands` (qid, seq, position, ...) still needed on disk:
+        live in the index, or removed by a REMOVE not written yet."""
+        with self._lock:
+            return [c for c in cands if self._is_live(c[0], c[1], c[2])]
+
+    def _is_live(self, qid: int, seq: int, pos: int) -> bool:
+        idx = self._index.get(qid)
+        if idx is not None and idx.get(seq) == pos and pos != DEAD:
+            return True
+        return self._unwritten_removes.get((qid, seq)) == pos
+
+    def replace_prefix(self, prefix: list[int],
+                       new: tuple[int, Path, int, list[tuple[int, int, int, int]], int] | None
+                       ) -> None:
+        """Switch the index to the compacted file `new` (k, path, size, moved (qid, seq,
+        old position, new position), bytes copied), if any, then delete the prefix."""
+        with self._lock:
+            self._forget_read_ahead()
+            if new is not None:
+                k, path, size, moved, copied = new
+                info = SegInfo(size=size, adds=len(moved), add_bytes=copied)
+                for qid, seq, old, pos in moved:
+                    idx = self._index.get(qid)
+                    if idx is not None and idx.replace(seq, old, pos):
+                        info.live += 1
+                    elif self._unwritten_removes.get((qid, seq)) == old:
+                        self._unwritten_removes[(qid, seq)] = pos
+            for s in prefix:
+                fd = self._rfds.pop(s, None)
+                if fd is not None:
+                    os.close(fd)
+                self._segs.pop(s, None)
+                self._paths.pop(s, None)
+            if new is not None:
+                self._segs[k] = info
+                self._paths[k] = path
+        for s in prefix:  # oldest first: a crash part way leaves a consistent shorter log
+            (self.dir / seg_name(s)).unlink(missing_ok=True)
+        fsync_dir(self.dir)
+        if new is not None:
+            with self._lock:
+                os.replace(new[1], self.dir / seg_name(new[0]))
+                self._paths[new[0]] = self.dir / seg_name(new[0])
+            fsync_dir(self.dir)
     def index_bytes(self) -> int:
         """Memory held by the per-message index (arrays), for the bytes/message figure."""
         with self._lock:

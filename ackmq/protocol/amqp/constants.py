@@ -64,3 +64,16 @@ REPLY_TEXT: dict[int, str] = {
     NOT_IMPLEMENTED: "NOT_IMPLEMENTED",
     INTERNAL_ERROR: "INTERNAL_ERROR",
 }
+
+
+def fit_shortstr(text: str) -> str:
+    """Reply texts are shortstrs: cut to 255 bytes with "..." as RabbitMQ does."""
+    data = text.encode("utf-8")
+    if len(data) <= 255:
+        return text
+    return data[:252].decode("utf-8", "ignore") + "..."
+
+
+def reply_text(code: int, detail: str) -> str:
+    """RabbitMQ's reply text "NAME - detail", cut to fit a shortstr."""
+    return fit_shortstr(f"{REPLY_TEXT.get(code, str(code))} - {detail}")

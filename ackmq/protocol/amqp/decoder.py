@@ -47,6 +47,15 @@ violation, observed with `python -m ackmq.protocol.amqp._probe`, is quoted):
 9. Good frames that arrived in the same read as a bad one still count: RabbitMQ handles
    every frame before the bad one (two publishes then a bad frame-end: both are queued,
    then 501). FrameError.events carries them to the caller.
+10. Field tables and arrays (method arguments, message headers) may nest at most
+   MAX_TABLE_DEPTH (100) levels, the outermost table being level 1. Deeper: 502
+   "SYNTAX_ERROR - field table nested deeper than 100 levels" with the ids of the method
+   (or 60/40 for a content header). RabbitMQ 3.10 has no bound but frame-max (it takes
+   18,000 levels in queue.declare and delivers them in headers); Python decoders recurse
+   per level, so unbounded, such a table raised RecursionError here and cannot be read by
+   pika/pamqp consumers past ~450 levels. Every table walk stops at the bound, so feed
+   raises FrameError and nothing else, whatever the bytes (a property test over mutated
+   sessions checks it: tests/test_decoder_hostile.py).
 """
 
 from __future__ import annotations
@@ -67,6 +76,7 @@ from .constants import (
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     PROTOCOL_HEADER,
+    SYNTAX_ERROR,
     UNEXPECTED_FRAME,
 )
 from .events import (
@@ -81,7 +91,7 @@ from .events import (
     Publish,
     reply_text,
 )
-from .properties import check_properties
+from .properties import TableTooDeep, check_properties, read_table
 
 _FRAME_HEAD = struct.Struct(">BHI")
 _U32 = struct.Struct(">I")
@@ -330,6 +340,8 @@ class Decoder:
         properties = bytes(buf[start + 12 : end])
         try:
             check_properties(properties)
+        except TableTooDeep as err:
+            raise FrameError(SYNTAX_ERROR, str(err), CLASS_BASIC, method_id) from None
         except (ValueError, IndexError, struct.error) as err:
             raise FrameError(
                 FRAME_ERROR,
@@ -530,13 +542,19 @@ def _method(buf: bytes | bytearray, start: int, end: int) -> Any:
             if bit_index != -1:
                 offset += 1
                 bit_index = -1
-            consumed, value = decode.by_type(data[offset:], kind)
+            if kind == "table":  # bounded, strict (pamqp's recursion is neither)
+                value, offset = read_table(data, offset)
+            else:
+                consumed, value = decode.by_type(data[offset:], kind)
+                offset += consumed
             if kind == "longlong" and value < 0 and name in _UNSIGNED_64:
                 value += 1 << 64  # pamqp reads longlong as signed
             setattr(method, name, value)
-            offset += consumed
         if bit_index != -1:
             offset += 1
+    except TableTooDeep as err:
+        class_id, method_id = divmod(method_index, 0x10000)
+        raise FrameError(SYNTAX_ERROR, str(err), class_id, method_id) from None
     except (ValueError, TypeError, IndexError, struct.error):
         raise _cannot_decode(buf, start, end) from None
     if offset != len(data):

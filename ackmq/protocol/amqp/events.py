@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from pamqp.base import Frame
 
-from .constants import FRAME_ERROR, REPLY_TEXT
+from .constants import FRAME_ERROR, reply_text
 
 
 @dataclass(slots=True)
@@ -69,15 +69,6 @@ class ChannelFault:
 
 
 Event = ProtocolHeader | Method | Publish | Content | Heartbeat | ChannelFault
-
-
-def reply_text(code: int, detail: str) -> str:
-    """RabbitMQ-style reply text "NAME - detail", cut to fit a shortstr (255 bytes)."""
-    text = f"{REPLY_TEXT.get(code, str(code))} - {detail}"
-    data = text.encode("utf-8")
-    if len(data) > 255:
-        text = data[:252].decode("utf-8", "ignore") + "..."
-    return text
 
 
 class FrameError(Exception):

@@ -19,7 +19,7 @@ import struct
 import time
 from typing import Any
 
-from pamqp import commands, decode
+from pamqp import commands
 
 EMPTY_PROPERTIES = b"\x00\x00"
 
@@ -60,24 +60,57 @@ _FIXED = {
 }
 
 
-def _skip_table(raw: bytes, pos: int) -> int:
-    """Return the offset after the field table at `pos`; ValueError if malformed."""
+MAX_TABLE_DEPTH = 100
+"""Deepest nesting of field tables and arrays accepted in what a client sends (method
+arguments, message headers); the outermost table is level 1, each table or array value
+inside adds one. RabbitMQ 3.10 has no bound but frame-max (it takes an 18,000-level table
+in queue.declare and delivers one in headers as it came), but every Python decoder
+recurses per level (pamqp, pika: two frames each), so past ~450 levels the message
+cannot be read by its consumers and, unbounded, not by the broker either (headers
+exchange, CC/BCC, dead-lettering). 100 is far above real use (x-death is 4 deep) and
+keeps any recursion over a table (ours, pamqp's re-encoding) at a few hundred frames."""
+
+
+class TableTooDeep(ValueError):
+    """A field table nested deeper than MAX_TABLE_DEPTH: 502 SYNTAX_ERROR, not a crash."""
+
+    def __init__(self) -> None:
+        super().__init__(f"field table nested deeper than {MAX_TABLE_DEPTH} levels")
+
+
+def _skip_table(raw: bytes, pos: int, depth: int = 1) -> int:
+    """Return the offset after the field table at `pos` (at nesting level `depth`);
+    ValueError if malformed, TableTooDeep past MAX_TABLE_DEPTH."""
+    if depth > MAX_TABLE_DEPTH:
+        raise TableTooDeep()
     (length,) = _U32.unpack_from(raw, pos)
     pos += 4
     end = pos + length
     if end > len(raw):
         raise ValueError("field table longer than its container")
+    fixed = _FIXED.get
+    unpack = _U32.unpack_from
     while pos < end:
         pos += 1 + raw[pos]  # key shortstr
         if pos >= end:
             raise ValueError("field table entry without a value")
-        pos = _skip_value(raw, pos, end)
+        # scalars and strings (most header values) without a call; an overrun of the
+        # table shows as pos != end below
+        tag = raw[pos]
+        size = fixed(tag)
+        if size is not None:
+            pos += 1 + size
+        elif tag == 0x53 or tag == 0x78:  # S x
+            pos += 5 + unpack(raw, pos + 1)[0]
+        else:
+            pos = _skip_value(raw, pos, end, depth)
     if pos != end:
         raise ValueError("field table entries overrun its length")
     return end
 
 
-def _skip_value(raw: bytes, pos: int, end: int) -> int:
+def _skip_value(raw: bytes, pos: int, end: int, depth: int = 1) -> int:
+    """Offset after the field value at `pos`, held by a container at level `depth`."""
     tag = raw[pos]
     pos += 1
     size = _FIXED.get(tag)
@@ -86,17 +119,19 @@ def _skip_value(raw: bytes, pos: int, end: int) -> int:
     elif tag in (0x53, 0x78, 0x41):  # S x A: 32-bit length prefix
         (length,) = _U32.unpack_from(raw, pos)
         if tag == 0x41:
+            if depth >= MAX_TABLE_DEPTH:
+                raise TableTooDeep()
             inner_end = pos + 4 + length
             inner = pos + 4
             if inner_end > end:
                 raise ValueError("field array longer than its container")
             while inner < inner_end:
-                inner = _skip_value(raw, inner, inner_end)
+                inner = _skip_value(raw, inner, inner_end, depth + 1)
             if inner != inner_end:
                 raise ValueError("field array entries overrun its length")
         pos += 4 + length
     elif tag == 0x46:  # F
-        pos = _skip_table(raw, pos)
+        pos = _skip_table(raw, pos, depth + 1)
     else:
         raise ValueError(f"unknown field-table type {chr(tag)!r}")
     if pos > end:
@@ -227,13 +262,11 @@ class PropertiesView:
             if name in ("delivery_mode", "priority"):
                 value = raw[start]
             elif name == "timestamp":
-                value = datetime.datetime.fromtimestamp(
-                    _U64.unpack_from(raw, start)[0], tz=datetime.UTC
-                )
+                value = _timestamp(_U64.unpack_from(raw, start)[0], lenient=True)
             elif name == "headers":
-                value = decode.field_table(bytes(raw[start:end]))[1]
-            else:
-                value = bytes(raw[start + 1 : end]).decode("utf-8")
+                value = read_table(raw, start, lenient=True)[0]
+            else:  # RabbitMQ takes any octets in a shortstr: lossless, never raises
+                value = bytes(raw[start + 1 : end]).decode("utf-8", "surrogateescape")
         elif name == "headers":
             value = {}
         cache[name] = value
@@ -330,9 +363,128 @@ def encode_table(table: dict[str, Any]) -> bytes:
     return _U32.pack(len(data)) + data
 
 
-def decode_table(raw: bytes) -> dict[str, Any]:
-    """Decode a field table (with its length prefix); pamqp's decoder, all RabbitMQ types."""
-    return decode.field_table(bytes(raw))[1]
+def decode_table(raw: bytes, lenient: bool = False) -> dict[str, Any]:
+    """Decode a field table (with its length prefix) into pamqp's value types.
+
+    Raises ValueError (TableTooDeep past MAX_TABLE_DEPTH) on anything malformed or trailing.
+    `lenient` is for tables already accepted off the wire (message headers): every one of
+    them decodes, see read_table."""
+    try:
+        table, end = read_table(raw, 0, lenient=lenient)
+    except (IndexError, struct.error) as err:
+        raise ValueError(f"field table truncated: {err}") from None
+    if end != len(raw):
+        raise ValueError("trailing bytes after the field table")
+    return table
+
+
+# Field-value decoding. Values come out as pamqp 4 decodes them (the types the broker and
+# its tests already handle); the difference is that this walk is bounded (depth, lengths
+# inside their container, as RabbitMQ parses) and on malformed input raises ValueError
+# (IndexError / struct.error when truncated), never RecursionError, OverflowError or
+# OSError.
+_S8, _S16, _U16V, _S32, _U32V = (struct.Struct(f) for f in (">b", ">h", ">H", ">i", ">I"))
+_S64, _F32, _F64, _DEC = (struct.Struct(f) for f in (">q", ">f", ">d", ">Bi"))
+_SCALAR: dict[int, struct.Struct] = {
+    0x62: _S8, 0x73: _S16, 0x75: _U16V, 0x49: _S32, 0x69: _U32V,  # b s u I i
+    0x6C: _S64, 0x4C: _S64, 0x66: _F32, 0x64: _F64,  # l L f d
+}
+
+
+def read_table(raw: bytes, pos: int, depth: int = 1,
+               lenient: bool = False) -> tuple[dict[str, Any], int]:
+    """(table, offset after it) for the field table at `pos`, itself at level `depth`.
+
+    Strict (method arguments): a key that is not UTF-8 or a timestamp no datetime can
+    hold is a ValueError, as pamqp had it. `lenient` (headers of an accepted message,
+    which RabbitMQ takes as binaries): such a key decodes with surrogateescape (lossless)
+    and such a timestamp as its integer, so reading an accepted message never raises.
+    """
+    if depth > MAX_TABLE_DEPTH:
+        raise TableTooDeep()
+    (length,) = _U32.unpack_from(raw, pos)
+    pos += 4
+    end = pos + length
+    if end > len(raw):
+        raise ValueError("field table longer than its container")
+    errors = "surrogateescape" if lenient else "strict"
+    table: dict[str, Any] = {}
+    while pos < end:
+        key_end = pos + 1 + raw[pos]
+        if key_end >= end:
+            raise ValueError("field table entry without a value")
+        key = bytes(raw[pos + 1 : key_end]).decode("utf-8", errors)
+        table[key], pos = _read_value(raw, key_end, end, depth, lenient)
+    return table, end
+
+
+def _read_value(raw: bytes, pos: int, end: int, depth: int, lenient: bool) -> tuple[Any, int]:
+    """(value, offset after it) for the field value at `pos` inside a level-`depth`
+    container ending at `end`."""
+    tag = raw[pos]
+    pos += 1
+    value: Any
+    scalar = _SCALAR.get(tag)
+    if scalar is not None:
+        (value,) = scalar.unpack_from(raw, pos)
+        pos += scalar.size
+    elif tag == 0x53 or tag == 0x78:  # S x
+        (length,) = _U32.unpack_from(raw, pos)
+        data = bytes(raw[pos + 4 : pos + 4 + length])
+        pos += 4 + length
+        if tag == 0x78:
+            value = bytearray(data)
+        else:
+            try:
+                value = data.decode("utf-8")
+            except UnicodeDecodeError:
+                value = data  # pamqp's answer to a longstr that is not UTF-8
+    elif tag == 0x74 or tag == 0x42:  # t B
+        value = raw[pos] if tag == 0x42 else bool(raw[pos])
+        pos += 1
+    elif tag == 0x46:  # F
+        value, pos = read_table(raw, pos, depth + 1, lenient)
+    elif tag == 0x41:  # A
+        if depth >= MAX_TABLE_DEPTH:
+            raise TableTooDeep()
+        (length,) = _U32.unpack_from(raw, pos)
+        pos += 4
+        inner_end = pos + length
+        if inner_end > end:
+            raise ValueError("field array longer than its container")
+        value = []
+        while pos < inner_end:
+            item, pos = _read_value(raw, pos, inner_end, depth + 1, lenient)
+            value.append(item)
+    elif tag == 0x54:  # T
+        (stamp,) = _U64.unpack_from(raw, pos)
+        pos += 8
+        value = _timestamp(stamp, lenient, millis=True)
+    elif tag == 0x44:  # D
+        scale, mantissa = _DEC.unpack_from(raw, pos)
+        pos += 5
+        value = decimal.Decimal(mantissa) * (decimal.Decimal(10) ** -scale)
+    elif tag == 0x56:  # V
+        value = None
+    else:
+        raise ValueError(f"unknown field-table type {chr(tag)!r}")
+    if pos > end:
+        raise ValueError("field value overruns its container")
+    return value, pos
+
+
+def _timestamp(stamp: int, lenient: bool, millis: bool = False) -> datetime.datetime | int:
+    """A timestamp as a UTC datetime; one past datetime's range (year 9999) is a ValueError,
+    or with `lenient` the integer itself. `millis`: pamqp's guess for table values, that
+    one above 2**32 counts milliseconds."""
+    try:
+        if millis and stamp > 0xFFFFFFFF:
+            return datetime.datetime.fromtimestamp(stamp / 1000.0, tz=datetime.UTC)
+        return datetime.datetime.fromtimestamp(stamp, tz=datetime.UTC)
+    except (ValueError, OverflowError, OSError):
+        if lenient:
+            return stamp
+        raise ValueError(f"timestamp {stamp} out of range") from None
 
 
 def _table_entries(raw: bytes, start: int, end: int) -> list[tuple[bytes, bytes]]:
@@ -402,3 +554,73 @@ def properties_with_seq(raw: bytes, seq: int) -> bytes:
     return b"".join((_U16.pack(flags | _FLAG_HEADERS), raw[2:pos],
                      _SEQ_ONLY_TABLE.pack(_SEQ_ENTRY.size, 11, b"x-ackmq-seq", b"l", seq),
                      raw[pos:]))
+
+
+# ---------------------------------------------------------------- edits as splices
+
+def header_entries(raw: bytes) -> list[tuple[bytes, bytes]]:
+    """The headers table's entries as (key, encoded entry) pairs, in wire order; [] when
+    there is no headers table. Entries keep their exact encoding (types included)."""
+    span = _offsets(raw).get("headers")
+    return [] if span is None else _table_entries(raw, *span)
+
+
+def array_items(entry: bytes) -> list[bytes] | None:
+    """The encoded values of an array entry (as `header_entries` gives it: key, then
+    b"A" + length + values), each with its type tag; None if the value is no array."""
+    pos = 1 + entry[0]
+    if entry[pos:pos + 1] != b"A":
+        return None
+    pos += 5
+    items = []
+    while pos < len(entry):
+        start = pos
+        pos = _skip_value(entry, pos, len(entry))
+        items.append(bytes(entry[start:pos]))
+    return items
+
+
+def table_items(value: bytes) -> list[tuple[bytes, bytes]] | None:
+    """A table value's (key, encoded entry) pairs (value: b"F" + length + entries), in
+    wire order with their exact encoding; None if the value is no table."""
+    if value[:1] != b"F":
+        return None
+    return _table_entries(value, 1, len(value))
+
+
+def encode_value(value: Any) -> bytes:
+    """One typed value (tag included), in the types RabbitMQ writes (see _encode_value)."""
+    return _encode_value(value)
+
+
+def encode_array(items: list[bytes]) -> bytes:
+    """b"A" + length + the encoded values, as they are."""
+    data = b"".join(items)
+    return b"A" + _U32.pack(len(data)) + data
+
+
+def encode_entry(key: str, value: Any) -> bytes:
+    """One encoded table entry, in the types RabbitMQ itself writes (see _encode_value)."""
+    return _encode_entries({key: value})[0]
+
+
+def properties_edit(raw: bytes, entries: list[bytes] | None = None,
+                    drop: tuple[str, ...] = ()) -> bytes:
+    """Raw properties with the headers table made of `entries` (encoded entries, as
+    `header_entries` returns them; None keeps the table as it is) and without the
+    properties named in `drop`. Every other byte is copied: the edits RabbitMQ makes
+    (BCC removal, dead-lettering) change nothing else a consumer can see."""
+    offsets = _offsets(raw)
+    flags = _U16.unpack_from(raw, 0)[0]
+    parts: list[bytes] = []
+    for flag, name, _kind in _FIELDS:
+        if name == "headers" and entries is not None:
+            data = b"".join(entries)
+            parts.append(_U32.pack(len(data)) + data)
+            flags |= flag
+        elif name in drop:
+            flags &= ~flag
+        elif name in offsets:
+            start, end = offsets[name]
+            parts.append(raw[start:end])
+    return _U16.pack(flags) + b"".join(parts)

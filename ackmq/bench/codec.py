@@ -1,6 +1,6 @@
 """Codec throughput: fast paths vs pure pamqp (not a test; prints figures).
 
-    python -m ackmq.protocol.amqp._bench [count]
+    python -m ackmq.bench.codec [count]
 
 Decode: `count` back-to-back basic.publish + header + 100-byte body with typical
 properties (content-type, delivery-mode 2, message-id, timestamp), fed in 64 KiB chunks.
@@ -17,7 +17,13 @@ from pamqp import commands, frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from . import Decoder, encode_ack, encode_deliver, encode_properties, encode_publish
+from ackmq.protocol.amqp import (
+    Decoder,
+    encode_ack,
+    encode_deliver,
+    encode_properties,
+    encode_publish,
+)
 
 FRAME_MAX = 131072
 BODY = b"x" * 100

@@ -3,7 +3,7 @@
 Why: the decoder's error codes and texts are copied from RabbitMQ 3.10's answers; this
 script is how they were (and can be re-) observed. Usage:
 
-    python -m ackmq.protocol.amqp._probe [host] [port]
+    python -m ackmq.bench.frame_probe [host] [port]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 from pamqp import commands, frame
 from pamqp.header import ContentHeader
 
-from .constants import FRAME_END, PROTOCOL_HEADER
+from ackmq.protocol.amqp.constants import FRAME_END, PROTOCOL_HEADER
 
 
 def _frame(frame_type: int, channel: int, payload: bytes, end: int = FRAME_END) -> bytes:

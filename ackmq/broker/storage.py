@@ -1,4 +1,6 @@
-"""The interface between the broker and durable storage.
+"""The interface between the broker and durable storage, on the broker's side (the layer
+that calls it): the `Store` protocol, the definitions it keeps and its errors. `store/`
+implements it; the broker never imports `store/`, it is handed a `Store`.
 
 The broker calls a `Store`; it never knows how bytes reach the disk. Message operations
 are buffered and become durable together at the next `commit` (group commit: one fsync
@@ -8,15 +10,9 @@ Definition operations (exchanges, queues, bindings) are rare and durable on retu
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    import threading
-
-    from .index import QueueIndex
+from typing import Any, Protocol
 
 
 class StoreError(Exception):
@@ -67,51 +63,11 @@ class StoredMessage:
     location: int = -1     # the handle `add` returned: read_message / read_body take it
 
 
-class RecoveredQueue:
-    """The messages of one durable queue found by `open()`, without a Python object per
-    message: a view of the store's per-queue index (two `array('Q')`, 16 bytes/message)
-    plus a dict of delivery counts holding only messages delivered at least once.
-
-    `len()` is the number of messages found at open. Iterating yields
-    `(seq, location, delivery_count)` in seq order; `location` is `(qid << 64) | seq`,
-    the handle `add` returns (valid across compaction: read the message with
-    `Store.read_message`). Iteration reads the live index in chunks (under the store's
-    lock), so it may run lazily while the store is in use: a message removed before its
-    chunk is read is skipped, messages added after `open()` are never yielded.
-    """
-
-    __slots__ = ("qid", "_index", "_counts", "_lock", "_end", "_len")
-    CHUNK = 4096
-
-    def __init__(self, qid: int, index: QueueIndex, counts: dict[int, int],
-                 lock: threading.Lock) -> None:
-        self.qid = qid
-        self._index = index
-        self._counts = counts      # seq -> delivery count, only for counts > 0
-        self._lock = lock
-        self._end = index.seqs[-1] + 1 if len(index.seqs) else 0  # first seq after open
-        self._len = len(index)
-
-    def __len__(self) -> int:
-        return self._len
-
-    def __iter__(self) -> Iterator[tuple[int, int, int]]:
-        top = self.qid << 64
-        nxt = 0
-        while True:
-            with self._lock:  # the index arrays may be shrunk or replaced meanwhile
-                idx = self._index
-                start = bisect_left(idx.seqs, nxt, idx.head)
-                stop = min(start + self.CHUNK, bisect_left(idx.seqs, self._end, start))
-                seqs = idx.seqs[start:stop]
-                locs = idx.locs[start:stop]
-            if not seqs:
-                return
-            counts = self._counts
-            for seq, loc in zip(seqs, locs, strict=True):
-                if loc:  # 0: removed
-                    yield seq, top | seq, counts.get(seq, 0)
-            nxt = seqs[-1] + 1
+class QueuedMessages(Iterable[tuple[int, int, int]], Sized, Protocol):
+    """One durable queue's messages found at open: `len()` of them, iterated as
+    `(seq, location, delivery_count)` in seq order, with no Python object per message
+    kept. `location` is the store's opaque handle (`read_message`); the broker keeps
+    only seqs and reads a queue's tail back with `read_queued`."""
 
 
 @dataclass(slots=True)
@@ -120,7 +76,7 @@ class Recovered:
     exchanges: list[ExchangeDef]
     queues: list[QueueDef]
     bindings: list[BindingDef]
-    messages: dict[str, RecoveredQueue]  # every durable queue, even empty; seq order
+    messages: dict[str, QueuedMessages]  # every durable queue, even empty
 
 
 class Store(Protocol):
@@ -163,8 +119,12 @@ class Store(Protocol):
         """Read back a body the broker dropped from memory."""
 
     def read_message(self, location: int) -> StoredMessage:
-        """Read back a whole message (recovery, deep queues kept as locations): one pread
-        (served from the unwritten batch when not on disk yet), checksum verified."""
+        """Read back a whole message by the handle `add` returned: one pread (served from
+        the unwritten batch when not on disk yet), checksum verified."""
+
+    def read_queued(self, queue: str, seq: int) -> StoredMessage:
+        """Read back a recovered message by its queue and seq (a restarted queue keeps
+        only the seqs of its tail)."""
 
     @property
     def pending(self) -> bool:

@@ -1,0 +1,121 @@
+"""The queue-type seam, after RabbitMQ's `rabbit_queue_type`: what the channel, the
+vhost and recovery may call on a queue, whatever its type. A type is chosen by the
+`x-queue-type` argument at declare (`queue_class`); `classic` is ackmq's queue
+(broker/queue.py), which also serves `quorum` declarations (same guarantees on one node:
+fsynced before confirm, delivery limit). A second type (streams) subclasses `Queue`
+and registers itself in `QUEUE_TYPES`; nothing outside a type touches its counters.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ackmq.broker.consumer import Consumer
+    from ackmq.broker.message import Message, QueueEntry
+    from ackmq.broker.storage import QueuedMessages, Store
+    from ackmq.broker.vhost import VHost
+
+# what a channel asks a queue to do with a settled delivery
+ACK, REQUEUE, REJECT = "ack", "requeue", "reject"
+
+
+class Queue(ABC):
+    """A queue of any type. Attributes every type has: `vhost`, `name`, `durable`,
+    `exclusive_owner`, `auto_delete`, `arguments`, `deleted`, `consumers` (by id),
+    `persistent_store` (the Store when its persistent messages are stored),
+    `consumer_timeout` (H2, ms or None), `seq_header` / `count_header` (the opt-in
+    delivery headers its deliveries carry)."""
+
+    kind = ""
+    vhost: VHost
+    name: str
+    durable: bool
+    exclusive_owner: Any
+    auto_delete: bool
+    arguments: dict[str, Any]
+    deleted: bool
+    consumers: dict[int, Consumer]
+    persistent_store: Store | None
+    consumer_timeout: int | None
+    seq_header: bool
+    count_header: bool
+
+    # -- counters -----------------------------------------------------------------
+    @property
+    @abstractmethod
+    def message_count(self) -> int:
+        """Ready messages (queue.declare-ok, basic.get-ok)."""
+
+    @property
+    @abstractmethod
+    def unacked_count(self) -> int:
+        """Delivered and not yet settled."""
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.consumers)
+
+    # -- declare / recover ----------------------------------------------------------
+    @abstractmethod
+    def recover(self, messages: QueuedMessages, hot: int | None) -> int:
+        """Take back the messages the store found at start (seq order); read the first
+        `hot` now (None: all) and keep the rest as references. Returns how many."""
+
+    # -- publish / consume / deliver --------------------------------------------------
+    @abstractmethod
+    def publish(self, message: Message) -> bool:
+        """Take a message; False when the queue refuses it (a nack, P6)."""
+
+    @abstractmethod
+    def add_consumer(self, c: Consumer) -> None: ...
+
+    @abstractmethod
+    def remove_consumer(self, c: Consumer) -> None: ...
+
+    @abstractmethod
+    def activate(self, c: Consumer) -> None:
+        """`c` has room again: serve it (it calls `c.channel.deliver`)."""
+
+    @abstractmethod
+    def get(self) -> QueueEntry | None:
+        """basic.get: the next ready message, or None."""
+
+    @abstractmethod
+    def delivered(self, entry: QueueEntry, ack_required: bool) -> None:
+        """`entry` went to a consumer or a get; without acks it is settled at once (D3)."""
+
+    # -- settle ---------------------------------------------------------------------
+    @abstractmethod
+    def settle(self, entry: QueueEntry, action: str) -> bool:
+        """An unacked delivery settled by ACK, REQUEUE (D6/D8: back in place, maybe
+        dead-lettered past a delivery limit) or REJECT (dead-letter or drop). True when
+        the queue should `dispatch()` once the caller's batch is done."""
+
+    @abstractmethod
+    def dispatch(self) -> None:
+        """Deliver what can be delivered now."""
+
+    # -- admin ------------------------------------------------------------------------
+    @abstractmethod
+    def purge(self) -> int: ...
+
+    @abstractmethod
+    def touch(self) -> None:
+        """Used now (x-expires countdown)."""
+
+    @abstractmethod
+    def destroy(self) -> None:
+        """Deleted: stop timers, forget everything (the vhost removes its bindings)."""
+
+
+QUEUE_TYPES: dict[str, type[Queue]] = {}
+
+
+def queue_class(arguments: dict[str, Any]) -> type[Queue]:
+    """The type named by `x-queue-type` (checked at declare), `classic` by default."""
+    name = arguments.get("x-queue-type") or "classic"
+    if isinstance(name, bytes):
+        name = name.decode("utf-8", "replace")
+    return QUEUE_TYPES.get(name, QUEUE_TYPES["classic"])
