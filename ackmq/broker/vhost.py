@@ -22,8 +22,8 @@ from ackmq.broker.errors import (
     COMMAND_INVALID,
     PRECONDITION_FAILED,
     RESOURCE_LOCKED,
-    ChannelError,
-    ConnectionError_,
+    HardError,
+    SoftError,
     not_found,
 )
 from ackmq.broker.exchange import (
@@ -39,7 +39,7 @@ from ackmq.broker.queue_type import Queue, queue_class
 from ackmq.broker.storage import BindingDef, ExchangeDef, QueueDef
 
 if TYPE_CHECKING:
-    from ackmq.broker.broker import Broker
+    from ackmq.broker.broker import BrokerModel
 
 DEFAULT_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"),
                      ("amq.topic", "topic"), ("amq.headers", "headers"),
@@ -59,7 +59,7 @@ def _norm(v: Any) -> Any:
 
 
 class VHost:
-    def __init__(self, broker: Broker, name: str = "/") -> None:
+    def __init__(self, broker: BrokerModel, name: str = "/") -> None:
         self.broker = broker
         self.name = name
         self.queues: dict[str, Queue] = {}
@@ -87,8 +87,8 @@ class VHost:
         if q.exclusive_owner is not None and q.exclusive_owner is not owner:
             raise self._locked(q)
 
-    def _locked(self, q: Queue) -> ChannelError:
-        return ChannelError(
+    def _locked(self, q: Queue) -> SoftError:
+        return SoftError(
             RESOURCE_LOCKED,
             f"cannot obtain exclusive access to locked queue '{q.name}' in vhost "
             f"'{self.name}'. It could be originally declared on another connection or "
@@ -100,15 +100,15 @@ class VHost:
                          check: bool = True) -> Exchange:
         """`check=False` (recovery): definitions accepted once are not checked again."""
         if name == "":
-            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+            raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         if passive:
             return self.exchange(name)
         if name.startswith("amq.") and name not in self.exchanges:
-            raise ChannelError(ACCESS_REFUSED,
+            raise SoftError(ACCESS_REFUSED,
                                f"exchange name '{name}' contains reserved prefix 'amq.*'")
         cls = EXCHANGE_CLASSES.get(type_)
         if cls is None:
-            raise ConnectionError_(COMMAND_INVALID, f"unknown exchange type '{type_}'")
+            raise HardError(COMMAND_INVALID, f"unknown exchange type '{type_}'")
         x = self.exchanges.get(name)
         if x is not None:
             self._equivalent("exchange", name, "type", type_, x.type)
@@ -130,15 +130,15 @@ class VHost:
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
         if name == "":
-            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+            raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         if name.startswith("amq."):
-            raise ChannelError(ACCESS_REFUSED, f"deletion of system exchange '{name}' in "
+            raise SoftError(ACCESS_REFUSED, f"deletion of system exchange '{name}' in "
                                                f"vhost '{self.name}' not allowed")
         x = self.exchanges.get(name)
         if x is None:
             return  # idempotent, as RabbitMQ 3.x
         if if_unused and x.bindings:
-            raise ChannelError(PRECONDITION_FAILED,
+            raise SoftError(PRECONDITION_FAILED,
                                f"exchange '{name}' in vhost '{self.name}' in use")
         self._remove_exchange(x)
 
@@ -164,7 +164,7 @@ class VHost:
         if name == "":
             name = "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
         elif name.startswith("amq."):
-            raise ChannelError(ACCESS_REFUSED,
+            raise SoftError(ACCESS_REFUSED,
                                f"queue name '{name}' contains reserved prefix 'amq.*'")
         q = self.queues.get(name)
         if q is not None:
@@ -182,7 +182,7 @@ class VHost:
             check_queue_arguments(arguments, name, self.name)
             qtype = arguments.get("x-queue-type")
             if qtype in ("quorum", b"quorum") and (not durable or exclusive):
-                raise ChannelError(PRECONDITION_FAILED,
+                raise SoftError(PRECONDITION_FAILED,
                                    f"invalid property '{'non-durable' if not durable else 'exclusive'}'"
                                    f" for queue '{name}' in vhost '{self.name}'")
         q = queue_class(arguments)(self, name, durable=durable and not exclusive,
@@ -199,10 +199,10 @@ class VHost:
     def delete_queue(self, q: Queue, notify: bool = True, if_unused: bool = False,
                      if_empty: bool = False) -> int:
         if if_unused and q.consumers:
-            raise ChannelError(PRECONDITION_FAILED,
+            raise SoftError(PRECONDITION_FAILED,
                                f"queue '{q.name}' in vhost '{self.name}' in use")
         if if_empty and q.message_count:
-            raise ChannelError(PRECONDITION_FAILED,
+            raise SoftError(PRECONDITION_FAILED,
                                f"queue '{q.name}' in vhost '{self.name}' not empty")
         count = q.message_count
         if self.queues.get(q.name) is q:
@@ -228,14 +228,14 @@ class VHost:
     def bind(self, source: str, destination: Any, routing_key: str,
              arguments: dict[str, Any]) -> None:
         if source == "":
-            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+            raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         if getattr(destination, "name", None) == "" and not isinstance(destination, Queue):
-            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+            raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         x = self.exchange(source)
         if x.type == "headers":
             mode = _norm((arguments or {}).get("x-match", "all"))
             if mode not in ("all", "any", "all-with-x", "any-with-x"):
-                raise ChannelError(PRECONDITION_FAILED, f'Invalid x-match field value <<"{mode}">>; '
+                raise SoftError(PRECONDITION_FAILED, f'Invalid x-match field value <<"{mode}">>; '
                                    "expected all, any, all-with-x, or any-with-x")
         b = Binding(x, destination, routing_key, arguments)
         if x.bind(b):
@@ -252,7 +252,7 @@ class VHost:
         default exchange (403) and another connection's exclusive queue (405, when the
         binding exists) refuse."""
         if source == "" or (kind == "exchange" and destination == ""):
-            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+            raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         x = self.exchanges.get(source)
         dest = (self.queues if kind == "queue" else self.exchanges).get(destination)
         if x is None or dest is None:
@@ -346,7 +346,7 @@ class VHost:
     # -- equivalence ------------------------------------------------------------------
     def _equivalent(self, kind: str, name: str, field: str, received: Any, current: Any) -> None:
         if received != current:
-            raise ChannelError(
+            raise SoftError(
                 PRECONDITION_FAILED,
                 f"inequivalent arg '{field}' for {kind} '{name}' in vhost '{self.name}': "
                 f"received '{_show(received)}' but current is '{_show(current)}'")
@@ -363,7 +363,7 @@ class VHost:
                 return "none"
             return f"the value '{_show(v)}' of type '{type_name(v)}'"
 
-        raise ChannelError(
+        raise SoftError(
             PRECONDITION_FAILED,
             f"inequivalent arg '{key}' for {kind} '{name}' in vhost '{self.name}': "
             f"received {desc(received)} but current is {desc(current)}")

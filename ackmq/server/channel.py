@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as C
 
-from ackmq.broker.errors import ChannelError, fit_shortstr
+from ackmq.broker.errors import SoftError, fit_shortstr
 from ackmq.protocol.amqp import build_method as M
 from ackmq.protocol.amqp import (
     encode_ack,
@@ -94,13 +94,13 @@ class AMQPChannel:
 
     def close(self, code: int, text: str) -> None:
         """The model closes the channel on its own (consumer timeout, H2)."""
-        self.fail(ChannelError(code, ""), text=text)
+        self.fail(SoftError(code, ""), text=text)
 
     # -- helpers ----------------------------------------------------------------------
     def send(self, method: Any) -> None:
         self.conn.write(encode_method(self.number, method))
 
-    def fail(self, err: ChannelError, class_id: int = 0, method_id: int = 0,
+    def fail(self, err: SoftError, class_id: int = 0, method_id: int = 0,
              text: str | None = None) -> None:
         """Soft error: close this channel only (requeueing its deliveries, D8)."""
         if self.closing:
@@ -250,7 +250,7 @@ class AMQPChannel:
             if exc is None:
                 self.send(M(C.Tx.CommitOk))
             else:
-                self.fail(ChannelError(541, f"commit failed: {exc}"), 90, 20)
+                self.fail(SoftError(541, f"commit failed: {exc}"), 90, 20)
             self.conn.server.request_flush()
         self.model.tx_commit(done)
 

@@ -3,7 +3,7 @@ and the output buffer written once per event-loop turn.
 
 States: header -> start (start sent, waiting start-ok) -> tune (waiting tune-ok) ->
 open-wait (waiting connection.open) -> open -> closing (we sent connection.close) -> closed.
-Errors: a ChannelError closes one channel; a ConnectionError_ or a FrameError closes the
+Errors: a SoftError closes one channel; a HardError or a FrameError closes the
 connection with connection.close (reply code, text, class and method of the culprit).
 """
 
@@ -24,9 +24,9 @@ from ackmq.broker.errors import (
     CHANNEL_ERROR,
     COMMAND_INVALID,
     NOT_ALLOWED,
-    AMQPError,
-    ChannelError,
-    ConnectionError_,
+    HardError,
+    ReplyError,
+    SoftError,
     fit_shortstr,
 )
 from ackmq.protocol.amqp import (
@@ -176,13 +176,13 @@ class AMQPConnection(asyncio.Protocol):
                 if type(ev) is Publish:
                     ch = self.channels.get(ev.channel)
                     if ch is None:
-                        raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'")
+                        raise HardError(CHANNEL_ERROR, "expected 'channel.open'")
                     if ch.closing:
                         continue
                     try:
                         ch.model.basic_publish(ev.exchange, ev.routing_key, ev.mandatory,
                                                ev.immediate, ev.properties, ev.body)
-                    except ChannelError as err:
+                    except SoftError as err:
                         ch.fail(err, 60, 40)
                 elif type(ev) is Method:
                     self._method(ev.channel, ev.method)
@@ -195,16 +195,16 @@ class AMQPConnection(asyncio.Protocol):
                 elif type(ev) is ChannelFault:
                     ch = self.channels.get(ev.channel)
                     if ch is None:
-                        raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'")
-                    ch.fail(ChannelError(ev.reply_code, ""), ev.class_id, ev.method_id,
+                        raise HardError(CHANNEL_ERROR, "expected 'channel.open'")
+                    ch.fail(SoftError(ev.reply_code, ""), ev.class_id, ev.method_id,
                             text=ev.reply_text)
-            except ConnectionError_ as err:
+            except HardError as err:
                 cid, mid = _class_method(getattr(ev, "method", None))
                 if type(ev) is Publish:
                     cid, mid = 60, 40
                 self.close_connection(err.code, err.text, cid, mid)
                 return
-            except AMQPError as err:  # a channel error outside a channel: treat as hard
+            except ReplyError as err:  # a channel error outside a channel: treat as hard
                 self.close_connection(err.code, err.text, 0, 0)
                 return
 
@@ -226,23 +226,23 @@ class AMQPConnection(asyncio.Protocol):
             elif isinstance(m, (C.Connection.Blocked, C.Connection.Unblocked)):
                 pass
             else:
-                raise ConnectionError_(CHANNEL_ERROR,
+                raise HardError(CHANNEL_ERROR,
                                        "unexpected method in connection state running")
             return
         ch = self.channels.get(number)
         if isinstance(m, C.Channel.Open):
             if ch is not None:
-                raise ConnectionError_(CHANNEL_ERROR, "second 'channel.open' seen")
+                raise HardError(CHANNEL_ERROR, "second 'channel.open' seen")
             # channel_max limits how many channels are open, not their numbers (RabbitMQ)
             if len(self.channels) >= self.channel_max:
-                raise ConnectionError_(NOT_ALLOWED, f"number of channels opened "
+                raise HardError(NOT_ALLOWED, f"number of channels opened "
                                        f"({len(self.channels)}) has reached the negotiated "
                                        f"channel_max ({self.channel_max})")
             self.channels[number] = AMQPChannel(self, number)
             self.write(encode_method(number, M(C.Channel.OpenOk)))
             return
         if ch is None:
-            raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'")
+            raise HardError(CHANNEL_ERROR, "expected 'channel.open'")
         if ch.closing:
             if isinstance(m, (C.Channel.CloseOk, C.Channel.Close)):
                 if isinstance(m, C.Channel.Close):
@@ -252,10 +252,10 @@ class AMQPConnection(asyncio.Protocol):
         if type(m) not in HANDLERS:  # a server's reply (declare-ok, get-empty, flow-ok, ...),
             # a connection method off channel 0, deliver/return/get-ok with content: RabbitMQ's
             # 503 "COMMAND_INVALID - unimplemented method" (a connection error, with its ids)
-            raise ConnectionError_(COMMAND_INVALID, "unimplemented method")
+            raise HardError(COMMAND_INVALID, "unimplemented method")
         try:
             ch.handle(m)
-        except ChannelError as err:
+        except SoftError as err:
             cid, mid = _class_method(m)
             ch.fail(err, cid, mid)
 
@@ -277,7 +277,7 @@ class AMQPConnection(asyncio.Protocol):
 
     def _handshake(self, number: int, m: Any) -> None:
         if number != 0:
-            raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'" if self.state
+            raise HardError(CHANNEL_ERROR, "expected 'channel.open'" if self.state
                                    == "open" else "unexpected method before connection.open")
         if self.state == "start" and isinstance(m, C.Connection.StartOk):
             self.client_properties = m.client_properties or {}
@@ -290,9 +290,9 @@ class AMQPConnection(asyncio.Protocol):
                     text = (f"{m.mechanism} login refused: user '{user}' can only connect "
                             "via localhost")
                     log.warning("%s (from %s)", text, self.peer)
-                    raise ConnectionError_(ACCESS_REFUSED, text)
+                    raise HardError(ACCESS_REFUSED, text)
                 log.warning("login refused for user %r from %s", user, self.peer)
-                raise ConnectionError_(ACCESS_REFUSED, f"Login was refused using "
+                raise HardError(ACCESS_REFUSED, f"Login was refused using "
                                        f"authentication mechanism {m.mechanism}. For details "
                                        "see the broker logfile.")
             self.user = user
@@ -327,7 +327,7 @@ class AMQPConnection(asyncio.Protocol):
             self.write(encode_method(0, M(C.Connection.CloseOk)))
             self._shutdown()
         else:
-            raise ConnectionError_(503, f"unexpected method {m.name} in state {self.state}")
+            raise HardError(503, f"unexpected method {m.name} in state {self.state}")
 
     @staticmethod
     def _credentials(mechanism: str, response: Any) -> tuple[str, str]:

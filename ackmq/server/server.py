@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from ackmq.broker import Broker
+from ackmq.broker import BrokerModel
 from ackmq.server.config import Config
 from ackmq.server.connection import AMQPConnection
 
@@ -40,7 +40,7 @@ class Server:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
-        self.broker: Broker = None  # type: ignore[assignment]
+        self.broker: BrokerModel = None  # type: ignore[assignment]
         self.connections: set[Any] = set()  # AMQPConnection and StompConnection
         self.dirty: list[Any] = []
         self._flush_scheduled = False
@@ -99,7 +99,7 @@ class Server:
             else:
                 self._spill_tmp = tempfile.mkdtemp(prefix="ackmq-spill-")
                 spill = Spill(self._spill_tmp)
-        self.broker = Broker(self, store, consumer_timeout_ms=cfg.consumer_timeout_ms,
+        self.broker = BrokerModel(self, store, consumer_timeout_ms=cfg.consumer_timeout_ms,
                              spill=spill, queue_hot_messages=cfg.queue_hot_messages,
                              queue_memory=cfg.queue_memory_mb << 20)
         self.broker.start()

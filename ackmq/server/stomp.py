@@ -1,8 +1,8 @@
 """One STOMP 1.0/1.1/1.2 connection (SPEC W1-W9) on the same broker model as AMQP.
 
-A STOMP connection is one model `Channel` (as in RabbitMQ's plugin) and implements its
+A STOMP connection is one model `ChannelModel` (as in RabbitMQ's plugin) and implements its
 `ChannelOutput`: a subscription is a `Consumer`, a SEND is a `basic_publish`, ACK and
-NACK settle deliveries of one subscription (`Channel.take_for_consumer`). Receipts for
+NACK settle deliveries of one subscription (`ChannelModel.take_for_consumer`). Receipts for
 SENDs ride on publisher confirms: the first SEND with a `receipt` puts the channel in
 confirm mode, and its RECEIPT goes out when the confirm does, i.e. after the group
 commit's fsync for a persistent message to a durable queue (W7, P5c). STOMP
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.arguments import DELIVERY_COUNT_ARG, SEQ_ARG, as_text
-from ackmq.broker.errors import PRECONDITION_FAILED, AMQPError, ChannelError
+from ackmq.broker.errors import PRECONDITION_FAILED, ReplyError, SoftError
 from ackmq.protocol.stomp import (
     VERSIONS,
     Decoder,
@@ -55,7 +55,7 @@ from ackmq.server.channel import delivery_properties
 from ackmq.server.connection import CLOSING_TIMEOUT, _is_loopback
 
 if TYPE_CHECKING:
-    from ackmq.broker.channel import Channel
+    from ackmq.broker.channel import ChannelModel
     from ackmq.broker.consumer import Consumer
     from ackmq.broker.message import Message, QueueEntry
     from ackmq.broker.queue_type import Queue
@@ -163,7 +163,7 @@ class StompConnection(asyncio.Protocol):
         self.queued = False
         self.writable = True
         self.reading_paused = False
-        self.channel: Channel | None = None
+        self.channel: ChannelModel | None = None
         self.subs: dict[str, _Sub] = {}          # by consumer tag
         self.reply_queues: dict[str, str] = {}   # temp-queue id -> queue name
         self.txs: dict[str, list[tuple[Any, ...]]] = {}
@@ -251,7 +251,7 @@ class StompConnection(asyncio.Protocol):
             self._error(e.message, e.detail, f)
         except DestinationError as e:
             self._error(e.message, e.detail, f)
-        except AMQPError as e:  # the model refused: RabbitMQ's amqp_death texts
+        except ReplyError as e:  # the model refused: RabbitMQ's amqp_death texts
             name = e.text.split(" - ", 1)[0].lower() if " - " in e.text else "error"
             self._error(name, e.text, f)
 
@@ -399,7 +399,7 @@ class StompConnection(asyncio.Protocol):
         args = {k: h[k] for k in CONSUMER_ARGUMENTS if k in h}
         try:
             ch.basic_consume(queue.name, tag, ack == "auto", False, args, prefetch=prefetch)
-        except AMQPError:
+        except ReplyError:
             self._drop_unused(queue, dest)
             raise
         self.subs[tag] = _Sub(sub_id, tag, text, dest, ack, queue.name, durable)
@@ -439,7 +439,7 @@ class StompConnection(asyncio.Protocol):
         q = self._declare_queue(name, h, durable=durable, auto_delete=True)
         try:
             vh.bind(exchange, q, key, {})
-        except AMQPError:
+        except ReplyError:
             if fresh:
                 self._drop_unused(q, dest)
             raise
@@ -544,7 +544,7 @@ class StompConnection(asyncio.Protocol):
             assert ch is not None
             d = ch.unacked.get(tag)
             if d is None or d[1] is None or d[1].tag != ctag:  # as take_for_consumer
-                raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+                raise SoftError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
             actions.append(action)
             return
         self._settle(*action)
