@@ -458,8 +458,7 @@ class AsyncConsumer(BaseConsumer):
             return False
         if m is None:
             return False
-        self.delivered(m)
-        conn._flush()
+        self.delivered(m, listener=True)
         listener = self.listener
         try:
             assert listener is not None
@@ -467,6 +466,8 @@ class AsyncConsumer(BaseConsumer):
             result = listener(m)
             if inspect.isawaitable(result):
                 await result
+            self.listener_done(m)
+            conn._flush()
         except Exception as exc:
             log.debug("listener raised %r; redelivering %r", exc, m)
             try:

@@ -10,6 +10,7 @@ deadline. State is only touched between yields, under the sync connection's lock
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 import time
@@ -62,6 +63,24 @@ CONSUME_ARGUMENTS = {SEQ_HEADER: True, "x-ackmq-delivery-count": True}
 _LOCAL_COUNTS_MAX = 100_000
 
 
+def message_key(m: Message) -> str:
+    """What identifies a message across its redeliveries: its message_id, else ackmq's
+    per-queue sequence number, else (best effort) a hash of where it went and its body."""
+    mid = m.message_id
+    if mid is not None:
+        return mid
+    seq = m.seq
+    if seq is not None:
+        return f"seq:{m.consumer.queue if m.consumer else ''}:{seq}"
+    h = hashlib.blake2b(digest_size=16)
+    h.update(m.exchange.encode())
+    h.update(b"\0")
+    h.update(m.routing_key.encode())
+    h.update(b"\0")
+    h.update(m.body)
+    return "h:" + h.hexdigest()
+
+
 def deadline_in(seconds: float | None) -> float | None:
     return None if seconds is None else time.monotonic() + seconds
 
@@ -93,6 +112,7 @@ class BaseConnection:
         self._known_queues: set[str] = set()
         self._dead_letter: dict[str, tuple[str, str | None]] = {}
         self._local_counts: OrderedDict[str, int] = OrderedDict()
+        self._unseen: dict[str, int] = {}
         self._ids = itertools.count(1)
         self.closed = False
 
@@ -167,30 +187,48 @@ class BaseConnection:
     # -- redelivery counts -------------------------------------------------------------
     def redelivery_count(self, m: Message) -> int:
         """Broker-kept when the delivery says (x-delivery-count: ackmq, RabbitMQ quorum
-        queues); else what this connection counted itself, at least 1 when redelivered."""
+        queues); else what this connection counted itself, at least 1 when redelivered.
+        Returns of prefetched messages the application never saw (consumer or session
+        closed) are not redeliveries: this connection counts them (until the message is
+        settled) and takes them off."""
         if not m.redelivered:
             return 0
+        key = message_key(m)
+        unseen = self._unseen.get(key, 0) if self._unseen else 0
         headers = m.view.headers or {}
         count = headers.get(DELIVERY_COUNT_HEADER)
         if isinstance(count, int) and not isinstance(count, bool):
-            return count
-        mid = m.message_id
-        local = self._local_counts.get(mid, 0) if mid is not None else 0
-        return max(local, 1)
+            return max(0, count - unseen)
+        local = self._local_counts.get(key)
+        if local is not None:
+            return local
+        return 0 if unseen else 1
+
+    def returned_unseen(self, messages: list[Message]) -> None:
+        """These prefetched messages go back to the broker without the application
+        having seen them (their next delivery is flagged redelivered all the same)."""
+        unseen = self._unseen
+        for m in messages:
+            if m.state in (BUFFERED, DELAYED):
+                key = message_key(m)
+                unseen[key] = unseen.get(key, 0) + 1
+        while len(unseen) > _LOCAL_COUNTS_MAX:
+            del unseen[next(iter(unseen))]
 
     def remember_redelivery(self, m: Message, count: int) -> None:
-        mid = m.message_id
-        if mid is None:
-            return
+        key = message_key(m)
         counts = self._local_counts
-        counts[mid] = count
-        counts.move_to_end(mid)
+        counts[key] = count
+        counts.move_to_end(key)
         if len(counts) > _LOCAL_COUNTS_MAX:
             counts.popitem(last=False)
 
     def forget_redelivery(self, m: Message) -> None:
-        if m.redelivered and m.message_id is not None:
-            self._local_counts.pop(m.message_id, None)
+        """`m` is settled for good: drop what this connection counted for it."""
+        if m.redelivered and (self._local_counts or self._unseen):
+            key = message_key(m)
+            self._local_counts.pop(key, None)
+            self._unseen.pop(key, None)
 
     # -- dead-letter queue -------------------------------------------------------------
     def dead_letter_g(self, m: Message, queue: str, dest: Destination, cause: str,
@@ -309,6 +347,10 @@ class BaseSession:
             if self.error is None and self.chan is not None:
                 for consumer in self._all_consumers:
                     consumer.flush_lazy_acks()
+                self.conn.returned_unseen(list(self.unsettled.values()))
+                for m in self.unsettled.values():
+                    m.state = SETTLED
+                self.unsettled.clear()
                 yield from _wait(self.conn.core.close_channel(self.chan), deadline)
         except ClientError:
             pass
@@ -323,13 +365,14 @@ class BaseSession:
     def on_deliver(self, content: Content) -> None:
         d = content.method
         consumer = self.consumers.get(d.consumer_tag)
-        if consumer is None or consumer.closed:
-            # a consumer we cancelled: give it straight back
-            if self.chan is not None and self.chan.error is None:
-                self.chan.write(encode_nack(self.chan.number, d.delivery_tag, False, True))
-            return
         m = Message(content.body, d.exchange, d.routing_key, d.redelivered, d.delivery_tag,
                     content.properties, consumer, self.generation, self.conn.core.is_ackmq)
+        if consumer is None or consumer.closed:
+            # in flight while we cancelled: give it straight back, unseen
+            if self.chan is not None and self.chan.error is None:
+                self.conn.returned_unseen([m])
+                self.chan.write(encode_nack(self.chan.number, d.delivery_tag, False, True))
+            return
         if d.redelivered:
             m.redelivery_count = self.conn.redelivery_count(m)
         self.unsettled[d.delivery_tag] = m
@@ -347,6 +390,7 @@ class BaseSession:
         """Channel or connection gone: everything unacked comes back from the broker
         (D8); local state for it is dropped."""
         self.error = error
+        self.conn.returned_unseen(list(self.unsettled.values()))
         for m in self.unsettled.values():
             m.state = SETTLED
         self.unsettled.clear()
@@ -730,14 +774,26 @@ class BaseConsumer:
             yield from _sleep(until)
             pause = min(pause * 2, 0.1)
 
-    def delivered(self, m: Message) -> None:
-        """The application gets `m` now: acks per the session's mode (J1, J3)."""
+    def delivered(self, m: Message, listener: bool = False) -> None:
+        """The application gets `m` now: acks per the session's mode (J1, J3). For a
+        listener, AUTO and DUPS_OK ack only once it has returned (`listener_done`)."""
         s = self.session
         m.state = DELIVERED
         mode = s.ack_mode
         if mode == AckMode.SESSION_TRANSACTED:
             s.tx_consumed.append(m)
-        elif mode == AckMode.AUTO:
+        elif not listener:
+            self._auto_ack(m)
+
+    def listener_done(self, m: Message) -> None:
+        """The listener returned normally."""
+        if m.state == DELIVERED and m.generation == self.session.generation:
+            self._auto_ack(m)
+
+    def _auto_ack(self, m: Message) -> None:
+        s = self.session
+        mode = s.ack_mode
+        if mode == AckMode.AUTO:
             if not self.optimize:
                 s.ack_one(m)
                 return
@@ -818,7 +874,9 @@ class BaseConsumer:
         # prefetched messages the application never saw go back now
         if s.chan is not None and s.error is None:
             out = []
-            for m in list(self.buffer) + [d[2] for d in self.delayed]:
+            back = list(self.buffer) + [d[2] for d in self.delayed]
+            s.conn.returned_unseen(back)
+            for m in back:
                 if m.state in (BUFFERED, DELAYED):
                     s.unsettled.pop(m.delivery_tag, None)
                     m.state = SETTLED

@@ -723,13 +723,15 @@ class Consumer(BaseConsumer):
         if m is None:
             return False
         with conn._lock:
-            self.delivered(m)
-        conn._flush(conn.rpc_deadline())
+            self.delivered(m, listener=True)
         listener = self.listener
         try:
             assert listener is not None
             self.in_listener = True
             listener(m)
+            with conn._lock:
+                self.listener_done(m)
+            conn._flush(conn.rpc_deadline())
         except Exception as exc:  # the listener's failure is a redelivery (J6)
             log.debug("listener raised %r; redelivering %r", exc, m)
             try:
