@@ -298,6 +298,7 @@ class BaseSession:
         self.tx_consumed: list[Message] = []
         self.tx_poisoned: list[Message] = []
         self.tx_lost = False
+        self.tx_dirty = False  # published something since the last commit/rollback
         self.error: ClientError | None = None
         self.closed = False
         self.generation = -1
@@ -394,8 +395,9 @@ class BaseSession:
         for m in self.unsettled.values():
             m.state = SETTLED
         self.unsettled.clear()
-        if self.tx_consumed or self.tx_poisoned or (self.chan and self.chan.outstanding):
+        if self.transacted and (self.tx_dirty or self.tx_consumed or self.tx_poisoned):
             self.tx_lost = True
+        self.tx_dirty = False
         self.tx_consumed = []
         self.tx_poisoned = []
         for consumer in self._all_consumers:
@@ -502,9 +504,11 @@ class BaseSession:
         try:
             yield from _wait(self.chan.rpc(C.Tx.Commit(), (C.Tx.CommitOk,)), deadline)
         except ConnectionLost as err:
+            self.tx_lost = False  # reported here, once
             raise ConnectionLost(f"commit outcome unknown: {err}", err.code) from err
         except TimeoutError:
             raise ConnectionLost("commit outcome unknown: no commit-ok in time") from None
+        self.tx_dirty = False
         for m in consumed:
             self.conn.forget_redelivery(m)
         self.tx_consumed = []
@@ -538,6 +542,7 @@ class BaseSession:
         self.check()
         assert self.chan is not None
         yield from _wait(self.chan.rpc(C.Tx.Rollback(), (C.Tx.RollbackOk,)), deadline)
+        self.tx_dirty = False
         self.chan.tx_returns.clear()
         consumed, self.tx_consumed = self.tx_consumed, []
         poisoned, self.tx_poisoned = self.tx_poisoned, []
@@ -924,6 +929,7 @@ class BaseProducer:
         fut = s.conn.new_future()
         s.chan.publish(msg, fut, failed)
         if s.transacted:
+            s.tx_dirty = True
             fut.set_result(None)
         return fut
 
