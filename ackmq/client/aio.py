@@ -397,7 +397,7 @@ class AsyncProducer(BaseProducer):
         msg = self.build(body, headers, persistent, message_id, props)
         fut = self.publish_now(msg, self.failed)
         fut.add_done_callback(_consume_exception)
-        self.track(fut)
+        self.track_seq()
         conn._flush_soon()
         return fut
 

@@ -905,7 +905,8 @@ class BaseProducer:
             self.exchange, self.routing_key, self.mandatory = "amq.topic", dest.name, False
         self.name = f"{session.id}:{next(session._producer_ids)}"
         self.failed: list[OutboundMessage] = []
-        self._futures: deque[Any] = deque()
+        self._last_seq = 0
+        self._chan: Chan | None = None
 
     def prepare_g(self, deadline: float | None) -> Step:
         if self.dest.kind == "queue":
@@ -967,27 +968,35 @@ class BaseProducer:
             cls = NackError if nacked else ReturnedError
             raise cls(f"{len(failed)} of {len(msgs)} messages not taken: {first}", failed)
 
-    def track(self, fut: Any) -> Any:
-        futures = self._futures
-        futures.append(fut)
-        while futures and futures[0].done():
-            futures.popleft()
-        return fut
+    def track_seq(self) -> None:
+        """Remember the sequence number of this producer's latest publish()."""
+        chan = self.session.chan
+        if chan is not None and chan.confirm:
+            self._last_seq = chan.next_seq - 1
+            self._chan = chan
 
     def wait_for_confirms_g(self, deadline: float | None) -> Step:
-        """Until every publish() of this producer is settled (acked, nacked, returned)."""
-        futures = self._futures
-        while futures:
-            fut = futures[0]
-            if not fut.done():
-                try:
-                    yield (fut, deadline)
-                except TimeoutError:
-                    raise ConfirmTimeout(f"{len(futures)} publishes not yet confirmed") \
-                        from None
-                except ClientError:
-                    pass
-            futures.popleft()
+        """Until every publish() of this producer is settled (acked, nacked, returned).
+        The channel's outstanding map is sorted: wait while its first entry is one of
+        ours or older (other producers of the session may make this wait a little
+        longer, never shorter)."""
+        chan = self._chan
+        if chan is None:
+            return
+        last = self._last_seq
+        outstanding = chan.outstanding
+        while outstanding:
+            seq = next(iter(outstanding))
+            if seq > last:
+                return
+            try:
+                yield (outstanding[seq].future, deadline)
+            except TimeoutError:
+                left = sum(1 for s in outstanding if s <= last)
+                raise ConfirmTimeout(f"{left} publishes not yet confirmed") from None
+            except ClientError:
+                if chan.error is not None:
+                    return  # the channel is gone; its publishes are in take_failed()
 
     def take_failed(self) -> list[OutboundMessage]:
         """Nacked, returned, or lost-with-the-connection publishes, handed back for the

@@ -2,7 +2,7 @@
 futures resolved as replies, confirms and deliveries arrive.
 
 The sync and asyncio connections own the socket and drive this object; they hand it a
-future factory (a concurrent.futures.Future subclass that pumps the socket, or
+future factory (sync.ClientFuture, whose result() reads the socket while it waits, or
 loop.create_future), so everything above works on either.
 """
 

@@ -30,7 +30,7 @@ from .base import (
     deadline_in,
 )
 from .core import Core
-from .errors import ClientError, ConnectionLost, IllegalStateError
+from .errors import ClientError, ConfirmTimeout, ConnectionLost, IllegalStateError
 from .message import Message, OutboundMessage
 from .options import AckMode, Destination, Options, RedeliveryPolicy, parse_url
 
@@ -39,29 +39,92 @@ log = logging.getLogger("ackmq.client")
 _READ_SIZE = 1 << 18
 
 
-class ClientFuture(concurrent.futures.Future):
-    """A concurrent.futures.Future whose result()/exception() read the connection's
-    socket while they wait (nobody else may be reading it)."""
+class ClientFuture:
+    """A future of the sync API, with concurrent.futures.Future's interface (done,
+    result(timeout), exception(timeout), add_done_callback). It is settled by whichever
+    thread reads the socket; result() and exception() read it themselves while they wait
+    (no thread hop), so it needs no lock of its own: one is cheap enough to create per
+    publish."""
 
-    _conn: Connection | None = None
+    __slots__ = ("_conn", "_state", "_value", "_callbacks")
 
-    def result(self, timeout: float | None = None) -> Any:
-        self._pump(timeout)
-        return super().result(0 if self.done() else timeout)
+    _PENDING, _DONE, _FAILED = 0, 1, 2
 
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        self._pump(timeout)
-        return super().exception(0 if self.done() else timeout)
+    def __init__(self, conn: Connection | None = None) -> None:
+        self._conn = conn
+        self._state = 0
+        self._value: Any = None
+        self._callbacks: list[Callable[[ClientFuture], Any]] | None = None
+
+    def done(self) -> bool:
+        return self._state != 0
+
+    def cancelled(self) -> bool:
+        return False
+
+    def running(self) -> bool:
+        return self._state == 0
+
+    def cancel(self) -> bool:
+        return False  # a publish on the wire cannot be taken back
+
+    def set_result(self, value: Any) -> None:
+        if self._state:
+            raise concurrent.futures.InvalidStateError("already settled")
+        self._value = value
+        self._state = 1
+        if self._callbacks:
+            self._run_callbacks()
+
+    def set_exception(self, exc: BaseException) -> None:
+        if self._state:
+            raise concurrent.futures.InvalidStateError("already settled")
+        self._value = exc
+        self._state = 2
+        if self._callbacks:
+            self._run_callbacks()
+
+    def _run_callbacks(self) -> None:
+        callbacks, self._callbacks = self._callbacks or [], None
+        for fn in callbacks:
+            try:
+                fn(self)
+            except Exception:
+                log.exception("future callback")
+
+    def add_done_callback(self, fn: Callable[[ClientFuture], Any]) -> None:
+        """`fn(future)` once settled — on the thread that reads the socket: keep it short,
+        never block or publish from it (J10)."""
+        if self._state:
+            fn(self)
+        elif self._callbacks is None:
+            self._callbacks = [fn]
+        else:
+            self._callbacks.append(fn)
 
     def _pump(self, timeout: float | None) -> None:
         conn = self._conn
-        if conn is None or self.done():
+        if self._state or conn is None:
             return
         try:
             conn._flush(conn.rpc_deadline())
             conn._wait(self.done, deadline_in(timeout))
         except ClientError:
             pass  # the future carries the error (or the caller times out)
+
+    def result(self, timeout: float | None = None) -> Any:
+        self._pump(timeout)
+        if self._state == 1:
+            return self._value
+        if self._state == 2:
+            raise self._value
+        raise TimeoutError("future not settled in time")
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._pump(timeout)
+        if self._state == 0:
+            raise TimeoutError("future not settled in time")
+        return self._value if self._state == 2 else None
 
 
 class Connection(BaseConnection):
@@ -77,8 +140,10 @@ class Connection(BaseConnection):
         self._sock: socket.socket | None = None
         self._poll: Any = None
         self._dispatcher: threading.Thread | None = None
-        self._heartbeater: threading.Thread | None = None
+        self._io_thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._kick = threading.Event()
+        self._deferred = 0  # bytes publish() left for the I/O thread
         self._listener_consumers: list[Consumer] = []
         self._listener_ready = False
         self.core = Core(options, self.new_future)
@@ -86,9 +151,7 @@ class Connection(BaseConnection):
 
     # -- futures and waiting -----------------------------------------------------------
     def new_future(self) -> ClientFuture:
-        fut = ClientFuture()
-        fut._conn = self
-        return fut
+        return ClientFuture(self)
 
     def _drive(self, gen: Step) -> Any:
         """Run a base-layer generator to completion: its steps under the lock, its waits
@@ -112,9 +175,8 @@ class Connection(BaseConnection):
                     self._wait(_never, deadline)
                     value, error = None, TimeoutError()
                 elif self._wait(fut.done, deadline):
-                    exc = concurrent.futures.Future.exception(fut, 0)
-                    value, error = (None, exc) if exc is not None else \
-                        (concurrent.futures.Future.result(fut, 0), None)
+                    value, error = (fut._value, None) if fut._state == 1 else \
+                        (None, fut._value)
                 else:
                     value, error = None, TimeoutError()
             except ClientError as err:
@@ -313,48 +375,60 @@ class Connection(BaseConnection):
         if not self._wait(opened.done, deadline):
             self._lost(ConnectionLost(f"no AMQP handshake with {o.host}:{o.port} within "
                                       f"{o.connect_timeout} s"))
-        exc = concurrent.futures.Future.exception(opened, 0)
+        exc = opened._value if opened._state == 2 else None
         if exc is not None:
             self._close_socket()
             raise exc
         self.generation += 1
-        self._start_heartbeats()
+        self._start_io_thread()
 
-    def _start_heartbeats(self) -> None:
-        if self.core.heartbeat and (self._heartbeater is None or
-                                    not self._heartbeater.is_alive()):
-            self._heartbeater = threading.Thread(target=self._heartbeat_loop,
-                                                 name="ackmq.client-heartbeat", daemon=True)
-            self._heartbeater.start()
+    def _start_io_thread(self) -> None:
+        if self._io_thread is None or not self._io_thread.is_alive():
+            self._io_thread = threading.Thread(target=self._io_loop,
+                                               name="ackmq.client-io", daemon=True)
+            self._io_thread.start()
 
-    def _heartbeat_loop(self) -> None:
-        """Send a heartbeat when nothing was written for half an interval; read when no
-        one else does; declare the peer dead after two silent intervals (H1)."""
+    def _kick_writer(self) -> None:
+        """Have the I/O thread write what is buffered (publish() bursts)."""
+        if not self._kick.is_set():
+            self._kick.set()
+
+    def _io_loop(self) -> None:
+        """The connection's helper thread: writes what publish() left buffered (a burst
+        goes out in large writes instead of one syscall per message), sends a heartbeat
+        when nothing was written for half an interval, reads when no one else does, and
+        declares the peer dead after two silent intervals (H1)."""
         while not self._stop.is_set():
             core = self.core
             interval = core.heartbeat
-            if not interval:
+            kicked = self._kick.wait(min(interval / 2.0, 1.0) if interval else 1.0)
+            if self._stop.is_set():
                 return
-            if self._stop.wait(min(interval / 2.0, 1.0)):
-                return
+            if kicked:
+                self._kick.clear()
             if core.error is not None or self._sock is None:
-                if not self.options.reconnect or self.closed:
+                if self.closed:
                     return
                 continue
-            now = time.monotonic()
             try:
+                if core.out:
+                    self._flush(self.rpc_deadline())
+                if not interval:
+                    continue
+                now = time.monotonic()
                 if now - core.last_write >= interval / 2.0:
                     with self._lock:
                         core.out.append(HEARTBEAT)
                     self._flush(now + interval)
-                self._poll_now()
+                if not kicked:
+                    self._poll_now()
                 if time.monotonic() - core.last_read > 2 * interval:
                     self._lost(ConnectionLost(f"no data from the broker for {2 * interval} s "
-                                              f"(missed heartbeats)"))
+                                              f"(missed heartbeats)"), core)
             except ClientError:
                 pass
             except Exception:  # never let the keep-alive die silently
-                log.exception("heartbeat thread")
+                log.exception("ackmq.client I/O thread")
 
     def _ensure_connected(self) -> None:
         """reconnect=True: a lost connection is re-established (sessions, consumers)."""
@@ -413,6 +487,7 @@ class Connection(BaseConnection):
         finally:
             self.closed = True
             self._stop.set()
+            self._kick.set()
             with self._cond:
                 if self.core.error is None:
                     self.core.lost(ConnectionLost("connection closed by the client", 200))
@@ -629,16 +704,20 @@ class Producer(BaseProducer):
         chan = self.session.chan
         if chan is not None and len(chan.outstanding) >= conn.options.max_outstanding_confirms:
             limit = conn.options.max_outstanding_confirms
+            conn._flush(conn.rpc_deadline())
             if not conn._wait(lambda: len(chan.outstanding) < limit, conn.rpc_deadline()):
-                from .errors import ConfirmTimeout
                 raise ConfirmTimeout(f"{len(chan.outstanding)} publishes unconfirmed")
         with conn._lock:
             fut = self.publish_now(msg, self.failed)
-            self.track(fut)
-        conn._flush(conn.rpc_deadline())
-        conn._publishes += 1
-        if conn._publishes & 63 == 0:
+            self.track_seq()
+            conn._deferred += len(msg.body) + 64
+            flush_now = conn._deferred >= 65536
+        if flush_now:
+            conn._deferred = 0
+            conn._flush(conn.rpc_deadline())
             conn._poll_now()
+        else:
+            conn._kick_writer()
         return fut
 
     def wait_for_confirms(self, timeout: float | None = None) -> None:
