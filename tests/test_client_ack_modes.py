@@ -307,3 +307,17 @@ def test_J9_destination_prefetch_wins_over_the_url(url: str, q: str,
     assert c2.receive(timeout=2) is not None
     witness.wait_ready(q, 13)  # the destination's 2
     conn.abort()
+
+
+def test_J4_receive_with_timeout_0_takes_what_has_arrived(url: str, q: str,
+                                                          witness: Witness) -> None:
+    """receiveNoWait(): no waiting, but what the broker already sent counts."""
+    witness.declare(q)
+    with connect(url) as conn:
+        c = conn.session().consumer(q)
+        assert c.receive(timeout=0) is None
+        for i in range(3):
+            witness.publish(q, str(i).encode())
+            time.sleep(0.2)  # in our socket, read by nobody yet
+            m = c.receive(timeout=0)
+            assert m is not None and m.body == str(i).encode()

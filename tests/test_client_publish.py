@@ -208,3 +208,18 @@ def test_J10_a_return_fails_its_publish_even_though_it_is_acked() -> None:
     core.feed(encode_ack(chan.number, 2, True))
     assert isinstance(f1.exception(), ReturnedError)
     assert f2.exception() is None
+
+
+def test_J10_transacted_publishes_to_no_queue_are_reported_by_commit(url: str, q: str,
+                                                                     witness: Witness) -> None:
+    with connect(url) as conn:
+        t = conn.session(transacted=True)
+        p = t.producer(q)
+        p.send(b"kept")
+        t.commit()
+        witness.delete(q)
+        gone = t.producer(q)  # cached as known: the send goes to no queue
+        gone.send(b"to nowhere")
+        with pytest.raises(ReturnedError) as info:
+            t.commit()
+        assert [m.body for m in info.value.messages] == [b"to nowhere"]

@@ -710,6 +710,7 @@ class BaseConsumer:
         """The next message for the application, or None at the deadline. Messages past
         maximumRedeliveries (e.g. after crash loops: the broker kept counting) are
         poisoned here instead (ActiveMQ's pre-dispatch check)."""
+        looked = False
         while True:
             self.check()
             self.release_due()
@@ -731,7 +732,9 @@ class BaseConsumer:
                 continue
             now = time.monotonic()
             if deadline is not None and now >= deadline:
-                return None
+                if looked:
+                    return None
+                looked = True  # one look at what has arrived (receive(timeout=0))
             until = deadline
             due = self.next_due()
             if due is not None and (until is None or due < until):

@@ -186,7 +186,9 @@ class Connection(BaseConnection):
 
     def _wait(self, pred: Callable[[], bool], deadline: float | None) -> bool:
         """Until pred() or the deadline (False). Reads the socket when no other thread
-        does; raises ConnectionLost when the connection is gone."""
+        does (at least one look, even with the deadline already past); raises
+        ConnectionLost when the connection is gone."""
+        looked = False
         while True:
             with self._lock:
                 if pred():
@@ -195,7 +197,11 @@ class Connection(BaseConnection):
                     raise self.core.error
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                return False
+                if looked:
+                    return False
+                looked = True
+                self._poll_now()
+                continue
             if self._rio.acquire(blocking=False):
                 try:
                     self._read_once(0.5 if remaining is None else min(remaining, 0.5))
