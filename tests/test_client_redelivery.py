@@ -253,3 +253,36 @@ def test_J7_acknowledgement_kinds_as_the_broker_sees_them(url: str, q: str,
             RuntimeError("poison")) if m.body == a.body else done.set())
         witness.wait_ready(dlq, 1)
     assert [body for _, _, body in witness.drain(dlq)] == [a.body]
+
+
+def test_J6_in_a_transacted_session_only_the_failing_message_counts(
+        url: str, q: str, witness: Witness) -> None:
+    """A listener's exception rolls the transaction back; its message counts a
+    redelivery, the rest of the batch is delivered again uncounted."""
+    dlq = dlq_setup(witness, q)
+    out = q + ".out"
+    witness.declare(out)
+    seen: list[tuple[bytes, bool, int]] = []
+    policy = RedeliveryPolicy(maximum_redeliveries=1, initial_redelivery_delay=0)
+    with connect(url, redelivery_policy=policy) as conn:
+        conn.declare_queue(q, arguments={"x-dead-letter-exchange": "",
+                                         "x-dead-letter-routing-key": dlq})
+        t = conn.session(transacted=True)
+        p = t.producer(out)
+
+        def listener(m: Message) -> None:
+            seen.append((m.body, m.redelivered, m.delivery_count))
+            if m.body == b"bad":
+                raise ValueError("bad")
+            p.send(m.body)
+            if m.body == b"c":
+                t.commit()
+
+        t.consumer(q, listener=listener)
+        witness.publish(q, b"a", b"bad", b"c")
+        witness.wait_ready(dlq, 1)
+        time.sleep(0.2)
+    assert seen[:3] == [(b"a", False, 1), (b"bad", False, 1), (b"a", True, 1)]
+    assert (b"bad", True, 2) in seen and seen.count((b"c", False, 1)) == 1
+    assert sorted(b for _, _, b in witness.drain(out)) == [b"a", b"c"]  # once each
+    witness.wait_ready(q, 0)

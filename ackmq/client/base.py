@@ -528,11 +528,16 @@ class BaseSession:
                                         "nothing of it took effect")
         self.check()
 
-    def rollback_g(self, deadline: float | None, cause: BaseException | str = "rollback()"
-                   ) -> Step:
+    def rollback_g(self, deadline: float | None, cause: BaseException | str = "rollback()",
+                   culprit: Message | None = None) -> Step:
         """Discard what was produced, redeliver what was consumed (each counts as a
         redelivery, J6). AMQP's tx.rollback leaves consumed messages unacked, so they are
-        then nacked with requeue (or poisoned) in a transaction of their own."""
+        then nacked with requeue (or poisoned) in a transaction of their own.
+
+        When a listener's exception caused the rollback, only its message (`culprit`)
+        counts and goes back to the broker; the others of the transaction are delivered
+        again from here (still unacked at the broker, `redelivered` set, count unchanged),
+        so one poison message cannot drag its batch into the dead-letter queue."""
         if not self.transacted:
             raise IllegalStateError("rollback() on a session that is not transacted")
         if self.tx_lost:
@@ -550,6 +555,15 @@ class BaseSession:
         number = self.chan.number
         for m in poisoned:  # their acks were rolled back with the rest
             out.append(encode_ack(number, m.delivery_tag, False))
+        if culprit is not None:
+            for m in reversed(consumed):
+                if m is not culprit and m.state != SETTLED and m.consumer is not None \
+                        and not m.consumer.closed:
+                    m.redelivered = True
+                    m.state = BUFFERED
+                    m.consumer.buffer.appendleft(m)
+                    m.consumer.wake()
+            consumed = [m for m in consumed if m.state != BUFFERED]
         for m in consumed:
             if m.state == SETTLED:
                 continue
@@ -835,7 +849,7 @@ class BaseConsumer:
         s = self.session
         deadline = s.conn.rpc_deadline()
         if s.transacted:
-            yield from s.rollback_g(deadline, exc)
+            yield from s.rollback_g(deadline, exc, culprit=m)
         else:
             yield from s.requeue_g(m, exc, deadline)
 
