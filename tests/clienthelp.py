@@ -60,9 +60,32 @@ def ackmq_url(broker_url: str) -> str:
     return broker_url
 
 
+SUFFIXES = ("", ".a", ".b", ".dlq", ".out", ".pull", ".full", ".mine")
+
+
 @pytest.fixture
-def q(request: pytest.FixtureRequest) -> str:
-    return f"c.{request.node.name[:50]}.{uuid.uuid4().hex[:8]}"
+def q(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A queue name unique to the test; the queues made from it are deleted afterwards
+    (the reference RabbitMQ is shared)."""
+    name = f"c.{request.node.name[:50]}.{uuid.uuid4().hex[:8]}"
+    yield name
+    for fixture in ("url", "ackmq_url"):
+        if fixture in request.fixturenames:
+            try:
+                conn = pika.BlockingConnection(pika.URLParameters(
+                    request.getfixturevalue(fixture)))
+            except Exception:  # noqa: BLE001 - the broker may be gone; nothing to clean
+                continue
+            try:
+                for suffix in SUFFIXES:
+                    ch = conn.channel()
+                    ch.queue_delete(name + suffix)
+                    ch.close()
+            except Exception:  # noqa: BLE001
+                pass
+            finally:
+                if conn.is_open:
+                    conn.close()
 
 
 class Witness:
