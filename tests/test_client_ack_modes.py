@@ -321,3 +321,23 @@ def test_J4_receive_with_timeout_0_takes_what_has_arrived(url: str, q: str,
             time.sleep(0.2)  # in our socket, read by nobody yet
             m = c.receive(timeout=0)
             assert m is not None and m.body == str(i).encode()
+
+
+def test_message_fields_and_the_broker_added_headers(url: str, q: str) -> None:
+    """headers are the publisher's; ackmq's x-ackmq-seq / x-delivery-count (asked for by
+    the consume arguments) show as seq and delivery_count instead."""
+    with connect(url) as conn:
+        s = conn.session(AckMode.CLIENT)
+        s.producer(q).send(b"body", headers={"k": "v", "n": 1}, content_type="text/plain",
+                           correlation_id="c-1", message_id="m-1")
+        m = s.consumer(q).receive(timeout=2)
+        assert (m.body, m.headers, m.message_id) == (b"body", {"k": "v", "n": 1}, "m-1")
+        assert m.properties["content_type"] == "text/plain"
+        assert m.properties["correlation_id"] == "c-1"
+        assert m.properties["delivery_mode"] == 2
+        assert (m.redelivered, m.delivery_count) == (False, 1)
+        if conn.is_ackmq:
+            assert isinstance(m.seq, int) and m.seq > 0
+        else:
+            assert m.seq is None
+        m.acknowledge()

@@ -11,7 +11,7 @@ from ackmq.protocol.amqp import PropertiesView
 from ackmq.protocol.amqp.client_codec import encode_basic_properties, properties_dict
 
 if TYPE_CHECKING:
-    from .session import BaseConsumer
+    from .base import BaseConsumer
 
 SEQ_HEADER = "x-ackmq-seq"
 DELIVERY_COUNT_HEADER = "x-delivery-count"
