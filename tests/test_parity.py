@@ -464,3 +464,121 @@ def test_time_fields_are_utc_seconds(raw: RawConnection) -> None:
     when = get(raw, dead, no_ack=True).properties.headers["x-death"][0]["time"]
     now = datetime.datetime.now(tz=datetime.UTC)
     assert abs((now - when.replace(tzinfo=datetime.UTC)).total_seconds()) < 60
+
+
+# ------------------------------------------- found by running client suites (audit)
+
+
+def test_queue_delete_ok_before_the_cancel_of_own_consumer(raw: RawConnection) -> None:
+    """kombu/Celery (py-amqp) wait for delete-ok and fail on a basic.cancel before it."""
+    q = uniq("del")
+    raw.rpc(1, C.Queue.Declare(queue=q), C.Queue.DeclareOk)
+    raw.rpc(1, C.Basic.Consume(queue=q, consumer_tag="own"), C.Basic.ConsumeOk)
+    raw.send(1, C.Queue.Delete(queue=q))
+    first = raw.recv()[1]
+    second = raw.recv()[1]
+    assert isinstance(first, C.Queue.DeleteOk), first
+    assert isinstance(second, C.Basic.Cancel) and second.consumer_tag == "own", second
+
+
+def test_start_offers_amqplain_then_plain(url: str) -> None:
+    with RawConnection.connect(url) as conn:
+        start = conn.start()
+        assert start.mechanisms == "AMQPLAIN PLAIN"
+
+
+def test_user_id_must_be_the_logged_in_user(raw: RawConnection) -> None:
+    q = uniq("uid")
+    declare(raw, q)
+    raw.publish(1, "", q, b"ok", C.Basic.Properties(user_id="guest"))
+    assert get(raw, q, no_ack=True).body == b"ok"
+    raw.publish(1, "", q, b"forged", C.Basic.Properties(user_id="bob"))
+    close = raw.expect(C.Channel.Close)
+    assert (close.reply_code, close.reply_text) == (
+        406, "PRECONDITION_FAILED - user_id property set to 'bob' but authenticated user "
+             "was 'guest'")
+
+
+@pytest.mark.parametrize("header", ["CC", "BCC"])
+def test_cc_bcc_must_be_arrays(raw: RawConnection, header: str) -> None:
+    q, other = uniq("cc"), uniq("cc2")
+    declare(raw, q)
+    declare(raw, other)
+    # elements that are not strings are ignored, the strings route
+    raw.publish(1, "", q, b"a", C.Basic.Properties(headers={header: [other, 7]}))
+    assert get(raw, other, no_ack=True).body == b"a"
+    raw.publish(1, "", q, b"b", C.Basic.Properties(headers={header: other}))
+    close = raw.expect(C.Channel.Close, skip_others=True)
+    assert (close.reply_code, close.reply_text) == (
+        406, f'PRECONDITION_FAILED - invalid message: {{unacceptable_type_in_header,"{header}",'
+             'longstr}')
+
+
+@pytest.mark.parametrize("args,text", [
+    ({"x-priority": "abc"}, "invalid arg 'x-priority' for queue '{q}' in vhost '/': "
+                            '"expected integer, got longstr"'),
+    ({"x-cancel-on-ha-failover": "yes"}, "invalid arg 'x-cancel-on-ha-failover' for queue "
+                                         "'{q}' in vhost '/': {{unacceptable_type,longstr}}"),
+])
+def test_consume_arguments_checked(raw: RawConnection, args: dict, text: str) -> None:
+    q = uniq("cargs")
+    declare(raw, q)
+    raw.send(1, C.Basic.Consume(queue=q, arguments=args))
+    close = raw.expect(C.Channel.Close)
+    assert (close.reply_code, close.reply_text) == (406, "PRECONDITION_FAILED - "
+                                                    + text.format(q=q))
+
+
+def _consume_all(conn: pika.BlockingConnection, got: list, seconds: float = 0.7) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.05)
+
+
+def test_consumer_priorities(url: str) -> None:
+    """The higher x-priority consumer takes messages while it has room; the lower one
+    gets them only then."""
+    q = uniq("prio")
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        low, high = conn.channel(), conn.channel()
+        low.queue_declare(q, exclusive=True)
+        got: list[tuple[str, bytes]] = []
+        low.basic_qos(prefetch_count=1)
+        high.basic_qos(prefetch_count=2)
+        low.basic_consume(q, lambda c, m, p, b: got.append(("low", b)),
+                          arguments={"x-priority": 1})
+        high.basic_consume(q, lambda c, m, p, b: got.append(("high", b)),
+                           arguments={"x-priority": 10})
+        conn.process_data_events(time_limit=0.1)
+        for i in range(4):
+            low.basic_publish("", q, str(i).encode())
+        _consume_all(conn, got)
+        assert sorted(got) == [("high", b"0"), ("high", b"1"), ("low", b"2")]
+    finally:
+        conn.close()
+
+
+def test_single_active_consumer(url: str) -> None:
+    """x-single-active-consumer: one consumer gets everything; the next takes over when
+    it goes."""
+    q = uniq("sac")
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        ch = conn.channel()
+        ch.queue_declare(q, exclusive=True, arguments={"x-single-active-consumer": True})
+        got: list[tuple[str, bytes]] = []
+        ch.basic_consume(q, lambda c, m, p, b: got.append(("first", b)), auto_ack=True,
+                         consumer_tag="first")
+        ch.basic_consume(q, lambda c, m, p, b: got.append(("second", b)), auto_ack=True,
+                         consumer_tag="second")
+        for i in range(3):
+            ch.basic_publish("", q, str(i).encode())
+        _consume_all(conn, got)
+        assert got == [("first", b"0"), ("first", b"1"), ("first", b"2")]
+        ch.basic_cancel("first")
+        ch.basic_publish("", q, b"3")
+        _consume_all(conn, got)
+        assert got[3:] == [("second", b"3")]
+    finally:
+        conn.close()

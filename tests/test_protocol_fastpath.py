@@ -220,7 +220,7 @@ def test_decode_deliver_equals_pamqp(channel, ctag, tag, redelivered, exchange, 
 
 SLOW_PATH_METHODS = [
     commands.Connection.Start(server_properties={"product": "ackmq", "capabilities": {
-        "publisher_confirms": True}}, mechanisms="PLAIN AMQPLAIN", locales="en_US"),
+        "publisher_confirms": True}}, mechanisms="AMQPLAIN PLAIN", locales="en_US"),
     commands.Connection.Tune(2047, 131072, 60),
     commands.Connection.Close(320, "CONNECTION_FORCED - bye", 0, 0),
     commands.Channel.Close(406, "PRECONDITION_FAILED - unknown delivery tag 5", 60, 80),

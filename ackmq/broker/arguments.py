@@ -190,6 +190,24 @@ _QUEUE_CHECKS = (
 )
 
 
+def _int(v: Any, args: dict[str, Any]) -> str | None:
+    return _int_error(v)
+
+
+_CONSUME_CHECKS = (("x-priority", _int), ("x-cancel-on-ha-failover", _bool))
+
+
+def check_consume_arguments(args: dict[str, Any], qname: str, vhost: str) -> None:
+    """basic.consume's arguments as RabbitMQ 3.10's rabbit_amqqueue checks them (others
+    are ignored): 406 on the first bad one."""
+    for key, check in _CONSUME_CHECKS:
+        if key in args:
+            err = check(args[key], args)
+            if err is not None:
+                raise SoftError(PRECONDITION_FAILED, f"invalid arg '{key}' for queue "
+                                                     f"'{qname}' in vhost '{vhost}': {err}")
+
+
 def check_queue_arguments(args: dict[str, Any], qname: str, vhost: str) -> None:
     """A new queue's arguments, as RabbitMQ 3.10 checks them: 406 on the first bad one."""
     if not args:

@@ -108,8 +108,10 @@ class BrokerModel:
             raise HardError(NOT_ALLOWED, f"vhost {name} not found")
         return vh
 
-    def open_channel(self, vhost: VHost, owner: Any, output: Any) -> ChannelModel:
-        return ChannelModel(vhost, owner, output, self.consumer_timeout_ms)
+    def open_channel(self, vhost: VHost, owner: Any, output: Any,
+                     user: str | None = None) -> ChannelModel:
+        """`user`: who logged in (a publish's `user_id` must name them, as RabbitMQ)."""
+        return ChannelModel(vhost, owner, output, self.consumer_timeout_ms, user)
 
     # -- confirms and group commit --------------------------------------------------
     def mark_dirty(self, ch: ChannelModel) -> None:

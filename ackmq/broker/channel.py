@@ -15,6 +15,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ackmq.broker.arguments import check_consume_arguments
 from ackmq.broker.confirms import ConfirmTracker
 from ackmq.broker.consumer import Consumer
 from ackmq.broker.errors import (
@@ -28,11 +29,15 @@ from ackmq.broker.errors import (
 )
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue_type import ACK, REJECT, REQUEUE, Queue
+from ackmq.protocol.amqp.properties import PropertiesView
 
 if TYPE_CHECKING:
     from ackmq.broker.vhost import VHost
 
 Delivery = tuple  # (entry, consumer | None, deadline | None)
+
+
+USER_ID_FLAG = 0x10  # user-id's bit in the low byte of the property flags
 
 
 class ChannelOutput(Protocol):
@@ -67,8 +72,9 @@ class _Tx:
 
 class ChannelModel:
     def __init__(self, vhost: VHost, owner: Any, output: ChannelOutput,
-                 consumer_timeout_ms: int | None = None) -> None:
+                 consumer_timeout_ms: int | None = None, user: str | None = None) -> None:
         self.vhost = vhost
+        self.user = user
         self.broker = vhost.broker
         self.owner = owner  # the connection: exclusive queues belong to it
         self.output = output
@@ -143,6 +149,11 @@ class ChannelModel:
         if x.internal:
             raise SoftError(ACCESS_REFUSED, f"cannot publish to internal exchange "
                                                f"'{exchange}' in vhost '{self.vhost.name}'")
+        if self.user is not None and properties[1] & USER_ID_FLAG:
+            uid = PropertiesView(properties).user_id
+            if uid is not None and uid != self.user:
+                raise SoftError(PRECONDITION_FAILED, f"user_id property set to '{uid}' but "
+                                                     f"authenticated user was '{self.user}'")
         msg = Message(exchange, routing_key, properties, body)  # 406 on a bad expiration,
         # raised before the publish gets a confirm number: it is never confirmed
         mode = msg.delivery_mode
@@ -236,6 +247,8 @@ class ChannelModel:
             consumer_tag = "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
         elif consumer_tag in self.consumers:
             raise HardError(NOT_ALLOWED, f"attempt to reuse consumer tag '{consumer_tag}'")
+        if arguments:
+            check_consume_arguments(arguments, q.name, self.vhost.name)
         if any(c.exclusive for c in q.consumers.values()) or (exclusive and q.consumers):
             raise SoftError(ACCESS_REFUSED, f"queue '{q.name}' in vhost "
                                                f"'{self.vhost.name}' in exclusive use")

@@ -9,7 +9,7 @@ from ackmq.broker.arguments import DELIVERY_COUNT_ARG, SEQ_ARG, opt_in
 
 class Consumer:
     __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "limit", "unacked",
-                 "active", "parked", "arguments", "seq_header", "count_header")
+                 "active", "parked", "arguments", "seq_header", "count_header", "priority")
 
     def __init__(self, tag: str, channel: Any, queue: Any, no_ack: bool, exclusive: bool,
                  limit: int, arguments: dict[str, Any] | None = None) -> None:
@@ -26,6 +26,8 @@ class Consumer:
         # the headers ackmq adds only when asked: by the queue or by this consume's arguments
         self.seq_header = queue.seq_header or opt_in(self.arguments, SEQ_ARG)
         self.count_header = queue.count_header or opt_in(self.arguments, DELIVERY_COUNT_ARG)
+        p = self.arguments.get("x-priority", 0)  # checked at consume: an integer
+        self.priority = p if type(p) is int else 0  # RabbitMQ's consumer priorities
 
     def own_room(self) -> bool:
         """Below its own prefetch (Q3 global=false); the channel may still be full."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ackmq.broker.arguments import MAX_EXPIRY_MS
+from ackmq.broker.arguments import MAX_EXPIRY_MS, type_name
 from ackmq.broker.errors import PRECONDITION_FAILED, SoftError, erl_bytes
 from ackmq.protocol.amqp.properties import (
     PropertiesView,
@@ -76,8 +76,6 @@ class Message:
         self.priority = prio or 0
         self.cc_visible: tuple[str, ...] = ()
         self.cc: tuple[str, ...] = ()  # sender-selected distribution: CC and BCC routing keys
-        if b"CC" in properties:
-            self._sender_selected()
         self.expiration_ms: int | None = None
         if exp is not None:
             try:
@@ -85,17 +83,26 @@ class Message:
             except SoftError:
                 if not trusted:
                     raise
+        if b"CC" in properties:
+            self._sender_selected(trusted)
 
-    def _sender_selected(self) -> None:
+    def _sender_selected(self, trusted: bool) -> None:
         """RabbitMQ's CC/BCC headers: extra routing keys; BCC is removed before delivery
         (the other entries keep their order and encoding, as RabbitMQ's keydelete)."""
         headers = self.view.headers or {}
 
         def keys(name: str) -> list[str]:
             v = headers.get(name)
-            if not isinstance(v, list):
+            if v is None:
                 return []
-            return [k.decode() if isinstance(k, bytes) else str(k) for k in v]
+            if not isinstance(v, list):  # RabbitMQ's rabbit_basic:header_routes
+                if trusted:
+                    return []
+                raise SoftError(PRECONDITION_FAILED, "invalid message: {unacceptable_type_in"
+                                f'_header,"{name}",{type_name(v)}}}')
+            # as RabbitMQ: routes are the longstr elements; others are ignored
+            return [k.decode("utf-8", "surrogateescape") if isinstance(k, bytes) else k
+                    for k in v if isinstance(k, (str, bytes))]
 
         cc, bcc = keys("CC"), keys("BCC")
         self.cc = tuple(cc + bcc)

@@ -77,6 +77,10 @@ class ClassicQueue(Queue):
         # keyed by id(): consumer tags are unique per channel only
         self.consumers: dict[int, Consumer] = {}
         self._active: deque[Consumer] = deque()
+        self._prioritized = 0  # consumers with an x-priority: dispatch picks the highest
+        # x-single-active-consumer: only `_single` is served; the others wait, in order
+        self.single_active = a.get("x-single-active-consumer") is True
+        self._single: Consumer | None = None
         self._unacked = 0
         self.epoch = epoch
         self._n = 0
@@ -190,7 +194,13 @@ class ClassicQueue(Queue):
     def add_consumer(self, c: Consumer) -> None:
         self.consumers[id(c)] = c
         self.had_consumers = True
+        if c.priority:
+            self._prioritized += 1
         self.touch()
+        if self.single_active:
+            if self._single is not None:
+                return  # waits until the active one goes
+            self._single = c
         self.activate(c)
 
     def remove_consumer(self, c: Consumer) -> None:
@@ -202,13 +212,21 @@ class ClassicQueue(Queue):
             except ValueError:
                 pass
             c.active = False
+        if c.priority:
+            self._prioritized -= 1
         self.touch()
+        if self._single is c:  # the next consumer, in the order they came, takes over
+            self._single = next(iter(self.consumers.values()), None)
+            if self._single is not None:
+                self.activate(self._single)
         if self.auto_delete and not self.consumers and self.had_consumers and not self.deleted:
             self.vhost.delete_queue(self, notify=False)
 
     def activate(self, c: Consumer) -> None:
         """A consumer has room again: put it back in the round-robin and deliver."""
         if c.active or id(c) not in self.consumers:
+            return
+        if self.single_active and c is not self._single:
             return
         if not c.has_room():
             c.channel.park(c)  # the channel will wake it when it has room
@@ -229,7 +247,7 @@ class ClassicQueue(Queue):
                 if head.expires_at <= now:
                     self._drop(ready.pop(), "expired")
                     continue
-            c = active.popleft()
+            c = active.popleft() if not self._prioritized else self._highest(active)
             if not c.has_room():
                 c.active = False
                 c.channel.park(c)
@@ -241,6 +259,17 @@ class ClassicQueue(Queue):
             else:
                 c.active = False
                 c.channel.park(c)
+
+    @staticmethod
+    def _highest(active: deque[Consumer]) -> Consumer:
+        """Consumer priorities (RabbitMQ's x-priority): the first of the highest priority
+        among those with room; lower ones get messages only while all higher are full."""
+        best = max(c.priority for c in active)
+        for i, c in enumerate(active):
+            if c.priority == best:
+                del active[i]
+                return c
+        raise AssertionError("unreachable")
 
     # -- pull -----------------------------------------------------------------------
     def get(self) -> QueueEntry | None:

@@ -62,7 +62,7 @@ class AMQPChannel:
         self.conn = conn
         self.number = number
         self.closing = False  # we sent channel.close and wait for close-ok
-        self.model = conn.server.broker.open_channel(conn.vhost, conn, self)
+        self.model = conn.server.broker.open_channel(conn.vhost, conn, self, conn.user)
 
     # -- ChannelOutput --------------------------------------------------------------
     @property
@@ -89,8 +89,13 @@ class AMQPChannel:
             self.conn.write(encode_nack(self.number, delivery_tag, multiple, False))
 
     def consumer_cancelled(self, consumer_tag: str) -> None:
-        if self.conn.client_capabilities.get("consumer_cancel_notify"):
-            self.send(M(C.Basic.Cancel, consumer_tag=consumer_tag, nowait=True))
+        if not self.conn.client_capabilities.get("consumer_cancel_notify"):
+            return
+        held = self.conn.held_cancels
+        if held is not None:  # the connection's own queue.delete: its reply goes first
+            held.append((self, consumer_tag))
+            return
+        self.send(M(C.Basic.Cancel, consumer_tag=consumer_tag, nowait=True))
 
     def close(self, code: int, text: str) -> None:
         """The model closes the channel on its own (consumer timeout, H2)."""
@@ -184,11 +189,20 @@ class AMQPChannel:
         vh = self.conn.vhost
         q = vh.queues.get(self.model.queue_name(m.queue))
         n = 0
+        held: list[tuple[AMQPChannel, str]] = []
         if q is not None:
             vh.check_exclusive(q, self.conn)
-            n = vh.delete_queue(q, notify=True, if_unused=m.if_unused, if_empty=m.if_empty)
+            # as RabbitMQ: delete-ok before the basic.cancel of this connection's consumers
+            # (py-amqp, so kombu and Celery, wait for the delete-ok and fail on a cancel)
+            self.conn.held_cancels = held
+            try:
+                n = vh.delete_queue(q, notify=True, if_unused=m.if_unused, if_empty=m.if_empty)
+            finally:
+                self.conn.held_cancels = None
         if not m.nowait:
             self.send(M(C.Queue.DeleteOk, message_count=n))
+        for ch, tag in held:
+            ch.send(M(C.Basic.Cancel, consumer_tag=tag, nowait=True))
 
     def _basic_qos(self, m: C.Basic.Qos) -> None:
         self.model.basic_qos(m.prefetch_size, m.prefetch_count, m.global_)

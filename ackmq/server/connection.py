@@ -122,6 +122,8 @@ class AMQPConnection(asyncio.Protocol):
         self.peer: Any = None
         self.client_properties: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
+        # cancels of this connection's consumers held back while its own queue.delete runs
+        self.held_cancels: list[tuple[Any, str]] | None = None
         self.last_recv = self.last_sent = time.monotonic()
         self.reading_paused = False  # our output is backed up: the client's input waits
         self._hb_timer: asyncio.TimerHandle | None = None
@@ -273,7 +275,7 @@ class AMQPConnection(asyncio.Protocol):
             "capabilities": SERVER_CAPABILITIES,
         }
         self.write(encode_method(0, M(C.Connection.Start,
-            server_properties=props, mechanisms="PLAIN AMQPLAIN", locales="en_US")))
+            server_properties=props, mechanisms="AMQPLAIN PLAIN", locales="en_US")))
 
     def _handshake(self, number: int, m: Any) -> None:
         if number != 0:

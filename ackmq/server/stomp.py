@@ -286,7 +286,7 @@ class StompConnection(asyncio.Protocol):
         # name (STOMP 1.1+'s meaning, and what stomp.py sends), and the vhost is "/"
         vhost = broker.vhosts.get(h.get("host") or "/") or broker.vhost("/")
         self.user = user
-        self.channel = broker.open_channel(vhost, self, self)
+        self.channel = broker.open_channel(vhost, self, self, user)
         self.session = "session-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
         self.send_ms, self.recv_ms = _heartbeat_ms(cy), _heartbeat_ms(cx)
         from ackmq import __version__
