@@ -582,3 +582,58 @@ def test_single_active_consumer(url: str) -> None:
         assert got[3:] == [("second", b"3")]
     finally:
         conn.close()
+
+
+# ------------------------------------------------------------------ direct reply-to
+
+REPLY_TO = "amq.rabbitmq.reply-to"
+
+
+def test_direct_reply_to_round_trip(url: str) -> None:
+    """The RPC pattern of RabbitMQ's docs: consume amq.rabbitmq.reply-to (no-ack), send the
+    request with that reply_to; the server answers to the name it received."""
+    q = uniq("rpc")
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        client, server = conn.channel(), conn.channel()
+        server.queue_declare(q, exclusive=True)
+        replies: list[tuple[bytes, str, str]] = []
+        client.basic_consume(REPLY_TO, lambda c, m, p, b: replies.append(
+            (b, p.correlation_id, m.routing_key)), auto_ack=True)
+        client.basic_publish("", q, b"2+2", pika.BasicProperties(reply_to=REPLY_TO,
+                                                                 correlation_id="c1"))
+        deadline = time.monotonic() + 5
+        while (req := server.basic_get(q, auto_ack=True))[0] is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        reply_to = req[1].reply_to
+        assert reply_to.startswith(REPLY_TO + ".") and len(reply_to) > len(REPLY_TO) + 8
+        assert server.queue_declare(reply_to, passive=True).method.consumer_count == 1
+        server.basic_publish("", reply_to, b"4", pika.BasicProperties(correlation_id="c1"))
+        while not replies and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.05)
+        assert replies == [(b"4", "c1", reply_to)]
+    finally:
+        conn.close()
+
+
+def test_direct_reply_to_refusals(raw: RawConnection) -> None:
+    raw.send(1, C.Queue.Declare(queue=REPLY_TO, passive=True))
+    ok = raw.expect(C.Queue.DeclareOk)
+    assert (ok.queue, ok.message_count, ok.consumer_count) == (REPLY_TO, 0, 1)
+    # a publish asking for replies without a reply consumer on its channel
+    raw.publish(1, "", uniq("x"), b"q", C.Basic.Properties(reply_to=REPLY_TO))
+    close = raw.expect(C.Channel.Close)
+    assert (close.reply_code, close.reply_text) == (
+        406, "PRECONDITION_FAILED - fast reply consumer does not exist")
+    raw.send(1, C.Channel.CloseOk())
+    raw.open_channel(1)
+    raw.send(1, C.Basic.Consume(queue=REPLY_TO, no_ack=False))
+    close = raw.expect(C.Channel.Close)
+    assert close.reply_text == "PRECONDITION_FAILED - reply consumer cannot acknowledge"
+    raw.send(1, C.Channel.CloseOk())
+    raw.open_channel(1)
+    raw.rpc(1, C.Basic.Consume(queue=REPLY_TO, no_ack=True), C.Basic.ConsumeOk)
+    raw.send(1, C.Basic.Consume(queue=REPLY_TO, no_ack=True))
+    close = raw.expect(C.Channel.Close)
+    assert close.reply_text == "PRECONDITION_FAILED - reply consumer already set"

@@ -29,7 +29,8 @@ from ackmq.broker.errors import (
 )
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue_type import ACK, REJECT, REQUEUE, Queue
-from ackmq.protocol.amqp.properties import PropertiesView
+from ackmq.broker.vhost import REPLY_TO
+from ackmq.protocol.amqp.properties import PropertiesView, properties_edit
 
 if TYPE_CHECKING:
     from ackmq.broker.vhost import VHost
@@ -38,6 +39,7 @@ Delivery = tuple  # (entry, consumer | None, deadline | None)
 
 
 USER_ID_FLAG = 0x10  # user-id's bit in the low byte of the property flags
+REPLY_TO_FLAG = 0x02  # reply-to's bit in the high byte
 
 
 class ChannelOutput(Protocol):
@@ -75,6 +77,7 @@ class ChannelModel:
                  consumer_timeout_ms: int | None = None, user: str | None = None) -> None:
         self.vhost = vhost
         self.user = user
+        self.reply_to: Queue | None = None  # direct reply-to: this channel's reply queue
         self.broker = vhost.broker
         self.owner = owner  # the connection: exclusive queues belong to it
         self.output = output
@@ -154,6 +157,11 @@ class ChannelModel:
             if uid is not None and uid != self.user:
                 raise SoftError(PRECONDITION_FAILED, f"user_id property set to '{uid}' but "
                                                      f"authenticated user was '{self.user}'")
+        if properties[0] & REPLY_TO_FLAG and PropertiesView(properties).reply_to == REPLY_TO:
+            q = self.reply_to
+            if q is None or q.deleted:
+                raise SoftError(PRECONDITION_FAILED, "fast reply consumer does not exist")
+            properties = properties_edit(properties, set_short={"reply_to": q.name})
         msg = Message(exchange, routing_key, properties, body)  # 406 on a bad expiration,
         # raised before the publish gets a confirm number: it is never confirmed
         mode = msg.delivery_mode
@@ -242,7 +250,10 @@ class ChannelModel:
                       arguments: dict[str, Any], prefetch: int | None = None) -> str:
         """`prefetch`: this consumer's own cap instead of the channel's basic.qos value
         (a STOMP subscription carries its own prefetch header)."""
-        q = self.vhost.queue(self.queue_name(queue_name), self.owner)
+        if queue_name == REPLY_TO:
+            q = self._reply_queue(no_ack)
+        else:
+            q = self.vhost.queue(self.queue_name(queue_name), self.owner)
         if not consumer_tag:
             consumer_tag = "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
         elif consumer_tag in self.consumers:
@@ -256,6 +267,17 @@ class ChannelModel:
                      self.prefetch_count if prefetch is None else prefetch, arguments)
         self.consumers[consumer_tag] = c
         return consumer_tag
+
+    def _reply_queue(self, no_ack: bool) -> Queue:
+        """Direct reply-to: consuming `amq.rabbitmq.reply-to` (no-ack, once per channel)
+        gives the channel its own reply queue; publishes on the channel with that
+        reply_to get its real name."""
+        if not no_ack:
+            raise SoftError(PRECONDITION_FAILED, "reply consumer cannot acknowledge")
+        if self.reply_to is not None and not self.reply_to.deleted:
+            raise SoftError(PRECONDITION_FAILED, "reply consumer already set")
+        self.reply_to = self.vhost.reply_queue(self.owner)
+        return self.reply_to
 
     def start_consumer(self, consumer_tag: str) -> None:
         """Begin delivering — after consume-ok has been queued for the socket."""

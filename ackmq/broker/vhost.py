@@ -58,6 +58,9 @@ def _norm(v: Any) -> Any:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
 
 
+REPLY_TO = "amq.rabbitmq.reply-to"  # the pseudo-queue of direct reply-to
+
+
 class VHost:
     def __init__(self, broker: BrokerModel, name: str = "/") -> None:
         self.broker = broker
@@ -194,6 +197,17 @@ class VHost:
         self.queues[name] = q
         if durable and not exclusive and self.broker.store is not None:
             self.broker.store.save_queue(QueueDef(name, True, auto_delete, dict(arguments)))
+        return q
+
+    def reply_queue(self, owner: Any) -> Queue:
+        """Direct reply-to (RabbitMQ's `amq.rabbitmq.reply-to`): a consumer's own
+        non-durable, auto-delete queue, named `amq.rabbitmq.reply-to.<token>` so a reply
+        published to the default exchange with that name as key reaches it."""
+        name = f"{REPLY_TO}.{base64.urlsafe_b64encode(os.urandom(18)).decode()}"
+        q = queue_class({})(self, name, durable=False, exclusive_owner=owner,
+                            auto_delete=True, arguments={}, epoch=self.broker.epoch)
+        q.persistent_store = None
+        self.queues[name] = q
         return q
 
     def delete_queue(self, q: Queue, notify: bool = True, if_unused: bool = False,

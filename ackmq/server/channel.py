@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands as C
 
 from ackmq.broker.errors import SoftError, fit_shortstr
+from ackmq.broker.vhost import REPLY_TO
 from ackmq.protocol.amqp import build_method as M
 from ackmq.protocol.amqp import (
     encode_ack,
@@ -160,6 +161,9 @@ class AMQPChannel:
             self.send(M(C.Exchange.UnbindOk))
 
     def _queue_declare(self, m: C.Queue.Declare) -> None:
+        if m.passive and m.queue == REPLY_TO:  # clients probe direct reply-to so (RabbitMQ)
+            self.send(M(C.Queue.DeclareOk, queue=REPLY_TO, message_count=0, consumer_count=1))
+            return
         q = self.conn.vhost.declare_queue(m.queue, m.passive, m.durable, m.exclusive,
                                           m.auto_delete, m.arguments or {}, self.conn)
         self.model.last_queue = q.name

@@ -605,7 +605,8 @@ def encode_entry(key: str, value: Any) -> bytes:
 
 
 def properties_edit(raw: bytes, entries: list[bytes] | None = None,
-                    drop: tuple[str, ...] = ()) -> bytes:
+                    drop: tuple[str, ...] = (),
+                    set_short: dict[str, str] | None = None) -> bytes:
     """Raw properties with the headers table made of `entries` (encoded entries, as
     `header_entries` returns them; None keeps the table as it is) and without the
     properties named in `drop`. Every other byte is copied: the edits RabbitMQ makes
@@ -617,6 +618,10 @@ def properties_edit(raw: bytes, entries: list[bytes] | None = None,
         if name == "headers" and entries is not None:
             data = b"".join(entries)
             parts.append(_U32.pack(len(data)) + data)
+            flags |= flag
+        elif set_short and name in set_short:  # a shortstr property given a new value
+            data = set_short[name].encode("utf-8")
+            parts.append(bytes((len(data),)) + data)
             flags |= flag
         elif name in drop:
             flags &= ~flag
