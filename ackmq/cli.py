@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -32,6 +33,12 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queue-memory-mb", type=int, default=256,
                    help="memory for ready messages of all queues together (default 256); "
                         "past it, queues keep 512 each and spill the rest")
+    p.add_argument("--default-user", default=os.environ.get("ACKMQ_DEFAULT_USER"),
+                   help="first start only (no users saved in the data dir yet): create this "
+                        "administrator with full permissions on vhost / instead of guest "
+                        "(RabbitMQ's default_user; env ACKMQ_DEFAULT_USER)")
+    p.add_argument("--default-pass", default=os.environ.get("ACKMQ_DEFAULT_PASS"),
+                   help="its password (env ACKMQ_DEFAULT_PASS)")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -43,7 +50,13 @@ def serve(args: argparse.Namespace) -> int:
     if args.port < 0 or args.port > 65535:
         print(f"ackmq: --port must be between 0 and 65535, got {args.port}", file=sys.stderr)
         return 2
+    if bool(args.default_user) != bool(args.default_pass):
+        print("ackmq: --default-user and --default-pass (or ACKMQ_DEFAULT_USER and "
+              "ACKMQ_DEFAULT_PASS) go together, and neither may be empty", file=sys.stderr)
+        return 2
     cfg = Config(host=args.host, port=args.port,
+                 default_user=args.default_user or None,
+                 default_pass=args.default_pass or None,
                  data_dir=None if args.no_persistence else args.data_dir,
                  fsync=not args.no_fsync, heartbeat=args.heartbeat,
                  consumer_timeout_ms=args.consumer_timeout_ms,
@@ -76,7 +89,7 @@ def serve(args: argparse.Namespace) -> int:
             where = f"on all interfaces: {', '.join(server.bound)}; {where}"
         log.info("ackmq listening on %s (%s, fsync %s)", url, where,
                  "on" if cfg.fsync else "OFF")
-        if server.all_interfaces and "guest" in cfg.loopback_users:
+        if server.all_interfaces and "guest" in server.access.users:
             log.warning("user 'guest' can only connect via localhost (as RabbitMQ's): "
                         "other hosts are refused with 403 ACCESS_REFUSED")
         stop = asyncio.Event()
@@ -113,9 +126,14 @@ def main(argv: list[str] | None = None) -> int:
         extra["demo"] = ("ackmq.spark.cli", "run_demo")
     except ImportError:
         pass
+    from ackmq import ctl
+    ctl.add_arguments(sub.add_parser("ctl", help=ctl.HELP, description=ctl.DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter))
     args = parser.parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "ctl":
+        return ctl.run(args)
     import importlib
     mod, fn = extra[args.command]
     return int(getattr(importlib.import_module(mod), fn)(args) or 0)

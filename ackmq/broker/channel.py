@@ -91,6 +91,9 @@ class Channel:
         # the queue most recently declared on this channel: an empty queue name in
         # bind/unbind/purge/delete/consume/get means it (RabbitMQ's shortcut)
         self.last_queue = ""
+        # U3: the user's permission checks for this channel (ackmq.broker.access.
+        # ChannelAccess), set by the front end; None = no checks (embedded/internal use)
+        self.access: Any = None
 
     def queue_name(self, name: str) -> str:
         """Expand RabbitMQ's shortcut: "" is the channel's last declared queue."""
@@ -139,6 +142,8 @@ class Channel:
                       properties: bytes, body: bytes) -> None:
         if immediate:
             raise ConnectionError_(NOT_IMPLEMENTED, "immediate=true")
+        if self.access is not None:  # U3: write on the exchange (cached per channel)
+            self.access.check(1, "exchange", exchange)
         x = self.vhost.exchange(exchange)
         if x.internal:
             raise ChannelError(ACCESS_REFUSED, f"cannot publish to internal exchange "
@@ -229,7 +234,10 @@ class Channel:
     # -- consume ----------------------------------------------------------------------
     def basic_consume(self, queue_name: str, consumer_tag: str, no_ack: bool, exclusive: bool,
                       arguments: dict[str, Any]) -> str:
-        q = self.vhost.queue(self.queue_name(queue_name), self.owner)
+        name = self.queue_name(queue_name)
+        if self.access is not None:
+            self.access.read("queue", name)
+        q = self.vhost.queue(name, self.owner)
         if not consumer_tag:
             consumer_tag = "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
         elif consumer_tag in self.consumers:
@@ -261,7 +269,10 @@ class Channel:
 
     # -- get --------------------------------------------------------------------------
     def basic_get(self, queue_name: str, no_ack: bool) -> tuple[int, QueueEntry, int] | None:
-        q = self.vhost.queue(self.queue_name(queue_name), self.owner)
+        name = self.queue_name(queue_name)
+        if self.access is not None:
+            self.access.read("queue", name)
+        q = self.vhost.queue(name, self.owner)
         entry = q.get()
         if entry is None:
             return None

@@ -19,11 +19,15 @@ class Config:
     spill: bool = True  # deep queues keep their tails on disk (bounded memory)
     queue_hot_messages: int = 65536  # ready messages a queue keeps in memory, at most
     queue_memory_mb: int = 256  # ready messages in memory, all queues; past it they spill
+    # first start only (no access.json in the data dir yet), as RabbitMQ's default_user:
+    # these users become administrators with full permissions on vhost "/"
     users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
+    default_user: str | None = None  # --default-user: replaces guest in `users`
+    default_pass: str | None = None
     loopback_users: tuple[str, ...] = ("guest",)
+    admin_socket: bool = True  # `ackmq ctl` talks to <data dir>/ctl.sock
 
-    def authenticate(self, user: str, password: str, from_loopback: bool) -> bool:
-        """guest/guest works from loopback only, as RabbitMQ's default."""
-        if self.users.get(user) != password or not user:
-            return False
-        return from_loopback or user not in self.loopback_users
+    def seed_users(self) -> dict[str, str]:
+        if self.default_user:
+            return {self.default_user: self.default_pass or ""}
+        return dict(self.users)

@@ -284,17 +284,17 @@ class AMQPConnection(asyncio.Protocol):
             self.client_capabilities = self.client_properties.get("capabilities") or {}
             user, password = self._credentials(m.mechanism, m.response)
             config, loopback = self.server.config, _is_loopback(self.peer)
-            if not config.authenticate(user, password, loopback):
-                if not loopback and config.authenticate(user, password, True):
-                    # the right password, for a user allowed on loopback only (guest)
-                    text = (f"{m.mechanism} login refused: user '{user}' can only connect "
-                            "via localhost")
-                    log.warning("%s (from %s)", text, self.peer)
-                    raise ConnectionError_(ACCESS_REFUSED, text)
+            if self.server.access.authenticate(user, password) is None:
                 log.warning("login refused for user %r from %s", user, self.peer)
                 raise ConnectionError_(ACCESS_REFUSED, f"Login was refused using "
                                        f"authentication mechanism {m.mechanism}. For details "
                                        "see the broker logfile.")
+            if not loopback and user in config.loopback_users:
+                # the right password, for a user allowed on loopback only (guest)
+                text = (f"{m.mechanism} login refused: user '{user}' can only connect "
+                        "via localhost")
+                log.warning("%s (from %s)", text, self.peer)
+                raise ConnectionError_(ACCESS_REFUSED, text)
             self.user = user
             self.state = "tune"
             self.write(encode_method(0, M(C.Connection.Tune,
@@ -317,7 +317,11 @@ class AMQPConnection(asyncio.Protocol):
                 self._hb_timer = self.server.loop.call_later(self.heartbeat / 2,
                                                              self._heartbeat_tick)
         elif self.state == "open-wait" and isinstance(m, C.Connection.Open):
-            self.vhost = self.server.broker.vhost(m.virtual_host or "/")
+            vhost = self.server.broker.vhost(m.virtual_host or "/")  # 530 vhost not found
+            if not self.server.access.vhost_access(self.user, vhost.name):
+                raise ConnectionError_(NOT_ALLOWED, f"access to vhost '{vhost.name}' "
+                                       f"refused for user '{self.user}'")
+            self.vhost = vhost
             self.state = "open"
             if self._close_timer is not None:
                 self._close_timer.cancel()
