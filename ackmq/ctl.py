@@ -27,6 +27,8 @@ verbs:
   set_permissions [-p <vhost>] <user> <conf> <write> <read>
   clear_permissions [-p <vhost>] <user>
   list_permissions [-p <vhost>]       list_user_permissions <user>
+  import_definitions <file.json>      users (RabbitMQ's sha256/sha512/md5 hashes), vhosts
+                                      and permissions of `rabbitmqctl export_definitions`
 """
 
 # verb -> (argument names, rabbitmqctl's info line)
@@ -45,6 +47,8 @@ VERBS: dict[str, tuple[list[str], str]] = {
                           'Clearing permissions for user "{0}" in vhost "{vhost}" ...'),
     "list_permissions": ([], 'Listing permissions for vhost "{vhost}" ...'),
     "list_user_permissions": (["username"], 'Listing permissions for user "{0}" ...'),
+    "import_definitions": (["file"], 'Importing definitions in JSON from a file at '
+                                     '"{0}" ...'),
 }
 VHOST_VERBS = {"set_permissions", "clear_permissions", "list_permissions"}
 
@@ -68,12 +72,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def request(path: Path, verb: str, args: list[str], vhost: str = "/",
-            timeout: float = 30.0) -> dict[str, Any]:
+            timeout: float = 30.0, **extra: Any) -> dict[str, Any]:
     """One request to the admin socket; raises OSError if no broker listens there."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
         s.connect(str(path))
-        s.sendall(json.dumps({"verb": verb, "args": args, "vhost": vhost}).encode() + b"\n")
+        s.sendall(json.dumps({"verb": verb, "args": args, "vhost": vhost, **extra}).encode()
+                  + b"\n")
         buf = b""
         while not buf.endswith(b"\n"):
             chunk = s.recv(65536)
@@ -94,8 +99,15 @@ def run(args: argparse.Namespace) -> int:
     path = args.socket or args.data_dir / "ctl.sock"
     if not args.quiet:
         print(info.format(*values, vhost=vhost, tags=", ".join(values[1:])))
+    extra: dict[str, Any] = {}
+    if args.verb == "import_definitions":
+        try:
+            extra["definitions"] = json.loads(Path(values[0]).read_text("utf-8"))
+        except (OSError, ValueError) as e:
+            print(f"Error:\ncannot read definitions from {values[0]}: {e}", file=sys.stderr)
+            return 66
     try:
-        reply = request(path, args.verb, values, vhost)
+        reply = request(path, args.verb, values, vhost, **extra)
     except (OSError, ValueError) as e:
         print(f"Error: cannot reach the broker's admin socket {path}: "
               f"{getattr(e, 'strerror', None) or e}.\nIs `ackmq serve --data-dir "
@@ -105,6 +117,9 @@ def run(args: argparse.Namespace) -> int:
     if not reply.get("ok"):
         print(f"Error:\n{reply.get('error')}", file=sys.stderr)
         return int(reply.get("code") or 1)
+    if reply.get("skipped"):
+        print("not imported (ackmq imports users, vhosts and permissions only so far): "
+              + ", ".join(reply["skipped"]))
     if reply.get("rows"):  # rabbitmqctl prints no header for an empty list
         print("\t".join(reply["columns"]))
         for row in reply["rows"]:
