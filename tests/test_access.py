@@ -360,3 +360,50 @@ def test_ctl_list_output_is_tab_separated_with_header(broker: BrokerProcess) -> 
     assert ok(d, "-q", "list_vhosts") == "name\n/\nlv\n"
     assert ok(d, "-q", "list_user_permissions", "guest") == \
         "vhost\tconfigure\twrite\tread\n/\t.*\t.*\t.*\n"
+
+
+def test_U1_delete_user_closes_its_connections(broker: BrokerProcess) -> None:
+    """As RabbitMQ 3.10 (checked by hand: `rabbitmqctl delete_user` with a client open
+    gives 320 "CONNECTION_FORCED - user '...' is deleted")."""
+    d = broker.data_dir
+    ok(d, "add_user", "carl", PW)
+    ok(d, "set_permissions", "carl", ".*", ".*", ".*")
+    conn = pika.BlockingConnection(params(broker.port, "carl", PW))
+    guest = pika.BlockingConnection(params(broker.port, "guest", "guest"))
+    ok(d, "delete_user", "carl")
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as e:
+        for _ in range(50):
+            conn.process_data_events(0.1)
+    assert (e.value.reply_code, e.value.reply_text) == (
+        320, "CONNECTION_FORCED - user 'carl' is deleted")
+    guest.process_data_events(0.1)
+    assert guest.is_open
+    guest.close()
+
+
+def test_U3_revoked_permission_applies_to_open_channels(broker: BrokerProcess) -> None:
+    """As RabbitMQ 3.10: clear_permissions leaves the connection open, and the next
+    operation is refused even on a resource the channel was allowed before (the
+    channel's cache is emptied); a publish cached as allowed is refused too."""
+    d = broker.data_dir
+    ok(d, "add_user", "erin", PW)
+    ok(d, "set_permissions", "erin", ".*", ".*", ".*")
+    conn = pika.BlockingConnection(params(broker.port, "erin", PW))
+    ch = conn.channel()
+    ch.queue_declare("erin-q", exclusive=True)
+    ch.confirm_delivery()
+    ch.basic_publish("", "erin-q", b"1")
+    pub = conn.channel()
+    pub.confirm_delivery()
+    pub.basic_publish("", "erin-q", b"2")
+    ok(d, "clear_permissions", "erin")
+    conn.process_data_events(0.2)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
+        ch.queue_declare("erin-q", exclusive=True)
+    assert (e.value.reply_code, e.value.reply_text) == (
+        403, "ACCESS_REFUSED - access to queue 'erin-q' in vhost '/' refused for user 'erin'")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
+        pub.basic_publish("", "erin-q", b"3")
+    assert e.value.reply_text == ("ACCESS_REFUSED - access to exchange 'amq.default' in "
+                                  "vhost '/' refused for user 'erin'")
+    conn.close()

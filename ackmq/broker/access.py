@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import os
 import re
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,8 +120,10 @@ class AccessModel:
         self.permissions: dict[tuple[str, str], Permission] = {}  # (user, vhost)
         self.user_limits: dict[str, dict[str, int]] = {}
         self.save = save
-        self.generation = 0  # bumped on every change: channel caches compare it
         self.listeners: list[Callable[[str, str], None]] = []
+        # every open channel's cache, emptied on every change (as RabbitMQ: a revoked
+        # permission refuses even what an open channel was allowed a moment ago)
+        self.caches: weakref.WeakSet[ChannelAccess] = weakref.WeakSet()
 
     # -- first start ----------------------------------------------------------------
     @classmethod
@@ -178,7 +181,8 @@ class AccessModel:
         return m
 
     def _changed(self, kind: str, name: str) -> None:
-        self.generation += 1
+        for c in list(self.caches):
+            c.invalidate()
         if self.save is not None:
             self.save(self.snapshot())
         for fn in list(self.listeners):
@@ -284,29 +288,32 @@ def resource_text(kind: str, name: str, vhost: str) -> str:
 
 class ChannelAccess:
     """One channel's permission checks with a cache of what was allowed (RabbitMQ keeps
-    the last 12 permitted resources per channel; we keep a set, emptied when the model
-    changes), so the publish hot path costs one set lookup."""
+    the last 12 permitted resources per channel; we keep sets, emptied by the model on
+    any change), so a publish to an already permitted exchange costs one set lookup:
+    `if name not in access.write_exchanges: access.check_publish(name)`."""
 
-    __slots__ = ("model", "user", "vhost", "_perm", "_ok", "_gen")
+    __slots__ = ("model", "user", "vhost", "_perm", "_ok", "write_exchanges",
+                 "__weakref__")
 
     def __init__(self, model: AccessModel, user: str, vhost: str) -> None:
         self.model = model
         self.user = user
         self.vhost = vhost
-        self._gen = -1
         self._ok: set[tuple[int, str, str]] = set()
-        self._perm: Permission | None = None
+        self.write_exchanges: set[str] = set()  # the publish hot path's own cache
+        self._perm: Permission | None = model.permission(user, vhost)
+        model.caches.add(self)
+
+    def invalidate(self) -> None:
+        self._ok.clear()
+        self.write_exchanges.clear()
+        self._perm = self.model.permission(self.user, self.vhost)
 
     def check(self, perm: int, kind: str, name: str) -> None:
         """Raise 403 unless `user` has `perm` on the resource, as rabbit_channel does."""
         key = (perm, kind, name)
-        if self._gen == self.model.generation:
-            if key in self._ok:
-                return
-        else:
-            self._ok.clear()
-            self._gen = self.model.generation
-            self._perm = self.model.permission(self.user, self.vhost)
+        if key in self._ok:
+            return
         shown = "amq.default" if kind == "exchange" and name == "" else name
         p = self._perm
         if p is None or not p.allows(perm, shown):
@@ -314,6 +321,12 @@ class ChannelAccess:
                 kind, shown, self.vhost) + f" refused for user '{self.user}'")
         if len(self._ok) < 1024:
             self._ok.add(key)
+
+    def check_publish(self, exchange: str) -> None:
+        """basic.publish: write on the exchange; remembered for the next publish."""
+        self.check(WRITE, "exchange", exchange)
+        if len(self.write_exchanges) < 1024:
+            self.write_exchanges.add(exchange)
 
     def configure(self, kind: str, name: str) -> None:
         self.check(CONFIGURE, kind, name)

@@ -142,8 +142,9 @@ class Channel:
                       properties: bytes, body: bytes) -> None:
         if immediate:
             raise ConnectionError_(NOT_IMPLEMENTED, "immediate=true")
-        if self.access is not None:  # U3: write on the exchange (cached per channel)
-            self.access.check(1, "exchange", exchange)
+        access = self.access  # U3: write on the exchange, cached per channel
+        if access is not None and exchange not in access.write_exchanges:
+            access.check_publish(exchange)
         x = self.vhost.exchange(exchange)
         if x.internal:
             raise ChannelError(ACCESS_REFUSED, f"cannot publish to internal exchange "

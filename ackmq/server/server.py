@@ -164,6 +164,11 @@ class Server:
                     conn.force_close(f"vhost '{name}' is deleted")
             self.broker.delete_vhost(name)
             self.request_flush()
+        elif kind == "delete_user":  # as RabbitMQ 3.10: the user's connections go
+            for conn in list(self.connections):
+                if conn.user == name and conn.vhost is not None:
+                    conn.force_close(f"user '{name}' is deleted")
+            self.request_flush()
 
     async def stop(self) -> None:
         """Close connections with 320 CONNECTION_FORCED, then the store."""
