@@ -27,6 +27,10 @@ verbs:
   set_permissions [-p <vhost>] <user> <conf> <write> <read>
   clear_permissions [-p <vhost>] <user>
   list_permissions [-p <vhost>]       list_user_permissions <user>
+  set_vhost_limits [-p <vhost>] '{"max-connections": N, "max-queues": N}'
+  clear_vhost_limits [-p <vhost>]     list_vhost_limits [-p <vhost>]
+  set_user_limits <user> '{"max-connections": N}'
+  clear_user_limits <user> <name>|all list_user_limits --user <user>
   import_definitions <file.json>      users (RabbitMQ's sha256/sha512/md5 hashes), vhosts
                                       and permissions of `rabbitmqctl export_definitions`
 """
@@ -47,10 +51,20 @@ VERBS: dict[str, tuple[list[str], str]] = {
                           'Clearing permissions for user "{0}" in vhost "{vhost}" ...'),
     "list_permissions": ([], 'Listing permissions for vhost "{vhost}" ...'),
     "list_user_permissions": (["username"], 'Listing permissions for user "{0}" ...'),
+    "set_vhost_limits": (["definition"],
+                         'Setting vhost limits to "{0}" for vhost "{vhost}" ...'),
+    "clear_vhost_limits": ([], 'Clearing vhost "{vhost}" limits ...'),
+    "list_vhost_limits": ([], 'Listing limits for vhost "{vhost}" ...'),
+    "set_user_limits": (["username", "definition"],
+                        'Setting user limits to "{1}" for user "{0}" ...'),
+    "clear_user_limits": (["username", "limit_name"],
+                          'Clearing "{1}" limit for user "{0}" ...'),
+    "list_user_limits": ([], 'Listing limits for user "{user}" ...'),
     "import_definitions": (["file"], 'Importing definitions in JSON from a file at '
                                      '"{0}" ...'),
 }
-VHOST_VERBS = {"set_permissions", "clear_permissions", "list_permissions"}
+VHOST_VERBS = {"set_permissions", "clear_permissions", "list_permissions",
+               "set_vhost_limits", "clear_vhost_limits", "list_vhost_limits"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,6 +78,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         vp = sub.add_parser(verb)
         if verb in VHOST_VERBS:
             vp.add_argument("-p", "--vhost", default="/", help="virtual host (default /)")
+        if verb == "list_user_limits":
+            vp.add_argument("--user", required=True, help="the user whose limits to list")
         for n in names:
             if n.endswith("*"):
                 vp.add_argument(n[:-1], nargs="*")
@@ -96,9 +112,12 @@ def run(args: argparse.Namespace) -> int:
         v = getattr(args, n.rstrip("*"))
         values.extend(v if isinstance(v, list) else [v])
     vhost = getattr(args, "vhost", "/")
+    if args.verb == "list_user_limits":
+        values = [args.user]
     path = args.socket or args.data_dir / "ctl.sock"
     if not args.quiet:
-        print(info.format(*values, vhost=vhost, tags=", ".join(values[1:])))
+        print(info.format(*values, vhost=vhost, tags=", ".join(values[1:]),
+                          user=getattr(args, "user", "")))
     extra: dict[str, Any] = {}
     if args.verb == "import_definitions":
         try:
@@ -120,6 +139,10 @@ def run(args: argparse.Namespace) -> int:
     if reply.get("skipped"):
         print("not imported (ackmq imports users, vhosts and permissions only so far): "
               + ", ".join(reply["skipped"]))
+    # list_*_limits: one JSON object, as rabbitmqctl prints it (nothing for a vhost
+    # without limits, "{}" for a user without)
+    if "json" in reply and (reply["json"] or args.verb == "list_user_limits"):
+        print(json.dumps(reply["json"], separators=(",", ":"), sort_keys=True))
     if reply.get("rows"):  # rabbitmqctl prints no header for an empty list
         print("\t".join(reply["columns"]))
         for row in reply["rows"]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import os
 import re
 import weakref
@@ -109,7 +110,75 @@ def compile_check(pattern: str) -> str | None:
     return None
 
 
-class AccessModel:
+VHOST_LIMITS = ("max-connections", "max-queues")
+USER_LIMITS = ("max-connections",)  # max-channels: not yet (refused, not ignored)
+
+
+def _check_limits(limits: Any, allowed: tuple[str, ...]) -> dict[str, int]:
+    """RabbitMQ's validation of a limits JSON object (rabbit_parameter_validation)."""
+    if not isinstance(limits, dict):
+        raise AccessError("JSON decoding error: limits must be a JSON object such as "
+                          '\'{"max-connections": 10}\'', 69)
+    unknown = [k for k in limits if k not in allowed]
+    if unknown:
+        raise AccessError(f"Validation failed\n\nUnrecognised terms {unknown} in limits "
+                          f"(ackmq supports {', '.join(allowed)})", 69)
+    for k, v in limits.items():
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise AccessError(f"Validation failed\n\n{k} should be a number, actually was "
+                              f"{json.dumps(v)}", 69)
+    return dict(limits)
+
+
+class AccessModelLimits:
+    """U6 per-vhost and per-user limits; a negative value means no limit, 0 refuses all
+    (as RabbitMQ). Mixed into AccessModel."""
+
+    vhosts: dict[str, dict[str, Any]]
+    users: dict[str, User]
+    user_limits: dict[str, dict[str, int]]
+
+    def _changed(self, kind: str, name: str) -> None: ...
+
+    def vhost_limit(self, vhost: str, key: str) -> int | None:
+        v = self.vhosts.get(vhost, {}).get("limits", {}).get(key)
+        return None if v is None or v < 0 else v
+
+    def user_limit(self, user: str, key: str) -> int | None:
+        v = self.user_limits.get(user, {}).get(key)
+        return None if v is None or v < 0 else v
+
+    def set_vhost_limits(self, vhost: str, limits: Any) -> None:
+        """Replaces the vhost's limits, as `rabbitmqctl set_vhost_limits`."""
+        if vhost not in self.vhosts:
+            raise AccessError(f"Virtual host '{vhost}' does not exist", 65)
+        self.vhosts[vhost]["limits"] = _check_limits(limits, VHOST_LIMITS)
+        self._changed("limits", vhost)
+
+    def clear_vhost_limits(self, vhost: str) -> None:
+        if vhost not in self.vhosts:
+            raise AccessError(f"Virtual host '{vhost}' does not exist", 65)
+        self.vhosts[vhost]["limits"] = {}
+        self._changed("limits", vhost)
+
+    def set_user_limits(self, user: str, limits: Any) -> None:
+        """Merged into the user's limits, as `rabbitmqctl set_user_limits`."""
+        if user not in self.users:
+            raise AccessError(f"User \"{user}\" does not exist", 69)
+        self.user_limits.setdefault(user, {}).update(_check_limits(limits, USER_LIMITS))
+        self._changed("limits", user)
+
+    def clear_user_limits(self, user: str, key: str) -> None:
+        if user not in self.users:
+            raise AccessError(f"User \"{user}\" does not exist", 69)
+        if key == "all":
+            self.user_limits.pop(user, None)
+        else:
+            self.user_limits.get(user, {}).pop(key, None)
+        self._changed("limits", user)
+
+
+class AccessModel(AccessModelLimits):
     """Users, vhost names, permissions and limits. Changes call `save(snapshot)` first
     (durable before acknowledged) and then `on_change(kind, name)` so the server can act
     (close connections of a deleted vhost or user, drop channel permission caches)."""

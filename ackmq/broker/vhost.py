@@ -196,6 +196,10 @@ class VHost:
             access.configure("queue", name)
         q = self.queues.get(name)
         if q is None and access is not None:
+            limit = access.model.vhost_limit(self.name, "max-queues")  # U6
+            if limit is not None and len(self.queues) >= limit:
+                raise ChannelError(PRECONDITION_FAILED, f"cannot declare queue '{name}': "
+                                   f"queue limit in vhost '{self.name}' ({limit}) is reached")
             dlx = arguments.get("x-dead-letter-exchange")
             if isinstance(dlx, str | bytes):
                 access.read("queue", name)

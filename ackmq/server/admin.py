@@ -153,6 +153,34 @@ class AdminServer:
             return {**ok, "columns": ["vhost", "configure", "write", "read"],
                     "rows": [[v, p.configure, p.write, p.read]
                              for (u, v), p in a.permissions.items() if u == args[0]]}
+        elif verb in ("set_vhost_limits", "set_user_limits"):
+            n = 1 if verb == "set_vhost_limits" else 2
+            _nargs(args, n, "set_vhost_limits [-p <vhost>] <json>" if n == 1 else
+                   "set_user_limits <username> <json>")
+            try:
+                limits = json.loads(args[-1])
+            except ValueError as e:
+                raise AccessError(f"JSON decoding error: {e}", 69) from e
+            if n == 1:
+                a.set_vhost_limits(vhost, limits)
+            else:
+                a.set_user_limits(args[0], limits)
+        elif verb == "clear_vhost_limits":
+            _nargs(args, 0, "clear_vhost_limits [-p <vhost>]")
+            a.clear_vhost_limits(vhost)
+        elif verb == "clear_user_limits":
+            _nargs(args, 2, "clear_user_limits <username> <limit>|all")
+            a.clear_user_limits(args[0], args[1])
+        elif verb == "list_vhost_limits":
+            _nargs(args, 0, "list_vhost_limits [-p <vhost>]")
+            if vhost not in a.vhosts:
+                raise AccessError(f"Virtual host '{vhost}' does not exist", 65)
+            return {**ok, "json": a.vhosts[vhost].get("limits", {})}
+        elif verb == "list_user_limits":
+            _nargs(args, 1, "list_user_limits --user <username>")
+            if args[0] not in a.users:
+                raise AccessError(f"User \"{args[0]}\" does not exist", 69)
+            return {**ok, "json": a.user_limits.get(args[0], {})}
         else:
             raise AccessError(f"unknown verb '{verb}'", USAGE)
         return ok

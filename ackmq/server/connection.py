@@ -318,6 +318,7 @@ class AMQPConnection(asyncio.Protocol):
                                                              self._heartbeat_tick)
         elif self.state == "open-wait" and isinstance(m, C.Connection.Open):
             vhost = self.server.broker.vhost(m.virtual_host or "/")  # 530 vhost not found
+            self._check_connection_limits(vhost.name)  # U6, before access (rabbit_reader)
             if not self.server.access.vhost_access(self.user, vhost.name):
                 raise ConnectionError_(NOT_ALLOWED, f"access to vhost '{vhost.name}' "
                                        f"refused for user '{self.user}'")
@@ -332,6 +333,22 @@ class AMQPConnection(asyncio.Protocol):
             self._shutdown()
         else:
             raise ConnectionError_(503, f"unexpected method {m.name} in state {self.state}")
+
+    def _check_connection_limits(self, vhost: str) -> None:
+        """U6: the vhost's, then the user's max-connections (530, RabbitMQ's texts)."""
+        access = self.server.access
+        vlimit = access.vhost_limit(vhost, "max-connections")
+        ulimit = access.user_limit(self.user, "max-connections")
+        if vlimit is None and ulimit is None:
+            return
+        opened = [c for c in self.server.connections if c.state == "open" and c is not self]
+        if vlimit is not None and sum(1 for c in opened if c.vhost is not None
+                                      and c.vhost.name == vhost) >= vlimit:
+            raise ConnectionError_(NOT_ALLOWED, f"access to vhost '{vhost}' refused for user "
+                                   f"'{self.user}': connection limit ({vlimit}) is reached")
+        if ulimit is not None and sum(1 for c in opened if c.user == self.user) >= ulimit:
+            raise ConnectionError_(NOT_ALLOWED, f"connection refused for user '{self.user}': "
+                                   f"user connection limit ({ulimit}) is reached")
 
     @staticmethod
     def _credentials(mechanism: str, response: Any) -> tuple[str, str]:
