@@ -16,7 +16,8 @@ Manage a running ackmq broker with rabbitmqctl's verbs and output (tab-separated
 header line). ackmq has no management HTTP API yet: `ackmq ctl` talks to the broker over
 its local admin socket, <data dir>/ctl.sock (mode 0600, so only the user running the
 broker, or root, can use it). Point it at the broker with --data-dir (default
-./ackmq-data) or --socket.
+./ackmq-data) or --socket. (A broker started with --no-persistence has no data dir and
+so no admin socket: its users are guest or --default-user only.)
 
 verbs:
   add_user <user> <password>          delete_user <user>

@@ -407,3 +407,13 @@ def test_U3_revoked_permission_applies_to_open_channels(broker: BrokerProcess) -
     assert e.value.reply_text == ("ACCESS_REFUSED - access to exchange 'amq.default' in "
                                   "vhost '/' refused for user 'erin'")
     conn.close()
+
+
+def test_U1_damaged_access_file_stops_the_broker_with_its_name(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "access.json").write_text('{"users": [{"nam')
+    r = subprocess.run([sys.executable, "-m", "ackmq", "serve", "--port", "0", "--data-dir",
+                        str(data)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3
+    assert "access.json" in r.stdout + r.stderr and "Traceback" not in r.stdout + r.stderr

@@ -71,6 +71,14 @@ class AdminServer:
                     reply = {"ok": False, "code": e.code, "error": e.text}
                 except (ValueError, KeyError, TypeError) as e:
                     reply = {"ok": False, "code": USAGE, "error": f"bad request: {e}"}
+                except OSError as e:  # access.json could not be written (disk full, ...)
+                    log.error("saving the access model failed: %s", e)
+                    reply = {"ok": False, "code": 74, "error": (
+                        f"the change could not be saved ({e}): it is in effect now but "
+                        "will be lost on restart unless saved by a later change")}
+                except Exception as e:  # never leave ctl without an answer
+                    log.exception("admin request failed")
+                    reply = {"ok": False, "code": 70, "error": f"internal error: {e!r}"}
                 writer.write(json.dumps(reply).encode() + b"\n")
                 await writer.drain()
         except (ConnectionError, OSError):
