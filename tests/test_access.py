@@ -417,3 +417,28 @@ def test_U1_damaged_access_file_stops_the_broker_with_its_name(tmp_path: Path) -
                         str(data)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 3
     assert "access.json" in r.stdout + r.stderr and "Traceback" not in r.stdout + r.stderr
+
+
+def test_U1_other_users_may_connect_from_other_hosts_guest_only_via_loopback(
+        tmp_path: Path) -> None:
+    import socket
+
+    from test_connection_edges import _local_address
+    address = _local_address(socket.AF_INET)
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to connect from")
+    b = BrokerProcess(tmp_path / "data", "--host", "0.0.0.0")
+    b.start()
+    try:
+        ok(b.data_dir, "add_user", "remote", PW)
+        ok(b.data_dir, "set_permissions", "remote", ".*", ".*", ".*")
+        p = pika.ConnectionParameters(address, b.port, "/", pika.PlainCredentials("remote", PW),
+                                      connection_attempts=1)
+        assert connect_error(p) is None
+        g = pika.ConnectionParameters(address, b.port, "/",
+                                      pika.PlainCredentials("guest", "guest"),
+                                      connection_attempts=1)
+        assert connect_error(g) == (403, "ACCESS_REFUSED - PLAIN login refused: user 'guest' "
+                                         "can only connect via localhost")
+    finally:
+        b.stop()
