@@ -442,3 +442,19 @@ def test_U1_other_users_may_connect_from_other_hosts_guest_only_via_loopback(
                                          "can only connect via localhost")
     finally:
         b.stop()
+
+
+def test_ctl_admin_socket_answers_garbage_and_keeps_serving(broker: BrokerProcess) -> None:
+    """Bad requests on the admin socket get an error line, never a dead broker."""
+    import socket
+    sock = broker.data_dir / "ctl.sock"
+    for bad in (b"not json\n", b'{"verb": 5}\n', b'{"verb": "add_user", "args": []}\n',
+                b'{"verb": "import_definitions", "definitions": [1]}\n', b"[]\n"):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(str(sock))
+            s.sendall(bad)
+            reply = json.loads(s.makefile("rb").readline())
+            assert reply["ok"] is False and reply["code"] in (64, 70), (bad, reply)
+    assert "guest" in ok(broker.data_dir, "list_users")
+    assert connect_error(params(broker.port, "guest", "guest")) is None
