@@ -30,7 +30,7 @@ verbs:
   list_permissions [-p <vhost>]       list_user_permissions <user>
   set_vhost_limits [-p <vhost>] '{"max-connections": N, "max-queues": N}'
   clear_vhost_limits [-p <vhost>]     list_vhost_limits [-p <vhost>]
-  set_user_limits <user> '{"max-connections": N}'
+  set_user_limits <user> '{"max-connections": N, "max-channels": N}'
   clear_user_limits <user> <name>|all list_user_limits --user <user>
   import_definitions <file.json>      users (RabbitMQ's sha256/sha512/md5 hashes), vhosts
                                       and permissions of `rabbitmqctl export_definitions`

@@ -1,6 +1,6 @@
-"""U6: per-vhost max-connections/max-queues and per-user max-connections, set with
-`ackmq ctl set_vhost_limits/set_user_limits` (rabbitmqctl's verbs) on a real broker and
-answered as RabbitMQ 3.10 answers them (the same scenario run there with rabbitmqctl)."""
+"""U6: per-vhost max-connections/max-queues and per-user max-connections/max-channels,
+set with `ackmq ctl set_vhost_limits/set_user_limits` (rabbitmqctl's verbs) on a real
+broker and answered as RabbitMQ 3.10 answers them (the same scenario run there with rabbitmqctl)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,17 @@ def scenario(port: int, ctl: Callable[..., subprocess.CompletedProcess[str]]) ->
     seen.append(("user limit 0", connect_error(params(port, USER, PW, VHOST))))
     ctl("clear_user_limits", USER, "all")
     seen.append(("cleared", connect_error(params(port, USER, PW, VHOST))))
+    ctl("set_user_limits", USER, '{"max-channels": 2}')
+    one, two = (pika.BlockingConnection(params(port, USER, PW, VHOST)) for _ in range(2))
+    one.channel()
+    two.channel()
+    try:
+        two.channel()
+        seen.append("third channel opened")
+    except pika.exceptions.ConnectionClosedByBroker as e:
+        seen.append(("max-channels", e.reply_code, e.reply_text, one.is_open))
+    one.close()
+    ctl("clear_user_limits", USER, "max-channels")
     for bad in ('{"max-conn": 1}', '{"max-queues": "x"}', "notjson"):
         r = ctl("set_vhost_limits", "-p", VHOST, bad)
         seen.append((bad, r.returncode))
@@ -94,6 +105,8 @@ def test_U6_limits_on_ackmq(ackmq_broker: BrokerProcess) -> None:
         ("user limit 0", (530, f"NOT_ALLOWED - connection refused for user '{USER}': user "
                                "connection limit (0) is reached")),
         ("cleared", None),
+        ("max-channels", 530, f"NOT_ALLOWED - number of channels opened for user '{USER}' "
+                              "has reached the maximum allowed user limit of (2)", True),
         ('{"max-conn": 1}', 69), ('{"max-queues": "x"}', 69), ("notjson", 69),
         ("missing vhost", 65),
     ]

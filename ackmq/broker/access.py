@@ -111,7 +111,7 @@ def compile_check(pattern: str) -> str | None:
 
 
 VHOST_LIMITS = ("max-connections", "max-queues")
-USER_LIMITS = ("max-connections",)  # max-channels: not yet (refused, not ignored)
+USER_LIMITS = ("max-connections", "max-channels")
 
 
 def _check_limits(limits: Any, allowed: tuple[str, ...]) -> dict[str, int]:

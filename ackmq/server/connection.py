@@ -238,6 +238,12 @@ class AMQPConnection(asyncio.Protocol):
                 raise ConnectionError_(NOT_ALLOWED, f"number of channels opened "
                                        f"({len(self.channels)}) has reached the negotiated "
                                        f"channel_max ({self.channel_max})")
+            limit = self.server.access.user_limit(self.user, "max-channels")  # U6
+            if limit is not None and sum(len(c.channels) for c in self.server.connections
+                                         if c.user == self.user) >= limit:
+                raise ConnectionError_(NOT_ALLOWED, f"number of channels opened for user "
+                                       f"'{self.user}' has reached the maximum allowed user "
+                                       f"limit of ({limit})")
             self.channels[number] = AMQPChannel(self, number)
             self.write(encode_method(number, M(C.Channel.OpenOk)))
             return
