@@ -55,14 +55,14 @@ def serve(args: argparse.Namespace) -> int:
               "ACKMQ_DEFAULT_PASS) go together, and neither may be empty", file=sys.stderr)
         return 2
     cfg = Config(host=args.host, port=args.port,
-                 default_user=args.default_user or None,
-                 default_pass=args.default_pass or None,
                  data_dir=None if args.no_persistence else args.data_dir,
                  fsync=not args.no_fsync, heartbeat=args.heartbeat,
                  consumer_timeout_ms=args.consumer_timeout_ms,
                  max_message_size=args.max_message_size,
                  queue_hot_messages=max(1, args.queue_hot_messages),
-                 queue_memory_mb=max(0, args.queue_memory_mb))
+                 queue_memory_mb=max(0, args.queue_memory_mb),
+                 default_user=args.default_user or None,
+                 default_pass=args.default_pass or None)
     try:
         import uvloop
         uvloop.install()
@@ -89,7 +89,7 @@ def serve(args: argparse.Namespace) -> int:
             where = f"on all interfaces: {', '.join(server.bound)}; {where}"
         log.info("ackmq listening on %s (%s, fsync %s)", url, where,
                  "on" if cfg.fsync else "OFF")
-        if server.all_interfaces and "guest" in server.access.users:
+        if server.all_interfaces and "guest" in cfg.loopback_users:
             log.warning("user 'guest' can only connect via localhost (as RabbitMQ's): "
                         "other hosts are refused with 403 ACCESS_REFUSED")
         stop = asyncio.Event()

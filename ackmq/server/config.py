@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -26,6 +27,18 @@ class Config:
     default_pass: str | None = None
     loopback_users: tuple[str, ...] = ("guest",)
     admin_socket: bool = True  # `ackmq ctl` talks to <data dir>/ctl.sock
+
+    # the live users (ackmq.broker.access.AccessModel), set by the Server at start
+    access: Any = field(default=None, repr=False, compare=False)
+
+    def authenticate(self, user: str, password: str, from_loopback: bool) -> bool:
+        """The access model's users (U1), or before the server made one the first-start
+        `users`; guest (loopback_users) from loopback only, as RabbitMQ's default."""
+        if self.access is not None:
+            known = self.access.authenticate(user, password) is not None
+        else:
+            known = bool(user) and self.users.get(user) == password
+        return known and (from_loopback or user not in self.loopback_users)
 
     def seed_users(self) -> dict[str, str]:
         if self.default_user:

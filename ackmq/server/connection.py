@@ -290,17 +290,17 @@ class AMQPConnection(asyncio.Protocol):
             self.client_capabilities = self.client_properties.get("capabilities") or {}
             user, password = self._credentials(m.mechanism, m.response)
             config, loopback = self.server.config, _is_loopback(self.peer)
-            if self.server.access.authenticate(user, password) is None:
+            if not config.authenticate(user, password, loopback):
+                if not loopback and config.authenticate(user, password, True):
+                    # the right password, for a user allowed on loopback only (guest)
+                    text = (f"{m.mechanism} login refused: user '{user}' can only connect "
+                            "via localhost")
+                    log.warning("%s (from %s)", text, self.peer)
+                    raise ConnectionError_(ACCESS_REFUSED, text)
                 log.warning("login refused for user %r from %s", user, self.peer)
                 raise ConnectionError_(ACCESS_REFUSED, f"Login was refused using "
                                        f"authentication mechanism {m.mechanism}. For details "
                                        "see the broker logfile.")
-            if not loopback and user in config.loopback_users:
-                # the right password, for a user allowed on loopback only (guest)
-                text = (f"{m.mechanism} login refused: user '{user}' can only connect "
-                        "via localhost")
-                log.warning("%s (from %s)", text, self.peer)
-                raise ConnectionError_(ACCESS_REFUSED, text)
             self.user = user
             self.state = "tune"
             self.write(encode_method(0, M(C.Connection.Tune,

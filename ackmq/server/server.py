@@ -105,6 +105,7 @@ class Server:
                              spill=spill, queue_hot_messages=cfg.queue_hot_messages,
                              queue_memory=cfg.queue_memory_mb << 20)
         self.access = self._open_access()
+        cfg.access = self.access  # Config.authenticate (AMQP, STOMP) checks its users
         self.broker.start(list(self.access.vhosts))
         self.access.listeners.append(self._access_changed)
         self._server = await self.loop.create_server(
