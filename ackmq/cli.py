@@ -16,6 +16,9 @@ from ackmq.server.config import Config
 def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
     p.add_argument("--port", type=int, default=5672, help="AMQP port; 0 picks a free one")
+    p.add_argument("--stomp-port", type=int, default=61613,
+                   help="STOMP port (default 61613); 0 picks a free one")
+    p.add_argument("--no-stomp", action="store_true", help="no STOMP listener")
     p.add_argument("--data-dir", default="./ackmq-data", type=Path,
                    help="where durable queues and persistent messages live")
     p.add_argument("--no-fsync", action="store_true",
@@ -50,11 +53,16 @@ def serve(args: argparse.Namespace) -> int:
     if args.port < 0 or args.port > 65535:
         print(f"ackmq: --port must be between 0 and 65535, got {args.port}", file=sys.stderr)
         return 2
+    if args.stomp_port < 0 or args.stomp_port > 65535:
+        print(f"ackmq: --stomp-port must be between 0 and 65535, got {args.stomp_port}",
+              file=sys.stderr)
+        return 2
     if bool(args.default_user) != bool(args.default_pass):
         print("ackmq: --default-user and --default-pass (or ACKMQ_DEFAULT_USER and "
               "ACKMQ_DEFAULT_PASS) go together, and neither may be empty", file=sys.stderr)
         return 2
     cfg = Config(host=args.host, port=args.port,
+                 stomp_port=None if args.no_stomp else args.stomp_port,
                  data_dir=None if args.no_persistence else args.data_dir,
                  fsync=not args.no_fsync, heartbeat=args.heartbeat,
                  consumer_timeout_ms=args.consumer_timeout_ms,
@@ -82,12 +90,15 @@ def serve(args: argparse.Namespace) -> int:
             log.error("cannot open the data directory %s: %s", cfg.data_dir, e)
             return 3
         except OSError as e:
-            log.error("cannot listen on %s:%s: %s", cfg.host, cfg.port, e.strerror or e)
+            where = getattr(e, "listener", f"{cfg.host}:{cfg.port}")
+            log.error("cannot listen on %s: %s", where, e.strerror or e)
             return 2
         where = "no persistence" if cfg.data_dir is None else f"data dir {cfg.data_dir}"
         if server.all_interfaces:
-            where = f"on all interfaces: {', '.join(server.bound)}; {where}"
-        log.info("ackmq listening on %s (%s, fsync %s)", url, where,
+            bound = server.bound + [f"{b} (STOMP)" for b in server.stomp_bound]
+            where = f"on all interfaces: {', '.join(bound)}; {where}"
+        urls = f"{url} and {server.stomp_url}" if server.stomp_url else url
+        log.info("ackmq listening on %s (%s, fsync %s)", urls, where,
                  "on" if cfg.fsync else "OFF")
         if server.all_interfaces and "guest" in cfg.loopback_users:
             log.warning("user 'guest' can only connect via localhost (as RabbitMQ's): "

@@ -14,22 +14,32 @@ from pathlib import Path
 import pika
 import pytest
 
+pytest_plugins = ("stomphelp",)  # the STOMP fixtures: target, ackmq_target, queue, ...
+
 URL_LINE = re.compile(r"listening on (amqp://\S+)")
+STOMP_URL = re.compile(r"(stomp://\S+:(\d+))")
 
 
 class BrokerProcess:
     """`ackmq serve` as a subprocess; the tests talk to it over loopback like any client."""
 
-    def __init__(self, data_dir: Path, *extra: str, port: int = 0) -> None:
+    def __init__(self, data_dir: Path, *extra: str, port: int = 0, stomp_port: int = 0) -> None:
+        """STOMP listens on a free port (`stomp_url`, kept across restarts like the AMQP
+        one) unless `extra` says --no-stomp or its own --stomp-port: many brokers run at
+        once, and ActiveMQ may hold 61613."""
         self.data_dir = data_dir
         self.extra = extra
         self.port = port
+        self.stomp_port = stomp_port
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
+        self.stomp_url = ""
         self.log: list[str] = []
 
     def start(self, timeout: float = 30.0) -> str:
-        cmd = [sys.executable, "-m", "ackmq", "serve", "--port", str(self.port),
+        stomp = [] if "--no-stomp" in self.extra or "--stomp-port" in self.extra \
+            else ["--stomp-port", str(self.stomp_port)]
+        cmd = [sys.executable, "-m", "ackmq", "serve", "--port", str(self.port), *stomp,
                "--data-dir", str(self.data_dir), *self.extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, bufsize=1)
@@ -44,6 +54,9 @@ class BrokerProcess:
             if m:
                 self.url = m.group(1)
                 self.port = int(self.url.rsplit(":", 1)[1].split("/")[0])
+                ms = STOMP_URL.search(line)
+                if ms:
+                    self.stomp_url, self.stomp_port = ms.group(1), int(ms.group(2))
                 # keep draining output so the broker never blocks on a full pipe
                 import threading
                 threading.Thread(target=self._drain, daemon=True).start()

@@ -176,10 +176,10 @@ class _Scheduler:
 
 def test_recovered_definitions_are_not_checked_again() -> None:
     """ackmq-only (model): a queue stored by an older, laxer ackmq still starts."""
-    from ackmq.broker import Broker
+    from ackmq.broker import BrokerModel
     from ackmq.broker.message import Message
 
-    broker = Broker(_Scheduler())
+    broker = BrokerModel(_Scheduler())
     broker.start()
     vh = broker.vhosts["/"]
     q = vh.declare_queue("old", False, True, False, False,

@@ -847,10 +847,10 @@ def test_Q2_ack_wakes_only_the_consumers_it_frees(monkeypatch: pytest.MonkeyPatc
                                                   global_: bool) -> None:
     """ackmq-only (model): with many consumers blocked at their prefetch, an ack costs
     O(tags settled), not O(consumers of the channel)."""
-    from ackmq.broker import Broker
+    from ackmq.broker import BrokerModel
     from ackmq.broker.queue import ClassicQueue as Queue
 
-    broker = Broker(_Scheduler())
+    broker = BrokerModel(_Scheduler())
     broker.start()
     vh = broker.vhosts["/"]
     vh.declare_queue("q", False, False, False, False, {}, None)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ackmq.broker import Broker
+from ackmq.broker import BrokerModel
 from ackmq.broker.consumer import Consumer
 from ackmq.broker.queue import ClassicQueue
 from ackmq.broker.queue_type import ACK, QUEUE_TYPES, REJECT, REQUEUE, Queue, queue_class
@@ -52,21 +52,21 @@ class _Channel:
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
+def broker(tmp_path: Path) -> Iterator[BrokerModel]:
     store = open_store(tmp_path / "data", fsync=False)
-    b = Broker(_Scheduler(), store=store)
+    b = BrokerModel(_Scheduler(), store=store)
     b.start()
     yield b
     b.close()
 
 
-def declare(broker: Broker, name: str, kind: str, **arguments: object) -> Queue:
+def declare(broker: BrokerModel, name: str, kind: str, **arguments: object) -> Queue:
     vh = broker.vhosts["/"]
     return vh.declare_queue(name, False, True, False, False,
                             {"x-queue-type": kind, **arguments}, None)
 
 
-def publish(broker: Broker, queue: str, body: bytes) -> None:
+def publish(broker: BrokerModel, queue: str, body: bytes) -> None:
     from ackmq.broker.message import Message
     vh = broker.vhosts["/"]
     for q in vh.route(vh.exchange(""), Message("", queue, PERSISTENT, body)):
@@ -82,7 +82,7 @@ def test_registry_selects_by_x_queue_type() -> None:
 
 
 @pytest.mark.parametrize("kind", TYPES)
-def test_D1_D6_get_settle_through_the_interface(broker: Broker, kind: str) -> None:
+def test_D1_D6_get_settle_through_the_interface(broker: BrokerModel, kind: str) -> None:
     dead = declare(broker, "dead", "classic")
     q = declare(broker, "q", kind, **{"x-dead-letter-exchange": "",
                                       "x-dead-letter-routing-key": "dead"})
@@ -111,7 +111,7 @@ def test_D1_D6_get_settle_through_the_interface(broker: Broker, kind: str) -> No
 
 
 @pytest.mark.parametrize("kind", TYPES)
-def test_Q6_consumers_served_in_turn_with_room(broker: Broker, kind: str) -> None:
+def test_Q6_consumers_served_in_turn_with_room(broker: BrokerModel, kind: str) -> None:
     q = declare(broker, "rr", kind)
     ch = _Channel()
     c1 = Consumer("c1", ch, q, False, False, 2)
@@ -139,7 +139,7 @@ def test_P9_recover_through_the_interface(tmp_path: Path, kind: str) -> None:
     """A queue type takes back what the store found: unsettled messages in order, the
     ones delivered before the restart redelivered."""
     data = tmp_path / "data"
-    b = Broker(_Scheduler(), store=open_store(data, fsync=False))
+    b = BrokerModel(_Scheduler(), store=open_store(data, fsync=False))
     b.start()
     q = declare(b, "durable", kind)
     for body in (b"1", b"2", b"3"):
@@ -149,7 +149,7 @@ def test_P9_recover_through_the_interface(tmp_path: Path, kind: str) -> None:
     b.end_of_turn()
     b.close()  # the delivery was never settled: it comes back
 
-    b2 = Broker(_Scheduler(), store=open_store(data, fsync=False))
+    b2 = BrokerModel(_Scheduler(), store=open_store(data, fsync=False))
     b2.start()
     q2 = b2.vhosts["/"].queues["durable"]
     assert isinstance(q2, QUEUE_TYPES[kind]) and q2.message_count == 3

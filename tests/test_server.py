@@ -123,7 +123,7 @@ def test_P6_disk_full_nacks_publishes_and_keeps_serving(tmp_path: Path) -> None:
     and the broker keeps serving; everything confirmed is there after a restart."""
     data = tmp_path / "d"
     proc = subprocess.Popen([sys.executable, "-m", "ackmq", "serve", "--port", "0",
-                             "--data-dir", str(data)], stdout=subprocess.PIPE,
+                             "--no-stomp", "--data-dir", str(data)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, preexec_fn=_limit_file_size)
     try:
         assert proc.stdout is not None

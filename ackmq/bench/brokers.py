@@ -208,7 +208,7 @@ def start_ackmq(data_dir: Path | None = None, timeout: float = 60.0) -> Target:
     ddir = Path(tempfile.mkdtemp(prefix="ackmq-bench-data-", dir=base)) if owned else data_dir
     assert ddir is not None
     ddir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([sys.executable, "-m", "ackmq", "serve", "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "ackmq", "serve", "--port", "0", "--no-stomp",
                              "--data-dir", str(ddir)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     log: list[str] = []

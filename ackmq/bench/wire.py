@@ -36,7 +36,7 @@ DeliverCallback = Callable[[int, bool, bytes], None]  # (delivery_tag, redeliver
 ConfirmCallback = Callable[[int, bool, bool], None]
 
 
-class AMQPError(Exception):
+class WireError(Exception):
     """The broker closed a channel or the connection."""
 
 
@@ -114,7 +114,7 @@ class Channel:
         self.on_deliver: DeliverCallback | None = None
         self.on_confirm: ConfirmCallback | None = None   # (tag, multiple, is_ack)
         self.waiters: deque[asyncio.Future[object]] = deque()
-        self.closed: AMQPError | None = None
+        self.closed: WireError | None = None
         # content being assembled: [delivery_tag, redelivered, remaining, parts]
         self._content: list | None = None
 
@@ -158,7 +158,7 @@ class Channel:
             await self.call(commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
 
     # --- frames from the connection -------------------------------------------------
-    def _fail(self, err: AMQPError) -> None:
+    def _fail(self, err: WireError) -> None:
         self.closed = err
         while self.waiters:
             w = self.waiters.popleft()
@@ -168,13 +168,13 @@ class Channel:
     def _method(self, method: object) -> None:
         if isinstance(method, commands.Channel.Close):
             self.conn.write(encode_method(self.number, commands.Channel.CloseOk()))
-            self._fail(AMQPError(f"channel {self.number} closed by broker: "
+            self._fail(WireError(f"channel {self.number} closed by broker: "
                                  f"{method.reply_code} {method.reply_text}"))
             return
         if isinstance(method, commands.Basic.Cancel):  # broker-side cancel (queue deleted)
             return
         if isinstance(method, commands.Channel.CloseOk):
-            self.closed = AMQPError("channel closed")
+            self.closed = WireError("channel closed")
         if self.waiters:
             w = self.waiters.popleft()
             if not w.done():
@@ -196,7 +196,7 @@ class Connection(asyncio.Protocol):
         self._paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
         self._closed_fut: asyncio.Future[None] = loop.create_future()
-        self.error: AMQPError | None = None
+        self.error: WireError | None = None
 
     # --- public API ----------------------------------------------------------------
     @classmethod
@@ -255,7 +255,7 @@ class Connection(asyncio.Protocol):
                 self.write(encode_method(0, commands.Connection.Close(
                     reply_code=200, reply_text="bye", class_id=0, method_id=0)))
                 await asyncio.wait_for(fut, 10)
-            except (AMQPError, TimeoutError, ConnectionError):
+            except (WireError, TimeoutError, ConnectionError):
                 pass
         self.transport.close()
 
@@ -292,7 +292,7 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
-        err = self.error or AMQPError(f"connection lost: {exc}")
+        err = self.error or WireError(f"connection lost: {exc}")
         self._fail(err)
         if not self._closed_fut.done():
             self._closed_fut.set_result(None)
@@ -305,7 +305,7 @@ class Connection(asyncio.Protocol):
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_result(None)
 
-    def _fail(self, err: AMQPError) -> None:
+    def _fail(self, err: WireError) -> None:
         self.error = err
         for ch in self.channels.values():
             ch._fail(err)
@@ -356,7 +356,7 @@ class Connection(asyncio.Protocol):
                 try:
                     _, _, method = frame.unmarshal(bytes(buf[start - 7:pos]))
                 except Exception as exc:  # noqa: BLE001 - surface as a protocol error
-                    self._fail(AMQPError(f"undecodable frame: {exc}"))
+                    self._fail(WireError(f"undecodable frame: {exc}"))
                     return
                 if chnum == 0:
                     self._connection_method(method)
@@ -380,7 +380,7 @@ class Connection(asyncio.Protocol):
     def _connection_method(self, method: object) -> None:
         if isinstance(method, commands.Connection.Close):
             self.write(encode_method(0, commands.Connection.CloseOk()))
-            self._fail(AMQPError(f"connection closed by broker: {method.reply_code} "
+            self._fail(WireError(f"connection closed by broker: {method.reply_code} "
                                  f"{method.reply_text}"))
             return
         if isinstance(method, commands.Connection.Blocked | commands.Connection.Unblocked):

@@ -4,9 +4,9 @@ Plain Python: no asyncio, no sockets. AMQP (and later STOMP) front ends drive it
 tests can drive it directly.
 """
 
-from ackmq.broker.broker import Broker, Scheduler
-from ackmq.broker.channel import Channel, ChannelOutput
-from ackmq.broker.errors import AMQPError, ChannelError, ConnectionError_
+from ackmq.broker.broker import BrokerModel, Scheduler
+from ackmq.broker.channel import ChannelModel, ChannelOutput
+from ackmq.broker.errors import HardError, ReplyError, SoftError
 
-__all__ = ["AMQPError", "Broker", "Channel", "ChannelError", "ChannelOutput",
-           "ConnectionError_", "Scheduler"]
+__all__ = ["ReplyError", "BrokerModel", "ChannelModel", "SoftError", "ChannelOutput",
+           "HardError", "Scheduler"]

@@ -11,7 +11,7 @@ import datetime
 import decimal
 from typing import Any
 
-from ackmq.broker.errors import PRECONDITION_FAILED, ChannelError, erl_string
+from ackmq.broker.errors import PRECONDITION_FAILED, SoftError, erl_string
 
 MAX_EXPIRY_MS = 315_360_000_000  # ten years: RabbitMQ's bound for TTLs and expiration
 MAX_PRIORITY = 255
@@ -79,14 +79,14 @@ def opt_in(args: dict[str, Any], key: str) -> bool:
 def check_dlx_type(args: dict[str, Any], qname: str, vhost: str) -> None:
     """RabbitMQ checks the dead-letter exchange's type before any other argument."""
     if "x-dead-letter-exchange" in args and as_text(args["x-dead-letter-exchange"]) is None:
-        raise ChannelError(PRECONDITION_FAILED,
+        raise SoftError(PRECONDITION_FAILED,
                            f"invalid type '{type_name(args['x-dead-letter-exchange'])}' for "
                            f"arg 'x-dead-letter-exchange' in queue '{qname}' in vhost '{vhost}'")
 
 
 def check_alternate_exchange_type(args: dict[str, Any], xname: str, vhost: str) -> None:
     if "alternate-exchange" in args and as_text(args["alternate-exchange"]) is None:
-        raise ChannelError(PRECONDITION_FAILED,
+        raise SoftError(PRECONDITION_FAILED,
                            f"invalid type '{type_name(args['alternate-exchange'])}' for arg "
                            f"'alternate-exchange' in exchange '{xname}' in vhost '{vhost}'")
 
@@ -199,5 +199,5 @@ def check_queue_arguments(args: dict[str, Any], qname: str, vhost: str) -> None:
         if key in args:
             err = check(args[key], args)
             if err is not None:
-                raise ChannelError(PRECONDITION_FAILED, f"invalid arg '{key}' for queue "
+                raise SoftError(PRECONDITION_FAILED, f"invalid arg '{key}' for queue "
                                                         f"'{qname}' in vhost '{vhost}': {err}")

@@ -11,8 +11,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ackmq.broker.channel import Channel
-from ackmq.broker.errors import NOT_ALLOWED, ConnectionError_
+from ackmq.broker.channel import ChannelModel
+from ackmq.broker.errors import NOT_ALLOWED, HardError
 from ackmq.broker.exchange import EXCHANGE_CLASSES
 from ackmq.broker.queue_type import Queue
 from ackmq.broker.readylist import HotBudget
@@ -33,13 +33,13 @@ class Scheduler(Protocol):
     def call_later(self, delay: float, fn: Callable[[], None]) -> TimerHandle: ...
 
     def request_flush(self) -> None:
-        """Ask for `Broker.end_of_turn` to run soon (after the current callbacks)."""
+        """Ask for `BrokerModel.end_of_turn` to run soon (after the current callbacks)."""
 
 
 RECOVER_HOT = 4096  # entries a recovered queue reads back at start; the rest stay in the store
 
 
-class Broker:
+class BrokerModel:
     def __init__(self, scheduler: Scheduler, store: Store | None = None,
                  consumer_timeout_ms: int | None = None, spill: Any = None,
                  queue_hot_messages: int = 65536, queue_memory: int = 256 << 20) -> None:
@@ -51,8 +51,8 @@ class Broker:
         self.consumer_timeout_ms = consumer_timeout_ms
         self.epoch = 0
         self.vhosts: dict[str, VHost] = {}
-        self._dirty: dict[int, Channel] = {}
-        self._commit_waiters: list[tuple[Channel, int]] = []
+        self._dirty: dict[int, ChannelModel] = {}
+        self._commit_waiters: list[tuple[ChannelModel, int]] = []
         self._commit_callbacks: list[Callable[[BaseException | None], None]] = []
         self.store_failures = 0
 
@@ -142,23 +142,23 @@ class Broker:
     def vhost(self, name: str) -> VHost:
         vh = self.vhosts.get(name)
         if vh is None:
-            raise ConnectionError_(NOT_ALLOWED, f"vhost {name} not found")
+            raise HardError(NOT_ALLOWED, f"vhost {name} not found")
         return vh
 
-    def open_channel(self, vhost: VHost, owner: Any, output: Any) -> Channel:
-        return Channel(vhost, owner, output, self.consumer_timeout_ms)
+    def open_channel(self, vhost: VHost, owner: Any, output: Any) -> ChannelModel:
+        return ChannelModel(vhost, owner, output, self.consumer_timeout_ms)
 
     # -- confirms and group commit --------------------------------------------------
-    def mark_dirty(self, ch: Channel) -> None:
+    def mark_dirty(self, ch: ChannelModel) -> None:
         self._dirty[id(ch)] = ch
 
-    def await_commit(self, ch: Channel, seq: int) -> None:
+    def await_commit(self, ch: ChannelModel, seq: int) -> None:
         self._commit_waiters.append((ch, seq))
 
     def await_commit_callback(self, fn: Callable[[BaseException | None], None]) -> None:
         self._commit_callbacks.append(fn)
 
-    def channel_closed(self, ch: Channel) -> None:
+    def channel_closed(self, ch: ChannelModel) -> None:
         self._dirty.pop(id(ch), None)
 
     def request_flush(self) -> None:
@@ -181,7 +181,7 @@ class Broker:
             for ch in dirty.values():
                 ch.flush_confirms()
 
-    def _committed(self, waiters: list[tuple[Channel, int]],
+    def _committed(self, waiters: list[tuple[ChannelModel, int]],
                    callbacks: list[Callable[[BaseException | None], None]],
                    exc: BaseException | None) -> None:
         """The store made a batch durable (or failed): confirm (or nack, P6) its publishes."""

@@ -23,8 +23,8 @@ from ackmq.broker.errors import (
     NOT_FOUND,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
-    ChannelError,
-    ConnectionError_,
+    HardError,
+    SoftError,
 )
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue_type import ACK, REJECT, REQUEUE, Queue
@@ -65,7 +65,7 @@ class _Tx:
         self.settles: list[tuple[str, list[tuple[int, Delivery]]]] = []
 
 
-class Channel:
+class ChannelModel:
     def __init__(self, vhost: VHost, owner: Any, output: ChannelOutput,
                  consumer_timeout_ms: int | None = None) -> None:
         self.vhost = vhost
@@ -100,7 +100,7 @@ class Channel:
         if name:
             return name
         if not self.last_queue:
-            raise ChannelError(NOT_FOUND, "no previously declared queue")
+            raise SoftError(NOT_FOUND, "no previously declared queue")
         return self.last_queue
 
     # -- room (Q1-Q3) ---------------------------------------------------------------
@@ -141,19 +141,19 @@ class Channel:
     def basic_publish(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool,
                       properties: bytes, body: bytes) -> None:
         if immediate:
-            raise ConnectionError_(NOT_IMPLEMENTED, "immediate=true")
+            raise HardError(NOT_IMPLEMENTED, "immediate=true")
         access = self.access  # U3: write on the exchange, cached per channel
         if access is not None and exchange not in access.write_exchanges:
             access.check_publish(exchange)
         x = self.vhost.exchange(exchange)
         if x.internal:
-            raise ChannelError(ACCESS_REFUSED, f"cannot publish to internal exchange "
+            raise SoftError(ACCESS_REFUSED, f"cannot publish to internal exchange "
                                                f"'{exchange}' in vhost '{self.vhost.name}'")
         msg = Message(exchange, routing_key, properties, body)  # 406 on a bad expiration,
         # raised before the publish gets a confirm number: it is never confirmed
         mode = msg.delivery_mode
         if mode is not None and mode not in (1, 2):
-            raise ChannelError(PRECONDITION_FAILED,
+            raise SoftError(PRECONDITION_FAILED,
                                f"invalid message: {{delivery_mode_unknown,{mode}}}")
         if self.tx is not None:
             self.tx.publishes.append((x, msg, mandatory))
@@ -234,7 +234,9 @@ class Channel:
 
     # -- consume ----------------------------------------------------------------------
     def basic_consume(self, queue_name: str, consumer_tag: str, no_ack: bool, exclusive: bool,
-                      arguments: dict[str, Any]) -> str:
+                      arguments: dict[str, Any], prefetch: int | None = None) -> str:
+        """`prefetch`: this consumer's own cap instead of the channel's basic.qos value
+        (a STOMP subscription carries its own prefetch header)."""
         name = self.queue_name(queue_name)
         if self.access is not None:
             self.access.read("queue", name)
@@ -242,11 +244,12 @@ class Channel:
         if not consumer_tag:
             consumer_tag = "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
         elif consumer_tag in self.consumers:
-            raise ConnectionError_(NOT_ALLOWED, f"attempt to reuse consumer tag '{consumer_tag}'")
+            raise HardError(NOT_ALLOWED, f"attempt to reuse consumer tag '{consumer_tag}'")
         if any(c.exclusive for c in q.consumers.values()) or (exclusive and q.consumers):
-            raise ChannelError(ACCESS_REFUSED, f"queue '{q.name}' in vhost "
+            raise SoftError(ACCESS_REFUSED, f"queue '{q.name}' in vhost "
                                                f"'{self.vhost.name}' in exclusive use")
-        c = Consumer(consumer_tag, self, q, no_ack, exclusive, self.prefetch_count, arguments)
+        c = Consumer(consumer_tag, self, q, no_ack, exclusive,
+                     self.prefetch_count if prefetch is None else prefetch, arguments)
         self.consumers[consumer_tag] = c
         return consumer_tag
 
@@ -293,7 +296,7 @@ class Channel:
                 unacked.clear()
                 return taken
             if tag not in unacked:
-                raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+                raise SoftError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
             taken = []
             while unacked:
                 first = next(iter(unacked))
@@ -303,8 +306,34 @@ class Channel:
             return taken
         d = unacked.pop(tag, None)
         if d is None:
-            raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+            raise SoftError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
         return [(tag, d)]
+
+    def take_for_consumer(self, consumer_tag: str, tag: int,
+                          multiple: bool) -> list[tuple[int, Delivery]]:
+        """STOMP's acks name one subscription: `tag` alone, or with `multiple` every unacked
+        delivery of the same consumer up to it (STOMP `client` mode); other consumers'
+        deliveries on the channel stay. A tag that is not an unacked delivery of that
+        consumer is refused as D7 refuses it. Settle what this returns with `settle`."""
+        unacked = self.unacked
+        d = unacked.get(tag)
+        if d is None or d[1] is None or d[1].tag != consumer_tag:
+            raise SoftError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+        if not multiple:
+            del unacked[tag]
+            return [(tag, d)]
+        consumer = d[1]
+        tags = []
+        for t, other in unacked.items():
+            if t > tag:
+                break
+            if other[1] is consumer:
+                tags.append(t)
+        return [(t, unacked.pop(t)) for t in tags]
+
+    def settle(self, action: str, taken: list[tuple[int, Delivery]]) -> None:
+        """Apply "ack", "requeue" or "reject" to deliveries from `take_for_consumer`."""
+        self._settle(action, taken)
 
     def basic_ack(self, tag: int, multiple: bool) -> None:
         taken = self._take(tag, multiple)
@@ -341,12 +370,12 @@ class Channel:
 
     def basic_recover(self, requeue: bool) -> None:
         if not requeue:
-            raise ConnectionError_(NOT_IMPLEMENTED, "requeue=false")
+            raise HardError(NOT_IMPLEMENTED, "requeue=false")
         self._settle(REQUEUE, self._take(0, True))
 
     def basic_qos(self, prefetch_size: int, prefetch_count: int, global_: bool) -> None:
         if prefetch_size:
-            raise ConnectionError_(NOT_IMPLEMENTED, f"prefetch_size!=0 ({prefetch_size})")
+            raise HardError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({prefetch_size})")
         if global_:
             self.global_prefetch = prefetch_count
         else:
@@ -357,12 +386,12 @@ class Channel:
         """A client asking the broker to pause deliveries: RabbitMQ 3.10 refuses it (540,
         closing the connection), and so does ackmq; active=true is a no-op."""
         if not active:
-            raise ConnectionError_(NOT_IMPLEMENTED, "active=false")
+            raise HardError(NOT_IMPLEMENTED, "active=false")
 
     # -- confirm mode and transactions (P1, P2, T1-T3) -------------------------------
     def confirm_select(self) -> None:
         if self.tx is not None:
-            raise ChannelError(PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
+            raise SoftError(PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
         if self.confirms is None:
             self.confirms = ConfirmTracker()
 
@@ -374,7 +403,7 @@ class Channel:
 
     def tx_select(self) -> None:
         if self.confirms is not None:
-            raise ChannelError(PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
+            raise SoftError(PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
         if self.tx is None:
             self.tx = _Tx()
 
@@ -382,7 +411,7 @@ class Channel:
         """Apply the transaction; `done` runs once persistent messages are fsynced (T3)."""
         tx = self.tx
         if tx is None:
-            raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
+            raise SoftError(PRECONDITION_FAILED, "channel is not transactional")
         self.tx = _Tx()
         for action, taken in tx.settles:
             self._settle(action, taken)
@@ -398,7 +427,7 @@ class Channel:
     def tx_rollback(self) -> None:
         tx = self.tx
         if tx is None:
-            raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
+            raise SoftError(PRECONDITION_FAILED, "channel is not transactional")
         self.tx = _Tx()
         if tx.settles:  # rolled-back acks leave the deliveries unacked (T1)
             for _action, taken in tx.settles:

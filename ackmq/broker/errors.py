@@ -21,8 +21,9 @@ from ackmq.protocol.amqp.constants import (  # noqa: F401 - the codes the model 
 )
 
 
-class AMQPError(Exception):
-    """An error with an AMQP reply code; `text` is prefixed with the code's name as RabbitMQ does."""
+class ReplyError(Exception):
+    """A refusal by the model, with an AMQP reply code (which STOMP maps to an ERROR
+    frame); `text` is prefixed with the code's name as RabbitMQ does."""
 
     hard = False  # True: closes the whole connection
 
@@ -33,12 +34,12 @@ class AMQPError(Exception):
         super().__init__(self.text)
 
 
-class ChannelError(AMQPError):
-    """Soft error: only the channel is closed."""
+class SoftError(ReplyError):
+    """AMQP's soft error (channel exception): only the channel is closed."""
 
 
-class ConnectionError_(AMQPError):
-    """Hard error: the connection is closed."""
+class HardError(ReplyError):
+    """AMQP's hard error (connection exception): the whole connection is closed."""
 
     hard = True
 
@@ -59,5 +60,5 @@ def erl_string(text: str) -> str:
     return erl_bytes(text.encode("utf-8")).decode("utf-8", "replace")
 
 
-def not_found(what: str, name: str, vhost: str) -> ChannelError:
-    return ChannelError(NOT_FOUND, f"no {what} '{name}' in vhost '{vhost}'")
+def not_found(what: str, name: str, vhost: str) -> SoftError:
+    return SoftError(NOT_FOUND, f"no {what} '{name}' in vhost '{vhost}'")

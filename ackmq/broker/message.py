@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from ackmq.broker.arguments import MAX_EXPIRY_MS
-from ackmq.broker.errors import PRECONDITION_FAILED, ChannelError, erl_bytes
+from ackmq.broker.errors import PRECONDITION_FAILED, SoftError, erl_bytes
 from ackmq.protocol.amqp.properties import (
     PropertiesView,
     header_entries,
@@ -21,7 +21,7 @@ from ackmq.protocol.amqp.properties import (
 _LEADING_INT = re.compile(rb"[+-]?[0-9]+")
 
 
-def _expiration_error(raw: bytes, reason: bytes, value: bytes | None) -> ChannelError:
+def _expiration_error(raw: bytes, reason: bytes, value: bytes | None) -> SoftError:
     """RabbitMQ's text: "invalid expiration '~s': ~p", the reason laid out as io_lib_pretty
     does (a tuple that does not fit in the line puts its second element on the next one)."""
     head = b"invalid expiration '" + raw + b"': "
@@ -33,7 +33,7 @@ def _expiration_error(raw: bytes, reason: bytes, value: bytes | None) -> Channel
             text = head + flat
         else:
             text = head + b"{" + reason + b",\n" + b" " * (len(head) + 1) + value + b"}"
-    return ChannelError(PRECONDITION_FAILED, text.decode("utf-8", "replace"))
+    return SoftError(PRECONDITION_FAILED, text.decode("utf-8", "replace"))
 
 
 def parse_expiration(exp: str) -> int:
@@ -63,7 +63,7 @@ class Message:
 
     def __init__(self, exchange: str, routing_key: str, properties: bytes, body: bytes,
                  trusted: bool = False) -> None:
-        """Raises ChannelError (406) for an invalid `expiration`, unless `trusted` (a message
+        """Raises SoftError (406) for an invalid `expiration`, unless `trusted` (a message
         read back from the store: it was accepted once, so a bad value means no expiry)."""
         self.exchange = exchange
         self.routing_key = routing_key
@@ -82,7 +82,7 @@ class Message:
         if exp is not None:
             try:
                 self.expiration_ms = parse_expiration(exp)
-            except ChannelError:
+            except SoftError:
                 if not trusted:
                     raise
 

@@ -22,8 +22,8 @@ from ackmq.broker.errors import (
     COMMAND_INVALID,
     PRECONDITION_FAILED,
     RESOURCE_LOCKED,
-    ChannelError,
-    ConnectionError_,
+    HardError,
+    SoftError,
     not_found,
 )
 from ackmq.broker.exchange import (
@@ -40,7 +40,7 @@ from ackmq.broker.storage import BindingDef, ExchangeDef, QueueDef
 from ackmq.broker.vhost_store import VHostStore
 
 if TYPE_CHECKING:
-    from ackmq.broker.broker import Broker
+    from ackmq.broker.broker import BrokerModel
 
 DEFAULT_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"),
                      ("amq.topic", "topic"), ("amq.headers", "headers"),
@@ -60,7 +60,7 @@ def _norm(v: Any) -> Any:
 
 
 class VHost:
-    def __init__(self, broker: Broker, name: str = "/") -> None:
+    def __init__(self, broker: BrokerModel, name: str = "/") -> None:
         self.broker = broker
         self.name = name
         self.queues: dict[str, Queue] = {}
@@ -100,8 +100,8 @@ class VHost:
         if q.exclusive_owner is not None and q.exclusive_owner is not owner:
             raise self._locked(q)
 
-    def _locked(self, q: Queue) -> ChannelError:
-        return ChannelError(
+    def _locked(self, q: Queue) -> SoftError:
+        return SoftError(
             RESOURCE_LOCKED,
             f"cannot obtain exclusive access to locked queue '{q.name}' in vhost "
             f"'{self.name}'. It could be originally declared on another connection or "
@@ -115,12 +115,12 @@ class VHost:
         `access` (U3, a ChannelAccess): configure on the exchange; a new one with an
         alternate-exchange also needs read on itself and write on the AE (rabbit_channel)."""
         if name == "":
-            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+            raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         if passive:
             return self.exchange(name)
         if access is not None:
             if type_ not in EXCHANGE_CLASSES:
-                raise ConnectionError_(COMMAND_INVALID, f"unknown exchange type '{type_}'")
+                raise HardError(COMMAND_INVALID, f"unknown exchange type '{type_}'")
             access.configure("exchange", name)
             if name not in self.exchanges and not name.startswith("amq."):
                 ae = arguments.get("alternate-exchange")
@@ -128,11 +128,11 @@ class VHost:
                     access.read("exchange", name)
                     access.write("exchange", _norm(ae))
         if name.startswith("amq.") and name not in self.exchanges:
-            raise ChannelError(ACCESS_REFUSED,
+            raise SoftError(ACCESS_REFUSED,
                                f"exchange name '{name}' contains reserved prefix 'amq.*'")
         cls = EXCHANGE_CLASSES.get(type_)
         if cls is None:
-            raise ConnectionError_(COMMAND_INVALID, f"unknown exchange type '{type_}'")
+            raise HardError(COMMAND_INVALID, f"unknown exchange type '{type_}'")
         x = self.exchanges.get(name)
         if x is not None:
             self._equivalent("exchange", name, "type", type_, x.type)
@@ -154,15 +154,15 @@ class VHost:
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
         if name == "":
-            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+            raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         if name.startswith("amq."):
-            raise ChannelError(ACCESS_REFUSED, f"deletion of system exchange '{name}' in "
+            raise SoftError(ACCESS_REFUSED, f"deletion of system exchange '{name}' in "
                                                f"vhost '{self.name}' not allowed")
         x = self.exchanges.get(name)
         if x is None:
             return  # idempotent, as RabbitMQ 3.x
         if if_unused and x.bindings:
-            raise ChannelError(PRECONDITION_FAILED,
+            raise SoftError(PRECONDITION_FAILED,
                                f"exchange '{name}' in vhost '{self.name}' in use")
         self._remove_exchange(x)
 
@@ -190,7 +190,7 @@ class VHost:
         if name == "":
             name = "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
         elif name.startswith("amq."):
-            raise ChannelError(ACCESS_REFUSED,
+            raise SoftError(ACCESS_REFUSED,
                                f"queue name '{name}' contains reserved prefix 'amq.*'")
         if access is not None:
             access.configure("queue", name)
@@ -198,7 +198,7 @@ class VHost:
         if q is None and access is not None:
             limit = access.model.vhost_limit(self.name, "max-queues")  # U6
             if limit is not None and len(self.queues) >= limit:
-                raise ChannelError(PRECONDITION_FAILED, f"cannot declare queue '{name}': "
+                raise SoftError(PRECONDITION_FAILED, f"cannot declare queue '{name}': "
                                    f"queue limit in vhost '{self.name}' ({limit}) is reached")
             dlx = arguments.get("x-dead-letter-exchange")
             if isinstance(dlx, str | bytes):
@@ -219,7 +219,7 @@ class VHost:
             check_queue_arguments(arguments, name, self.name)
             qtype = arguments.get("x-queue-type")
             if qtype in ("quorum", b"quorum") and (not durable or exclusive):
-                raise ChannelError(PRECONDITION_FAILED,
+                raise SoftError(PRECONDITION_FAILED,
                                    f"invalid property '{'non-durable' if not durable else 'exclusive'}'"
                                    f" for queue '{name}' in vhost '{self.name}'")
         q = queue_class(arguments)(self, name, durable=durable and not exclusive,
@@ -236,10 +236,10 @@ class VHost:
     def delete_queue(self, q: Queue, notify: bool = True, if_unused: bool = False,
                      if_empty: bool = False) -> int:
         if if_unused and q.consumers:
-            raise ChannelError(PRECONDITION_FAILED,
+            raise SoftError(PRECONDITION_FAILED,
                                f"queue '{q.name}' in vhost '{self.name}' in use")
         if if_empty and q.message_count:
-            raise ChannelError(PRECONDITION_FAILED,
+            raise SoftError(PRECONDITION_FAILED,
                                f"queue '{q.name}' in vhost '{self.name}' not empty")
         count = q.message_count
         if self.queues.get(q.name) is q:
@@ -265,14 +265,14 @@ class VHost:
     def bind(self, source: str, destination: Any, routing_key: str,
              arguments: dict[str, Any]) -> None:
         if source == "":
-            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+            raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         if getattr(destination, "name", None) == "" and not isinstance(destination, Queue):
-            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+            raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         x = self.exchange(source)
         if x.type == "headers":
             mode = _norm((arguments or {}).get("x-match", "all"))
             if mode not in ("all", "any", "all-with-x", "any-with-x"):
-                raise ChannelError(PRECONDITION_FAILED, f'Invalid x-match field value <<"{mode}">>; '
+                raise SoftError(PRECONDITION_FAILED, f'Invalid x-match field value <<"{mode}">>; '
                                    "expected all, any, all-with-x, or any-with-x")
         b = Binding(x, destination, routing_key, arguments)
         if x.bind(b):
@@ -289,7 +289,7 @@ class VHost:
         default exchange (403) and another connection's exclusive queue (405, when the
         binding exists) refuse."""
         if source == "" or (kind == "exchange" and destination == ""):
-            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+            raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         x = self.exchanges.get(source)
         dest = (self.queues if kind == "queue" else self.exchanges).get(destination)
         if x is None or dest is None:
@@ -360,14 +360,19 @@ class VHost:
         return out
 
     # -- dead-lettering (D6) ------------------------------------------------------------
-    def dead_letter(self, queue: Queue, entry: QueueEntry, reason: str) -> None:
-        x = self.exchanges.get(queue.dlx or "")
-        if x is None or queue.dlx is None:
+    def dead_letter(self, queue: Queue, entry: QueueEntry, reason: str,
+                    exchange: str | None = None, routing_key: str | None = None) -> None:
+        """`exchange`/`routing_key`, when given, stand in for the queue's DLX and its key
+        (a STOMP subscription in ActiveMQ form dead-letters to ActiveMQ.DLQ)."""
+        dlx = queue.dlx if exchange is None else exchange
+        x = self.exchanges.get(dlx or "")
+        if x is None or dlx is None:
             return
         msg = entry.message
-        rk = queue.dlrk if queue.dlrk is not None else msg.routing_key
+        dlrk = queue.dlrk if exchange is None else routing_key
+        rk = dlrk if dlrk is not None else msg.routing_key
         props, deaths = dead_letter_properties(msg, queue.name, reason,
-                                               drop_cc=queue.dlrk is not None)
+                                               drop_cc=dlrk is not None)
         new = Message(x.name, rk, props, msg.body)
         automatic = all(_norm(d.get("reason")) != "rejected" for d in deaths)
         for target in self.route(x, new):
@@ -378,7 +383,7 @@ class VHost:
     # -- equivalence ------------------------------------------------------------------
     def _equivalent(self, kind: str, name: str, field: str, received: Any, current: Any) -> None:
         if received != current:
-            raise ChannelError(
+            raise SoftError(
                 PRECONDITION_FAILED,
                 f"inequivalent arg '{field}' for {kind} '{name}' in vhost '{self.name}': "
                 f"received '{_show(received)}' but current is '{_show(current)}'")
@@ -395,7 +400,7 @@ class VHost:
                 return "none"
             return f"the value '{_show(v)}' of type '{type_name(v)}'"
 
-        raise ChannelError(
+        raise SoftError(
             PRECONDITION_FAILED,
             f"inequivalent arg '{key}' for {kind} '{name}' in vhost '{self.name}': "
             f"received {desc(received)} but current is {desc(current)}")

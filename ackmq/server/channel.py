@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands as C
 
 from ackmq.broker.access import ChannelAccess
-from ackmq.broker.errors import ACCESS_REFUSED, ChannelError, fit_shortstr
+from ackmq.broker.errors import ACCESS_REFUSED, SoftError, fit_shortstr
 from ackmq.protocol.amqp import build_method as M
 from ackmq.protocol.amqp import (
     encode_ack,
@@ -55,7 +55,7 @@ def _bind_access(access: Any, kind: str, destination: str, source: str) -> None:
         return
     access.write(kind, destination)
     if source == "" or (kind == "exchange" and destination == ""):
-        raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
     access.read("exchange", source)
 
 
@@ -109,13 +109,13 @@ class AMQPChannel:
 
     def close(self, code: int, text: str) -> None:
         """The model closes the channel on its own (consumer timeout, H2)."""
-        self.fail(ChannelError(code, ""), text=text)
+        self.fail(SoftError(code, ""), text=text)
 
     # -- helpers ----------------------------------------------------------------------
     def send(self, method: Any) -> None:
         self.conn.write(encode_method(self.number, method))
 
-    def fail(self, err: ChannelError, class_id: int = 0, method_id: int = 0,
+    def fail(self, err: SoftError, class_id: int = 0, method_id: int = 0,
              text: str | None = None) -> None:
         """Soft error: close this channel only (requeueing its deliveries, D8)."""
         if self.closing:
@@ -280,7 +280,7 @@ class AMQPChannel:
             if exc is None:
                 self.send(M(C.Tx.CommitOk))
             else:
-                self.fail(ChannelError(541, f"commit failed: {exc}"), 90, 20)
+                self.fail(SoftError(541, f"commit failed: {exc}"), 90, 20)
             self.conn.server.request_flush()
         self.model.tx_commit(done)
 

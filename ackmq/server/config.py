@@ -11,6 +11,7 @@ from typing import Any
 class Config:
     host: str = "127.0.0.1"
     port: int = 5672
+    stomp_port: int | None = 61613  # None: no STOMP listener; 0: a free port
     data_dir: Path | None = Path("./ackmq-data")  # None: nothing on disk (transient broker)
     fsync: bool = True
     heartbeat: int = 60

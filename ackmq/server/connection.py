@@ -3,7 +3,7 @@ and the output buffer written once per event-loop turn.
 
 States: header -> start (start sent, waiting start-ok) -> tune (waiting tune-ok) ->
 open-wait (waiting connection.open) -> open -> closing (we sent connection.close) -> closed.
-Errors: a ChannelError closes one channel; a ConnectionError_ or a FrameError closes the
+Errors: a SoftError closes one channel; a HardError or a FrameError closes the
 connection with connection.close (reply code, text, class and method of the culprit).
 """
 
@@ -24,9 +24,9 @@ from ackmq.broker.errors import (
     CHANNEL_ERROR,
     COMMAND_INVALID,
     NOT_ALLOWED,
-    AMQPError,
-    ChannelError,
-    ConnectionError_,
+    HardError,
+    ReplyError,
+    SoftError,
     fit_shortstr,
 )
 from ackmq.protocol.amqp import (
@@ -84,6 +84,15 @@ def _is_loopback(peer: Any) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped  # ::ffff:127.0.0.1 on a dual-stack socket
     return address.is_loopback
+
+
+def vhost_name(conn: Any) -> str | None:
+    """The vhost of an open AMQP or STOMP connection (STOMP keeps it on its one channel);
+    None before it opened one."""
+    vh = getattr(conn, "vhost", None)
+    if vh is None:
+        vh = getattr(getattr(conn, "channel", None), "vhost", None)
+    return None if vh is None else vh.name
 
 
 def _negotiation_error(field: str, client: int, minimum: int, maximum: int) -> str | None:
@@ -176,13 +185,13 @@ class AMQPConnection(asyncio.Protocol):
                 if type(ev) is Publish:
                     ch = self.channels.get(ev.channel)
                     if ch is None:
-                        raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'")
+                        raise HardError(CHANNEL_ERROR, "expected 'channel.open'")
                     if ch.closing:
                         continue
                     try:
                         ch.model.basic_publish(ev.exchange, ev.routing_key, ev.mandatory,
                                                ev.immediate, ev.properties, ev.body)
-                    except ChannelError as err:
+                    except SoftError as err:
                         ch.fail(err, 60, 40)
                 elif type(ev) is Method:
                     self._method(ev.channel, ev.method)
@@ -195,16 +204,16 @@ class AMQPConnection(asyncio.Protocol):
                 elif type(ev) is ChannelFault:
                     ch = self.channels.get(ev.channel)
                     if ch is None:
-                        raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'")
-                    ch.fail(ChannelError(ev.reply_code, ""), ev.class_id, ev.method_id,
+                        raise HardError(CHANNEL_ERROR, "expected 'channel.open'")
+                    ch.fail(SoftError(ev.reply_code, ""), ev.class_id, ev.method_id,
                             text=ev.reply_text)
-            except ConnectionError_ as err:
+            except HardError as err:
                 cid, mid = _class_method(getattr(ev, "method", None))
                 if type(ev) is Publish:
                     cid, mid = 60, 40
                 self.close_connection(err.code, err.text, cid, mid)
                 return
-            except AMQPError as err:  # a channel error outside a channel: treat as hard
+            except ReplyError as err:  # a channel error outside a channel: treat as hard
                 self.close_connection(err.code, err.text, 0, 0)
                 return
 
@@ -226,29 +235,29 @@ class AMQPConnection(asyncio.Protocol):
             elif isinstance(m, (C.Connection.Blocked, C.Connection.Unblocked)):
                 pass
             else:
-                raise ConnectionError_(CHANNEL_ERROR,
+                raise HardError(CHANNEL_ERROR,
                                        "unexpected method in connection state running")
             return
         ch = self.channels.get(number)
         if isinstance(m, C.Channel.Open):
             if ch is not None:
-                raise ConnectionError_(CHANNEL_ERROR, "second 'channel.open' seen")
+                raise HardError(CHANNEL_ERROR, "second 'channel.open' seen")
             # channel_max limits how many channels are open, not their numbers (RabbitMQ)
             if len(self.channels) >= self.channel_max:
-                raise ConnectionError_(NOT_ALLOWED, f"number of channels opened "
+                raise HardError(NOT_ALLOWED, f"number of channels opened "
                                        f"({len(self.channels)}) has reached the negotiated "
                                        f"channel_max ({self.channel_max})")
             limit = self.server.access.user_limit(self.user, "max-channels")  # U6
-            if limit is not None and sum(len(c.channels) for c in self.server.connections
-                                         if c.user == self.user) >= limit:
-                raise ConnectionError_(NOT_ALLOWED, f"number of channels opened for user "
-                                       f"'{self.user}' has reached the maximum allowed user "
-                                       f"limit of ({limit})")
+            if limit is not None and sum(len(getattr(c, "channels", ())) for c in
+                                         self.server.connections if c.user == self.user) >= limit:
+                raise HardError(NOT_ALLOWED, f"number of channels opened for user "
+                                f"'{self.user}' has reached the maximum allowed user "
+                                f"limit of ({limit})")
             self.channels[number] = AMQPChannel(self, number)
             self.write(encode_method(number, M(C.Channel.OpenOk)))
             return
         if ch is None:
-            raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'")
+            raise HardError(CHANNEL_ERROR, "expected 'channel.open'")
         if ch.closing:
             if isinstance(m, (C.Channel.CloseOk, C.Channel.Close)):
                 if isinstance(m, C.Channel.Close):
@@ -258,10 +267,10 @@ class AMQPConnection(asyncio.Protocol):
         if type(m) not in HANDLERS:  # a server's reply (declare-ok, get-empty, flow-ok, ...),
             # a connection method off channel 0, deliver/return/get-ok with content: RabbitMQ's
             # 503 "COMMAND_INVALID - unimplemented method" (a connection error, with its ids)
-            raise ConnectionError_(COMMAND_INVALID, "unimplemented method")
+            raise HardError(COMMAND_INVALID, "unimplemented method")
         try:
             ch.handle(m)
-        except ChannelError as err:
+        except SoftError as err:
             cid, mid = _class_method(m)
             ch.fail(err, cid, mid)
 
@@ -283,7 +292,7 @@ class AMQPConnection(asyncio.Protocol):
 
     def _handshake(self, number: int, m: Any) -> None:
         if number != 0:
-            raise ConnectionError_(CHANNEL_ERROR, "expected 'channel.open'" if self.state
+            raise HardError(CHANNEL_ERROR, "expected 'channel.open'" if self.state
                                    == "open" else "unexpected method before connection.open")
         if self.state == "start" and isinstance(m, C.Connection.StartOk):
             self.client_properties = m.client_properties or {}
@@ -296,9 +305,9 @@ class AMQPConnection(asyncio.Protocol):
                     text = (f"{m.mechanism} login refused: user '{user}' can only connect "
                             "via localhost")
                     log.warning("%s (from %s)", text, self.peer)
-                    raise ConnectionError_(ACCESS_REFUSED, text)
+                    raise HardError(ACCESS_REFUSED, text)
                 log.warning("login refused for user %r from %s", user, self.peer)
-                raise ConnectionError_(ACCESS_REFUSED, f"Login was refused using "
+                raise HardError(ACCESS_REFUSED, f"Login was refused using "
                                        f"authentication mechanism {m.mechanism}. For details "
                                        "see the broker logfile.")
             self.user = user
@@ -326,8 +335,8 @@ class AMQPConnection(asyncio.Protocol):
             vhost = self.server.broker.vhost(m.virtual_host or "/")  # 530 vhost not found
             self._check_connection_limits(vhost.name)  # U6, before access (rabbit_reader)
             if not self.server.access.vhost_access(self.user, vhost.name):
-                raise ConnectionError_(NOT_ALLOWED, f"access to vhost '{vhost.name}' "
-                                       f"refused for user '{self.user}'")
+                raise HardError(NOT_ALLOWED, f"access to vhost '{vhost.name}' "
+                                f"refused for user '{self.user}'")
             self.vhost = vhost
             self.state = "open"
             if self._close_timer is not None:
@@ -338,7 +347,7 @@ class AMQPConnection(asyncio.Protocol):
             self.write(encode_method(0, M(C.Connection.CloseOk)))
             self._shutdown()
         else:
-            raise ConnectionError_(503, f"unexpected method {m.name} in state {self.state}")
+            raise HardError(503, f"unexpected method {m.name} in state {self.state}")
 
     def _check_connection_limits(self, vhost: str) -> None:
         """U6: the vhost's, then the user's max-connections (530, RabbitMQ's texts)."""
@@ -347,14 +356,14 @@ class AMQPConnection(asyncio.Protocol):
         ulimit = access.user_limit(self.user, "max-connections")
         if vlimit is None and ulimit is None:
             return
+        # every protocol's open connections count (STOMP's keep their vhost on .channel)
         opened = [c for c in self.server.connections if c.state == "open" and c is not self]
-        if vlimit is not None and sum(1 for c in opened if c.vhost is not None
-                                      and c.vhost.name == vhost) >= vlimit:
-            raise ConnectionError_(NOT_ALLOWED, f"access to vhost '{vhost}' refused for user "
-                                   f"'{self.user}': connection limit ({vlimit}) is reached")
+        if vlimit is not None and sum(1 for c in opened if vhost_name(c) == vhost) >= vlimit:
+            raise HardError(NOT_ALLOWED, f"access to vhost '{vhost}' refused for user "
+                            f"'{self.user}': connection limit ({vlimit}) is reached")
         if ulimit is not None and sum(1 for c in opened if c.user == self.user) >= ulimit:
-            raise ConnectionError_(NOT_ALLOWED, f"connection refused for user '{self.user}': "
-                                   f"user connection limit ({ulimit}) is reached")
+            raise HardError(NOT_ALLOWED, f"connection refused for user '{self.user}': "
+                            f"user connection limit ({ulimit}) is reached")
 
     @staticmethod
     def _credentials(mechanism: str, response: Any) -> tuple[str, str]:

@@ -18,6 +18,7 @@ from ackmq.server.server import Server
 
 def _config(host: str, port: int, data_dir: str | Path | None, persistent: bool,
             fsync: bool, **kw: Any) -> tuple[Config, str | None]:
+    kw.setdefault("stomp_port", 0)  # embedded: a free port (None: no STOMP listener)
     tmp = None
     if not persistent:
         path = None
@@ -33,7 +34,9 @@ class Broker:
     """`async with ackmq.Broker(port=0) as broker: broker.url`.
 
     `data_dir=None` uses a temporary directory removed on exit; `persistent=False` keeps
-    nothing on disk at all.
+    nothing on disk at all. STOMP listens on a free port by default (`broker.stomp_url`,
+    `stomp://127.0.0.1:PORT`): tests and apps embedding several brokers must not collide
+    on 61613; `stomp_port=61613` asks for the usual one, `stomp_port=None` for none.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, data_dir: str | Path | None = None,
@@ -42,10 +45,13 @@ class Broker:
         self.server = Server(self.config)
         self.url = ""
         self.port = 0
+        self.stomp_url = ""
+        self.stomp_port = 0
 
     async def start(self) -> str:
         self.url = await self.server.start()
         self.port = self.server.port
+        self.stomp_url, self.stomp_port = self.server.stomp_url, self.server.stomp_port
         return self.url
 
     async def stop(self) -> None:
@@ -64,7 +70,8 @@ class Broker:
 
 
 class EmbeddedBroker:
-    """`with ackmq.EmbeddedBroker() as broker: pika.URLParameters(broker.url)`."""
+    """`with ackmq.EmbeddedBroker() as broker: pika.URLParameters(broker.url)`;
+    `broker.stomp_url` as for `Broker`."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, data_dir: str | Path | None = None,
                  *, persistent: bool = True, fsync: bool = True, **options: Any) -> None:
@@ -76,6 +83,8 @@ class EmbeddedBroker:
         self._error: BaseException | None = None
         self.url = ""
         self.port = 0
+        self.stomp_url = ""
+        self.stomp_port = 0
 
     def start(self, timeout: float = 30.0) -> str:
         self._thread = threading.Thread(target=self._run, name="ackmq-broker", daemon=True)
@@ -85,6 +94,7 @@ class EmbeddedBroker:
         if self._error is not None:
             raise self._error
         self.url, self.port = self._broker.url, self._broker.port
+        self.stomp_url, self.stomp_port = self._broker.stomp_url, self._broker.stomp_port
         return self.url
 
     def _run(self) -> None:

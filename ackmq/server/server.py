@@ -16,11 +16,11 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from ackmq.broker import Broker
+from ackmq.broker import BrokerModel
 from ackmq.broker.access import AccessError, AccessModel
 from ackmq.broker.storage import CorruptStore
 from ackmq.server.config import Config
-from ackmq.server.connection import AMQPConnection
+from ackmq.server.connection import AMQPConnection, vhost_name
 
 log = logging.getLogger("ackmq.server")
 
@@ -44,13 +44,17 @@ class Server:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
-        self.broker: Broker = None  # type: ignore[assignment]
-        self.connections: set[AMQPConnection] = set()
-        self.dirty: list[AMQPConnection] = []
+        self.broker: BrokerModel = None  # type: ignore[assignment]
+        self.connections: set[Any] = set()  # AMQPConnection and StompConnection
+        self.dirty: list[Any] = []
         self._flush_scheduled = False
         self._server: asyncio.AbstractServer | None = None
         self.url = ""  # for a client on this machine (loopback when bound to all interfaces)
         self.port = 0
+        self._stomp_server: asyncio.AbstractServer | None = None
+        self.stomp_url = ""  # stomp://host:port, "" without a STOMP listener
+        self.stomp_port = 0
+        self.stomp_bound: list[str] = []
         self.bound: list[str] = []  # host:port of each listening socket
         self.all_interfaces = False  # bound to 0.0.0.0 and/or ::
         self._spill_tmp: str | None = None
@@ -101,7 +105,7 @@ class Server:
             else:
                 self._spill_tmp = tempfile.mkdtemp(prefix="ackmq-spill-")
                 spill = Spill(self._spill_tmp)
-        self.broker = Broker(self, store, consumer_timeout_ms=cfg.consumer_timeout_ms,
+        self.broker = BrokerModel(self, store, consumer_timeout_ms=cfg.consumer_timeout_ms,
                              spill=spill, queue_hot_messages=cfg.queue_hot_messages,
                              queue_memory=cfg.queue_memory_mb << 20)
         self.access = self._open_access()
@@ -123,6 +127,8 @@ class Server:
             host = cfg.host or host
         creds = "guest:guest@" if "guest" in self.access.users else ""  # no password shown
         self.url = f"amqp://{creds}{_host_port(host, self.port)}/"
+        if cfg.stomp_port is not None:
+            await self._start_stomp(host)
         if cfg.data_dir is not None and cfg.admin_socket:
             from ackmq.server.admin import AdminServer
             admin = AdminServer(self)
@@ -133,6 +139,26 @@ class Server:
                 log.warning("no admin socket (ackmq ctl will not reach this broker): "
                             "%s: %s", cfg.data_dir / ADMIN_SOCKET, e)
         return self.url
+
+    async def _start_stomp(self, host: str) -> None:
+        """The STOMP listener (SPEC W) on the same host; `stomp_port` 0 picks a free port.
+        A port that cannot be bound is an OSError naming it (`.listener`)."""
+        from ackmq.server.stomp import StompConnection
+        cfg = self.config
+        try:
+            self._stomp_server = await self.loop.create_server(
+                lambda: StompConnection(self), cfg.host, cfg.stomp_port, backlog=1024,
+                reuse_address=True)
+        except OSError as e:
+            if self._server is not None:
+                self._server.close()
+            e.listener = f"{_host_port(cfg.host, cfg.stomp_port or 0)} (STOMP)"  # type: ignore[attr-defined]
+            raise
+        socks = list(self._stomp_server.sockets)
+        sock = next((s for s in socks if s.family == socket.AF_INET), socks[0])
+        self.stomp_port = sock.getsockname()[1]
+        self.stomp_bound = [_host_port(s.getsockname()[0], s.getsockname()[1]) for s in socks]
+        self.stomp_url = f"stomp://{_host_port(host, self.stomp_port)}"
 
     def _open_access(self) -> AccessModel:
         """U1: the users, vhosts and permissions saved in the data dir, or on first start
@@ -161,13 +187,13 @@ class Server:
             self.broker.add_vhost(name)
         elif kind == "delete_vhost":
             for conn in list(self.connections):
-                if conn.vhost is not None and conn.vhost.name == name:
+                if vhost_name(conn) == name:
                     conn.force_close(f"vhost '{name}' is deleted")
             self.broker.delete_vhost(name)
             self.request_flush()
         elif kind == "delete_user":  # as RabbitMQ 3.10: the user's connections go
             for conn in list(self.connections):
-                if conn.user == name and conn.vhost is not None:
+                if conn.user == name and vhost_name(conn) is not None:
                     conn.force_close(f"user '{name}' is deleted")
             self.request_flush()
 
@@ -177,6 +203,8 @@ class Server:
             await self.admin.stop()
         if self._server is not None:
             self._server.close()
+        if self._stomp_server is not None:
+            self._stomp_server.close()
         for conn in list(self.connections):
             conn.force_close("broker forced connection closure with reason 'shutdown'")
         self._flush()
@@ -188,6 +216,8 @@ class Server:
                 conn.transport.abort()
         if self._server is not None:
             await self._server.wait_closed()
+        if self._stomp_server is not None:
+            await self._stomp_server.wait_closed()
         # let the last commit callbacks run before closing the store
         await asyncio.sleep(0)
         if self.broker is not None:

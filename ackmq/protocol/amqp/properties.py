@@ -369,7 +369,10 @@ def decode_table(raw: bytes, lenient: bool = False) -> dict[str, Any]:
     Raises ValueError (TableTooDeep past MAX_TABLE_DEPTH) on anything malformed or trailing.
     `lenient` is for tables already accepted off the wire (message headers): every one of
     them decodes, see read_table."""
-    table, end = read_table(raw, 0, lenient=lenient)
+    try:
+        table, end = read_table(raw, 0, lenient=lenient)
+    except (IndexError, struct.error) as err:
+        raise ValueError(f"field table truncated: {err}") from None
     if end != len(raw):
         raise ValueError("trailing bytes after the field table")
     return table
@@ -377,8 +380,9 @@ def decode_table(raw: bytes, lenient: bool = False) -> dict[str, Any]:
 
 # Field-value decoding. Values come out as pamqp 4 decodes them (the types the broker and
 # its tests already handle); the difference is that this walk is bounded (depth, lengths
-# inside their container, as RabbitMQ parses) and raises only ValueError, never
-# RecursionError, OverflowError or OSError.
+# inside their container, as RabbitMQ parses) and on malformed input raises ValueError
+# (IndexError / struct.error when truncated), never RecursionError, OverflowError or
+# OSError.
 _S8, _S16, _U16V, _S32, _U32V = (struct.Struct(f) for f in (">b", ">h", ">H", ">i", ">I"))
 _S64, _F32, _F64, _DEC = (struct.Struct(f) for f in (">q", ">f", ">d", ">Bi"))
 _SCALAR: dict[int, struct.Struct] = {
@@ -559,6 +563,40 @@ def header_entries(raw: bytes) -> list[tuple[bytes, bytes]]:
     there is no headers table. Entries keep their exact encoding (types included)."""
     span = _offsets(raw).get("headers")
     return [] if span is None else _table_entries(raw, *span)
+
+
+def array_items(entry: bytes) -> list[bytes] | None:
+    """The encoded values of an array entry (as `header_entries` gives it: key, then
+    b"A" + length + values), each with its type tag; None if the value is no array."""
+    pos = 1 + entry[0]
+    if entry[pos:pos + 1] != b"A":
+        return None
+    pos += 5
+    items = []
+    while pos < len(entry):
+        start = pos
+        pos = _skip_value(entry, pos, len(entry))
+        items.append(bytes(entry[start:pos]))
+    return items
+
+
+def table_items(value: bytes) -> list[tuple[bytes, bytes]] | None:
+    """A table value's (key, encoded entry) pairs (value: b"F" + length + entries), in
+    wire order with their exact encoding; None if the value is no table."""
+    if value[:1] != b"F":
+        return None
+    return _table_entries(value, 1, len(value))
+
+
+def encode_value(value: Any) -> bytes:
+    """One typed value (tag included), in the types RabbitMQ writes (see _encode_value)."""
+    return _encode_value(value)
+
+
+def encode_array(items: list[bytes]) -> bytes:
+    """b"A" + length + the encoded values, as they are."""
+    data = b"".join(items)
+    return b"A" + _U32.pack(len(data)) + data
 
 
 def encode_entry(key: str, value: Any) -> bytes:
