@@ -14,27 +14,29 @@ from ackmq.server.config import Config
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
-    p.add_argument("--port", type=int, default=5672, help="AMQP port; 0 picks a free one")
-    p.add_argument("--stomp-port", type=int, default=61613,
-                   help="STOMP port (default 61613); 0 picks a free one")
+    D = Config()  # noqa: N806 - the defaults, written once in server/config.py
+    p.add_argument("--host", default=D.host, help="address to listen on (default loopback)")
+    p.add_argument("--port", type=int, default=D.port, help="AMQP port; 0 picks a free one")
+    p.add_argument("--stomp-port", type=int, default=D.stomp_port,
+                   help=f"STOMP port (default {D.stomp_port}); 0 picks a free one")
     p.add_argument("--no-stomp", action="store_true", help="no STOMP listener")
-    p.add_argument("--data-dir", default="./ackmq-data", type=Path,
+    p.add_argument("--data-dir", default=D.data_dir, type=Path,
                    help="where durable queues and persistent messages live")
     p.add_argument("--no-fsync", action="store_true",
                    help="do not fsync before confirming (tests and throwaway data only)")
     p.add_argument("--no-persistence", action="store_true",
                    help="keep nothing on disk: every queue is transient")
-    p.add_argument("--heartbeat", type=int, default=60, help="heartbeat proposed in tune (s)")
-    p.add_argument("--consumer-timeout-ms", type=int, default=None,
+    p.add_argument("--heartbeat", type=int, default=D.heartbeat, help="heartbeat proposed in tune (s)")
+    p.add_argument("--consumer-timeout-ms", type=int, default=D.consumer_timeout_ms,
                    help="close a channel whose delivery stays unacked this long (H2)")
-    p.add_argument("--max-message-size", type=int, default=128 * 1024 * 1024,
+    p.add_argument("--max-message-size", type=int, default=D.max_message_size,
                    help="larger messages are refused with 406 (default 128 MiB)")
-    p.add_argument("--queue-hot-messages", type=int, default=65536,
+    p.add_argument("--queue-hot-messages", type=int, default=D.queue_hot_messages,
                    help="ready messages a queue keeps in memory at most; the rest wait in "
                         "spill files in the data dir (bounded memory at any queue depth)")
-    p.add_argument("--queue-memory-mb", type=int, default=256,
-                   help="memory for ready messages of all queues together (default 256); "
+    p.add_argument("--queue-memory-mb", type=int, default=D.queue_memory_mb,
+                   help="memory for ready messages of all queues together (default "
+                        f"{D.queue_memory_mb}); "
                         "past it, queues keep 512 each and spill the rest")
     p.add_argument("--default-user", default=os.environ.get("ACKMQ_DEFAULT_USER"),
                    help="first start only (no users saved in the data dir yet): create this "

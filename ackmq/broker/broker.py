@@ -15,7 +15,7 @@ from ackmq.broker.channel import ChannelModel
 from ackmq.broker.errors import NOT_ALLOWED, HardError
 from ackmq.broker.exchange import EXCHANGE_CLASSES
 from ackmq.broker.queue_type import Queue
-from ackmq.broker.readylist import HotBudget
+from ackmq.broker.readylist import QUEUE_HOT_MESSAGES, QUEUE_MEMORY_MB, HotBudget
 from ackmq.broker.storage import QueuedMessages, Store
 from ackmq.broker.vhost import VHost
 from ackmq.broker.vhost_store import VHostStore, split
@@ -42,7 +42,8 @@ RECOVER_HOT = 4096  # entries a recovered queue reads back at start; the rest st
 class BrokerModel:
     def __init__(self, scheduler: Scheduler, store: Store | None = None,
                  consumer_timeout_ms: int | None = None, spill: Any = None,
-                 queue_hot_messages: int = 65536, queue_memory: int = 256 << 20) -> None:
+                 queue_hot_messages: int = QUEUE_HOT_MESSAGES,
+                 queue_memory: int = QUEUE_MEMORY_MB << 20) -> None:
         self.scheduler = scheduler
         self.store = store
         self.spill = spill  # deep queues keep their tails there (ackmq.store.spill)

@@ -28,6 +28,9 @@ REFILL = 512  # entries read back from the spill at a time
 STORED = 1 << 63  # a cold-tail value with this bit is a seq in the durable store, not a spill
 HOT_FLOOR = REFILL  # what a queue keeps in memory even when the budget is used up
 ENTRY_COST = 256  # bytes an in-memory entry costs beyond its body (objects, deque slot)
+# the defaults of --queue-hot-messages and --queue-memory-mb (server.config.Config)
+QUEUE_HOT_MESSAGES = 65536  # ready messages one queue keeps in memory, at most
+QUEUE_MEMORY_MB = 256       # ready messages in memory, all queues together
 
 
 class HotBudget:
@@ -73,7 +76,7 @@ class ReadyList:
     __slots__ = ("_levels", "_count", "bytes", "spill", "owner", "hot_max", "budget")
 
     def __init__(self, max_priority: int = 0, spill: Any = None, owner: Any = None,
-                 hot_max: int = 65536, budget: HotBudget | None = None) -> None:
+                 hot_max: int = QUEUE_HOT_MESSAGES, budget: HotBudget | None = None) -> None:
         self._levels = [_Level() for _ in range(max_priority + 1)]
         self._count = 0
         self.bytes = 0  # body bytes of every ready message, in memory or spilled

@@ -1,10 +1,13 @@
-"""Broker settings, one place for the CLI and the embedded API."""
+"""Broker settings: the one place their defaults are written, for `ackmq serve` (its
+options take their defaults from here), the embedded API and the server."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ackmq.broker.readylist import QUEUE_HOT_MESSAGES, QUEUE_MEMORY_MB
 
 
 @dataclass
@@ -19,8 +22,8 @@ class Config:
     max_message_size: int = 128 * 1024 * 1024
     handshake_timeout: float = 10.0
     spill: bool = True  # deep queues keep their tails on disk (bounded memory)
-    queue_hot_messages: int = 65536  # ready messages a queue keeps in memory, at most
-    queue_memory_mb: int = 256  # ready messages in memory, all queues; past it they spill
+    queue_hot_messages: int = QUEUE_HOT_MESSAGES  # ready messages a queue keeps in memory
+    queue_memory_mb: int = QUEUE_MEMORY_MB  # ready messages in memory, all queues; then spill
     # first start only (no access.json in the data dir yet), as RabbitMQ's default_user:
     # these users become administrators with full permissions on vhost "/"
     users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})

@@ -1,0 +1,515 @@
+"""The asyncio API: the same sessions, consumers and producers as the sync one (the
+behaviour lives in base.py), driven by an asyncio.Protocol. Output queued during one
+loop turn is written once at its end."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import socket
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from ackmq.protocol.amqp import HEARTBEAT
+
+from .base import BaseConnection, BaseConsumer, BaseProducer, BaseSession, Step, deadline_in
+from .core import Core
+from .errors import ClientError, ConfirmTimeout, ConnectionLost, IllegalStateError
+from .message import Message, OutboundMessage
+from .options import AckMode, Destination, Options, RedeliveryPolicy, parse_url
+
+log = logging.getLogger("ackmq.client")
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, conn: AsyncConnection, core: Core) -> None:
+        self.conn = conn
+        self.core = core
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        core = self.core
+        core.feed(data)
+        conn = self.conn
+        if core is conn.core:
+            conn._flush()
+            if core.error is not None:
+                conn._lost(core.error, core)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        text = f"connection lost: {exc}" if exc else "connection closed by the broker (EOF)"
+        self.conn._lost(ConnectionLost(text), self.core)
+
+
+class AsyncConnection(BaseConnection):
+    """`async with await connect_async(url) as conn:`"""
+
+    def __init__(self, options: Options) -> None:
+        super().__init__(options)
+        self.loop = asyncio.get_running_loop()
+        self.core = Core(options, self.new_future)
+        self._transport: asyncio.Transport | None = None
+        self._lost_fut: asyncio.Future[None] = self.loop.create_future()
+        self._flush_scheduled = False
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._dispatch_task: asyncio.Task[None] | None = None
+        self._listener_event = asyncio.Event()
+        self._listener_consumers: list[AsyncConsumer] = []
+        self._reconnect_lock = asyncio.Lock()
+
+    def new_future(self) -> asyncio.Future[Any]:
+        return self.loop.create_future()
+
+    # -- I/O ---------------------------------------------------------------------------
+    def _flush(self) -> None:
+        core = self.core
+        if core.out and self._transport is not None and core.error is None:
+            data = b"".join(core.out)
+            core.out.clear()
+            self._transport.write(data)
+            core.last_write = time.monotonic()
+        elif core.error is not None:
+            core.out.clear()
+
+    def _flush_soon(self) -> None:
+        """Coalesce the writes of one loop turn (publish() in a tight loop)."""
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_scheduled = False
+        self._flush()
+
+    def _lost(self, error: ConnectionLost, core: Core) -> None:
+        if core is not self.core:
+            return
+        core.lost(error)
+        if not self._lost_fut.done():
+            self._lost_fut.set_result(None)
+        if self._transport is not None:
+            self._transport.abort()
+            self._transport = None
+        self._listener_event.set()
+
+    async def _drive(self, gen: Step) -> Any:
+        """Run a base-layer generator: its waits are awaits."""
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = gen.throw(error) if error is not None else gen.send(value)
+            except StopIteration as stop:
+                self._flush()
+                return stop.value
+            self._flush()
+            fut, deadline = step
+            value, error = None, None
+            if fut is None or not fut.done():
+                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                lost = self._lost_fut
+                waiters = [lost] if fut is None else [fut, lost]
+                await asyncio.wait(waiters, timeout=timeout,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            if fut is not None and fut.done():
+                if fut.exception() is not None:
+                    error = fut.exception()
+                else:
+                    value = fut.result()
+            elif self.core.error is not None:
+                error = self.core.error
+            else:
+                error = TimeoutError()
+
+    # -- connect / close ---------------------------------------------------------------
+    async def _open(self) -> None:
+        o = self.options
+        core = Core(o, self.new_future)
+        self.core = core
+        self._lost_fut = self.loop.create_future()
+        try:
+            transport, _ = await asyncio.wait_for(
+                self.loop.create_connection(lambda: _Protocol(self, core), o.host, o.port),
+                o.connect_timeout)
+        except (TimeoutError, OSError) as err:
+            core.lost(ConnectionLost(f"cannot connect to {o.host}:{o.port}: {err!r}"))
+            raise core.error from None  # type: ignore[misc]
+        self._transport = transport  # type: ignore[assignment]
+        self._flush()
+        try:
+            await asyncio.wait_for(asyncio.shield(core.opened), o.connect_timeout)
+        except TimeoutError:
+            self._lost(ConnectionLost(f"no AMQP handshake with {o.host}:{o.port} within "
+                                      f"{o.connect_timeout} s"), core)
+            raise core.error from None  # type: ignore[misc]
+        except ClientError:
+            self._lost(core.error or ConnectionLost("handshake failed"), core)
+            raise
+        self.generation += 1
+        if core.heartbeat and (self._heartbeat_task is None or self._heartbeat_task.done()):
+            self._heartbeat_task = self.loop.create_task(self._heartbeat_loop())
+
+    async def _heartbeat_loop(self) -> None:
+        while not self.closed:
+            core = self.core
+            interval = core.heartbeat
+            if not interval:
+                return
+            await asyncio.sleep(min(interval / 2.0, 1.0))
+            if core.error is not None:
+                if not self.options.reconnect:
+                    return
+                continue
+            now = time.monotonic()
+            if now - core.last_write >= interval / 2.0:
+                core.out.append(HEARTBEAT)
+                self._flush()
+            if now - core.last_read > 2 * interval:
+                self._lost(ConnectionLost(f"no data from the broker for {2 * interval} s "
+                                          f"(missed heartbeats)"), core)
+
+    async def _ensure_connected(self) -> None:
+        if self.closed:
+            raise IllegalStateError("connection is closed")
+        if self.core.error is None:
+            return
+        if not self.options.reconnect:
+            raise self.core.error
+        async with self._reconnect_lock:
+            if self.core.error is None:
+                return
+            deadline = time.monotonic() + self.options.reconnect_timeout
+            pause = 0.05
+            while True:
+                try:
+                    await self._open()
+                    await self._drive(self.restore_g(self.rpc_deadline()))
+                    self._listener_event.set()
+                    return
+                except ClientError as err:
+                    if time.monotonic() + pause > deadline:
+                        raise ConnectionLost(f"reconnect failed for "
+                                             f"{self.options.reconnect_timeout} s: {err}") \
+                            from None
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        deadline = time.monotonic() + self.options.close_timeout
+        try:
+            if self.core.error is None:
+                for session in list(self.sessions):
+                    try:
+                        await self._drive(session.close_g(deadline))
+                    except ClientError:
+                        pass
+                fut = self.core.close()
+                self._flush()
+                try:
+                    await asyncio.wait_for(asyncio.shield(fut), self.options.close_timeout)
+                except (TimeoutError, ClientError):
+                    pass
+        finally:
+            self.closed = True
+            if self.core.error is None:
+                self.core.lost(ConnectionLost("connection closed by the client", 200))
+            if not self._lost_fut.done():
+                self._lost_fut.set_result(None)
+            if self._transport is not None:
+                self._transport.close()
+                self._transport = None
+            self._listener_event.set()
+            for task in (self._heartbeat_task, self._dispatch_task):
+                if task is not None and task is not asyncio.current_task():
+                    task.cancel()
+
+    def abort(self) -> None:
+        """Drop the socket (a crash, as the broker sees it)."""
+        self.closed = True
+        self._lost(ConnectionLost("connection aborted by the client"), self.core)
+
+    async def __aenter__(self) -> AsyncConnection:
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    @property
+    def is_open(self) -> bool:
+        return not self.closed and self.core.error is None
+
+    @property
+    def is_ackmq(self) -> bool:
+        return self.core.is_ackmq
+
+    @property
+    def server_properties(self) -> dict[str, Any]:
+        return self.core.server_properties
+
+    # -- API ---------------------------------------------------------------------------
+    async def session(self, ack_mode: AckMode = AckMode.AUTO,
+                      transacted: bool = False) -> AsyncSession:
+        await self._ensure_connected()
+        s = AsyncSession(self, ack_mode, transacted)
+        await self._drive(s.open_g(self.rpc_deadline()))
+        self.sessions.append(s)
+        return s
+
+    async def declare_queue(self, name: str, durable: bool = True,
+                            arguments: dict[str, Any] | None = None) -> str:
+        await self._ensure_connected()
+        ok = await self._drive(self.declare_queue_g(name, durable, arguments,
+                                                    self.rpc_deadline()))
+        return ok.queue
+
+    # -- listeners ---------------------------------------------------------------------
+    def _add_listener(self, consumer: AsyncConsumer) -> None:
+        self._listener_consumers.append(consumer)
+        if self._dispatch_task is None or self._dispatch_task.done():
+            self._dispatch_task = self.loop.create_task(self._dispatch_loop())
+        self._listener_event.set()
+
+    def _wake_listeners(self, consumer: BaseConsumer) -> None:
+        self._listener_event.set()
+
+    async def _dispatch_loop(self) -> None:
+        """One task per connection calls the listeners one message at a time."""
+        while not self.closed:
+            consumers = [c for c in self._listener_consumers if not c.closed]
+            self._listener_consumers = consumers
+            if not consumers:
+                return
+            try:
+                await self._ensure_connected()
+            except ClientError:
+                if self.closed or not self.options.reconnect:
+                    return
+                await asyncio.sleep(0.2)
+                continue
+            worked = False
+            for c in consumers:
+                if not c.closed and c.ready():
+                    worked = await c._dispatch_one() or worked
+            if worked:
+                continue
+            for c in consumers:
+                if c.lazy and c.lazy_due():
+                    c.flush_lazy_acks()
+            self._flush()
+            due = [d for d in (c.next_due() for c in consumers) if d is not None]
+            timeout = max(0.0, min([time.monotonic() + 1.0, *due]) - time.monotonic())
+            self._listener_event.clear()
+            if any(c.ready() for c in consumers):
+                continue
+            try:
+                await asyncio.wait_for(self._listener_event.wait(), timeout)
+            except TimeoutError:
+                pass
+
+
+class AsyncSession(BaseSession):
+    conn: AsyncConnection
+
+    async def producer(self, destination: str | Destination) -> AsyncProducer:
+        self.check()
+        p = AsyncProducer(self, self._destination(destination))
+        await self.conn._drive(p.prepare_g(self.conn.rpc_deadline()))
+        return p
+
+    async def consumer(self, destination: str | Destination,
+                       listener: Callable[[Message], Any] | None = None,
+                       redelivery_policy: RedeliveryPolicy | None = None) -> AsyncConsumer:
+        """`listener` may be a plain function or a coroutine function."""
+        await self.conn._ensure_connected()
+        self.check()
+        c = AsyncConsumer(self, self._destination(destination), listener, redelivery_policy)
+        await self.conn._drive(c.subscribe_g(self.conn.rpc_deadline()))
+        self._all_consumers.append(c)
+        if listener is not None:
+            self.conn._add_listener(c)
+        return c
+
+    async def commit(self) -> None:
+        await self.conn._ensure_connected()
+        await self.conn._drive(self.commit_g(self.conn.rpc_deadline()))
+
+    async def rollback(self) -> None:
+        await self.conn._ensure_connected()
+        await self.conn._drive(self.rollback_g(self.conn.rpc_deadline()))
+
+    def acknowledge(self) -> None:
+        BaseSession.acknowledge(self)
+        self.conn._flush()
+
+    async def close(self) -> None:
+        if self.conn.core.error is not None:
+            self.closed = True
+            return
+        await self.conn._drive(self.close_g(self.conn.rpc_deadline()))
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncProducer(BaseProducer):
+    session: AsyncSession
+
+    async def send(self, body: bytes | str | OutboundMessage,
+                   headers: dict[str, Any] | None = None, *, persistent: bool = True,
+                   message_id: str | None = None, timeout: float | None = None,
+                   **props: Any) -> None:
+        """Publish and wait for the confirm (NackError, ReturnedError, ConfirmTimeout)."""
+        conn = self.session.conn
+        await conn._ensure_connected()
+        msg = self.build(body, headers, persistent, message_id, props)
+        deadline = deadline_in(timeout) if timeout is not None else conn.rpc_deadline()
+        await conn._drive(self.send_g(msg, deadline))
+
+    async def send_batch(self, messages: list[Any], timeout: float | None = None) -> None:
+        conn = self.session.conn
+        await conn._ensure_connected()
+        msgs = [self.build(item[0], item[1], True, None, {}) if isinstance(item, tuple)
+                else self.build(item, None, True, None, {}) for item in messages]
+        deadline = deadline_in(timeout) if timeout is not None else conn.rpc_deadline()
+        await conn._drive(self.send_batch_g(msgs, deadline))
+
+    def publish(self, body: bytes | str | OutboundMessage,
+                headers: dict[str, Any] | None = None, *, persistent: bool = True,
+                message_id: str | None = None, **props: Any) -> asyncio.Future[None]:
+        """Publish without waiting; the asyncio Future resolves on the confirm. Nacked
+        and returned messages also go to take_failed() for re-publishing."""
+        conn = self.session.conn
+        msg = self.build(body, headers, persistent, message_id, props)
+        fut = self.publish_now(msg, self.failed)
+        fut.add_done_callback(_consume_exception)
+        self.track_seq()
+        conn._flush_soon()
+        return fut
+
+    async def wait_for_confirms(self, timeout: float | None = None) -> None:
+        conn = self.session.conn
+        conn._flush()
+        deadline = deadline_in(timeout) if timeout is not None else conn.rpc_deadline()
+        await conn._drive(self.wait_for_confirms_g(deadline))
+
+
+def _consume_exception(fut: asyncio.Future[Any]) -> None:
+    """publish() failures are also handed back by take_failed(): no 'never retrieved'."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+class AsyncConsumer(BaseConsumer):
+    session: AsyncSession
+
+    async def receive(self, timeout: float | None = None) -> Message | None:
+        if self.mode == "listener":
+            raise IllegalStateError("this consumer has a message listener; receive() is not "
+                                    "allowed (J5)")
+        self.mode = "receive"
+        conn = self.session.conn
+        deadline = deadline_in(timeout)
+        while True:
+            try:
+                await conn._ensure_connected()
+                m = await conn._drive(self.next_g(deadline))
+                if m is not None:
+                    self.delivered(m)
+                elif self.lazy:
+                    self.flush_lazy_acks()
+                conn._flush()
+                return m
+            except ConnectionLost:
+                if not conn.options.reconnect or conn.closed or (
+                        deadline is not None and time.monotonic() >= deadline):
+                    raise
+
+    def set_listener(self, listener: Callable[[Message], Any]) -> None:
+        if self.mode == "receive":
+            raise IllegalStateError("receive() was used on this consumer; a listener is not "
+                                    "allowed (J5)")
+        if self.prefetch == 0:
+            raise IllegalStateError("a message listener needs prefetch >= 1 (J4)")
+        self.listener = listener
+        if self.mode != "listener":
+            self.mode = "listener"
+            self.session.conn._add_listener(self)
+
+    async def _dispatch_one(self) -> bool:
+        conn = self.session.conn
+        try:
+            m = await conn._drive(self.next_g(time.monotonic()))
+        except ClientError:
+            return False
+        if m is None:
+            return False
+        self.delivered(m, listener=True)
+        listener = self.listener
+        try:
+            assert listener is not None
+            self.in_listener = True
+            result = listener(m)
+            if inspect.isawaitable(result):
+                await result
+            self.listener_done(m)
+            conn._flush()
+        except Exception as exc:
+            log.debug("listener raised %r; redelivering %r", exc, m)
+            try:
+                await conn._drive(self.listener_failed_g(m, exc))
+            except ClientError as err:
+                log.warning("redelivery after a listener error failed: %r", err)
+        finally:
+            self.in_listener = False
+        return True
+
+    def _acknowledge_message(self, m: Message) -> None:
+        self.acknowledge_message(m)
+        self.session.conn._flush()
+
+    def acknowledge(self) -> None:
+        self.acknowledge_own()
+        self.session.conn._flush()
+
+    async def close(self) -> None:
+        conn = self.session.conn
+        if conn.core.error is not None:
+            self.closed = True
+            return
+        await conn._drive(self.cancel_g(conn.rpc_deadline()))
+
+    def __aiter__(self) -> AsyncConsumer:
+        return self
+
+    async def __anext__(self) -> Message:
+        m = await self.receive()
+        if m is None:
+            raise StopAsyncIteration
+        return m
+
+
+async def connect_async(url: str = "amqp://guest:guest@127.0.0.1:5672/",
+                        **options: Any) -> AsyncConnection:
+    """Open a connection from asyncio code: `async with await connect_async(url) as c:`."""
+    conn = AsyncConnection(parse_url(url, **options))
+    await conn._open()
+    return conn
+
+
+__all__ = ["AsyncConnection", "AsyncConsumer", "AsyncProducer", "AsyncSession",
+           "ConfirmTimeout", "connect_async"]
