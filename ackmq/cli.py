@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -37,6 +38,12 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="memory for ready messages of all queues together (default "
                         f"{D.queue_memory_mb}); "
                         "past it, queues keep 512 each and spill the rest")
+    p.add_argument("--default-user", default=os.environ.get("ACKMQ_DEFAULT_USER"),
+                   help="first start only (no users saved in the data dir yet): create this "
+                        "administrator with full permissions on vhost / instead of guest "
+                        "(RabbitMQ's default_user; env ACKMQ_DEFAULT_USER)")
+    p.add_argument("--default-pass", default=os.environ.get("ACKMQ_DEFAULT_PASS"),
+                   help="its password (env ACKMQ_DEFAULT_PASS)")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -52,6 +59,10 @@ def serve(args: argparse.Namespace) -> int:
         print(f"ackmq: --stomp-port must be between 0 and 65535, got {args.stomp_port}",
               file=sys.stderr)
         return 2
+    if bool(args.default_user) != bool(args.default_pass):
+        print("ackmq: --default-user and --default-pass (or ACKMQ_DEFAULT_USER and "
+              "ACKMQ_DEFAULT_PASS) go together, and neither may be empty", file=sys.stderr)
+        return 2
     cfg = Config(host=args.host, port=args.port,
                  stomp_port=None if args.no_stomp else args.stomp_port,
                  data_dir=None if args.no_persistence else args.data_dir,
@@ -59,7 +70,9 @@ def serve(args: argparse.Namespace) -> int:
                  consumer_timeout_ms=args.consumer_timeout_ms,
                  max_message_size=args.max_message_size,
                  queue_hot_messages=max(1, args.queue_hot_messages),
-                 queue_memory_mb=max(0, args.queue_memory_mb))
+                 queue_memory_mb=max(0, args.queue_memory_mb),
+                 default_user=args.default_user or None,
+                 default_pass=args.default_pass or None)
     try:
         import uvloop
         uvloop.install()
@@ -126,9 +139,14 @@ def main(argv: list[str] | None = None) -> int:
         extra["demo"] = ("ackmq.spark.cli", "run_demo")
     except ImportError:
         pass
+    from ackmq import ctl
+    ctl.add_arguments(sub.add_parser("ctl", help=ctl.HELP, description=ctl.DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter))
     args = parser.parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "ctl":
+        return ctl.run(args)
     import importlib
     mod, fn = extra[args.command]
     return int(getattr(importlib.import_module(mod), fn)(args) or 0)

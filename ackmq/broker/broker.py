@@ -18,6 +18,7 @@ from ackmq.broker.queue_type import Queue
 from ackmq.broker.readylist import QUEUE_HOT_MESSAGES, QUEUE_MEMORY_MB, HotBudget
 from ackmq.broker.storage import QueuedMessages, Store
 from ackmq.broker.vhost import VHost
+from ackmq.broker.vhost_store import VHostStore, split
 
 log = logging.getLogger("ackmq.broker")
 
@@ -57,43 +58,80 @@ class BrokerModel:
         self.store_failures = 0
 
     # -- start-up -----------------------------------------------------------------
-    def start(self) -> None:
-        """Recover durable state from the store (or start empty)."""
+    def start(self, vhosts: tuple[str, ...] | list[str] = ("/",)) -> None:
+        """Recover durable state from the store (or start empty). `vhosts`: the vhosts
+        that exist (the access model's); stored definitions of any other are skipped."""
+        for name in vhosts:
+            self.vhosts[name] = VHost(self, name)
         if self.store is None:
-            self.vhosts["/"] = VHost(self, "/")
             return
         rec = self.store.open()
         self.epoch = rec.epoch
-        vh = VHost(self, "/")
-        self.vhosts["/"] = vh
         store, self.store = self.store, None  # recovery must not write back
+        skipped: set[str] = set()
+
+        def where(stored: str) -> tuple[VHost | None, str]:
+            vname, name = split(stored)
+            vh = self.vhosts.get(vname)
+            if vh is None:
+                skipped.add(vname)
+            return vh, name
+
         try:
             for x in rec.exchanges:
-                if x.name in vh.exchanges or x.type not in EXCHANGE_CLASSES:
+                vh, name = where(x.name)
+                if vh is None or name in vh.exchanges or x.type not in EXCHANGE_CLASSES:
                     continue
-                vh.declare_exchange(x.name, x.type, False, True, x.auto_delete, x.internal,
+                vh.declare_exchange(name, x.type, False, True, x.auto_delete, x.internal,
                                     x.arguments, check=False)
             for qd in rec.queues:
-                q = vh.declare_queue(qd.name, False, True, False, qd.auto_delete, qd.arguments,
-                                     None, check=False)
-                q.persistent_store = store
-            for b in rec.bindings:
-                if b.source not in vh.exchanges:
+                vh, name = where(qd.name)
+                if vh is None:
                     continue
-                dest = (vh.queues.get(b.destination) if b.destination_kind == "queue"
-                        else vh.exchanges.get(b.destination))
+                q = vh.declare_queue(name, False, True, False, qd.auto_delete, qd.arguments,
+                                     None, check=False)
+                q.persistent_store = store if vh.name == "/" else VHostStore(store, vh.name)
+            for b in rec.bindings:
+                vh, source = where(b.source)
+                if vh is None or source not in vh.exchanges:
+                    continue
+                dname = split(b.destination)[1]
+                dest = (vh.queues.get(dname) if b.destination_kind == "queue"
+                        else vh.exchanges.get(dname))
                 if dest is not None:
-                    vh.bind(b.source, dest, b.routing_key, b.arguments)
+                    vh.bind(source, dest, b.routing_key, b.arguments)
             count = 0
             for qname in list(rec.messages):
                 msgs = rec.messages.pop(qname)
-                q = vh.queues.get(qname)
+                vh, name = where(qname)
+                q = vh.queues.get(name) if vh is not None else None
                 if q is not None:
                     count += self._restore_queue(q, msgs)
         finally:
             self.store = store
+        if skipped:
+            log.warning("stored definitions of deleted vhosts %s were not recovered",
+                        sorted(skipped))
         log.info("recovered %d exchanges, %d queues, %d bindings, %d messages (epoch %d)",
                  len(rec.exchanges), len(rec.queues), len(rec.bindings), count, self.epoch)
+
+    def add_vhost(self, name: str) -> VHost:
+        vh = self.vhosts.get(name)
+        if vh is None:
+            vh = self.vhosts[name] = VHost(self, name)
+        return vh
+
+    def delete_vhost(self, name: str) -> None:
+        """U2: the vhost's queues go (their stored messages with them), then its
+        exchanges and bindings. Its connections are closed by the server first."""
+        vh = self.vhosts.pop(name, None)
+        if vh is None:
+            return
+        for q in list(vh.queues.values()):
+            vh.delete_queue(q, notify=False)
+        for x in list(vh.exchanges.values()):
+            if x.name and not x.name.startswith("amq.") and vh.exchanges.get(x.name) is x:
+                vh._remove_exchange(x)
 
     def _restore_queue(self, q: Queue, msgs: QueuedMessages) -> int:
         """Messages of one recovered queue: the first few thousand are read back now; the

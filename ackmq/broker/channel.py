@@ -100,6 +100,9 @@ class ChannelModel:
         # the queue most recently declared on this channel: an empty queue name in
         # bind/unbind/purge/delete/consume/get means it (RabbitMQ's shortcut)
         self.last_queue = ""
+        # U3: the user's permission checks for this channel (ackmq.broker.access.
+        # ChannelAccess), set by the front end; None = no checks (embedded/internal use)
+        self.access: Any = None
 
     def queue_name(self, name: str) -> str:
         """Expand RabbitMQ's shortcut: "" is the channel's last declared queue."""
@@ -148,6 +151,9 @@ class ChannelModel:
                       properties: bytes, body: bytes) -> None:
         if immediate:
             raise HardError(NOT_IMPLEMENTED, "immediate=true")
+        access = self.access  # U3: write on the exchange, cached per channel
+        if access is not None and exchange not in access.write_exchanges:
+            access.check_publish(exchange)
         x = self.vhost.exchange(exchange)
         if x.internal:
             raise SoftError(ACCESS_REFUSED, f"cannot publish to internal exchange "
@@ -253,7 +259,10 @@ class ChannelModel:
         if queue_name == REPLY_TO:
             q = self._reply_queue(no_ack)
         else:
-            q = self.vhost.queue(self.queue_name(queue_name), self.owner)
+            name = self.queue_name(queue_name)
+            if self.access is not None:
+                self.access.read("queue", name)
+            q = self.vhost.queue(name, self.owner)
         if not consumer_tag:
             consumer_tag = "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
         elif consumer_tag in self.consumers:
@@ -299,7 +308,10 @@ class ChannelModel:
 
     # -- get --------------------------------------------------------------------------
     def basic_get(self, queue_name: str, no_ack: bool) -> tuple[int, QueueEntry, int] | None:
-        q = self.vhost.queue(self.queue_name(queue_name), self.owner)
+        name = self.queue_name(queue_name)
+        if self.access is not None:
+            self.access.read("queue", name)
+        q = self.vhost.queue(name, self.owner)
         entry = q.get()
         if entry is None:
             return None

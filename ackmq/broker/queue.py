@@ -89,7 +89,7 @@ class ClassicQueue(Queue):
         self._ttl_timer: Any = None
         self._ttl_due: float | None = None
         self._expiry_timer: Any = None
-        self.persistent_store = vhost.broker.store if durable else None
+        self.persistent_store = vhost.store if durable else None
         self.recovered_counts: dict[int, int] = {}  # seq -> deliveries before a restart
         self.touch()
 

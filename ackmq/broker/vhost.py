@@ -37,6 +37,7 @@ from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue import ClassicQueue  # noqa: F401 - registers classic
 from ackmq.broker.queue_type import Queue, queue_class
 from ackmq.broker.storage import BindingDef, ExchangeDef, QueueDef
+from ackmq.broker.vhost_store import VHostStore
 
 if TYPE_CHECKING:
     from ackmq.broker.broker import BrokerModel
@@ -71,6 +72,18 @@ class VHost:
             self.exchanges[xname] = EXCHANGE_CLASSES[xtype](xname, durable=True)
         # destination id -> bindings that point at it (for delete)
         self._inbound: dict[int, dict[tuple, Binding]] = {}
+        self._store: VHostStore | None = None
+
+    @property
+    def store(self) -> Any:
+        """The broker's store as this vhost sees it: "/" uses it as is, any other vhost
+        through `VHostStore` (names qualified by the vhost); None when not persisting."""
+        inner = self.broker.store
+        if inner is None or self.name == "/":
+            return inner
+        if self._store is None or self._store.inner is not inner:
+            self._store = VHostStore(inner, self.name)
+        return self._store
 
     # -- lookups --------------------------------------------------------------------
     def exchange(self, name: str) -> Exchange:
@@ -100,12 +113,23 @@ class VHost:
     # -- exchanges --------------------------------------------------------------------
     def declare_exchange(self, name: str, type_: str, passive: bool, durable: bool,
                          auto_delete: bool, internal: bool, arguments: dict[str, Any],
-                         check: bool = True) -> Exchange:
-        """`check=False` (recovery): definitions accepted once are not checked again."""
+                         check: bool = True, access: Any = None) -> Exchange:
+        """`check=False` (recovery): definitions accepted once are not checked again.
+        `access` (U3, a ChannelAccess): configure on the exchange; a new one with an
+        alternate-exchange also needs read on itself and write on the AE (rabbit_channel)."""
         if name == "":
             raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         if passive:
             return self.exchange(name)
+        if access is not None:
+            if type_ not in EXCHANGE_CLASSES:
+                raise HardError(COMMAND_INVALID, f"unknown exchange type '{type_}'")
+            access.configure("exchange", name)
+            if name not in self.exchanges and not name.startswith("amq."):
+                ae = arguments.get("alternate-exchange")
+                if isinstance(ae, str | bytes):
+                    access.read("exchange", name)
+                    access.write("exchange", _norm(ae))
         if name.startswith("amq.") and name not in self.exchanges:
             raise SoftError(ACCESS_REFUSED,
                                f"exchange name '{name}' contains reserved prefix 'amq.*'")
@@ -126,8 +150,8 @@ class VHost:
         x = cls(name, durable=durable, auto_delete=auto_delete, internal=internal,
                 arguments=arguments)
         self.exchanges[name] = x
-        if durable and self.broker.store is not None:
-            self.broker.store.save_exchange(
+        if durable and self.store is not None:
+            self.store.save_exchange(
                 ExchangeDef(name, type_, durable, auto_delete, internal, dict(arguments)))
         return x
 
@@ -152,14 +176,16 @@ class VHost:
         for b in list(self._inbound.get(id(x), {}).values()):
             self._unbind(b, check_auto_delete=True)
         self._inbound.pop(id(x), None)
-        if x.durable and self.broker.store is not None:
-            self.broker.store.delete_exchange(x.name)
+        if x.durable and self.store is not None:
+            self.store.delete_exchange(x.name)
 
     # -- queues -----------------------------------------------------------------------
     def declare_queue(self, name: str, passive: bool, durable: bool, exclusive: bool,
                       auto_delete: bool, arguments: dict[str, Any], owner: Any,
-                      check: bool = True) -> Queue:
-        """`check=False` (recovery): definitions accepted once are not checked again."""
+                      check: bool = True, access: Any = None) -> Queue:
+        """`check=False` (recovery): definitions accepted once are not checked again.
+        `access` (U3): configure on the queue (a server-named one too); a new queue with
+        x-dead-letter-exchange also needs read on itself and write on the DLX."""
         if passive:
             if name == "":
                 raise not_found("queue", name, self.name)
@@ -169,7 +195,18 @@ class VHost:
         elif name.startswith("amq."):
             raise SoftError(ACCESS_REFUSED,
                                f"queue name '{name}' contains reserved prefix 'amq.*'")
+        if access is not None:
+            access.configure("queue", name)
         q = self.queues.get(name)
+        if q is None and access is not None:
+            limit = access.model.vhost_limit(self.name, "max-queues")  # U6
+            if limit is not None and len(self.queues) >= limit:
+                raise SoftError(PRECONDITION_FAILED, f"cannot declare queue '{name}': "
+                                   f"queue limit in vhost '{self.name}' ({limit}) is reached")
+            dlx = arguments.get("x-dead-letter-exchange")
+            if isinstance(dlx, str | bytes):
+                access.read("queue", name)
+                access.write("exchange", _norm(dlx))
         if q is not None:
             # as RabbitMQ: the declaring connection must own the queue exactly when it
             # declares it exclusive (405 either way round), checked before anything else
@@ -195,8 +232,8 @@ class VHost:
         if exclusive:
             q.persistent_store = None
         self.queues[name] = q
-        if durable and not exclusive and self.broker.store is not None:
-            self.broker.store.save_queue(QueueDef(name, True, auto_delete, dict(arguments)))
+        if durable and not exclusive and self.store is not None:
+            self.store.save_queue(QueueDef(name, True, auto_delete, dict(arguments)))
         return q
 
     def reply_queue(self, owner: Any) -> Queue:
@@ -229,8 +266,8 @@ class VHost:
         self._inbound.pop(id(q), None)
         was_stored = q.persistent_store is not None
         q.destroy()
-        if was_stored and self.broker.store is not None:
-            self.broker.store.delete_queue(q.name)
+        if was_stored and self.store is not None:
+            self.store.delete_queue(q.name)
         return count
 
     def connection_closed(self, owner: Any) -> None:
@@ -254,7 +291,7 @@ class VHost:
         b = Binding(x, destination, routing_key, arguments)
         if x.bind(b):
             self._inbound.setdefault(id(destination), {})[b.key] = b
-            store = self.broker.store
+            store = self.store
             if store is not None and x.durable and destination.durable and not getattr(
                     destination, "exclusive_owner", None):
                 store.save_binding(self._binding_def(b))
@@ -284,7 +321,7 @@ class VHost:
         inbound = self._inbound.get(id(b.destination))
         if inbound is not None:
             inbound.pop(b.key, None)
-        store = self.broker.store
+        store = self.store
         if store is not None and x.durable and b.destination.durable:
             store.delete_binding(self._binding_def(b))
         if check_auto_delete and x.auto_delete and not x.bindings and \

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as C
 
-from ackmq.broker.errors import SoftError, fit_shortstr
+from ackmq.broker.access import ChannelAccess
+from ackmq.broker.errors import ACCESS_REFUSED, SoftError, fit_shortstr
 from ackmq.broker.vhost import REPLY_TO
 from ackmq.protocol.amqp import build_method as M
 from ackmq.protocol.amqp import (
@@ -48,6 +49,17 @@ def _s(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else (v or "")
 
 
+def _bind_access(access: Any, kind: str, destination: str, source: str) -> None:
+    """U3 for (un)bind, in rabbit_channel's order: write on the destination, then the
+    default exchange refused as either end, then read on the source."""
+    if access is None:
+        return
+    access.write(kind, destination)
+    if source == "" or (kind == "exchange" and destination == ""):
+        raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+    access.read("exchange", source)
+
+
 def _binding_key(m: C.Queue.Bind | C.Queue.Unbind, queue: str) -> str:
     """As RabbitMQ: an empty routing key means the queue's name only when the queue field
     was empty too."""
@@ -64,6 +76,9 @@ class AMQPChannel:
         self.number = number
         self.closing = False  # we sent channel.close and wait for close-ok
         self.model = conn.server.broker.open_channel(conn.vhost, conn, self, conn.user)
+        access = conn.server.access
+        if access is not None:
+            self.model.access = ChannelAccess(access, conn.user, conn.vhost.name)
 
     # -- ChannelOutput --------------------------------------------------------------
     @property
@@ -137,17 +152,21 @@ class AMQPChannel:
 
     def _exchange_declare(self, m: C.Exchange.Declare) -> None:
         self.conn.vhost.declare_exchange(m.exchange, _s(m.exchange_type), m.passive, m.durable,
-                                         m.auto_delete, m.internal, m.arguments or {})
+                                         m.auto_delete, m.internal, m.arguments or {},
+                                         access=self.model.access)
         if not m.nowait:
             self.send(M(C.Exchange.DeclareOk))
 
     def _exchange_delete(self, m: C.Exchange.Delete) -> None:
+        if self.model.access is not None and m.exchange and not m.exchange.startswith("amq."):
+            self.model.access.configure("exchange", m.exchange)
         self.conn.vhost.delete_exchange(m.exchange, m.if_unused)
         if not m.nowait:
             self.send(M(C.Exchange.DeleteOk))
 
     def _exchange_bind(self, m: C.Exchange.Bind) -> None:
         vh = self.conn.vhost
+        _bind_access(self.model.access, "exchange", m.destination, m.source)
         dest = vh.exchange(m.destination)
         vh.exchange(m.source)
         vh.bind(m.source, dest, m.routing_key, m.arguments or {})
@@ -155,6 +174,7 @@ class AMQPChannel:
             self.send(M(C.Exchange.BindOk))
 
     def _exchange_unbind(self, m: C.Exchange.Unbind) -> None:
+        _bind_access(self.model.access, "exchange", m.destination, m.source)
         self.conn.vhost.unbind(m.source, "exchange", m.destination, m.routing_key,
                                m.arguments or {})
         if not m.nowait:
@@ -165,7 +185,8 @@ class AMQPChannel:
             self.send(M(C.Queue.DeclareOk, queue=REPLY_TO, message_count=0, consumer_count=1))
             return
         q = self.conn.vhost.declare_queue(m.queue, m.passive, m.durable, m.exclusive,
-                                          m.auto_delete, m.arguments or {}, self.conn)
+                                          m.auto_delete, m.arguments or {}, self.conn,
+                                          access=self.model.access)
         self.model.last_queue = q.name
         if not m.nowait:
             self.send(M(C.Queue.DeclareOk, queue=q.name, message_count=q.message_count,
@@ -173,25 +194,34 @@ class AMQPChannel:
 
     def _queue_bind(self, m: C.Queue.Bind) -> None:
         vh = self.conn.vhost
-        q = vh.queue(self.model.queue_name(m.queue), self.conn)
+        name = self.model.queue_name(m.queue)
+        _bind_access(self.model.access, "queue", name, m.exchange)
+        q = vh.queue(name, self.conn)
         vh.bind(m.exchange, q, _binding_key(m, q.name), m.arguments or {})
         if not m.nowait:
             self.send(M(C.Queue.BindOk))
 
     def _queue_unbind(self, m: C.Queue.Unbind) -> None:
         name = self.model.queue_name(m.queue)
+        _bind_access(self.model.access, "queue", name, m.exchange)
         self.conn.vhost.unbind(m.exchange, "queue", name, _binding_key(m, name),
                                m.arguments or {}, self.conn)
         self.send(M(C.Queue.UnbindOk))
 
     def _queue_purge(self, m: C.Queue.Purge) -> None:
-        n = self.conn.vhost.queue(self.model.queue_name(m.queue), self.conn).purge()
+        name = self.model.queue_name(m.queue)
+        if self.model.access is not None:
+            self.model.access.read("queue", name)
+        n = self.conn.vhost.queue(name, self.conn).purge()
         if not m.nowait:
             self.send(M(C.Queue.PurgeOk, message_count=n))
 
     def _queue_delete(self, m: C.Queue.Delete) -> None:
         vh = self.conn.vhost
-        q = vh.queues.get(self.model.queue_name(m.queue))
+        name = self.model.queue_name(m.queue)
+        if self.model.access is not None:
+            self.model.access.configure("queue", name)
+        q = vh.queues.get(name)
         n = 0
         held: list[tuple[AMQPChannel, str]] = []
         if q is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ackmq.broker.readylist import QUEUE_HOT_MESSAGES, QUEUE_MEMORY_MB
 
@@ -23,11 +24,27 @@ class Config:
     spill: bool = True  # deep queues keep their tails on disk (bounded memory)
     queue_hot_messages: int = QUEUE_HOT_MESSAGES  # ready messages a queue keeps in memory
     queue_memory_mb: int = QUEUE_MEMORY_MB  # ready messages in memory, all queues; then spill
+    # first start only (no access.json in the data dir yet), as RabbitMQ's default_user:
+    # these users become administrators with full permissions on vhost "/"
     users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
+    default_user: str | None = None  # --default-user: replaces guest in `users`
+    default_pass: str | None = None
     loopback_users: tuple[str, ...] = ("guest",)
+    admin_socket: bool = True  # `ackmq ctl` talks to <data dir>/ctl.sock
+
+    # the live users (ackmq.broker.access.AccessModel), set by the Server at start
+    access: Any = field(default=None, repr=False, compare=False)
 
     def authenticate(self, user: str, password: str, from_loopback: bool) -> bool:
-        """guest/guest works from loopback only, as RabbitMQ's default."""
-        if self.users.get(user) != password or not user:
-            return False
-        return from_loopback or user not in self.loopback_users
+        """The access model's users (U1), or before the server made one the first-start
+        `users`; guest (loopback_users) from loopback only, as RabbitMQ's default."""
+        if self.access is not None:
+            known = self.access.authenticate(user, password) is not None
+        else:
+            known = bool(user) and self.users.get(user) == password
+        return known and (from_loopback or user not in self.loopback_users)
+
+    def seed_users(self) -> dict[str, str]:
+        if self.default_user:
+            return {self.default_user: self.default_pass or ""}
+        return dict(self.users)

@@ -86,6 +86,15 @@ def _is_loopback(peer: Any) -> bool:
     return address.is_loopback
 
 
+def vhost_name(conn: Any) -> str | None:
+    """The vhost of an open AMQP or STOMP connection (STOMP keeps it on its one channel);
+    None before it opened one."""
+    vh = getattr(conn, "vhost", None)
+    if vh is None:
+        vh = getattr(getattr(conn, "channel", None), "vhost", None)
+    return None if vh is None else vh.name
+
+
 def _negotiation_error(field: str, client: int, minimum: int, maximum: int) -> str | None:
     """RabbitMQ's check of one tune-ok value (0 = "no limit", so above any maximum)."""
     if client != 0 and client < minimum:
@@ -240,6 +249,12 @@ class AMQPConnection(asyncio.Protocol):
                 raise HardError(NOT_ALLOWED, f"number of channels opened "
                                        f"({len(self.channels)}) has reached the negotiated "
                                        f"channel_max ({self.channel_max})")
+            limit = self.server.access.user_limit(self.user, "max-channels")  # U6
+            if limit is not None and sum(len(getattr(c, "channels", ())) for c in
+                                         self.server.connections if c.user == self.user) >= limit:
+                raise HardError(NOT_ALLOWED, f"number of channels opened for user "
+                                f"'{self.user}' has reached the maximum allowed user "
+                                f"limit of ({limit})")
             self.channels[number] = AMQPChannel(self, number)
             self.write(encode_method(number, M(C.Channel.OpenOk)))
             return
@@ -319,7 +334,12 @@ class AMQPConnection(asyncio.Protocol):
                 self._hb_timer = self.server.loop.call_later(self.heartbeat / 2,
                                                              self._heartbeat_tick)
         elif self.state == "open-wait" and isinstance(m, C.Connection.Open):
-            self.vhost = self.server.broker.vhost(m.virtual_host or "/")
+            vhost = self.server.broker.vhost(m.virtual_host or "/")  # 530 vhost not found
+            self._check_connection_limits(vhost.name)  # U6, before access (rabbit_reader)
+            if not self.server.access.vhost_access(self.user, vhost.name):
+                raise HardError(NOT_ALLOWED, f"access to vhost '{vhost.name}' "
+                                f"refused for user '{self.user}'")
+            self.vhost = vhost
             self.state = "open"
             if self._close_timer is not None:
                 self._close_timer.cancel()
@@ -330,6 +350,22 @@ class AMQPConnection(asyncio.Protocol):
             self._shutdown()
         else:
             raise HardError(503, f"unexpected method {m.name} in state {self.state}")
+
+    def _check_connection_limits(self, vhost: str) -> None:
+        """U6: the vhost's, then the user's max-connections (530, RabbitMQ's texts)."""
+        access = self.server.access
+        vlimit = access.vhost_limit(vhost, "max-connections")
+        ulimit = access.user_limit(self.user, "max-connections")
+        if vlimit is None and ulimit is None:
+            return
+        # every protocol's open connections count (STOMP's keep their vhost on .channel)
+        opened = [c for c in self.server.connections if c.state == "open" and c is not self]
+        if vlimit is not None and sum(1 for c in opened if vhost_name(c) == vhost) >= vlimit:
+            raise HardError(NOT_ALLOWED, f"access to vhost '{vhost}' refused for user "
+                            f"'{self.user}': connection limit ({vlimit}) is reached")
+        if ulimit is not None and sum(1 for c in opened if c.user == self.user) >= ulimit:
+            raise HardError(NOT_ALLOWED, f"connection refused for user '{self.user}': "
+                            f"user connection limit ({ulimit}) is reached")
 
     @staticmethod
     def _credentials(mechanism: str, response: Any) -> tuple[str, str]:

@@ -17,10 +17,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ackmq.broker import BrokerModel
+from ackmq.broker.access import AccessError, AccessModel
+from ackmq.broker.storage import CorruptStore
 from ackmq.server.config import Config
-from ackmq.server.connection import AMQPConnection
+from ackmq.server.connection import AMQPConnection, vhost_name
 
 log = logging.getLogger("ackmq.server")
+
+ADMIN_SOCKET = "ctl.sock"
 
 
 def _unspecified(address: str) -> bool:
@@ -54,6 +58,8 @@ class Server:
         self.bound: list[str] = []  # host:port of each listening socket
         self.all_interfaces = False  # bound to 0.0.0.0 and/or ::
         self._spill_tmp: str | None = None
+        self.access: AccessModel = None  # type: ignore[assignment]  # users, vhosts (U1-U3)
+        self.admin: Any = None  # the `ackmq ctl` socket (server/admin.py)
 
     # -- Scheduler for the model -------------------------------------------------------
     def call_later(self, delay: float, fn: Callable[[], None]) -> asyncio.TimerHandle:
@@ -102,7 +108,10 @@ class Server:
         self.broker = BrokerModel(self, store, consumer_timeout_ms=cfg.consumer_timeout_ms,
                              spill=spill, queue_hot_messages=cfg.queue_hot_messages,
                              queue_memory=cfg.queue_memory_mb << 20)
-        self.broker.start()
+        self.access = self._open_access()
+        cfg.access = self.access  # Config.authenticate (AMQP, STOMP) checks its users
+        self.broker.start(list(self.access.vhosts))
+        self.access.listeners.append(self._access_changed)
         self._server = await self.loop.create_server(
             lambda: AMQPConnection(self), cfg.host, cfg.port, backlog=1024, reuse_address=True)
         socks = list(self._server.sockets)
@@ -116,9 +125,19 @@ class Server:
             host = "127.0.0.1" if sock.family == socket.AF_INET else "::1"
         else:
             host = cfg.host or host
-        self.url = f"amqp://guest:guest@{_host_port(host, self.port)}/"
+        creds = "guest:guest@" if "guest" in self.access.users else ""  # no password shown
+        self.url = f"amqp://{creds}{_host_port(host, self.port)}/"
         if cfg.stomp_port is not None:
             await self._start_stomp(host)
+        if cfg.data_dir is not None and cfg.admin_socket:
+            from ackmq.server.admin import AdminServer
+            admin = AdminServer(self)
+            try:
+                await admin.start(cfg.data_dir / ADMIN_SOCKET)
+                self.admin = admin
+            except OSError as e:  # e.g. a path past the 107 bytes a Unix socket takes
+                log.warning("no admin socket (ackmq ctl will not reach this broker): "
+                            "%s: %s", cfg.data_dir / ADMIN_SOCKET, e)
         return self.url
 
     async def _start_stomp(self, host: str) -> None:
@@ -141,8 +160,47 @@ class Server:
         self.stomp_bound = [_host_port(s.getsockname()[0], s.getsockname()[1]) for s in socks]
         self.stomp_url = f"stomp://{_host_port(host, self.stomp_port)}"
 
+    def _open_access(self) -> AccessModel:
+        """U1: the users, vhosts and permissions saved in the data dir, or on first start
+        the default user(s) (guest/guest, or --default-user) with full rights on "/"."""
+        cfg = self.config
+        if cfg.data_dir is None:
+            return AccessModel.seeded(cfg.seed_users(), None)
+        from ackmq.store.accessfile import AccessFile
+        af = AccessFile(cfg.data_dir, fsync=cfg.fsync)
+        try:
+            data = af.load()
+            if data is None:
+                model = AccessModel.seeded(cfg.seed_users(), af.save)
+                log.info("first start: created user(s) %s with full permissions on vhost /",
+                         ", ".join(sorted(model.users)))
+                return model
+            if cfg.default_user:
+                log.info("--default-user is used on first start only: %s exists", af.path)
+            return AccessModel.load(data, af.save)
+        except (ValueError, KeyError, TypeError, AccessError) as e:
+            raise CorruptStore(f"{af.path}: {e}") from e
+
+    def _access_changed(self, kind: str, name: str) -> None:
+        """Apply an admin change to the running broker (U2)."""
+        if kind == "vhost":
+            self.broker.add_vhost(name)
+        elif kind == "delete_vhost":
+            for conn in list(self.connections):
+                if vhost_name(conn) == name:
+                    conn.force_close(f"vhost '{name}' is deleted")
+            self.broker.delete_vhost(name)
+            self.request_flush()
+        elif kind == "delete_user":  # as RabbitMQ 3.10: the user's connections go
+            for conn in list(self.connections):
+                if conn.user == name and vhost_name(conn) is not None:
+                    conn.force_close(f"user '{name}' is deleted")
+            self.request_flush()
+
     async def stop(self) -> None:
         """Close connections with 320 CONNECTION_FORCED, then the store."""
+        if self.admin is not None:
+            await self.admin.stop()
         if self._server is not None:
             self._server.close()
         if self._stomp_server is not None:

@@ -28,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ackmq.broker.access import ChannelAccess
 from ackmq.broker.arguments import DELIVERY_COUNT_ARG, SEQ_ARG, as_text
 from ackmq.broker.errors import PRECONDITION_FAILED, ReplyError, SoftError
 from ackmq.protocol.stomp import (
@@ -285,8 +286,13 @@ class StompConnection(asyncio.Protocol):
         # host names a vhost when one has that name; otherwise it is the server's host
         # name (STOMP 1.1+'s meaning, and what stomp.py sends), and the vhost is "/"
         vhost = broker.vhosts.get(h.get("host") or "/") or broker.vhost("/")
+        access = self.server.access
+        if not access.vhost_access(user, vhost.name):  # U3, RabbitMQ's STOMP text
+            raise _Refused("Bad CONNECT", f"Virtual host '{vhost.name}' access denied")
         self.user = user
         self.channel = broker.open_channel(vhost, self, self, user)
+        # U3: SEND and SUBSCRIBE are checked as the AMQP operations they perform
+        self.channel.access = ChannelAccess(access, user, vhost.name)
         self.session = "session-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
         self.send_ms, self.recv_ms = _heartbeat_ms(cy), _heartbeat_ms(cx)
         from ackmq import __version__
@@ -363,7 +369,7 @@ class StompConnection(asyncio.Protocol):
         name = self.reply_queues.get(reply_to)
         if name is not None and name in ch.vhost.queues:
             return name
-        q = ch.vhost.declare_queue("", False, False, True, True, {}, self)
+        q = ch.vhost.declare_queue("", False, False, True, True, {}, self, access=ch.access)
         tag = "T_" + reply_to
         ch.basic_consume(q.name, tag, True, False, {})
         self.subs[tag] = _Sub(reply_to, tag, reply_to, None, "auto", q.name, False)
@@ -438,6 +444,9 @@ class StompConnection(asyncio.Protocol):
         fresh = name not in vh.queues
         q = self._declare_queue(name, h, durable=durable, auto_delete=True)
         try:
+            if ch.access is not None:  # U3: as queue.bind
+                ch.access.write("queue", q.name)
+                ch.access.read("exchange", exchange)
             vh.bind(exchange, q, key, {})
         except ReplyError:
             if fresh:
@@ -473,7 +482,8 @@ class StompConnection(asyncio.Protocol):
                                    f"'{k}' must be an integer, not {v[:40]!r}\n") from None
             else:
                 args[k] = v.strip()
-        return ch.vhost.declare_queue(name, False, durable, exclusive, auto_delete, args, self)
+        return ch.vhost.declare_queue(name, False, durable, exclusive, auto_delete, args, self,
+                                      access=ch.access)
 
     def _drop_unused(self, q: Queue, dest: Destination) -> None:
         """A subscription queue we declared and could not use goes again."""

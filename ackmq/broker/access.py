@@ -1,0 +1,411 @@
+"""Users, vhosts and permissions (SPEC U1-U3), after RabbitMQ's internal auth backend.
+
+Password hashes use RabbitMQ's layout so definitions exported by `rabbitmqctl
+export_definitions` import and log in unchanged: base64(salt(4 bytes) + H(salt +
+password)), H = SHA-256 by default (`rabbit_password_hashing_sha256`); SHA-512 and MD5
+hashes are accepted on import. Permissions are three regular expressions per user and
+vhost (configure, write, read), matched against the resource name with `re.search`
+(RabbitMQ's `re:run`: unanchored, so `""` is rewritten to `^$`); the default exchange is
+matched and named as `amq.default`.
+
+The model is plain data and decisions; it never touches a file. Whoever owns it (the
+server) hands it a `save` callable that makes a snapshot durable (store/accessfile.py),
+called after every change before the change is acknowledged.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import re
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ackmq.broker.errors import ACCESS_REFUSED, SoftError
+
+SHA256 = "rabbit_password_hashing_sha256"
+SHA512 = "rabbit_password_hashing_sha512"
+MD5 = "rabbit_password_hashing_md5"
+_HASHES: dict[str, Callable[[bytes], Any]] = {
+    SHA256: hashlib.sha256, SHA512: hashlib.sha512, MD5: hashlib.md5}
+
+DEFAULT_VHOST = "/"
+FULL = (".*", ".*", ".*")
+
+
+class AccessError(Exception):
+    """An admin operation RabbitMQ refuses (no such user/vhost, already exists, bad
+    regex): `text` is what rabbitmqctl would print, `code` its exit status."""
+
+    def __init__(self, text: str, code: int = 1) -> None:
+        super().__init__(text)
+        self.text = text
+        self.code = code
+
+
+def hash_password(password: str, algorithm: str = SHA256, salt: bytes | None = None) -> str:
+    """RabbitMQ's salted hash: base64(salt + H(salt + utf8(password)))."""
+    salt = os.urandom(4) if salt is None else salt
+    digest = _HASHES[algorithm](salt + password.encode("utf-8")).digest()
+    return base64.b64encode(salt + digest).decode("ascii")
+
+
+def check_password(password_hash: str, algorithm: str, password: str) -> bool:
+    """As rabbit_auth_backend_internal: an empty password never logs in; a user whose
+    hash is empty (cleared) cannot log in with a password."""
+    if not password or not password_hash:
+        return False
+    h = _HASHES.get(algorithm)
+    if h is None:
+        return False
+    try:
+        raw = base64.b64decode(password_hash, validate=True)
+    except ValueError:
+        return False
+    if len(raw) < 5:
+        return False
+    salt, digest = raw[:4], raw[4:]
+    return hmac.compare_digest(h(salt + password.encode("utf-8")).digest(), digest)
+
+
+@dataclass
+class User:
+    name: str
+    password_hash: str
+    hashing_algorithm: str = SHA256
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Permission:
+    configure: str
+    write: str
+    read: str
+    # compiled once: checked on the hot path through the channel's cache
+    _res: tuple[re.Pattern[str], ...] = field(default=(), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._res = tuple(re.compile(p if p else "^$") for p in
+                          (self.configure, self.write, self.read))
+
+    def allows(self, kind: int, name: str) -> bool:
+        return self._res[kind].search(name) is not None
+
+
+CONFIGURE, WRITE, READ = 0, 1, 2
+_PERM_NAMES = ("configure", "write", "read")
+
+
+def compile_check(pattern: str) -> str | None:
+    """None if `pattern` is a valid regex, else the reason (the caller's error text)."""
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        return str(e)
+    return None
+
+
+VHOST_LIMITS = ("max-connections", "max-queues")
+USER_LIMITS = ("max-connections", "max-channels")
+
+
+def _check_limits(limits: Any, allowed: tuple[str, ...]) -> dict[str, int]:
+    """RabbitMQ's validation of a limits JSON object (rabbit_parameter_validation)."""
+    if not isinstance(limits, dict):
+        raise AccessError("JSON decoding error: limits must be a JSON object such as "
+                          '\'{"max-connections": 10}\'', 69)
+    unknown = [k for k in limits if k not in allowed]
+    if unknown:
+        raise AccessError(f"Validation failed\n\nUnrecognised terms {unknown} in limits "
+                          f"(ackmq supports {', '.join(allowed)})", 69)
+    for k, v in limits.items():
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise AccessError(f"Validation failed\n\n{k} should be a number, actually was "
+                              f"{json.dumps(v)}", 69)
+    return dict(limits)
+
+
+class AccessModelLimits:
+    """U6 per-vhost and per-user limits; a negative value means no limit, 0 refuses all
+    (as RabbitMQ). Mixed into AccessModel."""
+
+    vhosts: dict[str, dict[str, Any]]
+    users: dict[str, User]
+    user_limits: dict[str, dict[str, int]]
+
+    def _changed(self, kind: str, name: str) -> None: ...
+
+    def vhost_limit(self, vhost: str, key: str) -> int | None:
+        v = self.vhosts.get(vhost, {}).get("limits", {}).get(key)
+        return None if v is None or v < 0 else v
+
+    def user_limit(self, user: str, key: str) -> int | None:
+        v = self.user_limits.get(user, {}).get(key)
+        return None if v is None or v < 0 else v
+
+    def set_vhost_limits(self, vhost: str, limits: Any) -> None:
+        """Replaces the vhost's limits, as `rabbitmqctl set_vhost_limits`."""
+        if vhost not in self.vhosts:
+            raise AccessError(f"Virtual host '{vhost}' does not exist", 65)
+        self.vhosts[vhost]["limits"] = _check_limits(limits, VHOST_LIMITS)
+        self._changed("limits", vhost)
+
+    def clear_vhost_limits(self, vhost: str) -> None:
+        if vhost not in self.vhosts:
+            raise AccessError(f"Virtual host '{vhost}' does not exist", 65)
+        self.vhosts[vhost]["limits"] = {}
+        self._changed("limits", vhost)
+
+    def set_user_limits(self, user: str, limits: Any) -> None:
+        """Merged into the user's limits, as `rabbitmqctl set_user_limits`."""
+        if user not in self.users:
+            raise AccessError(f"User \"{user}\" does not exist", 69)
+        self.user_limits.setdefault(user, {}).update(_check_limits(limits, USER_LIMITS))
+        self._changed("limits", user)
+
+    def clear_user_limits(self, user: str, key: str) -> None:
+        if user not in self.users:
+            raise AccessError(f"User \"{user}\" does not exist", 69)
+        if key == "all":
+            self.user_limits.pop(user, None)
+        else:
+            self.user_limits.get(user, {}).pop(key, None)
+        self._changed("limits", user)
+
+
+class AccessModel(AccessModelLimits):
+    """Users, vhost names, permissions and limits. Changes call `save(snapshot)` first
+    (durable before acknowledged) and then `on_change(kind, name)` so the server can act
+    (close connections of a deleted vhost or user, drop channel permission caches)."""
+
+    def __init__(self, save: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.users: dict[str, User] = {}
+        self.vhosts: dict[str, dict[str, Any]] = {}  # name -> metadata (limits)
+        self.permissions: dict[tuple[str, str], Permission] = {}  # (user, vhost)
+        self.user_limits: dict[str, dict[str, int]] = {}
+        self.save = save
+        self.listeners: list[Callable[[str, str], None]] = []
+        # every open channel's cache, emptied on every change (as RabbitMQ: a revoked
+        # permission refuses even what an open channel was allowed a moment ago)
+        self.caches: weakref.WeakSet[ChannelAccess] = weakref.WeakSet()
+
+    # -- first start ----------------------------------------------------------------
+    @classmethod
+    def seeded(cls, users: dict[str, str], save: Callable[[dict[str, Any]], None] | None
+               ) -> AccessModel:
+        """RabbitMQ's first boot: vhost "/", the default user(s) as administrator with
+        full permissions on it."""
+        m = cls(save)
+        m.vhosts[DEFAULT_VHOST] = {}
+        for name, password in users.items():
+            m.users[name] = User(name, hash_password(password), SHA256, ["administrator"])
+            m.permissions[(name, DEFAULT_VHOST)] = Permission(*FULL)
+        m._changed("init", "")
+        return m
+
+    # -- persistence ------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """RabbitMQ definitions' layout (users, vhosts, permissions), so the file reads
+        like `rabbitmqctl export_definitions` output."""
+        return {
+            "users": [{"name": u.name, "password_hash": u.password_hash,
+                       "hashing_algorithm": u.hashing_algorithm, "tags": list(u.tags),
+                       "limits": dict(self.user_limits.get(u.name, {}))}
+                      for u in self.users.values()],
+            "vhosts": [{"name": n, "limits": dict(meta.get("limits", {}))}
+                       for n, meta in self.vhosts.items()],
+            "permissions": [{"user": u, "vhost": v, "configure": p.configure,
+                             "write": p.write, "read": p.read}
+                            for (u, v), p in self.permissions.items()],
+        }
+
+    @classmethod
+    def load(cls, data: dict[str, Any], save: Callable[[dict[str, Any]], None] | None
+             ) -> AccessModel:
+        """From our snapshot or a RabbitMQ definitions export (tags as a list or a
+        comma-separated string, as RabbitMQ 3.10 writes them)."""
+        m = cls(save)
+        for u in data.get("users", []):
+            tags = u.get("tags", [])
+            if isinstance(tags, str):
+                tags = [t for t in (s.strip() for s in tags.split(",")) if t]
+            algo = u.get("hashing_algorithm") or SHA256
+            if algo not in _HASHES:
+                raise AccessError(f"user '{u['name']}': unsupported hashing algorithm "
+                                  f"'{algo}' (supported: {', '.join(_HASHES)})")
+            m.users[u["name"]] = User(u["name"], u.get("password_hash", ""), algo, list(tags))
+            if u.get("limits"):
+                m.user_limits[u["name"]] = {k: int(v) for k, v in u["limits"].items()}
+        for v in data.get("vhosts", []):
+            m.vhosts[v["name"]] = {"limits": {k: int(x) for k, x in
+                                              (v.get("limits") or {}).items()}}
+        for p in data.get("permissions", []):
+            m.permissions[(p["user"], p["vhost"])] = Permission(p["configure"], p["write"],
+                                                                p["read"])
+        return m
+
+    def _changed(self, kind: str, name: str) -> None:
+        for c in list(self.caches):
+            c.invalidate()
+        if self.save is not None:
+            self.save(self.snapshot())
+        for fn in list(self.listeners):
+            fn(kind, name)
+
+    # -- authentication -------------------------------------------------------------------
+    def authenticate(self, name: str, password: str) -> User | None:
+        u = self.users.get(name)
+        if u is None or not check_password(u.password_hash, u.hashing_algorithm, password):
+            return None
+        return u
+
+    def vhost_access(self, user: str, vhost: str) -> bool:
+        return (user, vhost) in self.permissions
+
+    def permission(self, user: str, vhost: str) -> Permission | None:
+        return self.permissions.get((user, vhost))
+
+    # -- users ------------------------------------------------------------------------------
+    def _user(self, name: str) -> User:
+        u = self.users.get(name)
+        if u is None:
+            raise AccessError(f"User \"{name}\" does not exist", 67)
+        return u
+
+    def add_user(self, name: str, password: str) -> None:
+        if not name:
+            raise AccessError("user name must not be empty", 64)
+        if name in self.users:
+            raise AccessError(f"User \"{name}\" already exists", 70)
+        self.users[name] = User(name, hash_password(password) if password else "")
+        self._changed("user", name)
+
+    def import_user(self, name: str, password_hash: str, algorithm: str = SHA256,
+                    tags: list[str] | None = None) -> None:
+        if algorithm not in _HASHES:
+            raise AccessError(f"unsupported hashing algorithm '{algorithm}'", 64)
+        self.users[name] = User(name, password_hash, algorithm, list(tags or []))
+        self._changed("user", name)
+
+    def delete_user(self, name: str) -> None:
+        self._user(name)
+        del self.users[name]
+        for key in [k for k in self.permissions if k[0] == name]:
+            del self.permissions[key]
+        self.user_limits.pop(name, None)
+        self._changed("delete_user", name)
+
+    def change_password(self, name: str, password: str) -> None:
+        u = self._user(name)
+        u.password_hash, u.hashing_algorithm = hash_password(password), SHA256
+        self._changed("user", name)
+
+    def set_user_tags(self, name: str, tags: list[str]) -> None:
+        self._user(name).tags = list(tags)
+        self._changed("user", name)
+
+    # -- vhosts -----------------------------------------------------------------------------
+    def add_vhost(self, name: str) -> bool:
+        """False when it exists already (RabbitMQ 3.10's add_vhost then succeeds quietly)."""
+        if not name:
+            raise AccessError("vhost name must not be empty", 64)
+        if "\x00" in name:
+            raise AccessError("vhost name must not contain NUL", 64)
+        if name in self.vhosts:
+            return False
+        self.vhosts[name] = {"limits": {}}
+        self._changed("vhost", name)
+        return True
+
+    def delete_vhost(self, name: str) -> None:
+        if name not in self.vhosts:
+            raise AccessError(f"Virtual host '{name}' does not exist", 65)
+        del self.vhosts[name]
+        for key in [k for k in self.permissions if k[1] == name]:
+            del self.permissions[key]
+        self._changed("delete_vhost", name)
+
+    # -- permissions --------------------------------------------------------------------
+    def set_permissions(self, user: str, vhost: str, configure: str, write: str,
+                        read: str) -> None:
+        self._user(user)
+        if vhost not in self.vhosts:
+            raise AccessError(f"Virtual host {vhost} does not exist", 69)
+        for pattern in (configure, write, read):
+            problem = compile_check(pattern)
+            if problem is not None:
+                raise AccessError(f"regular expression '{pattern}' is invalid: {problem}", 69)
+        self.permissions[(user, vhost)] = Permission(configure, write, read)
+        self._changed("permissions", user)
+
+    def clear_permissions(self, user: str, vhost: str) -> None:
+        self._user(user)
+        if vhost not in self.vhosts:
+            raise AccessError(f"Virtual host {vhost} does not exist", 69)
+        self.permissions.pop((user, vhost), None)
+        self._changed("permissions", user)
+
+
+def resource_text(kind: str, name: str, vhost: str) -> str:
+    return f"{kind} '{name}' in vhost '{vhost}'"
+
+
+class ChannelAccess:
+    """One channel's permission checks with a cache of what was allowed (RabbitMQ keeps
+    the last 12 permitted resources per channel; we keep sets, emptied by the model on
+    any change), so a publish to an already permitted exchange costs one set lookup:
+    `if name not in access.write_exchanges: access.check_publish(name)`."""
+
+    __slots__ = ("model", "user", "vhost", "_perm", "_ok", "write_exchanges",
+                 "__weakref__")
+
+    def __init__(self, model: AccessModel, user: str, vhost: str) -> None:
+        self.model = model
+        self.user = user
+        self.vhost = vhost
+        self._ok: set[tuple[int, str, str]] = set()
+        self.write_exchanges: set[str] = set()  # the publish hot path's own cache
+        self._perm: Permission | None = model.permission(user, vhost)
+        model.caches.add(self)
+
+    def invalidate(self) -> None:
+        self._ok.clear()
+        self.write_exchanges.clear()
+        self._perm = self.model.permission(self.user, self.vhost)
+
+    def check(self, perm: int, kind: str, name: str) -> None:
+        """Raise 403 unless `user` has `perm` on the resource, as rabbit_channel does."""
+        key = (perm, kind, name)
+        if key in self._ok:
+            return
+        shown = "amq.default" if kind == "exchange" and name == "" else name
+        p = self._perm
+        if p is None or not p.allows(perm, shown):
+            raise SoftError(ACCESS_REFUSED, "access to " + resource_text(
+                kind, shown, self.vhost) + f" refused for user '{self.user}'")
+        if len(self._ok) < 1024:
+            self._ok.add(key)
+
+    def check_publish(self, exchange: str) -> None:
+        """basic.publish: write on the exchange; remembered for the next publish."""
+        self.check(WRITE, "exchange", exchange)
+        if len(self.write_exchanges) < 1024:
+            self.write_exchanges.add(exchange)
+
+    def configure(self, kind: str, name: str) -> None:
+        self.check(CONFIGURE, kind, name)
+
+    def write(self, kind: str, name: str) -> None:
+        self.check(WRITE, kind, name)
+
+    def read(self, kind: str, name: str) -> None:
+        self.check(READ, kind, name)
+
+
+__all__ = ["AccessModel", "AccessError", "ChannelAccess", "User", "Permission",
+           "hash_password", "check_password", "SHA256", "SHA512", "MD5", "_PERM_NAMES"]

@@ -1,0 +1,151 @@
+"""`ackmq ctl VERB ...`: rabbitmqctl's user, vhost and permission verbs against a running
+broker, over its admin socket (`<data dir>/ctl.sock`, mode 0600)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+HELP = "manage users, vhosts and permissions of a running broker (rabbitmqctl's verbs)"
+DESCRIPTION = """\
+Manage a running ackmq broker with rabbitmqctl's verbs and output (tab-separated, with a
+header line). ackmq has no management HTTP API yet: `ackmq ctl` talks to the broker over
+its local admin socket, <data dir>/ctl.sock (mode 0600, so only the user running the
+broker, or root, can use it). Point it at the broker with --data-dir (default
+./ackmq-data) or --socket. (A broker started with --no-persistence has no data dir and
+so no admin socket: its users are guest or --default-user only.)
+
+verbs:
+  add_user <user> <password>          delete_user <user>
+  change_password <user> <password>   set_user_tags <user> [<tag> ...]
+  list_users
+  add_vhost <vhost>                   delete_vhost <vhost>
+  list_vhosts
+  set_permissions [-p <vhost>] <user> <conf> <write> <read>
+  clear_permissions [-p <vhost>] <user>
+  list_permissions [-p <vhost>]       list_user_permissions <user>
+  set_vhost_limits [-p <vhost>] '{"max-connections": N, "max-queues": N}'
+  clear_vhost_limits [-p <vhost>]     list_vhost_limits [-p <vhost>]
+  set_user_limits <user> '{"max-connections": N, "max-channels": N}'
+  clear_user_limits <user> <name>|all list_user_limits --user <user>
+  import_definitions <file.json>      users (RabbitMQ's sha256/sha512/md5 hashes), vhosts
+                                      and permissions of `rabbitmqctl export_definitions`
+"""
+
+# verb -> (argument names, rabbitmqctl's info line)
+VERBS: dict[str, tuple[list[str], str]] = {
+    "add_user": (["username", "password"], 'Adding user "{0}" ...'),
+    "delete_user": (["username"], 'Deleting user "{0}" ...'),
+    "change_password": (["username", "password"], 'Changing password for user "{0}" ...'),
+    "set_user_tags": (["username", "tags*"], 'Setting tags for user "{0}" to [{tags}] ...'),
+    "list_users": ([], "Listing users ..."),
+    "add_vhost": (["vhost_name"], 'Adding vhost "{0}" ...'),
+    "delete_vhost": (["vhost_name"], 'Deleting vhost "{0}" ...'),
+    "list_vhosts": ([], "Listing vhosts ..."),
+    "set_permissions": (["username", "conf", "write", "read"],
+                        'Setting permissions for user "{0}" in vhost "{vhost}" ...'),
+    "clear_permissions": (["username"],
+                          'Clearing permissions for user "{0}" in vhost "{vhost}" ...'),
+    "list_permissions": ([], 'Listing permissions for vhost "{vhost}" ...'),
+    "list_user_permissions": (["username"], 'Listing permissions for user "{0}" ...'),
+    "set_vhost_limits": (["definition"],
+                         'Setting vhost limits to "{0}" for vhost "{vhost}" ...'),
+    "clear_vhost_limits": ([], 'Clearing vhost "{vhost}" limits ...'),
+    "list_vhost_limits": ([], 'Listing limits for vhost "{vhost}" ...'),
+    "set_user_limits": (["username", "definition"],
+                        'Setting user limits to "{1}" for user "{0}" ...'),
+    "clear_user_limits": (["username", "limit_name"],
+                          'Clearing "{1}" limit for user "{0}" ...'),
+    "list_user_limits": ([], 'Listing limits for user "{user}" ...'),
+    "import_definitions": (["file"], 'Importing definitions in JSON from a file at '
+                                     '"{0}" ...'),
+}
+VHOST_VERBS = {"set_permissions", "clear_permissions", "list_permissions",
+               "set_vhost_limits", "clear_vhost_limits", "list_vhost_limits"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", type=Path, default=Path("./ackmq-data"),
+                   help="the broker's data dir (its admin socket is ctl.sock there)")
+    p.add_argument("--socket", type=Path, default=None, help="the admin socket itself")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no informational line, only results (as rabbitmqctl -q)")
+    sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    for verb, (names, _info) in VERBS.items():
+        vp = sub.add_parser(verb)
+        if verb in VHOST_VERBS:
+            vp.add_argument("-p", "--vhost", default="/", help="virtual host (default /)")
+        if verb == "list_user_limits":
+            vp.add_argument("--user", required=True, help="the user whose limits to list")
+        for n in names:
+            if n.endswith("*"):
+                vp.add_argument(n[:-1], nargs="*")
+            else:
+                vp.add_argument(n)
+
+
+def request(path: Path, verb: str, args: list[str], vhost: str = "/",
+            timeout: float = 30.0, **extra: Any) -> dict[str, Any]:
+    """One request to the admin socket; raises OSError if no broker listens there."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(str(path))
+        s.sendall(json.dumps({"verb": verb, "args": args, "vhost": vhost, **extra}).encode()
+                  + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                raise OSError("the broker closed the admin socket without answering")
+            buf += chunk
+    reply: dict[str, Any] = json.loads(buf)
+    return reply
+
+
+def run(args: argparse.Namespace) -> int:
+    names, info = VERBS[args.verb]
+    values: list[str] = []
+    for n in names:
+        v = getattr(args, n.rstrip("*"))
+        values.extend(v if isinstance(v, list) else [v])
+    vhost = getattr(args, "vhost", "/")
+    if args.verb == "list_user_limits":
+        values = [args.user]
+    path = args.socket or args.data_dir / "ctl.sock"
+    if not args.quiet:
+        print(info.format(*values, vhost=vhost, tags=", ".join(values[1:]),
+                          user=getattr(args, "user", "")))
+    extra: dict[str, Any] = {}
+    if args.verb == "import_definitions":
+        try:
+            extra["definitions"] = json.loads(Path(values[0]).read_text("utf-8"))
+        except (OSError, ValueError) as e:
+            print(f"Error:\ncannot read definitions from {values[0]}: {e}", file=sys.stderr)
+            return 66
+    try:
+        reply = request(path, args.verb, values, vhost, **extra)
+    except (OSError, ValueError) as e:
+        print(f"Error: cannot reach the broker's admin socket {path}: "
+              f"{getattr(e, 'strerror', None) or e}.\nIs `ackmq serve --data-dir "
+              f"{path.parent}` running? (give its data dir with --data-dir, or --socket)",
+              file=sys.stderr)
+        return 69
+    if not reply.get("ok"):
+        print(f"Error:\n{reply.get('error')}", file=sys.stderr)
+        return int(reply.get("code") or 1)
+    if reply.get("skipped"):
+        print("not imported (ackmq imports users, vhosts and permissions only so far): "
+              + ", ".join(reply["skipped"]))
+    # list_*_limits: one JSON object, as rabbitmqctl prints it (nothing for a vhost
+    # without limits, "{}" for a user without)
+    if "json" in reply and (reply["json"] or args.verb == "list_user_limits"):
+        print(json.dumps(reply["json"], separators=(",", ":"), sort_keys=True))
+    if reply.get("rows"):  # rabbitmqctl prints no header for an empty list
+        print("\t".join(reply["columns"]))
+        for row in reply["rows"]:
+            print("\t".join(row))
+    return 0

@@ -1,0 +1,194 @@
+"""The admin endpoint `ackmq ctl` talks to: a Unix socket `ctl.sock` in the data dir,
+mode 0600 (whoever can read the data dir's files owns the broker anyway). There is no
+management HTTP API yet; when it lands, `ackmq ctl` can move to it.
+
+One JSON object a line each way: `{"verb": "add_user", "args": [...], "vhost": "/"}` ->
+`{"ok": true, "columns": [...], "rows": [[...], ...]}` or `{"ok": false, "code": 67,
+"error": "User \"x\" does not exist"}` (rabbitmqctl's exit codes and texts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ackmq.broker.access import AccessError
+
+if TYPE_CHECKING:
+    from ackmq.server.server import Server
+
+log = logging.getLogger("ackmq.admin")
+
+USAGE = 64  # rabbitmqctl's exit code for bad arguments
+
+
+def _nargs(args: list[str], n: int, usage: str) -> None:
+    if len(args) != n:
+        raise AccessError(f"wrong number of arguments: usage: {usage}", USAGE)
+
+
+class AdminServer:
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.path: Path | None = None
+        self._srv: asyncio.AbstractServer | None = None
+
+    async def start(self, path: Path) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # a stale socket from a killed broker
+        old = os.umask(0o177)  # created 0600: no window in which others may connect
+        try:
+            self._srv = await asyncio.start_unix_server(self._client, path=str(path))
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        self.path = path
+
+    async def stop(self) -> None:
+        if self._srv is not None:
+            self._srv.close()
+            await self._srv.wait_closed()
+        if self.path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while line := await reader.readline():
+                try:
+                    req = json.loads(line)
+                    if req["verb"] == "import_definitions":
+                        reply = self.import_definitions(req["definitions"])
+                    else:
+                        reply = self.handle(req["verb"], [str(a) for a in req.get("args", [])],
+                                            str(req.get("vhost") or "/"))
+                except AccessError as e:
+                    reply = {"ok": False, "code": e.code, "error": e.text}
+                except (ValueError, KeyError, TypeError) as e:
+                    reply = {"ok": False, "code": USAGE, "error": f"bad request: {e}"}
+                except OSError as e:  # access.json could not be written (disk full, ...)
+                    log.error("saving the access model failed: %s", e)
+                    reply = {"ok": False, "code": 74, "error": (
+                        f"the change could not be saved ({e}): it is in effect now but "
+                        "will be lost on restart unless saved by a later change")}
+                except Exception as e:  # never leave ctl without an answer
+                    log.exception("admin request failed")
+                    reply = {"ok": False, "code": 70, "error": f"internal error: {e!r}"}
+                writer.write(json.dumps(reply).encode() + b"\n")
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    def import_definitions(self, defs: dict[str, Any]) -> dict[str, Any]:
+        """Users (their hashes as exported: sha256, sha512 or md5), vhosts and permissions
+        of a RabbitMQ definitions file. Exchanges, queues, bindings, policies are not
+        imported yet: the reply names what was skipped."""
+        a = self.server.access
+        if not isinstance(defs, dict):
+            raise AccessError("a definitions file is a JSON object", USAGE)
+        for v in defs.get("vhosts", []):
+            a.add_vhost(str(v["name"]))
+        for u in defs.get("users", []):
+            tags = u.get("tags", [])
+            if isinstance(tags, str):
+                tags = [t.strip() for t in tags.split(",") if t.strip()]
+            a.import_user(str(u["name"]), str(u.get("password_hash", "")),
+                          str(u.get("hashing_algorithm") or "rabbit_password_hashing_sha256"),
+                          [str(t) for t in tags])
+        for p in defs.get("permissions", []):
+            a.set_permissions(str(p["user"]), str(p["vhost"]), str(p["configure"]),
+                              str(p["write"]), str(p["read"]))
+        skipped = [k for k in ("exchanges", "queues", "bindings", "policies", "parameters",
+                               "global_parameters", "topic_permissions") if defs.get(k)]
+        return {"ok": True, "skipped": skipped}
+
+    def handle(self, verb: str, args: list[str], vhost: str) -> dict[str, Any]:
+        """One rabbitmqctl verb against the live access model (durable before the reply)."""
+        a = self.server.access
+        ok: dict[str, Any] = {"ok": True}
+        if verb == "add_user":
+            _nargs(args, 2, "add_user <username> <password>")
+            a.add_user(args[0], args[1])
+        elif verb == "delete_user":
+            _nargs(args, 1, "delete_user <username>")
+            a.delete_user(args[0])
+        elif verb == "change_password":
+            _nargs(args, 2, "change_password <username> <password>")
+            a.change_password(args[0], args[1])
+        elif verb == "set_user_tags":
+            if not args:
+                raise AccessError("wrong number of arguments: usage: set_user_tags "
+                                  "<username> <tag> [...]", USAGE)
+            a.set_user_tags(args[0], args[1:])
+        elif verb == "list_users":
+            _nargs(args, 0, "list_users")
+            return {**ok, "columns": ["user", "tags"],
+                    "rows": [[u.name, "[" + ", ".join(u.tags) + "]"]
+                             for u in a.users.values()]}
+        elif verb == "add_vhost":
+            _nargs(args, 1, "add_vhost <vhost>")
+            a.add_vhost(args[0])
+        elif verb == "delete_vhost":
+            _nargs(args, 1, "delete_vhost <vhost>")
+            a.delete_vhost(args[0])
+        elif verb == "list_vhosts":
+            _nargs(args, 0, "list_vhosts")
+            return {**ok, "columns": ["name"], "rows": [[n] for n in a.vhosts]}
+        elif verb == "set_permissions":
+            _nargs(args, 4, "set_permissions [-p <vhost>] <username> <conf> <write> <read>")
+            a.set_permissions(args[0], vhost, *args[1:])
+        elif verb == "clear_permissions":
+            _nargs(args, 1, "clear_permissions [-p <vhost>] <username>")
+            a.clear_permissions(args[0], vhost)
+        elif verb == "list_permissions":
+            _nargs(args, 0, "list_permissions [-p <vhost>]")
+            if vhost not in a.vhosts:
+                raise AccessError(f"Virtual host '{vhost}' does not exist", 65)
+            return {**ok, "columns": ["user", "configure", "write", "read"],
+                    "rows": [[u, p.configure, p.write, p.read]
+                             for (u, v), p in a.permissions.items() if v == vhost]}
+        elif verb == "list_user_permissions":
+            _nargs(args, 1, "list_user_permissions <username>")
+            if args[0] not in a.users:
+                raise AccessError(f"User \"{args[0]}\" does not exist", 69)
+            return {**ok, "columns": ["vhost", "configure", "write", "read"],
+                    "rows": [[v, p.configure, p.write, p.read]
+                             for (u, v), p in a.permissions.items() if u == args[0]]}
+        elif verb in ("set_vhost_limits", "set_user_limits"):
+            n = 1 if verb == "set_vhost_limits" else 2
+            _nargs(args, n, "set_vhost_limits [-p <vhost>] <json>" if n == 1 else
+                   "set_user_limits <username> <json>")
+            try:
+                limits = json.loads(args[-1])
+            except ValueError as e:
+                raise AccessError(f"JSON decoding error: {e}", 69) from e
+            if n == 1:
+                a.set_vhost_limits(vhost, limits)
+            else:
+                a.set_user_limits(args[0], limits)
+        elif verb == "clear_vhost_limits":
+            _nargs(args, 0, "clear_vhost_limits [-p <vhost>]")
+            a.clear_vhost_limits(vhost)
+        elif verb == "clear_user_limits":
+            _nargs(args, 2, "clear_user_limits <username> <limit>|all")
+            a.clear_user_limits(args[0], args[1])
+        elif verb == "list_vhost_limits":
+            _nargs(args, 0, "list_vhost_limits [-p <vhost>]")
+            if vhost not in a.vhosts:
+                raise AccessError(f"Virtual host '{vhost}' does not exist", 65)
+            return {**ok, "json": a.vhosts[vhost].get("limits", {})}
+        elif verb == "list_user_limits":
+            _nargs(args, 1, "list_user_limits --user <username>")
+            if args[0] not in a.users:
+                raise AccessError(f"User \"{args[0]}\" does not exist", 69)
+            return {**ok, "json": a.user_limits.get(args[0], {})}
+        else:
+            raise AccessError(f"unknown verb '{verb}'", USAGE)
+        return ok

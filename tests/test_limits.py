@@ -1,0 +1,147 @@
+"""U6: per-vhost max-connections/max-queues and per-user max-connections/max-channels,
+set with `ackmq ctl set_vhost_limits/set_user_limits` (rabbitmqctl's verbs) on a real
+broker and answered as RabbitMQ 3.10 answers them (the same scenario run there with rabbitmqctl)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pika
+import pika.exceptions
+import pytest
+from conftest import BrokerProcess, rabbitmq_url
+from test_access import PW, connect_error, params
+
+VHOST, USER = "ackU_limits", "ackU_limuser"
+
+
+def actl(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ackmq", "ctl", "--data-dir", str(data_dir),
+                           *args], capture_output=True, text=True, timeout=60)
+
+
+def rctl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["rabbitmqctl", *args], capture_output=True, text=True, timeout=60)
+
+
+def scenario(port: int, ctl: Callable[..., subprocess.CompletedProcess[str]]) -> list[object]:
+    """Everything a client and an operator see, as a list to compare between brokers."""
+    seen: list[object] = []
+    for args in (("add_user", USER, PW), ("add_vhost", VHOST),
+                 ("set_permissions", "-p", VHOST, USER, ".*", ".*", ".*")):
+        assert ctl(*args).returncode == 0
+    r = ctl("set_vhost_limits", "-p", VHOST, '{"max-connections": 1, "max-queues": 1}')
+    seen.append(("set_vhost_limits", r.returncode))
+    seen.append(ctl("-q", "list_vhost_limits", "-p", VHOST).stdout.strip())
+    first = pika.BlockingConnection(params(port, USER, PW, VHOST))
+    seen.append(("second connection", connect_error(params(port, USER, PW, VHOST))))
+    ch = first.channel()
+    ch.queue_declare("lq1")
+    ch.queue_declare("lq1")  # an existing queue is no new queue
+    try:
+        ch.queue_declare("lq2")
+        seen.append("lq2 declared")
+    except pika.exceptions.ChannelClosedByBroker as e:
+        seen.append((e.reply_code, e.reply_text))
+    ctl("set_vhost_limits", "-p", VHOST, '{"max-connections": -1}')  # negative: no limit
+    seen.append(("unlimited again", connect_error(params(port, USER, PW, VHOST))))
+    ch = first.channel()
+    ch.queue_declare("lq2")  # set_vhost_limits replaced max-queues too
+    seen.append("lq2 declared after replace")
+    ctl("set_user_limits", USER, '{"max-connections": 1}')
+    seen.append(("user limit", connect_error(params(port, USER, PW, VHOST))))
+    seen.append(ctl("-q", "list_user_limits", "--user", USER).stdout.strip())
+    ctl("set_user_limits", USER, '{"max-connections": 0}')
+    first.close()
+    seen.append(("user limit 0", connect_error(params(port, USER, PW, VHOST))))
+    ctl("clear_user_limits", USER, "all")
+    seen.append(("cleared", connect_error(params(port, USER, PW, VHOST))))
+    ctl("set_user_limits", USER, '{"max-channels": 2}')
+    one, two = (pika.BlockingConnection(params(port, USER, PW, VHOST)) for _ in range(2))
+    one.channel()
+    two.channel()
+    try:
+        two.channel()
+        seen.append("third channel opened")
+    except pika.exceptions.ConnectionClosedByBroker as e:
+        seen.append(("max-channels", e.reply_code, e.reply_text, one.is_open))
+    one.close()
+    ctl("clear_user_limits", USER, "max-channels")
+    for bad in ('{"max-conn": 1}', '{"max-queues": "x"}', "notjson"):
+        r = ctl("set_vhost_limits", "-p", VHOST, bad)
+        seen.append((bad, r.returncode))
+        assert "Traceback" not in r.stderr
+    seen.append(("missing vhost", ctl("set_vhost_limits", "-p", "ackU_none",
+                                      '{"max-queues": 1}').returncode))
+    return seen
+
+
+@pytest.fixture
+def ackmq_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path / "data")
+    b.start()
+    yield b
+    b.stop()
+
+
+def test_U6_limits_on_ackmq(ackmq_broker: BrokerProcess) -> None:
+    seen = scenario(ackmq_broker.port, lambda *a: actl(ackmq_broker.data_dir, *a))
+    assert seen == [
+        ("set_vhost_limits", 0),
+        '{"max-connections":1,"max-queues":1}',
+        ("second connection", (530, f"NOT_ALLOWED - access to vhost '{VHOST}' refused for "
+                                     f"user '{USER}': connection limit (1) is reached")),
+        (406, f"PRECONDITION_FAILED - cannot declare queue 'lq2': queue limit in vhost "
+              f"'{VHOST}' (1) is reached"),
+        ("unlimited again", None),
+        "lq2 declared after replace",
+        ("user limit", (530, f"NOT_ALLOWED - connection refused for user '{USER}': user "
+                             "connection limit (1) is reached")),
+        '{"max-connections":1}',
+        ("user limit 0", (530, f"NOT_ALLOWED - connection refused for user '{USER}': user "
+                               "connection limit (0) is reached")),
+        ("cleared", None),
+        ("max-channels", 530, f"NOT_ALLOWED - number of channels opened for user '{USER}' "
+                              "has reached the maximum allowed user limit of (2)", True),
+        ('{"max-conn": 1}', 69), ('{"max-queues": "x"}', 69), ("notjson", 69),
+        ("missing vhost", 65),
+    ]
+
+
+def test_U6_limits_survive_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    b = BrokerProcess(data)
+    b.start()
+    try:
+        assert actl(data, "set_vhost_limits", '{"max-connections": 0}').returncode == 0
+    finally:
+        b.stop()
+    b2 = BrokerProcess(data)
+    b2.start()
+    try:
+        assert connect_error(params(b2.port, "guest", "guest")) == (
+            530, "NOT_ALLOWED - access to vhost '/' refused for user 'guest': connection "
+                 "limit (0) is reached")
+        assert actl(data, "clear_vhost_limits").returncode == 0
+        assert connect_error(params(b2.port, "guest", "guest")) is None
+    finally:
+        b2.stop()
+
+
+def test_U6_limits_same_as_rabbitmq(ackmq_broker: BrokerProcess) -> None:
+    url = rabbitmq_url()
+    if shutil.which("rabbitmqctl") is None:
+        pytest.skip("rabbitmqctl is not on PATH: needed to set RabbitMQ's limits")
+    rctl("delete_user", USER)
+    rctl("delete_vhost", VHOST)
+    try:
+        theirs = scenario(pika.URLParameters(url).port, rctl)
+    finally:
+        rctl("delete_user", USER)
+        rctl("delete_vhost", VHOST)
+    mine = scenario(ackmq_broker.port, lambda *a: actl(ackmq_broker.data_dir, *a))
+    assert mine == theirs
