@@ -395,7 +395,10 @@ def test_rpc_pattern_unbind_after_auto_delete_queue_went(url: str) -> None:
             x = await ch.declare_exchange(uniq("rpc"), auto_delete=True)
             q = await ch.declare_queue(exclusive=True, auto_delete=True)
             await q.bind(x, routing_key="reply")
-            tag = await q.consume(lambda m: None)
+            async def ignore(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+                await message.ack()
+
+            tag = await q.consume(ignore)
             await q.cancel(tag)
             await q.unbind(x, routing_key="reply")
             await ch.declare_queue(uniq("after"), exclusive=True)  # the channel lives

@@ -15,7 +15,16 @@ import pytest
 from ackmq.broker import BrokerModel
 from ackmq.broker.consumer import Consumer
 from ackmq.broker.queue import ClassicQueue
-from ackmq.broker.queue_type import ACK, QUEUE_TYPES, REJECT, REQUEUE, Queue, queue_class
+from ackmq.broker.queue_type import (
+    ACK,
+    INTERFACE,
+    QUEUE_TYPES,
+    REJECT,
+    REQUEUE,
+    Queue,
+    missing_methods,
+    queue_class,
+)
 from ackmq.store import open_store
 
 PERSISTENT = b"\x10\x00\x02"  # property flags: delivery-mode present; mode 2
@@ -78,7 +87,8 @@ def test_registry_selects_by_x_queue_type() -> None:
     assert queue_class({"x-queue-type": b"classic"}) is ClassicQueue
     assert QUEUE_TYPES["quorum"] is ClassicQueue
     assert all(issubclass(t, Queue) for t in QUEUE_TYPES.values())
-    assert not ClassicQueue.__abstractmethods__
+    assert missing_methods(ClassicQueue) == []
+    assert missing_methods(Queue) == list(INTERFACE)
 
 
 @pytest.mark.parametrize("kind", TYPES)

@@ -9,10 +9,8 @@ connection with connection.close (reply code, text, class and method of the culp
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
-import socket
 import struct
 import time
 from typing import TYPE_CHECKING, Any
@@ -46,6 +44,7 @@ from ackmq.protocol.amqp import (
 )
 from ackmq.protocol.amqp import build_method as M
 from ackmq.server.channel import HANDLERS, AMQPChannel
+from ackmq.server.transport import ClientConnection
 
 if TYPE_CHECKING:
     from ackmq.broker.vhost import VHost
@@ -112,50 +111,22 @@ def _class_method(m: Any) -> tuple[int, int]:
     return idx >> 16, idx & 0xFFFF
 
 
-class AMQPConnection(asyncio.Protocol):
+class AMQPConnection(ClientConnection):
     def __init__(self, server: Server) -> None:
-        self.server = server
-        self.transport: asyncio.Transport | None = None
+        super().__init__(server)
         self.decoder = Decoder(frame_max=FRAME_MAX,
                                max_message_size=server.config.max_message_size)
         self.state = "header"
-        self.out: list[bytes] = []
-        self.queued = False
-        self.writable = True
         self.frame_max = FRAME_MAX
         self.channel_max = CHANNEL_MAX
         self.heartbeat = 0
         self.channels: dict[int, AMQPChannel] = {}
         self.vhost: VHost | None = None
-        self.user = ""
-        self.peer: Any = None
         self.client_properties: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
         # cancels of this connection's consumers held back while its own queue.delete runs
         self.held_cancels: list[tuple[Any, str]] | None = None
-        self.last_recv = self.last_sent = time.monotonic()
-        self.reading_paused = False  # our output is backed up: the client's input waits
-        self._hb_timer: asyncio.TimerHandle | None = None
-        self._close_timer: asyncio.TimerHandle | None = None
 
-    def __repr__(self) -> str:
-        return f"<AMQPConnection {self.peer} {self.user}>"
-
-    # -- asyncio.Protocol -----------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.peer = transport.get_extra_info("peername")
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
-        transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
-        self.server.connections.add(self)
-        # a client that never completes the handshake is dropped (RabbitMQ: 10 s)
-        self._close_timer = self.server.loop.call_later(
-            self.server.config.handshake_timeout, self._handshake_timeout)
 
     def data_received(self, data: bytes) -> None:
         self.last_recv = time.monotonic()
@@ -386,47 +357,9 @@ class AMQPConnection(asyncio.Protocol):
                     pw.decode() if isinstance(pw, bytes) else str(pw))
         return "", ""
 
-    # -- output -----------------------------------------------------------------------
-    def write(self, data: bytes) -> None:
-        self.out.append(data)
-        if not self.queued:
-            self.queued = True
-            self.server.dirty.append(self)
-
-    def flush(self) -> None:
-        self.queued = False
-        if self.out and self.transport is not None and not self.transport.is_closing():
-            out, self.out = self.out, []
-            self.transport.writelines(out)
-            self.last_sent = time.monotonic()
-        else:
-            self.out.clear()
-
-    def pause_writing(self) -> None:
-        """The socket's write buffer is above its high-water mark: the client is not
-        reading. Stop deliveries, and stop reading its requests too, or the replies they
-        cause (confirms, returns, get-ok) pile up here without bound: the client's sends
-        block in TCP instead. (RabbitMQ 3.10 goes on reading such a client and buffers
-        its replies until the memory alarm blocks every publisher; this costs only the
-        client that does not read.)"""
-        self.writable = False
-        t = self.transport
-        if t is not None and not t.is_closing() and not self.reading_paused:
-            self.reading_paused = True
-            t.pause_reading()
-
-    def resume_writing(self) -> None:
-        self.writable = True
-        if self.reading_paused:
-            self.reading_paused = False
-            # heartbeats were not read meanwhile: the silence so far is ours, not the peer's
-            self.last_recv = time.monotonic()
-            t = self.transport
-            if t is not None and not t.is_closing():
-                t.resume_reading()
+    def _wake(self) -> None:
         for ch in list(self.channels.values()):
             ch.model.wake()
-        self.server.request_flush()
 
     # -- closing ----------------------------------------------------------------------
     def close_connection(self, code: int, text: str, class_id: int = 0,

@@ -17,12 +17,10 @@ dropped. Output is buffered and written once per event-loop turn, as for AMQP.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import logging
 import os
-import socket
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -54,6 +52,7 @@ from ackmq.protocol.stomp.destinations import (
 )
 from ackmq.server.channel import delivery_properties
 from ackmq.server.connection import CLOSING_TIMEOUT, _is_loopback
+from ackmq.server.transport import ClientConnection
 
 if TYPE_CHECKING:
     from ackmq.broker.channel import ChannelModel
@@ -146,24 +145,17 @@ class _Receipt:
         self.what = what  # for the ERROR text when a publish is refused
 
 
-class StompConnection(asyncio.Protocol):
+class StompConnection(ClientConnection):
     """Implements the model's ChannelOutput for the connection's one channel."""
 
     number = 1  # the channel's number in texts the model writes (consumer timeout)
 
     def __init__(self, server: Server) -> None:
-        self.server = server
-        self.transport: asyncio.Transport | None = None
+        super().__init__(server)
         self.decoder = Decoder(max_body=server.config.max_message_size)
         self.state = "connect"  # connect -> open -> (disconnecting) -> closed
         self.version: str | None = None
         self.session = ""
-        self.user = ""
-        self.peer: Any = None
-        self.out: list[bytes] = []
-        self.queued = False
-        self.writable = True
-        self.reading_paused = False
         self.channel: ChannelModel | None = None
         self.subs: dict[str, _Sub] = {}          # by consumer tag
         self.reply_queues: dict[str, str] = {}   # temp-queue id -> queue name
@@ -171,29 +163,8 @@ class StompConnection(asyncio.Protocol):
         self.receipts: OrderedDict[int, list[_Receipt]] = OrderedDict()  # confirm seq ->
         self.disconnect_receipt: str | None = None
         self.send_ms = self.recv_ms = 0
-        self.last_recv = self.last_sent = time.monotonic()
         self._returned = False
         self._resume = False  # the decoder waited for the version after CONNECT
-        self._hb_timer: asyncio.TimerHandle | None = None
-        self._close_timer: asyncio.TimerHandle | None = None
-
-    def __repr__(self) -> str:
-        return f"<StompConnection {self.peer} {self.user}>"
-
-    # -- asyncio.Protocol -----------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.peer = transport.get_extra_info("peername")
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
-        transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
-        self.server.connections.add(self)
-        self._close_timer = self.server.loop.call_later(
-            self.server.config.handshake_timeout, self._handshake_timeout)
 
     def data_received(self, data: bytes) -> None:
         self.last_recv = time.monotonic()
@@ -734,44 +705,12 @@ class StompConnection(asyncio.Protocol):
         self._error(text.split(" - ", 1)[0].lower(), text)
 
     # -- output -------------------------------------------------------------------------
-    def write(self, data: bytes) -> None:
-        self.out.append(data)
-        if not self.queued:
-            self.queued = True
-            self.server.dirty.append(self)
-
     def _write_receipt(self, receipt: str) -> None:
         self.write(encode_frame("RECEIPT", [("receipt-id", receipt)], b"", self.version or "1.2"))
 
-    def flush(self) -> None:
-        self.queued = False
-        if self.out and self.transport is not None and not self.transport.is_closing():
-            out, self.out = self.out, []
-            self.transport.writelines(out)
-            self.last_sent = time.monotonic()
-        else:
-            self.out.clear()
-
-    def pause_writing(self) -> None:
-        """The peer is not reading: stop deliveries, and stop reading its frames too, so
-        the answers they would cause wait in TCP, not here (as the AMQP side)."""
-        self.writable = False
-        t = self.transport
-        if t is not None and not t.is_closing() and not self.reading_paused:
-            self.reading_paused = True
-            t.pause_reading()
-
-    def resume_writing(self) -> None:
-        self.writable = True
-        if self.reading_paused:
-            self.reading_paused = False
-            self.last_recv = time.monotonic()
-            t = self.transport
-            if t is not None and not t.is_closing():
-                t.resume_reading()
+    def _wake(self) -> None:
         if self.channel is not None:
             self.channel.wake()
-        self.server.request_flush()
 
     # -- errors and closing ---------------------------------------------------------------
     def _error(self, message: str, detail: str, frame: Frame | None = None,

@@ -1,0 +1,101 @@
+"""What every client connection does with its socket, whatever its protocol: TCP
+settings, the handshake timer, output gathered per loop turn and written at once, and
+flow control (a peer that stops reading is stopped from sending too)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ackmq.server.server import Server
+
+WRITE_HIGH = 4 * 1024 * 1024   # pause_writing above this much unsent output
+WRITE_LOW = 1024 * 1024        # resume_writing below this
+
+
+class ClientConnection(asyncio.Protocol):
+    """Base of AMQPConnection and StompConnection. Subclasses implement
+    `_handshake_timeout` (the peer never finished opening) and `_wake` (room for
+    deliveries again)."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.peer: Any = None
+        self.user = ""
+        self.out: list[bytes] = []
+        self.queued = False
+        self.writable = True
+        self.reading_paused = False  # our output is backed up: the client's input waits
+        self.last_recv = self.last_sent = time.monotonic()
+        self._hb_timer: asyncio.TimerHandle | None = None
+        self._close_timer: asyncio.TimerHandle | None = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.peer} {self.user}>"
+
+    # -- asyncio.Protocol -----------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)  # type: ignore[attr-defined]
+        self.server.connections.add(self)
+        # a client that never completes the handshake is dropped (RabbitMQ: 10 s)
+        self._close_timer = self.server.loop.call_later(
+            self.server.config.handshake_timeout, self._handshake_timeout)
+
+    def _handshake_timeout(self) -> None:
+        raise NotImplementedError
+
+    # -- output -----------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        self.out.append(data)
+        if not self.queued:
+            self.queued = True
+            self.server.dirty.append(self)
+
+    def flush(self) -> None:
+        self.queued = False
+        if self.out and self.transport is not None and not self.transport.is_closing():
+            out, self.out = self.out, []
+            self.transport.writelines(out)
+            self.last_sent = time.monotonic()
+        else:
+            self.out.clear()
+
+    def pause_writing(self) -> None:
+        """The socket's write buffer is above its high-water mark: the client is not
+        reading. Stop deliveries, and stop reading its requests too, or the replies they
+        cause (confirms, returns, get-ok, receipts) pile up here without bound: the
+        client's sends block in TCP instead. (RabbitMQ 3.10 goes on reading such a client
+        and buffers its replies until the memory alarm blocks every publisher; this costs
+        only the client that does not read.)"""
+        self.writable = False
+        t = self.transport
+        if t is not None and not t.is_closing() and not self.reading_paused:
+            self.reading_paused = True
+            t.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        if self.reading_paused:
+            self.reading_paused = False
+            # heartbeats were not read meanwhile: the silence so far is ours, not the peer's
+            self.last_recv = time.monotonic()
+            t = self.transport
+            if t is not None and not t.is_closing():
+                t.resume_reading()
+        self._wake()
+        self.server.request_flush()
+
+    def _wake(self) -> None:
+        """Room again: let the protocol's channels deliver."""
