@@ -19,6 +19,7 @@ from ackmq.protocol.amqp.constants import (  # noqa: F401 - the codes the model 
     RESOURCE_LOCKED,
     fit_shortstr,
 )
+from ackmq.protocol.amqp.erlang import erl_bytes, erl_string  # noqa: F401 - for the model
 
 
 class ReplyError(Exception):
@@ -42,22 +43,6 @@ class HardError(ReplyError):
     """AMQP's hard error (connection exception): the whole connection is closed."""
 
     hard = True
-
-
-_ERL_ESCAPES = {0x22: b'\\"', 0x5C: b"\\\\", 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t",
-                0x0B: b"\\v", 0x08: b"\\b", 0x0C: b"\\f", 0x1B: b"\\e"}
-
-
-def erl_bytes(data: bytes) -> bytes:
-    """A byte list as Erlang's ~p writes it in RabbitMQ's texts: a quoted string when every
-    byte is printable latin-1, else [N,...]."""
-    if all(32 <= c <= 126 or 160 <= c or c in _ERL_ESCAPES for c in data):
-        return b'"' + b"".join(_ERL_ESCAPES.get(c) or bytes((c,)) for c in data) + b'"'
-    return b"[" + b",".join(str(c).encode() for c in data) + b"]"
-
-
-def erl_string(text: str) -> str:
-    return erl_bytes(text.encode("utf-8")).decode("utf-8", "replace")
 
 
 def not_found(what: str, name: str, vhost: str) -> SoftError:

@@ -1,7 +1,7 @@
 """Sans-IO AMQP 0-9-1 decoder: bytes in, events out.
 
 The rules of the wire, as this decoder enforces them (RabbitMQ 3.10's answer to each
-violation, observed with `python -m ackmq.protocol.amqp._probe`, is quoted):
+violation, observed with `python -m ackmq.bench.frame_probe`, is quoted):
 
 1. A server-side connection starts with the 8-byte protocol header
    b"AMQP\\x00\\x00\\x09\\x01". Anything else: BadProtocolHeader; the server writes its
@@ -79,6 +79,7 @@ from .constants import (
     SYNTAX_ERROR,
     UNEXPECTED_FRAME,
 )
+from .erlang import erlang_binary
 from .events import (
     BadProtocolHeader,
     ChannelFault,
@@ -118,18 +119,6 @@ _NO_LIMIT = 1 << 62
 _EXPECT_HEADER = "expected content header for class 60, got non content header frame instead"
 _EXPECT_BODY = "expected content body, got non content body frame instead"
 _EXPECT_METHOD = "expected method frame, got non method frame instead"
-
-
-def erlang_binary(data: bytes, limit: int = 48) -> str:
-    """Render bytes the way RabbitMQ's error texts do (<<"abc">> or <<0,20>>), capped."""
-    data = bytes(data)
-    more = len(data) > limit
-    data = data[:limit]
-    if data and all(32 <= b < 127 for b in data):
-        inner = '"' + data.decode("ascii").replace("\\", "\\\\").replace('"', '\\"') + '"'
-    else:
-        inner = ",".join(str(b) for b in data)
-    return f"<<{inner}{',...' if more else ''}>>"
 
 
 class _Pending:
