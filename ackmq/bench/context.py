@@ -22,6 +22,7 @@ except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
 
 PREFIX = "ackmq-bench."
 DEFAULT_PREFETCH = (1, 10, 100, 300, 1000, 0)
+DEFAULT_STOMP_PREFETCH = (1, 100, 1000)
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Options:
     prefetch: tuple[int, ...] = DEFAULT_PREFETCH
     body_size: int = 100
     floor_dir: str | None = None    # where confirms-individual measures fdatasync
+    stomp_prefetch: tuple[int, ...] = DEFAULT_STOMP_PREFETCH  # stomp-consume-ci sweep
 
 
 @dataclass
@@ -134,6 +136,12 @@ class RunContext:
         """Delete every queue and exchange the run created (fresh connection: the run's
         own may be broken by then)."""
         if not (self.queues or self.exchanges):
+            return
+        if not self.target.url.startswith("amqp"):
+            # a STOMP-only broker (ActiveMQ): STOMP cannot delete a queue; the runs
+            # drained theirs, so what is left is empty (and named ackmq-bench.*)
+            self.queues.clear()
+            self.exchanges.clear()
             return
         try:
             conn = pika.BlockingConnection(pika.URLParameters(self.target.url))
