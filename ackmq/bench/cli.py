@@ -172,8 +172,10 @@ def run_one(workload: str, target: Target, options: Options, rnd: int) -> dict[s
         rec["error"] = f"{type(exc).__name__}: {exc}"
         rec["traceback"] = traceback.format_exc()
     finally:
-        rec["deleted"] = ctx.queues + ctx.exchanges
-        ctx.cleanup()
+        names = ctx.queues + ctx.exchanges
+        gone = ctx.cleanup()
+        rec["deleted"] = names if gone else []
+        rec["left_empty"] = [] if gone else names  # STOMP-only broker: drained, not deleted
     rec.update(metrics=[asdict(m) for m in ctx.metrics], wall_s=ctx.wall_s,
                client_cpu_s=ctx.client_cpu_s, broker_cpu_s=ctx.broker_cpu_s,
                messages=ctx.messages, extra=ctx.extra)

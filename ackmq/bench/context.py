@@ -132,21 +132,21 @@ class RunContext:
             else:
                 self.broker_cpu_s += b1 - b0
 
-    def cleanup(self) -> None:
+    def cleanup(self) -> bool:
         """Delete every queue and exchange the run created (fresh connection: the run's
-        own may be broken by then)."""
+        own may be broken by then). False when the broker has no AMQP URL to do it with
+        (a STOMP-only target: STOMP cannot delete a queue; the STOMP runs drain theirs,
+        so what is left is empty and named ackmq-bench.*)."""
         if not (self.queues or self.exchanges):
-            return
+            return True
         if not self.target.url.startswith("amqp"):
-            # a STOMP-only broker (ActiveMQ): STOMP cannot delete a queue; the runs
-            # drained theirs, so what is left is empty (and named ackmq-bench.*)
             self.queues.clear()
             self.exchanges.clear()
-            return
+            return False
         try:
             conn = pika.BlockingConnection(pika.URLParameters(self.target.url))
         except Exception:  # noqa: BLE001 - nothing more we can do; the name prefix tells
-            return
+            return False
         try:
             for q in self.queues:
                 try:
@@ -169,3 +169,4 @@ class RunContext:
                 pass
         self.queues.clear()
         self.exchanges.clear()
+        return True
