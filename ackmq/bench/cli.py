@@ -106,15 +106,15 @@ def _stomp_targets(args: argparse.Namespace) -> list[Target]:
         except BenchSetupError as exc:
             raise BenchSetupError(f"--stomp-url: {exc}") from None
     targets: list[Target] = []
-    try:
-        if args.ackmq:
-            targets.append(start_ackmq(args.data_dir, stomp=True))
+    try:  # the references first: one that is not running must not cost an ackmq start
         for url in args.stomp_url:
             targets.append(probe_stomp_target(url))
         if args.rabbitmq_stomp:
             targets.append(rabbitmq_stomp())
         if args.activemq:
             targets.append(activemq())
+        if args.ackmq:
+            targets.insert(0, start_ackmq(args.data_dir, stomp=True))
     except BaseException:
         for t in targets:
             t.close()
