@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pika
@@ -426,3 +427,157 @@ def test_rabbitmq_flag_accepts_the_real_rabbitmq() -> None:
         assert "rabbitmq" in target.product.lower() and target.label == "rabbitmq"
     finally:
         target.close()
+
+
+# --- STOMP: `ackmq bench --stomp` -------------------------------------------------------
+
+STOMP_N = 150
+STOMP_METRICS = {"stomp-send-receipt", "stomp-send-stream", "stomp-consume-ci/1",
+                 "stomp-consume-ci/100", "stomp-consume-auto"}
+
+
+@pytest.fixture(scope="module")
+def embedded_stomp() -> Iterator[tuple[str, str]]:
+    """An embedded ackmq (fsync on): its (amqp url, stomp url)."""
+    from ackmq import EmbeddedBroker
+
+    broker = EmbeddedBroker()
+    url = broker.start()
+    try:
+        yield url, broker.stomp_url
+    finally:
+        broker.stop()
+
+
+def _stomp_run(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+               ) -> tuple[int, dict, str]:
+    out_json = tmp_path / "stomp.json"
+    status = cli.main(["--stomp", *args, "--messages", str(STOMP_N), "--rounds", "1",
+                       "--stomp-prefetch", "1,100", "--json", str(out_json)])
+    printed = capsys.readouterr().out
+    return status, json.loads(out_json.read_text()), printed
+
+
+def _check_stomp_figures(data: dict, labels: list[str]) -> None:
+    """Every run ok, n messages each, every message received exactly once, sane values."""
+    runs = data["runs"]
+    failed = [(r["workload"], r["broker"], r["error"]) for r in runs if not r["ok"]]
+    assert not failed, failed
+    assert [r["broker"] for r in runs if r["workload"] == "stomp-send-receipt"] == labels
+    assert [r["workload"] for r in runs][::len(labels)] == [
+        "stomp-send-receipt", "stomp-send-stream", "stomp-consume-ci", "stomp-consume-auto"]
+    assert all(r["messages"] == STOMP_N for r in runs)
+    for r in runs:  # the send workloads drain their queue afterwards: each message once
+        if r["workload"].startswith("stomp-send"):
+            assert r["extra"]["received_once"] == STOMP_N, r
+    for label in labels:
+        got = {m["name"]: m["value"] for r in runs if r["broker"] == label for m in r["metrics"]}
+        assert set(got) == STOMP_METRICS, got
+        assert all(v > 0 for v in got.values())
+        assert got["stomp-send-receipt"] < 60_000  # ms for 150 receipts: sane, not stuck
+        assert got["stomp-consume-ci/100"] > 50    # msgs/s
+    rows = {s["metric"]: s for s in data["summary"]}
+    assert set(rows) == STOMP_METRICS
+    for row in rows.values():
+        assert [x["of"] for x in row["ratios"]] == [f"{labels[0]}/{b}" for b in labels[1:]]
+        for x in row["ratios"]:
+            a, b = row["brokers"][labels[0]]["median"], row["brokers"][x["against"]]["median"]
+            assert x["ratio"] == pytest.approx(a / b)
+    assert all(b["protocol"] == "stomp" for b in data["meta"]["brokers"])
+
+
+@pytest.mark.timeout(180)
+def test_stomp_tiny_run_started_and_embedded_ackmq(embedded_stomp: tuple[str, str],
+                                                  tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """--ackmq (started with STOMP on a free port) against an embedded ackmq, A B."""
+    amqp_url, stomp_url = embedded_stomp
+    status, data, printed = _stomp_run(["--ackmq", "--stomp-url", stomp_url,
+                                        "--plot", str(tmp_path / "s.png")], tmp_path, capsys)
+    labels = [b["label"] for b in data["meta"]["brokers"]]
+    assert labels == ["ackmq-A", "ackmq-B"]
+    assert status == 0, printed[-3000:]
+    _check_stomp_figures(data, labels)
+    assert "== stomp-consume-ci" in printed and "ratio ackmq-A/ackmq-B" in printed
+    assert (tmp_path / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a --stomp-url target has no AMQP URL: its queues are drained, not deleted, and say so
+    left = [n for r in data["runs"] if r["broker"] == "ackmq-B" for n in r["left_empty"]]
+    assert len(left) == 1 + 1 + 2 + 1  # one queue per send workload and per prefetch value
+    assert not [n for r in data["runs"] if r["broker"] == "ackmq-B" for n in r["deleted"]]
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        assert all(conn.channel().queue_declare(q, passive=True).method.message_count == 0
+                   for q in left)
+    finally:
+        conn.close()
+    assert all(n.startswith("ackmq-bench.stomp-") for r in data["runs"] if r["broker"] == "ackmq-A"
+               for n in r["deleted"])
+
+
+@pytest.mark.timeout(240)
+def test_stomp_three_brokers_with_rabbitmq(embedded_stomp: tuple[str, str], tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A B C alternating: ackmq, a second ackmq and RabbitMQ's STOMP plugin; A/B and A/C."""
+    from ackmq.bench import brokers
+
+    if not brokers.port_open("127.0.0.1", 61623):
+        pytest.skip("RabbitMQ's STOMP plugin is not reachable at 127.0.0.1:61623 "
+                    "(start it with ../shared/tools/rabbitmq-local start)")
+    status, data, printed = _stomp_run(["--ackmq", "--stomp-url", embedded_stomp[1],
+                                        "--rabbitmq-stomp"], tmp_path, capsys)
+    labels = [b["label"] for b in data["meta"]["brokers"]]
+    assert labels == ["ackmq-A", "ackmq-B", "rabbitmq"]
+    assert status == 0, printed[-3000:]
+    _check_stomp_figures(data, labels)
+    assert "ratio ackmq-A/broker" in printed
+    rabbit = next(b for b in data["meta"]["brokers"] if b["label"] == "rabbitmq")
+    assert rabbit["product"] == "RabbitMQ" and rabbit["version"]
+    deleted = [n for r in data["runs"] if r["broker"] == "rabbitmq" for n in r["deleted"]]
+    assert deleted and _gone(brokers.RABBITMQ_URL, deleted) == []
+
+
+def test_stomp_summary_ratios_of_a_to_each_other_broker() -> None:
+    runs = [_run("w", "A", 0, 10), _run("w", "B", 0, 20), _run("w", "C", 0, 5)]
+    (row,) = summarize(runs, ["A", "B", "C"])
+    assert row["ratio_of"] == "A/B" and row["ratio"] == 0.5
+    assert [(x["of"], x["ratio"], x["verdict"]) for x in row["ratios"]] == [
+        ("A/B", 0.5, "A 2.00x better"), ("A/C", 2.0, "C 2.00x better")]
+    table = report.format_table([row], runs, ["A", "B", "C"])
+    lines = {ln.split()[0] if ln.split()[0] in "BC" else ln.split()[1]: ln
+             for ln in table.splitlines() if ln.startswith("  ") and len(ln.split()) > 2}
+    assert "A 2.00x better" in lines["B"] and "C 2.00x better" in lines["C"]
+
+
+def test_stomp_tally_catches_loss_and_duplicates() -> None:
+    from ackmq.bench.stomp_load import _body, _Tally
+
+    t = _Tally(3)
+    for i in (0, 1, 1):
+        t.add(_body(i, 100))
+    with pytest.raises(RuntimeError, match="2 of 3 messages received, 1 duplicates"):
+        t.check("x")
+    t.add(_body(2, 100))
+    t.duplicates = 0
+    t.check("x")
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--stomp", "--stomp-url", "amqp://127.0.0.1:5672/"], "unsupported scheme amqp://"),
+    (["--stomp", "--url", "amqp://127.0.0.1:5672/"], "STOMP workloads take STOMP brokers"),
+    (["--activemq"], "add --stomp"),
+    (["--stomp", "confirms-async", "--stomp-url", "stomp://127.0.0.1:1/"],
+     "cannot share a run"),
+])
+def test_stomp_setup_errors_are_one_line(args: list[str], says: str,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_stomp_reference_not_running_says_how_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ackmq.bench import brokers
+
+    port = _closed_port()
+    with pytest.raises(brokers.BenchSetupError, match="activemq-local start"):
+        brokers.activemq(f"stomp://guest:guest@127.0.0.1:{port}/")

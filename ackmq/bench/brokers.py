@@ -17,10 +17,14 @@ from pathlib import Path
 import pika
 import psutil
 
+from ackmq.bench.stomp_wire import StompWireError, parse_stomp_url, probe_stomp
 from ackmq.bench.wire import URL_FORM, BadURL, parse_url, redact
 
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
+RABBITMQ_STOMP_URL = "stomp://guest:guest@127.0.0.1:61623/"
+ACTIVEMQ_STOMP_URL = "stomp://guest:guest@127.0.0.1:61613/"
 _URL_LINE = re.compile(r"listening on (amqp://\S+)")
+_STOMP_LINE = re.compile(r"(stomp://[^\s,)]+)")
 
 
 class BenchSetupError(Exception):
@@ -37,6 +41,7 @@ class Target:
     version: str = ""
     pid: int | None = None
     data_dir: Path | None = None
+    stomp_url: str = ""  # stomp://host:port when the broker has a STOMP listener
     _cleanup: list = field(default_factory=list, repr=False)
 
     @property
@@ -49,8 +54,8 @@ class Target:
             return None
 
     def public_url(self) -> str:
-        """The URL without its password, for reports."""
-        return redact(self.url)
+        """The URL without its password, for reports (the STOMP one when it has one)."""
+        return redact(self.stomp_url or self.url)
 
     def close(self) -> None:
         while self._cleanup:
@@ -200,19 +205,24 @@ def local_rabbitmq(start_timeout: float = 120.0, url: str | None = None) -> Targ
     return target
 
 
-def start_ackmq(data_dir: Path | None = None, timeout: float = 60.0) -> Target:
-    """`python -m ackmq serve --port 0` in a fresh data directory; stopped by Target.close."""
+def start_ackmq(data_dir: Path | None = None, timeout: float = 60.0,
+                stomp: bool = False) -> Target:
+    """`python -m ackmq serve --port 0` in a fresh data directory; stopped by Target.close.
+
+    With `stomp`, STOMP listens on a free port (`--stomp-port 0`, never 61613: that is
+    ActiveMQ's, a reference broker in the same run), read from the log line."""
     owned = data_dir is None
     # /var/tmp, not /tmp: /tmp is often tmpfs, where fsync costs nothing and flatters ackmq
     base = "/var/tmp" if os.path.isdir("/var/tmp") else None
     ddir = Path(tempfile.mkdtemp(prefix="ackmq-bench-data-", dir=base)) if owned else data_dir
     assert ddir is not None
     ddir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([sys.executable, "-m", "ackmq", "serve", "--port", "0", "--no-stomp",
+    stomp_args = ["--stomp-port", "0"] if stomp else ["--no-stomp"]
+    proc = subprocess.Popen([sys.executable, "-m", "ackmq", "serve", "--port", "0", *stomp_args,
                              "--data-dir", str(ddir)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     log: list[str] = []
-    url = ""
+    url = stomp_url = ""
     deadline = time.monotonic() + timeout
     assert proc.stdout is not None
     while time.monotonic() < deadline:
@@ -223,6 +233,8 @@ def start_ackmq(data_dir: Path | None = None, timeout: float = 60.0) -> Target:
         m = _URL_LINE.search(line)
         if m:
             url = m.group(1)
+            sm = _STOMP_LINE.search(line)
+            stomp_url = sm.group(1) if sm else ""
             break
     if not url:
         proc.kill()
@@ -238,7 +250,7 @@ def start_ackmq(data_dir: Path | None = None, timeout: float = 60.0) -> Target:
             del log[:-200]
 
     threading.Thread(target=drain, daemon=True).start()
-    target = Target(url, pid=proc.pid, data_dir=ddir)
+    target = Target(url, pid=proc.pid, data_dir=ddir, stomp_url=stomp_url)
 
     def stop() -> None:
         if proc.poll() is None:
@@ -253,7 +265,71 @@ def start_ackmq(data_dir: Path | None = None, timeout: float = 60.0) -> Target:
 
     target._cleanup.append(stop)
     try:
-        return probe(target)
+        probe(target)
     except BaseException:
         target.close()
         raise
+    if stomp and not stomp_url:
+        target.close()
+        raise BenchSetupError("`python -m ackmq serve --stomp-port 0` logged no stomp:// URL:\n"
+                              + "".join(log[-20:]))
+    return target
+
+
+def check_stomp_url(url: str) -> None:
+    """A BenchSetupError naming the expected form unless `url` is stomp://..."""
+    try:
+        parse_stomp_url(url)
+    except ValueError as exc:
+        raise BenchSetupError(str(exc)) from None
+
+
+def probe_stomp_target(url: str, amqp_url: str = "", label: str = "") -> Target:
+    """A STOMP broker: product and version from CONNECTED's `server` header, the pid of
+    the process on its port. `amqp_url`, when the broker also speaks AMQP, is how the
+    runs delete their queues afterwards."""
+    check_stomp_url(url)
+    parts = parse_stomp_url(url)
+    try:
+        headers = probe_stomp(url)
+    except (OSError, StompWireError) as exc:
+        raise BenchSetupError(f"cannot connect to {redact(url)} over STOMP as {parts.user}: "
+                              f"{exc}") from None
+    product, _, version = headers.get("server", "").partition("/")
+    p = product.lower()
+    if not label:
+        label = ("rabbitmq" if "rabbitmq" in p else "activemq" if "activemq" in p
+                 else "ackmq" if "ackmq" in p else f"{parts.host}:{parts.port}")
+    pid = (find_listener_pid(parts.port) if parts.host in ("127.0.0.1", "localhost", "::1")
+           else None)
+    return Target(amqp_url, label=label, product=product, version=version.split(" ")[0],
+                  pid=pid, stomp_url=url)
+
+
+def _expect_stomp(url: str, want: str, flag: str, how: str, amqp_url: str = "") -> Target:
+    """The STOMP broker at `url`, which must call itself `want` in CONNECTED."""
+    parts = parse_stomp_url(url)
+    where = f"{parts.host}:{parts.port}"
+    if not port_open(parts.host, parts.port):
+        raise BenchSetupError(f"{flag}: nothing listens on {where}; {how}")
+    target = probe_stomp_target(url, amqp_url)
+    if want.lower() not in target.product.lower():
+        what = f"{target.product or 'a broker without a server header'} {target.version}".strip()
+        raise BenchSetupError(f"{flag}: {where} is answered by {what} ({_listener(parts.port)}), "
+                              f"not {want}; name it with --stomp-url URL if you meant it")
+    return target
+
+
+def rabbitmq_stomp(url: str | None = None) -> Target:
+    """RabbitMQ's STOMP plugin on 127.0.0.1:61623 (as rabbitmq-local starts it); its
+    AMQP side on 5672 deletes the runs' queues."""
+    amqp = RABBITMQ_URL if port_open("127.0.0.1", 5672) else ""
+    return _expect_stomp(url or RABBITMQ_STOMP_URL, "RabbitMQ", "--rabbitmq-stomp",
+                         "start RabbitMQ with its STOMP plugin "
+                         "(/work/shared/tools/rabbitmq-local start)", amqp)
+
+
+def activemq(url: str | None = None) -> Target:
+    """ActiveMQ Classic's STOMP transport on 127.0.0.1:61613 (activemq-local start)."""
+    return _expect_stomp(url or ACTIVEMQ_STOMP_URL, "ActiveMQ", "--activemq",
+                         "start ActiveMQ (/work/shared/tools/activemq-local start)")

@@ -17,15 +17,19 @@ from ackmq.bench import report
 from ackmq.bench.brokers import (
     BenchSetupError,
     Target,
+    activemq,
+    check_stomp_url,
     check_url,
     local_rabbitmq,
     probe,
+    probe_stomp_target,
+    rabbitmq_stomp,
     start_ackmq,
 )
-from ackmq.bench.context import DEFAULT_PREFETCH, Options, RunContext
+from ackmq.bench.context import DEFAULT_PREFETCH, DEFAULT_STOMP_PREFETCH, Options, RunContext
 from ackmq.bench.progress import Progress
 from ackmq.bench.stats import schedule
-from ackmq.bench.workloads import WORKLOADS
+from ackmq.bench.workloads import AMQP_WORKLOADS, STOMP_WORKLOADS, WORKLOADS
 
 
 def _prefetch_list(text: str) -> tuple[int, ...]:
@@ -43,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = ("Benchmark any AMQP 0-9-1 broker; with a second one, run both "
                           "alternately (A B A B ...) and report medians and their ratio.")
     parser.add_argument("workloads", nargs="*", metavar="WORKLOAD",
-                        help="workloads to run (default: all): " + ", ".join(WORKLOADS))
+                        help="workloads to run (default: all AMQP ones, or with --stomp all "
+                             "STOMP ones): " + ", ".join(WORKLOADS))
     parser.add_argument("--url", help="broker under test (A), e.g. amqp://guest:guest@127.0.0.1:5672/")
     parser.add_argument("--compare", metavar="URL", help="broker to compare against (B)")
     parser.add_argument("--ackmq", action="store_true",
@@ -64,11 +69,67 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path,
                         help="data directory for --ackmq and the fdatasync floor "
                              "(default: a fresh directory under /var/tmp)")
+    stomp = parser.add_argument_group(
+        "STOMP", "STOMP 1.2 workloads against up to N brokers in one run (A B C A B C ...), "
+                 "ratios of A (the first) to each other one")
+    stomp.add_argument("--stomp", action="store_true",
+                       help="run the STOMP workloads (" + ", ".join(STOMP_WORKLOADS) + ")")
+    stomp.add_argument("--stomp-url", metavar="URL", action="append", default=[],
+                       help="a STOMP broker, stomp://user:pass@host:port/vhost; repeatable; "
+                            "the first is A unless --ackmq")
+    stomp.add_argument("--rabbitmq-stomp", action="store_true",
+                       help="add RabbitMQ's STOMP plugin on 127.0.0.1:61623")
+    stomp.add_argument("--activemq", action="store_true",
+                       help="add ActiveMQ Classic on 127.0.0.1:61613 "
+                            "(/work/shared/tools/activemq-local start)")
+    stomp.add_argument("--stomp-prefetch", type=_prefetch_list, default=DEFAULT_STOMP_PREFETCH,
+                       help="stomp-consume-ci sweep, comma-separated (default 1,100,1000)")
     parser.add_argument("--json", metavar="FILE", help="write every run and the summary as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="draw the prefetch sweep and latency")
 
 
+def _label_uniquely(targets: list[Target]) -> None:
+    """Two runs of the same product get -A, -B, ... (their position) after the label."""
+    labels = [t.label for t in targets]
+    for i, t in enumerate(targets):
+        if labels.count(t.label) > 1:
+            t.label += f"-{chr(ord('A') + i)}"
+
+
+def _stomp_targets(args: argparse.Namespace) -> list[Target]:
+    if args.url or args.compare or args.rabbitmq:
+        raise BenchSetupError("STOMP workloads take STOMP brokers: --stomp-url URL, "
+                              "--rabbitmq-stomp, --activemq (not --url/--compare/--rabbitmq)")
+    for url in args.stomp_url:  # before anything starts
+        try:
+            check_stomp_url(url)
+        except BenchSetupError as exc:
+            raise BenchSetupError(f"--stomp-url: {exc}") from None
+    targets: list[Target] = []
+    try:  # the references first: one that is not running must not cost an ackmq start
+        for url in args.stomp_url:
+            targets.append(probe_stomp_target(url))
+        if args.rabbitmq_stomp:
+            targets.append(rabbitmq_stomp())
+        if args.activemq:
+            targets.append(activemq())
+        if args.ackmq:
+            targets.insert(0, start_ackmq(args.data_dir, stomp=True))
+    except BaseException:
+        for t in targets:
+            t.close()
+        raise
+    if not targets:
+        raise BenchSetupError("nothing to benchmark: give --ackmq, --stomp-url URL, "
+                              "--rabbitmq-stomp or --activemq")
+    _label_uniquely(targets)
+    return targets
+
+
 def _targets(args: argparse.Namespace) -> list[Target]:
+    if args.stomp_url or args.rabbitmq_stomp or args.activemq:
+        raise BenchSetupError("--stomp-url, --rabbitmq-stomp and --activemq are for the "
+                              "STOMP workloads: add --stomp")
     if args.url and args.ackmq:
         raise BenchSetupError("--url and --ackmq both name the broker under test; pick one")
     if args.compare and args.rabbitmq:
@@ -95,9 +156,7 @@ def _targets(args: argparse.Namespace) -> list[Target]:
         raise
     if not targets:
         raise BenchSetupError("nothing to benchmark: give --url URL, --ackmq or --rabbitmq")
-    if len(targets) == 2 and targets[0].label == targets[1].label:
-        targets[0].label += "-A"
-        targets[1].label += "-B"
+    _label_uniquely(targets)
     return targets
 
 
@@ -113,8 +172,10 @@ def run_one(workload: str, target: Target, options: Options, rnd: int) -> dict[s
         rec["error"] = f"{type(exc).__name__}: {exc}"
         rec["traceback"] = traceback.format_exc()
     finally:
-        rec["deleted"] = ctx.queues + ctx.exchanges
-        ctx.cleanup()
+        names = ctx.queues + ctx.exchanges
+        gone = ctx.cleanup()
+        rec["deleted"] = names if gone else []
+        rec["left_empty"] = [] if gone else names  # STOMP-only broker: drained, not deleted
     rec.update(metrics=[asdict(m) for m in ctx.metrics], wall_s=ctx.wall_s,
                client_cpu_s=ctx.client_cpu_s, broker_cpu_s=ctx.broker_cpu_s,
                messages=ctx.messages, extra=ctx.extra)
@@ -123,20 +184,26 @@ def run_one(workload: str, target: Target, options: Options, rnd: int) -> dict[s
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of `ackmq bench`; returns the exit status."""
-    names = list(dict.fromkeys(args.workloads)) or list(WORKLOADS)
+    stomp = args.stomp or any(w in STOMP_WORKLOADS for w in args.workloads)
+    names = list(dict.fromkeys(args.workloads)) or (STOMP_WORKLOADS if stomp else AMQP_WORKLOADS)
     unknown = [w for w in names if w not in WORKLOADS]
     if unknown:
         print(f"unknown workload(s): {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}",
               file=sys.stderr)
+        return 2
+    if stomp and any(w in AMQP_WORKLOADS for w in names):
+        print("AMQP and STOMP workloads cannot share a run (ActiveMQ has no AMQP); "
+              "run them separately", file=sys.stderr)
         return 2
     if args.rounds < 1:
         print("--rounds must be at least 1", file=sys.stderr)
         return 2
     options = Options(messages=args.messages, scale=args.scale, rate=args.rate,
                       prefetch=tuple(args.prefetch),
-                      floor_dir=str(args.data_dir) if args.data_dir else None)
+                      floor_dir=str(args.data_dir) if args.data_dir else None,
+                      stomp_prefetch=tuple(args.stomp_prefetch))
     try:
-        targets = _targets(args)
+        targets = _stomp_targets(args) if stomp else _targets(args)
     except BenchSetupError as exc:
         print(f"ackmq bench: {exc}", file=sys.stderr)
         return 2
@@ -149,7 +216,8 @@ def run(args: argparse.Namespace) -> int:
         "cpus": os.cpu_count(), "python": platform.python_version(), "rounds": args.rounds,
         "options": asdict(options), "workloads": names,
         "brokers": [{"label": t.label, "url": t.public_url(), "product": t.product,
-                     "version": t.version, "pid": t.pid} for t in targets],
+                     "version": t.version, "pid": t.pid,
+                     "protocol": "stomp" if stomp else "amqp"} for t in targets],
     }
     print("brokers: " + "; ".join(f"{t.label} = {t.product} {t.version} at {t.public_url()}"
                                   f" (pid {t.pid or 'unknown'})" for t in targets))

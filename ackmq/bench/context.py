@@ -22,6 +22,7 @@ except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
 
 PREFIX = "ackmq-bench."
 DEFAULT_PREFETCH = (1, 10, 100, 300, 1000, 0)
+DEFAULT_STOMP_PREFETCH = (1, 100, 1000)
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Options:
     prefetch: tuple[int, ...] = DEFAULT_PREFETCH
     body_size: int = 100
     floor_dir: str | None = None    # where confirms-individual measures fdatasync
+    stomp_prefetch: tuple[int, ...] = DEFAULT_STOMP_PREFETCH  # stomp-consume-ci sweep
 
 
 @dataclass
@@ -130,15 +132,21 @@ class RunContext:
             else:
                 self.broker_cpu_s += b1 - b0
 
-    def cleanup(self) -> None:
+    def cleanup(self) -> bool:
         """Delete every queue and exchange the run created (fresh connection: the run's
-        own may be broken by then)."""
+        own may be broken by then). False when the broker has no AMQP URL to do it with
+        (a STOMP-only target: STOMP cannot delete a queue; the STOMP runs drain theirs,
+        so what is left is empty and named ackmq-bench.*)."""
         if not (self.queues or self.exchanges):
-            return
+            return True
+        if not self.target.url.startswith("amqp"):
+            self.queues.clear()
+            self.exchanges.clear()
+            return False
         try:
             conn = pika.BlockingConnection(pika.URLParameters(self.target.url))
         except Exception:  # noqa: BLE001 - nothing more we can do; the name prefix tells
-            return
+            return False
         try:
             for q in self.queues:
                 try:
@@ -161,3 +169,4 @@ class RunContext:
                 pass
         self.queues.clear()
         self.exchanges.clear()
+        return True

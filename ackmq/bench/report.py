@@ -59,11 +59,17 @@ def summarize(runs: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[dic
                               "broker_cpu_below_resolution": below}
         row: dict[str, Any] = {"workload": key[0], "metric": key[1], "unit": unit,
                                "better": better, "brokers": brokers,
-                               "ratio": None, "ratio_of": None, "verdict": ""}
-        if len(labels) == 2 and all(lb in brokers for lb in labels):
-            a, b = labels
-            r = ratio(brokers[a]["median"], brokers[b]["median"])
-            row.update(ratio=r, ratio_of=f"{a}/{b}", verdict=verdict(r, better, a, b))
+                               "ratio": None, "ratio_of": None, "verdict": "", "ratios": []}
+        # A (the first broker) against each other one; `ratio` is A/B, the first of them
+        a = labels[0] if labels else ""
+        for b in labels[1:]:
+            if a in brokers and b in brokers:
+                r = ratio(brokers[a]["median"], brokers[b]["median"])
+                row["ratios"].append({"of": f"{a}/{b}", "against": b, "ratio": r,
+                                      "verdict": verdict(r, better, a, b)})
+        if len(labels) >= 2 and row["ratios"] and row["ratios"][0]["against"] == labels[1]:
+            first = row["ratios"][0]
+            row.update(ratio=first["ratio"], ratio_of=first["of"], verdict=first["verdict"])
         rows.append(row)
     return rows
 
@@ -88,7 +94,9 @@ def format_table(rows: Sequence[dict[str, Any]], runs: Sequence[dict[str, Any]],
                  labels: Sequence[str]) -> str:
     """A table per workload; the ratio is A/B with the better direction spelled out."""
     out: list[str] = []
-    ratio_head = f"ratio {labels[0]}/{labels[1]}" if len(labels) == 2 else ""
+    many = len(labels) > 2  # then each other broker's line carries A/that broker
+    ratio_head = (f"ratio {labels[0]}/{labels[1]}" if len(labels) == 2 else
+                  f"ratio {labels[0]}/broker" if many else "")
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
     for wl in workloads:
         w = WORKLOADS.get(wl)
@@ -99,9 +107,14 @@ def format_table(rows: Sequence[dict[str, Any]], runs: Sequence[dict[str, Any]],
                    f"{'cpu client/broker':>17}  {ratio_head}")
         for row in (r for r in rows if r["workload"] == wl):
             first = True
+            against = {x["against"]: x for x in row.get("ratios", []) if x["ratio"] is not None}
             for label, b in row["brokers"].items():
                 rtxt = ""
-                if first and row["ratio"] is not None:
+                if many:
+                    if label in against:
+                        x = against[label]
+                        rtxt = f"{x['ratio']:.2f} ({row['better']} is better: {x['verdict']})"
+                elif first and row["ratio"] is not None:
                     rtxt = f"{row['ratio']:.2f} ({row['better']} is better: {row['verdict']})"
                 cpu = (f"{_pct(b['client_cpu_pct'])} / "
                        f"{_pct(b['broker_cpu_pct'], b.get('broker_cpu_below_resolution', False))}")
@@ -208,7 +221,9 @@ def plot(path: str | Path, rows: Sequence[dict[str, Any]], labels: Sequence[str]
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    sweep = [r for r in rows if r["workload"] == "consume-prefetch"]
+    sweep = ([r for r in rows if r["workload"] == "consume-prefetch"]
+             or [r for r in rows if r["workload"] == "stomp-consume-ci"])
+    stomp = bool(sweep) and sweep[0]["workload"] == "stomp-consume-ci"
     if sweep:
         names = [r["metric"].split("/", 1)[1] for r in sweep]
         ticks = ["unlimited (0)" if n == "0" else n for n in names]
@@ -217,14 +232,19 @@ def plot(path: str | Path, rows: Sequence[dict[str, Any]], labels: Sequence[str]
             ax1.plot(range(len(ticks)), [y if y is not None else float("nan") for y in ys],
                      marker="o", label=label)
         ax1.set_xticks(range(len(ticks)), ticks)
-        ax1.set_xlabel("prefetch (basic.qos prefetch-count)")
+        ax1.set_xlabel("prefetch (STOMP prefetch-count / activemq.prefetchSize)" if stomp
+                       else "prefetch (basic.qos prefetch-count)")
         ax1.set_ylabel("msgs/s (median)")
         ax1.legend()
     else:
         ax1.text(0.5, 0.5, "consume-prefetch not run", ha="center", va="center")
-    ax1.set_title("Consumer throughput vs prefetch (manual acks)")
+    ax1.set_title("STOMP consumer throughput vs prefetch (client-individual)" if stomp
+                  else "Consumer throughput vs prefetch (manual acks)")
     lat = [r for r in rows if r["workload"] == "latency"]
-    if lat:
+    speed = [r for r in rows if r.get("ratios") and r["workload"].startswith("stomp-")]
+    if not lat and speed:
+        _plot_speedups(ax2, speed, labels)
+    elif lat:
         names = [r["metric"].split("/", 1)[1] for r in lat]
         width = 0.8 / max(1, len(labels))
         for i, label in enumerate(labels):
@@ -236,7 +256,29 @@ def plot(path: str | Path, rows: Sequence[dict[str, Any]], labels: Sequence[str]
         ax2.legend()
     else:
         ax2.text(0.5, 0.5, "latency not run", ha="center", va="center")
-    ax2.set_title("End-to-end latency percentiles")
+    if lat or not speed:
+        ax2.set_title("End-to-end latency percentiles")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _plot_speedups(ax: Any, rows: Sequence[dict[str, Any]], labels: Sequence[str]) -> None:
+    """How many times better A is than each other broker, per STOMP metric (>1: A wins),
+    so rows in ms and in msgs/s read the same way."""
+    names = [r["metric"].removeprefix("stomp-") for r in rows]
+    others = list(labels[1:])
+    width = 0.8 / max(1, len(others))
+    for i, other in enumerate(others):
+        ys = []
+        for r in rows:
+            x = next((x for x in r["ratios"] if x["against"] == other), None)
+            v = x["ratio"] if x else None
+            ys.append(float("nan") if not v else (1 / v if r["better"] == "lower" else v))
+        ax.bar([k + i * width for k in range(len(names))], ys, width, label=f"vs {other}")
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xticks([k + width * (len(others) - 1) / 2 for k in range(len(names))], names,
+                  rotation=20, fontsize=8)
+    ax.set_ylabel(f"{labels[0]} speed-up (× better; 1 = even)")
+    ax.legend()
+    ax.set_title(f"STOMP: {labels[0]} against each reference")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ackmq.bench import confirms, latency, memory, throughput
+from ackmq.bench import confirms, latency, memory, stomp_load, throughput
 from ackmq.bench.context import RunContext
 
 
@@ -14,6 +14,7 @@ class Workload:
     name: str
     run: Callable[[RunContext], None]
     summary: str
+    stomp: bool = False  # a STOMP workload: runs against the brokers' STOMP listeners
 
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (
@@ -37,4 +38,18 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              "broker RSS growth per queued 100-byte message (bytes/msg, lower better)"),
     Workload("fanout", throughput.fanout,
              "n publishes, each to 10 queues with 10 consumers (deliveries/s, higher better)"),
+    Workload("stomp-send-receipt", stomp_load.send_receipt,
+             "persistent SEND to a durable queue, wait for each RECEIPT (total ms, lower better)",
+             stomp=True),
+    Workload("stomp-send-stream", stomp_load.send_stream,
+             "persistent SENDs pipelined, one RECEIPT at the end (msgs/s, higher better)",
+             stomp=True),
+    Workload("stomp-consume-ci", stomp_load.consume_individual,
+             "drain with ack:client-individual at each --stomp-prefetch, n each (msgs/s, "
+             "higher better)", stomp=True),
+    Workload("stomp-consume-auto", stomp_load.consume_auto,
+             "drain a pre-filled queue with ack:auto (msgs/s, higher better)", stomp=True),
 )}
+
+AMQP_WORKLOADS = [w.name for w in WORKLOADS.values() if not w.stomp]
+STOMP_WORKLOADS = [w.name for w in WORKLOADS.values() if w.stomp]
