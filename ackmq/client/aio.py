@@ -439,17 +439,6 @@ class AsyncConsumer(BaseConsumer):
                         deadline is not None and time.monotonic() >= deadline):
                     raise
 
-    def set_listener(self, listener: Callable[[Message], Any]) -> None:
-        if self.mode == "receive":
-            raise IllegalStateError("receive() was used on this consumer; a listener is not "
-                                    "allowed (J5)")
-        if self.prefetch == 0:
-            raise IllegalStateError("a message listener needs prefetch >= 1 (J4)")
-        self.listener = listener
-        if self.mode != "listener":
-            self.mode = "listener"
-            self.session.conn._add_listener(self)
-
     async def _dispatch_one(self) -> bool:
         conn = self.session.conn
         try:

@@ -786,18 +786,6 @@ class Consumer(BaseConsumer):
             return m
         return None
 
-    def set_listener(self, listener: Callable[[Message], Any]) -> None:
-        """Switch to push delivery (J4: prefetch >= 1; J5: not after receive())."""
-        if self.mode == "receive":
-            raise IllegalStateError("receive() was used on this consumer; a listener is not "
-                                    "allowed (J5)")
-        if self.prefetch == 0:
-            raise IllegalStateError("a message listener needs prefetch >= 1 (J4)")
-        self.listener = listener
-        if self.mode != "listener":
-            self.mode = "listener"
-            self.session.conn._add_listener(self)
-
     def _dispatch_one(self) -> bool:
         """Dispatch thread: take one message, call the listener, ack per mode."""
         conn = self.session.conn
