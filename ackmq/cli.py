@@ -44,6 +44,18 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                         "(RabbitMQ's default_user; env ACKMQ_DEFAULT_USER)")
     p.add_argument("--default-pass", default=os.environ.get("ACKMQ_DEFAULT_PASS"),
                    help="its password (env ACKMQ_DEFAULT_PASS)")
+    p.add_argument("--tls-port", type=int, default=D.tls_port,
+                   help="AMQPS port (TLS; RabbitMQ's is 5671; 0 picks a free one); needs "
+                        "--tls-cert and --tls-key")
+    p.add_argument("--tls-cert", type=Path, help="PEM certificate chain of the TLS listener")
+    p.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    p.add_argument("--tls-ca", type=Path,
+                   help="PEM CA certificates client certificates are verified against")
+    p.add_argument("--tls-verify-peer", action="store_true",
+                   help="ask clients for a certificate (verified against --tls-ca); one "
+                        "that presents it may log in with the EXTERNAL mechanism (its CN)")
+    p.add_argument("--tls-fail-if-no-peer-cert", action="store_true",
+                   help="refuse TLS clients without a valid certificate")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -59,6 +71,15 @@ def serve(args: argparse.Namespace) -> int:
         print(f"ackmq: --stomp-port must be between 0 and 65535, got {args.stomp_port}",
               file=sys.stderr)
         return 2
+    if args.tls_port is not None and not 0 <= args.tls_port <= 65535:
+        print(f"ackmq: --tls-port must be between 0 and 65535, got {args.tls_port}",
+              file=sys.stderr)
+        return 2
+    if args.tls_port is None and (args.tls_cert or args.tls_key or args.tls_ca
+                                  or args.tls_verify_peer or args.tls_fail_if_no_peer_cert):
+        print("ackmq: the --tls-* options need --tls-port (e.g. --tls-port 5671)",
+              file=sys.stderr)
+        return 2
     if bool(args.default_user) != bool(args.default_pass):
         print("ackmq: --default-user and --default-pass (or ACKMQ_DEFAULT_USER and "
               "ACKMQ_DEFAULT_PASS) go together, and neither may be empty", file=sys.stderr)
@@ -72,7 +93,10 @@ def serve(args: argparse.Namespace) -> int:
                  queue_hot_messages=max(1, args.queue_hot_messages),
                  queue_memory_mb=max(0, args.queue_memory_mb),
                  default_user=args.default_user or None,
-                 default_pass=args.default_pass or None)
+                 default_pass=args.default_pass or None,
+                 tls_port=args.tls_port, tls_cert=args.tls_cert, tls_key=args.tls_key,
+                 tls_ca=args.tls_ca, tls_verify_peer=args.tls_verify_peer,
+                 tls_fail_if_no_peer_cert=args.tls_fail_if_no_peer_cert)
     try:
         import uvloop
         uvloop.install()
@@ -82,6 +106,7 @@ def serve(args: argparse.Namespace) -> int:
     async def run() -> int:
         from ackmq.broker.storage import CorruptStore, StoreError
         from ackmq.server import Server
+        from ackmq.server.tls import TLSConfigError
         server = Server(cfg)
         try:
             url = await server.start()
@@ -91,6 +116,9 @@ def serve(args: argparse.Namespace) -> int:
         except StoreError as e:
             log.error("cannot open the data directory %s: %s", cfg.data_dir, e)
             return 3
+        except TLSConfigError as e:
+            log.error("TLS: %s", e)
+            return 2
         except OSError as e:
             where = getattr(e, "listener", f"{cfg.host}:{cfg.port}")
             log.error("cannot listen on %s: %s", where, e.strerror or e)
@@ -99,7 +127,7 @@ def serve(args: argparse.Namespace) -> int:
         if server.all_interfaces:
             bound = server.bound + [f"{b} (STOMP)" for b in server.stomp_bound]
             where = f"on all interfaces: {', '.join(bound)}; {where}"
-        urls = f"{url} and {server.stomp_url}" if server.stomp_url else url
+        urls = " and ".join(u for u in (url, server.stomp_url, server.tls_url) if u)
         log.info("ackmq listening on %s (%s, fsync %s)", urls, where,
                  "on" if cfg.fsync else "OFF")
         if server.all_interfaces and "guest" in cfg.loopback_users:

@@ -31,6 +31,13 @@ class Config:
     default_pass: str | None = None
     loopback_users: tuple[str, ...] = ("guest",)
     admin_socket: bool = True  # `ackmq ctl` talks to <data dir>/ctl.sock
+    # AMQPS (U4): a second listener with TLS; None: none, 0: a free port
+    tls_port: int | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
+    tls_verify_peer: bool = False
+    tls_fail_if_no_peer_cert: bool = False
 
     # the live users (ackmq.broker.access.AccessModel), set by the Server at start
     access: Any = field(default=None, repr=False, compare=False)
@@ -42,6 +49,14 @@ class Config:
             known = self.access.authenticate(user, password) is not None
         else:
             known = bool(user) and self.users.get(user) == password
+        return known and (from_loopback or user not in self.loopback_users)
+
+    def user_exists(self, user: str, from_loopback: bool) -> bool:
+        """EXTERNAL (a verified client certificate names the user): no password."""
+        if self.access is not None:
+            known = user in self.access.users
+        else:
+            known = user in self.users
         return known and (from_loopback or user not in self.loopback_users)
 
     def seed_users(self) -> dict[str, str]:

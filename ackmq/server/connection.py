@@ -44,6 +44,7 @@ from ackmq.protocol.amqp import (
 )
 from ackmq.protocol.amqp import build_method as M
 from ackmq.server.channel import HANDLERS, AMQPChannel
+from ackmq.server.tls import certificate_user
 from ackmq.server.transport import ClientConnection
 
 if TYPE_CHECKING:
@@ -261,7 +262,17 @@ class AMQPConnection(ClientConnection):
             "capabilities": SERVER_CAPABILITIES,
         }
         self.write(encode_method(0, M(C.Connection.Start,
-            server_properties=props, mechanisms="AMQPLAIN PLAIN", locales="en_US")))
+            server_properties=props, mechanisms=self._mechanisms(), locales="en_US")))
+
+    def _peer_user(self) -> str | None:
+        """The CN of the client's verified TLS certificate (None: no TLS, no certificate)."""
+        t = self.transport
+        return certificate_user(t.get_extra_info("peercert")) if t is not None else None
+
+    def _mechanisms(self) -> str:
+        """RabbitMQ's two, and EXTERNAL on a TLS connection with a verified client
+        certificate (as RabbitMQ's rabbitmq_auth_mechanism_ssl)."""
+        return "AMQPLAIN PLAIN EXTERNAL" if self._peer_user() else "AMQPLAIN PLAIN"
 
     def _handshake(self, number: int, m: Any) -> None:
         if number != 0:
@@ -270,19 +281,7 @@ class AMQPConnection(ClientConnection):
         if self.state == "start" and isinstance(m, C.Connection.StartOk):
             self.client_properties = m.client_properties or {}
             self.client_capabilities = self.client_properties.get("capabilities") or {}
-            user, password = self._credentials(m.mechanism, m.response)
-            config, loopback = self.server.config, _is_loopback(self.peer)
-            if not config.authenticate(user, password, loopback):
-                if not loopback and config.authenticate(user, password, True):
-                    # the right password, for a user allowed on loopback only (guest)
-                    text = (f"{m.mechanism} login refused: user '{user}' can only connect "
-                            "via localhost")
-                    log.warning("%s (from %s)", text, self.peer)
-                    raise HardError(ACCESS_REFUSED, text)
-                log.warning("login refused for user %r from %s", user, self.peer)
-                raise HardError(ACCESS_REFUSED, f"Login was refused using "
-                                       f"authentication mechanism {m.mechanism}. For details "
-                                       "see the broker logfile.")
+            user = self._login(m)
             self.user = user
             self.state = "tune"
             self.write(encode_method(0, M(C.Connection.Tune,
@@ -337,6 +336,30 @@ class AMQPConnection(ClientConnection):
         if ulimit is not None and sum(1 for c in opened if c.user == self.user) >= ulimit:
             raise HardError(NOT_ALLOWED, f"connection refused for user '{self.user}': "
                             f"user connection limit ({ulimit}) is reached")
+
+    def _login(self, m: C.Connection.StartOk) -> str:
+        """The user start-ok names, checked (403 with RabbitMQ's texts otherwise)."""
+        config, loopback = self.server.config, _is_loopback(self.peer)
+        if m.mechanism == "EXTERNAL":  # U4: the verified client certificate names the user
+            user = self._peer_user() or ""
+            if user and config.user_exists(user, loopback):
+                return user
+            log.warning("EXTERNAL login refused for certificate user %r from %s",
+                        user, self.peer)
+            raise HardError(ACCESS_REFUSED, "Login was refused using authentication "
+                            "mechanism EXTERNAL. For details see the broker logfile.")
+        user, password = self._credentials(m.mechanism, m.response)
+        if config.authenticate(user, password, loopback):
+            return user
+        if not loopback and config.authenticate(user, password, True):
+            # the right password, for a user allowed on loopback only (guest)
+            text = (f"{m.mechanism} login refused: user '{user}' can only connect "
+                    "via localhost")
+            log.warning("%s (from %s)", text, self.peer)
+            raise HardError(ACCESS_REFUSED, text)
+        log.warning("login refused for user %r from %s", user, self.peer)
+        raise HardError(ACCESS_REFUSED, f"Login was refused using authentication mechanism "
+                        f"{m.mechanism}. For details see the broker logfile.")
 
     @staticmethod
     def _credentials(mechanism: str, response: Any) -> tuple[str, str]:

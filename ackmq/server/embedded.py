@@ -47,11 +47,13 @@ class Broker:
         self.port = 0
         self.stomp_url = ""
         self.stomp_port = 0
+        self.tls_url = ""  # amqps://...: with tls_port=0 (a free port) and tls_cert/tls_key
 
     async def start(self) -> str:
         self.url = await self.server.start()
         self.port = self.server.port
         self.stomp_url, self.stomp_port = self.server.stomp_url, self.server.stomp_port
+        self.tls_url = self.server.tls_url
         return self.url
 
     async def stop(self) -> None:
@@ -85,6 +87,7 @@ class EmbeddedBroker:
         self.port = 0
         self.stomp_url = ""
         self.stomp_port = 0
+        self.tls_url = ""  # amqps://...: with tls_port=0 (a free port) and tls_cert/tls_key
 
     def start(self, timeout: float = 30.0) -> str:
         self._thread = threading.Thread(target=self._run, name="ackmq-broker", daemon=True)
@@ -95,6 +98,7 @@ class EmbeddedBroker:
             raise self._error
         self.url, self.port = self._broker.url, self._broker.port
         self.stomp_url, self.stomp_port = self._broker.stomp_url, self._broker.stomp_port
+        self.tls_url = self._broker.tls_url
         return self.url
 
     def _run(self) -> None:

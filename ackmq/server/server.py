@@ -52,6 +52,9 @@ class Server:
         self.url = ""  # for a client on this machine (loopback when bound to all interfaces)
         self.port = 0
         self._stomp_server: asyncio.AbstractServer | None = None
+        self._tls_server: asyncio.AbstractServer | None = None
+        self.tls_url = ""  # amqps://host:port/, "" without a TLS listener
+        self.tls_port = 0
         self.stomp_url = ""  # stomp://host:port, "" without a STOMP listener
         self.stomp_port = 0
         self.stomp_bound: list[str] = []
@@ -129,6 +132,8 @@ class Server:
         self.url = f"amqp://{creds}{_host_port(host, self.port)}/"
         if cfg.stomp_port is not None:
             await self._start_stomp(host)
+        if cfg.tls_port is not None:
+            await self._start_tls(host)
         if cfg.data_dir is not None and cfg.admin_socket:
             from ackmq.server.admin import AdminServer
             admin = AdminServer(self)
@@ -159,6 +164,30 @@ class Server:
         self.stomp_port = sock.getsockname()[1]
         self.stomp_bound = [_host_port(s.getsockname()[0], s.getsockname()[1]) for s in socks]
         self.stomp_url = f"stomp://{_host_port(host, self.stomp_port)}"
+
+    async def _start_tls(self, host: str) -> None:
+        """AMQPS (U4): the same connections over TLS on their own port."""
+        from ackmq.server.tls import server_context
+        cfg = self.config
+        try:
+            ctx = server_context(cfg.tls_cert, cfg.tls_key, cfg.tls_ca, cfg.tls_verify_peer,
+                                 cfg.tls_fail_if_no_peer_cert)
+        except ValueError:
+            for listener in (self._server, self._stomp_server):
+                if listener is not None:
+                    listener.close()
+            raise
+        try:
+            self._tls_server = await self.loop.create_server(
+                lambda: AMQPConnection(self), cfg.host, cfg.tls_port, ssl=ctx, backlog=1024,
+                reuse_address=True, ssl_handshake_timeout=cfg.handshake_timeout)
+        except OSError as e:
+            e.listener = f"{_host_port(cfg.host, cfg.tls_port or 0)} (AMQPS)"  # type: ignore[attr-defined]
+            raise
+        socks = list(self._tls_server.sockets)
+        sock = next((s for s in socks if s.family == socket.AF_INET), socks[0])
+        self.tls_port = sock.getsockname()[1]
+        self.tls_url = f"amqps://{_host_port(host, self.tls_port)}/"
 
     def _open_access(self) -> AccessModel:
         """U1: the users, vhosts and permissions saved in the data dir, or on first start
@@ -203,8 +232,9 @@ class Server:
             await self.admin.stop()
         if self._server is not None:
             self._server.close()
-        if self._stomp_server is not None:
-            self._stomp_server.close()
+        for listener in (self._stomp_server, self._tls_server):
+            if listener is not None:
+                listener.close()
         for conn in list(self.connections):
             conn.force_close("broker forced connection closure with reason 'shutdown'")
         self._flush()
@@ -216,8 +246,9 @@ class Server:
                 conn.transport.abort()
         if self._server is not None:
             await self._server.wait_closed()
-        if self._stomp_server is not None:
-            await self._stomp_server.wait_closed()
+        for listener in (self._stomp_server, self._tls_server):
+            if listener is not None:
+                await listener.wait_closed()
         # let the last commit callbacks run before closing the store
         await asyncio.sleep(0)
         if self.broker is not None:

@@ -1,0 +1,50 @@
+"""TLS for a listener (SPEC U4): the server context RabbitMQ's `ssl_options` describe —
+certificate and key, a CA to verify clients against, `verify_peer` (ask for a client
+certificate) and `fail_if_no_peer_cert` (refuse a client without one)."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import Any
+
+
+class TLSConfigError(ValueError):
+    """A TLS option that cannot work: the message says which and how to fix it."""
+
+
+def server_context(cert: Path | None, key: Path | None, ca: Path | None = None,
+                   verify_peer: bool = False, fail_if_no_peer_cert: bool = False
+                   ) -> ssl.SSLContext:
+    if cert is None or key is None:
+        raise TLSConfigError("--tls-port needs --tls-cert FILE and --tls-key FILE "
+                             "(PEM certificate chain and its private key)")
+    if (verify_peer or fail_if_no_peer_cert) and ca is None:
+        raise TLSConfigError("--tls-verify-peer / --tls-fail-if-no-peer-cert need "
+                             "--tls-ca FILE (the CA that signs client certificates)")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(str(cert), str(key))
+    except (OSError, ssl.SSLError) as e:
+        raise TLSConfigError(f"cannot load --tls-cert {cert} / --tls-key {key}: {e}") from e
+    if ca is not None:
+        try:
+            ctx.load_verify_locations(str(ca))
+        except (OSError, ssl.SSLError) as e:
+            raise TLSConfigError(f"cannot load --tls-ca {ca}: {e}") from e
+    if fail_if_no_peer_cert:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    elif verify_peer:
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+    return ctx
+
+
+def certificate_user(peercert: dict[str, Any] | None) -> str | None:
+    """The EXTERNAL mechanism's user: the verified client certificate's subject CN (as
+    RabbitMQ's rabbitmq_auth_mechanism_ssl with its default `ssl_cert_login_from`)."""
+    for rdn in (peercert or {}).get("subject", ()):
+        for name, value in rdn:
+            if name == "commonName":
+                return str(value)
+    return None
