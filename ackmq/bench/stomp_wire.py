@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 
+from ackmq.bench.wire import WireProtocol
 from ackmq.protocol.stomp import Decoder, Frame, StompError, encode_frame
 
 STOMP_URL_FORM = "stomp://user:pass@host:port/vhost (e.g. stomp://guest:guest@127.0.0.1:61613/)"
@@ -81,22 +82,17 @@ def probe_stomp(url: str, timeout: float = 10.0) -> dict[str, str]:
                     return dict(ev.headers)
 
 
-class StompConnection(asyncio.Protocol):
+class StompConnection(WireProtocol):
     """One STOMP 1.2 connection; frames are dispatched from `data_received`."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.transport: asyncio.Transport | None = None
+        super().__init__(loop)
         self.decoder = Decoder(version="1.2")  # the server's frames; never paused
-        self.out: list[bytes] = []
         self.on_message: MessageCallback | None = None
         self.on_receipt: ReceiptCallback | None = None
         self.connected: dict[str, str] = {}
-        self.error: StompWireError | None = None
         self._receipts: dict[str, asyncio.Future[None]] = {}
         self._connect_fut: asyncio.Future[None] = loop.create_future()
-        self._paused = False
-        self._drain_waiter: asyncio.Future[None] | None = None
 
     @classmethod
     async def open(cls, url: str) -> StompConnection:
@@ -106,35 +102,6 @@ class StompConnection(asyncio.Protocol):
         conn.write(connect_frame(parts))
         await asyncio.wait_for(conn._connect_fut, 30)
         return conn
-
-    # --- output ----------------------------------------------------------------------
-    def write(self, data: bytes) -> None:
-        if self.error:
-            raise self.error
-        assert self.transport is not None
-        self.transport.write(data)
-
-    def queue(self, data: bytes) -> None:
-        """Queue bytes (acks) for the flush at the end of this `data_received`."""
-        self.out.append(data)
-
-    def flush(self) -> None:
-        if self.out and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"".join(self.out))
-        self.out.clear()
-
-    @property
-    def paused(self) -> bool:
-        return self._paused
-
-    async def drain(self) -> None:
-        """Wait while the kernel socket buffer is full (TCP backpressure)."""
-        if self.error:
-            raise self.error
-        if self._paused:
-            if self._drain_waiter is None or self._drain_waiter.done():
-                self._drain_waiter = self.loop.create_future()
-            await self._drain_waiter
 
     def expect_receipt(self, receipt: str) -> asyncio.Future[None]:
         """A future settled when RECEIPT `receipt` arrives (register before sending)."""
@@ -160,19 +127,8 @@ class StompConnection(asyncio.Protocol):
         self.transport.close()
 
     # --- asyncio.Protocol ------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(self.error or StompWireError(f"connection lost: {exc}"))
-
-    def pause_writing(self) -> None:
-        self._paused = True
-
-    def resume_writing(self) -> None:
-        self._paused = False
-        if self._drain_waiter is not None and not self._drain_waiter.done():
-            self._drain_waiter.set_result(None)
 
     def _fail(self, err: StompWireError) -> None:
         self.error = err

@@ -181,41 +181,17 @@ class Channel:
                 w.set_result(method)
 
 
-class Connection(asyncio.Protocol):
-    """One AMQP connection; frames are parsed in `data_received`, no task per message."""
+class WireProtocol(asyncio.Protocol):
+    """What the bench's AMQP and STOMP drivers share: output queued during a
+    `data_received` and written once, and TCP backpressure awaited in `drain`."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.transport: asyncio.Transport | None = None
-        self.buf = bytearray()
-        self.channels: dict[int, Channel] = {}
         self.out: list[bytes] = []
-        self.frame_max = 131072
-        self.server_properties: dict = {}
-        self._conn_waiter: asyncio.Future[object] | None = None
+        self.error: Exception | None = None
         self._paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
-        self._closed_fut: asyncio.Future[None] = loop.create_future()
-        self.error: WireError | None = None
-
-    # --- public API ----------------------------------------------------------------
-    @classmethod
-    async def open(cls, url: str, name: str = "ackmq-bench") -> Connection:
-        loop = asyncio.get_running_loop()
-        parts = parse_url(url)
-        _, conn = await loop.create_connection(lambda: cls(loop), parts.host, parts.port)
-        await conn._handshake(parts, name)
-        return conn
-
-    def channel_nowait(self, number: int) -> Channel:
-        ch = Channel(self, number)
-        self.channels[number] = ch
-        return ch
-
-    async def channel(self, number: int) -> Channel:
-        ch = self.channel_nowait(number)
-        await ch.call(commands.Channel.Open())
-        return ch
 
     def write(self, data: bytes) -> None:
         if self.error:
@@ -244,6 +220,49 @@ class Connection(asyncio.Protocol):
             if self._drain_waiter is None or self._drain_waiter.done():
                 self._drain_waiter = self.loop.create_future()
             await self._drain_waiter
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
+
+
+class Connection(WireProtocol):
+    """One AMQP connection; frames are parsed in `data_received`, no task per message."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.buf = bytearray()
+        self.channels: dict[int, Channel] = {}
+        self.frame_max = 131072
+        self.server_properties: dict = {}
+        self._conn_waiter: asyncio.Future[object] | None = None
+        self._closed_fut: asyncio.Future[None] = loop.create_future()
+
+    # --- public API ----------------------------------------------------------------
+    @classmethod
+    async def open(cls, url: str, name: str = "ackmq-bench") -> Connection:
+        loop = asyncio.get_running_loop()
+        parts = parse_url(url)
+        _, conn = await loop.create_connection(lambda: cls(loop), parts.host, parts.port)
+        await conn._handshake(parts, name)
+        return conn
+
+    def channel_nowait(self, number: int) -> Channel:
+        ch = Channel(self, number)
+        self.channels[number] = ch
+        return ch
+
+    async def channel(self, number: int) -> Channel:
+        ch = self.channel_nowait(number)
+        await ch.call(commands.Channel.Open())
+        return ch
 
     async def close(self) -> None:
         if self.transport is None or self.transport.is_closing():
@@ -288,22 +307,11 @@ class Connection(asyncio.Protocol):
         await self._next_conn_method()
 
     # --- asyncio.Protocol ------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
     def connection_lost(self, exc: Exception | None) -> None:
         err = self.error or WireError(f"connection lost: {exc}")
         self._fail(err)
         if not self._closed_fut.done():
             self._closed_fut.set_result(None)
-
-    def pause_writing(self) -> None:
-        self._paused = True
-
-    def resume_writing(self) -> None:
-        self._paused = False
-        if self._drain_waiter is not None and not self._drain_waiter.done():
-            self._drain_waiter.set_result(None)
 
     def _fail(self, err: WireError) -> None:
         self.error = err
