@@ -418,10 +418,7 @@ class AsyncConsumer(BaseConsumer):
     session: AsyncSession
 
     async def receive(self, timeout: float | None = None) -> Message | None:
-        if self.mode == "listener":
-            raise IllegalStateError("this consumer has a message listener; receive() is not "
-                                    "allowed (J5)")
-        self.mode = "receive"
+        self._begin_receive()
         conn = self.session.conn
         deadline = deadline_in(timeout)
         while True:

@@ -630,6 +630,13 @@ class BaseConsumer:
         self.in_listener = False
 
     # -- subscription ------------------------------------------------------------------
+    def _begin_receive(self) -> None:
+        """receive() makes the consumer synchronous (J5: not after a listener)."""
+        if self.mode == "listener":
+            raise IllegalStateError("this consumer has a message listener; receive() is not "
+                                    "allowed (J5)")
+        self.mode = "receive"
+
     def set_listener(self, listener: Callable[[Message], Any]) -> None:
         """Switch to push delivery (J4: prefetch >= 1; J5: not after receive())."""
         if self.mode == "receive":

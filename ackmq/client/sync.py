@@ -742,10 +742,7 @@ class Consumer(BaseConsumer):
     def receive(self, timeout: float | None = None) -> Message | None:
         """The next message, or None after `timeout` seconds (None: wait until one comes
         or the connection is lost). AUTO: acked before it is returned (J1)."""
-        if self.mode == "listener":
-            raise IllegalStateError("this consumer has a message listener; receive() is not "
-                                    "allowed (J5)")
-        self.mode = "receive"
+        self._begin_receive()
         conn = self.session.conn
         deadline = deadline_in(timeout)
         while True:
