@@ -38,6 +38,12 @@ class Config:
     tls_ca: Path | None = None
     tls_verify_peer: bool = False
     tls_fail_if_no_peer_cert: bool = False
+    # resource alarms (U5), RabbitMQ's defaults: a fraction of RAM or an amount ("2GiB");
+    # free space of the data dir's filesystem ("50MB", or "mem_relative:1.5" x RAM)
+    memory_high_watermark: str = "0.4"
+    disk_free_limit: str = "50MB"
+    memory_check_interval: float = 0.1  # s between RSS samples (a timer, never per message)
+    disk_check_interval: float = 1.0
 
     # the live users (ackmq.broker.access.AccessModel), set by the Server at start
     access: Any = field(default=None, repr=False, compare=False)
