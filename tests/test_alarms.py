@@ -292,6 +292,47 @@ def test_U5_nothing_confirmed_is_lost_across_block_and_unblock(target: Target) -
     assert set(confirmed) <= seen, f"lost: {sorted(set(confirmed) - seen)[:10]}"
 
 
+def test_U5_aio_pika_publisher_waits_while_blocked(target: Target) -> None:
+    """aio-pika (aiormq) holds its publishes after connection.blocked until
+    connection.unblocked: the confirm of a publish during the alarm comes after it."""
+    import asyncio
+
+    import aio_pika
+
+    q = f"alarm-aio-{target.name}"
+    _queue(target, q)
+
+    async def run() -> tuple[bool, bool]:
+        conn = await aio_pika.connect(target.url)
+        ch = await conn.channel(publisher_confirms=True)
+        await ch.default_exchange.publish(aio_pika.Message(b"before"), routing_key=q)
+        await asyncio.to_thread(target.memory_alarm, True)
+        try:
+            first = asyncio.ensure_future(
+                ch.default_exchange.publish(aio_pika.Message(b"during"), routing_key=q))
+            await asyncio.sleep(0.3)
+            second = asyncio.ensure_future(  # after connection.blocked: held in the client
+                ch.default_exchange.publish(aio_pika.Message(b"after"), routing_key=q))
+            done, _ = await asyncio.wait({first, second}, timeout=1.5)
+            waited = not done
+        finally:
+            await asyncio.to_thread(target.memory_alarm, False)
+        await asyncio.wait_for(asyncio.gather(first, second), 15)
+        await conn.close()
+        return waited, True
+
+    waited, resumed = asyncio.run(run())
+    try:
+        assert waited, "a publish was confirmed during the alarm"
+        assert resumed
+        deadline = time.monotonic() + 5
+        while _depth(target, q) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _depth(target, q) == 3
+    finally:
+        _delete(target, q)
+
+
 def test_U5_disk_free_limit_blocks_publishers(target: Target) -> None:
     """The disk alarm from a real reading: a limit above the free space of the data
     dir's filesystem, then lowered again (ctl)."""
@@ -324,8 +365,9 @@ def test_U5_disk_free_limit_blocks_publishers(target: Target) -> None:
 
 
 def test_U5_stomp_send_is_blocked_too(target: Target) -> None:
-    """STOMP: a SEND during an alarm stops reads from that connection (the next SEND's
-    RECEIPT waits for the clear); a STOMP consumer keeps receiving and its ACKs are read."""
+    """STOMP: a SEND during an alarm is handled (its RECEIPT comes), then reads from that
+    connection stop (the next SEND's RECEIPT waits for the clear), as RabbitMQ's STOMP
+    reader; a STOMP consumer keeps receiving and its ACKs are read."""
     q, q_sent = f"alarm-stomp-{target.name}", f"alarm-stomp-sent-{target.name}"
     _queue(target, q, fill=20)
     _queue(target, q_sent)
@@ -343,7 +385,8 @@ def test_U5_stomp_send_is_blocked_too(target: Target) -> None:
             time.sleep(0.3)
             sender.send("SEND", {"destination": sent_dest, "receipt": "r2"}, b"two")
             frames = sender.frames(timeout=1.5)
-            assert not any(f.headers.get("receipt-id") == "r2" for f in frames), frames
+            receipts = [f.headers.get("receipt-id") for f in frames]
+            assert receipts == ["r1"], frames  # the SEND that blocked was handled, not r2
             for _ in range(10):  # the consumer still drains, and its ACKs are read
                 consumer.ack(consumer.recv(timeout=10))
             consumer.receipt("UNSUBSCRIBE", {"id": "s1"}, receipt="u1")

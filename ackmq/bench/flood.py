@@ -219,9 +219,16 @@ def flood(url: str, pid: int, total: int, size: int = 64 * 1024, persistent: boo
             if link.error:
                 raise ConnectionError(link.error)
         # in order on one channel: the reply comes after every publish was handled
-        ok = link.call(commands.Queue.Declare(queue=QUEUE, durable=persistent, passive=True))
-        res.queued = ok.message_count  # type: ignore[attr-defined]
+        # (ackmq); RabbitMQ's queue process may count the last ones a moment later
         res.seconds = time.monotonic() - t0
+        deadline = time.monotonic() + 30
+        while True:
+            ok = link.call(commands.Queue.Declare(queue=QUEUE, durable=persistent,
+                                                  passive=True))
+            res.queued = ok.message_count  # type: ignore[attr-defined]
+            if res.queued >= res.messages or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
     finally:
         done.set()
         sampler.join()
@@ -293,8 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pid", type=int, help="that broker's process id, for its RSS")
     ap.add_argument("--bytes", default="1GB", help="body bytes to send (default 1GB)")
     ap.add_argument("--size", default="64KiB", help="body size of one message")
-    ap.add_argument("--watermark", default="256MiB",
-                    help="--memory-high-watermark of the ackmq started here")
+    ap.add_argument("--watermark", default=None,
+                    help="--memory-high-watermark of the ackmq started here (default "
+                         "256MiB); with --url, the broker's, for the report and plot only")
     ap.add_argument("--persistent", action="store_true", help="delivery-mode 2")
     ap.add_argument("--plot", type=Path, help="write a PNG of RSS vs bytes sent")
     ap.add_argument("--title", default=None)
@@ -305,14 +313,15 @@ def main(argv: list[str] | None = None) -> int:
     proc = None
     watermark: int | None = None
     try:
+        from ackmq.server.alarms import parse_watermark, total_memory
+        if a.watermark or not a.url:
+            watermark = parse_watermark(a.watermark or "256MiB").bytes(total_memory())
         if a.url:
             if not a.pid:
                 ap.error("--url needs --pid (the broker's process, for its RSS)")
             url, pid = a.url, a.pid
         else:
-            from ackmq.server.alarms import parse_watermark, total_memory
-            watermark = parse_watermark(a.watermark).bytes(total_memory())
-            proc, url, _data = start_ackmq(a.watermark, a.ackmq_arg)
+            proc, url, _data = start_ackmq(a.watermark or "256MiB", a.ackmq_arg)
             pid = proc.pid
         print(f"flood: {total / 1e6:,.0f} MB in {size:,}-byte messages to {url.split('@')[-1]}"
               f" (pid {pid})", flush=True)

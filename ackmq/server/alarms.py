@@ -124,11 +124,15 @@ def total_memory() -> int:
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+_statm: list[int] = []  # an fd of /proc/self/statm, opened once
+
+
 def process_rss() -> int:
-    """Resident set size of this process: one small read of /proc/self/statm (~10 µs)."""
+    """Resident set size of this process: one pread of /proc/self/statm (~3 µs)."""
     try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
+        if not _statm:
+            _statm.append(os.open("/proc/self/statm", os.O_RDONLY))
+        return int(os.pread(_statm[0], 128, 0).split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return 0
 
@@ -209,7 +213,8 @@ class ResourceMonitor:
         self.paging = False
         self.rss = 0
         self.disk_free: int | None = None
-        self._timers: list[asyncio.TimerHandle] = []
+        self._memory_timer: asyncio.TimerHandle | None = None
+        self._disk_timer: asyncio.TimerHandle | None = None
         self._last_trim = 0.0
         self._stopped = False
 
@@ -226,9 +231,9 @@ class ResourceMonitor:
 
     def stop(self) -> None:
         self._stopped = True
-        for t in self._timers:
-            t.cancel()
-        self._timers.clear()
+        for t in (self._memory_timer, self._disk_timer):
+            if t is not None:
+                t.cancel()
 
     # -- changes at run time (ackmq ctl) ------------------------------------------------
     def set_watermark(self, watermark: Limit) -> None:
@@ -259,14 +264,13 @@ class ResourceMonitor:
         if self._stopped:
             return
         self.check_memory()
-        self._timers = [t for t in self._timers if not t.cancelled()]
-        self._timers.append(self.loop.call_later(self.memory_interval, self._memory_tick))
+        self._memory_timer = self.loop.call_later(self.memory_interval, self._memory_tick)
 
     def _disk_tick(self) -> None:
         if self._stopped:
             return
         self.check_disk()
-        self._timers.append(self.loop.call_later(self.disk_interval, self._disk_tick))
+        self._disk_timer = self.loop.call_later(self.disk_interval, self._disk_tick)
 
     def check_memory(self) -> None:
         lim = self.limits
