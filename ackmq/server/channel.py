@@ -144,7 +144,7 @@ class AMQPChannel:
     def _channel_close(self, m: C.Channel.Close) -> None:
         self.model.close()
         self.send(M(C.Channel.CloseOk))
-        self.conn.channel_gone(self.number)
+        self.conn.channel_gone(self.number, by_client=True)
 
     def _channel_flow(self, m: C.Channel.Flow) -> None:
         self.model.channel_flow(m.active)
