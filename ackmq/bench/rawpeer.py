@@ -143,13 +143,13 @@ class Peer(asyncio.Protocol):
             if (cls, meth) == (20, 40) and len(payload) >= 7:
                 tlen = payload[6]
                 self.channel_closes.append((ch, _CLOSE.unpack_from(payload, 4)[0],
-                                            payload[7:7 + tlen].decode("utf-8", "replace")))
+                                            payload[7:7 + tlen].decode("utf-8", "surrogateescape")))
             if (cls, meth) == (10, 51) and ch == 0:
                 self.close_ok = True
             if (cls, meth) == (10, 50) and ch == 0:
                 self.close_code = _CLOSE.unpack_from(payload, 4)[0] if len(payload) >= 6 else 0
                 tlen = payload[6] if len(payload) > 6 else 0
-                self.close_text = payload[7:7 + tlen].decode("utf-8", "replace")
+                self.close_text = payload[7:7 + tlen].decode("utf-8", "surrogateescape")
                 self.write(encode_method(0, commands.Connection.CloseOk()))
                 self._finish()
                 return
