@@ -56,6 +56,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                         "that presents it may log in with the EXTERNAL mechanism (its CN)")
     p.add_argument("--tls-fail-if-no-peer-cert", action="store_true",
                    help="refuse TLS clients without a valid certificate")
+    p.add_argument("--handshake-timeout", type=float, default=D.handshake_timeout,
+                   help="seconds a connection may take to finish opening before it is "
+                        f"dropped (RabbitMQ's handshake_timeout; default {D.handshake_timeout:g})")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -80,6 +83,10 @@ def serve(args: argparse.Namespace) -> int:
         print("ackmq: the --tls-* options need --tls-port (e.g. --tls-port 5671)",
               file=sys.stderr)
         return 2
+    if not 0 < args.handshake_timeout <= 3600:
+        print("ackmq: --handshake-timeout must be between 0 and 3600 seconds, got "
+              f"{args.handshake_timeout:g}", file=sys.stderr)
+        return 2
     if bool(args.default_user) != bool(args.default_pass):
         print("ackmq: --default-user and --default-pass (or ACKMQ_DEFAULT_USER and "
               "ACKMQ_DEFAULT_PASS) go together, and neither may be empty", file=sys.stderr)
@@ -90,6 +97,7 @@ def serve(args: argparse.Namespace) -> int:
                  fsync=not args.no_fsync, heartbeat=args.heartbeat,
                  consumer_timeout_ms=args.consumer_timeout_ms,
                  max_message_size=args.max_message_size,
+                 handshake_timeout=args.handshake_timeout,
                  queue_hot_messages=max(1, args.queue_hot_messages),
                  queue_memory_mb=max(0, args.queue_memory_mb),
                  default_user=args.default_user or None,

@@ -127,6 +127,7 @@ class AMQPChannel:
         if self.closing:
             return
         self.closing = True
+        self.model.flush_confirms()  # settled ones first, as RabbitMQ (P4)
         self.model.close()
         self.send(M(C.Channel.Close, reply_code=err.code, reply_text=fit_shortstr(text or err.text),
                                   class_id=class_id, method_id=method_id))
@@ -142,6 +143,9 @@ class AMQPChannel:
         self.model.basic_publish(exchange, routing_key, mandatory, immediate, properties, body)
 
     def _channel_close(self, m: C.Channel.Close) -> None:
+        # publishes read before the close and already settled are answered first: RabbitMQ
+        # does, and a client closing right after publishing still gets its confirms (P4)
+        self.model.flush_confirms()
         self.model.close()
         self.send(M(C.Channel.CloseOk))
         self.conn.channel_gone(self.number, by_client=True)
