@@ -52,6 +52,7 @@ from ackmq.protocol.stomp.destinations import (
 )
 from ackmq.server.channel import delivery_properties
 from ackmq.server.connection import CLOSING_TIMEOUT, _is_loopback
+from ackmq.server.tls import certificate_user
 from ackmq.server.transport import ClientConnection
 
 if TYPE_CHECKING:
@@ -248,7 +249,14 @@ class StompConnection(ClientConnection):
         # no login at all: RabbitMQ's default user (guest), still loopback-only
         user, password = ("guest", "guest") if login is None else (login, h.get("passcode", ""))
         config, loopback = self.server.config, _is_loopback(self.peer)
-        if not config.authenticate(user, password, loopback):
+        cert_user = self._cert_user() if login is None else None
+        if cert_user is not None:  # U4, stomp.ssl_cert_login: the certificate names the user
+            user = cert_user
+            if not config.user_exists(user, loopback):
+                log.warning("STOMP certificate login refused for user %r from %s", user,
+                            self.peer)
+                raise _Refused("Bad CONNECT", f"Access refused for user '{user}'\n")
+        elif not config.authenticate(user, password, loopback):
             log.warning("STOMP login refused for user %r from %s", user, self.peer)
             if not loopback and config.authenticate(user, password, True):
                 raise _Refused("Bad CONNECT", "non-loopback access denied")
@@ -276,6 +284,13 @@ class StompConnection(ClientConnection):
             self._close_timer = None
         if self.send_ms or self.recv_ms:
             self._hb_timer = self.server.loop.call_later(self._tick_s(), self._heartbeat_tick)
+
+    def _cert_user(self) -> str | None:
+        """With --stomp-ssl-cert-login, the CN of a verified client certificate on a TLS
+        connection (RabbitMQ's stomp.ssl_cert_login; its ssl_cert_login_from common_name)."""
+        if not self.server.config.stomp_ssl_cert_login or self.transport is None:
+            return None
+        return certificate_user(self.transport.get_extra_info("peercert"))
 
     def _destination(self, command: str, f: Frame) -> tuple[str, Destination]:
         text = f.headers.get("destination")
