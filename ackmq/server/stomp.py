@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ackmq.broker.access import ChannelAccess
+from ackmq.broker.access import READ, ChannelAccess
 from ackmq.broker.arguments import DELIVERY_COUNT_ARG, SEQ_ARG, as_text
 from ackmq.broker.errors import PRECONDITION_FAILED, ReplyError, SoftError
 from ackmq.protocol.stomp import (
@@ -371,6 +371,8 @@ class StompConnection(ClientConnection):
         if durable and sub_id is None:
             raise _Refused("Missing Header", "Header 'id' is required for durable subscriptions")
         text, dest = self._destination("SUBSCRIBE", f)
+        if dest.kind == TOPIC:
+            self._check_topic_subscription(dest)
         if dest.kind == TEMP_QUEUE:
             raise _Refused("Invalid destination",
                            f"'{text}' is not a valid destination for 'SUBSCRIBE'\n")
@@ -396,6 +398,18 @@ class StompConnection(ClientConnection):
             raise
         self.subs[tag] = _Sub(sub_id, tag, text, dest, ack, queue.name, durable)
         return lambda: ch.start_consumer(tag)  # deliveries after the RECEIPT
+
+    def _check_topic_subscription(self, dest: Destination) -> None:
+        """U3: RabbitMQ's plugin checks a /topic/ subscription against the user's topic
+        permission (read on amq.topic) before anything else, with its own text (no
+        ACCESS_REFUSED prefix); /exchange/ subscriptions meet it at their queue.bind."""
+        ch = self.channel
+        assert ch is not None
+        access = ch.access
+        if access is not None and access.topics:
+            refusal = access.topic_refusal(READ, "amq.topic", dest.name)
+            if refusal is not None:
+                raise _Refused("access_refused", refusal)
 
     @staticmethod
     def _prefetch(h: dict[str, str]) -> int | None:
@@ -433,6 +447,7 @@ class StompConnection(ClientConnection):
             if ch.access is not None:  # U3: as queue.bind
                 ch.access.write("queue", q.name)
                 ch.access.read("exchange", exchange)
+                ch.access.check_topic(READ, vh.exchange(exchange), key)
             vh.bind(exchange, q, key, {})
         except ReplyError:
             if fresh:
