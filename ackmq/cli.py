@@ -67,6 +67,15 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stomp-ssl-cert-login", action="store_true",
                    help="a STOMP CONNECT over TLS without a login header logs in as the "
                         "verified client certificate's CN (RabbitMQ's stomp.ssl_cert_login)")
+    p.add_argument("--memory-high-watermark", default=D.memory_high_watermark,
+                   help="block publishers while the broker's memory (RSS) is above this: a "
+                        "fraction of RAM (default %(default)s, as RabbitMQ's "
+                        "vm_memory_high_watermark) or an amount (2GiB, 512MB); queues page "
+                        "to disk past half of it")
+    p.add_argument("--disk-free-limit", default=D.disk_free_limit,
+                   help="block publishers while the data dir's filesystem has less free "
+                        "space than this (default %(default)s, as RabbitMQ; 1GiB, or "
+                        "mem_relative:1.5 for 1.5 x RAM)")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -108,6 +117,13 @@ def serve(args: argparse.Namespace) -> int:
         print("ackmq: --default-user and --default-pass (or ACKMQ_DEFAULT_USER and "
               "ACKMQ_DEFAULT_PASS) go together, and neither may be empty", file=sys.stderr)
         return 2
+    from ackmq.server.alarms import parse_disk_limit, parse_watermark
+    try:
+        parse_watermark(args.memory_high_watermark)
+        parse_disk_limit(args.disk_free_limit)
+    except ValueError as e:
+        print(f"ackmq: --memory-high-watermark / --disk-free-limit: {e}", file=sys.stderr)
+        return 2
     cfg = Config(host=args.host, port=args.port,
                  stomp_port=None if args.no_stomp else args.stomp_port,
                  data_dir=None if args.no_persistence else args.data_dir,
@@ -123,7 +139,9 @@ def serve(args: argparse.Namespace) -> int:
                  tls_ca=args.tls_ca, tls_verify_peer=args.tls_verify_peer,
                  tls_fail_if_no_peer_cert=args.tls_fail_if_no_peer_cert,
                  stomp_tls_port=args.stomp_tls_port,
-                 stomp_ssl_cert_login=args.stomp_ssl_cert_login)
+                 stomp_ssl_cert_login=args.stomp_ssl_cert_login,
+                 memory_high_watermark=args.memory_high_watermark,
+                 disk_free_limit=args.disk_free_limit)
     try:
         import uvloop
         uvloop.install()

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-HELP = "manage users, vhosts and permissions of a running broker (rabbitmqctl's verbs)"
+HELP = ("manage users, vhosts, permissions and resource limits of a running broker "
+        "(rabbitmqctl's verbs)")
 DESCRIPTION = """\
 Manage a running ackmq broker with rabbitmqctl's verbs and output (tab-separated, with a
 header line). ackmq has no management HTTP API yet: `ackmq ctl` talks to the broker over
@@ -32,6 +33,9 @@ verbs:
   clear_vhost_limits [-p <vhost>]     list_vhost_limits [-p <vhost>]
   set_user_limits <user> '{"max-connections": N, "max-channels": N}'
   clear_user_limits <user> <name>|all list_user_limits --user <user>
+  set_vm_memory_high_watermark <fraction> | absolute <value>   (e.g. 0.4, absolute 2GiB)
+  set_disk_free_limit <disk_limit> | mem_relative <fraction>  (e.g. 1GiB, mem_relative 1.5)
+  alarms                              the resource alarms set now (memory, disk)
   set_topic_permissions [-p <vhost>] <user> <exchange> <write> <read>
   clear_topic_permissions [-p <vhost>] <user> [<exchange>]
   list_topic_permissions [-p <vhost>] list_user_topic_permissions <user>
@@ -75,6 +79,9 @@ VERBS: dict[str, tuple[list[str], str]] = {
     "list_topic_permissions": ([], 'Listing topic permissions for vhost "{vhost}" ...'),
     "list_user_topic_permissions": (["username"],
                                     'Listing topic permissions for user "{0}" ...'),
+    "set_vm_memory_high_watermark": (["value*"], "Setting memory threshold to {all} ..."),
+    "set_disk_free_limit": (["value*"], "Setting disk free limit to {all} ..."),
+    "alarms": ([], "Listing resource alarms ..."),
     "import_definitions": (["file"], 'Importing definitions in JSON from a file at '
                                      '"{0}" ...'),
     "export_definitions": (["file"], 'Exporting definitions in JSON to a file at "{0}" ...'),
@@ -138,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet and not (args.verb == "export_definitions" and values[0] == "-"):
         on = f' on "{values[1]}"' if len(values) > 1 else ""  # clear_topic_permissions
         print(info.format(*values, vhost=vhost, tags=", ".join(values[1:]),
-                          user=getattr(args, "user", ""), on=on))
+                          user=getattr(args, "user", ""), on=on, all=" ".join(values)))
     extra: dict[str, Any] = {}
     if args.verb == "import_definitions":
         try:

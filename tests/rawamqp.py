@@ -174,7 +174,8 @@ class RawConnection:
     @classmethod
     def open(cls, url: str, heartbeat: int = 0, frame_max: int = 131072, channel_max: int = 0,
              mechanism: str = "PLAIN", vhost: str | None = None, username: str | None = None,
-             password: str | None = None, timeout: float = 5.0) -> RawConnection:
+             password: str | None = None, timeout: float = 5.0,
+             capabilities: dict[str, Any] | None = None) -> RawConnection:
         """Connect and run the whole handshake up to connection.open-ok.
 
         The tune-ok carries min(server, ours) for each field where ours is non-zero
@@ -183,7 +184,7 @@ class RawConnection:
         conn = cls.connect(url, timeout)
         conn.handshake(heartbeat=heartbeat, frame_max=frame_max, channel_max=channel_max,
                        mechanism=mechanism, vhost=vhost, username=username,
-                       password=password, timeout=timeout)
+                       password=password, timeout=timeout, capabilities=capabilities)
         return conn
 
     def start(self, timeout: float = 5.0) -> commands.Connection.Start:
@@ -198,7 +199,8 @@ class RawConnection:
     def handshake(self, heartbeat: int = 0, frame_max: int = 131072, channel_max: int = 0,
                   mechanism: str = "PLAIN", vhost: str | None = None,
                   username: str | None = None, password: str | None = None,
-                  timeout: float = 5.0) -> None:
+                  timeout: float = 5.0, capabilities: dict[str, Any] | None = None) -> None:
+        """`capabilities`: added to the client's (e.g. {"connection.blocked": True})."""
         _, _, url_user, url_pass, url_vhost = _parse_url(self.url)
         user = url_user if username is None else username
         pw = url_pass if password is None else password
@@ -212,7 +214,8 @@ class RawConnection:
                                "capabilities": {"authentication_failure_close": True,
                                                 "basic.nack": True,
                                                 "publisher_confirms": True,
-                                                "consumer_cancel_notify": True}},
+                                                "consumer_cancel_notify": True,
+                                                **(capabilities or {})}},
             mechanism=mechanism, response=response, locale="en_US"))
         tune = self.expect(commands.Connection.Tune, timeout)
         self.tune = tune

@@ -238,6 +238,51 @@ class AdminServer:
             if args[0] not in a.users:
                 raise AccessError(f"User \"{args[0]}\" does not exist", 69)
             return {**ok, "json": a.user_limits.get(args[0], {})}
+        elif verb in ("set_vm_memory_high_watermark", "set_disk_free_limit", "alarms"):
+            return self.alarms(verb, args)
         else:
             raise AccessError(f"unknown verb '{verb}'", USAGE)
         return ok
+
+    def alarms(self, verb: str, args: list[str]) -> dict[str, Any]:
+        """U5 at run time, rabbitmqctl's `set_vm_memory_high_watermark <fraction> |
+        absolute <value>` and `set_disk_free_limit <disk_limit> | mem_relative
+        <fraction>` (exit 65 on a bad value, as rabbitmqctl), and the alarms now set."""
+        from ackmq.server.alarms import parse_disk_limit, parse_watermark
+        monitor = self.server.alarms
+        if verb == "alarms":
+            _nargs(args, 0, "alarms")
+            lim = monitor.limits
+            return {"ok": True, "columns": ["alarm", "used", "limit"], "rows": [
+                [f"{r}", str(monitor.rss if r == "memory" else monitor.disk_free),
+                 str(lim.memory_limit if r == "memory" else lim.disk_free_limit)]
+                for r in sorted(lim.active)]}
+        memory = verb == "set_vm_memory_high_watermark"
+        keyword = "absolute" if memory else "mem_relative"
+        if not (len(args) == 1 or (len(args) == 2 and args[0] == keyword)):
+            raise AccessError("Bad argument.\nusage: " + (
+                "set_vm_memory_high_watermark <fraction> | absolute <value>" if memory else
+                "set_disk_free_limit <disk_limit> | mem_relative <fraction>"), 65)
+        try:
+            if memory:
+                if len(args) == 2:
+                    limit = parse_watermark("absolute:" + args[1])
+                else:  # rabbitmqctl takes a fraction here, an amount after `absolute`
+                    try:
+                        fraction = float(args[0])
+                    except ValueError:
+                        raise AccessError("Bad argument.\nusage: set_vm_memory_high_"
+                                          "watermark <fraction> | absolute <value>", 65) from None
+                    if not 0.0 <= fraction <= 1.0:
+                        raise ValueError("The threshold should be a fraction between "
+                                         "0.0 and 1.0")
+                    limit = parse_watermark(args[0])
+                monitor.set_watermark(limit)
+            else:
+                limit = parse_disk_limit(("mem_relative:" if len(args) == 2 else "")
+                                         + args[-1])
+                monitor.set_disk_limit(limit)
+        except ValueError as e:
+            raise AccessError(f"Bad argument: {e}", 65) from e
+        self.server.request_flush()
+        return {"ok": True}

@@ -44,6 +44,12 @@ class Config:
     # RabbitMQ's stomp.ssl_cert_login: a CONNECT without `login` over TLS with a verified
     # client certificate logs in as the certificate's CN (the user must exist)
     stomp_ssl_cert_login: bool = False
+    # resource alarms (U5), RabbitMQ's defaults: a fraction of RAM or an amount ("2GiB");
+    # free space of the data dir's filesystem ("50MB", or "mem_relative:1.5" x RAM)
+    memory_high_watermark: str = "0.4"
+    disk_free_limit: str = "50MB"
+    memory_check_interval: float = 0.1  # s between RSS samples (a timer, never per message)
+    disk_check_interval: float = 1.0
 
     # the live users (ackmq.broker.access.AccessModel), set by the Server at start
     access: Any = field(default=None, repr=False, compare=False)

@@ -45,7 +45,7 @@ from ackmq.protocol.amqp import (
 from ackmq.protocol.amqp import build_method as M
 from ackmq.server.channel import HANDLERS, AMQPChannel
 from ackmq.server.tls import certificate_user
-from ackmq.server.transport import ClientConnection
+from ackmq.server.transport import ClientConnection, events_from
 
 if TYPE_CHECKING:
     from ackmq.broker.vhost import VHost
@@ -130,6 +130,7 @@ class AMQPConnection(ClientConnection):
         self.client_capabilities: dict[str, Any] = {}
         # cancels of this connection's consumers held back while its own queue.delete runs
         self.held_cancels: list[tuple[Any, str]] | None = None
+        self.sent_blocked = False  # connection.blocked sent, connection.unblocked owed
 
 
     def data_received(self, data: bytes) -> None:
@@ -153,6 +154,7 @@ class AMQPConnection(ClientConnection):
         self.server.request_flush()
 
     def _events(self, events: list[Any]) -> None:
+        blocking = self.server.blocking  # U5: alarms change between reads, never within
         for ev in events:
             if self.state in ("closing", "closed"):
                 if self.state == "closing" and isinstance(ev, Method) and ev.channel == 0:
@@ -160,6 +162,9 @@ class AMQPConnection(ClientConnection):
                 continue
             try:
                 if type(ev) is Publish:
+                    if blocking:  # as RabbitMQ: a publish during a resource alarm waits,
+                        self.block_for_alarm(events_from(events, ev))  # unread after (U5)
+                        return
                     ch = self.channels.get(ev.channel)
                     if ch is None:
                         if ev.channel in self.closed_by_client:
@@ -392,6 +397,22 @@ class AMQPConnection(ClientConnection):
                     pw.decode() if isinstance(pw, bytes) else str(pw))
         return "", ""
 
+    # -- resource alarms (U5) ------------------------------------------------------------
+    def _notify_blocked(self, reason: str) -> None:
+        if self.client_capabilities.get("connection.blocked") is True and \
+                self.state == "open":
+            self.sent_blocked = True
+            self.write(encode_method(0, M(C.Connection.Blocked, reason=reason)))
+
+    def _notify_unblocked(self) -> None:
+        if self.sent_blocked and self.state == "open":
+            self.write(encode_method(0, M(C.Connection.Unblocked)))
+        self.sent_blocked = False
+
+    def _handle_held(self, held: list[Any]) -> None:
+        if self.state not in ("closing", "closed"):
+            self._events(held)
+
     def _wake(self) -> None:
         for ch in list(self.channels.values()):
             ch.model.wake()
@@ -477,14 +498,15 @@ class AMQPConnection(ClientConnection):
         if self.state in ("closing", "closed") or self.transport is None:
             return
         now = time.monotonic()
-        if self.reading_paused:
+        if self.reading_paused and not self.alarm_blocked:
             # We stopped reading this peer, so its heartbeats wait unread: let one read
             # through per tick (data_received pauses again). A live peer that is only
             # slow to read has frames waiting and stays alive; a hung one (its kernel
             # still ACKs, so TCP never fails) sends nothing and is dead after two
             # intervals, and its deliveries go back (D8). Costs one read's replies a tick.
             self.transport.resume_reading()
-        if now - self.last_recv > 2 * self.heartbeat:
+        # blocked by an alarm, we read nothing: as RabbitMQ, the peer's silence is ours
+        if now - self.last_recv > 2 * self.heartbeat and not self.alarm_blocked:
             log.info("missed heartbeats from %s, closing", self.peer)
             self._release()
             self.state = "closed"

@@ -67,6 +67,9 @@ class Server:
         self._spill_tmp: str | None = None
         self.access: AccessModel = None  # type: ignore[assignment]  # users, vhosts (U1-U3)
         self.admin: Any = None  # the `ackmq ctl` socket (server/admin.py)
+        # U5: True while a resource alarm is set; read once per read by each connection
+        self.blocking = False
+        self.alarms: Any = None  # server/alarms.ResourceMonitor
 
     # -- Scheduler for the model -------------------------------------------------------
     def call_later(self, delay: float, fn: Callable[[], None]) -> asyncio.TimerHandle:
@@ -116,6 +119,7 @@ class Server:
                              spill=spill, queue_hot_messages=cfg.queue_hot_messages,
                              queue_memory=cfg.queue_memory_mb << 20)
         self.access = self._open_access()
+        self._start_alarms()
         cfg.access = self.access  # Config.authenticate (AMQP, STOMP) checks its users
         self.broker.start(list(self.access.vhosts))
         self.access.listeners.append(self._access_changed)
@@ -227,6 +231,42 @@ class Server:
             lambda: StompConnection(self), self.config.stomp_tls_port, "STOMP over TLS")
         self.stomp_tls_url = f"stomp+ssl://{_host_port(host, self.stomp_tls_port)}"
 
+    # -- resource alarms (U5) -------------------------------------------------------------
+    def _start_alarms(self) -> None:
+        from ackmq.server.alarms import (
+            Limits,
+            ResourceMonitor,
+            parse_disk_limit,
+            parse_watermark,
+            total_memory,
+        )
+        cfg = self.config
+        limits = Limits(parse_watermark(cfg.memory_high_watermark),
+                        parse_disk_limit(cfg.disk_free_limit), total_memory())
+        self.alarms = ResourceMonitor(
+            self.loop, limits, cfg.data_dir, self._alarms_changed,
+            f"ackmq@{socket.gethostname().split('.')[0]}",
+            memory_interval=cfg.memory_check_interval, disk_interval=cfg.disk_check_interval,
+            set_paging=self._set_paging)
+        self.alarms.start()
+
+    def _set_paging(self, on: bool) -> None:
+        """Above half the watermark (RabbitMQ's paging ratio) queues keep no more new
+        messages in memory than their 512 each; below it, up to --queue-memory-mb."""
+        self.broker.hot_budget.limit = 0 if on else self.config.queue_memory_mb << 20
+
+    def alarm_reason(self) -> str:
+        return self.alarms.limits.reason() if self.alarms is not None else ""
+
+    def _alarms_changed(self, active: set[str]) -> None:
+        """Publishes are checked against `blocking`; once every alarm clears, the
+        connections blocked meanwhile are read again (and told connection.unblocked)."""
+        self.blocking = bool(active)
+        if not active:
+            for conn in list(self.connections):
+                conn.alarm_cleared()
+        self.request_flush()
+
     def _open_access(self) -> AccessModel:
         """U1: the users, vhosts and permissions saved in the data dir, or on first start
         the default user(s) (guest/guest, or --default-user) with full rights on "/"."""
@@ -268,6 +308,8 @@ class Server:
         """Close connections with 320 CONNECTION_FORCED, then the store."""
         if self.admin is not None:
             await self.admin.stop()
+        if self.alarms is not None:
+            self.alarms.stop()
         if self._server is not None:
             self._server.close()
         for listener in (self._stomp_server, self._tls_server, self._stomp_tls_server):

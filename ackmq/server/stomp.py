@@ -53,7 +53,7 @@ from ackmq.protocol.stomp.destinations import (
 from ackmq.server.channel import delivery_properties
 from ackmq.server.connection import CLOSING_TIMEOUT, _is_loopback
 from ackmq.server.tls import certificate_user
-from ackmq.server.transport import ClientConnection
+from ackmq.server.transport import ClientConnection, events_from
 
 if TYPE_CHECKING:
     from ackmq.broker.channel import ChannelModel
@@ -179,18 +179,35 @@ class StompConnection(ClientConnection):
                 events = self.decoder.feed(data)
             except StompError as e:  # the frames before the bad one count (W9)
                 events, error = e.frames, e
-            for ev in events:
-                if self.state not in ("connect", "open"):
-                    break
-                if type(ev) is Frame:
-                    self._frame(ev)
-            if error is not None and self.state in ("connect", "open"):
-                self._error(error.message, error.detail)
+            if self._frames(events, error):
+                break  # a SEND during a resource alarm: the rest waits in `held` (U5)
             if not (self._resume and self.state == "open"):
                 break
             self._resume = False  # CONNECTED is out: parse what waited, as `version`
             data = b""
         self.server.request_flush()
+
+    def _frames(self, events: list[Any], error: StompError | None) -> bool:
+        """Handle decoded frames, then the decoder's error if any. True: a SEND during a
+        resource alarm blocked the connection (U5, as RabbitMQ's STOMP reader); the
+        frames after it and the error are held until the alarm clears."""
+        blocking = self.server.blocking
+        for ev in events:
+            if self.state not in ("connect", "open"):
+                break
+            if type(ev) is Frame:
+                self._frame(ev)
+                if blocking and ev.command == "SEND" and self.state == "open":
+                    self.block_for_alarm(events_from(events + [error], ev)[1:])
+                    return True
+        if error is not None and self.state in ("connect", "open"):
+            self._error(error.message, error.detail)
+        return False
+
+    def _handle_held(self, held: list[Any]) -> None:
+        *frames, error = held
+        if self.state in ("connect", "open"):
+            self._frames(frames, error)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._release()
@@ -810,9 +827,10 @@ class StompConnection(ClientConnection):
         if self.state not in ("open", "disconnecting") or self.transport is None:
             return
         now = time.monotonic()
-        if self.reading_paused:
+        if self.reading_paused and not self.alarm_blocked:
             self.transport.resume_reading()  # let one read through (see AMQPConnection)
-        if self.recv_ms and now - self.last_recv > 2 * self.recv_ms / 1000.0:
+        if self.recv_ms and now - self.last_recv > 2 * self.recv_ms / 1000.0 \
+                and not self.alarm_blocked:  # blocked (U5): the silence is ours
             log.info("missed STOMP heart-beats from %s, closing", self.peer)
             self._release()
             self.state = "closed"

@@ -1,6 +1,8 @@
 """What every client connection does with its socket, whatever its protocol: TCP
 settings, the handshake timer, output gathered per loop turn and written at once, and
-flow control (a peer that stops reading is stopped from sending too)."""
+flow control (a peer that stops reading is stopped from sending too), and the resource
+alarm block (U5: a connection that publishes during an alarm is not read until it
+clears)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,12 @@ if TYPE_CHECKING:
 
 WRITE_HIGH = 4 * 1024 * 1024   # pause_writing above this much unsent output
 WRITE_LOW = 1024 * 1024        # resume_writing below this
+
+
+def events_from(events: list[Any], first: Any) -> list[Any]:
+    """`events` from `first` on (found by identity: equal events may repeat)."""
+    i = next(k for k, e in enumerate(events) if e is first)  # once per block: O(one read)
+    return events[i:]
 
 
 class ClientConnection(asyncio.Protocol):
@@ -30,6 +38,8 @@ class ClientConnection(asyncio.Protocol):
         self.queued = False
         self.writable = True
         self.reading_paused = False  # our output is backed up: the client's input waits
+        self.alarm_blocked = False  # U5: published during a resource alarm: not read
+        self.held: list[Any] = []  # what was read past the blocking publish, for later
         self.last_recv = self.last_sent = time.monotonic()
         self._hb_timer: asyncio.TimerHandle | None = None
         self._close_timer: asyncio.TimerHandle | None = None
@@ -92,10 +102,48 @@ class ClientConnection(asyncio.Protocol):
             # heartbeats were not read meanwhile: the silence so far is ours, not the peer's
             self.last_recv = time.monotonic()
             t = self.transport
-            if t is not None and not t.is_closing():
+            if t is not None and not t.is_closing() and not self.alarm_blocked:
                 t.resume_reading()
         self._wake()
         self.server.request_flush()
+
+    # -- resource alarms (U5) -------------------------------------------------------------
+    def block_for_alarm(self, held: list[Any]) -> None:
+        """A publish arrived while an alarm is set: as RabbitMQ's reader, stop reading this
+        connection (its acks too: RabbitMQ blocks the whole reader) until every alarm
+        clears. `held`: what was decoded but not handled yet, handled after it clears.
+        Deliveries still go out."""
+        self.held = held
+        self.alarm_blocked = True
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.pause_reading()
+        self._notify_blocked(self.server.alarm_reason())
+
+    def alarm_cleared(self) -> None:
+        """Every alarm cleared: handle what was held back, then read again."""
+        if not self.alarm_blocked:
+            return
+        self.alarm_blocked = False
+        self.last_recv = time.monotonic()  # the peer's heartbeats waited unread
+        self._notify_unblocked()
+        held, self.held = self.held, []
+        if held:
+            self._handle_held(held)
+        t = self.transport
+        if (t is not None and not t.is_closing() and not self.alarm_blocked
+                and not self.reading_paused):
+            t.resume_reading()
+        self.server.request_flush()
+
+    def _notify_blocked(self, reason: str) -> None:
+        """AMQP: connection.blocked to a client with the capability; STOMP: nothing."""
+
+    def _notify_unblocked(self) -> None:
+        """AMQP: connection.unblocked after a connection.blocked."""
+
+    def _handle_held(self, held: list[Any]) -> None:
+        raise NotImplementedError
 
     def _wake(self) -> None:
         """Room again: let the protocol's channels deliver."""

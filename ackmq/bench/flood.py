@@ -1,0 +1,332 @@
+"""B3: an unconfirmed publish flood against a broker with a memory watermark, and the
+broker's RSS over time. Bounded means: the RSS stays near the watermark however much is
+sent, because the broker pages queues out and blocks the publisher (connection.blocked,
+then no more reads) instead of buffering.
+
+    python -m ackmq.bench.flood --bytes 1GB --watermark 256MiB       # starts its own ackmq
+    python -m ackmq.bench.flood --url amqp://guest:guest@127.0.0.1:5672/ \\
+        --pid $(/work/shared/tools/rabbitmq-local pid) --bytes 1GB  # a running broker
+
+With --url the watermark is the broker's own (RabbitMQ: `rabbitmqctl
+set_vm_memory_high_watermark absolute 256MiB`, and back to 0.4 after). One blocking
+socket publishes pre-encoded non-persistent messages as fast as TCP takes them; a
+thread reads what the broker sends (connection.blocked/unblocked); another samples
+/proc/PID/status every 0.1 s. At the end a queue.declare on the same connection proves
+every message was taken (its message_count), then the queue is deleted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from pamqp import commands, frame
+
+from ackmq.protocol.amqp import encode_method, encode_publish
+
+QUEUE = "ackmq-flood"
+_HDR = struct.Struct(">BHI")
+_URL_LINE = re.compile(r"listening on (amqp://\S+)")
+
+
+def parse_size(text: str) -> int:
+    """1GB, 64KiB, 1000 (RabbitMQ's units: KB/MB/GB x1000, KiB/MiB/GiB x1024)."""
+    from ackmq.server.alarms import parse_bytes
+    return parse_bytes(text)
+
+
+def rss_of(pid: int) -> int:
+    """VmRSS of a process, in bytes (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@dataclass
+class Sample:
+    t: float
+    sent: int
+    rss: int
+    blocked: bool
+
+
+@dataclass
+class Result:
+    messages: int = 0
+    sent: int = 0  # body bytes
+    seconds: float = 0.0
+    queued: int = -1  # message_count at the end (should equal messages)
+    samples: list[Sample] = field(default_factory=list)
+    blocked_events: list[tuple[float, str]] = field(default_factory=list)
+    baseline_rss: int = 0
+
+    @property
+    def peak_rss(self) -> int:
+        return max((s.rss for s in self.samples), default=0)
+
+    @property
+    def blocked_seconds(self) -> float:
+        total, since = 0.0, None
+        for t, what in self.blocked_events:
+            if what != "unblocked" and since is None:
+                since = t
+            elif what == "unblocked" and since is not None:
+                total, since = total + t - since, None
+        if since is not None:
+            total += self.seconds - since
+        return total
+
+
+class _Link:
+    """One AMQP connection on a blocking socket; a reader thread handles input."""
+
+    def __init__(self, url: str) -> None:
+        u = urlparse(url)
+        user, password = unquote(u.username or "guest"), unquote(u.password or "guest")
+        vhost = unquote(u.path[1:]) if len(u.path) > 1 else "/"
+        self.sock = socket.create_connection((u.hostname or "127.0.0.1", u.port or 5672),
+                                             timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+        self.sock.sendall(b"AMQP\x00\x00\x09\x01")
+        self._expect(commands.Connection.Start)
+        self.sock.sendall(encode_method(0, commands.Connection.StartOk(
+            client_properties={"product": "ackmq-flood", "capabilities": {
+                "connection.blocked": True, "publisher_confirms": True}},
+            mechanism="PLAIN", response=f"\0{user}\0{password}")))
+        tune = self._expect(commands.Connection.Tune)
+        self.frame_max = min(tune.frame_max or 131072, 131072)
+        self.sock.sendall(encode_method(0, commands.Connection.TuneOk(
+            channel_max=tune.channel_max, frame_max=self.frame_max, heartbeat=0)))
+        self.sock.sendall(encode_method(0, commands.Connection.Open(virtual_host=vhost)))
+        self._expect(commands.Connection.OpenOk)
+        self.sock.sendall(encode_method(1, commands.Channel.Open()))
+        self._expect(commands.Channel.OpenOk)
+        self.sock.settimeout(None)
+        self.events: list[tuple[float, str]] = []
+        self.blocked = False
+        self.replies: list[object] = []
+        self.reply_ready = threading.Event()
+        self.error: str | None = None
+
+    def _frame(self) -> tuple[int, object]:
+        while True:
+            if len(self.buf) >= 7:
+                _t, ch, size = _HDR.unpack_from(self.buf)
+                if len(self.buf) >= size + 8:
+                    n, _c, f = frame.unmarshal(self.buf[:size + 8])
+                    self.buf = self.buf[n:]
+                    return ch, f
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("the broker closed the connection")
+            self.buf += data
+
+    def _expect(self, cls: type) -> object:
+        while True:
+            _ch, f = self._frame()
+            if isinstance(f, cls):
+                return f
+            if isinstance(f, (commands.Connection.Close, commands.Channel.Close)):
+                raise ConnectionError(f"{f.reply_code} {f.reply_text}")
+
+    def read_forever(self, t0: float) -> None:
+        try:
+            while True:
+                _ch, f = self._frame()
+                if isinstance(f, commands.Connection.Blocked):
+                    self.blocked = True
+                    self.events.append((time.monotonic() - t0, f"blocked: {f.reason}"))
+                elif isinstance(f, commands.Connection.Unblocked):
+                    self.blocked = False
+                    self.events.append((time.monotonic() - t0, "unblocked"))
+                elif isinstance(f, (commands.Connection.Close, commands.Channel.Close)):
+                    self.error = f"{f.reply_code} {f.reply_text}"
+                    self.reply_ready.set()
+                    return
+                elif isinstance(f, (commands.Queue.DeclareOk, commands.Queue.DeleteOk,
+                                    commands.Queue.PurgeOk)):
+                    self.replies.append(f)
+                    self.reply_ready.set()
+        except (ConnectionError, OSError) as e:
+            self.error = self.error or str(e)
+            self.reply_ready.set()
+
+    def call(self, method: object, timeout: float = 600.0) -> object:
+        self.reply_ready.clear()
+        self.sock.sendall(encode_method(1, method))
+        if not self.reply_ready.wait(timeout) or self.error:
+            raise ConnectionError(self.error or "no reply from the broker")
+        return self.replies.pop(0)
+
+
+def flood(url: str, pid: int, total: int, size: int = 64 * 1024, persistent: bool = False,
+          progress: bool = True, batch: int = 1 << 20) -> Result:
+    """Publish `total` body bytes in `size`-byte messages, unconfirmed, as fast as the
+    broker reads them; sample the broker's RSS every 0.1 s."""
+    link = _Link(url)
+    props = bytes([0x10, 0x00, 2 if persistent else 1])  # delivery-mode only
+    one = encode_publish(1, "", QUEUE, False, False, props, b"\x00" * size, link.frame_max)
+    per = max(1, batch // len(one))
+    chunk = one * per
+    res = Result(baseline_rss=rss_of(pid))
+    t0 = time.monotonic()
+    reader = threading.Thread(target=link.read_forever, args=(t0,), daemon=True)
+    # declare before the reader runs its loop: replies are read by the reader
+    link.sock.sendall(encode_method(1, commands.Queue.Declare(queue=QUEUE, durable=persistent)))
+    link._expect(commands.Queue.DeclareOk)
+    link.sock.sendall(encode_method(1, commands.Queue.Purge(queue=QUEUE)))
+    link._expect(commands.Queue.PurgeOk)
+    reader.start()
+    done = threading.Event()
+
+    def sample() -> None:
+        last_print = 0.0
+        while not done.is_set():
+            now = time.monotonic() - t0
+            s = Sample(now, res.sent, rss_of(pid), link.blocked)
+            res.samples.append(s)
+            if progress and now - last_print >= 1.0:
+                last_print = now
+                print(f"  {now:6.1f} s  sent {s.sent / 1e6:8.1f} MB  broker RSS "
+                      f"{s.rss / 2**20:7.1f} MiB  peak {res.peak_rss / 2**20:7.1f} MiB"
+                      f"{'  BLOCKED' if s.blocked else ''}", flush=True)
+            done.wait(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        while res.sent < total:
+            n = min(per, -(-(total - res.sent) // size))
+            link.sock.sendall(chunk if n == per else one * n)
+            res.messages += n
+            res.sent += n * size
+            if link.error:
+                raise ConnectionError(link.error)
+        # in order on one channel: the reply comes after every publish was handled
+        ok = link.call(commands.Queue.Declare(queue=QUEUE, durable=persistent, passive=True))
+        res.queued = ok.message_count  # type: ignore[attr-defined]
+        res.seconds = time.monotonic() - t0
+    finally:
+        done.set()
+        sampler.join()
+        res.blocked_events = list(link.events)
+    try:
+        link.call(commands.Queue.Delete(queue=QUEUE), timeout=120)
+    except ConnectionError:
+        pass
+    link.sock.close()
+    return res
+
+
+def start_ackmq(watermark: str, extra: list[str]) -> tuple[subprocess.Popen[str], str, Path]:
+    """`ackmq serve` on a free port with its own data dir; returns (process, url, dir)."""
+    data = Path(tempfile.mkdtemp(prefix="ackmq-flood-"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ackmq", "serve", "--port", "0", "--no-stomp",
+         "--data-dir", str(data), "--memory-high-watermark", watermark, *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        m = _URL_LINE.search(line)
+        if m:
+            threading.Thread(target=lambda: [None for _ in proc.stdout],  # type: ignore[union-attr]
+                             daemon=True).start()
+            return proc, m.group(1), data
+    raise RuntimeError("ackmq serve did not start")
+
+
+def plot(res: Result, path: Path, title: str, watermark: int | None) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    xs = [s.sent / 1e6 for s in res.samples]
+    ax.plot(xs, [s.rss / 2**20 for s in res.samples], label="broker RSS (MiB)")
+    if watermark:
+        ax.axhline(watermark / 2**20, color="red", linestyle="--", label="watermark")
+    for s in res.samples:
+        if s.blocked:
+            ax.axvline(s.sent / 1e6, color="orange", alpha=0.05)
+    ax.set_xlabel("MB sent (unconfirmed)")
+    ax.set_ylabel("MiB")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def report(res: Result, watermark: int | None) -> str:
+    rate = res.sent / res.seconds / 1e6 if res.seconds else 0.0
+    lines = [
+        f"sent {res.messages:,} messages, {res.sent / 1e6:,.0f} MB in {res.seconds:.1f} s "
+        f"({rate:.1f} MB/s); in the queue at the end: {res.queued:,}"
+        + (" (all)" if res.queued == res.messages else " (MISSING SOME)"),
+        f"broker RSS: {res.baseline_rss / 2**20:.0f} MiB before, peak "
+        f"{res.peak_rss / 2**20:.0f} MiB"
+        + (f" (watermark {watermark / 2**20:.0f} MiB)" if watermark else ""),
+        f"blocked {res.blocked_seconds:.1f} s; connection.blocked/unblocked: "
+        f"{len(res.blocked_events)} ({', '.join(sorted({e for _, e in res.blocked_events}))})",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ackmq.bench.flood", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", help="a running broker (default: start an ackmq)")
+    ap.add_argument("--pid", type=int, help="that broker's process id, for its RSS")
+    ap.add_argument("--bytes", default="1GB", help="body bytes to send (default 1GB)")
+    ap.add_argument("--size", default="64KiB", help="body size of one message")
+    ap.add_argument("--watermark", default="256MiB",
+                    help="--memory-high-watermark of the ackmq started here")
+    ap.add_argument("--persistent", action="store_true", help="delivery-mode 2")
+    ap.add_argument("--plot", type=Path, help="write a PNG of RSS vs bytes sent")
+    ap.add_argument("--title", default=None)
+    ap.add_argument("--ackmq-arg", action="append", default=[],
+                    help="extra `ackmq serve` argument (repeatable)")
+    a = ap.parse_args(argv)
+    total, size = parse_size(a.bytes), parse_size(a.size)
+    proc = None
+    watermark: int | None = None
+    try:
+        if a.url:
+            if not a.pid:
+                ap.error("--url needs --pid (the broker's process, for its RSS)")
+            url, pid = a.url, a.pid
+        else:
+            from ackmq.server.alarms import parse_watermark, total_memory
+            watermark = parse_watermark(a.watermark).bytes(total_memory())
+            proc, url, _data = start_ackmq(a.watermark, a.ackmq_arg)
+            pid = proc.pid
+        print(f"flood: {total / 1e6:,.0f} MB in {size:,}-byte messages to {url.split('@')[-1]}"
+              f" (pid {pid})", flush=True)
+        res = flood(url, pid, total, size, a.persistent)
+        print(report(res, watermark))
+        if a.plot:
+            plot(res, a.plot, a.title or f"{total / 1e6:,.0f} MB unconfirmed flood", watermark)
+            print(f"plot: {a.plot}")
+        return 0 if res.queued == res.messages else 1
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
