@@ -60,6 +60,7 @@ class AsyncConnection(BaseConnection):
         self._transport: asyncio.Transport | None = None
         self._lost_fut: asyncio.Future[None] = self.loop.create_future()
         self._flush_scheduled = False
+        self._deferred = 0  # bytes publish() queued since the last write
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._dispatch_task: asyncio.Task[None] | None = None
         self._listener_event = asyncio.Event()
@@ -71,6 +72,7 @@ class AsyncConnection(BaseConnection):
 
     # -- I/O ---------------------------------------------------------------------------
     def _flush(self) -> None:
+        self._deferred = 0
         core = self.core
         if core.out and self._transport is not None and core.error is None:
             data = b"".join(core.out)
@@ -396,9 +398,12 @@ class AsyncProducer(BaseProducer):
         conn = self.session.conn
         msg = self.build(body, headers, persistent, message_id, props)
         fut = self.publish_now(msg, self.failed)
-        fut.add_done_callback(_consume_exception)
         self.track_seq()
-        conn._flush_soon()
+        conn._deferred += len(msg.body) + 64
+        if conn._deferred >= 65536:  # a tight publish() loop: stream, do not hoard
+            conn._flush()
+        else:
+            conn._flush_soon()
         return fut
 
     async def wait_for_confirms(self, timeout: float | None = None) -> None:
@@ -406,12 +411,6 @@ class AsyncProducer(BaseProducer):
         conn._flush()
         deadline = deadline_in(timeout) if timeout is not None else conn.rpc_deadline()
         await conn._drive(self.wait_for_confirms_g(deadline))
-
-
-def _consume_exception(fut: asyncio.Future[Any]) -> None:
-    """publish() failures are also handed back by take_failed(): no 'never retrieved'."""
-    if not fut.cancelled():
-        fut.exception()
 
 
 class AsyncConsumer(BaseConsumer):

@@ -45,7 +45,8 @@ from .message import (
     SETTLED,
     Message,
     OutboundMessage,
-    new_message_id,
+    message_id_prefix,
+    next_id,
 )
 from .options import (
     AckMode,
@@ -940,6 +941,7 @@ class BaseProducer:
         else:
             self.exchange, self.routing_key, self.mandatory = "amq.topic", dest.name, False
         self.name = f"{session.id}:{next(session._producer_ids)}"
+        self._id_prefix = message_id_prefix(self.name)
         self.failed: list[OutboundMessage] = []
         self._last_seq = 0
         self._chan: Chan | None = None
@@ -954,7 +956,10 @@ class BaseProducer:
         if isinstance(body, OutboundMessage):
             return body
         if message_id is None:
-            message_id = new_message_id(self.name)
+            message_id = self._id_prefix + str(next_id())
+            if headers is None and not props and type(body) is bytes:
+                return OutboundMessage.plain(body, self.exchange, self.routing_key,
+                                             self.mandatory, message_id, persistent)
         return OutboundMessage.build(body, self.exchange, self.routing_key, self.mandatory,
                                      message_id, headers=headers, persistent=persistent,
                                      **props)
