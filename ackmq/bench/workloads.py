@@ -19,7 +19,7 @@ class Workload:
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("confirms-individual", confirms.confirms_individual,
-             "persistent msgs, pika: publish + wait for each confirm (total ms, lower better)"),
+             "persistent msgs, ackmq.client send(): wait for each confirm (total ms, lower better)"),
     Workload("confirms-batch", confirms.confirms_batch,
              "persistent msgs in batches of 100, wait for each batch (total ms, lower better)"),
     Workload("confirms-async", confirms.confirms_async,

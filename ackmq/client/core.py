@@ -536,6 +536,8 @@ class Core:
                 "per_consumer_qos": True,
             },
         }
+        if o.connection_name:
+            client_properties["connection_name"] = o.connection_name
         self.out.append(encode_method(0, build_method(
             C.Connection.StartOk, client_properties=client_properties, mechanism="PLAIN",
             response=f"\0{o.username}\0{o.password}", locale="en_US")))
