@@ -336,6 +336,11 @@ class Core:
             chan = channels.get(number)
             content = chan.content if chan is not None else None
             if content is not None:
+                if ftype == 3 and 0 < size == content[3] and not content[5]:
+                    # the whole body in one frame (the common case), without a call
+                    content[5].append(bytes(buf[start:end]))
+                    self._delivered(chan, content)  # type: ignore[arg-type]
+                    continue
                 if not self._content_frame(chan, content, ftype, buf, start, end):  # type: ignore[arg-type]
                     pos = n
                     break

@@ -17,6 +17,7 @@ Bytes handed to `queue()` go out with the replies of the same read, in one write
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pamqp import commands as C
@@ -139,8 +140,12 @@ class RawConnection(AsyncConnection):
         return RawChannel(self, chan)
 
     async def wait(self, fut: Any) -> Any:
-        """A core future's value, within the RPC timeout (jms.sendTimeout)."""
-        return await self._drive(_await_one(fut, self.rpc_deadline()))
+        """A core future's value, within the RPC timeout (jms.sendTimeout). A lost
+        connection or closed channel settles the future with the error (Core.lost,
+        Chan.fail), so awaiting it alone cannot hang past the timeout."""
+        if not fut.done():
+            await asyncio.wait_for(fut, self.options.send_timeout / 1000.0)
+        return fut.result()
 
     @property
     def frame_max(self) -> int:
@@ -162,12 +167,6 @@ class RawConnection(AsyncConnection):
     def queue(self, data: bytes) -> None:
         """Bytes with the next write (acks from on_deliver go out once per read)."""
         self.core.out.append(data)
-
-
-def _await_one(fut: Any, deadline: float | None) -> Any:
-    """A base-layer step generator waiting for one future."""
-    value = yield (fut, deadline)
-    return value
 
 
 async def open_connection(url: str, connection_name: str | None = None,
