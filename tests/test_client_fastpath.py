@@ -111,7 +111,7 @@ def _encode(items: list, frame_max: int) -> bytes:
     return b"".join(parts)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.lists(st.one_of(deliver, confirm, cancel), max_size=12),
        st.sampled_from([128, 300, 4096, 131072]), st.lists(st.integers(1, 400), max_size=30))
 def test_fast_path_sees_what_the_decoder_sees(items: list, frame_max: int,
@@ -174,3 +174,57 @@ def test_bad_properties_for_a_session_consumer_are_a_protocol_error() -> None:
     bad_props = b"\x20\x00\x00\x00\x00\x09"  # headers flag, table length 9, nothing there
     err = _lost_after(encode_deliver(1, "c", 1, False, "", "q", bad_props, b"x", 131072))
     assert "cannot decode content header properties" in str(err)
+
+
+# --- CLIENT-mode acknowledge: O(acked), not O(prefetched) --------------------------------
+
+
+class _Counted:
+    """A message whose state reads are counted (what ack_where's scan touches)."""
+
+    reads = 0
+
+    def __init__(self, tag: int, state: int) -> None:
+        self.delivery_tag = tag
+        self._state = state
+
+    @property
+    def state(self) -> int:
+        _Counted.reads += 1
+        return self._state
+
+    @state.setter
+    def state(self, value: int) -> None:
+        self._state = value
+
+
+def test_client_acknowledge_scans_the_delivered_not_the_prefetched() -> None:
+    """A CLIENT consumer that acknowledges each message while 1,000 more sit prefetched:
+    every acknowledge() must touch only what it acks (the hot path is O(1) per ack)."""
+    from collections import OrderedDict
+    from types import SimpleNamespace
+
+    from ackmq.client.base import BaseSession
+    from ackmq.client.message import BUFFERED, DELIVERED, SETTLED
+
+    written: list[bytes] = []
+    unsettled: OrderedDict[int, Any] = OrderedDict(
+        (t, _Counted(t, BUFFERED)) for t in range(1, 1001))
+    s = SimpleNamespace(unsettled=unsettled, n_delivered=0,
+                        chan=SimpleNamespace(number=1, write=written.append),
+                        conn=SimpleNamespace(forget_redelivery=lambda m: None))
+    for tag in range(1, 201):  # receive() then acknowledge(), one by one
+        unsettled[tag].state = DELIVERED
+        s.n_delivered += 1
+        _Counted.reads = 0
+        assert BaseSession.ack_where(s, lambda m: True) == 1  # type: ignore[arg-type]
+        assert _Counted.reads <= 2, f"ack {tag} read {_Counted.reads} states"
+        assert written[-1] == encode_ack(1, tag, False)
+    assert len(unsettled) == 800 and s.n_delivered == 0
+    # out of order (a second consumer's message delivered later): still all acked
+    unsettled[203].state = DELIVERED
+    unsettled[201].state = DELIVERED
+    s.n_delivered += 2
+    assert BaseSession.ack_where(s, lambda m: True) == 2  # type: ignore[arg-type]
+    assert 201 not in unsettled and 203 not in unsettled and 202 in unsettled
+    assert s.n_delivered == 0 and unsettled[202].state == BUFFERED != SETTLED

@@ -445,7 +445,7 @@ class BaseSession:
                         singles.append(tag)
                 else:
                     in_prefix = False
-                if seen >= bound:
+                if seen >= bound > 0:
                     complete = False
                     break
             else:
