@@ -45,7 +45,8 @@ from .message import (
     SETTLED,
     Message,
     OutboundMessage,
-    new_message_id,
+    message_id_prefix,
+    next_id,
 )
 from .options import (
     AckMode,
@@ -295,6 +296,7 @@ class BaseSession:
         self.consumers: dict[str, BaseConsumer] = {}
         self._all_consumers: list[BaseConsumer] = []
         self.unsettled: OrderedDict[int, Message] = OrderedDict()
+        self.n_delivered = 0  # upper bound of DELIVERED messages in unsettled (ack_where)
         self.tx_consumed: list[Message] = []
         self.tx_poisoned: list[Message] = []
         self.tx_lost = False
@@ -409,7 +411,8 @@ class BaseSession:
     def ack_one(self, m: Message) -> None:
         if m.state == SETTLED:
             return
-        self.unsettled.pop(m.delivery_tag, None)
+        if self.unsettled.pop(m.delivery_tag, None) is not None and m.state == DELIVERED:
+            self.n_delivered -= 1
         m.state = SETTLED
         self.conn.forget_redelivery(m)
         assert self.chan is not None
@@ -425,15 +428,30 @@ class BaseSession:
         prefix_n = 0
         singles: list[int] = []
         in_prefix = True
+        # n_delivered is an upper bound of the DELIVERED messages in `unsettled`: once
+        # that many are seen the scan stops, so acking in arrival order costs O(acked),
+        # not O(prefetched). A scan to the end recounts it.
+        bound = self.n_delivered
+        seen = 0
+        complete = True
         for tag, m in self.unsettled.items():
-            if m.state == DELIVERED and pred(m):
-                if in_prefix:
-                    prefix_last = tag
-                    prefix_n += 1
+            if m.state == DELIVERED:
+                seen += 1
+                if pred(m):
+                    if in_prefix:
+                        prefix_last = tag
+                        prefix_n += 1
+                    else:
+                        singles.append(tag)
                 else:
-                    singles.append(tag)
+                    in_prefix = False
+                if seen >= bound > 0:
+                    complete = False
+                    break
             else:
                 in_prefix = False
+        acked = prefix_n + len(singles)
+        self.n_delivered = (seen if complete else bound) - acked
         number = self.chan.number
         out: list[bytes] = []
         forget = self.conn.forget_redelivery
@@ -820,6 +838,7 @@ class BaseConsumer:
         listener, AUTO and DUPS_OK ack only once it has returned (`listener_done`)."""
         s = self.session
         m.state = DELIVERED
+        s.n_delivered += 1
         mode = s.ack_mode
         if mode == AckMode.SESSION_TRANSACTED:
             s.tx_consumed.append(m)
@@ -940,6 +959,7 @@ class BaseProducer:
         else:
             self.exchange, self.routing_key, self.mandatory = "amq.topic", dest.name, False
         self.name = f"{session.id}:{next(session._producer_ids)}"
+        self._id_prefix = message_id_prefix(self.name)
         self.failed: list[OutboundMessage] = []
         self._last_seq = 0
         self._chan: Chan | None = None
@@ -954,7 +974,10 @@ class BaseProducer:
         if isinstance(body, OutboundMessage):
             return body
         if message_id is None:
-            message_id = new_message_id(self.name)
+            message_id = self._id_prefix + str(next_id())
+            if headers is None and not props and type(body) is bytes:
+                return OutboundMessage.plain(body, self.exchange, self.routing_key,
+                                             self.mandatory, message_id, persistent)
         return OutboundMessage.build(body, self.exchange, self.routing_key, self.mandatory,
                                      message_id, headers=headers, persistent=persistent,
                                      **props)
