@@ -151,7 +151,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 cap = min(cap, len(taken) + len(got) + max(self._remaining, 0))
             for d in got:
                 seq = seq_of(d)
-                mid = d.props.message_id
+                mid = d.message_id
                 if (seq is not None and seq <= hwm) or (mid is not None and mid in window):
                     dupes.append(d)  # already in the committed sink
                     continue
