@@ -92,13 +92,14 @@ def spark_land(spark: object, url: str, queue: str, n: int, work: Path, per_trig
     """Returns (msgs/s over the whole query, msgs/s after the first batch, rows landed)."""
     from ackmq.spark.pipeline import land
 
-    firsts: list[float] = []
     s = land(spark, url=url, queue=queue, to=str(work / "lake"), checkpoint=str(work / "chk"),
-             max_per_trigger=per_trigger, available_now=True,
-             progress=lambda _line: firsts.append(time.monotonic()))
+             max_per_trigger=per_trigger, available_now=True)
     t = read_committed(work / "lake", ["offset"])
     rows = 0 if t is None else t.num_rows
-    steady = (n - per_trigger) / (firsts[-1] - firsts[0]) if len(firsts) > 1 else 0.0
+    # after batch 1, by Spark's own batch timestamps (not by when the progress was polled)
+    ends = s.ends
+    steady = (sum(r for _, r in ends[1:]) / (ends[-1][0] - ends[0][0])
+              if len(ends) > 1 and ends[-1][0] > ends[0][0] else 0.0)
     return rows / s.seconds, steady, rows
 
 

@@ -9,7 +9,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -121,11 +121,24 @@ def _end_offset(p: Any) -> int | None:
         return None
 
 
+def _batch_end(p: Any) -> float:
+    """When a batch finished: its trigger's start plus its triggerExecution time."""
+    import datetime as dt
+
+    try:
+        start = dt.datetime.fromisoformat(str(p.timestamp).replace("Z", "+00:00"))
+        return start.timestamp() + p.durationMs.get("triggerExecution", 0) / 1000.0
+    except (ValueError, AttributeError):
+        return time.time()
+
+
 @dataclass
 class LandStats:
     batches: int = 0
     rows: int = 0
     seconds: float = 0.0
+    #: (end of the batch, epoch seconds by Spark's own clock, rows) per non-empty batch
+    ends: list[tuple[float, int]] = field(default_factory=list)
 
 
 def land(spark: Any, *, url: str, queue: str, to: str, checkpoint: str,
@@ -155,6 +168,7 @@ def land(spark: Any, *, url: str, queue: str, to: str, checkpoint: str,
                 rows = int(p.numInputRows)
                 stats.batches += 1
                 stats.rows += rows
+                stats.ends.append((_batch_end(p), rows))
                 if progress:
                     dur = max(p.durationMs.get("triggerExecution", 0), 1) / 1000.0
                     line = (f"batch {p.batchId}: {rows} rows, {rows / dur:,.0f} rows/s; "
