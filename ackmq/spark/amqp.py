@@ -59,14 +59,17 @@ _TAKE = 4096  # deliveries moved from the client to the buffer per call
 
 class Delivery:
     """One message as received; `gen` names the connection its delivery tag belongs to.
-    The properties stay raw bytes until staging reads them (`message.view`)."""
+    `row` is what staging needs of it (schema.prepare_row), computed by the consumer
+    thread as the message arrives, off the path of Spark's calls."""
 
-    __slots__ = ("gen", "message", "received_at")
+    __slots__ = ("gen", "message", "received_at", "row")
 
-    def __init__(self, gen: int, message: Message, received_at: float) -> None:
+    def __init__(self, gen: int, message: Message, received_at: float,
+                 row: Any = None) -> None:
         self.gen = gen
         self.message = message
         self.received_at = received_at
+        self.row = row
 
     @property
     def tag(self) -> int:
@@ -79,10 +82,6 @@ class Delivery:
     @property
     def body(self) -> bytes:
         return self.message.body
-
-    @property
-    def message_id(self) -> str | None:
-        return self.message.view.message_id
 
 
 class ConsumerError(RuntimeError):
@@ -183,6 +182,9 @@ class QueueConsumer:
         self._session: Any = None
         #: called from the consumer thread at most every 0.1 s (the reader's status file)
         self.on_tick: Any = None
+        #: message -> Delivery.row, called by the consumer thread for each arrival
+        self.prepare: Any = None
+        self._acks_sent = False
         self._thread = threading.Thread(target=self._run, name="ackmq-consumer", daemon=True)
 
     # -- called from the reader (Spark's thread) --------------------------------------
@@ -225,21 +227,38 @@ class QueueConsumer:
         with self._cond:
             self._buf.extendleft(d for d in reversed(items) if d.gen == self.gen)
 
-    def ack(self, items: list[Delivery], timeout: float = 30.0) -> None:
-        """Ack deliveries and wait until the broker has processed the acks."""
+    def ack(self, items: list[Delivery]) -> None:
+        """Send the acks of these deliveries; `confirm_acks()` waits until the broker has
+        processed them (in between the caller does other work: one round trip, overlapped)."""
         gen, session = self.gen, self._session
         msgs = [d.message for d in items if d.gen == gen]
         if not msgs or session is None:
             return  # a reconnect came between: those tags died with their channel
         try:
             session.acknowledge_messages(msgs)
-            session.queue_info(self.queue)  # round trip: the acks are processed
-        except ConnectionLost:
-            return  # those tags died with the connection: the broker redelivers them
+            self._acks_sent = True
         except ClientError as exc:
-            if gen != self.gen or isinstance(session.error, ConnectionLost):
-                return
-            raise ConsumerError(f"ack failed: {exc}") from exc
+            self._ack_failed(exc, gen, session)
+
+    def confirm_acks(self) -> None:
+        """Return once the broker has processed every ack sent so far: a round trip on
+        the consumer's channel (methods on a channel are handled in order)."""
+        if not self._acks_sent:
+            return
+        self._acks_sent = False
+        gen, session = self.gen, self._session
+        if session is None:
+            return
+        try:
+            session.queue_info(self.queue)
+        except ClientError as exc:
+            self._ack_failed(exc, gen, session)
+
+    def _ack_failed(self, exc: ClientError, gen: int, session: Any) -> None:
+        if isinstance(exc, ConnectionLost) or gen != self.gen or \
+                isinstance(session.error, ConnectionLost):
+            return  # those tags died with the connection: the broker redelivers them
+        raise ConsumerError(f"ack failed: {exc}") from exc
 
     def unacked(self) -> int:
         """Deliveries this consumer holds unacked (buffered, staged or being landed)."""
@@ -339,8 +358,11 @@ class QueueConsumer:
                     got = consumer.receive_batch(_TAKE, timeout=0.05)
                     if got:
                         now = time.time()
+                        prepare = self.prepare
+                        batch = [Delivery(gen, m, now, prepare(m) if prepare else None)
+                                 for m in got]
                         with self._cond:
-                            self._buf.extend(Delivery(gen, m, now) for m in got)
+                            self._buf.extend(batch)
                             self._cond.notify_all()
                     if self.on_tick is not None and time.monotonic() - ticked >= 0.1:
                         ticked = time.monotonic()

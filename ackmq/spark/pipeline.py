@@ -20,6 +20,7 @@ from ackmq.spark.staging import StagingDir
 #: local[N, maxFailures]: plain local[N] never retries a failed task (Spark aborts the job
 #: on the first failure), which would defeat S3's "a nack fails the task, Spark retries it"
 DEFAULT_MASTER = "local[2,4]"
+JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto"
 
 
 def spark_session(app: str = "ackmq", master: str | None = None,
@@ -47,7 +48,7 @@ def spark_session(app: str = "ackmq", master: str | None = None,
              # small, short-lived jobs on a shared machine: a C1-only JIT and serial GC
              # start faster and burn less CPU than the defaults
              .config("spark.driver.extraJavaOptions",
-                     "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto")
+                     os.environ.get("ACKMQ_SPARK_JAVA_OPTIONS", JAVA_OPTIONS))
              .getOrCreate())
     spark.sparkContext.setLogLevel(log_level)
     ackmq.spark.register(spark)

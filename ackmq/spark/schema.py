@@ -35,6 +35,7 @@ _TS = pa.timestamp("us", tz="UTC")
 _ARROW_TYPES = {"string": pa.string(), "int": pa.int32(), "timestamp": _TS}
 PROPS_TYPE = pa.struct([(n, _ARROW_TYPES[t]) for n, t in PROPERTY_FIELDS])
 PROPERTY_NAMES = [n for n, _ in PROPERTY_FIELDS]
+_MESSAGE_ID = PROPERTY_NAMES.index("message_id")
 ARROW_SCHEMA = pa.schema([
     ("offset", pa.int64()), ("seq", pa.int64()), ("body", pa.binary()),
     ("routing_key", pa.string()), ("exchange", pa.string()),
@@ -61,18 +62,45 @@ def _int(v: Any) -> int | None:
         return None
 
 
+def prepare_row(m: Any) -> tuple[tuple[Any, ...], int | None, int | None,
+                                 list[tuple[str, str | None]]]:
+    """What staging needs of a message: (the 12 property columns, seq, delivery count,
+    the publisher's headers). The consumer thread computes it as messages arrive."""
+    props, h = decode_properties(m.raw_properties)
+    if not h:
+        return props, None, (None if m.redelivered else 0), []
+    seq = _int(h.get(SEQ_HEADER))
+    if DELIVERY_COUNT_HEADER in h:
+        count = _int(h[DELIVERY_COUNT_HEADER])
+    else:
+        count = None if m.redelivered else 0
+    # the broker's own headers have their columns: `headers` is what the publisher set
+    if len(h) == 2 and SEQ_HEADER in h and DELIVERY_COUNT_HEADER in h:
+        user: list[tuple[str, str | None]] = []
+    else:
+        user = [(str(k), _text(v)) for k, v in h.items() if k not in BROKER_HEADERS]
+    return props, seq, count, user
+
+
+def row_of(d: Delivery) -> tuple[Any, ...]:
+    row = d.row
+    if row is None:
+        row = d.row = prepare_row(d.message)
+    return row
+
+
 def seq_of(d: Delivery) -> int | None:
     """The broker's `x-ackmq-seq`, or None (RabbitMQ, or a header we cannot read)."""
-    h = d.message.view.headers
-    return _int(h.get(SEQ_HEADER)) if h else None
+    return row_of(d)[1]
+
+
+def message_id_of(d: Delivery) -> str | None:
+    return row_of(d)[0][_MESSAGE_ID]
 
 
 def delivery_count_of(d: Delivery) -> int | None:
     """Broker-kept count when sent; else 0 for a first delivery, unknown otherwise."""
-    h = d.message.view.headers
-    if h and DELIVERY_COUNT_HEADER in h:
-        return _int(h[DELIVERY_COUNT_HEADER])
-    return None if d.message.redelivered else 0
+    return row_of(d)[2]
 
 
 def _ts(v: Any) -> _dt.datetime | None:
@@ -126,50 +154,18 @@ def decode_properties(raw: bytes) -> tuple[tuple[Any, ...], dict[str, Any] | Non
 def to_arrow(deliveries: list[Delivery], first_offset: int) -> pa.Table:
     """Rows for a staged batch; offsets first_offset, first_offset+1, ...
 
-    Column by column, each message's raw properties decoded once in one pass: the
-    per-row Python work is what bounds the landing rate."""
+    Column by column from each delivery's prepared row (decoded once, by the consumer
+    thread): the per-row Python work is what bounds the landing rate."""
     msgs = [d.message for d in deliveries]
     n = len(msgs)
-    seqs: list[int | None] = []
-    counts: list[int | None] = []
-    user_headers: list[list[tuple[str, str | None]]] = []
-    rows: list[tuple[Any, ...]] = []
-    cache: dict[bytes, tuple[Any, ...]] = {}
-    for m in msgs:
-        raw = m.raw_properties
-        hit = cache.get(raw)  # publishers often send identical properties
-        if hit is not None:
-            rows.append(hit)
-            counts.append(None if m.redelivered else 0)
-            seqs.append(None)
-            user_headers.append([])
-            continue
-        props, h = decode_properties(raw)
-        rows.append(props)
-        if not h:
-            if len(cache) < 64:
-                cache[raw] = props
-            seqs.append(None)
-            counts.append(None if m.redelivered else 0)
-            user_headers.append([])
-            continue
-        seqs.append(_int(h.get(SEQ_HEADER)))
-        if DELIVERY_COUNT_HEADER in h:
-            counts.append(_int(h[DELIVERY_COUNT_HEADER]))
-        else:
-            counts.append(None if m.redelivered else 0)
-        # the broker's own headers have their columns: `headers` is what the publisher set
-        if len(h) == 2 and SEQ_HEADER in h and DELIVERY_COUNT_HEADER in h:
-            user_headers.append([])
-        else:
-            user_headers.append([(str(k), _text(v)) for k, v in h.items()
-                                 if k not in BROKER_HEADERS])
-    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in PROPERTY_FIELDS]
+    rows = [row_of(d) for d in deliveries]
+    props, seqs, counts, user_headers = (list(c) for c in zip(*rows, strict=True)) \
+        if rows else ([], [], [], [])
+    columns = list(zip(*props, strict=True)) if props else [() for _ in PROPERTY_FIELDS]
     props_arr = pa.StructArray.from_arrays(
         [pa.array(list(col), _ARROW_TYPES[kind])
          for col, (_, kind) in zip(columns, PROPERTY_FIELDS, strict=True)],
         fields=list(PROPS_TYPE))
-    message_ids = props_arr.field(PROPERTY_NAMES.index("message_id"))
     received = pa.array([int(d.received_at * 1e6) for d in deliveries], pa.int64()).cast(_TS)
     return pa.Table.from_arrays([
         pa.array(range(first_offset, first_offset + n), pa.int64()),
@@ -179,7 +175,7 @@ def to_arrow(deliveries: list[Delivery], first_offset: int) -> pa.Table:
         pa.array([m.exchange for m in msgs], pa.string()),
         pa.array(user_headers, pa.map_(pa.string(), pa.string())),
         props_arr,
-        message_ids,
+        props_arr.field(_MESSAGE_ID),
         pa.array([m.redelivered for m in msgs], pa.bool_()),
         pa.array(counts, pa.int32()),
         received,
