@@ -470,6 +470,39 @@ class BaseSession:
             self.chan.write(b"".join(out))
         return prefix_n + len(singles)
 
+    # -- for connectors that settle batches themselves (the Spark source) ------------
+    def acknowledge_messages(self, messages: list[Message]) -> int:
+        """Ack exactly these delivered messages, in any ack mode: one `multiple` ack for
+        the run at the front of the channel's unacked tags, single acks for the rest.
+        Messages of a lost connection (settled by the loss) are skipped. Why: a
+        connector that acks what a batch holds, not what a JMS mode implies."""
+        wanted = {id(m) for m in messages if m.state == DELIVERED}
+        if not wanted:
+            return 0
+        self.check()
+        return self.ack_where(lambda m: id(m) in wanted)
+
+    @property
+    def unacked(self) -> int:
+        """Deliveries of this session the broker counts as unacked (buffered here,
+        delivered to the application, not yet acked)."""
+        return len(self.unsettled)
+
+    def passive_declare_g(self, kind: str, name: str, deadline: float | None) -> Step:
+        """A passive queue/exchange declare on this session's own channel: its reply
+        also proves the broker has processed every frame sent before on the channel
+        (acks included). A missing one closes the session (ChannelClosed 404), as AMQP
+        does. Returns the DeclareOk (queue: `message_count`, `consumer_count`)."""
+        self.check()
+        assert self.chan is not None
+        if kind == "queue":
+            method, reply = build_method(C.Queue.Declare, queue=name, passive=True), \
+                C.Queue.DeclareOk
+        else:
+            method, reply = build_method(C.Exchange.Declare, exchange=name, passive=True), \
+                C.Exchange.DeclareOk
+        return (yield from _wait(self.chan.rpc(method, (reply,)), deadline))
+
     def acknowledge(self) -> None:
         """CLIENT mode: ack every delivered-unacked message of the session (J1)."""
         self.check()
