@@ -56,6 +56,17 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                         "that presents it may log in with the EXTERNAL mechanism (its CN)")
     p.add_argument("--tls-fail-if-no-peer-cert", action="store_true",
                    help="refuse TLS clients without a valid certificate")
+    p.add_argument("--handshake-timeout", type=float, default=D.handshake_timeout,
+                   help="seconds a connection may take to finish opening before it is "
+                        f"dropped (RabbitMQ's handshake_timeout; default {D.handshake_timeout:g})")
+    p.add_argument("--stomp-tls-port", type=int, default=D.stomp_tls_port,
+                   help="STOMP over TLS port (off unless given, as RabbitMQ's "
+                        "stomp.listeners.ssl, whose usual port is 61614; 0 picks a free "
+                        "one); uses the --tls-cert/--tls-key/--tls-ca/--tls-verify-peer "
+                        "options")
+    p.add_argument("--stomp-ssl-cert-login", action="store_true",
+                   help="a STOMP CONNECT over TLS without a login header logs in as the "
+                        "verified client certificate's CN (RabbitMQ's stomp.ssl_cert_login)")
     p.add_argument("--memory-high-watermark", default=D.memory_high_watermark,
                    help="block publishers while the broker's memory (RSS) is above this: a "
                         "fraction of RAM (default %(default)s, as RabbitMQ's "
@@ -84,10 +95,23 @@ def serve(args: argparse.Namespace) -> int:
         print(f"ackmq: --tls-port must be between 0 and 65535, got {args.tls_port}",
               file=sys.stderr)
         return 2
-    if args.tls_port is None and (args.tls_cert or args.tls_key or args.tls_ca
-                                  or args.tls_verify_peer or args.tls_fail_if_no_peer_cert):
-        print("ackmq: the --tls-* options need --tls-port (e.g. --tls-port 5671)",
-              file=sys.stderr)
+    if args.stomp_tls_port is not None and not 0 <= args.stomp_tls_port <= 65535:
+        print(f"ackmq: --stomp-tls-port must be between 0 and 65535, got "
+              f"{args.stomp_tls_port}", file=sys.stderr)
+        return 2
+    if args.tls_port is None and args.stomp_tls_port is None and (
+            args.tls_cert or args.tls_key or args.tls_ca or args.tls_verify_peer
+            or args.tls_fail_if_no_peer_cert):
+        print("ackmq: the --tls-* options need --tls-port (e.g. --tls-port 5671) and/or "
+              "--stomp-tls-port (e.g. --stomp-tls-port 61614)", file=sys.stderr)
+        return 2
+    if args.stomp_ssl_cert_login and args.stomp_tls_port is None:
+        print("ackmq: --stomp-ssl-cert-login needs --stomp-tls-port (and --tls-ca "
+              "--tls-verify-peer, so that clients present a certificate)", file=sys.stderr)
+        return 2
+    if not 0 < args.handshake_timeout <= 3600:
+        print("ackmq: --handshake-timeout must be between 0 and 3600 seconds, got "
+              f"{args.handshake_timeout:g}", file=sys.stderr)
         return 2
     if bool(args.default_user) != bool(args.default_pass):
         print("ackmq: --default-user and --default-pass (or ACKMQ_DEFAULT_USER and "
@@ -106,6 +130,7 @@ def serve(args: argparse.Namespace) -> int:
                  fsync=not args.no_fsync, heartbeat=args.heartbeat,
                  consumer_timeout_ms=args.consumer_timeout_ms,
                  max_message_size=args.max_message_size,
+                 handshake_timeout=args.handshake_timeout,
                  queue_hot_messages=max(1, args.queue_hot_messages),
                  queue_memory_mb=max(0, args.queue_memory_mb),
                  default_user=args.default_user or None,
@@ -113,6 +138,8 @@ def serve(args: argparse.Namespace) -> int:
                  tls_port=args.tls_port, tls_cert=args.tls_cert, tls_key=args.tls_key,
                  tls_ca=args.tls_ca, tls_verify_peer=args.tls_verify_peer,
                  tls_fail_if_no_peer_cert=args.tls_fail_if_no_peer_cert,
+                 stomp_tls_port=args.stomp_tls_port,
+                 stomp_ssl_cert_login=args.stomp_ssl_cert_login,
                  memory_high_watermark=args.memory_high_watermark,
                  disk_free_limit=args.disk_free_limit)
     try:
@@ -145,7 +172,8 @@ def serve(args: argparse.Namespace) -> int:
         if server.all_interfaces:
             bound = server.bound + [f"{b} (STOMP)" for b in server.stomp_bound]
             where = f"on all interfaces: {', '.join(bound)}; {where}"
-        urls = " and ".join(u for u in (url, server.stomp_url, server.tls_url) if u)
+        urls = " and ".join(u for u in (url, server.stomp_url, server.tls_url,
+                                         server.stomp_tls_url) if u)
         log.info("ackmq listening on %s (%s, fsync %s)", urls, where,
                  "on" if cfg.fsync else "OFF")
         if server.all_interfaces and "guest" in cfg.loopback_users:

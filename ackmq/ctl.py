@@ -36,8 +36,13 @@ verbs:
   set_vm_memory_high_watermark <fraction> | absolute <value>   (e.g. 0.4, absolute 2GiB)
   set_disk_free_limit <disk_limit> | mem_relative <fraction>  (e.g. 1GiB, mem_relative 1.5)
   alarms                              the resource alarms set now (memory, disk)
-  import_definitions <file.json>      users (RabbitMQ's sha256/sha512/md5 hashes), vhosts
-                                      and permissions of `rabbitmqctl export_definitions`
+  set_topic_permissions [-p <vhost>] <user> <exchange> <write> <read>
+  clear_topic_permissions [-p <vhost>] <user> [<exchange>]
+  list_topic_permissions [-p <vhost>] list_user_topic_permissions <user>
+  import_definitions <file.json>      users (RabbitMQ's sha256/sha512/md5 hashes), vhosts,
+                                      permissions and topic permissions of `rabbitmqctl
+                                      export_definitions`
+  export_definitions <file.json>      the same four, in that layout ("-" for stdout)
 """
 
 # verb -> (argument names, rabbitmqctl's info line)
@@ -65,14 +70,25 @@ VERBS: dict[str, tuple[list[str], str]] = {
     "clear_user_limits": (["username", "limit_name"],
                           'Clearing "{1}" limit for user "{0}" ...'),
     "list_user_limits": ([], 'Listing limits for user "{user}" ...'),
+    "set_topic_permissions": (["username", "exchange", "write", "read"],
+                              'Setting topic permissions on "{1}" for user "{0}" in vhost '
+                              '"{vhost}" ...'),
+    "clear_topic_permissions": (["username", "exchange?"],
+                                'Clearing topic permissions{on} for user "{0}" in vhost '
+                                '"{vhost}" ...'),
+    "list_topic_permissions": ([], 'Listing topic permissions for vhost "{vhost}" ...'),
+    "list_user_topic_permissions": (["username"],
+                                    'Listing topic permissions for user "{0}" ...'),
     "set_vm_memory_high_watermark": (["value*"], "Setting memory threshold to {all} ..."),
     "set_disk_free_limit": (["value*"], "Setting disk free limit to {all} ..."),
     "alarms": ([], "Listing resource alarms ..."),
     "import_definitions": (["file"], 'Importing definitions in JSON from a file at '
                                      '"{0}" ...'),
+    "export_definitions": (["file"], 'Exporting definitions in JSON to a file at "{0}" ...'),
 }
 VHOST_VERBS = {"set_permissions", "clear_permissions", "list_permissions",
-               "set_vhost_limits", "clear_vhost_limits", "list_vhost_limits"}
+               "set_vhost_limits", "clear_vhost_limits", "list_vhost_limits",
+               "set_topic_permissions", "clear_topic_permissions", "list_topic_permissions"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -91,6 +107,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         for n in names:
             if n.endswith("*"):
                 vp.add_argument(n[:-1], nargs="*")
+            elif n.endswith("?"):
+                vp.add_argument(n[:-1], nargs="?")
             else:
                 vp.add_argument(n)
 
@@ -117,15 +135,17 @@ def run(args: argparse.Namespace) -> int:
     names, info = VERBS[args.verb]
     values: list[str] = []
     for n in names:
-        v = getattr(args, n.rstrip("*"))
-        values.extend(v if isinstance(v, list) else [v])
+        v = getattr(args, n.rstrip("*?"))
+        if v is not None:
+            values.extend(v if isinstance(v, list) else [v])
     vhost = getattr(args, "vhost", "/")
     if args.verb == "list_user_limits":
         values = [args.user]
     path = args.socket or args.data_dir / "ctl.sock"
-    if not args.quiet:
+    if not args.quiet and not (args.verb == "export_definitions" and values[0] == "-"):
+        on = f' on "{values[1]}"' if len(values) > 1 else ""  # clear_topic_permissions
         print(info.format(*values, vhost=vhost, tags=", ".join(values[1:]),
-                          user=getattr(args, "user", ""), all=" ".join(values)))
+                          user=getattr(args, "user", ""), on=on, all=" ".join(values)))
     extra: dict[str, Any] = {}
     if args.verb == "import_definitions":
         try:
@@ -144,15 +164,28 @@ def run(args: argparse.Namespace) -> int:
     if not reply.get("ok"):
         print(f"Error:\n{reply.get('error')}", file=sys.stderr)
         return int(reply.get("code") or 1)
+    if args.verb == "export_definitions":
+        text = json.dumps(reply["definitions"], indent=2, sort_keys=True)
+        if values[0] == "-":
+            print(text)
+        else:
+            try:
+                Path(values[0]).write_text(text + "\n", "utf-8")
+            except OSError as e:
+                print(f"Error:\ncannot write definitions to {values[0]}: {e}", file=sys.stderr)
+                return 73
+        return 0
     if reply.get("skipped"):
-        print("not imported (ackmq imports users, vhosts and permissions only so far): "
+        print("not imported (ackmq imports users, vhosts, permissions and topic permissions "
+              "only so far): "
               + ", ".join(reply["skipped"]))
     # list_*_limits: one JSON object, as rabbitmqctl prints it (nothing for a vhost
     # without limits, "{}" for a user without)
     if "json" in reply and (reply["json"] or args.verb == "list_user_limits"):
         print(json.dumps(reply["json"], separators=(",", ":"), sort_keys=True))
     if reply.get("rows"):  # rabbitmqctl prints no header for an empty list
-        print("\t".join(reply["columns"]))
+        if reply.get("columns"):  # (nor any for list_user_topic_permissions)
+            print("\t".join(reply["columns"]))
         for row in reply["rows"]:
             print("\t".join(row))
     return 0

@@ -36,6 +36,8 @@ from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 from rawamqp import PROTOCOL_HEADER, RawConnection, body_frame, method_frame, raw_frame
 
+from ackmq.bench.fuzz import KINDS, every_type_table, mutate, nested_tables
+from ackmq.bench.fuzz import every_property as _every_property
 from ackmq.protocol.amqp import (
     Content,
     Decoder,
@@ -61,17 +63,6 @@ _U32 = struct.Struct(">I")
 
 
 # ---- building blocks ------------------------------------------------------------------
-
-def nested_tables(depth: int) -> bytes:
-    """A field table (length prefix included) `depth` levels deep, the outermost being
-    level 1: {"k": {"k": ... {"v": true}}}."""
-    entry = b"\x01vt\x01"
-    table = _U32.pack(len(entry)) + entry
-    for _ in range(depth - 1):
-        entry = b"\x01kF" + table
-        table = _U32.pack(len(entry)) + entry
-    return table
-
 
 def nested_arrays(depth: int) -> bytes:
     """A table (level 1) whose one value is an array `depth - 1` arrays deep."""
@@ -575,36 +566,6 @@ def test_B1_D6_dead_lettering_a_message_with_an_odd_x_death(tmp_path: Path,
 
 # ---- property test: mutated valid sessions --------------------------------------------
 
-def every_type_table() -> bytes:
-    """A field table with one value of every type RabbitMQ's parser knows, nested ones
-    included (raw: pamqp's encoder cannot produce u, B, f, L or an explicit D)."""
-    entries = [
-        b"t" + b"\x01", b"b" + struct.pack(">b", -5), b"B" + b"\xfa",
-        b"s" + struct.pack(">h", -300), b"u" + struct.pack(">H", 60000),
-        b"I" + struct.pack(">i", -70000), b"i" + struct.pack(">I", 4000000000),
-        b"l" + struct.pack(">q", -(2**40)), b"L" + struct.pack(">q", 2**40),
-        b"f" + struct.pack(">f", 1.5), b"d" + struct.pack(">d", -2.25),
-        b"D" + struct.pack(">Bi", 2, 12345), b"S" + _U32.pack(5) + b"hello",
-        b"x" + _U32.pack(3) + b"\x00\xff\x10",
-        b"T" + struct.pack(">Q", 1_700_000_000), b"V",
-        b"A" + _U32.pack(9) + b"t\x00" + b"S" + _U32.pack(2) + b"ab",
-        b"F" + _U32.pack(5) + b"\x02inB\x07",
-    ]
-    body = b"".join(bytes((len(f"k{i}"),)) + f"k{i}".encode() + e
-                    for i, e in enumerate(entries))
-    return _U32.pack(len(body)) + body
-
-
-def _every_property() -> bytes:
-    """Raw properties with all 14 fields set, headers of every field type."""
-    table = every_type_table()
-    short = [b"\x10application/json", b"\x04gzip"]
-    tail = (b"\x02" + b"\x05" + b"\x04corr" + b"\x05reply" + b"\x0560000" + b"\x03mid"
-            + struct.pack(">Q", 1_700_000_000) + b"\x04type" + b"\x05guest" + b"\x03app"
-            + b"\x07cluster")
-    return struct.pack(">H", 0xFFFC) + b"".join(short) + table + tail
-
-
 def _session(split_body: bool) -> bytes:
     """A client's side of a whole session, as a real client writes it: handshake,
     declares with argument tables of every field type, publishes with all properties,
@@ -695,42 +656,13 @@ SERVER_SIDE = {3}  # streams without the protocol header
 # A mutation: (kind, where as a fraction of the stream, a value).
 mutations = st.lists(
     st.tuples(
-        st.sampled_from(["flip", "set", "insert", "delete", "len32", "dup", "truncate"]),
+        st.sampled_from(KINDS),
         st.floats(0, 1, allow_nan=False),
         st.integers(0, 2**32 - 1),
         st.binary(max_size=8),
     ),
     min_size=1, max_size=4,
 )
-_INTERESTING_32 = (0, 1, 2, 3, 4, 7, 0x7F, 0xFF, 0x100, 0xFFFF, 0x7FFFFFFF, 0x80000000,
-                   0xFFFFFFFF)
-
-
-def mutate(data: bytes, ops: list[tuple[str, float, int, bytes]]) -> bytes:
-    """Apply byte-level mutations: what a fuzzer does to a valid stream."""
-    buf = bytearray(data)
-    for kind, where, number, blob in ops:
-        if not buf:
-            break
-        i = min(int(where * len(buf)), len(buf) - 1)
-        if kind == "flip":
-            buf[i] ^= 1 << (number % 8)
-        elif kind == "set":
-            buf[i] = number & 0xFF
-        elif kind == "insert":
-            buf[i:i] = blob
-        elif kind == "delete":
-            del buf[i:i + 1 + number % 16]
-        elif kind == "len32":  # rewrite what may be a length field
-            buf[i:i + 4] = _U32.pack(_INTERESTING_32[number % len(_INTERESTING_32)]
-                                     if number % 3 else number)
-        elif kind == "dup":
-            buf[i:i] = buf[i:i + 1 + number % 64]
-        elif kind == "truncate":
-            del buf[i:]
-    return bytes(buf)
-
-
 def _check_events(events: list[object]) -> None:
     """Content the decoder accepted must be readable by the broker without raising."""
     for event in events:

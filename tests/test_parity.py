@@ -456,6 +456,33 @@ def test_channel_max_frees_a_slot_on_close(url: str) -> None:
         conn.rpc(300, C.Queue.Declare(queue=uniq(), exclusive=True), C.Queue.DeclareOk)
 
 
+def test_frames_pipelined_after_the_clients_channel_close_are_dropped(raw: RawConnection
+                                                                       ) -> None:
+    """A client that sends more on a channel right behind its own channel.close (an ack or
+    a publish racing the close, in the same write) loses those frames, not the
+    connection: RabbitMQ drops them. ackmq closed the whole connection with 504 before.
+    (RabbitMQ answers 504 to frames that arrive after its channel process has ended, a
+    few ms later; ackmq keeps dropping them until the number is opened again.)"""
+    q = uniq()
+    raw.open_channel(2)
+    raw.rpc(2, C.Queue.Declare(queue=q, exclusive=True), C.Queue.DeclareOk)
+    sock, sent = raw.sock, []
+    raw.sock = type("Collect", (), {"sendall": lambda self, b: sent.append(b)})()
+    try:
+        raw.send(1, C.Channel.Close(reply_code=200, reply_text="bye", class_id=0,
+                                    method_id=0))
+        raw.send(1, C.Queue.Declare(queue=uniq(), exclusive=True))
+        raw.publish(1, "", q, b"after close")
+        raw.send(1, C.Basic.Ack(delivery_tag=1))
+    finally:
+        raw.sock = sock
+    sock.sendall(b"".join(sent))  # one write: pipelined behind the close
+    raw.expect(C.Channel.CloseOk, channel=1)
+    ok = raw.rpc(2, C.Queue.Declare(queue=q, passive=True), C.Queue.DeclareOk)
+    assert ok.message_count == 0
+    assert raw.drain(0.3) == []
+
+
 def test_time_fields_are_utc_seconds(raw: RawConnection) -> None:
     """The x-death time a client decodes is the broker's UTC clock in whole seconds."""
     q, dead = uniq("q"), uniq("dead")

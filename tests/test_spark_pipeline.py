@@ -79,8 +79,8 @@ class Publisher(threading.Thread):
             while self.confirmed < self.at_least or not self.stop.is_set():
                 start = self.confirmed
                 for i in range(start, start + chunk):
-                    pub.publish("", self.queue, str(i).encode(), pika.BasicProperties(
-                        delivery_mode=2, message_id=f"m-{i}" if self.with_ids else None))
+                    pub.publish("", self.queue, str(i).encode(),
+                                message_id=f"m-{i}" if self.with_ids else None)
                 pub.flush()
                 self.confirmed = start + chunk
                 time.sleep(chunk / self.rate)

@@ -62,7 +62,7 @@ def test_S3_publisher_confirm_timeout_raises(broker_url: str) -> None:
     pub = ConfirmingPublisher(broker_url, confirm_timeout=0.0)
     try:
         for _ in range(10):
-            pub.publish("", q, b"x", pika.BasicProperties(delivery_mode=2))
+            pub.publish("", q, b"x")
         with pytest.raises(PublishError, match="unconfirmed"):
             pub.flush()
     finally:
@@ -128,7 +128,7 @@ def test_S3_publisher_fails_at_once_when_the_broker_closes_the_channel(broker_ur
     try:
         with pytest.raises(PublishError, match=r"404 NOT_FOUND - no exchange 'no\.such\.exchange'"):
             for _ in range(100):
-                pub.publish("no.such.exchange", "rk", b"x", pika.BasicProperties())
+                pub.publish("no.such.exchange", "rk", b"x", persistent=False)
             pub.flush()
     finally:
         pub.close()

@@ -6,6 +6,7 @@ meanwhile, and loses none of that publisher's receipted messages."""
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import threading
@@ -17,7 +18,8 @@ import pytest
 from conftest import BrokerProcess
 from stomphelp import Closed, Raw
 
-SESSIONS = 240
+# STOMP_FUZZ_SESSIONS=20000 for the longer run of docs/robustness.md
+SESSIONS = int(os.environ.get("STOMP_FUZZ_SESSIONS", "240"))
 SPECIAL = [b"\x00", b"\n", b"\r", b"\r\n", b"\\", b":", b"\\c", b"\xff", b"\n\n",
            b"content-length:99999999\n", b"content-length:-1\n", b"transaction:t1\n",
            b"ACK\nid:x@@y@@1\n\n\x00", b"NACK\nid:T_s1@@y@@2\nrequeue:false\n\n\x00",

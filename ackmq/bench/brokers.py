@@ -14,11 +14,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pika
 import psutil
 
 from ackmq.bench.stomp_wire import StompWireError, parse_stomp_url, probe_stomp
 from ackmq.bench.wire import URL_FORM, BadURL, parse_url, redact
+from ackmq.client import ClientError, connect
+from ackmq.client import parse_url as client_url
 
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
 RABBITMQ_STOMP_URL = "stomp://guest:guest@127.0.0.1:61623/"
@@ -82,32 +83,31 @@ def find_listener_pid(port: int) -> int | None:
     return None
 
 
-def check_url(url: str) -> pika.URLParameters:
-    """pika's parameters for a URL both clients accept, else a BenchSetupError saying
-    what form is expected (amqp://user:pass@host:port/vhost; no amqps, no other scheme)."""
+def check_url(url: str) -> None:
+    """A BenchSetupError saying what form is expected unless both the bench and
+    ackmq.client accept the URL (amqp://user:pass@host:port/vhost; no amqps, no other
+    scheme)."""
     try:
         parse_url(url)
     except BadURL as exc:
         raise BenchSetupError(str(exc)) from None
     try:
-        return pika.URLParameters(url)
-    except Exception as exc:  # noqa: BLE001 - pika raises IndexError, ValueError, ...
-        raise BenchSetupError(f"bad broker URL {redact(url)!r} ({type(exc).__name__}: {exc}); "
+        client_url(url)
+    except (ValueError, TypeError) as exc:
+        raise BenchSetupError(f"bad broker URL {redact(url)!r} ({exc}); "
                               f"expected {URL_FORM}") from None
 
 
 def probe(target: Target) -> Target:
     """Fill in product/version/label from connection.start and the pid from the port."""
-    params = check_url(target.url)
+    check_url(target.url)
     parts = parse_url(target.url)
     try:
-        conn = pika.BlockingConnection(params)
-    except Exception as exc:  # noqa: BLE001 - any failure here means "cannot reach"
+        with connect(target.url, heartbeat=0, connect_timeout=10.0,
+                     connection_name="ackmq-bench-probe") as conn:
+            props = dict(conn.server_properties or {})
+    except (ClientError, OSError) as exc:  # any failure here means "cannot reach"
         raise BenchSetupError(f"cannot connect to {target.public_url()}: {exc!r}") from exc
-    try:
-        props = conn._impl.server_properties or {}
-    finally:
-        conn.close()
 
     def text(v: object) -> str:
         return v.decode() if isinstance(v, bytes) else str(v or "")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import pika
 from pamqp import commands
 
 from ackmq.bench.context import RunContext, run_async
 from ackmq.bench.floor import physical_floor
 from ackmq.bench.pipeline import OutstandingConfirms, publish_pipelined
-from ackmq.bench.wire import Connection, publish_bytes
+from ackmq.client import connect
+from ackmq.client.lowlevel import open_connection
 
 PERSISTENT = 2
 DEFAULT_N = 50_000
@@ -16,22 +16,17 @@ BATCH = 100
 
 
 def confirms_individual(ctx: RunContext) -> None:
-    """publish, wait for the confirm, repeat — with pika, exactly as a user writes it."""
+    """send(), wait for the confirm, repeat — with ackmq.client, exactly as a user writes
+    it (until 2026-11-24 this was pika's BlockingConnection; `client-publish` compares)."""
     n = ctx.n(DEFAULT_N)
     q = ctx.name()
     body = b"x" * ctx.options.body_size
-    props = pika.BasicProperties(delivery_mode=PERSISTENT)
-    conn = pika.BlockingConnection(pika.URLParameters(ctx.target.url))
-    try:
-        ch = conn.channel()
-        ch.queue_declare(q, durable=True)
-        ch.confirm_delivery()
+    with connect(ctx.target.url, heartbeat=0, connection_name="ackmq-bench") as conn:
+        p = conn.session().producer(q)  # declares q durable; mandatory publishes
         with ctx.measure():
             for _ in range(n):
-                ch.basic_publish("", q, body, props)  # raises NackError / UnroutableError
+                p.send(body)  # raises NackError / ReturnedError / ConfirmTimeout
         ms = ctx.wall_s * 1e3
-    finally:
-        conn.close()
     ctx.messages = n
     ctx.add("confirms-individual", ms, "ms", "lower")
     floor_dir = ctx.options.floor_dir or (str(ctx.target.data_dir) if ctx.target.data_dir else None)
@@ -42,9 +37,9 @@ def confirms_individual(ctx: RunContext) -> None:
 async def _confirms_pipelined(ctx: RunContext, n: int, batch: int | None) -> None:
     q = ctx.name()
     body = b"x" * ctx.options.body_size
-    conn = await Connection.open(ctx.target.url)
+    conn = await open_connection(ctx.target.url, "ackmq-bench")
     try:
-        ch = await conn.channel(1)
+        ch = await conn.channel()
         await ch.declare_queue(q, durable=True)
         await ch.confirm_select()
         oc = OutstandingConfirms()
@@ -53,7 +48,7 @@ async def _confirms_pipelined(ctx: RunContext, n: int, batch: int | None) -> Non
             if batch is None:
                 await publish_pipelined(ch, q, n, body, PERSISTENT, confirms=oc)
             else:
-                one = publish_bytes(1, "", q, body, PERSISTENT, conn.frame_max)
+                one = ch.publish_bytes("", q, body, PERSISTENT)
                 left = n
                 while left:
                     k = min(batch, left)
@@ -91,13 +86,13 @@ def confirms_async(ctx: RunContext) -> None:
 async def _tx(ctx: RunContext, n: int, per_commit: int) -> float:
     q = ctx.name()
     body = b"x" * ctx.options.body_size
-    conn = await Connection.open(ctx.target.url)
+    conn = await open_connection(ctx.target.url, "ackmq-bench")
     before = ctx.wall_s
     try:
-        ch = await conn.channel(1)
+        ch = await conn.channel()
         await ch.declare_queue(q, durable=True)
-        await ch.call(commands.Tx.Select())
-        one = publish_bytes(1, "", q, body, PERSISTENT, conn.frame_max)
+        await ch.tx_select()
+        one = ch.publish_bytes("", q, body, PERSISTENT)
         commit = commands.Tx.Commit()
         with ctx.measure():
             left = n

@@ -11,9 +11,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import pika
+from pamqp import commands
 
 from ackmq.bench.brokers import Target
+from ackmq.client import ClientError
+from ackmq.client.lowlevel import open_connection
 
 try:  # uvloop keeps the client's per-message cost low; plain asyncio works too
     import uvloop
@@ -105,6 +107,24 @@ class RunContext:
                 m.broker_cpu_s = self.broker_cpu_s - since[2]
         self.metrics.append(m)
 
+    async def _delete(self, queues: list[str], exchanges: list[str]) -> None:
+        conn = await open_connection(self.target.url, "ackmq-bench-cleanup")
+        try:
+            ch = None
+            deletes = [commands.Queue.Delete(queue=q) for q in queues] + \
+                [commands.Exchange.Delete(exchange=x) for x in exchanges]
+            for method in deletes:
+                try:
+                    if ch is None or ch.chan.error is not None:
+                        ch = await conn.channel()
+                    await ch.call(method)
+                except ClientError:
+                    if not conn.is_open:
+                        raise
+                    # a channel error (e.g. 404): keep deleting the others
+        finally:
+            await conn.close()
+
     def _broker_cpu(self) -> float | None:
         proc = self.target.process
         if proc is None:
@@ -144,29 +164,9 @@ class RunContext:
             self.exchanges.clear()
             return False
         try:
-            conn = pika.BlockingConnection(pika.URLParameters(self.target.url))
-        except Exception:  # noqa: BLE001 - nothing more we can do; the name prefix tells
-            return False
-        try:
-            for q in self.queues:
-                try:
-                    ch = conn.channel()
-                    ch.queue_delete(q)
-                    ch.close()
-                except Exception:  # noqa: BLE001 - keep deleting the others
-                    pass
-            for x in self.exchanges:
-                try:
-                    ch = conn.channel()
-                    ch.exchange_delete(x)
-                    ch.close()
-                except Exception:  # noqa: BLE001
-                    pass
-        finally:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001
-                pass
+            run_async(self._delete(self.queues, self.exchanges))
+        except (ClientError, OSError, TimeoutError):
+            return False  # nothing more we can do; the name prefix tells
         self.queues.clear()
         self.exchanges.clear()
         return True

@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 
 from ackmq.bench.pipeline import OutstandingConfirms
-from ackmq.bench.wire import Connection, publish_bytes
+from ackmq.client.lowlevel import open_connection
 
 QUEUE = "ackmq-bench.deep"
 _IDX = struct.Struct(">Q")
@@ -91,8 +91,8 @@ def _progress(what: str, done: int, n: int, t0: float, broker: Broker) -> None:
 
 
 async def _publish(broker: Broker, n: int, body_size: int) -> float:
-    conn = await Connection.open(broker.url)
-    ch = await conn.channel(1)
+    conn = await open_connection(broker.url, "ackmq-bench-deep")
+    ch = await conn.channel()
     await ch.declare_queue(QUEUE, durable=True)
     await ch.confirm_select()
     oc = OutstandingConfirms()
@@ -102,7 +102,7 @@ async def _publish(broker: Broker, n: int, body_size: int) -> float:
     i = 0
     while i < n:
         k = min(2000, n - i)
-        frames = [publish_bytes(1, "", QUEUE, _IDX.pack(j) + pad, 2, conn.frame_max)
+        frames = [ch.publish_bytes("", QUEUE, _IDX.pack(j) + pad, 2)
                   for j in range(i, i + k)]
         for _ in range(k):
             oc.add(None)
@@ -126,8 +126,8 @@ async def _publish(broker: Broker, n: int, body_size: int) -> float:
 
 
 async def _drain(broker: Broker, n: int) -> float:
-    conn = await Connection.open(broker.url)
-    ch = await conn.channel(1)
+    conn = await open_connection(broker.url, "ackmq-bench-deep")
+    ch = await conn.channel()
     await ch.qos(1000)
     expect = [0]
     done = asyncio.get_running_loop().create_future()
@@ -141,7 +141,7 @@ async def _drain(broker: Broker, n: int) -> float:
             return
         expect[0] += 1
         if expect[0] % 500 == 0 or expect[0] == n:
-            ch.conn.write(_ack(tag))
+            conn.queue(ch.ack_bytes(tag, True))
         if expect[0] % 100_000 == 0:
             _progress("drain", expect[0], n, t0, broker)
         if expect[0] == n and not done.done():
@@ -158,11 +158,6 @@ async def _drain(broker: Broker, n: int) -> float:
     if left:
         raise RuntimeError(f"{left} messages left after the drain")
     return elapsed
-
-
-def _ack(tag: int) -> bytes:
-    from ackmq.bench.wire import ack_frame
-    return ack_frame(1, tag, True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,8 @@ import time
 from ackmq.bench.context import RunContext, run_async
 from ackmq.bench.pipeline import OutstandingConfirms
 from ackmq.bench.stats import percentile
-from ackmq.bench.wire import Connection, ack_frame, publish_bytes
+from ackmq.client.lowlevel import delivery_mode_properties, open_connection
+from ackmq.protocol.amqp import encode_ack, encode_publish
 
 _STAMP = struct.Struct(">d")
 PREFETCH = 300
@@ -32,22 +33,24 @@ async def _latency(ctx: RunContext, n: int, rate: float) -> tuple[list[float], l
     confirm_lat: list[float] = []
     loop = asyncio.get_running_loop()
     done = loop.create_future()
-    cons = await Connection.open(ctx.target.url, "ackmq-bench-latency-consumer")
-    pub = await Connection.open(ctx.target.url, "ackmq-bench-latency-publisher")
+    cons = await open_connection(ctx.target.url, "ackmq-bench-latency-consumer")
+    pub = await open_connection(ctx.target.url, "ackmq-bench-latency-publisher")
     try:
-        cch = await cons.channel(1)
+        cch = await cons.channel()
+        cnum = cch.number
         await cch.declare_queue(q, durable=True)
         await cch.qos(PREFETCH)
 
         def on_deliver(tag: int, redelivered: bool, body: bytes) -> None:
             deliver_lat.append(clock() - _STAMP.unpack_from(body)[0])
-            cons.queue(ack_frame(1, tag))
+            cons.queue(encode_ack(cnum, tag, False))
             if len(deliver_lat) >= n and not done.done():
                 done.set_result(None)
 
         cch.on_deliver = on_deliver
         await cch.consume(q)
-        pch = await pub.channel(1)
+        pch = await pub.channel()
+        pnum, persistent, frame_max = pch.number, delivery_mode_properties(2), pub.frame_max
         await pch.confirm_select()
         oc = OutstandingConfirms()
         oc.on_settle = lambda seq, sched, ack: confirm_lat.append(clock() - sched)  # type: ignore[operator]
@@ -62,7 +65,8 @@ async def _latency(ctx: RunContext, n: int, rate: float) -> tuple[list[float], l
                     for i in range(sent, due):
                         sched = t0 + i / rate
                         oc.add(sched)
-                        frames.append(publish_bytes(1, "", q, _STAMP.pack(sched) + pad, 2))
+                        frames.append(encode_publish(pnum, "", q, False, False, persistent,
+                                                     _STAMP.pack(sched) + pad, frame_max))
                     pub.write(b"".join(frames))
                     sent = due
                 await asyncio.sleep(TICK)

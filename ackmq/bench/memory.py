@@ -11,7 +11,7 @@ import asyncio
 
 from ackmq.bench.context import RunContext, run_async
 from ackmq.bench.pipeline import OutstandingConfirms, publish_pipelined
-from ackmq.bench.wire import Connection
+from ackmq.client.lowlevel import open_connection
 
 SETTLE_S = 1.0
 
@@ -27,9 +27,9 @@ def _rss(ctx: RunContext) -> int:
 async def _fill(ctx: RunContext, n: int) -> tuple[int, int, int]:
     q = ctx.name()
     body = b"x" * ctx.options.body_size
-    conn = await Connection.open(ctx.target.url)
+    conn = await open_connection(ctx.target.url, "ackmq-bench")
     try:
-        ch = await conn.channel(1)
+        ch = await conn.channel()
         await ch.declare_queue(q)
         await ch.confirm_select()
         oc = OutstandingConfirms()

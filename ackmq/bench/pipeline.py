@@ -6,7 +6,7 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Callable
 
-from ackmq.bench.wire import Channel, publish_bytes
+from ackmq.client.lowlevel import RawChannel
 
 CHUNK = 256  # messages per socket write
 
@@ -62,7 +62,7 @@ class OutstandingConfirms:
         await asyncio.wait_for(self._waiter, timeout)
 
 
-async def publish_pipelined(ch: Channel, queue: str, n: int, body: bytes, delivery_mode: int,
+async def publish_pipelined(ch: RawChannel, queue: str, n: int, body: bytes, delivery_mode: int,
                             exchange: str = "", confirms: OutstandingConfirms | None = None) -> None:
     """Publish n copies of body as fast as TCP lets us, tracking confirms if given.
 
@@ -70,7 +70,7 @@ async def publish_pipelined(ch: Channel, queue: str, n: int, body: bytes, delive
     until every message is acked.
     """
     conn = ch.conn
-    one = publish_bytes(ch.number, exchange, queue, body, delivery_mode, conn.frame_max)
+    one = ch.publish_bytes(exchange, queue, body, delivery_mode)
     todo = n
     while todo:
         sent = 0

@@ -220,7 +220,13 @@ def plot(path: str | Path, rows: Sequence[dict[str, Any]], labels: Sequence[str]
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    client_rows = [r for r in rows if r["workload"] == "client-publish"
+                   and r["unit"] == "msgs/s" and "/" in r["metric"]]
+    if client_rows:
+        fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(18, 4.5))
+        _plot_clients(ax3, client_rows, labels)
+    else:
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     sweep = ([r for r in rows if r["workload"] == "consume-prefetch"]
              or [r for r in rows if r["workload"] == "stomp-consume-ci"])
     stomp = bool(sweep) and sweep[0]["workload"] == "stomp-consume-ci"
@@ -282,3 +288,32 @@ def _plot_speedups(ax: Any, rows: Sequence[dict[str, Any]], labels: Sequence[str
     ax.set_ylabel(f"{labels[0]} speed-up (× better; 1 = even)")
     ax.legend()
     ax.set_title(f"STOMP: {labels[0]} against each reference")
+
+
+def _plot_clients(ax: Any, rows: Sequence[dict[str, Any]], labels: Sequence[str]) -> None:
+    """client-publish: msgs/s per J10 strategy and client, one bar group per strategy,
+    one bar per (client, broker); the physical floor as a line over confirm-each."""
+    strategies = list(dict.fromkeys(r["metric"].split("/")[0] for r in rows))
+    clients = list(dict.fromkeys(r["metric"].split("/")[1] for r in rows
+                                 if not r["metric"].endswith("/floor")))
+    series = [(c, b) for c in clients for b in labels]
+    width = 0.8 / max(1, len(series))
+    by = {r["metric"]: r for r in rows}
+    for i, (client, label) in enumerate(series):
+        ys = [by.get(f"{st}/{client}", {}).get("brokers", {}).get(label, {}).get(
+            "median", float("nan")) for st in strategies]
+        ax.bar([k + i * width for k in range(len(strategies))], ys, width,
+               label=f"{client} @ {label}" if len(labels) > 1 else client)
+    floor = by.get("each/floor")
+    if floor and "each" in strategies:
+        k = strategies.index("each")
+        for label, b in floor["brokers"].items():
+            ax.hlines(b["median"], k - 0.1, k + 0.9, colors="black", linestyles="dashed",
+                      label="physical floor (rtt + fdatasync)" if label == labels[0] else None)
+    ax.set_xticks([k + width * (len(series) - 1) / 2 for k in range(len(strategies))],
+                  ["confirm each" if st == "each" else "batches of 100" if st == "batch"
+                   else "async confirms" for st in strategies])
+    ax.set_yscale("log")
+    ax.set_ylabel("msgs/s (median, log scale)")
+    ax.legend(fontsize=7)
+    ax.set_title("J10 publish strategies by client (persistent)")

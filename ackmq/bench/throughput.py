@@ -8,12 +8,13 @@ from pamqp import commands
 
 from ackmq.bench.context import RunContext, run_async
 from ackmq.bench.pipeline import OutstandingConfirms, publish_pipelined
-from ackmq.bench.wire import Channel, Connection, ack_frame
+from ackmq.client.lowlevel import RawChannel, open_connection
+from ackmq.protocol.amqp import encode_ack
 
 TRANSIENT = 1
 
 
-async def _wait_count(ch: Channel, q: str, n: int, timeout: float = 120.0) -> int:
+async def _wait_count(ch: RawChannel, q: str, n: int, timeout: float = 120.0) -> int:
     """Poll queue.declare(passive) until the queue holds n messages (or time runs out)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -27,9 +28,9 @@ async def _wait_count(ch: Channel, q: str, n: int, timeout: float = 120.0) -> in
 async def _publish(ctx: RunContext, n: int) -> None:
     q = ctx.name()
     body = b"x" * ctx.options.body_size
-    conn = await Connection.open(ctx.target.url)
+    conn = await open_connection(ctx.target.url, "ackmq-bench")
     try:
-        ch = await conn.channel(1)
+        ch = await conn.channel()
         await ch.declare_queue(q)
         with ctx.measure():
             await publish_pipelined(ch, q, n, body, TRANSIENT)
@@ -49,7 +50,7 @@ def publish(ctx: RunContext) -> None:
     ctx.add("publish", n / ctx.wall_s, "msgs/s", "higher")
 
 
-async def _prefill(ch: Channel, q: str, n: int, body: bytes) -> None:
+async def _prefill(ch: RawChannel, q: str, n: int, body: bytes) -> None:
     """Fill q with n transient messages, confirmed, so they are all there before timing."""
     await ch.declare_queue(q)
     await ch.confirm_select()
@@ -61,27 +62,28 @@ async def _prefill(ch: Channel, q: str, n: int, body: bytes) -> None:
 async def _drain(ctx: RunContext, q: str, n: int, prefetch: int | None) -> float:
     """Consume n messages from a pre-filled q; prefetch None = no-ack. Returns seconds."""
     body = b"x" * ctx.options.body_size
-    pub = await Connection.open(ctx.target.url)
+    pub = await open_connection(ctx.target.url, "ackmq-bench-prefill")
     try:
-        await _prefill(await pub.channel(1), q, n, body)
+        await _prefill(await pub.channel(), q, n, body)
     finally:
         await pub.close()
-    conn = await Connection.open(ctx.target.url)
+    conn = await open_connection(ctx.target.url, "ackmq-bench-consumer")
     before = ctx.wall_s
     try:
-        ch = await conn.channel(1)
+        ch = await conn.channel()
         no_ack = prefetch is None
         if not no_ack:
             await ch.qos(prefetch or 0)
         done = asyncio.get_running_loop().create_future()
         got = 0
         queue_out = conn.queue
+        num = ch.number
 
         def on_deliver(tag: int, redelivered: bool, body: bytes) -> None:
             nonlocal got
             got += 1
             if not no_ack:
-                queue_out(ack_frame(1, tag))  # one ack per message, flushed per read
+                queue_out(encode_ack(num, tag, False))  # one ack per message, flushed per read
             if got >= n and not done.done():
                 done.set_result(None)
 
@@ -124,25 +126,26 @@ async def _fanout(ctx: RunContext, n: int) -> None:
     x = ctx.name("x")
     queues = [ctx.name() for _ in range(FANOUT_QUEUES)]
     body = b"x" * ctx.options.body_size
-    cons = await Connection.open(ctx.target.url, "ackmq-bench-consumers")
-    pub = await Connection.open(ctx.target.url, "ackmq-bench-publisher")
+    cons = await open_connection(ctx.target.url, "ackmq-bench-consumers")
+    pub = await open_connection(ctx.target.url, "ackmq-bench-publisher")
     loop = asyncio.get_running_loop()
     done = loop.create_future()
     total = n * FANOUT_QUEUES
     got = 0
     try:
-        pch = await pub.channel(1)
+        pch = await pub.channel()
         await pch.call(commands.Exchange.Declare(exchange=x, exchange_type="fanout"))
-        for i, q in enumerate(queues):
-            ch = await cons.channel(i + 1)
+        for q in queues:
+            ch = await cons.channel()
             await ch.declare_queue(q)
             await ch.call(commands.Queue.Bind(queue=q, exchange=x))
             await ch.qos(300)
 
-            def on_deliver(tag: int, redelivered: bool, body: bytes, num: int = i + 1) -> None:
+            def on_deliver(tag: int, redelivered: bool, body: bytes,
+                           num: int = ch.number) -> None:
                 nonlocal got
                 got += 1
-                cons.queue(ack_frame(num, tag))
+                cons.queue(encode_ack(num, tag, False))
                 if got >= total and not done.done():
                     done.set_result(None)
 

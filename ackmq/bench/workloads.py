@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ackmq.bench import confirms, latency, memory, stomp_load, throughput
+from ackmq.bench import clients, confirms, latency, memory, stomp_load, throughput
 from ackmq.bench.context import RunContext
 
 
@@ -19,7 +19,7 @@ class Workload:
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("confirms-individual", confirms.confirms_individual,
-             "persistent msgs, pika: publish + wait for each confirm (total ms, lower better)"),
+             "persistent msgs, ackmq.client send(): wait for each confirm (total ms, lower better)"),
     Workload("confirms-batch", confirms.confirms_batch,
              "persistent msgs in batches of 100, wait for each batch (total ms, lower better)"),
     Workload("confirms-async", confirms.confirms_async,
@@ -38,6 +38,14 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              "broker RSS growth per queued 100-byte message (bytes/msg, lower better)"),
     Workload("fanout", throughput.fanout,
              "n publishes, each to 10 queues with 10 consumers (deliveries/s, higher better)"),
+    Workload("client-publish", clients.client_publish,
+             "J10 strategies, ackmq.client vs pika vs aio-pika, persistent msgs, n each "
+             "(msgs/s higher better; cpu µs/msg; ÷ = ratio between clients)"),
+    Workload("client-consume", clients.client_consume,
+             "ackmq.client receive() per ack mode, optimizeAcknowledge off/on, n each "
+             "(msgs/s, higher better)"),
+    Workload("client-prefetch-ext", clients.client_prefetch_ext,
+             "J8: CLIENT mode acking every P, window 1.5P vs P, n each (msgs/s, higher better)"),
     Workload("stomp-send-receipt", stomp_load.send_receipt,
              "persistent SEND to a durable queue, wait for each RECEIPT (total ms, lower better)",
              stomp=True),

@@ -97,6 +97,37 @@ class Permission:
         return self._res[kind].search(name) is not None
 
 
+@dataclass
+class TopicPermission:
+    """RabbitMQ's topic permission of a user on one exchange of a vhost: write and read
+    regular expressions matched against a routing key (publish) or binding key (bind)
+    of a topic exchange. `{username}` and `{vhost}` are replaced by the user's and the
+    vhost's names before matching, as RabbitMQ 3.10 does (plain text, not escaped);
+    `{client_id}` is left as it is (RabbitMQ fills it for MQTT only)."""
+
+    write: str
+    read: str
+    _res: tuple[re.Pattern[str] | None, ...] = field(default=(), repr=False, compare=False)
+
+    def expanded(self, user: str, vhost: str) -> TopicPermission:
+        """A copy with the variables filled and the patterns compiled (a pattern that the
+        expansion made invalid matches nothing)."""
+        t = TopicPermission(self.write, self.read)
+        res: list[re.Pattern[str] | None] = []
+        for p in (self.write, self.read):
+            p = (p or "^$").replace("{username}", user).replace("{vhost}", vhost)
+            try:
+                res.append(re.compile(p))
+            except re.error:
+                res.append(None)
+        t._res = tuple(res)
+        return t
+
+    def allows(self, kind: int, key: str) -> bool:
+        r = self._res[kind - 1]  # WRITE=1 -> 0, READ=2 -> 1
+        return r is not None and r.search(key) is not None
+
+
 CONFIGURE, WRITE, READ = 0, 1, 2
 _PERM_NAMES = ("configure", "write", "read")
 
@@ -187,6 +218,9 @@ class AccessModel(AccessModelLimits):
         self.users: dict[str, User] = {}
         self.vhosts: dict[str, dict[str, Any]] = {}  # name -> metadata (limits)
         self.permissions: dict[tuple[str, str], Permission] = {}  # (user, vhost)
+        # (user, vhost) -> exchange -> topic permission; a user with none for an exchange
+        # may use every routing key on it (RabbitMQ)
+        self.topic_permissions: dict[tuple[str, str], dict[str, TopicPermission]] = {}
         self.user_limits: dict[str, dict[str, int]] = {}
         self.save = save
         self.listeners: list[Callable[[str, str], None]] = []
@@ -222,6 +256,10 @@ class AccessModel(AccessModelLimits):
             "permissions": [{"user": u, "vhost": v, "configure": p.configure,
                              "write": p.write, "read": p.read}
                             for (u, v), p in self.permissions.items()],
+            "topic_permissions": [{"user": u, "vhost": v, "exchange": x, "write": t.write,
+                                   "read": t.read}
+                                  for (u, v), by_x in self.topic_permissions.items()
+                                  for x, t in by_x.items()],
         }
 
     @classmethod
@@ -247,6 +285,9 @@ class AccessModel(AccessModelLimits):
         for p in data.get("permissions", []):
             m.permissions[(p["user"], p["vhost"])] = Permission(p["configure"], p["write"],
                                                                 p["read"])
+        for t in data.get("topic_permissions", []):
+            m.topic_permissions.setdefault((t["user"], t["vhost"]), {})[t["exchange"]] = \
+                TopicPermission(t["write"], t["read"])
         return m
 
     def _changed(self, kind: str, name: str) -> None:
@@ -297,6 +338,8 @@ class AccessModel(AccessModelLimits):
         del self.users[name]
         for key in [k for k in self.permissions if k[0] == name]:
             del self.permissions[key]
+        for key in [k for k in self.topic_permissions if k[0] == name]:
+            del self.topic_permissions[key]
         self.user_limits.pop(name, None)
         self._changed("delete_user", name)
 
@@ -328,6 +371,8 @@ class AccessModel(AccessModelLimits):
         del self.vhosts[name]
         for key in [k for k in self.permissions if k[1] == name]:
             del self.permissions[key]
+        for key in [k for k in self.topic_permissions if k[1] == name]:
+            del self.topic_permissions[key]
         self._changed("delete_vhost", name)
 
     # -- permissions --------------------------------------------------------------------
@@ -350,6 +395,45 @@ class AccessModel(AccessModelLimits):
         self.permissions.pop((user, vhost), None)
         self._changed("permissions", user)
 
+    # -- topic permissions (rabbitmqctl set/clear_topic_permissions) -----------------
+    def _topic_target(self, user: str, vhost: str) -> None:
+        """rabbitmqctl's checks and texts for the topic permission verbs."""
+        if user not in self.users:
+            raise AccessError(f"User {user} does not exist", 67)
+        if vhost not in self.vhosts:
+            raise AccessError(f"Virtual host {vhost} does not exist", 69)
+
+    def set_topic_permissions(self, user: str, vhost: str, exchange: str, write: str,
+                              read: str) -> None:
+        """The exchange need not exist (as RabbitMQ)."""
+        self._topic_target(user, vhost)
+        for pattern in (write, read):
+            problem = compile_check(pattern)
+            if problem is not None:
+                raise AccessError(f"regular expression '{pattern}' is invalid: {problem}", 69)
+        self.topic_permissions.setdefault((user, vhost), {})[exchange] = \
+            TopicPermission(write, read)
+        self._changed("topic_permissions", user)
+
+    def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None
+                                ) -> None:
+        """One exchange's, or all of the user's in the vhost; none there is no error."""
+        self._topic_target(user, vhost)
+        by_x = self.topic_permissions.get((user, vhost))
+        if by_x is not None:
+            if exchange is None:
+                by_x.clear()
+            else:
+                by_x.pop(exchange, None)
+            if not by_x:
+                del self.topic_permissions[(user, vhost)]
+        self._changed("topic_permissions", user)
+
+    def topic_permission(self, user: str, vhost: str) -> dict[str, TopicPermission]:
+        """The user's topic permissions in the vhost, variables filled (for a channel)."""
+        return {x: t.expanded(user, vhost)
+                for x, t in self.topic_permissions.get((user, vhost), {}).items()}
+
 
 def resource_text(kind: str, name: str, vhost: str) -> str:
     return f"{kind} '{name}' in vhost '{vhost}'"
@@ -359,10 +443,14 @@ class ChannelAccess:
     """One channel's permission checks with a cache of what was allowed (RabbitMQ keeps
     the last 12 permitted resources per channel; we keep sets, emptied by the model on
     any change), so a publish to an already permitted exchange costs one set lookup:
-    `if name not in access.write_exchanges: access.check_publish(name)`."""
+    `if name not in access.write_exchanges: topic = access.check_publish(name)`.
 
-    __slots__ = ("model", "user", "vhost", "_perm", "_ok", "write_exchanges",
-                 "__weakref__")
+    Topic permissions cost nothing there: an exchange the user has a topic permission
+    for never enters `write_exchanges`, so only publishes to it take the slow path
+    (`check_topic` on the routing key, itself cached per channel)."""
+
+    __slots__ = ("model", "user", "vhost", "_perm", "_ok", "write_exchanges", "topics",
+                 "_topic_ok", "__weakref__")
 
     def __init__(self, model: AccessModel, user: str, vhost: str) -> None:
         self.model = model
@@ -371,12 +459,17 @@ class ChannelAccess:
         self._ok: set[tuple[int, str, str]] = set()
         self.write_exchanges: set[str] = set()  # the publish hot path's own cache
         self._perm: Permission | None = model.permission(user, vhost)
+        # exchange -> topic permission (variables filled); empty for most users
+        self.topics: dict[str, TopicPermission] = model.topic_permission(user, vhost)
+        self._topic_ok: set[tuple[int, str, str]] = set()
         model.caches.add(self)
 
     def invalidate(self) -> None:
         self._ok.clear()
         self.write_exchanges.clear()
         self._perm = self.model.permission(self.user, self.vhost)
+        self.topics = self.model.topic_permission(self.user, self.vhost)
+        self._topic_ok.clear()
 
     def check(self, perm: int, kind: str, name: str) -> None:
         """Raise 403 unless `user` has `perm` on the resource, as rabbit_channel does."""
@@ -391,11 +484,44 @@ class ChannelAccess:
         if len(self._ok) < 1024:
             self._ok.add(key)
 
-    def check_publish(self, exchange: str) -> None:
-        """basic.publish: write on the exchange; remembered for the next publish."""
+    def check_publish(self, exchange: str) -> bool:
+        """basic.publish: write on the exchange; remembered for the next publish unless
+        the user has a topic permission for that exchange. True: call `check_topic`
+        on the routing key once the exchange is known (RabbitMQ checks it after the
+        exchange's lookup and its internal flag)."""
         self.check(WRITE, "exchange", exchange)
+        if exchange in self.topics:
+            return True
         if len(self.write_exchanges) < 1024:
             self.write_exchanges.add(exchange)
+        return False
+
+    def topic_refusal(self, perm: int, exchange: str, key: str) -> str | None:
+        """None if the routing/binding `key` is allowed on `exchange` for `perm` (WRITE
+        to publish, READ to bind) by the user's topic permission (or there is none),
+        else RabbitMQ's text (rabbit_access_control:check_topic_access)."""
+        t = self.topics.get(exchange)
+        if t is None:
+            return None
+        ok = (perm, exchange, key)
+        if ok in self._topic_ok:
+            return None
+        if not t.allows(perm, key):
+            return (f"access to topic '{key}' in exchange '{exchange}' in vhost "
+                    f"'{self.vhost}' refused for user '{self.user}'")
+        if len(self._topic_ok) < 1024:
+            self._topic_ok.add(ok)
+        return None
+
+    def check_topic(self, perm: int, exchange: Any, key: str) -> None:
+        """Publish (WRITE) or bind (READ) on a topic exchange (an `Exchange`): 403
+        unless the user's topic permission for it allows `key` (rabbit_channel's
+        check_{write,read}_permitted_on_topic: topic exchanges only)."""
+        if exchange.type != "topic" or not self.topics:
+            return
+        text = self.topic_refusal(perm, exchange.name, key)
+        if text is not None:
+            raise SoftError(ACCESS_REFUSED, text)
 
     def configure(self, kind: str, name: str) -> None:
         self.check(CONFIGURE, kind, name)
@@ -408,4 +534,5 @@ class ChannelAccess:
 
 
 __all__ = ["AccessModel", "AccessError", "ChannelAccess", "User", "Permission",
+           "TopicPermission", "WRITE", "READ",
            "hash_password", "check_password", "SHA256", "SHA512", "MD5", "_PERM_NAMES"]

@@ -15,6 +15,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ackmq.broker.access import WRITE
 from ackmq.broker.arguments import check_consume_arguments
 from ackmq.broker.confirms import ConfirmTracker
 from ackmq.broker.consumer import Consumer
@@ -152,12 +153,15 @@ class ChannelModel:
         if immediate:
             raise HardError(NOT_IMPLEMENTED, "immediate=true")
         access = self.access  # U3: write on the exchange, cached per channel
+        topic = False
         if access is not None and exchange not in access.write_exchanges:
-            access.check_publish(exchange)
+            topic = access.check_publish(exchange)  # True: a topic permission applies
         x = self.vhost.exchange(exchange)
         if x.internal:
             raise SoftError(ACCESS_REFUSED, f"cannot publish to internal exchange "
                                                f"'{exchange}' in vhost '{self.vhost.name}'")
+        if topic:
+            access.check_topic(WRITE, x, routing_key)
         if self.user is not None and properties[1] & USER_ID_FLAG:
             uid = PropertiesView(properties).user_id
             if uid is not None and uid != self.user:

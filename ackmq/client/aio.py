@@ -49,6 +49,12 @@ class _Protocol(asyncio.Protocol):
         text = f"connection lost: {exc}" if exc else "connection closed by the broker (EOF)"
         self.conn._lost(ConnectionLost(text), self.core)
 
+    def pause_writing(self) -> None:
+        self.conn._write_paused = True
+
+    def resume_writing(self) -> None:
+        self.conn._resume_writing()
+
 
 class AsyncConnection(BaseConnection):
     """`async with await connect_async(url) as conn:`"""
@@ -60,6 +66,9 @@ class AsyncConnection(BaseConnection):
         self._transport: asyncio.Transport | None = None
         self._lost_fut: asyncio.Future[None] = self.loop.create_future()
         self._flush_scheduled = False
+        self._deferred = 0  # bytes publish() queued since the last write
+        self._write_paused = False  # the transport's buffer is over its high-water mark
+        self._drain_waiter: asyncio.Future[None] | None = None
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._dispatch_task: asyncio.Task[None] | None = None
         self._listener_event = asyncio.Event()
@@ -71,6 +80,7 @@ class AsyncConnection(BaseConnection):
 
     # -- I/O ---------------------------------------------------------------------------
     def _flush(self) -> None:
+        self._deferred = 0
         core = self.core
         if core.out and self._transport is not None and core.error is None:
             data = b"".join(core.out)
@@ -90,10 +100,28 @@ class AsyncConnection(BaseConnection):
         self._flush_scheduled = False
         self._flush()
 
+    def _resume_writing(self) -> None:
+        self._write_paused = False
+        w = self._drain_waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def drain(self) -> None:
+        """Wait while the socket's send buffer is full (TCP backpressure from the
+        broker); a load generator awaits this between pipelined writes."""
+        if self._write_paused and self.core.error is None:
+            if self._drain_waiter is None or self._drain_waiter.done():
+                self._drain_waiter = self.loop.create_future()
+            await asyncio.wait([self._drain_waiter, self._lost_fut],
+                               return_when=asyncio.FIRST_COMPLETED)
+        if self.core.error is not None:
+            raise self.core.error
+
     def _lost(self, error: ConnectionLost, core: Core) -> None:
         if core is not self.core:
             return
         core.lost(error)
+        self._resume_writing()
         if not self._lost_fut.done():
             self._lost_fut.set_result(None)
         if self._transport is not None:
@@ -396,9 +424,12 @@ class AsyncProducer(BaseProducer):
         conn = self.session.conn
         msg = self.build(body, headers, persistent, message_id, props)
         fut = self.publish_now(msg, self.failed)
-        fut.add_done_callback(_consume_exception)
         self.track_seq()
-        conn._flush_soon()
+        conn._deferred += len(msg.body) + 64
+        if conn._deferred >= 65536:  # a tight publish() loop: stream, do not hoard
+            conn._flush()
+        else:
+            conn._flush_soon()
         return fut
 
     async def wait_for_confirms(self, timeout: float | None = None) -> None:
@@ -406,12 +437,6 @@ class AsyncProducer(BaseProducer):
         conn._flush()
         deadline = deadline_in(timeout) if timeout is not None else conn.rpc_deadline()
         await conn._drive(self.wait_for_confirms_g(deadline))
-
-
-def _consume_exception(fut: asyncio.Future[Any]) -> None:
-    """publish() failures are also handed back by take_failed(): no 'never retrieved'."""
-    if not fut.cancelled():
-        fut.exception()
 
 
 class AsyncConsumer(BaseConsumer):

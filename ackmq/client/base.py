@@ -45,7 +45,8 @@ from .message import (
     SETTLED,
     Message,
     OutboundMessage,
-    new_message_id,
+    message_id_prefix,
+    next_id,
 )
 from .options import (
     AckMode,
@@ -295,6 +296,7 @@ class BaseSession:
         self.consumers: dict[str, BaseConsumer] = {}
         self._all_consumers: list[BaseConsumer] = []
         self.unsettled: OrderedDict[int, Message] = OrderedDict()
+        self.n_delivered = 0  # upper bound of DELIVERED messages in unsettled (ack_where)
         self.tx_consumed: list[Message] = []
         self.tx_poisoned: list[Message] = []
         self.tx_lost = False
@@ -409,7 +411,8 @@ class BaseSession:
     def ack_one(self, m: Message) -> None:
         if m.state == SETTLED:
             return
-        self.unsettled.pop(m.delivery_tag, None)
+        if self.unsettled.pop(m.delivery_tag, None) is not None and m.state == DELIVERED:
+            self.n_delivered -= 1
         m.state = SETTLED
         self.conn.forget_redelivery(m)
         assert self.chan is not None
@@ -425,15 +428,30 @@ class BaseSession:
         prefix_n = 0
         singles: list[int] = []
         in_prefix = True
+        # n_delivered is an upper bound of the DELIVERED messages in `unsettled`: once
+        # that many are seen the scan stops, so acking in arrival order costs O(acked),
+        # not O(prefetched). A scan to the end recounts it.
+        bound = self.n_delivered
+        seen = 0
+        complete = True
         for tag, m in self.unsettled.items():
-            if m.state == DELIVERED and pred(m):
-                if in_prefix:
-                    prefix_last = tag
-                    prefix_n += 1
+            if m.state == DELIVERED:
+                seen += 1
+                if pred(m):
+                    if in_prefix:
+                        prefix_last = tag
+                        prefix_n += 1
+                    else:
+                        singles.append(tag)
                 else:
-                    singles.append(tag)
+                    in_prefix = False
+                if seen >= bound > 0:
+                    complete = False
+                    break
             else:
                 in_prefix = False
+        acked = prefix_n + len(singles)
+        self.n_delivered = (seen if complete else bound) - acked
         number = self.chan.number
         out: list[bytes] = []
         forget = self.conn.forget_redelivery
@@ -451,6 +469,39 @@ class BaseSession:
         if out:
             self.chan.write(b"".join(out))
         return prefix_n + len(singles)
+
+    # -- for connectors that settle batches themselves (the Spark source) ------------
+    def acknowledge_messages(self, messages: list[Message]) -> int:
+        """Ack exactly these delivered messages, in any ack mode: one `multiple` ack for
+        the run at the front of the channel's unacked tags, single acks for the rest.
+        Messages of a lost connection (settled by the loss) are skipped. Why: a
+        connector that acks what a batch holds, not what a JMS mode implies."""
+        wanted = {id(m) for m in messages if m.state == DELIVERED}
+        if not wanted:
+            return 0
+        self.check()
+        return self.ack_where(lambda m: id(m) in wanted)
+
+    @property
+    def unacked(self) -> int:
+        """Deliveries of this session the broker counts as unacked (buffered here,
+        delivered to the application, not yet acked)."""
+        return len(self.unsettled)
+
+    def passive_declare_g(self, kind: str, name: str, deadline: float | None) -> Step:
+        """A passive queue/exchange declare on this session's own channel: its reply
+        also proves the broker has processed every frame sent before on the channel
+        (acks included). A missing one closes the session (ChannelClosed 404), as AMQP
+        does. Returns the DeclareOk (queue: `message_count`, `consumer_count`)."""
+        self.check()
+        assert self.chan is not None
+        if kind == "queue":
+            method, reply = build_method(C.Queue.Declare, queue=name, passive=True), \
+                C.Queue.DeclareOk
+        else:
+            method, reply = build_method(C.Exchange.Declare, exchange=name, passive=True), \
+                C.Exchange.DeclareOk
+        return (yield from _wait(self.chan.rpc(method, (reply,)), deadline))
 
     def acknowledge(self) -> None:
         """CLIENT mode: ack every delivered-unacked message of the session (J1)."""
@@ -820,6 +871,7 @@ class BaseConsumer:
         listener, AUTO and DUPS_OK ack only once it has returned (`listener_done`)."""
         s = self.session
         m.state = DELIVERED
+        s.n_delivered += 1
         mode = s.ack_mode
         if mode == AckMode.SESSION_TRANSACTED:
             s.tx_consumed.append(m)
@@ -940,6 +992,7 @@ class BaseProducer:
         else:
             self.exchange, self.routing_key, self.mandatory = "amq.topic", dest.name, False
         self.name = f"{session.id}:{next(session._producer_ids)}"
+        self._id_prefix = message_id_prefix(self.name)
         self.failed: list[OutboundMessage] = []
         self._last_seq = 0
         self._chan: Chan | None = None
@@ -954,7 +1007,10 @@ class BaseProducer:
         if isinstance(body, OutboundMessage):
             return body
         if message_id is None:
-            message_id = new_message_id(self.name)
+            message_id = self._id_prefix + str(next_id())
+            if headers is None and not props and type(body) is bytes:
+                return OutboundMessage.plain(body, self.exchange, self.routing_key,
+                                             self.mandatory, message_id, persistent)
         return OutboundMessage.build(body, self.exchange, self.routing_key, self.mandatory,
                                      message_id, headers=headers, persistent=persistent,
                                      **props)

@@ -9,6 +9,7 @@ loop.create_future), so everything above works on either.
 from __future__ import annotations
 
 import platform
+import struct
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -28,7 +29,10 @@ from ackmq.protocol.amqp import (
     encode_method,
     encode_publish,
 )
+from ackmq.protocol.amqp.constants import FRAME_ERROR, UNEXPECTED_FRAME
+from ackmq.protocol.amqp.decoder import deliver_method
 from ackmq.protocol.amqp.events import ChannelFault
+from ackmq.protocol.amqp.properties import check_properties
 
 from .errors import ChannelClosed, ClientError, ConnectionLost, NackError, ReturnedError
 from .message import OutboundMessage
@@ -37,6 +41,21 @@ from .options import Options
 VERSION = "0.1.0"
 CLIENT_FRAME_MAX = 131072
 CLIENT_CHANNEL_MAX = 2047
+
+_FRAME_HEAD = struct.Struct(">BHI")
+_METHOD_ID = struct.Struct(">I")
+_TAG_BIT = struct.Struct(">QB")
+_CONTENT_HEAD = struct.Struct(">HHQ")
+_HEADER_FRAME = struct.Struct(">BHIHHQ").pack
+_BODY_FRAME = struct.Struct(">BBHI").pack  # frame-end of the header, then the body's head
+_M_ACK = 0x003C0050
+_M_NACK = 0x003C0078
+_M_DELIVER = 0x003C003C
+
+# (raw delivery) delivery_tag, redelivered, body
+RawDeliver = Callable[[int, bool, bytes], None]
+# (raw confirm) delivery_tag, multiple, ack
+RawConfirm = Callable[[int, bool, bool], None]
 
 
 class FutureLike(Protocol):
@@ -61,6 +80,13 @@ def _settle(fut: Any, value: Any = None, error: BaseException | None = None) -> 
         fut.set_result(value)
     else:
         fut.set_exception(error)
+
+
+def _seen(fut: Any) -> None:
+    """Retrieve a settled future's exception: a publish() failure is also handed back
+    by take_failed(), so asyncio must not log it as 'never retrieved'."""
+    if fut is not None and fut.done():
+        fut.exception()
 
 
 class Pending:
@@ -96,6 +122,15 @@ class Chan:
         self._by_id: dict[str, list[int]] = {}
         self.tx_returns: list[tuple[int, str, OutboundMessage]] = []
         self.listener: ChannelListener | None = None
+        self._publish_heads: dict[tuple[str, str, bool], bytes] = {}
+        # low-level hooks (ackmq.client.lowlevel): when set, confirms and deliveries go
+        # to them as plain values instead of the session machinery
+        self.raw_confirm: RawConfirm | None = None
+        self.raw_deliver: RawDeliver | None = None
+        # a basic.deliver being assembled by Core's fast path:
+        # [deliver method or None (raw), tag, redelivered, remaining (-1: header due),
+        #  properties, body parts]
+        self.content: list | None = None
 
     # -- requests ----------------------------------------------------------------------
     def check(self) -> None:
@@ -123,9 +158,24 @@ class Chan:
         """basic.publish; on a confirm channel returns its sequence number (P3)."""
         if self.error is not None:
             raise self.error
-        self.core.out.append(encode_publish(self.number, msg.exchange, msg.routing_key,
-                                            msg.mandatory, False, msg.raw_properties,
-                                            msg.body, self.core.frame_max))
+        body = msg.body
+        size = len(body)
+        if 0 < size <= self.core.frame_max - 8:
+            key = (msg.exchange, msg.routing_key, msg.mandatory)
+            head = self._publish_heads.get(key)
+            if head is None:  # basic.publish for this address, encoded once
+                head = encode_publish(self.number, key[0], key[1], key[2], False, b"", b"",
+                                      self.core.frame_max)
+                head = head[:8 + _FRAME_HEAD.unpack_from(head)[2]]
+                self._publish_heads[key] = head
+            props = msg.raw_properties
+            self.core.out.append(b"".join((
+                head, _HEADER_FRAME(2, self.number, 12 + len(props), 60, 0, size), props,
+                _BODY_FRAME(0xCE, 3, self.number, size), body, b"\xce")))
+        else:
+            self.core.out.append(encode_publish(self.number, msg.exchange, msg.routing_key,
+                                                msg.mandatory, False, msg.raw_properties,
+                                                body, self.core.frame_max))
         if not self.confirm:
             return 0
         seq = self.next_seq
@@ -188,9 +238,10 @@ class Chan:
             err: ClientError = ReturnedError(f"{code} {text}: {msg!r}", [msg], code)
         else:
             err = NackError(f"broker nacked {msg!r}", [msg])
-        if p.failed is not None:
-            p.failed.append(msg)
         _settle(p.future, error=err)
+        if p.failed is not None:  # publish(): handed back, so the error counts as seen
+            p.failed.append(msg)
+            _seen(p.future)
 
     def on_return(self, content: Content) -> None:
         m = content.method
@@ -220,9 +271,10 @@ class Chan:
         out, self.outstanding = self.outstanding, OrderedDict()
         self._by_id.clear()
         for p in out.values():
+            _settle(p.future, error=error)
             if p.failed is not None:
                 p.failed.append(p.message)
-            _settle(p.future, error=error)
+                _seen(p.future)
         if first and self.listener is not None:
             self.listener.on_failed(error)
 
@@ -234,6 +286,8 @@ class Core:
         self.options = options
         self.new_future = new_future
         self.decoder = Decoder(frame_max=CLIENT_FRAME_MAX, expect_header=False)
+        self._buf: bytes | bytearray = b""
+        self._payload_max = CLIENT_FRAME_MAX - 8
         self.out: list[bytes] = [PROTOCOL_HEADER]
         self.frame_max = CLIENT_FRAME_MAX
         self.channel_max = CLIENT_CHANNEL_MAX
@@ -252,9 +306,87 @@ class Core:
 
     # -- input -------------------------------------------------------------------------
     def feed(self, data: bytes) -> None:
+        """Bytes from the broker. The hot frames (publisher confirms, basic.deliver with
+        its header and body) are parsed here in one flat loop, without an event object
+        per frame; every other frame goes through the shared Decoder, one whole frame at
+        a time, so its checks and error texts apply unchanged."""
         self.last_read = time.monotonic()
+        buf = self._buf
+        if buf:
+            buf += data
+        else:
+            buf = data
+        n = len(buf)
+        pos = 0
+        channels = self.channels
+        unpack_head = _FRAME_HEAD.unpack_from
+        payload_max = self._payload_max
+        decoder = self.decoder
+        while n - pos >= 8 and self.error is None:
+            ftype, number, size = unpack_head(buf, pos)
+            start = pos + 7
+            end = start + size
+            if size > payload_max or (end < n and buf[end] != 0xCE):
+                self._slow(buf[pos:])  # the Decoder raises the exact FRAME_ERROR
+                pos = n
+                break
+            if end >= n:
+                break
+            pos = end + 1
+            chan = channels.get(number)
+            content = chan.content if chan is not None else None
+            if content is not None:
+                if ftype == 3 and 0 < size == content[3] and not content[5]:
+                    # the whole body in one frame (the common case), without a call
+                    content[5].append(bytes(buf[start:end]))
+                    self._delivered(chan, content)  # type: ignore[arg-type]
+                    continue
+                if not self._content_frame(chan, content, ftype, buf, start, end):  # type: ignore[arg-type]
+                    pos = n
+                    break
+                continue
+            if ftype == 1 and chan is not None and size >= 4 and number not in decoder.busy:
+                mid = _METHOD_ID.unpack_from(buf, start)[0]
+                if (mid == _M_ACK or mid == _M_NACK) and size == 13:
+                    tag, bits = _TAG_BIT.unpack_from(buf, start + 4)
+                    hook = chan.raw_confirm
+                    if hook is not None:
+                        hook(tag, bool(bits & 1), mid == _M_ACK)
+                    else:
+                        chan.on_confirm(mid == _M_ACK, tag, bool(bits & 1))
+                    continue
+                if mid == _M_DELIVER:
+                    if chan.raw_deliver is not None:
+                        p = start + 4
+                        p += 1 + buf[p]
+                        if p + 9 > end:
+                            self._slow(buf[start - 7:])
+                            pos = n
+                            break
+                        tag, bits = _TAG_BIT.unpack_from(buf, p)
+                        chan.content = [None, tag, bool(bits & 1), -1, b"", []]
+                    else:
+                        try:
+                            method = deliver_method(buf, start, end)
+                        except FrameError as err:
+                            self.protocol_error(err.reply_text, err.reply_code)
+                            pos = n
+                            break
+                        chan.content = [method, method.delivery_tag, method.redelivered, -1,
+                                        b"", []]
+                    continue
+            self._slow(buf[start - 7:pos])
+        if pos >= n:
+            self._buf = b""
+        elif pos:
+            self._buf = bytearray(buf[pos:])
+        elif buf is data:
+            self._buf = bytearray(data)
+
+    def _slow(self, frame: bytes | bytearray) -> None:
+        """Whole frames through the Decoder (the general path)."""
         try:
-            events = self.decoder.feed(data)
+            events = self.decoder.feed(bytes(frame))
         except FrameError as err:
             for event in getattr(err, "events", []):
                 self._event(event)
@@ -262,6 +394,56 @@ class Core:
             return
         for event in events:
             self._event(event)
+
+    def _content_frame(self, chan: Chan, c: list, ftype: int, buf: Any, start: int,
+                       end: int) -> bool:
+        """A frame on a channel whose basic.deliver is being assembled (fast path);
+        False on a protocol error (the connection is then lost)."""
+        if ftype == 3 and c[3] >= 0:
+            c[5].append(bytes(buf[start:end]))
+            c[3] -= end - start
+            if c[3] < 0:
+                self.protocol_error("content body exceeds declared size", UNEXPECTED_FRAME)
+                return False
+            if c[3] == 0:
+                self._delivered(chan, c)
+            return True
+        if ftype == 2 and c[3] < 0:
+            if end - start < 14:
+                self.protocol_error("cannot decode content header", FRAME_ERROR)
+                return False
+            class_id, weight, body_size = _CONTENT_HEAD.unpack_from(buf, start)
+            if class_id != 60 or weight or body_size > self.decoder.max_message_size:
+                self.protocol_error(f"bad content header (class {class_id}, weight "
+                                    f"{weight}, size {body_size})", UNEXPECTED_FRAME)
+                return False
+            if c[0] is not None:  # a session consumer reads the properties: check them
+                props = bytes(buf[start + 12:end])
+                try:
+                    check_properties(props)
+                except (ValueError, IndexError, struct.error) as err:
+                    self.protocol_error(f"cannot decode content header properties: {err}",
+                                        FRAME_ERROR)
+                    return False
+                c[4] = props
+            c[3] = body_size
+            if body_size == 0:
+                self._delivered(chan, c)
+            return True
+        self.protocol_error("expected content " + ("body" if c[3] >= 0 else "header") +
+                            f", got a frame of type {ftype} on channel {chan.number}",
+                            UNEXPECTED_FRAME)
+        return False
+
+    def _delivered(self, chan: Chan, c: list) -> None:
+        chan.content = None
+        body = c[5][0] if len(c[5]) == 1 else b"".join(c[5])
+        if c[0] is None:
+            hook = chan.raw_deliver
+            if hook is not None:
+                hook(c[1], c[2], body)
+        elif chan.listener is not None:
+            chan.listener.on_deliver(Content(chan.number, c[0], c[4], body))
 
     def _event(self, event: Any) -> None:
         if type(event) is Content:
@@ -294,10 +476,11 @@ class Core:
         if chan is None:
             return
         kind = type(m)
-        if kind is C.Basic.Ack:
-            chan.on_confirm(True, m.delivery_tag, m.multiple)
-        elif kind is C.Basic.Nack:
-            chan.on_confirm(False, m.delivery_tag, m.multiple)
+        if kind is C.Basic.Ack or kind is C.Basic.Nack:
+            if chan.raw_confirm is not None:
+                chan.raw_confirm(m.delivery_tag, m.multiple, kind is C.Basic.Ack)
+            else:
+                chan.on_confirm(kind is C.Basic.Ack, m.delivery_tag, m.multiple)
         elif kind is C.Channel.Close:
             self.out.append(encode_method(number, C.Channel.CloseOk()))
             self.channels.pop(number, None)
@@ -358,6 +541,8 @@ class Core:
                 "per_consumer_qos": True,
             },
         }
+        if o.connection_name:
+            client_properties["connection_name"] = o.connection_name
         self.out.append(encode_method(0, build_method(
             C.Connection.StartOk, client_properties=client_properties, mechanism="PLAIN",
             response=f"\0{o.username}\0{o.password}", locale="en_US")))
@@ -368,6 +553,7 @@ class Core:
         ours = self.options.heartbeat
         self.heartbeat = 0 if ours == 0 else (ours if m.heartbeat == 0 else min(ours, m.heartbeat))
         self.decoder.frame_max = self.frame_max
+        self._payload_max = self.frame_max - 8
         self.out.append(encode_method(0, build_method(
             C.Connection.TuneOk, channel_max=self.channel_max, frame_max=self.frame_max,
             heartbeat=self.heartbeat)))

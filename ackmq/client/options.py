@@ -107,6 +107,7 @@ class Options:
     reconnect: bool = False
     reconnect_timeout: float = 30.0        # seconds a reconnect keeps trying
     redelivery_policy: RedeliveryPolicy = field(default_factory=RedeliveryPolicy)
+    connection_name: str | None = None     # client_properties.connection_name (tools show it)
 
     def with_(self, **changes: Any) -> Options:
         return replace(self, **changes)

@@ -646,6 +646,41 @@ class Session(BaseSession):
             BaseSession.acknowledge(self)
         self.conn._flush(self.conn.rpc_deadline())
 
+    def acknowledge_messages(self, messages: list[Message]) -> int:
+        """Ack exactly these delivered messages (any ack mode; a `multiple` ack where
+        they are a run at the front). Returns how many were acked. Call
+        `queue_info()` after it to know the broker has processed the acks."""
+        with self.conn._lock:
+            n = BaseSession.acknowledge_messages(self, messages)
+        self.conn._flush(self.conn.rpc_deadline())
+        return n
+
+    def queue_info(self, queue: str) -> Any:
+        """Passive queue.declare on this session's channel: `.message_count` (ready),
+        `.consumer_count`. A round trip after everything sent before on the session
+        (acks included); a missing queue raises ChannelClosed(404) and ends the
+        session."""
+        self.conn._ensure_connected()
+        return self.conn._drive(self.passive_declare_g("queue", queue,
+                                                       self.conn.rpc_deadline()))
+
+    def check_exchange(self, exchange: str) -> None:
+        """Passive exchange.declare on this session's channel; ChannelClosed(404) if it
+        does not exist (the session then ends)."""
+        self.conn._ensure_connected()
+        self.conn._drive(self.passive_declare_g("exchange", exchange,
+                                                self.conn.rpc_deadline()))
+
+    def producer_to(self, exchange: str, routing_key: str = "",
+                    mandatory: bool = False) -> Producer:
+        """A producer for any exchange and routing key, declaring nothing (a missing
+        exchange closes the channel with 404 at the first publish). `publish()` also
+        takes OutboundMessage.build(...) with its own exchange and routing key."""
+        self.check()
+        p = Producer(self, Destination("topic", exchange or "(default)"))
+        p.exchange, p.routing_key, p.mandatory = exchange, routing_key, mandatory
+        return p
+
     def close(self) -> None:
         if self.conn.core.error is not None:
             self.closed = True
@@ -765,6 +800,25 @@ class Consumer(BaseConsumer):
                 if not conn.options.reconnect or conn.closed or (
                         deadline is not None and time.monotonic() >= deadline):
                     raise
+
+    def receive_batch(self, max_messages: int, timeout: float | None = None
+                      ) -> list[Message]:
+        """Up to `max_messages` messages in one call: waits (as receive()) for the
+        first, then takes what is already buffered without waiting. Why: a consumer
+        that hands messages on in batches pays one call per batch, not per message."""
+        first = self.receive(timeout)
+        if first is None:
+            return []
+        out = [first]
+        conn = self.session.conn
+        with conn._lock:
+            while len(out) < max_messages:
+                m = self._take_now()
+                if m is None:
+                    break
+                out.append(m)
+        conn._flush(conn.rpc_deadline())
+        return out
 
     def _take_now(self) -> Message | None:
         """Fast path without a generator: a buffered message that needs no poisoning."""

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("ackmq.admin")
 
 USAGE = 64  # rabbitmqctl's exit code for bad arguments
+REQUEST_LIMIT = 256 * 1024 * 1024  # one request line at most (import_definitions)
 
 
 def _nargs(args: list[str], n: int, usage: str) -> None:
@@ -43,7 +44,10 @@ class AdminServer:
             path.unlink()  # a stale socket from a killed broker
         old = os.umask(0o177)  # created 0600: no window in which others may connect
         try:
-            self._srv = await asyncio.start_unix_server(self._client, path=str(path))
+            # a request is one line: a definitions file can be far above asyncio's
+            # 64 KiB default line limit (a RabbitMQ export with its queues)
+            self._srv = await asyncio.start_unix_server(self._client, path=str(path),
+                                                        limit=REQUEST_LIMIT)
         finally:
             os.umask(old)
         os.chmod(path, 0o600)
@@ -64,6 +68,8 @@ class AdminServer:
                     req = json.loads(line)
                     if req["verb"] == "import_definitions":
                         reply = self.import_definitions(req["definitions"])
+                    elif req["verb"] == "export_definitions":
+                        reply = self.export_definitions()
                     else:
                         reply = self.handle(req["verb"], [str(a) for a in req.get("args", [])],
                                             str(req.get("vhost") or "/"))
@@ -83,6 +89,11 @@ class AdminServer:
                 await writer.drain()
         except (ConnectionError, OSError):
             pass
+        except ValueError:  # a line above REQUEST_LIMIT: say so rather than hang up
+            with contextlib.suppress(ConnectionError, OSError):
+                writer.write(json.dumps({"ok": False, "code": USAGE, "error": (
+                    f"request above {REQUEST_LIMIT >> 20} MiB")}).encode() + b"\n")
+                await writer.drain()
         finally:
             writer.close()
 
@@ -105,9 +116,21 @@ class AdminServer:
         for p in defs.get("permissions", []):
             a.set_permissions(str(p["user"]), str(p["vhost"]), str(p["configure"]),
                               str(p["write"]), str(p["read"]))
+        for t in defs.get("topic_permissions", []):
+            a.set_topic_permissions(str(t["user"]), str(t["vhost"]), str(t["exchange"]),
+                                    str(t["write"]), str(t["read"]))
         skipped = [k for k in ("exchanges", "queues", "bindings", "policies", "parameters",
-                               "global_parameters", "topic_permissions") if defs.get(k)]
+                               "global_parameters") if defs.get(k)]
         return {"ok": True, "skipped": skipped}
+
+    def export_definitions(self) -> dict[str, Any]:
+        """The access model in `rabbitmqctl export_definitions`' layout (users with their
+        hashes, vhosts, permissions, topic_permissions); exchanges, queues and bindings
+        are not exported yet."""
+        from ackmq import __version__
+        return {"ok": True, "definitions": {"product_name": "ackmq",
+                                            "product_version": __version__,
+                                            **self.server.access.snapshot()}}
 
     def handle(self, verb: str, args: list[str], vhost: str) -> dict[str, Any]:
         """One rabbitmqctl verb against the live access model (durable before the reply)."""
@@ -161,6 +184,32 @@ class AdminServer:
             return {**ok, "columns": ["vhost", "configure", "write", "read"],
                     "rows": [[v, p.configure, p.write, p.read]
                              for (u, v), p in a.permissions.items() if u == args[0]]}
+        elif verb == "set_topic_permissions":
+            _nargs(args, 4, "set_topic_permissions [-p <vhost>] <username> <exchange> "
+                            "<write> <read>")
+            a.set_topic_permissions(args[0], vhost, *args[1:])
+        elif verb == "clear_topic_permissions":
+            if len(args) not in (1, 2):
+                raise AccessError("wrong number of arguments: usage: clear_topic_permissions "
+                                  "[-p <vhost>] <username> [<exchange>]", USAGE)
+            a.clear_topic_permissions(args[0], vhost, args[1] if len(args) == 2 else None)
+        elif verb == "list_topic_permissions":
+            _nargs(args, 0, "list_topic_permissions [-p <vhost>]")
+            if vhost not in a.vhosts:
+                raise AccessError(f"Virtual host '{vhost}' does not exist", 65)
+            return {**ok, "columns": ["user", "exchange", "write", "read"],
+                    "rows": [[u, x, t.write, t.read]
+                             for (u, v), by_x in a.topic_permissions.items() if v == vhost
+                             for x, t in by_x.items()]}
+        elif verb == "list_user_topic_permissions":
+            _nargs(args, 1, "list_user_topic_permissions <username>")
+            if args[0] not in a.users:
+                raise AccessError(f'{{:no_such_user, "{args[0]}"}}', 69)
+            # RabbitMQ 3.10 prints this list without a header line
+            return {**ok, "columns": None,
+                    "rows": [[v, x, t.write, t.read]
+                             for (u, v), by_x in a.topic_permissions.items() if u == args[0]
+                             for x, t in by_x.items()]}
         elif verb in ("set_vhost_limits", "set_user_limits"):
             n = 1 if verb == "set_vhost_limits" else 2
             _nargs(args, n, "set_vhost_limits [-p <vhost>] <json>" if n == 1 else

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as C
 
-from ackmq.broker.access import ChannelAccess
+from ackmq.broker.access import READ, ChannelAccess
 from ackmq.broker.errors import ACCESS_REFUSED, SoftError, fit_shortstr
 from ackmq.broker.vhost import REPLY_TO
 from ackmq.protocol.amqp import build_method as M
@@ -49,15 +49,21 @@ def _s(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else (v or "")
 
 
-def _bind_access(access: Any, kind: str, destination: str, source: str) -> None:
+def _bind_access(access: Any, vhost: Any, kind: str, destination: str, source: str,
+                 key: str) -> None:
     """U3 for (un)bind, in rabbit_channel's order: write on the destination, then the
-    default exchange refused as either end, then read on the source."""
+    default exchange refused as either end, then read on the source, then (source an
+    existing topic exchange) the user's topic permission on the binding key."""
     if access is None:
         return
     access.write(kind, destination)
     if source == "" or (kind == "exchange" and destination == ""):
         raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
     access.read("exchange", source)
+    if access.topics:
+        x = vhost.exchanges.get(source)
+        if x is not None:
+            access.check_topic(READ, x, key)
 
 
 def _binding_key(m: C.Queue.Bind | C.Queue.Unbind, queue: str) -> str:
@@ -127,6 +133,7 @@ class AMQPChannel:
         if self.closing:
             return
         self.closing = True
+        self.model.flush_confirms()  # settled ones first, as RabbitMQ (P4)
         self.model.close()
         self.send(M(C.Channel.Close, reply_code=err.code, reply_text=fit_shortstr(text or err.text),
                                   class_id=class_id, method_id=method_id))
@@ -142,9 +149,12 @@ class AMQPChannel:
         self.model.basic_publish(exchange, routing_key, mandatory, immediate, properties, body)
 
     def _channel_close(self, m: C.Channel.Close) -> None:
+        # publishes read before the close and already settled are answered first: RabbitMQ
+        # does, and a client closing right after publishing still gets its confirms (P4)
+        self.model.flush_confirms()
         self.model.close()
         self.send(M(C.Channel.CloseOk))
-        self.conn.channel_gone(self.number)
+        self.conn.channel_gone(self.number, by_client=True)
 
     def _channel_flow(self, m: C.Channel.Flow) -> None:
         self.model.channel_flow(m.active)
@@ -166,7 +176,8 @@ class AMQPChannel:
 
     def _exchange_bind(self, m: C.Exchange.Bind) -> None:
         vh = self.conn.vhost
-        _bind_access(self.model.access, "exchange", m.destination, m.source)
+        _bind_access(self.model.access, vh, "exchange", m.destination, m.source,
+                     m.routing_key)
         dest = vh.exchange(m.destination)
         vh.exchange(m.source)
         vh.bind(m.source, dest, m.routing_key, m.arguments or {})
@@ -174,7 +185,8 @@ class AMQPChannel:
             self.send(M(C.Exchange.BindOk))
 
     def _exchange_unbind(self, m: C.Exchange.Unbind) -> None:
-        _bind_access(self.model.access, "exchange", m.destination, m.source)
+        _bind_access(self.model.access, self.conn.vhost, "exchange", m.destination,
+                     m.source, m.routing_key)
         self.conn.vhost.unbind(m.source, "exchange", m.destination, m.routing_key,
                                m.arguments or {})
         if not m.nowait:
@@ -195,7 +207,7 @@ class AMQPChannel:
     def _queue_bind(self, m: C.Queue.Bind) -> None:
         vh = self.conn.vhost
         name = self.model.queue_name(m.queue)
-        _bind_access(self.model.access, "queue", name, m.exchange)
+        _bind_access(self.model.access, vh, "queue", name, m.exchange, _binding_key(m, name))
         q = vh.queue(name, self.conn)
         vh.bind(m.exchange, q, _binding_key(m, q.name), m.arguments or {})
         if not m.nowait:
@@ -203,7 +215,8 @@ class AMQPChannel:
 
     def _queue_unbind(self, m: C.Queue.Unbind) -> None:
         name = self.model.queue_name(m.queue)
-        _bind_access(self.model.access, "queue", name, m.exchange)
+        _bind_access(self.model.access, self.conn.vhost, "queue", name, m.exchange,
+                     _binding_key(m, name))
         self.conn.vhost.unbind(m.exchange, "queue", name, _binding_key(m, name),
                                m.arguments or {}, self.conn)
         self.send(M(C.Queue.UnbindOk))

@@ -38,6 +38,12 @@ class Config:
     tls_ca: Path | None = None
     tls_verify_peer: bool = False
     tls_fail_if_no_peer_cert: bool = False
+    # STOMP over TLS (U4), with the tls_* certificate options above; off unless asked, as
+    # RabbitMQ's stomp.listeners.ssl (its usual port is 61614); 0: a free port
+    stomp_tls_port: int | None = None
+    # RabbitMQ's stomp.ssl_cert_login: a CONNECT without `login` over TLS with a verified
+    # client certificate logs in as the certificate's CN (the user must exist)
+    stomp_ssl_cert_login: bool = False
     # resource alarms (U5), RabbitMQ's defaults: a fraction of RAM or an amount ("2GiB");
     # free space of the data dir's filesystem ("50MB", or "mem_relative:1.5" x RAM)
     memory_high_watermark: str = "0.4"

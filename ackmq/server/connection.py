@@ -122,6 +122,9 @@ class AMQPConnection(ClientConnection):
         self.channel_max = CHANNEL_MAX
         self.heartbeat = 0
         self.channels: dict[int, AMQPChannel] = {}
+        # channels the client closed: frames it pipelined after its channel.close are
+        # dropped, as RabbitMQ does, instead of closing the connection with 504
+        self.closed_by_client: set[int] = set()
         self.vhost: VHost | None = None
         self.client_properties: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
@@ -164,6 +167,8 @@ class AMQPConnection(ClientConnection):
                         return
                     ch = self.channels.get(ev.channel)
                     if ch is None:
+                        if ev.channel in self.closed_by_client:
+                            continue
                         raise HardError(CHANNEL_ERROR, "expected 'channel.open'")
                     if ch.closing:
                         continue
@@ -183,6 +188,8 @@ class AMQPConnection(ClientConnection):
                 elif type(ev) is ChannelFault:
                     ch = self.channels.get(ev.channel)
                     if ch is None:
+                        if ev.channel in self.closed_by_client:
+                            continue
                         raise HardError(CHANNEL_ERROR, "expected 'channel.open'")
                     ch.fail(SoftError(ev.reply_code, ""), ev.class_id, ev.method_id,
                             text=ev.reply_text)
@@ -232,10 +239,13 @@ class AMQPConnection(ClientConnection):
                 raise HardError(NOT_ALLOWED, f"number of channels opened for user "
                                 f"'{self.user}' has reached the maximum allowed user "
                                 f"limit of ({limit})")
+            self.closed_by_client.discard(number)
             self.channels[number] = AMQPChannel(self, number)
             self.write(encode_method(number, M(C.Channel.OpenOk)))
             return
         if ch is None:
+            if number in self.closed_by_client:
+                return
             raise HardError(CHANNEL_ERROR, "expected 'channel.open'")
         if ch.closing:
             if isinstance(m, (C.Channel.CloseOk, C.Channel.Close)):
@@ -253,8 +263,10 @@ class AMQPConnection(ClientConnection):
             cid, mid = _class_method(m)
             ch.fail(err, cid, mid)
 
-    def channel_gone(self, number: int) -> None:
+    def channel_gone(self, number: int, by_client: bool = False) -> None:
         self.channels.pop(number, None)
+        if by_client:
+            self.closed_by_client.add(number)
 
     # -- handshake ----------------------------------------------------------------------
     def _start(self) -> None:

@@ -48,12 +48,16 @@ class Broker:
         self.stomp_url = ""
         self.stomp_port = 0
         self.tls_url = ""  # amqps://...: with tls_port=0 (a free port) and tls_cert/tls_key
+        self.stomp_tls_url = ""  # stomp+ssl://...: with stomp_tls_port=0 and tls_cert/tls_key
+        self.stomp_tls_port = 0
 
     async def start(self) -> str:
         self.url = await self.server.start()
         self.port = self.server.port
         self.stomp_url, self.stomp_port = self.server.stomp_url, self.server.stomp_port
         self.tls_url = self.server.tls_url
+        self.stomp_tls_url = self.server.stomp_tls_url
+        self.stomp_tls_port = self.server.stomp_tls_port
         return self.url
 
     async def stop(self) -> None:
@@ -88,6 +92,8 @@ class EmbeddedBroker:
         self.stomp_url = ""
         self.stomp_port = 0
         self.tls_url = ""  # amqps://...: with tls_port=0 (a free port) and tls_cert/tls_key
+        self.stomp_tls_url = ""  # stomp+ssl://...: with stomp_tls_port=0 and tls_cert/tls_key
+        self.stomp_tls_port = 0
 
     def start(self, timeout: float = 30.0) -> str:
         self._thread = threading.Thread(target=self._run, name="ackmq-broker", daemon=True)
@@ -99,6 +105,8 @@ class EmbeddedBroker:
         self.url, self.port = self._broker.url, self._broker.port
         self.stomp_url, self.stomp_port = self._broker.stomp_url, self._broker.stomp_port
         self.tls_url = self._broker.tls_url
+        self.stomp_tls_url = self._broker.stomp_tls_url
+        self.stomp_tls_port = self._broker.stomp_tls_port
         return self.url
 
     def _run(self) -> None:

@@ -58,6 +58,10 @@ class Server:
         self.stomp_url = ""  # stomp://host:port, "" without a STOMP listener
         self.stomp_port = 0
         self.stomp_bound: list[str] = []
+        self._stomp_tls_server: asyncio.AbstractServer | None = None
+        self.stomp_tls_url = ""  # stomp+ssl://host:port, "" without a STOMP TLS listener
+        self.stomp_tls_port = 0
+        self._tls_ctx: Any = None  # one ssl.SSLContext for every TLS listener
         self.bound: list[str] = []  # host:port of each listening socket
         self.all_interfaces = False  # bound to 0.0.0.0 and/or ::
         self._spill_tmp: str | None = None
@@ -138,6 +142,8 @@ class Server:
             await self._start_stomp(host)
         if cfg.tls_port is not None:
             await self._start_tls(host)
+        if cfg.stomp_tls_port is not None:
+            await self._start_stomp_tls(host)
         if cfg.data_dir is not None and cfg.admin_socket:
             from ackmq.server.admin import AdminServer
             admin = AdminServer(self)
@@ -169,29 +175,61 @@ class Server:
         self.stomp_bound = [_host_port(s.getsockname()[0], s.getsockname()[1]) for s in socks]
         self.stomp_url = f"stomp://{_host_port(host, self.stomp_port)}"
 
+    def _tls_context(self) -> Any:
+        """The certificate options' context, made once; on a bad option the listeners
+        already open are closed and TLSConfigError (a ValueError) says what to fix."""
+        if self._tls_ctx is None:
+            from ackmq.server.tls import server_context
+            cfg = self.config
+            asked = " / ".join(o for o, p in (("--tls-port", cfg.tls_port),
+                                              ("--stomp-tls-port", cfg.stomp_tls_port))
+                               if p is not None)
+            try:
+                self._tls_ctx = server_context(cfg.tls_cert, cfg.tls_key, cfg.tls_ca,
+                                               cfg.tls_verify_peer,
+                                               cfg.tls_fail_if_no_peer_cert, asked)
+            except ValueError:
+                self._close_listeners()
+                raise
+        return self._tls_ctx
+
+    def _close_listeners(self) -> None:
+        for listener in (self._server, self._stomp_server, self._tls_server,
+                         self._stomp_tls_server):
+            if listener is not None:
+                listener.close()
+
+    async def _listen_tls(self, factory: Callable[[], Any], port: int, what: str
+                          ) -> tuple[asyncio.AbstractServer, int]:
+        cfg = self.config
+        ctx = self._tls_context()
+        try:
+            srv = await self.loop.create_server(
+                factory, cfg.host, port, ssl=ctx, backlog=1024, reuse_address=True,
+                ssl_handshake_timeout=cfg.handshake_timeout)
+        except OSError as e:
+            self._close_listeners()
+            e.listener = f"{_host_port(cfg.host, port or 0)} ({what})"  # type: ignore[attr-defined]
+            raise
+        socks = list(srv.sockets)
+        sock = next((s for s in socks if s.family == socket.AF_INET), socks[0])
+        return srv, sock.getsockname()[1]
+
     async def _start_tls(self, host: str) -> None:
         """AMQPS (U4): the same connections over TLS on their own port."""
-        from ackmq.server.tls import server_context
-        cfg = self.config
-        try:
-            ctx = server_context(cfg.tls_cert, cfg.tls_key, cfg.tls_ca, cfg.tls_verify_peer,
-                                 cfg.tls_fail_if_no_peer_cert)
-        except ValueError:
-            for listener in (self._server, self._stomp_server):
-                if listener is not None:
-                    listener.close()
-            raise
-        try:
-            self._tls_server = await self.loop.create_server(
-                lambda: AMQPConnection(self), cfg.host, cfg.tls_port, ssl=ctx, backlog=1024,
-                reuse_address=True, ssl_handshake_timeout=cfg.handshake_timeout)
-        except OSError as e:
-            e.listener = f"{_host_port(cfg.host, cfg.tls_port or 0)} (AMQPS)"  # type: ignore[attr-defined]
-            raise
-        socks = list(self._tls_server.sockets)
-        sock = next((s for s in socks if s.family == socket.AF_INET), socks[0])
-        self.tls_port = sock.getsockname()[1]
+        assert self.config.tls_port is not None
+        self._tls_server, self.tls_port = await self._listen_tls(
+            lambda: AMQPConnection(self), self.config.tls_port, "AMQPS")
         self.tls_url = f"amqps://{_host_port(host, self.tls_port)}/"
+
+    async def _start_stomp_tls(self, host: str) -> None:
+        """STOMP over TLS (U4), RabbitMQ's stomp.listeners.ssl: the STOMP connections
+        of the plain listener, on their own port with the same certificate options."""
+        from ackmq.server.stomp import StompConnection
+        assert self.config.stomp_tls_port is not None
+        self._stomp_tls_server, self.stomp_tls_port = await self._listen_tls(
+            lambda: StompConnection(self), self.config.stomp_tls_port, "STOMP over TLS")
+        self.stomp_tls_url = f"stomp+ssl://{_host_port(host, self.stomp_tls_port)}"
 
     # -- resource alarms (U5) -------------------------------------------------------------
     def _start_alarms(self) -> None:
@@ -274,7 +312,7 @@ class Server:
             self.alarms.stop()
         if self._server is not None:
             self._server.close()
-        for listener in (self._stomp_server, self._tls_server):
+        for listener in (self._stomp_server, self._tls_server, self._stomp_tls_server):
             if listener is not None:
                 listener.close()
         for conn in list(self.connections):
@@ -288,7 +326,7 @@ class Server:
                 conn.transport.abort()
         if self._server is not None:
             await self._server.wait_closed()
-        for listener in (self._stomp_server, self._tls_server):
+        for listener in (self._stomp_server, self._tls_server, self._stomp_tls_server):
             if listener is not None:
                 await listener.wait_closed()
         # let the last commit callbacks run before closing the store

@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ackmq.broker.access import ChannelAccess
+from ackmq.broker.access import READ, ChannelAccess
 from ackmq.broker.arguments import DELIVERY_COUNT_ARG, SEQ_ARG, as_text
 from ackmq.broker.errors import PRECONDITION_FAILED, ReplyError, SoftError
 from ackmq.protocol.stomp import (
@@ -52,6 +52,7 @@ from ackmq.protocol.stomp.destinations import (
 )
 from ackmq.server.channel import delivery_properties
 from ackmq.server.connection import CLOSING_TIMEOUT, _is_loopback
+from ackmq.server.tls import certificate_user
 from ackmq.server.transport import ClientConnection, events_from
 
 if TYPE_CHECKING:
@@ -265,7 +266,14 @@ class StompConnection(ClientConnection):
         # no login at all: RabbitMQ's default user (guest), still loopback-only
         user, password = ("guest", "guest") if login is None else (login, h.get("passcode", ""))
         config, loopback = self.server.config, _is_loopback(self.peer)
-        if not config.authenticate(user, password, loopback):
+        cert_user = self._cert_user() if login is None else None
+        if cert_user is not None:  # U4, stomp.ssl_cert_login: the certificate names the user
+            user = cert_user
+            if not config.user_exists(user, loopback):
+                log.warning("STOMP certificate login refused for user %r from %s", user,
+                            self.peer)
+                raise _Refused("Bad CONNECT", f"Access refused for user '{user}'\n")
+        elif not config.authenticate(user, password, loopback):
             log.warning("STOMP login refused for user %r from %s", user, self.peer)
             if not loopback and config.authenticate(user, password, True):
                 raise _Refused("Bad CONNECT", "non-loopback access denied")
@@ -293,6 +301,13 @@ class StompConnection(ClientConnection):
             self._close_timer = None
         if self.send_ms or self.recv_ms:
             self._hb_timer = self.server.loop.call_later(self._tick_s(), self._heartbeat_tick)
+
+    def _cert_user(self) -> str | None:
+        """With --stomp-ssl-cert-login, the CN of a verified client certificate on a TLS
+        connection (RabbitMQ's stomp.ssl_cert_login; its ssl_cert_login_from common_name)."""
+        if not self.server.config.stomp_ssl_cert_login or self.transport is None:
+            return None
+        return certificate_user(self.transport.get_extra_info("peercert"))
 
     def _destination(self, command: str, f: Frame) -> tuple[str, Destination]:
         text = f.headers.get("destination")
@@ -373,6 +388,8 @@ class StompConnection(ClientConnection):
         if durable and sub_id is None:
             raise _Refused("Missing Header", "Header 'id' is required for durable subscriptions")
         text, dest = self._destination("SUBSCRIBE", f)
+        if dest.kind == TOPIC:
+            self._check_topic_subscription(dest)
         if dest.kind == TEMP_QUEUE:
             raise _Refused("Invalid destination",
                            f"'{text}' is not a valid destination for 'SUBSCRIBE'\n")
@@ -398,6 +415,18 @@ class StompConnection(ClientConnection):
             raise
         self.subs[tag] = _Sub(sub_id, tag, text, dest, ack, queue.name, durable)
         return lambda: ch.start_consumer(tag)  # deliveries after the RECEIPT
+
+    def _check_topic_subscription(self, dest: Destination) -> None:
+        """U3: RabbitMQ's plugin checks a /topic/ subscription against the user's topic
+        permission (read on amq.topic) before anything else, with its own text (no
+        ACCESS_REFUSED prefix); /exchange/ subscriptions meet it at their queue.bind."""
+        ch = self.channel
+        assert ch is not None
+        access = ch.access
+        if access is not None and access.topics:
+            refusal = access.topic_refusal(READ, "amq.topic", dest.name)
+            if refusal is not None:
+                raise _Refused("access_refused", refusal)
 
     @staticmethod
     def _prefetch(h: dict[str, str]) -> int | None:
@@ -435,6 +464,7 @@ class StompConnection(ClientConnection):
             if ch.access is not None:  # U3: as queue.bind
                 ch.access.write("queue", q.name)
                 ch.access.read("exchange", exchange)
+                ch.access.check_topic(READ, vh.exchange(exchange), key)
             vh.bind(exchange, q, key, {})
         except ReplyError:
             if fresh:

@@ -14,10 +14,13 @@ class TLSConfigError(ValueError):
 
 
 def server_context(cert: Path | None, key: Path | None, ca: Path | None = None,
-                   verify_peer: bool = False, fail_if_no_peer_cert: bool = False
-                   ) -> ssl.SSLContext:
+                   verify_peer: bool = False, fail_if_no_peer_cert: bool = False,
+                   listener: str = "--tls-port") -> ssl.SSLContext:
+    """One context for every TLS listener (AMQPS, STOMP over TLS): RabbitMQ's STOMP
+    plugin takes the same `ssl_options` as its AMQPS listener. `listener` names the
+    option(s) that asked for TLS, for the error text."""
     if cert is None or key is None:
-        raise TLSConfigError("--tls-port needs --tls-cert FILE and --tls-key FILE "
+        raise TLSConfigError(f"{listener} needs --tls-cert FILE and --tls-key FILE "
                              "(PEM certificate chain and its private key)")
     if (verify_peer or fail_if_no_peer_cert) and ca is None:
         raise TLSConfigError("--tls-verify-peer / --tls-fail-if-no-peer-cert need "

@@ -1,10 +1,12 @@
-"""The two AMQP roles the Spark connector needs, on plain pika.
+"""The two AMQP roles the Spark connector needs, on ackmq.client (the project's client).
 
-`QueueConsumer` runs one connection on its own thread because the Spark driver-side
-reader process only gets control when Spark calls it: heartbeats and deliveries must
-keep flowing between calls. Acks are handed to that thread (pika is not thread-safe)
-and confirmed by a synchronous round trip on the same channel, so once `ack()`
-returns the broker has processed them (methods on a channel are handled in order).
+`QueueConsumer` keeps one connection whose deliveries a daemon thread moves into a
+bounded buffer in batches, because the Spark driver-side reader process only gets
+control when Spark calls it: deliveries must keep flowing between calls (heartbeats are
+the client's I/O thread's job). Acks are sent from the caller's thread (ackmq.client is
+thread-safe, leader/follower reading: no hop to another thread) and confirmed by a
+synchronous round trip on the same channel, so once `ack()` returns the broker has
+processed them (methods on a channel are handled in order).
 
 `ConfirmingPublisher` publishes with asynchronous confirms (a window of outstanding
 sequence numbers, `multiple` acks settle many) and raises on nack, return, timeout or a
@@ -20,33 +22,66 @@ from __future__ import annotations
 
 import logging
 import os
-import queue as _queue
-import re
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-import pika
-import pika.exceptions
-import pika.spec
+from ackmq.client import (
+    AckMode,
+    ChannelClosed,
+    ClientError,
+    Connection,
+    ConnectionLost,
+    Destination,
+    Message,
+    OutboundMessage,
+    RedeliveryPolicy,
+    connect,
+)
 
 log = logging.getLogger(__name__)
 
+# The connector settles messages itself (ack after commit, dedupe by seq): no client-side
+# redelivery delay, no dead-lettering however often a message comes back.
+NO_REDELIVERY_POLICY = RedeliveryPolicy(maximum_redeliveries=-1, initial_redelivery_delay=0,
+                                        redelivery_delay=0)
 
-@dataclass(slots=True)
+# basic.consume arguments asking ackmq for x-ackmq-seq (S2's dedupe key) and
+# x-delivery-count; RabbitMQ ignores consume arguments it does not know. ackmq.client
+# asks for them on every consumer (ackmq.client.base.CONSUME_ARGUMENTS).
+DELIVERY_HEADERS = {"x-ackmq-seq": True, "x-ackmq-delivery-count": True}
+
+_TAKE = 4096  # deliveries moved from the client to the buffer per call
+
+
 class Delivery:
-    """One message as received; `gen` names the connection its tag belongs to."""
+    """One message as received; `gen` names the connection its delivery tag belongs to.
+    `row` is what staging needs of it (schema.prepare_row), computed by the consumer
+    thread as the message arrives, off the path of Spark's calls."""
 
-    gen: int
-    tag: int
-    redelivered: bool
-    exchange: str
-    routing_key: str
-    props: pika.spec.BasicProperties
-    body: bytes
-    received_at: float
+    __slots__ = ("gen", "message", "received_at", "row")
+
+    def __init__(self, gen: int, message: Message, received_at: float,
+                 row: Any = None) -> None:
+        self.gen = gen
+        self.message = message
+        self.received_at = received_at
+        self.row = row
+
+    @property
+    def tag(self) -> int:
+        return self.message.delivery_tag
+
+    @property
+    def redelivered(self) -> bool:
+        return self.message.redelivered
+
+    @property
+    def body(self) -> bytes:
+        return self.message.body
 
 
 class ConsumerError(RuntimeError):
@@ -59,28 +94,12 @@ def safe_url(url: str) -> str:
     return f"{scheme}{sep}{rest.rsplit('@', 1)[-1]}" if sep else url.rsplit("@", 1)[-1]
 
 
-# basic.consume arguments asking ackmq for x-ackmq-seq (S2's dedupe key) and
-# x-delivery-count; RabbitMQ ignores consume arguments it does not know
-DELIVERY_HEADERS = {"x-ackmq-seq": True, "x-ackmq-delivery-count": True}
-
-_CLOSE = re.compile(r"\((\d{3})\) ['\"](.*)['\"]")
-
-
 def reply_of(exc: BaseException) -> tuple[int, str] | None:
     """(reply code, reply text) of a broker close carried by `exc`, if any."""
-    if isinstance(exc, (pika.exceptions.ChannelClosedByBroker,
-                        pika.exceptions.ConnectionClosedByBroker)):
-        return int(exc.reply_code), str(exc.reply_text)
-    if isinstance(exc, (pika.exceptions.ProbableAuthenticationError,
-                        pika.exceptions.AuthenticationError,
-                        pika.exceptions.ProbableAccessDeniedError)):
-        # pika wraps the broker's connection.close: "ConnectionClosedByBroker: (403) '...'"
-        m = _CLOSE.search(str(exc))
-        if m:
-            return int(m.group(1)), m.group(2)
-        if isinstance(exc, pika.exceptions.ProbableAccessDeniedError):
-            return 530, "NOT_ALLOWED - access to the virtual host refused"
-        return 403, "ACCESS_REFUSED - login refused"
+    if isinstance(exc, ChannelClosed):
+        return int(exc.code), str(exc.text)
+    if isinstance(exc, ConnectionLost) and exc.code:
+        return int(exc.code), str(exc.text)
     return None
 
 
@@ -91,10 +110,6 @@ def _exclusive_use(code: int, text: str) -> bool:
 
 def is_permanent(exc: BaseException) -> bool:
     """True for errors retrying cannot fix: 404, 403 (except exclusive use), 406, 530, auth."""
-    if isinstance(exc, (pika.exceptions.ProbableAuthenticationError,
-                        pika.exceptions.AuthenticationError,
-                        pika.exceptions.ProbableAccessDeniedError)):
-        return True
     r = reply_of(exc)
     if r is None:
         return False  # refused, reset, timed out: the broker may be restarting
@@ -127,8 +142,27 @@ def describe(exc: BaseException, what: str) -> str:
     return f"{what}: {code} {text} ({hint})"
 
 
+def open_connection(url: str, **options: Any) -> Connection:
+    """An ackmq.client connection for the connector; a URL ackmq.client cannot parse is
+    a permanent error (ValueError)."""
+    return connect(url, redelivery_policy=NO_REDELIVERY_POLICY, **options)
+
+
+@contextmanager
+def session_on(url: str) -> Iterator[Any]:
+    """A short-lived connection and session (passive checks, queue counts)."""
+    conn = open_connection(url, connect_timeout=10.0)
+    try:
+        yield conn.session(AckMode.INDIVIDUAL)
+    finally:
+        try:
+            conn.close()
+        except ClientError:
+            pass
+
+
 class QueueConsumer:
-    """A manual-ack consumer with bounded prefetch, serviced by a daemon thread."""
+    """A manual-ack consumer with bounded prefetch, fed into a buffer by a daemon thread."""
 
     def __init__(self, url: str, queue: str, prefetch: int, *, exclusive: bool = True,
                  connect_timeout: float = 60.0) -> None:
@@ -137,17 +171,20 @@ class QueueConsumer:
         self.prefetch = max(1, min(int(prefetch), 65535))
         self.exclusive = exclusive
         self.connect_timeout = connect_timeout
-        self.gen = 0
+        self.gen = 1  # bumped when a connection is lost: its deliveries are stale
         self._buf: deque[Delivery] = deque()
         self._cond = threading.Condition()
-        self._requests: _queue.Queue[tuple[str, Any, threading.Event, list[Any]]] = _queue.Queue()
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._parent = os.getppid()
-        self._outstanding: set[int] = set()
+        self._conn: Connection | None = None
+        self._session: Any = None
         #: called from the consumer thread at most every 0.1 s (the reader's status file)
         self.on_tick: Any = None
+        #: message -> Delivery.row, called by the consumer thread for each arrival
+        self.prepare: Any = None
+        self._acks_sent = False
         self._thread = threading.Thread(target=self._run, name="ackmq-consumer", daemon=True)
 
     # -- called from the reader (Spark's thread) --------------------------------------
@@ -175,43 +212,80 @@ class QueueConsumer:
                 if left <= 0:
                     break
                 self._cond.wait(left)
-            out: list[Delivery] = []
-            while self._buf and len(out) < n:
-                d = self._buf.popleft()
-                if d.gen == self.gen:
-                    out.append(d)
-            return out
+            buf = self._buf
+            if len(buf) <= n:  # the common case: everything at once
+                out = list(buf)
+                buf.clear()
+            else:
+                out = [buf.popleft() for _ in range(n)]
+            gen = self.gen  # the buffer holds the current connection's deliveries only
+            return out if not out or out[0].gen == out[-1].gen == gen else \
+                [d for d in out if d.gen == gen]
 
     def push_front(self, items: list[Delivery]) -> None:
         """Give deliveries back (a staged batch Spark never logged); stale ones are dropped."""
         with self._cond:
-            for d in reversed(items):
-                if d.gen == self.gen:
-                    self._buf.appendleft(d)
+            self._buf.extendleft(d for d in reversed(items) if d.gen == self.gen)
 
-    def ack(self, items: list[Delivery], timeout: float = 30.0) -> None:
-        """Ack deliveries and wait until the broker has processed the acks."""
-        gen = self.gen
-        tags = sorted(d.tag for d in items if d.gen == gen)
-        if tags:
-            self._call("ack", (gen, tags), timeout)
+    def ack(self, items: list[Delivery]) -> None:
+        """Send the acks of these deliveries; `confirm_acks()` waits until the broker has
+        processed them (in between the caller does other work: one round trip, overlapped)."""
+        gen, session = self.gen, self._session
+        msgs = [d.message for d in items if d.gen == gen]
+        if not msgs or session is None:
+            return  # a reconnect came between: those tags died with their channel
+        try:
+            session.acknowledge_messages(msgs)
+            self._acks_sent = True
+        except ClientError as exc:
+            self._ack_failed(exc, gen, session)
+
+    def confirm_acks(self) -> None:
+        """Return once the broker has processed every ack sent so far: a round trip on
+        the consumer's channel (methods on a channel are handled in order)."""
+        if not self._acks_sent:
+            return
+        self._acks_sent = False
+        gen, session = self.gen, self._session
+        if session is None:
+            return
+        try:
+            session.queue_info(self.queue)
+        except ClientError as exc:
+            self._ack_failed(exc, gen, session)
+
+    def _ack_failed(self, exc: ClientError, gen: int, session: Any) -> None:
+        if isinstance(exc, ConnectionLost) or gen != self.gen or \
+                isinstance(session.error, ConnectionLost):
+            return  # those tags died with the connection: the broker redelivers them
+        raise ConsumerError(f"ack failed: {exc}") from exc
 
     def unacked(self) -> int:
         """Deliveries this consumer holds unacked (buffered, staged or being landed)."""
-        return len(self._outstanding)
+        s = self._session
+        return s.unacked if s is not None else 0
 
     def queue_depth(self, timeout: float = 30.0) -> int:
         """Messages in the queue now: ready ones plus those delivered to us and unacked."""
-        return int(self._call("depth", None, timeout))
+        s = self._require_session()
+        ready = self._call(lambda: s.queue_info(self.queue).message_count)
+        return int(ready) + s.unacked  # deliveries sent before the reply are counted
 
     def ready_count(self, timeout: float = 30.0) -> int:
         """Messages the broker holds ready (not delivered to anyone)."""
-        return int(self._call("ready", None, timeout))
+        s = self._require_session()
+        return int(self._call(lambda: s.queue_info(self.queue).message_count))
 
     def close(self) -> None:
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(5)
+        conn = self._conn
+        if conn is not None:
+            try:
+                conn.close()
+            except ClientError:
+                pass
 
     # -- internals ----------------------------------------------------------------------
     def _what(self) -> str:
@@ -223,109 +297,91 @@ class QueueConsumer:
                 raise self._error
             raise ConsumerError(f"{self._what()}: {self._error!r}") from self._error
 
-    def _call(self, op: str, arg: Any, timeout: float) -> Any:
+    def _require_session(self) -> Any:
         self._raise_if_failed()
-        done = threading.Event()
-        result: list[Any] = []
-        self._requests.put((op, arg, done, result))
-        if not done.wait(timeout):
-            raise ConsumerError(f"{op} timed out after {timeout}s")
-        if result and isinstance(result[0], BaseException):
-            raise ConsumerError(f"{op} failed: {result[0]}") from result[0]
-        return result[0] if result else None
+        deadline = time.monotonic() + self.connect_timeout
+        while self._session is None:  # reconnecting
+            if time.monotonic() > deadline:
+                raise ConsumerError(f"{self._what()}: no connection")
+            self._raise_if_failed()
+            time.sleep(0.05)
+        return self._session
 
-    def _connect(self) -> tuple[pika.BlockingConnection, Any]:
+    def _call(self, fn: Any) -> Any:
+        try:
+            return fn()
+        except ClientError as exc:
+            raise ConsumerError(f"{self._what()}: {exc}") from exc
+
+    def _connect(self) -> tuple[Connection, Any, Any]:
         deadline = time.monotonic() + self.connect_timeout
         while True:
+            conn: Connection | None = None
             try:
-                conn = pika.BlockingConnection(pika.URLParameters(self.url))
-                ch = conn.channel()
-                ch.queue_declare(self.queue, passive=True)
-                ch.basic_qos(prefetch_count=self.prefetch)
-                self.gen += 1
-                gen = self.gen
-                with self._cond:
-                    self._buf.clear()  # older tags are dead with their connection
-                self._outstanding = set()
-
-                def on_message(_ch: Any, m: Any, props: Any, body: bytes, gen: int = gen) -> None:
-                    d = Delivery(gen, m.delivery_tag, bool(m.redelivered), m.exchange or "",
-                                 m.routing_key or "", props, body, time.time())
-                    self._outstanding.add(m.delivery_tag)
-                    with self._cond:
-                        self._buf.append(d)
-                        self._cond.notify_all()
-
-                ch.basic_consume(self.queue, on_message, auto_ack=False,
-                                 exclusive=self.exclusive, arguments=DELIVERY_HEADERS)
-                return conn, ch
-            except pika.exceptions.AMQPError as exc:
+                conn = open_connection(self.url, connect_timeout=10.0)
+                session = conn.session(AckMode.INDIVIDUAL)
+                session.queue_info(self.queue)  # 404 here: never let the client create it
+                consumer = session.consumer(Destination(
+                    "queue", self.queue, prefetch=self.prefetch, exclusive=self.exclusive))
+                return conn, session, consumer
+            except (ClientError, OSError, ValueError) as exc:
                 # 404/403/406/bad login: fail now. A dead predecessor's exclusive consumer
                 # still registered (403 "exclusive use"), or the broker restarting: retry
                 # until the deadline.
+                if conn is not None:
+                    conn.abort()
                 self._error = exc
-                if is_permanent(exc):
+                if isinstance(exc, ValueError) or is_permanent(exc):
                     raise ConsumerError(describe(exc, self._what())) from exc
                 if time.monotonic() > deadline:
                     raise ConsumerError(describe(exc, self._what())
                                         + f" [gave up after {self.connect_timeout:.0f}s]") from exc
                 time.sleep(0.5)
 
-    def _serve(self, conn: pika.BlockingConnection, ch: Any, op: str, arg: Any) -> Any:
-        if op == "ack":
-            gen, tags = arg
-            if gen != self.gen:
-                return None  # a reconnect came between: those tags died with their channel
-            top = tags[-1]
-            if sum(1 for t in self._outstanding if t <= top) == len(tags):
-                ch.basic_ack(top, multiple=True)  # they are every outstanding tag up to top
-            else:
-                for t in tags:
-                    ch.basic_ack(t)
-            self._outstanding.difference_update(tags)
-            ch.basic_qos(prefetch_count=self.prefetch)  # round trip: acks are processed
-            return None
-        if op == "ready":
-            return ch.queue_declare(self.queue, passive=True).method.message_count
-        if op == "depth":
-            ready = ch.queue_declare(self.queue, passive=True).method.message_count
-            conn.process_data_events(time_limit=0)  # dispatch deliveries that came before
-            return ready + len(self._outstanding)
-        raise ValueError(op)
-
     def _run(self) -> None:
+        ticked = 0.0
         while not self._stop.is_set():
             try:
-                conn, ch = self._connect()
+                conn, session, consumer = self._connect()
             except BaseException as exc:  # noqa: BLE001 - reported to the reader
                 self._error = exc
                 return
+            with self._cond:
+                gen = self.gen
+                self._conn, self._session = conn, session
             self._error = None
             self._ready.set()
-            ticked = 0.0
             try:
                 while not self._stop.is_set():
                     if os.getppid() != self._parent:
                         os._exit(0)  # Spark's JVM is gone: let the broker requeue our messages
-                    conn.process_data_events(time_limit=0.02)
+                    got = consumer.receive_batch(_TAKE, timeout=0.05)
+                    if got:
+                        now = time.time()
+                        prepare = self.prepare
+                        batch = [Delivery(gen, m, now, prepare(m) if prepare else None)
+                                 for m in got]
+                        with self._cond:
+                            self._buf.extend(batch)
+                            self._cond.notify_all()
                     if self.on_tick is not None and time.monotonic() - ticked >= 0.1:
                         ticked = time.monotonic()
                         self.on_tick()
-                    while True:
-                        try:
-                            op, arg, done, result = self._requests.get_nowait()
-                        except _queue.Empty:
-                            break
-                        try:
-                            result.append(self._serve(conn, ch, op, arg))
-                        except BaseException as exc:  # noqa: BLE001
-                            result.append(exc)
-                        done.set()
-                conn.close()
-            except pika.exceptions.AMQPError as exc:
+            except ClientError as exc:
                 log.warning("ackmq consumer connection lost (%s); reconnecting", exc)
                 self._error = exc
+                with self._cond:  # the buffered tags are dead with their connection
+                    self.gen += 1
+                    self._buf.clear()
+                    self._session = None
+                conn.abort()
                 time.sleep(0.5)
+        conn = self._conn
+        if conn is not None:
+            try:
+                conn.close()
+            except ClientError:
+                pass
 
 
 class PublishError(RuntimeError):
@@ -337,96 +393,91 @@ class ConfirmingPublisher:
 
     def __init__(self, url: str, *, window: int = 1000, confirm_timeout: float = 30.0,
                  mandatory: bool = False) -> None:
-        self.window = window
+        self.window = max(1, int(window))
         self.confirm_timeout = confirm_timeout
         self.mandatory = mandatory
         self._where = safe_url(url)
-        self._next = 1
-        self._outstanding: set[int] = set()
-        self._failure: str | None = None
         self.published = 0
-        self.confirmed = 0
+        self._futures: deque[Any] = deque()
         try:
-            self.conn = pika.BlockingConnection(pika.URLParameters(url))
-            self.ch = self.conn.channel()
-        except pika.exceptions.AMQPError as exc:
+            # publish() blocks at `window` unconfirmed, at most confirm_timeout (>= 5 s:
+            # the same timeout bounds opening the channel)
+            self.conn = open_connection(url, max_outstanding_confirms=self.window,
+                                        send_timeout=int(max(confirm_timeout, 5.0) * 1000))
+            self.session = self.conn.session(AckMode.AUTO)
+            self.producer = self.session.producer_to("", "", mandatory)
+        except (ClientError, OSError, ValueError) as exc:
             raise PublishError(describe(exc, f"cannot publish to {self._where}")) from exc
-        self._impl = self.ch._impl  # async publish: BlockingChannel waits per message
-        # a broker-closed channel (404 no exchange, 403, 406, ...) fails at once: its
-        # publishes will never be confirmed
-        self._impl.add_on_close_callback(self._on_close)
-        selected = threading.Event()
-        self._impl.confirm_delivery(self._on_confirm, callback=lambda _f: selected.set())
-        if mandatory:
-            self._impl.add_on_return_callback(self._on_return)
-        while not selected.is_set():
-            self._pump(0.05)
 
-    def _on_close(self, _ch: Any, reason: BaseException) -> None:
-        if self._failure is None:
-            self._failure = describe(reason, f"the broker closed the channel at {self._where}"
-                                     f" ({len(self._outstanding)} publishes unconfirmed)")
+    @property
+    def confirmed(self) -> int:
+        """Publishes the broker has confirmed so far."""
+        chan = self.session.chan
+        pending = len(chan.outstanding) if chan is not None else 0
+        return self.published - pending - len(self.producer.failed)
 
-    def _on_confirm(self, frame: Any) -> None:
-        m = frame.method
-        tag = m.delivery_tag
-        done = [t for t in self._outstanding if t <= tag] if m.multiple else [tag]
-        self._outstanding.difference_update(done)
-        self.confirmed += len(done)
-        if isinstance(m, pika.spec.Basic.Nack):
-            self._failure = f"broker nacked publish {tag} (multiple={m.multiple})"
+    def _failure(self) -> str | None:
+        """What went wrong, once a publish failed (nack, return, channel or connection
+        closed): the first failed future says it with the broker's code and text."""
+        if not self.producer.failed:
+            return None
+        for fut in self._futures:
+            if fut.done():
+                exc = fut.exception(0)
+                if exc is not None:
+                    return self._explain(exc)
+        return f"{len(self.producer.failed)} publishes not taken by the broker"
 
-    def _on_return(self, _ch: Any, m: Any, _props: Any, _body: bytes) -> None:
-        self._failure = f"message returned: {m.reply_code} {m.reply_text} ({m.routing_key!r})"
+    def _explain(self, exc: BaseException) -> str:
+        if isinstance(exc, ChannelClosed):
+            return describe(exc, f"the broker closed the channel at {self._where}")
+        if isinstance(exc, ConnectionLost):
+            return describe(exc, f"connection to {self._where} lost")
+        name = type(exc).__name__
+        if name == "NackError":
+            return f"broker nacked a publish: {exc}"
+        if name == "ReturnedError":
+            return f"message returned: {exc}"
+        return f"publish failed: {exc!r}"
 
-    def _pump(self, time_limit: float) -> None:
-        """Process I/O; a lost or broker-closed connection raises PublishError now."""
+    def publish(self, exchange: str, routing_key: str, body: bytes, *,
+                headers: dict[str, Any] | None = None, persistent: bool = True,
+                message_id: str | None = None, **props: Any) -> None:
+        """Publish one message (confirm tracked); raises PublishError as soon as any
+        publish so far has failed. `props`: ackmq.client's basic properties
+        (content_type, correlation_id, timestamp, message_type, ...)."""
+        if self.producer.failed:
+            raise PublishError(self._failure())
+        msg = OutboundMessage.build(body, exchange, routing_key, self.mandatory, message_id,
+                                    headers=headers, persistent=persistent, **props)
         try:
-            self.conn.process_data_events(time_limit=time_limit)
-        except pika.exceptions.AMQPError as exc:
-            raise PublishError(describe(exc, f"connection to {self._where} lost with "
-                                             f"{len(self._outstanding)} publishes unconfirmed")
-                               ) from exc
-        if self._failure:
-            raise PublishError(self._failure)
-
-    def publish(self, exchange: str, routing_key: str, body: bytes,
-                props: pika.spec.BasicProperties) -> None:
-        if self._failure:
-            raise PublishError(self._failure)
-        try:
-            self._impl.basic_publish(exchange, routing_key, body, props,
-                                     mandatory=self.mandatory)
-        except pika.exceptions.AMQPError as exc:  # channel or connection already gone
-            self._pump(0)
-            raise PublishError(describe(exc, f"cannot publish to {self._where}")) from exc
-        self._outstanding.add(self._next)
-        self._next += 1
+            fut = self.producer.publish(msg)
+        except ClientError as exc:
+            raise PublishError(self._failure() or self._explain(exc)) from exc
         self.published += 1
-        if len(self._outstanding) >= self.window:
-            self._wait(self.window // 2)
-        elif self.published % 64 == 0:
-            self._pump(0)
-
-    def _wait(self, at_most: int) -> None:
-        deadline = time.monotonic() + self.confirm_timeout
-        while len(self._outstanding) > at_most:
-            if self._failure:
-                raise PublishError(self._failure)
-            if time.monotonic() > deadline:
-                raise PublishError(f"{len(self._outstanding)} publishes unconfirmed after "
-                                   f"{self.confirm_timeout}s")
-            self._pump(0.01)
-        if self._failure:
-            raise PublishError(self._failure)
+        futures = self._futures
+        futures.append(fut)
+        if len(futures) > 2 * self.window:  # forget the confirmed ones
+            while futures and futures[0].done() and futures[0].exception(0) is None:
+                futures.popleft()
 
     def flush(self) -> None:
         """Block until every publish so far is confirmed; raise if any was not."""
-        self._wait(0)
+        try:
+            self.producer.wait_for_confirms(timeout=self.confirm_timeout)
+        except TimeoutError as exc:
+            chan = self.session.chan
+            n = len(chan.outstanding) if chan is not None else 0
+            raise PublishError(f"{n} publishes unconfirmed after {self.confirm_timeout}s"
+                               ) from exc
+        except ClientError as exc:
+            raise PublishError(self._failure() or self._explain(exc)) from exc
+        failure = self._failure()
+        if failure:
+            raise PublishError(failure)
 
     def close(self) -> None:
         try:
-            if self.conn.is_open:
-                self.conn.close()
-        except pika.exceptions.AMQPError:
+            self.conn.close()
+        except ClientError:
             pass

@@ -132,8 +132,6 @@ def _broker(url: str | None, data_dir: Path) -> Iterator[str]:
 
 def _publish_orders(url: str, queue: str, n: int, done: dict[str, Any]) -> None:
     """Asynchronous confirms; the message has no message_id: ackmq needs none (S2)."""
-    import pika
-
     from ackmq.spark.amqp import ConfirmingPublisher
 
     t0 = time.monotonic()
@@ -141,8 +139,7 @@ def _publish_orders(url: str, queue: str, n: int, done: dict[str, Any]) -> None:
     try:
         for i in range(n):
             body = json.dumps({"order": i, "amount": i % 97}).encode()
-            pub.publish("", queue, body, pika.BasicProperties(
-                delivery_mode=2, content_type="application/json"))
+            pub.publish("", queue, body, content_type="application/json")
         pub.flush()
         done["confirmed"] = pub.confirmed
     except BaseException as exc:  # noqa: BLE001 - reported by the demo
@@ -153,9 +150,9 @@ def _publish_orders(url: str, queue: str, n: int, done: dict[str, Any]) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    import pika
     from pyspark.sql import functions as F
 
+    from ackmq.spark.amqp import open_connection
     from ackmq.spark.pipeline import land, log, queue_backlog, spark_session
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="ackmq-demo-"))
@@ -163,9 +160,8 @@ def run_demo(args: argparse.Namespace) -> int:
     queue = "orders"
     with _broker(args.url, work / "broker") as url:
         log(f"broker: {url}")
-        conn = pika.BlockingConnection(pika.URLParameters(url))
-        conn.channel().queue_declare(queue, durable=True)
-        conn.close()
+        with open_connection(url) as conn:
+            conn.declare_queue(queue, durable=True)
         done: dict[str, Any] = {}
         pub = threading.Thread(target=_publish_orders, args=(url, queue, args.messages, done))
         pub.start()

@@ -9,18 +9,18 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pika
-import pika.exceptions
-
+from ackmq.client import ClientError, ConnectionLost
+from ackmq.spark.amqp import describe, is_permanent, safe_url, session_on
 from ackmq.spark.staging import StagingDir
 
 #: local[N, maxFailures]: plain local[N] never retries a failed task (Spark aborts the job
 #: on the first failure), which would defeat S3's "a nack fails the task, Spark retries it"
 DEFAULT_MASTER = "local[2,4]"
+JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto"
 
 
 def spark_session(app: str = "ackmq", master: str | None = None,
@@ -48,7 +48,7 @@ def spark_session(app: str = "ackmq", master: str | None = None,
              # small, short-lived jobs on a shared machine: a C1-only JIT and serial GC
              # start faster and burn less CPU than the defaults
              .config("spark.driver.extraJavaOptions",
-                     "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto")
+                     os.environ.get("ACKMQ_SPARK_JAVA_OPTIONS", JAVA_OPTIONS))
              .getOrCreate())
     spark.sparkContext.setLogLevel(log_level)
     ackmq.spark.register(spark)
@@ -63,45 +63,31 @@ def check_broker(url: str, *, queue: str | None = None, exchange: str | None = N
     """Fail fast, before Spark's JVM starts, on what retrying cannot fix (404 no such
     queue/exchange, 403 bad login or no permission, 530 no such vhost). A broker that
     cannot be reached is left to the job, which keeps retrying (it may be restarting)."""
-    from ackmq.spark.amqp import describe, is_permanent, safe_url
-
     what = f"broker {safe_url(url)}"
     try:
-        conn = pika.BlockingConnection(pika.URLParameters(url))
-    except pika.exceptions.AMQPError as exc:
+        with session_on(url) as s:
+            if queue is not None:
+                what = f"queue {queue!r} at {safe_url(url)}"
+                s.queue_info(queue)
+            if exchange:
+                what = f"exchange {exchange!r} at {safe_url(url)}"
+                s.check_exchange(exchange)
+    except ValueError as exc:  # a URL ackmq.client cannot read
+        raise PipelineError(f"cannot use {what}: {exc}") from exc
+    except ClientError as exc:
         if is_permanent(exc):
-            raise PipelineError(describe(exc, f"cannot log in to {what}")) from exc
-        return
-    try:
-        ch = conn.channel()
-        if queue is not None:
-            what = f"queue {queue!r} at {safe_url(url)}"
-            ch.queue_declare(queue, passive=True)
-        if exchange:
-            what = f"exchange {exchange!r} at {safe_url(url)}"
-            ch.exchange_declare(exchange, passive=True)
-    except pika.exceptions.AMQPError as exc:
-        if is_permanent(exc):
-            raise PipelineError(describe(exc, f"cannot use {what}")) from exc
-    finally:
-        if conn.is_open:
-            conn.close()
+            doing = "cannot log in to" if isinstance(exc, ConnectionLost) else "cannot use"
+            raise PipelineError(describe(exc, f"{doing} {what}")) from exc
 
 
 def queue_backlog(url: str, queue: str) -> int | None:
     """Ready messages in `queue` (not delivered to anyone), or None when the broker cannot
     be asked. Messages delivered to a consumer and not acked yet are not in this count."""
     try:
-        conn = pika.BlockingConnection(pika.URLParameters(url))
-    except pika.exceptions.AMQPError:
+        with session_on(url) as s:
+            return int(s.queue_info(queue).message_count)
+    except (ClientError, ValueError):
         return None
-    try:
-        return conn.channel().queue_declare(queue, passive=True).method.message_count
-    except pika.exceptions.AMQPError:
-        return None
-    finally:
-        if conn.is_open:
-            conn.close()
 
 
 def held_by_reader(staging: str, committed: int) -> int | None:
@@ -136,11 +122,24 @@ def _end_offset(p: Any) -> int | None:
         return None
 
 
+def _batch_end(p: Any) -> float:
+    """When a batch finished: its trigger's start plus its triggerExecution time."""
+    import datetime as dt
+
+    try:
+        start = dt.datetime.fromisoformat(str(p.timestamp).replace("Z", "+00:00"))
+        return start.timestamp() + p.durationMs.get("triggerExecution", 0) / 1000.0
+    except (ValueError, AttributeError):
+        return time.time()
+
+
 @dataclass
 class LandStats:
     batches: int = 0
     rows: int = 0
     seconds: float = 0.0
+    #: (end of the batch, epoch seconds by Spark's own clock, rows) per non-empty batch
+    ends: list[tuple[float, int]] = field(default_factory=list)
 
 
 def land(spark: Any, *, url: str, queue: str, to: str, checkpoint: str,
@@ -170,6 +169,7 @@ def land(spark: Any, *, url: str, queue: str, to: str, checkpoint: str,
                 rows = int(p.numInputRows)
                 stats.batches += 1
                 stats.rows += rows
+                stats.ends.append((_batch_end(p), rows))
                 if progress:
                     dur = max(p.durationMs.get("triggerExecution", 0), 1) / 1000.0
                     line = (f"batch {p.batchId}: {rows} rows, {rows / dur:,.0f} rows/s; "

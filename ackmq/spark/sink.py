@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pika
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
@@ -32,8 +31,11 @@ class PublishedCommit(WriterCommitMessage):
     seconds: float
 
 
-_PROP_FIELDS = ("content_type", "content_encoding", "priority", "correlation_id", "reply_to",
-                "expiration", "type", "user_id", "app_id")
+# the `properties` struct's fields -> ackmq.client's property names
+_PROP_FIELDS = {"content_type": "content_type", "content_encoding": "content_encoding",
+                "priority": "priority", "correlation_id": "correlation_id",
+                "reply_to": "reply_to", "expiration": "expiration", "type": "message_type",
+                "user_id": "user_id", "app_id": "app_id"}
 
 
 class _Publishing:
@@ -77,15 +79,14 @@ class _Publishing:
                 kw: dict[str, Any] = {}
                 if self.has_props and row["properties"] is not None:
                     p = row["properties"].asDict()
-                    kw = {k: p[k] for k in _PROP_FIELDS if p.get(k) is not None}
+                    kw = {_PROP_FIELDS[k]: p[k] for k in _PROP_FIELDS if p.get(k) is not None}
                     ts = p.get("timestamp")
                     if ts is not None:
                         kw["timestamp"] = int(ts.timestamp())
                 headers = dict(row["headers"]) if self.has_headers and row["headers"] else None
-                props = pika.BasicProperties(
-                    delivery_mode=2 if self.persistent else 1, headers=headers,
-                    message_id=f"{query}/{batch}/{part}/{i}", **kw)
-                pub.publish(self.exchange, rk or "", body or b"", props)
+                pub.publish(self.exchange, rk or "", body or b"", headers=headers,
+                            persistent=self.persistent,
+                            message_id=f"{query}/{batch}/{part}/{i}", **kw)
             pub.flush()
         finally:
             pub.close()

@@ -24,6 +24,7 @@ and shares nothing with it. So:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -43,7 +44,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ackmq.spark.amqp import Delivery, QueueConsumer
-from ackmq.spark.schema import SCHEMA_DDL, seq_of, to_arrow
+from ackmq.spark.schema import SCHEMA_DDL, message_id_of, prepare_row, seq_of, to_arrow
 from ackmq.spark.staging import Staged, StagingDir, read_rows
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
@@ -108,6 +109,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._status_lock = threading.Lock()
             c = QueueConsumer(self.url, self.queue, self.prefetch, exclusive=self.exclusive)
             c.on_tick = self._report
+            c.prepare = prepare_row
             c.start()
             self._consumer = c
         return self._consumer
@@ -127,7 +129,15 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         c = self._ensure()
         n, hwm = int(start["n"]), int(start["hwm"])
         _trace("latestOffset", n, hwm)
+        # the acks the previous call sent are processed by now (one round trip, seldom a
+        # wait); this call's own are confirmed by the next one, so the broker's ack work
+        # overlaps Spark's batch instead of delaying it
+        c.confirm_acks()
         self._settle(n)
+        return self._next_batch(c, n, hwm, start, limit)
+
+    def _next_batch(self, c: QueueConsumer, n: int, hwm: int, start: dict,
+                    limit: ReadLimit) -> dict:
         self._drop_unlogged(n)
         window = self._load_window(n)
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else self.prefetch
@@ -151,7 +161,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 cap = min(cap, len(taken) + len(got) + max(self._remaining, 0))
             for d in got:
                 seq = seq_of(d)
-                mid = d.props.message_id
+                mid = message_id_of(d)
                 if (seq is not None and seq <= hwm) or (mid is not None and mid in window):
                     dupes.append(d)  # already in the committed sink
                     continue
@@ -226,9 +236,12 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         _trace("commit", end["n"])
         if self._consumer is not None:
             self._settle(int(end["n"]))
+            self._consumer.confirm_acks()
 
     def stop(self) -> None:
         if self._consumer is not None:
+            with contextlib.suppress(Exception):
+                self._consumer.confirm_acks()
             self._consumer.close()
             self._consumer = None
 
@@ -247,7 +260,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if done:
             self._staged_changed()
         if acks and self._consumer is not None:
-            self._consumer.ack(acks)
+            self._consumer.ack(acks)  # confirmed by the next latestOffset, commit or stop
             _trace("acked", len(acks), "up to", n)
             self._report()  # the query may stop before the consumer thread's next tick
         for s in self.staging.batches():

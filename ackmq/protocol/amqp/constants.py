@@ -68,7 +68,7 @@ REPLY_TEXT: dict[int, str] = {
 
 def fit_shortstr(text: str) -> str:
     """Reply texts are shortstrs: cut to 255 bytes with "..." as RabbitMQ does."""
-    data = text.encode("utf-8")
+    data = text.encode("utf-8", "surrogateescape")  # a client's non-UTF-8 octets quoted
     if len(data) <= 255:
         return text
     return data[:252].decode("utf-8", "ignore") + "..."

@@ -163,6 +163,12 @@ class Decoder:
         self._frame_max = value
         self._payload_max = value - 8 if value else _NO_LIMIT
 
+    @property
+    def busy(self) -> dict[int, Any]:
+        """Channels with content being assembled (`number in decoder.busy`): a fast path
+        outside the decoder must leave their frames to it."""
+        return self._pending
+
     def feed(self, data: bytes) -> list[Event]:
         """Consume bytes; return the complete events they finish, in wire order.
 
@@ -489,6 +495,8 @@ def _deliver(buf: bytes | bytearray, start: int, end: int) -> commands.Basic.Del
     deliver.routing_key = routing_key
     return deliver
 
+
+deliver_method = _deliver  # for the client's fast path (ackmq.client.core)
 
 _FAST = {_NACK: _nack, _REJECT: _reject, _DELIVER: _deliver, _ACK: _ack}
 _UNSIGNED_64 = frozenset(("delivery_tag",))

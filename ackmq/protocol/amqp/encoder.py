@@ -56,6 +56,14 @@ def _arguments(method: Frame) -> bytes:
         if in_bits:
             out.append(pamqp_encode.octet(byte))
             in_bits = False
+        if kind == "shortstr" and isinstance(value, str):
+            # octets a client sent that are not UTF-8 (kept as surrogates) go back as they
+            # came, as RabbitMQ echoes them (a reply text quoting a bad user_id)
+            data = value.encode("utf-8", "surrogateescape")
+            if len(data) > 255:
+                raise ValueError(f"shortstr longer than 255 bytes: {data[:40]!r}...")
+            out.append(bytes((len(data),)) + data)
+            continue
         out.append(pamqp_encode.by_type(value, kind))
     if in_bits:
         out.append(pamqp_encode.octet(byte))
