@@ -408,30 +408,45 @@ def test_U5_stomp_send_is_blocked_too(target: Target) -> None:
 # -- ackmq only: its RSS, its ctl --------------------------------------------------------
 
 def test_U5_publisher_flood_blocked_below_the_watermark_then_resumes(ackmq: Target) -> None:
-    """A pika publisher floods 64 KiB messages (no confirms, no consumer) at a watermark
-    set at run time 16 MiB above the broker's idle RSS: it gets connection.blocked, the
-    broker stops reading it (the queue stops growing) and its RSS stays under the
-    watermark + 32 MiB (a 0.1 s sampling interval at this machine's rate, plus one read);
-    raising the watermark unblocks it and every message it sent is in the queue."""
+    """A pika publisher floods 64 KiB messages (no confirms, no consumer).
+
+    1. Watermark set at run time 16 MiB above the broker's idle RSS: the flood gets
+       connection.blocked ("low on memory"), the broker pages its queue out to disk and
+       unblocks it by itself (as RabbitMQ); 200 MB go through while its RSS stays under
+       the watermark + 32 MiB (0.1 s sampling at this machine's rate, plus one read).
+    2. Watermark set below the RSS now: blocked again, and this time it stays blocked
+       (paging cannot clear it): the broker reads nothing more (the queue stops growing)
+       until the watermark is raised; then it resumes, and every message sent is queued.
+    """
     assert ackmq.broker is not None and ackmq.broker.proc is not None
     pid = ackmq.broker.proc.pid
     q = "alarm-flood"
     _queue(ackmq, q)
     watermark = _rss(pid) + 16 * MiB
     assert ackmq.ctl("set_vm_memory_high_watermark", "absolute", str(watermark)).returncode == 0
+    events: list[str] = []
     blocked, unblocked, stop = threading.Event(), threading.Event(), threading.Event()
-    reasons: list[str] = []
     sent = [0]
     errors: list[BaseException] = []
+    peak = [0]
+
+    def on_blocked(_c: object, m: object) -> None:
+        events.append(m.method.reason)  # type: ignore[attr-defined]
+        unblocked.clear()
+        blocked.set()
+
+    def on_unblocked(_c: object, _m: object) -> None:
+        events.append("unblocked")
+        blocked.clear()
+        unblocked.set()
 
     def flood() -> None:
         try:
             conn = ackmq.pika()
             # pika's own callbacks run only in process_data_events, which a publisher
             # stuck in a full socket never reaches: listen on the connection underneath
-            conn._impl.add_on_connection_blocked_callback(
-                lambda _c, m: (reasons.append(m.method.reason), blocked.set()))
-            conn._impl.add_on_connection_unblocked_callback(lambda _c, _m: unblocked.set())
+            conn._impl.add_on_connection_blocked_callback(on_blocked)
+            conn._impl.add_on_connection_unblocked_callback(on_unblocked)
             ch = conn.channel()
             body = b"\x00" * 65536
             while not stop.is_set():
@@ -441,32 +456,87 @@ def test_U5_publisher_flood_blocked_below_the_watermark_then_resumes(ackmq: Targ
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _rss(pid))
+            time.sleep(0.02)
+
     t = threading.Thread(target=flood, daemon=True)
+    sampler = threading.Thread(target=sample, daemon=True)
     t.start()
+    sampler.start()
     try:
-        assert blocked.wait(60), f"no connection.blocked after {sent[0]} messages"
-        assert reasons == ["low on memory"]
-        first = _depth(ackmq, q)
-        peak = 0
-        end = time.monotonic() + 1.5
-        while time.monotonic() < end:
-            peak = max(peak, _rss(pid))
+        deadline = time.monotonic() + 60  # phase 1: blocked, paged out, unblocked
+        while (sent[0] < 3200 or "unblocked" not in events) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not unblocked.is_set(), "the alarm cleared by itself"
+        assert events[:2] == ["low on memory", "unblocked"], events
+        assert sent[0] >= 3200, sent[0]  # 200 MiB through a watermark 16 MiB above idle
+        assert peak[0] <= watermark + 32 * MiB, (peak[0] - watermark) / MiB
+        low = _rss(pid) - 8 * MiB  # phase 2: below the RSS: stays blocked
+        assert ackmq.ctl("set_vm_memory_high_watermark", "absolute", str(low)).returncode == 0
+        assert blocked.wait(30), events
+        time.sleep(0.5)
+        first = _depth(ackmq, q)
+        time.sleep(1.0)
+        assert blocked.is_set(), events
         assert _depth(ackmq, q) == first, "the broker kept reading a blocked publisher"
-        assert peak <= watermark + 32 * MiB, (peak - watermark) / MiB
         assert ackmq.ctl("set_vm_memory_high_watermark", "0.4").returncode == 0
-        assert unblocked.wait(15)
+        assert unblocked.wait(15), events
+        deadline = time.monotonic() + 30
+        while _depth(ackmq, q) < first + 100 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _depth(ackmq, q) >= first + 100, "the publisher did not resume"
     finally:
         stop.set()
         t.join(60)
+        sampler.join(5)
     assert not errors, errors
     assert not t.is_alive()
     assert _depth(ackmq, q) == sent[0]
     log = "".join(ackmq.broker.log)
     assert "memory resource limit alarm set on node ackmq@" in log
     assert "vm_memory_high_watermark set. Memory used:" in log
+    assert "ready messages out to disk" in log
     assert "memory resource limit alarm cleared on node ackmq@" in log
+
+
+def test_U5_memory_alarm_pages_queues_out_keeping_their_order(ackmq: Target) -> None:
+    """In a memory alarm the broker pages ready messages out of memory (as RabbitMQ, so
+    the alarm can clear without consumers); they come back in the same order, priority
+    levels included."""
+    assert ackmq.broker is not None
+    plain, prio = "alarm-page-plain", "alarm-page-prio"
+    conn = ackmq.pika()
+    ch = conn.channel()
+    ch.queue_declare(plain)
+    ch.queue_declare(prio, arguments={"x-max-priority": 5})
+    for i in range(300):
+        ch.basic_publish("", plain, str(i).encode())
+        ch.basic_publish("", prio, str(i).encode(), pika.BasicProperties(priority=i % 3))
+    conn.close()
+    ackmq.memory_alarm(True)
+    try:
+        deadline = time.monotonic() + 10
+        while not any("ready messages out to disk" in line for line in ackmq.broker.log) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        ackmq.memory_alarm(False)
+    assert any("paged 600 ready messages out to disk" in line for line in ackmq.broker.log)
+    conn = ackmq.pika()
+    ch = conn.channel()
+
+    def drain(q: str) -> list[int]:
+        out = []
+        while True:
+            m, _p, body = ch.basic_get(q, auto_ack=True)
+            if m is None:
+                return out
+            out.append(int(body))
+
+    assert drain(plain) == list(range(300))
+    assert drain(prio) == sorted(range(300), key=lambda i: (-(i % 3), i))
+    conn.close()
 
 
 def test_B3_unconfirmed_flood_is_bounded(tmp_path: Path) -> None:

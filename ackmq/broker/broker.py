@@ -206,6 +206,15 @@ class BrokerModel:
     def queues(self) -> list[Queue]:
         return [q for vh in self.vhosts.values() for q in vh.queues.values()]
 
+    def page_out(self) -> int:
+        """Memory alarm (U5): every queue's ready messages held in memory go to the spill."""
+        moved = 0
+        for q in self.queues():
+            ready = getattr(q, "ready", None)
+            if ready is not None:
+                moved += ready.page_out()
+        return moved
+
     def close(self) -> None:
         if self.store is not None:
             self.store.close()

@@ -214,6 +214,33 @@ class ReadyList:
             level.back.clear()
         return out
 
+    def page_out(self) -> int:
+        """Memory alarm (U5): send every level's in-memory tail to the spill, in front of
+        what is spilled already, as RabbitMQ pages queues out to clear the alarm. Order
+        is kept (the fresh deque comes before the cold tail); requeued entries (`back`)
+        stay. Returns how many entries moved."""
+        if self.spill is None:
+            return 0
+        moved = 0
+        for level in self._levels:
+            fresh = level.fresh
+            if not fresh:
+                continue
+            locs = array("Q")
+            try:
+                for entry in fresh:
+                    locs.append(self.spill.put(encode_entry(entry)))
+            except OSError:  # the spill cannot take them: keep them in memory
+                for loc in locs:
+                    self.spill.release(loc)
+                continue
+            self.budget.used -= sum(e.size for e in fresh) + ENTRY_COST * len(fresh)
+            moved += len(fresh)
+            fresh.clear()
+            level.cold = locs + level.cold[level.cold_pos:]
+            level.cold_pos = 0
+        return moved
+
     def discard(self) -> None:
         """Forget everything without reading the spill back (queue deleted)."""
         for level in self._levels:

@@ -201,7 +201,8 @@ class ResourceMonitor:
     def __init__(self, loop: asyncio.AbstractEventLoop, limits: Limits, data_dir: Path | None,
                  on_change: Callable[[set[str]], None], node: str,
                  memory_interval: float = 0.1, disk_interval: float = 1.0,
-                 set_paging: Callable[[bool], None] | None = None) -> None:
+                 set_paging: Callable[[bool], None] | None = None,
+                 page_out: Callable[[], int] | None = None) -> None:
         self.loop = loop
         self.limits = limits
         self.data_dir = data_dir
@@ -210,6 +211,7 @@ class ResourceMonitor:
         self.memory_interval = memory_interval
         self.disk_interval = disk_interval
         self.set_paging = set_paging
+        self.page_out = page_out
         self.paging = False
         self.rss = 0
         self.disk_free: int | None = None
@@ -279,6 +281,10 @@ class ResourceMonitor:
             now = time.monotonic()
             if now - self._last_trim >= 1.0:  # at most once a second, only in alarm
                 self._last_trim = now
+                if self.page_out is not None:  # as RabbitMQ: queues to disk, to clear it
+                    moved = self.page_out()
+                    if moved:
+                        log.info("memory alarm: paged %d ready messages out to disk", moved)
                 _trim()
                 self.rss = process_rss()
         self._paging()

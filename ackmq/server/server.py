@@ -247,7 +247,7 @@ class Server:
             self.loop, limits, cfg.data_dir, self._alarms_changed,
             f"ackmq@{socket.gethostname().split('.')[0]}",
             memory_interval=cfg.memory_check_interval, disk_interval=cfg.disk_check_interval,
-            set_paging=self._set_paging)
+            set_paging=self._set_paging, page_out=self.broker.page_out)
         self.alarms.start()
 
     def _set_paging(self, on: bool) -> None:
