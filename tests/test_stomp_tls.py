@@ -206,8 +206,11 @@ def test_U4_stomp_tls_fail_if_no_peer_cert(tmp_path: Path, files: dict[str, Path
         assert not refused.startswith(b"CONNECTED"), refused  # refused in the handshake
         assert refused == b"" or refused.startswith(b"ssl: "), refused
         conn, listener = tls_client(port, files)
-        with pytest.raises(stomp.exception.StompException):  # stomp.py: no CONNECTED
+        try:  # stomp.py raises, or (when it sees the drop first) returns unconnected
             conn.connect("guest", "guest", wait=True)
+        except stomp.exception.StompException:
+            pass
+        assert not conn.is_connected()
         conn, listener = tls_client(port, files, cert="certuser")
         conn.connect("guest", "guest", wait=True)
         try:

@@ -515,3 +515,12 @@ def test_U3_topic_permission_verbs_same_as_rabbitmqctl(ackmq_broker: BrokerProce
             assert mine == theirs, f"{step}:\nackmq    {mine}\nRabbitMQ {theirs}"
     finally:
         _rabbitmqctl("delete_user", user, check=False)
+
+
+def test_U3_access_cost_bench_runs() -> None:
+    """`python -m ackmq.bench.access_cost` (the figures in docs/security.md) measures its
+    three configurations; a tiny run here keeps it working."""
+    from ackmq.bench.access_cost import measure
+    res = measure(rounds=3, per_round=200)
+    assert set(res) == {"no checks", "checks", "checks + topic permission elsewhere"}
+    assert all(len(v) == 3 and all(x > 0 for x in v) for v in res.values())
