@@ -222,8 +222,16 @@ def plot(path: str | Path, rows: Sequence[dict[str, Any]], labels: Sequence[str]
 
     client_rows = [r for r in rows if r["workload"] == "client-publish"
                    and r["unit"] == "msgs/s" and "/" in r["metric"]]
+    if client_rows and not any(r["workload"] in ("consume-prefetch", "stomp-consume-ci",
+                                                 "latency") for r in rows):
+        fig, ax = plt.subplots(1, 1, figsize=(11, 4.5))  # only client workloads ran
+        _plot_clients(ax, client_rows, labels)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return
     if client_rows:
-        fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(18, 4.5))
+        fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(21, 4.5))
         _plot_clients(ax3, client_rows, labels)
     else:
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -302,18 +310,20 @@ def _plot_clients(ax: Any, rows: Sequence[dict[str, Any]], labels: Sequence[str]
     for i, (client, label) in enumerate(series):
         ys = [by.get(f"{st}/{client}", {}).get("brokers", {}).get(label, {}).get(
             "median", float("nan")) for st in strategies]
+        name = {"ackmq": "ackmq.client", "ackmq-aio": "ackmq.client asyncio"}.get(client, client)
         ax.bar([k + i * width for k in range(len(strategies))], ys, width,
-               label=f"{client} @ {label}" if len(labels) > 1 else client)
+               label=f"{name} → {label}" if len(labels) > 1 else name)
     floor = by.get("each/floor")
     if floor and "each" in strategies:
         k = strategies.index("each")
-        for label, b in floor["brokers"].items():
-            ax.hlines(b["median"], k - 0.1, k + 0.9, colors="black", linestyles="dashed",
-                      label="physical floor (rtt + fdatasync)" if label == labels[0] else None)
+        for j, (label, b) in enumerate(floor["brokers"].items()):
+            ax.hlines(b["median"], k - width / 2, k + width * (len(series) - 0.5),
+                      colors="black", linestyles=["dashed", "dotted"][j % 2],
+                      label=f"physical floor (rtt + fdatasync), run on {label}")
     ax.set_xticks([k + width * (len(series) - 1) / 2 for k in range(len(strategies))],
                   ["confirm each" if st == "each" else "batches of 100" if st == "batch"
                    else "async confirms" for st in strategies])
     ax.set_yscale("log")
     ax.set_ylabel("msgs/s (median, log scale)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("J10 publish strategies by client (persistent)")

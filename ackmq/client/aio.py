@@ -240,8 +240,8 @@ class AsyncConnection(BaseConnection):
                 for session in list(self.sessions):
                     try:
                         await self._drive(session.close_g(deadline))
-                    except ClientError:
-                        pass
+                    except (ClientError, TimeoutError):
+                        pass  # close_timeout: the transport is closed below
                 fut = self.core.close()
                 self._flush()
                 try:

@@ -322,6 +322,8 @@ class Core:
         unpack_head = _FRAME_HEAD.unpack_from
         payload_max = self._payload_max
         decoder = self.decoder
+        max_size = decoder.max_message_size
+        busy = decoder.busy  # the same dict for the decoder's life
         while n - pos >= 8 and self.error is None:
             ftype, number, size = unpack_head(buf, pos)
             start = pos + 7
@@ -337,15 +339,26 @@ class Core:
             content = chan.content if chan is not None else None
             if content is not None:
                 if ftype == 3 and 0 < size == content[3] and not content[5]:
-                    # the whole body in one frame (the common case), without a call
-                    content[5].append(bytes(buf[start:end]))
-                    self._delivered(chan, content)  # type: ignore[arg-type]
+                    # the whole body in one frame (the common case)
+                    if content[0] is None:  # a raw channel: straight to its callback
+                        chan.content = None  # type: ignore[union-attr]
+                        hook = chan.raw_deliver  # type: ignore[union-attr]
+                        if hook is not None:
+                            hook(content[1], content[2], bytes(buf[start:end]))
+                    else:
+                        content[5].append(bytes(buf[start:end]))
+                        self._delivered(chan, content)  # type: ignore[arg-type]
                     continue
+                if (ftype == 2 and content[3] < 0 and content[0] is None and size >= 14):
+                    class_id, weight, body_size = _CONTENT_HEAD.unpack_from(buf, start)
+                    if class_id == 60 and not weight and 0 < body_size <= max_size:
+                        content[3] = body_size  # a raw channel's header: only the size
+                        continue
                 if not self._content_frame(chan, content, ftype, buf, start, end):  # type: ignore[arg-type]
                     pos = n
                     break
                 continue
-            if ftype == 1 and chan is not None and size >= 4 and number not in decoder.busy:
+            if ftype == 1 and chan is not None and size >= 4 and number not in busy:
                 mid = _METHOD_ID.unpack_from(buf, start)[0]
                 if (mid == _M_ACK or mid == _M_NACK) and size == 13:
                     tag, bits = _TAG_BIT.unpack_from(buf, start + 4)

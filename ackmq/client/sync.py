@@ -481,8 +481,8 @@ class Connection(BaseConnection):
                 for session in list(self.sessions):
                     try:
                         self._drive(session.close_g(deadline))
-                    except ClientError:
-                        pass
+                    except (ClientError, TimeoutError):
+                        pass  # close_timeout: the socket is dropped below
                 with self._lock:
                     fut = self.core.close()
                 self._flush(deadline)
