@@ -406,7 +406,8 @@ async def drain_confirmed(host: str, port: int, user: str, password: str, vhost:
     peer = await open_peer(host, port, user, password, vhost)
     bodies: list[bytes] = []
     peer.on_body = lambda _ch, body: bodies.append(body)
-    await peer.call(1, commands.Basic.Consume(queue=CONFIRMED_QUEUE, no_ack=True), (60, 21))
+    await peer.call(1, commands.Basic.Consume(queue=CONFIRMED_QUEUE, no_ack=True), (60, 21),
+                    timeout=300)
     last, seen = time.monotonic(), 0
     while time.monotonic() - last < idle and not peer.closed.done():
         await asyncio.sleep(0.1)
