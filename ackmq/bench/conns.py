@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pamqp import commands
 
-from ackmq.bench.fuzz import OwnBroker
+from ackmq.bench.ownbroker import OwnBroker, log_trouble
 from ackmq.bench.rawpeer import (
     PROTOCOL_HEADER,
     Peer,
@@ -236,7 +236,6 @@ async def _main_async(args: argparse.Namespace) -> int:
         out["broker_pid"] = pid
         out["ok"] = ok
         if own is not None:
-            from ackmq.bench.fuzz import log_trouble
             out["log_trouble"] = log_trouble(own.log_path)[:10]
             out["ok"] = ok and not out["log_trouble"] and own.alive()
     finally:
