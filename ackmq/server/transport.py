@@ -36,6 +36,7 @@ class ClientConnection(asyncio.Protocol):
         self.writable = True  # deliveries may go on: neither of the two below
         self.write_paused = False  # the transport's buffer is above WRITE_HIGH
         self.turn_full = False  # TURN_OUTPUT_MAX gathered this turn
+        self._turn_handle: asyncio.Handle | None = None  # _next_turn, when scheduled
         self.reading_paused = False  # our output is backed up: the client's input waits
         self.last_recv = self.last_sent = time.monotonic()
         self._hb_timer: asyncio.TimerHandle | None = None
@@ -83,11 +84,12 @@ class ClientConnection(asyncio.Protocol):
             self.last_sent = time.monotonic()
         else:
             self.out.clear()
-        if self.turn_full:
+        if self.turn_full and self._turn_handle is None:
             # the rest on the next turn, after other clients' input and output
-            self.server.loop.call_soon(self._next_turn)
+            self._turn_handle = self.server.loop.call_soon(self._next_turn)
 
     def _next_turn(self) -> None:
+        self._turn_handle = None
         self.turn_full = False
         if not self.write_paused and self.transport is not None \
                 and not self.transport.is_closing():
