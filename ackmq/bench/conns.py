@@ -224,6 +224,7 @@ async def _main_async(args: argparse.Namespace) -> int:
         pid = own.pid
     elif pid is None:
         pid = _find_pid(host_port(url)[1])
+    out: dict[str, object] = {"ok": False}
     try:
         if args.what == "consumers":
             out = await consumers(url, args.connections, pid, args.messages)
@@ -240,7 +241,7 @@ async def _main_async(args: argparse.Namespace) -> int:
             out["ok"] = ok and not out["log_trouble"] and own.alive()
     finally:
         if own is not None:
-            own.stop()
+            own.stop(keep_log=not out["ok"])
     text = json.dumps(out, indent=2)
     if args.json:
         Path(args.json).write_text(text + "\n")

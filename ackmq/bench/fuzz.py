@@ -560,6 +560,7 @@ async def _main_async(args: argparse.Namespace) -> int:
         url = own.start()
         pid, log_path = own.pid, own.log_path
         print(f"[fuzz] ackmq pid {pid}, log {log_path}", file=sys.stderr)
+    passed = False
     try:
         result = await fuzz(url, opts, pid)
         alive = own.alive() if own else (pid is None or rss_of(pid) > 0)
@@ -575,9 +576,10 @@ async def _main_async(args: argparse.Namespace) -> int:
         check["after_sigkill_restart"] = own is not None and opts.restart and alive
         summary = summarize(result, check, trouble + log_trouble(log_path)[len(trouble):],
                             alive, opts)
+        passed = not summary["problems"]
     finally:
         if own is not None:
-            own.stop()
+            own.stop(keep_log=not passed)
     stats: Stats = result["stats"]  # type: ignore[assignment]
     if stats.hung and args.hung_file:
         Path(args.hung_file).write_text("\n".join(stats.hung) + "\n")
@@ -597,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--serve-arg", action="append",
                    help="extra `ackmq serve` argument for our own broker (repeatable)")
     p.add_argument("--work-dir", help="data dir and log of our own broker (default: a new "
-                   "directory under /var/tmp; its data dir is removed at the end)")
+                   "directory under /var/tmp, removed at the end but for the log of a failed run)")
     p.add_argument("--frames", type=int, default=1_000_000, help="mutated frames to send")
     p.add_argument("--concurrency", type=int, default=200, help="connections at once")
     p.add_argument("--seed", type=int, default=1)

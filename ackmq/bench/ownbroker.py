@@ -66,7 +66,8 @@ class OwnBroker:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(30)
 
-    def stop(self) -> None:
+    def stop(self, keep_log: bool = False) -> None:
+        """Stop it; a work dir of our own goes too (all but the log with `keep_log`)."""
         if self.alive():
             assert self.proc is not None
             self.proc.terminate()
@@ -76,7 +77,10 @@ class OwnBroker:
                 self.proc.kill()
                 self.proc.wait(10)
         if self.owned:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
+            shutil.rmtree(self.data_dir if keep_log else self.data_dir.parent,
+                          ignore_errors=True)
+            if keep_log:
+                print(f"broker log kept: {self.log_path}", file=sys.stderr)
 
 
 LOG_TROUBLE = re.compile(r"Traceback|Fatal error|Exception in callback|end of turn failed"
