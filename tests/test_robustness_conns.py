@@ -84,3 +84,53 @@ def test_U6_handshake_timeout_option_is_checked() -> None:
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert "--handshake-timeout must be between 0 and 3600 seconds" in run.stderr
+
+
+def test_B3_no_ack_consumer_on_a_deep_paged_queue_is_fed_a_turn_at_a_time(
+        tmp_path: Path) -> None:
+    """A no-ack consumer without prefetch on a queue of 60 MB paged to disk: the broker
+    used to pull the whole queue into its output in one loop turn (RSS up by the queue's
+    size, every other client waiting meanwhile: consume-ok came after 3.7 s for 280 MB).
+    Now a connection gathers at most TURN_OUTPUT_MAX (4 MiB) per turn and goes on at the
+    next one, after TCP has taken it: broker memory stays near the paging bound."""
+    from pamqp import commands
+
+    from ackmq.bench.rawpeer import open_peer, rss_of
+    from ackmq.protocol.amqp import encode_method, encode_publish
+
+    broker = BrokerProcess(tmp_path, "--no-stomp", "--queue-memory-mb", "4")
+    broker.start()
+    n, body = 60_000, b"m" * 1000
+
+    async def go() -> tuple[int, int, int]:
+        assert broker.proc is not None
+        pid = broker.proc.pid
+        pub = await open_peer("127.0.0.1", broker.port)
+        await pub.call(1, commands.Queue.Declare(queue="deep"), (50, 11))
+        chunk = b"".join(encode_publish(1, "", "deep", False, False, b"\x00\x00", body,
+                                        131072) for _ in range(1000))
+        for _ in range(n // 1000):
+            pub.write(chunk)
+            await pub.call(1, commands.Basic.Qos(0, 0), (60, 11), timeout=60)
+        filled = rss_of(pid)
+        got = [0]
+        con = await open_peer("127.0.0.1", broker.port)
+        con.on_body = lambda _ch, _b: got.__setitem__(0, got[0] + 1)
+        peak = filled
+        con.write(encode_method(1, commands.Basic.Consume(queue="deep", no_ack=True)))
+        for _ in range(1200):  # up to 60 s
+            peak = max(peak, rss_of(pid))
+            if got[0] >= n:
+                break
+            await asyncio.sleep(0.05)
+        pub.abort()
+        con.abort()
+        return filled, peak, got[0]
+
+    try:
+        filled, peak, got = asyncio.run(go())
+    finally:
+        broker.stop()
+    assert got == n
+    assert peak - filled < 25 * 2**20, f"RSS grew {(peak - filled) >> 20} MiB while draining"
+    assert "Traceback" not in "".join(broker.log)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pamqp import commands
 
-from ackmq.bench.fuzz import OwnBroker
+from ackmq.bench.ownbroker import OwnBroker, log_trouble
 from ackmq.bench.rawpeer import (
     PROTOCOL_HEADER,
     Peer,
@@ -224,6 +224,7 @@ async def _main_async(args: argparse.Namespace) -> int:
         pid = own.pid
     elif pid is None:
         pid = _find_pid(host_port(url)[1])
+    out: dict[str, object] = {"ok": False}
     try:
         if args.what == "consumers":
             out = await consumers(url, args.connections, pid, args.messages)
@@ -236,12 +237,11 @@ async def _main_async(args: argparse.Namespace) -> int:
         out["broker_pid"] = pid
         out["ok"] = ok
         if own is not None:
-            from ackmq.bench.fuzz import log_trouble
             out["log_trouble"] = log_trouble(own.log_path)[:10]
             out["ok"] = ok and not out["log_trouble"] and own.alive()
     finally:
         if own is not None:
-            own.stop()
+            own.stop(keep_log=not out["ok"])
     text = json.dumps(out, indent=2)
     if args.json:
         Path(args.json).write_text(text + "\n")

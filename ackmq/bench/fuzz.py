@@ -24,15 +24,10 @@ import asyncio
 import datetime
 import hashlib
 import json
-import os
 import random
 import re
-import shutil
-import signal
 import struct
-import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -42,6 +37,7 @@ from pamqp import commands, frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
+from ackmq.bench.ownbroker import OwnBroker, log_trouble
 from ackmq.bench.rawpeer import (
     FRAME_MAX,
     PROTOCOL_HEADER,
@@ -406,7 +402,8 @@ async def drain_confirmed(host: str, port: int, user: str, password: str, vhost:
     peer = await open_peer(host, port, user, password, vhost)
     bodies: list[bytes] = []
     peer.on_body = lambda _ch, body: bodies.append(body)
-    await peer.call(1, commands.Basic.Consume(queue=CONFIRMED_QUEUE, no_ack=True), (60, 21))
+    await peer.call(1, commands.Basic.Consume(queue=CONFIRMED_QUEUE, no_ack=True), (60, 21),
+                    timeout=300)
     last, seen = time.monotonic(), 0
     while time.monotonic() - last < idle and not peer.closed.done():
         await asyncio.sleep(0.1)
@@ -431,85 +428,6 @@ def check_confirmed(bodies: list[bytes], confirmed: set[int]) -> dict[str, objec
     return {"confirmed": len(confirmed), "drained": len(bodies), "missing": len(missing),
             "missing_first": missing[:20], "corrupt": corrupt,
             "duplicated": sum(1 for c in seqs.values() if c > 1)}
-
-
-# ---- an ackmq of our own -------------------------------------------------------------------
-
-class OwnBroker:
-    """`python -m ackmq serve` in a fresh data dir, its whole log in a file."""
-
-    def __init__(self, extra: list[str], work_dir: Path | None = None) -> None:
-        """Data dir and log in `work_dir` (kept), else in a new directory under /var/tmp
-        (not tmpfs: fsync must cost what it costs) whose data dir `stop` removes."""
-        base = "/var/tmp" if os.path.isdir("/var/tmp") else None
-        self.owned = work_dir is None
-        work = work_dir or Path(tempfile.mkdtemp(prefix="ackmq-fuzz-", dir=base))
-        work.mkdir(parents=True, exist_ok=True)
-        self.data_dir = work / "data"
-        self.log_path = work / "broker.log"
-        self.extra = extra
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = ""
-        self.port = 0
-
-    def start(self, timeout: float = 60.0) -> str:
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
-        offset = self.log_path.stat().st_size
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ackmq", "serve", "--port", str(self.port), "--no-stomp",
-             "--data-dir", str(self.data_dir), *self.extra],
-            stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = self.log_path.read_bytes()[offset:].decode(errors="replace")
-            m = re.search(r"listening on (amqp://\S+)", text)
-            if m:
-                self.url = m.group(1)
-                self.port = int(self.url.rsplit(":", 1)[1].split("/")[0])
-                return self.url
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise RuntimeError(f"ackmq did not start; see {self.log_path}")
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        if self.alive():
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.alive():
-            assert self.proc is not None
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        if self.owned:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-
-
-LOG_TROUBLE = re.compile(r"Traceback|Fatal error|Exception in callback|end of turn failed"
-                         r"|Task exception was never retrieved")
-
-
-def log_trouble(path: Path | None) -> list[str]:
-    """Lines of a broker log that show an unhandled exception."""
-    if path is None or not path.exists():
-        return []
-    with open(path, errors="replace") as f:
-        return [line.rstrip() for line in f if LOG_TROUBLE.search(line)]
 
 
 # ---- the run ------------------------------------------------------------------------------
@@ -642,6 +560,7 @@ async def _main_async(args: argparse.Namespace) -> int:
         url = own.start()
         pid, log_path = own.pid, own.log_path
         print(f"[fuzz] ackmq pid {pid}, log {log_path}", file=sys.stderr)
+    passed = False
     try:
         result = await fuzz(url, opts, pid)
         alive = own.alive() if own else (pid is None or rss_of(pid) > 0)
@@ -657,9 +576,10 @@ async def _main_async(args: argparse.Namespace) -> int:
         check["after_sigkill_restart"] = own is not None and opts.restart and alive
         summary = summarize(result, check, trouble + log_trouble(log_path)[len(trouble):],
                             alive, opts)
+        passed = not summary["problems"]
     finally:
         if own is not None:
-            own.stop()
+            own.stop(keep_log=not passed)
     stats: Stats = result["stats"]  # type: ignore[assignment]
     if stats.hung and args.hung_file:
         Path(args.hung_file).write_text("\n".join(stats.hung) + "\n")
@@ -679,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--serve-arg", action="append",
                    help="extra `ackmq serve` argument for our own broker (repeatable)")
     p.add_argument("--work-dir", help="data dir and log of our own broker (default: a new "
-                   "directory under /var/tmp; its data dir is removed at the end)")
+                   "directory under /var/tmp, removed at the end but for the log of a failed run)")
     p.add_argument("--frames", type=int, default=1_000_000, help="mutated frames to send")
     p.add_argument("--concurrency", type=int, default=200, help="connections at once")
     p.add_argument("--seed", type=int, default=1)

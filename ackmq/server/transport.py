@@ -16,6 +16,10 @@ if TYPE_CHECKING:
 
 WRITE_HIGH = 4 * 1024 * 1024   # pause_writing above this much unsent output
 WRITE_LOW = 1024 * 1024        # resume_writing below this
+# Output one connection may gather in one loop turn before its deliveries stop until the
+# next turn: a no-ack consumer on a deep (paged) queue would otherwise get the whole queue
+# encoded in memory at once, and every other client would wait for it (B3).
+TURN_OUTPUT_MAX = WRITE_HIGH
 
 
 def events_from(events: list[Any], first: Any) -> list[Any]:
@@ -35,8 +39,12 @@ class ClientConnection(asyncio.Protocol):
         self.peer: Any = None
         self.user = ""
         self.out: list[bytes] = []
+        self.out_bytes = 0  # in `out`
         self.queued = False
-        self.writable = True
+        self.writable = True  # deliveries may go on: neither of the two below
+        self.write_paused = False  # the transport's buffer is above WRITE_HIGH
+        self.turn_full = False  # TURN_OUTPUT_MAX gathered this turn
+        self._turn_handle: asyncio.Handle | None = None  # _next_turn, when scheduled
         self.reading_paused = False  # our output is backed up: the client's input waits
         self.alarm_blocked = False  # U5: published during a resource alarm: not read
         self.held: list[Any] = []  # what was read past the blocking publish, for later
@@ -69,18 +77,35 @@ class ClientConnection(asyncio.Protocol):
     # -- output -----------------------------------------------------------------------
     def write(self, data: bytes) -> None:
         self.out.append(data)
+        self.out_bytes += len(data)
         if not self.queued:
             self.queued = True
             self.server.dirty.append(self)
+        if self.out_bytes > TURN_OUTPUT_MAX and not self.turn_full:
+            self.turn_full = True
+            self.writable = False
 
     def flush(self) -> None:
         self.queued = False
+        self.out_bytes = 0
         if self.out and self.transport is not None and not self.transport.is_closing():
             out, self.out = self.out, []
             self.transport.writelines(out)
             self.last_sent = time.monotonic()
         else:
             self.out.clear()
+        if self.turn_full and self._turn_handle is None:
+            # the rest on the next turn, after other clients' input and output
+            self._turn_handle = self.server.loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._turn_handle = None
+        self.turn_full = False
+        if not self.write_paused and self.transport is not None \
+                and not self.transport.is_closing():
+            self.writable = True
+            self._wake()
+            self.server.request_flush()
 
     def pause_writing(self) -> None:
         """The socket's write buffer is above its high-water mark: the client is not
@@ -90,13 +115,15 @@ class ClientConnection(asyncio.Protocol):
         and buffers its replies until the memory alarm blocks every publisher; this costs
         only the client that does not read.)"""
         self.writable = False
+        self.write_paused = True
         t = self.transport
         if t is not None and not t.is_closing() and not self.reading_paused:
             self.reading_paused = True
             t.pause_reading()
 
     def resume_writing(self) -> None:
-        self.writable = True
+        self.write_paused = False
+        self.writable = not self.turn_full
         if self.reading_paused:
             self.reading_paused = False
             # heartbeats were not read meanwhile: the silence so far is ours, not the peer's
