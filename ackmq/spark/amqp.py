@@ -41,6 +41,7 @@ from ackmq.client import (
     RedeliveryPolicy,
     connect,
 )
+from ackmq.client.base import CONSUME_ARGUMENTS
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,9 @@ NO_REDELIVERY_POLICY = RedeliveryPolicy(maximum_redeliveries=-1, initial_redeliv
 
 # basic.consume arguments asking ackmq for x-ackmq-seq (S2's dedupe key) and
 # x-delivery-count; RabbitMQ ignores consume arguments it does not know. ackmq.client
-# asks for them on every consumer (ackmq.client.base.CONSUME_ARGUMENTS).
-DELIVERY_HEADERS = {"x-ackmq-seq": True, "x-ackmq-delivery-count": True}
+# sends them on every consumer.
+DELIVERY_HEADERS = CONSUME_ARGUMENTS
+assert DELIVERY_HEADERS == {"x-ackmq-seq": True, "x-ackmq-delivery-count": True}
 
 _TAKE = 4096  # deliveries moved from the client to the buffer per call
 

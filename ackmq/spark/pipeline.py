@@ -133,6 +133,34 @@ def _batch_end(p: Any) -> float:
         return time.time()
 
 
+def _is_batch_file(name: str) -> bool:
+    return name.isdigit()
+
+
+def clear_unlogged_start(checkpoint: str | os.PathLike[str]) -> list[str]:
+    """A driver killed while Spark wrote the first offset-log entry of a fresh
+    checkpoint leaves the temporary file of that write (`offsets/.0.<uuid>.tmp` and its
+    `.crc`) and no `offsets/0`. Spark then sees no logged batch, starts at batch 0 and
+    refuses (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY: offsets/ "should be empty on
+    batch 0"). With no batch logged nothing was landed or acked (the source acks only
+    committed batches, and a staged batch Spark never logged is dropped and redelivered),
+    so those leftovers are removed and the restart is a fresh start. Returns what was
+    removed. A checkpoint with any logged batch is left alone."""
+    removed: list[str] = []
+    offsets = Path(checkpoint) / "offsets"
+    if not offsets.is_dir() or any(_is_batch_file(p.name) for p in offsets.iterdir()):
+        return removed
+    for sub in ("offsets", "commits"):
+        d = Path(checkpoint) / sub
+        if not d.is_dir():
+            continue
+        for p in d.iterdir():
+            if p.is_file() and not _is_batch_file(p.name):
+                p.unlink()
+                removed.append(str(p))
+    return removed
+
+
 @dataclass
 class LandStats:
     batches: int = 0
@@ -151,6 +179,7 @@ def land(spark: Any, *, url: str, queue: str, to: str, checkpoint: str,
     staging = staging or str(Path(checkpoint) / "ackmq-staging")
     with contextlib.suppress(OSError):  # a killed run's: it counts what that run held
         (Path(staging) / StagingDir.STATUS).unlink()
+    clear_unlogged_start(checkpoint)
     df = (spark.readStream.format("ackmq").option("url", url).option("queue", queue)
           .option("maxMessagesPerTrigger", max_per_trigger)
           .option("numPartitions", num_partitions)

@@ -235,8 +235,9 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict) -> None:
         _trace("commit", end["n"])
         if self._consumer is not None:
+            # no wait here: Spark calls commit() inside its offset-log write (walCommit);
+            # the next latestOffset confirms the acks
             self._settle(int(end["n"]))
-            self._consumer.confirm_acks()
 
     def stop(self) -> None:
         if self._consumer is not None:
