@@ -25,6 +25,7 @@ import stomp
 import stomp.exception
 import trustme
 from conftest import BrokerProcess
+from tlshelp import port_in_log, server_files
 
 from ackmq.ctl import request
 
@@ -39,13 +40,7 @@ def ca() -> trustme.CA:
 @pytest.fixture(scope="module")
 def files(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("stomp-tls")
-    server = ca.issue_cert("localhost", "127.0.0.1")
-    out = {"ca": d / "ca.pem", "cert": d / "server.pem", "key": d / "server.key"}
-    ca.cert_pem.write_to_path(str(out["ca"]))
-    server.cert_chain_pems[0].write_to_path(str(out["cert"]))
-    for extra in server.cert_chain_pems[1:]:
-        extra.write_to_path(str(out["cert"]), append=True)
-    server.private_key_pem.write_to_path(str(out["key"]))
+    out = server_files(ca, d)
     for cn in ("guest", "certuser", "nobody"):  # client certificates, key in the same file
         c = ca.issue_cert(cn, common_name=cn)
         path = d / f"{cn}.pem"
@@ -55,11 +50,7 @@ def files(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
 
 
 def stomp_tls_port(b: BrokerProcess) -> int:
-    for line in b.log:
-        m = STOMP_TLS_URL.search(line)
-        if m:
-            return int(m.group(1))
-    raise AssertionError("no stomp+ssl:// URL in the log:\n" + "".join(b.log))
+    return int(port_in_log(b, STOMP_TLS_URL, "stomp+ssl:// URL"))
 
 
 def tls_broker(tmp_path: Path, files: dict[str, Path], *extra: str) -> BrokerProcess:

@@ -16,6 +16,7 @@ import pika
 import pytest
 import trustme
 from conftest import BrokerProcess
+from tlshelp import port_in_log, server_files
 
 TLS_URL = re.compile(r"(amqps://\S+?)/?[ )]")
 
@@ -27,15 +28,7 @@ def ca() -> trustme.CA:
 
 @pytest.fixture(scope="module")
 def files(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("tls")
-    server = ca.issue_cert("localhost", "127.0.0.1")
-    out = {"ca": d / "ca.pem", "cert": d / "server.pem", "key": d / "server.key"}
-    ca.cert_pem.write_to_path(str(out["ca"]))
-    server.cert_chain_pems[0].write_to_path(str(out["cert"]))
-    for extra in server.cert_chain_pems[1:]:
-        extra.write_to_path(str(out["cert"]), append=True)
-    server.private_key_pem.write_to_path(str(out["key"]))
-    return out
+    return server_files(ca, tmp_path_factory.mktemp("tls"))
 
 
 def tls_broker(tmp_path: Path, files: dict[str, Path], *extra: str) -> BrokerProcess:
@@ -48,11 +41,7 @@ def tls_broker(tmp_path: Path, files: dict[str, Path], *extra: str) -> BrokerPro
 
 
 def tls_port(b: BrokerProcess) -> int:
-    for line in b.log:
-        m = TLS_URL.search(line)
-        if m:
-            return int(m.group(1).rsplit(":", 1)[1])
-    raise AssertionError("no amqps:// URL in the log:\n" + "".join(b.log))
+    return int(port_in_log(b, TLS_URL, "amqps:// URL").rsplit(":", 1)[1])
 
 
 def client_params(port: int, ca: trustme.CA, cert_for: str | None = None,
