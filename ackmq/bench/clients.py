@@ -26,7 +26,7 @@ import pika
 
 from ackmq.bench.context import RunContext, run_async
 from ackmq.bench.floor import physical_floor
-from ackmq.bench.pipeline import OutstandingConfirms, publish_pipelined
+from ackmq.bench.pipeline import confirming_channel, publish_pipelined
 from ackmq.client import AckMode, connect, connect_async
 from ackmq.client.lowlevel import open_connection
 
@@ -269,11 +269,7 @@ def _prefill(ctx: RunContext, q: str, n: int) -> None:
     async def go() -> None:
         conn = await open_connection(ctx.target.url, "ackmq-bench-prefill")
         try:
-            ch = await conn.channel()
-            await ch.declare_queue(q, durable=True)
-            await ch.confirm_select()
-            oc = OutstandingConfirms()
-            ch.on_confirm = oc.settle
+            ch, oc = await confirming_channel(conn, q)
             await publish_pipelined(ch, q, n, body, 1, confirms=oc)
         finally:
             await conn.close()

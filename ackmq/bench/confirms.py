@@ -6,7 +6,7 @@ from pamqp import commands
 
 from ackmq.bench.context import RunContext, run_async
 from ackmq.bench.floor import physical_floor
-from ackmq.bench.pipeline import OutstandingConfirms, publish_pipelined
+from ackmq.bench.pipeline import confirming_channel, publish_pipelined
 from ackmq.client import connect
 from ackmq.client.lowlevel import open_connection
 
@@ -39,11 +39,7 @@ async def _confirms_pipelined(ctx: RunContext, n: int, batch: int | None) -> Non
     body = b"x" * ctx.options.body_size
     conn = await open_connection(ctx.target.url, "ackmq-bench")
     try:
-        ch = await conn.channel()
-        await ch.declare_queue(q, durable=True)
-        await ch.confirm_select()
-        oc = OutstandingConfirms()
-        ch.on_confirm = oc.settle
+        ch, oc = await confirming_channel(conn, q)
         with ctx.measure():
             if batch is None:
                 await publish_pipelined(ch, q, n, body, PERSISTENT, confirms=oc)

@@ -6,7 +6,7 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Callable
 
-from ackmq.client.lowlevel import RawChannel
+from ackmq.client.lowlevel import RawChannel, RawConnection
 
 CHUNK = 256  # messages per socket write
 
@@ -60,6 +60,18 @@ class OutstandingConfirms:
             return
         self._waiter = asyncio.get_running_loop().create_future()
         await asyncio.wait_for(self._waiter, timeout)
+
+
+async def confirming_channel(conn: RawConnection, queue: str
+                             ) -> tuple[RawChannel, OutstandingConfirms]:
+    """A channel in confirm mode whose confirms settle the returned tracker; `queue`
+    declared durable."""
+    ch = await conn.channel()
+    await ch.declare_queue(queue, durable=True)
+    await ch.confirm_select()
+    oc = OutstandingConfirms()
+    ch.on_confirm = oc.settle
+    return ch, oc
 
 
 async def publish_pipelined(ch: RawChannel, queue: str, n: int, body: bytes, delivery_mode: int,
