@@ -5,6 +5,7 @@ broker and answered as RabbitMQ 3.10 answers them (the same scenario run there w
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -14,6 +15,7 @@ import pika
 import pika.exceptions
 import pytest
 from conftest import BrokerProcess, rabbitmq_url
+from stomphelp import RABBITMQ_STOMP
 from test_access import PW, connect_error, params
 
 VHOST, USER = "ackU_limits", "ackU_limuser"
@@ -144,4 +146,71 @@ def test_U6_limits_same_as_rabbitmq(ackmq_broker: BrokerProcess) -> None:
         rctl("delete_user", USER)
         rctl("delete_vhost", VHOST)
     mine = scenario(ackmq_broker.port, lambda *a: actl(ackmq_broker.data_dir, *a))
+    assert mine == theirs
+
+
+# ------------------------------------------------------------------ STOMP at CONNECT
+
+SVHOST, SUSER = "ackU_slimits", "ackU_slimuser"
+
+
+def stomp_connect(port: int, login: str, host: str) -> tuple[socket.socket, str]:
+    """A raw STOMP 1.2 CONNECT; the answer's command and body (ERROR) or command."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(f"CONNECT\naccept-version:1.2\nhost:{host}\nlogin:{login}\npasscode:{PW}"
+              "\n\n\0".encode())
+    data = b""
+    while b"\0" not in data:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\n\n")
+    command = head.split(b"\n", 1)[0].decode()
+    message = next((line[8:].decode() for line in head.split(b"\n")
+                    if line.startswith(b"message:")), "")
+    return s, f"{command} {message} {body.split(bytes(1))[0].decode()}".strip()
+
+
+def stomp_scenario(port: int, ctl: Callable[..., subprocess.CompletedProcess[str]]
+                   ) -> list[str]:
+    """U6 on STOMP: the vhost's and the user's max-connections refuse a CONNECT."""
+    for args in (("add_user", SUSER, PW), ("add_vhost", SVHOST),
+                 ("set_permissions", "-p", SVHOST, SUSER, ".*", ".*", ".*"),
+                 ("set_permissions", "-p", "/", SUSER, ".*", ".*", ".*"),
+                 ("set_vhost_limits", "-p", SVHOST, '{"max-connections": 1}')):
+        assert ctl(*args).returncode == 0
+    seen, held = [], []
+    for host in (SVHOST, SVHOST):  # the second is past the vhost's limit
+        s, answer = stomp_connect(port, SUSER, host)
+        held.append(s)
+        seen.append(answer)
+    assert ctl("set_user_limits", SUSER, '{"max-connections": 1}').returncode == 0
+    s, answer = stomp_connect(port, SUSER, "/")  # one open already (in SVHOST)
+    held.append(s)
+    seen.append(answer)
+    for s in held:
+        s.close()
+    return seen
+
+
+def test_U6_stomp_connect_refused_past_the_connection_limits(
+        ackmq_broker: BrokerProcess) -> None:
+    seen = stomp_scenario(ackmq_broker.stomp_port, lambda *a: actl(ackmq_broker.data_dir, *a))
+    assert seen == ["CONNECTED",
+                    f"ERROR Bad CONNECT Virtual host '{SVHOST}' access denied",
+                    "ERROR Bad CONNECT Virtual host '/' access denied"]
+
+
+def test_U6_stomp_connection_limits_same_as_rabbitmq(ackmq_broker: BrokerProcess) -> None:
+    if shutil.which("rabbitmqctl") is None:
+        pytest.skip("rabbitmqctl is not on PATH: needed to set RabbitMQ's limits")
+    rctl("delete_user", SUSER)
+    rctl("delete_vhost", SVHOST)
+    try:
+        theirs = stomp_scenario(RABBITMQ_STOMP[1], rctl)
+    finally:
+        rctl("delete_user", SUSER)
+        rctl("delete_vhost", SVHOST)
+    mine = stomp_scenario(ackmq_broker.stomp_port, lambda *a: actl(ackmq_broker.data_dir, *a))
     assert mine == theirs

@@ -86,6 +86,25 @@ def _is_loopback(peer: Any) -> bool:
     return address.is_loopback
 
 
+def connection_limit_reached(server: Any, conn: Any, user: str, vhost: str
+                             ) -> tuple[str, int] | None:
+    """U6 for a connection opening on `vhost` as `user`: ("vhost", limit) or ("user",
+    limit) when that max-connections is reached (the vhost's first, as rabbit_reader),
+    else None. Every protocol's open connections count (STOMP's keep their vhost on
+    .channel)."""
+    access = server.access
+    vlimit = access.vhost_limit(vhost, "max-connections")
+    ulimit = access.user_limit(user, "max-connections")
+    if vlimit is None and ulimit is None:
+        return None
+    opened = [c for c in server.connections if c.state == "open" and c is not conn]
+    if vlimit is not None and sum(1 for c in opened if vhost_name(c) == vhost) >= vlimit:
+        return "vhost", vlimit
+    if ulimit is not None and sum(1 for c in opened if c.user == user) >= ulimit:
+        return "user", ulimit
+    return None
+
+
 def vhost_name(conn: Any) -> str | None:
     """The vhost of an open AMQP or STOMP connection (STOMP keeps it on its one channel);
     None before it opened one."""
@@ -340,19 +359,15 @@ class AMQPConnection(ClientConnection):
 
     def _check_connection_limits(self, vhost: str) -> None:
         """U6: the vhost's, then the user's max-connections (530, RabbitMQ's texts)."""
-        access = self.server.access
-        vlimit = access.vhost_limit(vhost, "max-connections")
-        ulimit = access.user_limit(self.user, "max-connections")
-        if vlimit is None and ulimit is None:
+        hit = connection_limit_reached(self.server, self, self.user, vhost)
+        if hit is None:
             return
-        # every protocol's open connections count (STOMP's keep their vhost on .channel)
-        opened = [c for c in self.server.connections if c.state == "open" and c is not self]
-        if vlimit is not None and sum(1 for c in opened if vhost_name(c) == vhost) >= vlimit:
+        kind, limit = hit
+        if kind == "vhost":
             raise HardError(NOT_ALLOWED, f"access to vhost '{vhost}' refused for user "
-                            f"'{self.user}': connection limit ({vlimit}) is reached")
-        if ulimit is not None and sum(1 for c in opened if c.user == self.user) >= ulimit:
-            raise HardError(NOT_ALLOWED, f"connection refused for user '{self.user}': "
-                            f"user connection limit ({ulimit}) is reached")
+                            f"'{self.user}': connection limit ({limit}) is reached")
+        raise HardError(NOT_ALLOWED, f"connection refused for user '{self.user}': "
+                        f"user connection limit ({limit}) is reached")
 
     def _login(self, m: C.Connection.StartOk) -> str:
         """The user start-ok names, checked (403 with RabbitMQ's texts otherwise)."""

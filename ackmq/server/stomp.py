@@ -51,7 +51,7 @@ from ackmq.protocol.stomp.destinations import (
     TOPIC,
 )
 from ackmq.server.channel import delivery_properties
-from ackmq.server.connection import CLOSING_TIMEOUT, _is_loopback
+from ackmq.server.connection import CLOSING_TIMEOUT, _is_loopback, connection_limit_reached
 from ackmq.server.tls import certificate_user
 from ackmq.server.transport import ClientConnection, events_from
 
@@ -284,6 +284,11 @@ class StompConnection(ClientConnection):
         vhost = broker.vhosts.get(h.get("host") or "/") or broker.vhost("/")
         access = self.server.access
         if not access.vhost_access(user, vhost.name):  # U3, RabbitMQ's STOMP text
+            raise _Refused("Bad CONNECT", f"Virtual host '{vhost.name}' access denied")
+        if connection_limit_reached(self.server, self, user, vhost.name) is not None:
+            # U6: RabbitMQ's STOMP plugin says the same for the vhost's and the user's limit
+            log.warning("STOMP connection of user %r to vhost %r refused: connection limit "
+                        "reached", user, vhost.name)
             raise _Refused("Bad CONNECT", f"Virtual host '{vhost.name}' access denied")
         self.user = user
         self.channel = broker.open_channel(vhost, self, self, user)
