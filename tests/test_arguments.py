@@ -7,8 +7,6 @@ ackmq-only; reply codes and texts are RabbitMQ's.
 
 from __future__ import annotations
 
-import types
-
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 from pikahelp import closed_with
@@ -166,20 +164,13 @@ def test_redeclare_exclusive_checked_before_durable(channel: BlockingChannel,
 
 # ------------------------------------------------------------------ recovery
 
-class _Scheduler:
-    def call_later(self, delay: float, fn: object) -> types.SimpleNamespace:
-        return types.SimpleNamespace(cancel=lambda: None)
-
-    def request_flush(self) -> None:
-        pass
-
 
 def test_recovered_definitions_are_not_checked_again() -> None:
     """ackmq-only (model): a queue stored by an older, laxer ackmq still starts."""
-    from ackmq.broker import BrokerModel
+    from ackmq.broker import BrokerModel, NullScheduler
     from ackmq.broker.message import Message
 
-    broker = BrokerModel(_Scheduler())
+    broker = BrokerModel(NullScheduler())
     broker.start()
     vh = broker.vhosts["/"]
     q = vh.declare_queue("old", False, True, False, False,

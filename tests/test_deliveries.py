@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import socket
 import time
-import types
 from collections.abc import Callable
 
 import pika
@@ -820,13 +819,6 @@ def test_Q6_same_consumer_tag_on_two_channels_both_served(connection, qname: str
     assert (len(got[1]), len(got[2])) == (9, 5)
 
 
-class _Scheduler:
-    def call_later(self, delay: float, fn: Callable[[], None]) -> object:
-        return types.SimpleNamespace(cancel=lambda: None)
-
-    def request_flush(self) -> None:
-        pass
-
 
 class _Output:
     writable = True
@@ -847,10 +839,10 @@ def test_Q2_ack_wakes_only_the_consumers_it_frees(monkeypatch: pytest.MonkeyPatc
                                                   global_: bool) -> None:
     """ackmq-only (model): with many consumers blocked at their prefetch, an ack costs
     O(tags settled), not O(consumers of the channel)."""
-    from ackmq.broker import BrokerModel
+    from ackmq.broker import BrokerModel, NullScheduler
     from ackmq.broker.queue import ClassicQueue as Queue
 
-    broker = BrokerModel(_Scheduler())
+    broker = BrokerModel(NullScheduler())
     broker.start()
     vh = broker.vhosts["/"]
     vh.declare_queue("q", False, False, False, False, {}, None)

@@ -6,13 +6,12 @@ way by adding it to TYPES.
 
 from __future__ import annotations
 
-import types
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ackmq.broker import BrokerModel
+from ackmq.broker import BrokerModel, NullScheduler
 from ackmq.broker.consumer import Consumer
 from ackmq.broker.queue import ClassicQueue
 from ackmq.broker.queue_type import (
@@ -30,13 +29,6 @@ from ackmq.store import open_store
 PERSISTENT = b"\x10\x00\x02"  # property flags: delivery-mode present; mode 2
 TYPES = ["classic", "quorum"]
 
-
-class _Scheduler:
-    def call_later(self, delay: float, fn: Callable[[], None]) -> object:
-        return types.SimpleNamespace(cancel=lambda: None)
-
-    def request_flush(self) -> None:
-        pass
 
 
 class _Channel:
@@ -63,7 +55,7 @@ class _Channel:
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerModel]:
     store = open_store(tmp_path / "data", fsync=False)
-    b = BrokerModel(_Scheduler(), store=store)
+    b = BrokerModel(NullScheduler(), store=store)
     b.start()
     yield b
     b.close()
@@ -149,7 +141,7 @@ def test_P9_recover_through_the_interface(tmp_path: Path, kind: str) -> None:
     """A queue type takes back what the store found: unsettled messages in order, the
     ones delivered before the restart redelivered."""
     data = tmp_path / "data"
-    b = BrokerModel(_Scheduler(), store=open_store(data, fsync=False))
+    b = BrokerModel(NullScheduler(), store=open_store(data, fsync=False))
     b.start()
     q = declare(b, "durable", kind)
     for body in (b"1", b"2", b"3"):
@@ -159,7 +151,7 @@ def test_P9_recover_through_the_interface(tmp_path: Path, kind: str) -> None:
     b.end_of_turn()
     b.close()  # the delivery was never settled: it comes back
 
-    b2 = BrokerModel(_Scheduler(), store=open_store(data, fsync=False))
+    b2 = BrokerModel(NullScheduler(), store=open_store(data, fsync=False))
     b2.start()
     q2 = b2.vhosts["/"].queues["durable"]
     assert isinstance(q2, QUEUE_TYPES[kind]) and q2.message_count == 3

@@ -14,19 +14,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-import types
 from typing import Any
 
-from ackmq.broker import BrokerModel
+from ackmq.broker import BrokerModel, NullScheduler
 from ackmq.broker.access import AccessModel, ChannelAccess
-
-
-class _Scheduler:
-    def call_later(self, delay: float, fn: Any) -> Any:
-        return types.SimpleNamespace(cancel=lambda: None)
-
-    def request_flush(self) -> None:
-        pass
 
 
 class _Output:
@@ -39,7 +30,7 @@ class _Output:
 
 def measure(rounds: int = 60, per_round: int = 5000) -> dict[str, list[float]]:
     """ns per publish, per round, for each configuration."""
-    broker = BrokerModel(_Scheduler())
+    broker = BrokerModel(NullScheduler())
     broker.start()
     vh = broker.vhosts["/"]
     q = vh.declare_queue("q", False, False, False, False, {}, None)

@@ -4,9 +4,9 @@ Plain Python: no asyncio, no sockets. AMQP (and later STOMP) front ends drive it
 tests can drive it directly.
 """
 
-from ackmq.broker.broker import BrokerModel, Scheduler
+from ackmq.broker.broker import BrokerModel, NullScheduler, Scheduler
 from ackmq.broker.channel import ChannelModel, ChannelOutput
 from ackmq.broker.errors import HardError, ReplyError, SoftError
 
-__all__ = ["ReplyError", "BrokerModel", "ChannelModel", "SoftError", "ChannelOutput",
+__all__ = ["ReplyError", "BrokerModel", "NullScheduler", "ChannelModel", "SoftError", "ChannelOutput",
            "HardError", "Scheduler"]

@@ -36,6 +36,23 @@ class Scheduler(Protocol):
         """Ask for `BrokerModel.end_of_turn` to run soon (after the current callbacks)."""
 
 
+class _NoTimer:
+    def cancel(self) -> None:
+        pass
+
+
+class NullScheduler:
+    """A Scheduler whose timers never fire and whose flush requests do nothing: for
+    driving the model without a server (model tests, in-process benches), where the
+    caller runs `end_of_turn` itself."""
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> TimerHandle:
+        return _NoTimer()
+
+    def request_flush(self) -> None:
+        pass
+
+
 RECOVER_HOT = 4096  # entries a recovered queue reads back at start; the rest stay in the store
 
 
