@@ -282,6 +282,10 @@ class QueueConsumer:
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(5)
+        self._close_connection()
+
+    def _close_connection(self) -> None:
+        """Close the current connection, if any; a broker already gone is fine."""
         conn = self._conn
         if conn is not None:
             try:
@@ -378,12 +382,7 @@ class QueueConsumer:
                     self._session = None
                 conn.abort()
                 time.sleep(0.5)
-        conn = self._conn
-        if conn is not None:
-            try:
-                conn.close()
-            except ClientError:
-                pass
+        self._close_connection()
 
 
 class PublishError(RuntimeError):
