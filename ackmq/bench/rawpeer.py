@@ -16,10 +16,8 @@ from collections.abc import Callable
 
 from pamqp import commands
 
-from ackmq.protocol.amqp import encode_method
+from ackmq.protocol.amqp import FRAME_END, PROTOCOL_HEADER, encode_method
 
-PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
-FRAME_END = 0xCE
 FRAME_MAX = 131072
 _HDR = struct.Struct(">BHI")
 _CM = struct.Struct(">HH")
