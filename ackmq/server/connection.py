@@ -186,9 +186,8 @@ class AMQPConnection(ClientConnection):
                         return
                     ch = self.channels.get(ev.channel)
                     if ch is None:
-                        if ev.channel in self.closed_by_client:
-                            continue
-                        raise HardError(CHANNEL_ERROR, "expected 'channel.open'")
+                        self._no_channel(ev.channel)
+                        continue
                     if ch.closing:
                         continue
                     try:
@@ -207,9 +206,8 @@ class AMQPConnection(ClientConnection):
                 elif type(ev) is ChannelFault:
                     ch = self.channels.get(ev.channel)
                     if ch is None:
-                        if ev.channel in self.closed_by_client:
-                            continue
-                        raise HardError(CHANNEL_ERROR, "expected 'channel.open'")
+                        self._no_channel(ev.channel)
+                        continue
                     ch.fail(SoftError(ev.reply_code, ""), ev.class_id, ev.method_id,
                             text=ev.reply_text)
             except HardError as err:
@@ -263,9 +261,8 @@ class AMQPConnection(ClientConnection):
             self.write(encode_method(number, M(C.Channel.OpenOk)))
             return
         if ch is None:
-            if number in self.closed_by_client:
-                return
-            raise HardError(CHANNEL_ERROR, "expected 'channel.open'")
+            self._no_channel(number)
+            return
         if ch.closing:
             if isinstance(m, (C.Channel.CloseOk, C.Channel.Close)):
                 if isinstance(m, C.Channel.Close):
@@ -281,6 +278,12 @@ class AMQPConnection(ClientConnection):
         except SoftError as err:
             cid, mid = _class_method(m)
             ch.fail(err, cid, mid)
+
+    def _no_channel(self, number: int) -> None:
+        """A frame for a channel that is not open: dropped if the client closed it (it
+        was pipelined behind the close, as RabbitMQ drops it), else 504."""
+        if number not in self.closed_by_client:
+            raise HardError(CHANNEL_ERROR, "expected 'channel.open'")
 
     def channel_gone(self, number: int, by_client: bool = False) -> None:
         self.channels.pop(number, None)
