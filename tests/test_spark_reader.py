@@ -20,6 +20,7 @@ import pytest
 pytestmark = [pytest.mark.spark]
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'pyspark==4.3.0')")
 
+from conftest import rabbitmq_url  # noqa: E402
 from pyspark.sql.streaming.datasource import ReadMaxRows  # noqa: E402
 
 from ackmq.spark.amqp import ConsumerError, QueueConsumer  # noqa: E402
@@ -129,6 +130,35 @@ def test_S1_idle_stream_acks_the_last_batch(broker_url, queue, tmp_path):
     finally:
         r.stop()
     assert queue_state(broker_url, queue) == (0, 0)  # still acked: nothing came back
+
+
+@pytest.fixture(params=["ackmq", "rabbitmq"])
+def either_url(request: pytest.FixtureRequest) -> str:
+    """ackmq, then the reference RabbitMQ (skipped when it is not running)."""
+    return request.getfixturevalue("broker_url") if request.param == "ackmq" else rabbitmq_url()
+
+
+def test_S1_available_now_budget_is_the_whole_queue_at_the_start(either_url, tmp_path):
+    """Trigger.AvailableNow lands what the queue holds when the query starts. A count read
+    after basic.consume is off by the deliveries on their way to the reader: RabbitMQ
+    answers the passive declare ahead of them (1 start in 3 was off, by up to 400 with
+    3,000 messages and prefetch 800), and a run ended with the queue's tail left behind."""
+    url, queue, n = either_url, f"spark.budget.{uuid.uuid4().hex[:8]}", 3000
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    conn.channel().queue_declare(queue, durable=True)
+    publish(url, queue, range(n))
+    for i in range(10):
+        r = reader(url, queue, tmp_path / f"s{i}", max_per_trigger=400)
+        try:
+            r.prepareForTriggerAvailableNow()
+            assert r._remaining == n, f"start {i}"
+        finally:
+            r.stop()
+        deadline = time.monotonic() + 10
+        while queue_state(url, queue) != (n, 0) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the broker requeues what the stopped reader held
+    conn.channel().queue_delete(queue)
+    conn.close()
 
 
 def test_S1_unlogged_batch_is_given_back_in_the_same_process(broker_url, queue, tmp_path):

@@ -187,6 +187,10 @@ class QueueConsumer:
         #: message -> Delivery.row, called by the consumer thread for each arrival
         self.prepare: Any = None
         self._acks_sent = False
+        #: the queue's ready count read just before basic.consume on the first
+        #: connection (None once reconnected), and whether take() has returned anything
+        self._first_depth: int | None = None
+        self._taken_any = False
         self._thread = threading.Thread(target=self._run, name="ackmq-consumer", daemon=True)
 
     # -- called from the reader (Spark's thread) --------------------------------------
@@ -221,6 +225,7 @@ class QueueConsumer:
             else:
                 out = [buf.popleft() for _ in range(n)]
             gen = self.gen  # the buffer holds the current connection's deliveries only
+            self._taken_any = self._taken_any or bool(out)
             return out if not out or out[0].gen == out[-1].gen == gen else \
                 [d for d in out if d.gen == gen]
 
@@ -272,6 +277,17 @@ class QueueConsumer:
         s = self._require_session()
         ready = self._call(lambda: s.queue_info(self.queue).message_count)
         return int(ready) + s.unacked  # deliveries sent before the reply are counted
+
+    def depth_at_start(self) -> int:
+        """Messages in the queue when this consumer started: the ready count read just
+        before its basic.consume, while nothing was on its way to it, as long as nothing
+        has been taken and the first connection still stands; else `queue_depth()`.
+        A count read after basic.consume can be off by the deliveries in flight: RabbitMQ
+        answers the passive declare ahead of deliveries its queue sent earlier."""
+        self._require_session()
+        with self._cond:
+            first = None if self._taken_any else self._first_depth
+        return first if first is not None else self.queue_depth()
 
     def ready_count(self, timeout: float = 30.0) -> int:
         """Messages the broker holds ready (not delivered to anyone)."""
@@ -326,7 +342,10 @@ class QueueConsumer:
             try:
                 conn = open_connection(self.url, connect_timeout=10.0)
                 session = conn.session(AckMode.INDIVIDUAL)
-                session.queue_info(self.queue)  # 404 here: never let the client create it
+                # 404 here: never let the client create it
+                ready = session.queue_info(self.queue).message_count
+                if self.gen == 1:
+                    self._first_depth = int(ready)
                 consumer = session.consumer(Destination(
                     "queue", self.queue, prefetch=self.prefetch, exclusive=self.exclusive))
                 return conn, session, consumer
@@ -378,6 +397,7 @@ class QueueConsumer:
                 self._error = exc
                 with self._cond:  # the buffered tags are dead with their connection
                     self.gen += 1
+                    self._first_depth = None
                     self._buf.clear()
                     self._session = None
                 conn.abort()

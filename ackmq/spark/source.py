@@ -123,7 +123,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         c = self._ensure()
         staged = sum(len(items) for _, items, _ in self._staged.values())
-        self._remaining = c.queue_depth() - staged
+        self._remaining = c.depth_at_start() - staged
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         c = self._ensure()
