@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -494,8 +495,8 @@ def test_callbacks_go_through_call_soon_threadsafe(tmp_path: Path) -> None:
     st, e = fresh(tmp_path, call_soon_threadsafe=lambda f, *a: calls.append((f, a)) or f(*a))
     st.save_queue(QueueDef("q"))
     publish(st, "q", [(e << 40) | 1])
-    assert commit_sync(st) is None
-    assert len(calls) == 1 and calls[0][1] == (None,)
+    assert commit_sync(st) is None  # the callback got None: synced
+    assert len(calls) == 1  # one hand-over to the broker's thread per fdatasync
     st.close()
 
 
@@ -686,3 +687,104 @@ def test_adds_out_of_seq_order_are_recovered_in_seq_order(tmp_path: Path) -> Non
     assert [st.read_message(loc).body for _, loc, _ in rec.messages["q"]] == [
         body_of((e << 40) | i) for i in (1, 3, 5, 7)]
     st.close()
+
+
+def test_P8_inline_commit_is_synced_before_commit_returns(tmp_path: Path) -> None:
+    """A lone waiter (commit(inline=True), sync thread idle): fdatasync on the caller's
+    thread, callback before commit() returns, no hand-over through the loop."""
+    calls: list[tuple] = []
+    st, e = fresh(tmp_path, call_soon_threadsafe=lambda f, *a: calls.append((f, a)) or f(*a))
+    st.save_queue(QueueDef("q"))
+    publish(st, "q", [(e << 40) | 1])
+    fired: list[tuple[str, BaseException | None]] = []
+    st.commit(lambda exc: fired.append((threading.current_thread().name, exc)), inline=True)
+    assert fired == [(threading.current_thread().name, None)]
+    assert st.stats.fsyncs == 1 and st.stats.inline_syncs == 1 and calls == []
+    st.close()
+    st = open_store(tmp_path)
+    assert low(st.open(), "q") == [1]
+    st.close()
+
+
+def test_P8_inline_commit_queues_behind_the_sync_thread_in_commit_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the sync thread holds a batch (syncing, or its callbacks not run yet), an
+    inline commit joins its group commit: callbacks still run in commit order."""
+    st, e = fresh(tmp_path)
+    st.save_queue(QueueDef("q"))
+    real = os.fdatasync
+    in_fsync, release = threading.Event(), threading.Event()
+
+    def slow_fdatasync(fd: int) -> None:
+        if threading.current_thread().name == "ackmq-store-sync" and not release.is_set():
+            in_fsync.set()
+            release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    fired: list[int] = []
+    done = threading.Event()
+    publish(st, "q", [(e << 40) | 1])
+    st.commit(lambda exc: fired.append(1))
+    assert in_fsync.wait(10)
+    publish(st, "q", [(e << 40) | 2])
+    st.commit(lambda exc: (fired.append(2), done.set()), inline=True)
+    assert fired == [] and st.stats.inline_syncs == 0  # not synced ahead of batch 1
+    release.set()
+    assert done.wait(10)
+    assert fired == [1, 2]
+    publish(st, "q", [(e << 40) | 3])
+    st.commit(lambda exc: fired.append(3), inline=True)  # the thread is idle again
+    assert fired == [1, 2, 3] and st.stats.inline_syncs == 1
+    st.close()
+
+
+def test_P6_inline_commit_reports_a_failed_fdatasync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    st, e = fresh(tmp_path)
+    st.save_queue(QueueDef("q"))
+
+    def eio(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", eio)
+    publish(st, "q", [(e << 40) | 1])
+    fired: list[BaseException | None] = []
+    st.commit(fired.append, inline=True)
+    assert len(fired) == 1 and isinstance(fired[0], StoreError)
+    assert "fdatasync failed" in str(fired[0])
+    publish(st, "q", [(e << 40) | 2])
+    st.commit(fired.append, inline=True)  # disabled from then on (nothing claims durability)
+    assert isinstance(fired[1], StoreError)
+    st.close()
+
+
+def test_P8_broker_syncs_a_lone_waiter_inline_and_many_through_group_commit(
+        tmp_path: Path) -> None:
+    """The broker asks for an inline sync only when few publishes wait on the commit:
+    one waiter is confirmed within its own turn; more share the sync thread's fsync."""
+    from ackmq.broker import BrokerModel, NullScheduler
+    from ackmq.broker.broker import INLINE_SYNC_WAITERS
+
+    store = open_store(tmp_path / "data")
+    b = BrokerModel(NullScheduler(), store=store)
+    b.start()
+    vh = b.vhosts["/"]
+    vh.declare_queue("q", False, True, False, False, {}, None)
+    fired: list[BaseException | None] = []
+    all_fired = threading.Event()
+
+    def waiter(exc: BaseException | None) -> None:
+        fired.append(exc)
+        if len(fired) == 1 + INLINE_SYNC_WAITERS + 1:
+            all_fired.set()
+
+    b.await_commit_callback(waiter)
+    b.end_of_turn()
+    assert fired == [None] and store.stats.inline_syncs == 1  # within the turn
+    for _ in range(INLINE_SYNC_WAITERS + 1):
+        b.await_commit_callback(waiter)
+    b.end_of_turn()
+    assert all_fired.wait(10) and fired == [None] * (INLINE_SYNC_WAITERS + 2)
+    assert store.stats.inline_syncs == 1  # the second turn went through the sync thread
+    b.close()

@@ -53,6 +53,8 @@ class NullScheduler:
         pass
 
 
+# at most this many publishes/transactions waiting on one commit: it may be synced inline
+INLINE_SYNC_WAITERS = 4
 RECOVER_HOT = 4096  # entries a recovered queue reads back at start; the rest stay in the store
 
 
@@ -195,7 +197,10 @@ class BrokerModel:
                                   or self._commit_callbacks):
             waiters, callbacks = self._commit_waiters, self._commit_callbacks
             self._commit_waiters, self._commit_callbacks = [], []
-            store.commit(lambda exc: self._committed(waiters, callbacks, exc))
+            # a few waiters: sync on this thread when the store's sync thread is idle (the
+            # confirms leave in this turn); many: they share the thread's group commit
+            store.commit(lambda exc: self._committed(waiters, callbacks, exc),
+                         inline=0 < len(waiters) + len(callbacks) <= INLINE_SYNC_WAITERS)
         if self._dirty:
             dirty, self._dirty = self._dirty, {}
             for ch in dirty.values():

@@ -109,11 +109,14 @@ class Store(Protocol):
     def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
         """Buffer the fact that a message was handed to a consumer (redelivered after restart)."""
 
-    def commit(self, callback: Callable[[BaseException | None], None]) -> None:
+    def commit(self, callback: Callable[[BaseException | None], None],
+               inline: bool = False) -> None:
         """Write everything buffered so far now (it survives `kill -9` from here on), then
         call `callback(None)` once it is fsynced (unless fsync is off) — or
         `callback(exc)` on failure — on the broker's thread. Batches committed while an
-        fsync runs share the next fsync."""
+        fsync runs share the next fsync. `inline`: the caller would rather wait for the
+        fsync here than a turn later (few waiters); the store may then sync before
+        returning and call `callback` from within this call."""
 
     def read_body(self, location: int) -> bytes:
         """Read back a body the broker dropped from memory."""

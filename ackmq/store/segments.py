@@ -5,7 +5,12 @@ Threads and ownership:
   `_lock`) and commit, which `write()`s the batch at once: what a turn acked or delivered
   is in the OS before the turn's replies reach the socket, so `kill -9` loses none of it;
 - ONE sync thread runs one fdatasync for everything written since the last one (group
-  commit: writes go on while it syncs) and then runs the callbacks, in commit order;
+  commit: writes go on while it syncs) and then hands the callbacks to the broker thread,
+  in commit order;
+- a commit someone waits for, while the sync thread has nothing in hand (a lone
+  confirm-each publisher), is synced on the broker thread instead: its callback runs
+  before commit() returns, so the confirm leaves in the same loop turn, without the two
+  thread wake-ups (there and back) that cost as much as the fdatasync itself;
 - a compactor thread rewrites old segments (see compact.py).
 
 Why a log and not SQLite: see docs/storage.md (measured).
@@ -19,6 +24,7 @@ import logging
 import mmap
 import os
 import threading
+import time
 import zlib
 from collections import deque
 from collections.abc import Callable
@@ -83,6 +89,8 @@ class StoreStats:
     records_written: int = 0
     cancelled: int = 0        # add+remove pairs that never reached the disk (P5 d)
     failed_commits: int = 0   # callbacks that got a StoreError
+    inline_syncs: int = 0     # commits synced on the caller's thread (commit(inline=True))
+    fsync_seconds: float = 0.0  # time spent in those fdatasyncs (both threads)
     compactions: int = 0
     segments_deleted: int = 0
     bytes_copied: int = 0     # live records rewritten by compaction
@@ -156,6 +164,9 @@ class SegmentStore:
         self._pending = _Batch()
         # written batches waiting for an fsync: (write generation, callbacks, failure)
         self._syncq: deque[tuple[int, list[Callback], StoreError | None]] = deque()
+        # batches handed to the sync thread whose callbacks have not run yet (an inline
+        # sync is allowed only at 0: callbacks must run in commit order)
+        self._in_thread = 0
         self._wlock = threading.Lock()      # one write at a time: _wfd, _woff, _wstate
         self._sync_lock = threading.Lock()  # held around an fdatasync; rollover takes it
         # (fd, writes so far, segment, its length): one tuple, read whole by the sync thread
@@ -477,9 +488,12 @@ class SegmentStore:
             elif key not in p.removes and delivery_count > p.delivered.get(key, 0):
                 p.delivered[key] = delivery_count
 
-    def commit(self, callback: Callback) -> None:
+    def commit(self, callback: Callback, inline: bool = False) -> None:
         """Write what is buffered now (one `write()`), then let the sync thread report it
-        durable with the next fdatasync, which it shares with every write made meanwhile."""
+        durable with the next fdatasync, which it shares with every write made meanwhile.
+
+        `inline=True` (someone waits, and the batch is small): when the sync thread has
+        nothing in hand, fdatasync here and call `callback` before returning."""
         with self._lock:
             if self._closed or self._closing:
                 raise StoreError("store is closed")
@@ -487,9 +501,9 @@ class SegmentStore:
             b = self._pending
             self._pending = _Batch()
         b.callbacks.append(callback)
-        self._commit_batch(b)
+        self._commit_batch(b, inline)
 
-    def _commit_batch(self, b: _Batch) -> None:
+    def _commit_batch(self, b: _Batch, inline: bool = False) -> None:
         with self._wlock:
             try:
                 err = self._write_batch(b)
@@ -502,8 +516,25 @@ class SegmentStore:
                 self._dispatch(b.callbacks, err)
                 return
             with self._cond:  # in write order: the sync thread reports them in that order
-                self._syncq.append((self._wstate[1], b.callbacks, err))
-                self._cond.notify()
+                if inline and self._in_thread == 0 and not self._closing:
+                    inline_gen = self._wstate[1]
+                else:
+                    inline_gen = -1
+                    self._in_thread += 1
+                    self._syncq.append((self._wstate[1], b.callbacks, err))
+                    self._cond.notify()
+            if inline_gen >= 0:
+                if err is None:
+                    err = self._sync_to(inline_gen)
+                    if err is not None:
+                        self.stats.failed_commits += len(b.callbacks)
+                self.stats.inline_syncs += 1
+        if inline_gen >= 0:
+            for cb in b.callbacks:
+                try:
+                    cb(err)
+                except Exception:  # a broken callback must not break the commit
+                    log.exception("store commit callback failed")
 
     @property
     def pending(self) -> bool:
@@ -625,6 +656,27 @@ class SegmentStore:
             except Exception:  # a broken callback must not kill the writer
                 log.exception("store commit callback failed")
 
+    def _sync_to(self, need: int) -> StoreError | None:
+        """fdatasync the active segment unless write generation `need` is durable already
+        (a rollover or another sync may have covered it); None when it is durable."""
+        if need <= self._synced:
+            return None
+        with self._sync_lock:
+            if self._broken is not None:
+                return self._broken
+            if need > self._synced:
+                fd, gen, seg, end = self._wstate  # gen >= need: all in fd
+                t0 = time.perf_counter()
+                try:
+                    os.fdatasync(fd)
+                except OSError as e:
+                    return self._fsync_failed(e)
+                self.stats.fsyncs += 1
+                self.stats.fsync_seconds += time.perf_counter() - t0
+                self._synced = gen
+                self._synced_at = (seg, end)
+        return None
+
     def _sync_main(self) -> None:
         """fdatasync what was written, then report it; everything written while one
         fdatasync runs shares the next (group commit with no timer)."""
@@ -637,25 +689,34 @@ class SegmentStore:
                 entries = list(self._syncq)
                 self._syncq.clear()
             need = max((gen for gen, _, exc in entries if exc is None), default=0)
-            err: StoreError | None = None
-            if need > self._synced:
-                with self._sync_lock:
-                    if self._broken is not None:
-                        err = self._broken
-                    elif need > self._synced:  # (a rollover may have synced it meanwhile)
-                        fd, gen, seg, end = self._wstate  # gen >= need: all in fd
-                        try:
-                            os.fdatasync(fd)
-                            self.stats.fsyncs += 1
-                            self._synced = gen
-                            self._synced_at = (seg, end)
-                        except OSError as e:
-                            err = self._fsync_failed(e)
+            err = self._sync_to(need)
+            done: list[tuple[list[Callback], BaseException | None]] = []
             for gen, callbacks, exc in entries:
                 if exc is None and gen > self._synced:
                     exc = err or StoreError("store closed before the write was synced")
                     self.stats.failed_commits += len(callbacks)
-                self._dispatch(callbacks, exc)
+                done.append((callbacks, exc))
+            # one hand-over for all of them (one wake-up of the broker's loop)
+            if self._call is not None:
+                try:
+                    self._call(self._report, done)
+                except Exception:  # the loop is closed: nobody is left to tell
+                    log.exception("store commit callbacks not delivered")
+            else:
+                self._report(done)
+
+    def _report(self, done: list[tuple[list[Callback], BaseException | None]]) -> None:
+        """Run synced batches' callbacks, in commit order (on the broker's thread)."""
+        try:
+            for callbacks, exc in done:
+                for cb in callbacks:
+                    try:
+                        cb(exc)
+                    except Exception:  # a broken callback must not kill the writer
+                        log.exception("store commit callback failed")
+        finally:
+            with self._cond:
+                self._in_thread -= len(done)
 
     def _fsync_failed(self, e: OSError) -> StoreError:
         """After a failed fdatasync the page cache can't be trusted: disable the store."""
