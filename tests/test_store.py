@@ -23,6 +23,7 @@ from ackmq.store import (
     open_store,
 )
 from ackmq.store import compact as compact_mod
+from ackmq.store.format import valid_length
 
 PROPS = b"\x10\x00\x02"  # delivery-mode 2
 
@@ -252,7 +253,7 @@ def test_torn_tail_of_newest_file_is_dropped_with_a_log_line(
     st.save_queue(QueueDef("q"))
     publish(st, "q", [(e << 40) | 1])
     assert commit_sync(st) is None
-    good = seg_files(tmp_path)[-1].stat().st_size
+    good = st._woff  # where the second frame starts (the file itself is preallocated)
     publish(st, "q", [(e << 40) | 2, (e << 40) | 3])
     assert commit_sync(st) is None
     st.close()
@@ -403,8 +404,8 @@ def test_read_body_and_read_message_detect_corruption(tmp_path: Path) -> None:
     loc2 = publish(st, "q", [(e << 40) | 2], size=400)[0]
     assert commit_sync(st) is None
     seg = seg_files(tmp_path)[-1]
-    with open(seg, "r+b") as f:  # inside the second body
-        f.seek(-100, os.SEEK_END)
+    with open(seg, "r+b") as f:  # inside the second body (the file is preallocated)
+        f.seek(st._woff - 100)
         f.write(b"X")
     assert st.read_body(loc1) == body_of((e << 40) | 1, 400)
     with pytest.raises(CorruptStore, match=seg.name):
@@ -788,3 +789,85 @@ def test_P8_broker_syncs_a_lone_waiter_inline_and_many_through_group_commit(
     assert all_fired.wait(10) and fired == [None] * (INLINE_SYNC_WAITERS + 2)
     assert store.stats.inline_syncs == 1  # the second turn went through the sync thread
     b.close()
+
+
+def _copy_dir(src: Path, dst: Path) -> Path:
+    """The data dir as a crash leaves it (the store still open: nothing cut back)."""
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.is_file() and f.name != "LOCK":
+            (dst / f.name).write_bytes(f.read_bytes())
+    return dst
+
+
+def test_P9_preallocated_space_is_cut_at_close_and_dropped_quietly_after_a_crash(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Commits write into space fallocated ahead (a data-only fdatasync). A clean close
+    cuts the file back to its last frame; after a crash recovery drops the zeros without
+    calling them a torn tail, and keeps every committed message."""
+    from ackmq.store.segments import PREALLOC_CHUNK
+    live = tmp_path / "live"
+    st, e = fresh(live)
+    st.save_queue(QueueDef("q"))
+    for i in range(1, 4):
+        publish(st, "q", [(e << 40) | i])
+        assert commit_sync(st) is None
+    newest = seg_files(live)[-1]
+    assert newest.stat().st_size >= PREALLOC_CHUNK > st._woff
+    assert st.stats.preallocated > 0
+    crashed = _copy_dir(live, tmp_path / "crashed")
+    data_end, file_end = st._woff, newest.stat().st_size
+    st.close()
+    assert newest.stat().st_size == data_end  # cut back at close
+    with caplog.at_level(logging.INFO, logger="ackmq.store"):
+        st = open_store(crashed)
+        rec = st.open()
+    assert low(rec, "q") == [1, 2, 3]
+    assert "torn tail" not in caplog.text
+    assert f"cut {file_end - data_end} bytes of preallocated space" in caplog.text
+    assert seg_files(crashed)[0].stat().st_size == data_end
+    st.close()
+
+
+def test_P9_torn_frame_before_preallocated_space_is_still_a_torn_tail(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    live = tmp_path / "live"
+    st, e = fresh(live)
+    st.save_queue(QueueDef("q"))
+    publish(st, "q", [(e << 40) | 1])
+    assert commit_sync(st) is None
+    second = st._woff
+    publish(st, "q", [(e << 40) | 2])
+    assert commit_sync(st) is None
+    crashed = _copy_dir(live, tmp_path / "crashed")
+    end = st._woff
+    st.close()
+    newest = seg_files(crashed)[-1]
+    data = bytearray(newest.read_bytes())
+    data[(second + end) // 2:end] = bytes(end - (second + end) // 2)  # half of it lost
+    newest.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="ackmq.store"):
+        st = open_store(crashed)
+        rec = st.open()
+    assert low(rec, "q") == [1]
+    assert f"dropped torn tail at offset {second}" in caplog.text
+    st.close()
+
+
+def test_P9_older_segments_end_with_their_last_frame(tmp_path: Path) -> None:
+    """Rollover cuts the preallocated space off before the next segment starts: only
+    the newest file may ever hold anything but frames (recovery relies on it)."""
+    st, e = fresh(tmp_path, segment_bytes=64 << 10, auto_compact=False)
+    st.save_queue(QueueDef("q"))
+    for i in range(1, 41):
+        publish(st, "q", [(e << 40) | i], size=4000)
+        assert commit_sync(st) is None
+    files = seg_files(tmp_path)
+    assert len(files) >= 3
+    for f in files[:-1]:  # each older file: a valid frame sequence up to its very end
+        data = f.read_bytes()
+        assert valid_length(data, str(f), int(f.name.split(".")[0]), False) == len(data)
+    st.close()
+    st = open_store(tmp_path)
+    assert low(st.open(), "q") == list(range(1, 41))
+    st.close()

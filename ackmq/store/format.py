@@ -225,6 +225,17 @@ def valid_length(data: Any, path: str, seg_id: int, newest: bool) -> int:
     return off
 
 
+def all_zero(data: Any, start: int, stop: int) -> bool:
+    """True when data[start:stop] is all zero bytes: preallocated space never written."""
+    step = 1 << 20
+    zero = bytes(min(step, max(0, stop - start)))
+    for off in range(start, stop, step):
+        n = min(step, stop - off)
+        if data[off:off + n] != zero[:n]:
+            return False
+    return True
+
+
 def iter_records(data: bytes, start: int, stop: int) -> Iterator[tuple[int, memoryview]]:
     """Yield (record offset, record body) for the already validated range [start, stop)."""
     mv = memoryview(data)

@@ -55,6 +55,7 @@ from .format import (
     REMOVE_REC,
     SYNCED,
     FrameWriter,
+    all_zero,
     encode_add,
     encode_delivered,
     encode_remove,
@@ -72,6 +73,12 @@ Callback = Callable[[BaseException | None], None]
 Key = tuple[int, int]  # (qid, seq)
 MASK64 = (1 << 64) - 1
 READ_AHEAD = 128 << 10   # read_body buffer (sequential reads of paged bodies)
+# The active segment is extended (fallocate) this far ahead of its data: a commit then
+# writes into space the file already has, so its fdatasync flushes the data without a
+# journal commit for a new file size (measured on ext4: 99-125 µs instead of 159-164 µs
+# for a 120-byte append). Cut back to the data at rollover and close; a crash leaves
+# zeros past the last frame, which recovery drops as it drops a torn tail.
+PREALLOC_CHUNK = 4 << 20
 
 
 def seg_name(seg: int) -> str:
@@ -90,6 +97,7 @@ class StoreStats:
     cancelled: int = 0        # add+remove pairs that never reached the disk (P5 d)
     failed_commits: int = 0   # callbacks that got a StoreError
     inline_syncs: int = 0     # commits synced on the caller's thread (commit(inline=True))
+    preallocated: int = 0     # bytes fallocated ahead of the data
     fsync_seconds: float = 0.0  # time spent in those fdatasyncs (both threads)
     compactions: int = 0
     segments_deleted: int = 0
@@ -184,6 +192,8 @@ class SegmentStore:
         self._active = 0
         self._wfd = -1
         self._woff = 0
+        self._alloc_end = 0   # the active segment's file size (preallocated up to here)
+        self._prealloc = True  # False once the filesystem refuses fallocate
         self._broken: StoreError | None = None
         self._closing = False
         self._closed = True
@@ -250,6 +260,7 @@ class SegmentStore:
             data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         try:
             end = valid_length(data, str(path), s, newest)
+            zeros = end < size and all_zero(data, end, size)
             if end > 16:
                 release(data, 0, end)  # all checked: parsing faults the pages in again
                 self._segs[s] = info = SegInfo(size=end)
@@ -262,8 +273,12 @@ class SegmentStore:
                 except BufferError:  # a traceback still holds a view: let GC unmap it
                     pass
         if end < size:
-            log.warning("%s: dropped torn tail at offset %d (%d bytes not acknowledged)",
-                        path, end, size - end)
+            if zeros:
+                log.info("%s: cut %d bytes of preallocated space after offset %d",
+                         path, size - end, end)
+            else:
+                log.warning("%s: dropped torn tail at offset %d (%d bytes not acknowledged)",
+                            path, end, size - end)
             with open(path, "r+b") as f:
                 f.truncate(end)
                 os.fsync(f.fileno())
@@ -346,7 +361,7 @@ class SegmentStore:
 
     def _new_segment(self, s: int) -> None:
         path = self.dir / seg_name(s)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # pwrite at _woff
         head = file_header(s)
         try:
             if os.write(fd, head) != len(head):
@@ -361,6 +376,7 @@ class SegmentStore:
         if self._wfd >= 0:
             os.close(self._wfd)
         self._wfd, self._woff = fd, len(head)
+        self._alloc_end = len(head)
         self._wstate = (fd, self._wstate[1], s, self._woff)
         self._claimed = 0
         with self._lock:
@@ -729,9 +745,16 @@ class SegmentStore:
         the newest segment can ever have a torn tail (recovery relies on it)."""
         with self._sync_lock:  # the sync thread is not inside an fdatasync of the old fd
             fd, gen, _, _ = self._wstate
+            try:
+                self._cut_prealloc()
+            except OSError as e:  # an older segment must end with its last frame
+                self._broken = StoreError(f"cannot cut {self._paths[self._active]} to its "
+                                          f"data, store disabled: {e}")
+                log.error("%s", self._broken)
+                return
             if self.fsync:
                 try:
-                    os.fdatasync(fd)
+                    os.fsync(fd)  # fsync, not fdatasync: the file's new (smaller) size too
                 except OSError as e:
                     self._fsync_failed(e)
                     return
@@ -775,11 +798,13 @@ class SegmentStore:
             fw.begin_record()
             encode_remove(out, qid, seq)
         data = fw.finish()
+        if base + len(data) > self._alloc_end and self._prealloc:
+            self._preallocate(base + len(data))
         try:
             view = memoryview(data)
             done = 0
             while done < len(data):
-                done += os.write(self._wfd, view[done:])
+                done += os.pwrite(self._wfd, view[done:], base + done)
         except OSError as e:
             self._undo_write(base)
             self._fail_batch(b)
@@ -810,11 +835,32 @@ class SegmentStore:
         self._wstate = (self._wfd, self._wstate[1] + 1, seg, self._woff)
         return None
 
+    def _preallocate(self, need: int) -> None:
+        """Extend the active segment's file to cover `need` bytes and PREALLOC_CHUNK more
+        (not past segment_bytes); a refusal only means commits append as before."""
+        end = max(need, min(self._alloc_end + PREALLOC_CHUNK, self.segment_bytes))
+        try:
+            os.posix_fallocate(self._wfd, self._alloc_end, end - self._alloc_end)
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EINTR):
+                self._prealloc = False  # not supported here: do not ask again
+                log.info("%s: no preallocation (%s)", self.dir, e)
+            return
+        self._alloc_end = end
+        self.stats.preallocated += end - need
+
+    def _cut_prealloc(self) -> None:
+        """Cut the active segment's file back to its last frame (rollover, close)."""
+        if self._alloc_end > self._woff:
+            os.ftruncate(self._wfd, self._woff)
+            self._alloc_end = self._woff
+
     def _undo_write(self, base: int) -> None:
         """Cut a partial write off so later frames follow valid data (else: broken)."""
         with self._lock:
             self._forget_read_ahead()
         try:
+            self._alloc_end = base
             os.ftruncate(self._wfd, base)
             if self.fsync:
                 os.fdatasync(self._wfd)
@@ -859,6 +905,13 @@ class SegmentStore:
                 os.close(fd)
             self._rfds.clear()
         if self._wfd >= 0:
+            try:
+                if self._alloc_end > self._woff and self._broken is None:
+                    self._cut_prealloc()  # a clean stop leaves no zeros past the data
+                    if self.fsync:
+                        os.fsync(self._wfd)
+            except OSError as e:  # recovery drops them instead
+                log.warning("%s: could not cut the preallocated tail: %s", self.dir, e)
             os.close(self._wfd)
             self._wfd = -1
         if self._defs is not None:
