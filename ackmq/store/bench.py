@@ -2,12 +2,16 @@
 
     python -m ackmq.store.bench DIR publish [-n 50000] [--size 1024]
     python -m ackmq.store.bench DIR recover [-n 1000000] [--size 1024] [--read 300000]
+    python -m ackmq.store.bench DIR fsync [-n 2000] [--size 150]
 
 publish: persistent adds committed in batches of 1, 100, 1000, waiting for each batch's
 callback (a publisher confirming one-by-one or per batch), then "pipelined": one commit
 per message without waiting, as a busy broker commits once per event-loop turn while
 the previous fsync runs (group commit merges them); then "turns": a broker-like thread
 adding 20 messages per event-loop turn, one commit per turn, with confirm latencies.
+fsync: one record written then fdatasynced, n times, into a file that grows with each
+write (append), into one fallocated ahead (what the store does) and into one zero-filled
+and flushed ahead; p10 / median / p90 / mean of the fdatasync, modes alternated twice.
 recover: writes N messages into one queue, closes, then in a fresh child process times
 `open()` (warm page cache) with its peak RSS (VmHWM), iterates the recovered queue, and
 times `read_message` in seq order for the first --read messages (what a broker pays per
@@ -165,10 +169,41 @@ def _recover(path: Path, n: int, size: int, nread: int) -> str:
     return f"recover n={n} size={size}, on disk {disk / 2**20:.0f} MiB\n{out.stdout.rstrip()}"
 
 
+def _fsync_modes(path: Path, n: int, size: int) -> str:
+    import os
+    rec = b"y" * size
+    lines = []
+    for _ in range(2):
+        for mode in ("append", "fallocated", "zero-filled"):
+            f = path / f"fsync-{mode}"
+            fd = os.open(f, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                ahead = n * size + 4096
+                if mode == "fallocated":
+                    os.posix_fallocate(fd, 0, ahead)
+                elif mode == "zero-filled":
+                    os.write(fd, bytes(ahead))
+                os.fsync(fd)
+                ts = []
+                for i in range(n):
+                    os.pwrite(fd, rec, i * size)
+                    t0 = time.perf_counter()
+                    os.fdatasync(fd)
+                    ts.append(time.perf_counter() - t0)
+            finally:
+                os.close(fd)
+                f.unlink()
+            ts.sort()
+            lines.append(f"{mode:12} fdatasync p10 {ts[n // 10] * 1e6:5.0f}  median "
+                         f"{ts[n // 2] * 1e6:5.0f}  p90 {ts[n * 9 // 10] * 1e6:5.0f}  mean "
+                         f"{sum(ts) / n * 1e6:5.0f} µs  ({n} x {size} B)")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("dir", type=Path)
-    ap.add_argument("what", choices=["publish", "recover", "open"])
+    ap.add_argument("what", choices=["publish", "recover", "open", "fsync"])
     ap.add_argument("-n", type=int, default=0)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--read", type=int, default=300000, help="read_message count (recover)")
@@ -177,6 +212,13 @@ def main() -> None:
         print(_open_and_read(a.dir, a.read), flush=True)
         return
     path = a.dir / "bench-store"
+    if a.what == "fsync":
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            print(_fsync_modes(path, a.n or 2000, a.size if a.size != 1024 else 150))
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+        return
     if a.what == "publish":
         n = a.n or 50000
         for batch in (1000, 100, 1, None):
