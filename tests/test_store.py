@@ -762,11 +762,10 @@ def test_P6_inline_commit_reports_a_failed_fdatasync(
 
 def test_P8_broker_syncs_a_lone_waiter_inline_and_many_through_group_commit(
         tmp_path: Path) -> None:
-    """The broker asks for an inline sync only when few publishes wait on the commit:
-    one waiter is confirmed within its own turn; more share the sync thread's fsync."""
+    """The broker asks for an inline sync only when few publishes wait on the commit and
+    few did lately: one waiter is confirmed within its own turn; more, or a lone one
+    among crowded commits, share the sync thread's fsync."""
     from ackmq.broker import BrokerModel, NullScheduler
-    from ackmq.broker.broker import INLINE_SYNC_WAITERS
-
     store = open_store(tmp_path / "data")
     b = BrokerModel(NullScheduler(), store=store)
     b.start()
@@ -777,17 +776,30 @@ def test_P8_broker_syncs_a_lone_waiter_inline_and_many_through_group_commit(
 
     def waiter(exc: BaseException | None) -> None:
         fired.append(exc)
-        if len(fired) == 1 + INLINE_SYNC_WAITERS + 1:
+        if len(fired) == 1 + 20:
             all_fired.set()
 
     b.await_commit_callback(waiter)
     b.end_of_turn()
     assert fired == [None] and store.stats.inline_syncs == 1  # within the turn
-    for _ in range(INLINE_SYNC_WAITERS + 1):
+    for _ in range(20):  # a crowded commit (20 > INLINE_SYNC_WAITERS)
         b.await_commit_callback(waiter)
     b.end_of_turn()
-    assert all_fired.wait(10) and fired == [None] * (INLINE_SYNC_WAITERS + 2)
+    assert all_fired.wait(10) and fired == [None] * 21
     assert store.stats.inline_syncs == 1  # the second turn went through the sync thread
+    # right after a crowded commit a lone waiter still shares the thread's group commit
+    # (many publishers: an inline fsync would stall the loop between their batches)
+    lone = threading.Event()
+    b.await_commit_callback(lambda exc: lone.set())
+    b.end_of_turn()
+    assert lone.wait(10) and store.stats.inline_syncs == 1
+    for _ in range(10):  # quiet again: lone waiters are synced inline once more
+        b.await_commit_callback(lambda exc: None)
+        b.end_of_turn()
+        deadline = time.monotonic() + 10
+        while store._in_thread and time.monotonic() < deadline:
+            time.sleep(0.001)
+    assert store.stats.inline_syncs > 1
     b.close()
 
 
