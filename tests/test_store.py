@@ -51,6 +51,20 @@ def seg_files(path: Path) -> list[Path]:
     return sorted(path.glob("*.seg"))
 
 
+def hold_sync_thread(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """Make the sync thread's fdatasyncs wait: returns (inside one, let them go)."""
+    real, inside, release = os.fdatasync, threading.Event(), threading.Event()
+
+    def held(fd: int) -> None:
+        if threading.current_thread().name == "ackmq-store-sync" and not release.is_set():
+            inside.set()
+            release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", held)
+    return inside, release
+
+
 def publish(st: SegmentStore, queue: str, seqs: list[int], size: int = 100) -> list[int]:
     return [st.add(queue, s, "ex", "rk", PROPS, s.to_bytes(8, "little") * (size // 8))
             for s in seqs]
@@ -320,15 +334,7 @@ def _power_loss_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[
     publish(st, "q", [(e << 40) | 1])
     starts.append(st._woff)
     assert commit_sync(st) is None
-    real, held, cut = os.fdatasync, threading.Event(), threading.Event()
-
-    def hang(fd: int) -> None:
-        if threading.current_thread().name == "ackmq-store-sync" and not cut.is_set():
-            held.set()
-            cut.wait(10)
-        real(fd)
-
-    monkeypatch.setattr(os, "fdatasync", hang)
+    held, cut = hold_sync_thread(monkeypatch)
     for seq in (2, 3):
         publish(st, "q", [(e << 40) | seq])
         starts.append(st._woff)
@@ -447,17 +453,7 @@ def test_P8_group_commit_merges_commits_made_during_an_fsync(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     st, e = fresh(tmp_path)
     st.save_queue(QueueDef("q"))
-    real = os.fdatasync
-    in_fsync = threading.Event()
-    release = threading.Event()
-
-    def slow_fdatasync(fd: int) -> None:
-        if threading.current_thread().name == "ackmq-store-sync" and not release.is_set():
-            in_fsync.set()
-            release.wait(10)
-        real(fd)
-
-    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    in_fsync, release = hold_sync_thread(monkeypatch)
     fired: list[BaseException | None] = []
     all_done = threading.Event()
 
@@ -713,16 +709,7 @@ def test_P8_inline_commit_queues_behind_the_sync_thread_in_commit_order(
     inline commit joins its group commit: callbacks still run in commit order."""
     st, e = fresh(tmp_path)
     st.save_queue(QueueDef("q"))
-    real = os.fdatasync
-    in_fsync, release = threading.Event(), threading.Event()
-
-    def slow_fdatasync(fd: int) -> None:
-        if threading.current_thread().name == "ackmq-store-sync" and not release.is_set():
-            in_fsync.set()
-            release.wait(10)
-        real(fd)
-
-    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    in_fsync, release = hold_sync_thread(monkeypatch)
     fired: list[int] = []
     done = threading.Event()
     publish(st, "q", [(e << 40) | 1])
