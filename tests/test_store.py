@@ -449,6 +449,30 @@ def test_read_message_in_file_order_and_after_compaction(tmp_path: Path) -> None
     st.close()
 
 
+def test_compaction_checks_liveness_in_chunks_the_broker_can_get_between(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compaction asks which ADDs are live under the store's lock, which the broker
+    thread's add/remove need too: never a whole segment's records in one hold."""
+    st, e = fresh(tmp_path, segment_bytes=256 << 10, auto_compact=False)
+    st.save_queue(QueueDef("q"))
+    seqs = [(e << 40) | i for i in range(3000)]
+    for i in range(0, 3000, 500):
+        publish(st, "q", seqs[i:i + 500], size=100)
+        assert commit_sync(st) is None
+    for s in seqs[:2900]:
+        st.remove("q", s)
+    assert commit_sync(st) is None
+    sizes: list[int] = []
+    real = st.live_adds
+    monkeypatch.setattr(st, "live_adds", lambda cands: (sizes.append(len(cands)), real(cands))[1])
+    assert compact_mod.maybe_compact(st)
+    assert sum(sizes) > compact_mod.LIVE_CHUNK and max(sizes) <= compact_mod.LIVE_CHUNK
+    st.close()
+    st = open_store(tmp_path)
+    assert low(st.open(), "q", 0xFFFF) == list(range(2900, 3000))
+    st.close()
+
+
 def test_P8_group_commit_merges_commits_made_during_an_fsync(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     st, e = fresh(tmp_path)
