@@ -35,9 +35,9 @@ from ackmq.spark.lake import read_committed
 
 # Full-size batches landed before the measured runs. With a warm-up of 2 batches of
 # 1,000 rows, whichever broker ran first paid the JIT of the 10,000-row path: its driver
-# tree used 1.5 s more CPU per 100,000 messages (JVM +1.4 s, Python workers +0.5 s), and
-# swapping the order swapped the winner (ackmq first: 14,334 vs 11,687 msg/s after
-# batch 1; RabbitMQ first: 9,380 vs 13,539).
+# tree used 2.0-2.5 s more CPU per 100,000 messages (JVM +1.4-1.9 s, Python workers
+# +0.5-0.6 s), and swapping the order swapped the winner (after batch 1, ackmq first:
+# 14,334 vs 11,687 msg/s; RabbitMQ first: 9,380 vs 13,539).
 WARMUP_BATCHES = 3
 
 
