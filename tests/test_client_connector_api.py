@@ -38,6 +38,32 @@ def test_acknowledge_messages_acks_exactly_those(url: str, q: str, witness: Witn
     assert sorted(b for _, _, b in witness.drain(q)) == [b"2", b"4"]
 
 
+def test_acknowledge_messages_of_the_oldest_deliveries_in_order(url: str, q: str,
+                                                                witness: Witness) -> None:
+    """The connector's common case (its oldest deliveries, in order: the fast path):
+    those are acked, the later ones stay unacked; acking them again, or out of order
+    afterwards, still acks exactly what is asked."""
+    witness.declare(q)
+    witness.publish(q, *[str(i).encode() for i in range(8)])
+    conn = connect(url)
+    try:
+        s = conn.session(AckMode.INDIVIDUAL)
+        c = s.consumer(q)
+        got = []
+        while len(got) < 8:
+            got.extend(c.receive_batch(8, timeout=5))
+        assert s.acknowledge_messages(got[:3]) == 3
+        assert s.unacked == 5
+        assert s.acknowledge_messages(got[:3]) == 0  # already settled
+        assert s.acknowledge_messages([got[4], got[3]]) == 2  # not in order: slow path
+        assert s.unacked == 3
+        assert s.queue_info(q).message_count == 0  # after the acks: a round trip
+    finally:
+        conn.abort()
+    witness.wait_ready(q, 3)
+    assert sorted(b for _, _, b in witness.drain(q)) == [b"5", b"6", b"7"]
+
+
 def test_receive_batch_takes_what_is_buffered_up_to_the_maximum(url: str, q: str,
                                                                 witness: Witness) -> None:
     witness.declare(q)

@@ -33,6 +33,13 @@ from ackmq.client import AckMode
 from ackmq.spark.amqp import ConfirmingPublisher, open_connection
 from ackmq.spark.lake import read_committed
 
+# Full-size batches landed before the measured runs. With a warm-up of 2 batches of
+# 1,000 rows, whichever broker ran first paid the JIT of the 10,000-row path: its driver
+# tree used 2.0-2.5 s more CPU per 100,000 messages (JVM +1.4-1.9 s, Python workers
+# +0.5-0.6 s), and swapping the order swapped the winner (after batch 1, ackmq first:
+# 14,334 vs 11,687 msg/s; RabbitMQ first: 9,380 vs 13,539).
+WARMUP_BATCHES = 3
+
 
 def fill(url: str, queue: str, n: int, size: int) -> None:
     _recreate(url, queue)
@@ -205,9 +212,13 @@ def main(argv: list[str] | None = None) -> int:
             if not a.no_rabbitmq:
                 brokers.append(("rabbitmq", a.rabbitmq_url))
             # Warm-up, not reported: the session's first query pays for starting Spark's
-            # Python workers, which would otherwise be charged to whichever broker is first.
-            fill(ackmq_url, "bench.spark.warmup", 2000, a.body_size)
-            spark_land(spark, ackmq_url, "bench.spark.warmup", 2000, work / "warmup", 1000)
+            # Python workers, and the first full-size batches for the JVM's JIT of the
+            # Arrow -> Parquet path; either would be charged to whichever broker is first.
+            # So it lands WARMUP_BATCHES batches of the measured size.
+            warm = WARMUP_BATCHES * a.max_per_trigger
+            fill(ackmq_url, "bench.spark.warmup", warm, a.body_size)
+            spark_land(spark, ackmq_url, "bench.spark.warmup", warm, work / "warmup",
+                       a.max_per_trigger)
             for name, url in brokers:
                 q = f"bench.spark.{name}"
                 fill(url, q, a.messages, a.body_size)
