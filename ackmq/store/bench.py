@@ -2,7 +2,7 @@
 
     python -m ackmq.store.bench DIR publish [-n 50000] [--size 1024]
     python -m ackmq.store.bench DIR recover [-n 1000000] [--size 1024] [--read 300000]
-    python -m ackmq.store.bench DIR fsync [-n 2000] [--size 150]
+    python -m ackmq.store.bench DIR fsync [-n 2000] [--size 150] [--gap-us 200]
 
 publish: persistent adds committed in batches of 1, 100, 1000, waiting for each batch's
 callback (a publisher confirming one-by-one or per batch), then "pipelined": one commit
@@ -12,6 +12,8 @@ adding 20 messages per event-loop turn, one commit per turn, with confirm latenc
 fsync: one record written then fdatasynced, n times, into a file that grows with each
 write (append), into one fallocated ahead (what the store does) and into one zero-filled
 and flushed ahead; p10 / median / p90 / mean of the fdatasync, modes alternated twice.
+--gap-us: sleep that long after each fdatasync, as a confirm-each round trip leaves the
+disk idle between two (on a VM the next fdatasync then pays for waking it).
 recover: writes N messages into one queue, closes, then in a fresh child process times
 `open()` (warm page cache) with its peak RSS (VmHWM), iterates the recovered queue, and
 times `read_message` in seq order for the first --read messages (what a broker pays per
@@ -169,7 +171,7 @@ def _recover(path: Path, n: int, size: int, nread: int) -> str:
     return f"recover n={n} size={size}, on disk {disk / 2**20:.0f} MiB\n{out.stdout.rstrip()}"
 
 
-def _fsync_modes(path: Path, n: int, size: int) -> str:
+def _fsync_modes(path: Path, n: int, size: int, gap: float = 0.0) -> str:
     import os
     rec = b"y" * size
     lines = []
@@ -190,13 +192,15 @@ def _fsync_modes(path: Path, n: int, size: int) -> str:
                     t0 = time.perf_counter()
                     os.fdatasync(fd)
                     ts.append(time.perf_counter() - t0)
+                    if gap:
+                        time.sleep(gap)
             finally:
                 os.close(fd)
                 f.unlink()
             ts.sort()
             lines.append(f"{mode:12} fdatasync p10 {ts[n // 10] * 1e6:5.0f}  median "
                          f"{ts[n // 2] * 1e6:5.0f}  p90 {ts[n * 9 // 10] * 1e6:5.0f}  mean "
-                         f"{sum(ts) / n * 1e6:5.0f} µs  ({n} x {size} B)")
+                         f"{sum(ts) / n * 1e6:5.0f} µs  ({n} x {size} B, gap {gap * 1e6:.0f} µs)")
     return "\n".join(lines)
 
 
@@ -207,6 +211,7 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=0)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--read", type=int, default=300000, help="read_message count (recover)")
+    ap.add_argument("--gap-us", type=float, default=0.0, help="idle time after each fdatasync (fsync)")
     a = ap.parse_args()
     if a.what == "open":  # the child of `recover`: DIR is the store itself
         print(_open_and_read(a.dir, a.read), flush=True)
@@ -215,7 +220,8 @@ def main() -> None:
     if a.what == "fsync":
         path.mkdir(parents=True, exist_ok=True)
         try:
-            print(_fsync_modes(path, a.n or 2000, a.size if a.size != 1024 else 150))
+            print(_fsync_modes(path, a.n or 2000, a.size if a.size != 1024 else 150,
+                               a.gap_us / 1e6))
         finally:
             shutil.rmtree(path, ignore_errors=True)
         return
