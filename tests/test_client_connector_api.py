@@ -4,7 +4,7 @@ producer to any exchange. Against ackmq and RabbitMQ."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -16,19 +16,26 @@ if TYPE_CHECKING:
 pytest_plugins = ["clienthelp"]
 
 
+def _received(url: str, q: str, witness: Witness, n: int) -> tuple[Any, Any, list[Any]]:
+    """n messages published, then all delivered to one INDIVIDUAL session: (conn, session,
+    messages in order)."""
+    witness.declare(q)
+    witness.publish(q, *[str(i).encode() for i in range(n)])
+    conn = connect(url)
+    s = conn.session(AckMode.INDIVIDUAL)
+    c = s.consumer(q)
+    got: list[Any] = []
+    while len(got) < n:
+        got.extend(c.receive_batch(n, timeout=5))
+    assert [m.body for m in got] == [str(i).encode() for i in range(n)]
+    return conn, s, got
+
+
 def test_acknowledge_messages_acks_exactly_those(url: str, q: str, witness: Witness) -> None:
     """Messages 0, 1, 3 acked (a `multiple` run then a single ack); 2 and 4 stay unacked
     and come back after the connection closes."""
-    witness.declare(q)
-    witness.publish(q, *[str(i).encode() for i in range(5)])
-    conn = connect(url)
+    conn, s, got = _received(url, q, witness, 5)
     try:
-        s = conn.session(AckMode.INDIVIDUAL)
-        c = s.consumer(q)
-        got = []
-        while len(got) < 5:
-            got.extend(c.receive_batch(5, timeout=5))
-        assert [m.body for m in got] == [b"0", b"1", b"2", b"3", b"4"]
         assert s.acknowledge_messages([got[0], got[1], got[3]]) == 3
         assert s.unacked == 2
         assert s.queue_info(q).message_count == 0  # after the acks: a round trip
@@ -43,15 +50,8 @@ def test_acknowledge_messages_of_the_oldest_deliveries_in_order(url: str, q: str
     """The connector's common case (its oldest deliveries, in order: the fast path):
     those are acked, the later ones stay unacked; acking them again, or out of order
     afterwards, still acks exactly what is asked."""
-    witness.declare(q)
-    witness.publish(q, *[str(i).encode() for i in range(8)])
-    conn = connect(url)
+    conn, s, got = _received(url, q, witness, 8)
     try:
-        s = conn.session(AckMode.INDIVIDUAL)
-        c = s.consumer(q)
-        got = []
-        while len(got) < 8:
-            got.extend(c.receive_batch(8, timeout=5))
         assert s.acknowledge_messages(got[:3]) == 3
         assert s.unacked == 5
         assert s.acknowledge_messages(got[:3]) == 0  # already settled
