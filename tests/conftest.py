@@ -14,7 +14,7 @@ from pathlib import Path
 import pika
 import pytest
 
-pytest_plugins = ("stomphelp",)  # the STOMP fixtures: target, ackmq_target, queue, ...
+pytest_plugins = ("stomphelp", "tlshelp")  # STOMP fixtures (target, queue, ...); TLS: ca
 
 URL_LINE = re.compile(r"listening on (amqp://\S+)")
 STOMP_URL = re.compile(r"(stomp://\S+:(\d+))")

@@ -25,16 +25,11 @@ import stomp
 import stomp.exception
 import trustme
 from conftest import BrokerProcess
-from tlshelp import port_in_log, server_files
+from tlshelp import cert_broker, port_in_log, server_files
 
 from ackmq.ctl import request
 
 STOMP_TLS_URL = re.compile(r"stomp\+ssl://\S+:(\d+)")
-
-
-@pytest.fixture(scope="module")
-def ca() -> trustme.CA:
-    return trustme.CA()
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +49,7 @@ def stomp_tls_port(b: BrokerProcess) -> int:
 
 
 def tls_broker(tmp_path: Path, files: dict[str, Path], *extra: str) -> BrokerProcess:
-    data = tmp_path / "data"
-    data.mkdir()
-    b = BrokerProcess(data, "--stomp-tls-port", "0", "--tls-cert", str(files["cert"]),
-                      "--tls-key", str(files["key"]), "--tls-ca", str(files["ca"]), *extra)
-    b.start()
-    return b
+    return cert_broker(tmp_path, files, "--stomp-tls-port", "0", *extra)
 
 
 class Listener(stomp.ConnectionListener):

@@ -16,14 +16,9 @@ import pika
 import pytest
 import trustme
 from conftest import BrokerProcess
-from tlshelp import port_in_log, server_files
+from tlshelp import cert_broker, port_in_log, server_files
 
 TLS_URL = re.compile(r"(amqps://\S+?)/?[ )]")
-
-
-@pytest.fixture(scope="module")
-def ca() -> trustme.CA:
-    return trustme.CA()
 
 
 @pytest.fixture(scope="module")
@@ -32,12 +27,7 @@ def files(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
 
 
 def tls_broker(tmp_path: Path, files: dict[str, Path], *extra: str) -> BrokerProcess:
-    data = tmp_path / "data"
-    data.mkdir()
-    b = BrokerProcess(data, "--tls-port", "0", "--tls-cert", str(files["cert"]),
-                      "--tls-key", str(files["key"]), "--tls-ca", str(files["ca"]), *extra)
-    b.start()
-    return b
+    return cert_broker(tmp_path, files, "--tls-port", "0", *extra)
 
 
 def tls_port(b: BrokerProcess) -> int:

@@ -5,8 +5,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import trustme
 from conftest import BrokerProcess
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    """One certificate authority per test module."""
+    return trustme.CA()
 
 
 def server_files(ca: trustme.CA, d: Path) -> dict[str, Path]:
@@ -28,3 +35,14 @@ def port_in_log(b: BrokerProcess, pattern: re.Pattern[str], what: str) -> str:
         if m:
             return m.group(1)
     raise AssertionError(f"no {what} in the log:\n" + "".join(b.log))
+
+
+def cert_broker(tmp_path: Path, files: dict[str, Path], *args: str) -> BrokerProcess:
+    """A started `ackmq serve` with the server certificate, key and CA of `files`;
+    `args` name the TLS listener(s) and any other options."""
+    data = tmp_path / "data"
+    data.mkdir()
+    b = BrokerProcess(data, *args, "--tls-cert", str(files["cert"]),
+                      "--tls-key", str(files["key"]), "--tls-ca", str(files["ca"]))
+    b.start()
+    return b
