@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import aio_pika
@@ -53,38 +54,36 @@ def _run(ctx: RunContext, name: str, n: int, fn: Callable[[RunContext, str, int]
 
 # -- ackmq.client -------------------------------------------------------------------------
 
-def _ackmq_each(ctx: RunContext, q: str, n: int) -> None:
-    body = b"x" * ctx.options.body_size
+@contextmanager
+def _ackmq_producer(ctx: RunContext, q: str) -> Iterator[tuple[Any, bytes]]:
+    """A producer for `q` on its own ackmq.client connection, and the body to send."""
     with connect(ctx.target.url, heartbeat=0) as conn:
-        p = conn.session().producer(q)
-        with ctx.measure():
-            for _ in range(n):
-                p.send(body)
+        yield conn.session().producer(q), b"x" * ctx.options.body_size
+
+
+def _ackmq_each(ctx: RunContext, q: str, n: int) -> None:
+    with _ackmq_producer(ctx, q) as (p, body), ctx.measure():
+        for _ in range(n):
+            p.send(body)
 
 
 def _ackmq_batch(ctx: RunContext, q: str, n: int) -> None:
-    body = b"x" * ctx.options.body_size
-    with connect(ctx.target.url, heartbeat=0) as conn:
-        p = conn.session().producer(q)
-        with ctx.measure():
-            left = n
-            while left:
-                k = min(BATCH, left)
-                p.send_batch([body] * k)
-                left -= k
+    with _ackmq_producer(ctx, q) as (p, body), ctx.measure():
+        left = n
+        while left:
+            k = min(BATCH, left)
+            p.send_batch([body] * k)
+            left -= k
 
 
 def _ackmq_async(ctx: RunContext, q: str, n: int) -> None:
-    body = b"x" * ctx.options.body_size
-    with connect(ctx.target.url, heartbeat=0) as conn:
-        p = conn.session().producer(q)
-        with ctx.measure():
-            todo = n
-            while todo:  # nacked ones are handed back and published again from here
-                for _ in range(todo):
-                    p.publish(body)
-                p.wait_for_confirms(timeout=600)
-                todo = len(p.take_failed())
+    with _ackmq_producer(ctx, q) as (p, body), ctx.measure():
+        todo = n
+        while todo:  # nacked ones are handed back and published again from here
+            for _ in range(todo):
+                p.publish(body)
+            p.wait_for_confirms(timeout=600)
+            todo = len(p.take_failed())
 
 
 def _ackmq_asyncio(ctx: RunContext, q: str, n: int) -> None:
