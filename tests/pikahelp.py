@@ -43,6 +43,16 @@ def take(ch: BlockingChannel, queue: str, auto_ack: bool = True):  # type: ignor
         time.sleep(0.02)
 
 
+def drain_ints(ch: BlockingChannel, queue: str) -> list[int]:
+    """basic.get (auto-ack) until `queue` is empty: the bodies, as ints, in order."""
+    out = []
+    while True:
+        m, _p, body = ch.basic_get(queue, auto_ack=True)
+        if m is None:
+            return out
+        out.append(int(body))
+
+
 def closed_with(fn: Callable[[], object], code: int, text: str | None = None) -> str:
     """Run fn; the broker must close the channel with `code` (and exactly `text`)."""
     with pytest.raises(ChannelClosedByBroker) as ei:

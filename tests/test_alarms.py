@@ -23,6 +23,7 @@ import pika
 import pytest
 from conftest import BrokerProcess, rabbitmq_url
 from pamqp import commands
+from pikahelp import drain_ints
 from rawamqp import RawConnection
 from stomphelp import RABBITMQ_STOMP, Raw
 
@@ -525,17 +526,8 @@ def test_U5_memory_alarm_pages_queues_out_keeping_their_order(ackmq: Target) -> 
     assert any("paged 600 ready messages out to disk" in line for line in ackmq.broker.log)
     conn = ackmq.pika()
     ch = conn.channel()
-
-    def drain(q: str) -> list[int]:
-        out = []
-        while True:
-            m, _p, body = ch.basic_get(q, auto_ack=True)
-            if m is None:
-                return out
-            out.append(int(body))
-
-    assert drain(plain) == list(range(300))
-    assert drain(prio) == sorted(range(300), key=lambda i: (-(i % 3), i))
+    assert drain_ints(ch, plain) == list(range(300))
+    assert drain_ints(ch, prio) == sorted(range(300), key=lambda i: (-(i % 3), i))
     conn.close()
 
 

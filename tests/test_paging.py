@@ -12,6 +12,7 @@ from pathlib import Path
 import pika
 import pytest
 from conftest import BrokerProcess
+from pikahelp import drain_ints
 
 from ackmq.store.spill import Spill
 
@@ -95,15 +96,6 @@ def _publish(ch, q: str, n: int, persistent: bool = True) -> None:
                                               priority=i % 3))
 
 
-def _drain(ch, q: str) -> list[int]:
-    out = []
-    while True:
-        m, _p, body = ch.basic_get(q, auto_ack=True)
-        if m is None:
-            return out
-        out.append(int(body))
-
-
 def test_D6_requeue_keeps_order_across_spilled_tail(deep_broker: BrokerProcess) -> None:
     conn = pika.BlockingConnection(pika.URLParameters(deep_broker.url))
     ch = conn.channel()
@@ -116,7 +108,7 @@ def test_D6_requeue_keeps_order_across_spilled_tail(deep_broker: BrokerProcess) 
     ch.basic_ack(tags[1])
     ch.basic_ack(tags[6])
     ch.basic_ack(tags[7])
-    assert _drain(ch, "deep") == [2, 3, 4, 5, *range(8, 60)]
+    assert drain_ints(ch, "deep") == [2, 3, 4, 5, *range(8, 60)]
     conn.close()
 
 
@@ -129,13 +121,13 @@ def test_P9_spilled_persistent_messages_survive_restart_in_order(deep_broker: Br
     ch.queue_declare("transient-deep")
     _publish(ch, "transient-deep", 40, persistent=False)
     assert ch.queue_declare("transient-deep", passive=True).method.message_count == 40
-    assert _drain(ch, "transient-deep") == list(range(40))
+    assert drain_ints(ch, "transient-deep") == list(range(40))
     conn.close()
     deep_broker.kill()
     deep_broker.start()
     conn = pika.BlockingConnection(pika.URLParameters(deep_broker.url))
     ch = conn.channel()
-    assert _drain(ch, "deep2") == list(range(40))
+    assert drain_ints(ch, "deep2") == list(range(40))
     conn.close()
 
 
@@ -151,7 +143,7 @@ def test_purge_of_spilled_persistent_messages_is_durable(deep_broker: BrokerProc
     deep_broker.start()
     conn = pika.BlockingConnection(pika.URLParameters(deep_broker.url))
     ch = conn.channel()
-    assert _drain(ch, "deep3") == [0, 1, 2]
+    assert drain_ints(ch, "deep3") == [0, 1, 2]
     conn.close()
 
 
@@ -160,10 +152,10 @@ def test_max_length_and_priority_with_spilled_tail(deep_broker: BrokerProcess) -
     ch = conn.channel()
     ch.queue_declare("deep4", arguments={"x-max-length": 20})
     _publish(ch, "deep4", 50, persistent=False)
-    assert _drain(ch, "deep4") == list(range(30, 50))   # drop-head reaches into the spill
+    assert drain_ints(ch, "deep4") == list(range(30, 50))   # drop-head reaches into the spill
     ch.queue_declare("deep5", arguments={"x-max-priority": 2})
     _publish(ch, "deep5", 30, persistent=False)
-    got = _drain(ch, "deep5")
+    got = drain_ints(ch, "deep5")
     assert got == [i for p in (2, 1, 0) for i in range(30) if i % 3 == p]
     conn.close()
 
@@ -205,7 +197,7 @@ def test_D8_restart_with_deep_queue_marks_delivered_ones_and_purge_stays_durable
     deep_broker.kill()
     deep_broker.start()
     conn = pika.BlockingConnection(pika.URLParameters(deep_broker.url))
-    assert _drain(conn.channel(), "deep6") == [99]
+    assert drain_ints(conn.channel(), "deep6") == [99]
     conn.close()
 
 
