@@ -291,12 +291,8 @@ class ResourceMonitor:
         change = lim.check_memory(self.rss)
         if change is None:
             return
-        if change:
-            log.info("vm_memory_high_watermark set. Memory used:%d allowed:%d",
-                     self.rss, lim.memory_limit)
-        else:
-            log.info("vm_memory_high_watermark clear. Memory used:%d allowed:%d",
-                     self.rss, lim.memory_limit)
+        log.info("vm_memory_high_watermark %s. Memory used:%d allowed:%d",
+                 "set" if change else "clear", self.rss, lim.memory_limit)
         self._announce(MEMORY, change)
 
     def check_disk(self) -> None:
@@ -311,12 +307,9 @@ class ResourceMonitor:
         change = lim.check_disk(self.disk_free)
         if change is None:
             return
-        if change:
-            log.info("Free disk space is insufficient. Free bytes: %d. Limit: %d",
-                     self.disk_free, lim.disk_free_limit)
-        else:
-            log.info("Free disk space is sufficient. Free bytes: %d. Limit: %d",
-                     self.disk_free, lim.disk_free_limit)
+        log.info("Free disk space is %s. Free bytes: %d. Limit: %d",
+                 "insufficient" if change else "sufficient", self.disk_free,
+                 lim.disk_free_limit)
         self._announce(DISK, change)
 
     def _announce(self, resource: str, set_: bool) -> None:
