@@ -24,7 +24,6 @@ import logging
 import mmap
 import os
 import threading
-import time
 import zlib
 from collections import deque
 from collections.abc import Callable
@@ -98,7 +97,6 @@ class StoreStats:
     failed_commits: int = 0   # callbacks that got a StoreError
     inline_syncs: int = 0     # commits synced on the caller's thread (commit(inline=True))
     preallocated: int = 0     # bytes fallocated ahead of the data
-    fsync_seconds: float = 0.0  # time spent in those fdatasyncs (both threads)
     compactions: int = 0
     segments_deleted: int = 0
     bytes_copied: int = 0     # live records rewritten by compaction
@@ -682,13 +680,11 @@ class SegmentStore:
                 return self._broken
             if need > self._synced:
                 fd, gen, seg, end = self._wstate  # gen >= need: all in fd
-                t0 = time.perf_counter()
                 try:
                     os.fdatasync(fd)
                 except OSError as e:
                     return self._fsync_failed(e)
                 self.stats.fsyncs += 1
-                self.stats.fsync_seconds += time.perf_counter() - t0
                 self._synced = gen
                 self._synced_at = (seg, end)
         return None
