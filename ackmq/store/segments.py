@@ -544,11 +544,7 @@ class SegmentStore:
                         self.stats.failed_commits += len(b.callbacks)
                 self.stats.inline_syncs += 1
         if inline_gen >= 0:
-            for cb in b.callbacks:
-                try:
-                    cb(err)
-                except Exception:  # a broken callback must not break the commit
-                    log.exception("store commit callback failed")
+            self._run_callbacks(b.callbacks, err)
 
     @property
     def pending(self) -> bool:
@@ -717,15 +713,19 @@ class SegmentStore:
             else:
                 self._report(done)
 
+    @staticmethod
+    def _run_callbacks(callbacks: list[Callback], exc: BaseException | None) -> None:
+        for cb in callbacks:
+            try:
+                cb(exc)
+            except Exception:  # a broken callback must not break the commit or the writer
+                log.exception("store commit callback failed")
+
     def _report(self, done: list[tuple[list[Callback], BaseException | None]]) -> None:
         """Run synced batches' callbacks, in commit order (on the broker's thread)."""
         try:
             for callbacks, exc in done:
-                for cb in callbacks:
-                    try:
-                        cb(exc)
-                    except Exception:  # a broken callback must not kill the writer
-                        log.exception("store commit callback failed")
+                self._run_callbacks(callbacks, exc)
         finally:
             with self._cond:
                 self._in_thread -= len(done)
