@@ -15,7 +15,15 @@ from typing import Any
 
 from ackmq.protocol.amqp import HEARTBEAT
 
-from .base import BaseConnection, BaseConsumer, BaseProducer, BaseSession, Step, deadline_in
+from .base import (
+    RECONNECT,
+    BaseConnection,
+    BaseConsumer,
+    BaseProducer,
+    BaseSession,
+    Step,
+    deadline_in,
+)
 from .core import Core
 from .errors import ClientError, ConfirmTimeout, ConnectionLost, IllegalStateError
 from .message import Message, OutboundMessage
@@ -142,6 +150,12 @@ class AsyncConnection(BaseConnection):
             self._flush()
             fut, deadline = step
             value, error = None, None
+            if fut is RECONNECT:
+                try:
+                    await self._ensure_connected()
+                except ClientError as err:
+                    error = err
+                continue
             if fut is None or not fut.done():
                 timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
                 lost = self._lost_fut
@@ -225,9 +239,10 @@ class AsyncConnection(BaseConnection):
                     return
                 except ClientError as err:
                     if time.monotonic() + pause > deadline:
-                        raise ConnectionLost(f"reconnect failed for "
-                                             f"{self.options.reconnect_timeout} s: {err}") \
-                            from None
+                        lost = ConnectionLost(f"reconnect failed for "
+                                              f"{self.options.reconnect_timeout} s: {err}")
+                        self.give_up_resend(lost)
+                        raise lost from None
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 1.0)
 
@@ -252,6 +267,7 @@ class AsyncConnection(BaseConnection):
             self.closed = True
             if self.core.error is None:
                 self.core.lost(ConnectionLost("connection closed by the client", 200))
+            self.give_up_resend(ConnectionLost("connection closed by the client", 200))
             if not self._lost_fut.done():
                 self._lost_fut.set_result(None)
             if self._transport is not None:

@@ -23,7 +23,7 @@ from pamqp import commands as C
 from ackmq.protocol.amqp import Content, build_method, encode_ack, encode_nack
 from ackmq.protocol.amqp.client_codec import with_headers
 
-from .core import Chan, Core
+from .core import Chan, Core, Pending
 from .errors import (
     ChannelClosed,
     ClientError,
@@ -37,6 +37,7 @@ from .errors import (
 )
 from .message import (
     BUFFERED,
+    DEDUP_HEADER,
     DELAYED,
     DELIVERED,
     DELIVERY_COUNT_HEADER,
@@ -58,6 +59,10 @@ from .options import (
 )
 
 Step = Generator[tuple[Any, float | None], Any, Any]
+
+# a step that asks the driver to reconnect (idempotent producers waiting for a confirm
+# whose connection was lost: their publishes are re-sent by the reconnect)
+RECONNECT = object()
 
 DLQ_NAME = "ackmq.DLQ"
 CONSUME_ARGUMENTS = {SEQ_HEADER: True, "x-ackmq-delivery-count": True}
@@ -126,6 +131,25 @@ class BaseConnection:
 
     def rpc_deadline(self) -> float:
         return time.monotonic() + self.options.send_timeout / 1000.0
+
+    @property
+    def idempotent(self) -> bool:
+        """Producers put their message id in `x-deduplication-header` (docs/dedup.md):
+        the `idempotent` option, by default on against ackmq when reconnecting (without
+        a reconnect there is nothing to re-send; messages then stay as they were)."""
+        o = self.options.idempotent
+        return self.options.reconnect and self.core.is_ackmq if o is None else o
+
+    @property
+    def resending(self) -> bool:
+        """Unconfirmed publishes are kept across a reconnect and re-sent."""
+        return self.options.reconnect and self.idempotent
+
+    def give_up_resend(self, error: ClientError) -> None:
+        """No reconnect after all (it failed, or the connection is closed): publishes kept
+        for re-sending fail with `error` and go back through take_failed()."""
+        for session in self.sessions:
+            session.give_up_resend(error)
 
     def check_open(self) -> None:
         if self.closed:
@@ -306,11 +330,15 @@ class BaseSession:
         self.generation = -1
         self._consumer_ids = itertools.count(1)
         self._producer_ids = itertools.count(1)
+        self.producers: list[BaseProducer] = []
+        self.resend: list[Pending] = []  # unconfirmed at a connection loss (idempotent)
 
     # -- lifecycle ---------------------------------------------------------------------
     def open_g(self, deadline: float | None) -> Step:
         chan, fut = self.conn.core.open_channel()
         chan.listener = self
+        if not self.transacted and self.conn.resending:
+            chan.resend = self.resend
         self.chan = chan
         self.error = None
         self.generation = self.conn.generation
@@ -323,11 +351,31 @@ class BaseSession:
             yield from _wait(chan.rpc(C.Confirm.Select(), (C.Confirm.SelectOk,)), deadline)
 
     def restore_g(self, deadline: float | None) -> Step:
-        yield from self.open_g(deadline)
+        pending, self.resend = self.resend, []
+        try:
+            yield from self.open_g(deadline)
+        except BaseException:
+            self.resend = pending + self.resend
+            raise
+        if pending:  # idempotent: re-sent as they were (same id), same futures
+            chan = self.chan
+            assert chan is not None
+            for p in pending:
+                chan.publish(p.message, p.future, p.failed)
+            for producer in self.producers:
+                if producer._chan is not None:
+                    producer._chan, producer._last_seq = chan, chan.next_seq - 1
         self.consumers.clear()
         for consumer in self._all_consumers:
             if not consumer.closed:
                 yield from consumer.subscribe_g(deadline)
+
+    def give_up_resend(self, error: ClientError) -> None:
+        pending, self.resend = self.resend, []
+        if self.chan is not None and self.chan.resend is not None:
+            self.chan.resend = self.resend
+        for p in pending:
+            p.give_back(error)
 
     def check(self) -> BaseSession:
         if self.closed:
@@ -1023,6 +1071,8 @@ class BaseProducer:
         self.failed: list[OutboundMessage] = []
         self._last_seq = 0
         self._chan: Chan | None = None
+        self._dedup = session.conn.idempotent  # the id also in x-deduplication-header
+        session.producers.append(self)
 
     def prepare_g(self, deadline: float | None) -> Step:
         if self.dest.kind == "queue":
@@ -1037,7 +1087,10 @@ class BaseProducer:
             message_id = self._id_prefix + str(next_id())
             if headers is None and not props and type(body) is bytes:
                 return OutboundMessage.plain(body, self.exchange, self.routing_key,
-                                             self.mandatory, message_id, persistent)
+                                             self.mandatory, message_id, persistent,
+                                             self._dedup)
+        if self._dedup and (headers is None or DEDUP_HEADER not in headers):
+            headers = {**(headers or {}), DEDUP_HEADER: message_id}
         return OutboundMessage.build(body, self.exchange, self.routing_key, self.mandatory,
                                      message_id, headers=headers, persistent=persistent,
                                      **props)
@@ -1053,19 +1106,43 @@ class BaseProducer:
             fut.set_result(None)
         return fut
 
+    def _publish_g(self, msg: OutboundMessage, deadline: float | None) -> Step:
+        """publish_now; an idempotent producer that finds the connection lost first asks
+        for the reconnect and publishes then."""
+        while True:
+            try:
+                return self.publish_now(msg, None)
+            except ConnectionLost:
+                if not self.session.conn.resending or self.session.transacted:
+                    raise
+            yield (RECONNECT, deadline)
+
     def send_g(self, msg: OutboundMessage, deadline: float | None) -> Step:
         """J10 one by one: publish and wait for the confirm (or nothing, transacted)."""
-        fut = self.publish_now(msg, None)
+        fut = yield from self._publish_g(msg, deadline)
         if self.session.transacted:
             return
         try:
-            yield from _wait(fut, deadline)
+            yield from self._confirmed_g(fut, deadline)
         except TimeoutError:
             raise ConfirmTimeout(f"no confirm for {msg!r} in time") from None
 
+    def _confirmed_g(self, fut: Any, deadline: float | None) -> Step:
+        """Wait for one publish's confirm; an idempotent producer's publish lost with the
+        connection is re-sent by the reconnect this asks for, and waited for again."""
+        while True:
+            try:
+                return (yield from _wait(fut, deadline))
+            except ConnectionLost:
+                if fut.done() or not self.session.conn.resending:
+                    raise
+            yield (RECONNECT, deadline)
+
     def send_batch_g(self, msgs: list[OutboundMessage], deadline: float | None) -> Step:
         """J10 batches: publish all, one wait for all their confirms."""
-        futures = [self.publish_now(m, None) for m in msgs]
+        futures = []
+        for m in msgs:
+            futures.append((yield from self._publish_g(m, deadline)))
         if self.session.transacted:
             return
         failed: list[OutboundMessage] = []
@@ -1073,7 +1150,7 @@ class BaseProducer:
         first: PublishError | None = None
         for i, fut in enumerate(futures):
             try:
-                yield from _wait(fut, deadline)
+                yield from self._confirmed_g(fut, deadline)
             except PublishError as err:
                 failed.extend(err.messages)
                 nacked = nacked or isinstance(err, NackError)
@@ -1103,8 +1180,17 @@ class BaseProducer:
         if chan is None:
             return
         last = self._last_seq
-        outstanding = chan.outstanding
-        while outstanding:
+        while True:
+            if chan.error is not None:
+                if not self.session.resend:
+                    return  # the channel is gone; its publishes are in take_failed()
+                yield (RECONNECT, deadline)  # idempotent: kept, re-sent by the reconnect
+                chan, last = self._chan, self._last_seq
+                assert chan is not None
+                continue
+            outstanding = chan.outstanding
+            if not outstanding:
+                return
             seq = next(iter(outstanding))
             if seq > last:
                 return
@@ -1114,8 +1200,7 @@ class BaseProducer:
                 left = sum(1 for s in outstanding if s <= last)
                 raise ConfirmTimeout(f"{left} publishes not yet confirmed") from None
             except ClientError:
-                if chan.error is not None:
-                    return  # the channel is gone; its publishes are in take_failed()
+                pass  # a nack or return (in take_failed()), or the channel gone (above)
 
     def take_failed(self) -> list[OutboundMessage]:
         """Nacked, returned, or lost-with-the-connection publishes, handed back for the

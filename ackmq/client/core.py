@@ -100,6 +100,13 @@ class Pending:
         self.returned: tuple[int, str] | None = None
         self.failed = failed  # the producer's hand-back list (J10)
 
+    def give_back(self, error: ClientError) -> None:
+        """Failed with `error`; a publish() message goes back through take_failed()."""
+        _settle(self.future, error=error)
+        if self.failed is not None:  # handed back, so the error counts as seen
+            self.failed.append(self.message)
+            _seen(self.future)
+
 
 class Chan:
     """One AMQP channel: RPC replies in order, confirm tracking, deliveries to a listener.
@@ -121,6 +128,9 @@ class Chan:
         self.outstanding: OrderedDict[int, Pending] = OrderedDict()
         self._by_id: dict[str, list[int]] = {}
         self.tx_returns: list[tuple[int, str, OutboundMessage]] = []
+        # idempotent producers' session: where unconfirmed publishes go when the
+        # connection is lost, futures unsettled, to be re-sent after the reconnect
+        self.resend: list[Pending] | None = None
         self.listener: ChannelListener | None = None
         self._publish_heads: dict[tuple[str, str, bool], bytes] = {}
         # low-level hooks (ackmq.client.lowlevel): when set, confirms and deliveries go
@@ -270,11 +280,12 @@ class Chan:
             _settle(self.rpcs.popleft()[1], error=error)
         out, self.outstanding = self.outstanding, OrderedDict()
         self._by_id.clear()
+        keep = self.resend if isinstance(error, ConnectionLost) else None
         for p in out.values():
-            _settle(p.future, error=error)
-            if p.failed is not None:
-                p.failed.append(p.message)
-                _seen(p.future)
+            if keep is not None:
+                keep.append(p)
+                continue
+            p.give_back(error)
         if first and self.listener is not None:
             self.listener.on_failed(error)
 

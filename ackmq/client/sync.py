@@ -22,6 +22,7 @@ from typing import Any
 from ackmq.protocol.amqp import HEARTBEAT
 
 from .base import (
+    RECONNECT,
     BaseConnection,
     BaseConsumer,
     BaseProducer,
@@ -106,11 +107,21 @@ class ClientFuture:
         conn = self._conn
         if self._state or conn is None:
             return
-        try:
-            conn._flush(conn.rpc_deadline())
-            conn._wait(self.done, deadline_in(timeout))
-        except ClientError:
-            pass  # the future carries the error (or the caller times out)
+        deadline = deadline_in(timeout)
+        while True:
+            try:
+                conn._flush(conn.rpc_deadline())
+                conn._wait(self.done, deadline)
+                return
+            except ConnectionLost:
+                if self._state or not conn.resending or conn.closed:
+                    return  # the future carries the error
+            except ClientError:
+                return  # the future carries the error (or the caller times out)
+            try:  # idempotent: kept across the loss, re-sent by the reconnect
+                conn._ensure_connected()
+            except ClientError:
+                return
 
     def result(self, timeout: float | None = None) -> Any:
         self._pump(timeout)
@@ -170,6 +181,10 @@ class Connection(BaseConnection):
                     break
             fut, deadline = step
             try:
+                if fut is RECONNECT:
+                    self._ensure_connected()
+                    value, error = None, None
+                    continue
                 self._flush(self.rpc_deadline())
                 if fut is None:
                     self._wait(_never, deadline)
@@ -462,9 +477,11 @@ class Connection(BaseConnection):
                     return
                 except ClientError as err:
                     if time.monotonic() + pause > deadline:
-                        raise ConnectionLost(f"reconnect failed for "
-                                             f"{self.options.reconnect_timeout} s: {err}") \
-                            from None
+                        lost = ConnectionLost(f"reconnect failed for "
+                                              f"{self.options.reconnect_timeout} s: {err}")
+                        with self._lock:
+                            self.give_up_resend(lost)
+                        raise lost from None
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
         finally:
@@ -497,6 +514,7 @@ class Connection(BaseConnection):
             with self._cond:
                 if self.core.error is None:
                     self.core.lost(ConnectionLost("connection closed by the client", 200))
+                self.give_up_resend(ConnectionLost("connection closed by the client", 200))
                 self._cond.notify_all()
             self._close_socket()
             t = self._dispatcher
@@ -746,13 +764,28 @@ class Producer(BaseProducer):
         if chan is not None and len(chan.outstanding) >= conn.options.max_outstanding_confirms:
             limit = conn.options.max_outstanding_confirms
             conn._flush(conn.rpc_deadline())
-            if not conn._wait(lambda: len(chan.outstanding) < limit, conn.rpc_deadline()):
-                raise ConfirmTimeout(f"{len(chan.outstanding)} publishes unconfirmed")
-        with conn._lock:
-            fut = self.publish_now(msg, self.failed)
-            self.track_seq()
-            conn._deferred += len(msg.body) + 64
-            flush_now = conn._deferred >= 65536
+            try:
+                if not conn._wait(lambda: len(chan.outstanding) < limit, conn.rpc_deadline()):
+                    raise ConfirmTimeout(f"{len(chan.outstanding)} publishes unconfirmed")
+            except ConnectionLost:
+                if not conn.resending:
+                    raise
+                conn._ensure_connected()  # the unconfirmed ones are re-sent
+        while True:
+            with conn._lock:
+                try:
+                    fut = self.publish_now(msg, self.failed)
+                except ConnectionLost:
+                    if not conn.resending:
+                        raise
+                    fut = None
+                else:
+                    self.track_seq()
+                    conn._deferred += len(msg.body) + 64
+                    flush_now = conn._deferred >= 65536
+            if fut is not None:
+                break
+            conn._ensure_connected()  # idempotent: lost just now; publish after it
         if flush_now:
             conn._deferred = 0
             conn._flush(conn.rpc_deadline())

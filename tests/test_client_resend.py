@@ -1,0 +1,172 @@
+"""Idempotent producers (issue 23): a producer whose connection is cut 50 times while
+it publishes lands each message exactly once in a dedup queue (docs/dedup.md).
+
+Cuts alternate between a TCP proxy that drops the link mid-stream (a reset; bytes in
+flight either way are lost) and a broker-side close (`ackmq ctl delete_user` on the
+admin socket: 320 CONNECTION_FORCED; the user is added back at once). The same run
+against RabbitMQ 3.10 (no dedup plugin; proxy cuts only) shows the duplicates that
+re-sending without broker-side dedup stores. The normal suite publishes 10,000 ids;
+the slow run 100,000 (figures in docs/dedup.md).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pika
+import pytest
+from clienthelp import RABBITMQ_URL, rabbitmq_problem
+from conftest import BrokerProcess
+from cutproxy import CutProxy
+from pikahelp import uniq
+
+from ackmq.client import connect
+from ackmq.ctl import request
+
+CUTS = 50
+BODY = 1000  # bytes: the sync client looks at its socket every 64 KiB of publishes
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path / "data")
+    b.start()
+    yield b
+    b.stop()
+
+
+def _ctl(b: BrokerProcess, verb: str, *args: str) -> None:
+    reply = request(b.data_dir / "ctl.sock", verb, list(args))
+    assert reply.get("ok", True), reply
+
+
+def _add_producer_user(b: BrokerProcess) -> None:
+    _ctl(b, "add_user", "prod", "prod-pw")
+    _ctl(b, "set_permissions", "prod", ".*", ".*", ".*")
+
+
+def produce(url: str, queue: str, n: int, cut: Callable[[int], None],
+            **options: object) -> dict[str, int]:
+    """Publish bodies 0..n-1 with publish() (asynchronous confirms), cutting the
+    connection CUTS times on the way (each cut lands while the last few hundred
+    publishes and their confirms are in flight); then wait for every confirm."""
+    every = max(1, n // (CUTS * 2))
+    with connect(url, reconnect=True, reconnect_timeout=30, heartbeat=0, **options) as conn:
+        p = conn.session().producer(queue)
+        start = cut_gen = conn.generation
+        cuts, next_at = 0, every
+        for i in range(n):
+            p.publish(str(i).encode().ljust(BODY))
+            # the next cut once the last one was seen and healed (a reconnect)
+            if i >= next_at and cuts < CUTS and (cuts == 0 or conn.generation >= cut_gen):
+                cuts += 1
+                cut_gen = conn.generation + 1
+                next_at = i + every
+                cut(cuts)
+        p.wait_for_confirms(timeout=120)
+        failed = p.take_failed()
+        return {"cuts": cuts, "reconnects": conn.generation - start, "failed": len(failed)}
+
+
+def _later(fn: Callable[[], None]) -> None:
+    """Cut 0-3 ms from now, from another thread, while the publishes and confirms
+    already written are in flight; back when the cut is done."""
+    def run() -> None:
+        time.sleep(random.uniform(0, 0.003))
+        fn()
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(10)
+
+
+def stored_bodies(url: str, queue: str) -> Counter[int]:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        ch = conn.channel()
+        ch.basic_qos(prefetch_count=2000)
+        total = ch.queue_declare(queue, passive=True).method.message_count
+        got: Counter[int] = Counter()
+        for m, _p, body in ch.consume(queue, auto_ack=True, inactivity_timeout=2):
+            if m is None:
+                break
+            got[int(body)] += 1
+            if sum(got.values()) >= total:
+                break
+        ch.cancel()
+        ch.queue_delete(queue)
+        return got
+    finally:
+        conn.close()
+
+
+def _ackmq_run(b: BrokerProcess, n: int) -> None:
+    _add_producer_user(b)
+    q = uniq("resend")
+    direct = b.url
+    conn = pika.BlockingConnection(pika.URLParameters(direct))
+    conn.channel().queue_declare(q, durable=True, arguments={"x-message-deduplication": True})
+    conn.close()
+    proxy = CutProxy(("127.0.0.1", b.port))
+
+    def broker_side() -> None:
+        _ctl(b, "delete_user", "prod")  # the broker closes the connection: 320
+        _add_producer_user(b)
+
+    def cut(k: int) -> None:
+        _later(proxy.cut if k % 2 else broker_side)
+
+    try:
+        stats = produce(f"amqp://prod:prod-pw@127.0.0.1:{proxy.port}/", q, n, cut)
+    finally:
+        proxy.close()
+    got = stored_bodies(direct, q)
+    print(f"ackmq, {stats['reconnects']} reconnects: {n} ids, "
+          f"{sum(c - 1 for c in got.values())} duplicates")
+    assert stats["failed"] == 0
+    assert stats["cuts"] == CUTS and stats["reconnects"] >= CUTS, stats
+    dups = {k: c for k, c in got.items() if c > 1}
+    assert not dups, f"{len(dups)} ids stored twice or more: {sorted(dups)[:10]}"
+    missing = set(range(n)) - set(got)
+    assert not missing, f"{len(missing)} ids never stored: {sorted(missing)[:10]}"
+
+
+def test_idempotent_producer_cut_50_times_lands_each_id_once(own_broker: BrokerProcess) -> None:
+    _ackmq_run(own_broker, 10_000)
+
+
+@pytest.mark.slow
+def test_idempotent_producer_cut_50_times_lands_100000_ids_once(
+        own_broker: BrokerProcess) -> None:
+    _ackmq_run(own_broker, 100_000)
+
+
+@pytest.mark.rabbitmq
+def test_rabbitmq_without_dedup_stores_the_resent_duplicates() -> None:
+    """The comparison: the same producer (re-sending, ids in the header) through the same
+    cutting proxy into RabbitMQ 3.10, which has no dedup plugin: every message arrives,
+    some of them twice (those stored whose confirm the cut swallowed)."""
+    problem = rabbitmq_problem()
+    if problem:
+        pytest.skip(problem)
+    params = pika.URLParameters(RABBITMQ_URL)
+    q = uniq("dedup.resend")
+    conn = pika.BlockingConnection(params)
+    conn.channel().queue_declare(q, durable=True, arguments={"x-message-deduplication": True})
+    conn.close()
+    proxy = CutProxy((params.host, params.port))
+    n = 10_000
+    try:
+        stats = produce(f"amqp://guest:guest@127.0.0.1:{proxy.port}/", q, n,
+                        lambda k: _later(proxy.cut), idempotent=True)
+    finally:
+        proxy.close()
+    got = stored_bodies(RABBITMQ_URL, q)
+    assert stats["failed"] == 0 and set(got) == set(range(n))
+    dups = sum(c - 1 for c in got.values())
+    print(f"RabbitMQ 3.10, {stats['reconnects']} reconnects: {n} ids, {dups} duplicates")
+    assert dups > 0
