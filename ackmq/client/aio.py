@@ -393,6 +393,10 @@ class AsyncSession(BaseSession):
         await self.conn._ensure_connected()
         await self.conn._drive(self.rollback_g(self.conn.rpc_deadline()))
 
+    async def recover(self) -> None:
+        """JMS Session.recover() (see the sync Session.recover)."""
+        await self.conn._drive(self.recover_g(self.conn.rpc_deadline()))
+
     def acknowledge(self) -> None:
         BaseSession.acknowledge(self)
         self.conn._flush()

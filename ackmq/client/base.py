@@ -711,6 +711,46 @@ class BaseSession:
             self.chan.write(b"".join(out))
             yield from _wait(self.chan.rpc(C.Tx.Commit(), (C.Tx.CommitOk,)), deadline)
 
+    def recover_g(self, deadline: float | None) -> Step:
+        """JMS `Session.recover()`, as ActiveMQ's (every consumer's rollback): every
+        message delivered to the application and not yet acknowledged is delivered again,
+        oldest first, ahead of what is prefetched — `redelivered` set, its redelivery
+        count up by one (J6: past maximumRedeliveries it is poisoned instead, and the
+        policy's delay holds it back first). They stay unacked at the broker meanwhile.
+        CLIENT, INDIVIDUAL, DUPS_OK and optimizeAcknowledge's not-yet-acked messages;
+        in plain AUTO only a listener's current message (acked once it returns)."""
+        if self.transacted:
+            raise IllegalStateError("recover() on a transacted session: use rollback()")
+        self.check()
+        delivered = [m for m in self.unsettled.values()
+                     if m.state == DELIVERED and m.generation == self.conn.generation]
+        front: dict[int, tuple[BaseConsumer, list[Message]]] = {}
+        for m in delivered:
+            consumer = m.consumer
+            if consumer is None or consumer.closed or m.state != DELIVERED:
+                continue
+            count = m.redelivery_count + 1
+            if consumer.policy.exceeded(count):
+                yield from self.poison_g(m, _cause("recover()", count, consumer.policy),
+                                         deadline)
+                continue
+            self.n_delivered -= 1
+            m.redelivery_count = count
+            m.redelivered = True
+            self.conn.remember_redelivery(m, count)
+            delay = consumer.policy.delay_for(count)
+            if delay > 0:
+                m.state = DELAYED
+                heapq.heappush(consumer.delayed, (time.monotonic() + delay, m.delivery_tag, m))
+            else:
+                m.state = BUFFERED
+                front.setdefault(id(consumer), (consumer, []))[1].append(m)
+        for consumer, msgs in front.values():
+            for m in reversed(msgs):
+                consumer.buffer.appendleft(m)
+        for consumer in self._all_consumers:
+            consumer.wake()
+
     # -- factories (shared parts) ------------------------------------------------------
     def _destination(self, destination: str | Destination) -> Destination:
         return destination if isinstance(destination, Destination) else \

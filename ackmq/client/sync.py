@@ -659,6 +659,11 @@ class Session(BaseSession):
         self.conn._ensure_connected()
         self.conn._drive(self.rollback_g(self.conn.rpc_deadline()))
 
+    def recover(self) -> None:
+        """JMS Session.recover(): deliver every delivered-unacknowledged message again,
+        each counting as a redelivery (J6). Not in a transacted session."""
+        self.conn._drive(self.recover_g(self.conn.rpc_deadline()))
+
     def acknowledge(self) -> None:
         with self.conn._lock:
             BaseSession.acknowledge(self)
