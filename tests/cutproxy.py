@@ -19,6 +19,10 @@ class CutProxy:
         self._lock = threading.Lock()
         self._closed = False
         self.cuts = 0
+        self.connections = 0
+        # cut once, after this many bytes went client -> broker (None: only by cut())
+        self.cut_after: int | None = None
+        self._sent = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -36,16 +40,23 @@ class CutProxy:
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 self._links += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+                self.connections += 1
+            for a, b, up in ((client, server, True), (server, client, False)):
+                threading.Thread(target=self._pump, args=(a, b, up), daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, up: bool) -> None:
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
+                if up and self.cut_after is not None:
+                    self._sent += len(data)
+                    if self._sent >= self.cut_after:
+                        self.cut_after = None
+                        dst.sendall(data[: len(data) // 2])  # half a frame, then nothing
+                        self.cut()
+                        return
                 dst.sendall(data)
         except OSError:
             pass
