@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
+import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Generator
@@ -60,9 +61,15 @@ from .options import (
 
 Step = Generator[tuple[Any, float | None], Any, Any]
 
-# a step that asks the driver to reconnect (idempotent producers waiting for a confirm
-# whose connection was lost: their publishes are re-sent by the reconnect)
-RECONNECT = object()
+# Steps that ask the driver for I/O instead of a future, `(OP, argument)`:
+RECONNECT = object()  # ensure the connection (reconnect if lost and allowed); arg unused
+OPEN = object()       # open a new socket + AMQP handshake; arg unused
+SLEEP = object()      # pause; arg: the monotonic time to wake up (no socket reads)
+CALL = object()       # call a listener: arg (fn, message); a coroutine's result is awaited;
+                      # what it raises is thrown back into the generator
+IDLE = object()       # wait until a listener consumer may have work, or arg (a deadline)
+
+log = logging.getLogger("ackmq.client")
 
 DLQ_NAME = "ackmq.DLQ"
 CONSUME_ARGUMENTS = {SEQ_HEADER: True, "x-ackmq-delivery-count": True}
@@ -150,6 +157,80 @@ class BaseConnection:
         for re-sending fail with `error` and go back through take_failed()."""
         for session in self.sessions:
             session.give_up_resend(error)
+
+    # -- algorithms the sync and asyncio connections share (their drivers do the I/O) ----
+    def reconnect_g(self) -> Step:
+        """Open a new connection and restore every session, retrying with a growing pause
+        for reconnect_timeout; then give up (kept publishes fail) with ConnectionLost."""
+        deadline = time.monotonic() + self.options.reconnect_timeout
+        pause = 0.05
+        while True:
+            try:
+                yield (OPEN, None)
+                yield from self.restore_g(self.rpc_deadline())
+                return
+            except ClientError as err:
+                if time.monotonic() + pause > deadline:
+                    lost = ConnectionLost(f"reconnect failed for "
+                                          f"{self.options.reconnect_timeout} s: {err}")
+                    self.give_up_resend(lost)
+                    raise lost from None
+            yield (SLEEP, time.monotonic() + pause)
+            pause = min(pause * 2, 1.0)
+
+    def close_g(self, deadline: float) -> Step:
+        """Close every session (postponed acks are sent), then the connection, within
+        `deadline`; what does not answer in time is dropped by the driver after this."""
+        if self.core.error is not None:
+            return
+        for session in list(self.sessions):
+            try:
+                yield from session.close_g(deadline)
+            except (ClientError, TimeoutError):
+                pass  # close_timeout: the socket is dropped afterwards
+        try:
+            yield from _wait(self.core.close(), deadline)
+        except (ClientError, TimeoutError):
+            pass
+
+    def closed_now(self) -> None:
+        """After close_g (or instead of it): the connection is gone for good."""
+        self.closed = True
+        if self.core.error is None:
+            self.core.lost(ConnectionLost("connection closed by the client", 200))
+        self.give_up_resend(ConnectionLost("connection closed by the client", 200))
+
+    def dispatch_loop_g(self, listening: list[BaseConsumer]) -> Step:
+        """The connection's listener dispatcher (a thread or a task): listeners are called
+        one message at a time, in arrival order per consumer; postponed acks go out when
+        due; it waits (IDLE) when no listener has work; it reconnects when allowed."""
+        while not self.closed:
+            consumers = [c for c in listening if not c.closed]
+            listening[:] = consumers  # in place: the connection adds to the same list
+            if not consumers:
+                return
+            try:
+                yield (RECONNECT, None)
+            except ClientError:
+                if self.closed or not self.options.reconnect:
+                    return
+                yield (SLEEP, time.monotonic() + 0.2)
+                continue
+            worked = False
+            for c in consumers:
+                if not c.closed and c.ready():
+                    worked = (yield from c.dispatch_one_g()) or worked
+            if worked:
+                continue
+            for c in consumers:
+                if c.lazy and c.lazy_due():
+                    c.flush_lazy_acks()
+            due = [d for d in (c.next_due() for c in consumers) if d is not None]
+            try:
+                yield (IDLE, min([time.monotonic() + 1.0, *due]))
+            except ClientError:
+                if not self.options.reconnect:
+                    return
 
     def check_open(self) -> None:
         if self.closed:
@@ -1028,6 +1109,30 @@ class BaseConsumer:
     def lazy_due(self) -> bool:
         return self.lazy > 0 and (self.session.ack_mode == AckMode.DUPS_OK or
                                   time.monotonic() >= self.last_ack + self.optimize_timeout)
+
+    def dispatch_one_g(self) -> Step:
+        """Dispatcher: take one message, call the listener (CALL), ack per mode; a
+        listener that raises is a redelivery (J6). True when a message was dispatched."""
+        try:
+            m = yield from self.next_g(time.monotonic())
+        except ClientError:
+            return False
+        if m is None:
+            return False
+        self.delivered(m, listener=True)
+        self.in_listener = True
+        try:
+            yield (CALL, (self.listener, m))
+            self.listener_done(m)
+        except Exception as exc:  # noqa: BLE001 - the listener's failure, whatever it is
+            log.debug("listener raised %r; redelivering %r", exc, m)
+            try:
+                yield from self.listener_failed_g(m, exc)
+            except ClientError as err:
+                log.warning("redelivery after a listener error failed: %r", err)
+        finally:
+            self.in_listener = False
+        return True
 
     def listener_failed_g(self, m: Message, exc: BaseException) -> Step:
         """J6: a listener that raises causes a redelivery (a rollback in a transacted
