@@ -408,7 +408,9 @@ class Core:
                             pos = n
                             break
                         tag, bits = _TAG_BIT.unpack_from(buf, p)
-                        chan.content = chan._incoming.begin(None, tag, bool(bits & 1))
+                        c = chan.content = chan._incoming  # inline begin(): hot
+                        c.method, c.tag, c.redelivered = None, tag, bool(bits & 1)
+                        c.remaining, c.parts = -1, []
                     else:
                         try:
                             method = deliver_method(buf, start, end)
