@@ -219,3 +219,25 @@ def test_idempotent_asyncio_send_survives_cuts(own_broker: BrokerProcess) -> Non
     got = stored_bodies(own_broker.url, q)
     assert reconnects >= 5
     assert got == Counter(range(n))
+
+
+def test_idempotent_publishes_fail_when_the_reconnect_gives_up(own_broker: BrokerProcess) -> None:
+    """Kept publishes never hang: when the reconnect fails for reconnect_timeout, the
+    waiting call raises ConnectionLost and every unconfirmed publish is handed back."""
+    from ackmq.client import ConnectionLost
+
+    q = uniq("resend.giveup")
+    with connect(own_broker.url, reconnect=True, reconnect_timeout=1.0, heartbeat=0) as conn:
+        conn.declare_queue(q, arguments={"x-message-deduplication": True})
+        p = conn.session().producer(q)
+        futures = [p.publish(b"x" * 1000) for _ in range(2000)]
+        own_broker.kill()
+        t0 = time.monotonic()
+        with pytest.raises(ConnectionLost, match="reconnect failed"):
+            p.wait_for_confirms(timeout=30)
+        assert time.monotonic() - t0 < 10
+        failed = p.take_failed()
+        done = [f for f in futures if f.done()]
+        assert len(done) == len(futures)  # every future settled, none pending
+        assert len(failed) == sum(1 for f in futures if f.exception(0) is not None)
+    own_broker.start()
