@@ -241,3 +241,31 @@ def test_idempotent_publishes_fail_when_the_reconnect_gives_up(own_broker: Broke
         assert len(done) == len(futures)  # every future settled, none pending
         assert len(failed) == sum(1 for f in futures if f.exception(0) is not None)
     own_broker.start()
+
+
+def test_idempotent_producer_across_kill_9_lands_each_id_once(own_broker: BrokerProcess) -> None:
+    """The broker itself dies (kill -9) three times while the producer publishes: after
+    each restart the ids of what was stored come back from the log, so the re-sent
+    publishes whose confirms died with the broker are dropped as duplicates."""
+    q = uniq("resend.kill")
+    conn = pika.BlockingConnection(pika.URLParameters(own_broker.url))
+    conn.channel().queue_declare(q, durable=True, arguments={"x-message-deduplication": True})
+    conn.close()
+    n, kills = 6000, 3
+
+    def restart() -> None:
+        own_broker.kill()
+        own_broker.start()
+
+    with connect(own_broker.url, reconnect=True, reconnect_timeout=60, heartbeat=0) as c:
+        p = c.session().producer(q)
+        start = c.generation
+        for i in range(n):
+            p.publish(str(i).encode().ljust(BODY))
+            if i % (n // (kills + 1)) == n // (kills + 1) - 1 and i < n - 1:
+                restart()
+        p.wait_for_confirms(timeout=60)
+        assert not p.take_failed()
+        assert c.generation - start == kills
+    got = stored_bodies(own_broker.url, q)
+    assert got == Counter(range(n))
