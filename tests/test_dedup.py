@@ -244,3 +244,24 @@ def test_dedup_rabbitmq_without_plugin_refuses_type_and_stores_copies() -> None:
         ch.queue_delete(q)
     finally:
         conn.close()
+
+
+# -- STOMP onto the same queues (fixtures: stomphelp, loaded by conftest) ---------------
+def test_dedup_queue_over_stomp(ackmq_target, queue: str) -> None:
+    """A STOMP SEND's `x-deduplication-header` header is the same AMQP header (RabbitMQ's
+    header mapping), so a dedup queue drops a STOMP re-send too; the re-send still gets
+    its receipt."""
+    conn = ackmq_target.pika()
+    conn.channel().queue_declare(queue, durable=True,
+                                 arguments={"x-message-deduplication": True})
+    conn.close()
+    with ackmq_target.raw() as r:
+        for i, body in enumerate([b"a", b"a", b"b"]):
+            r.receipt("SEND", {"destination": f"/amq/queue/{queue}", "persistent": "true",
+                               "x-deduplication-header": body.decode()}, body,
+                      receipt=f"r{i}")
+    conn = ackmq_target.pika()
+    ch = conn.channel()
+    wait_ready(ch, queue, 2)
+    assert [ch.basic_get(queue, auto_ack=True)[2] for _ in range(2)] == [b"a", b"b"]
+    conn.close()
