@@ -283,7 +283,9 @@ class AsyncConnection(BaseConnection):
     def abort(self) -> None:
         """Drop the socket (a crash, as the broker sees it)."""
         self.closed = True
-        self._lost(ConnectionLost("connection aborted by the client"), self.core)
+        lost = ConnectionLost("connection aborted by the client")
+        self._lost(lost, self.core)
+        self.give_up_resend(lost)  # no reconnect will re-send them
 
     async def __aenter__(self) -> AsyncConnection:
         return self

@@ -523,7 +523,10 @@ class Connection(BaseConnection):
         broker): postponed acks are not sent, unacked deliveries come back (D8)."""
         self._stop.set()
         self.closed = True
-        self._lost(ConnectionLost("connection aborted by the client"))
+        lost = ConnectionLost("connection aborted by the client")
+        self._lost(lost)
+        with self._cond:
+            self.give_up_resend(lost)  # no reconnect will re-send them
 
     def __enter__(self) -> Connection:
         return self
