@@ -60,6 +60,32 @@ def test_queue_ids_leave_with_their_message() -> None:
     assert len(ids) == 1
 
 
+@pytest.mark.parametrize("headers, kw", [
+    ({"x-deduplication-header": "abc"}, {}),
+    ({"a": 1, "b": "x" * 300, "c": [1, "y"], "d": {"e": 2.5}, "t": True,
+      "x-deduplication-header": "é-id"}, {"content_type": "text/plain",
+                                          "content_encoding": "gzip"}),
+    ({"x-deduplication-header": 42}, {}),
+    ({"x-deduplication-header": {"nested": 1}}, {}),
+    ({"x-deduplication-header-not": "a"}, {}),
+    ({"other": "x-deduplication-header"}, {"message_id": "m"}),
+])
+def test_dedup_id_fast_path_equals_the_full_parse(headers: dict, kw: dict) -> None:
+    """The id is read by stepping over the header entries before it; whatever the table
+    holds, the result is the one the full headers parse gives."""
+    from ackmq.broker.dedup import HEADER, message_id
+    from ackmq.broker.message import Message
+    from ackmq.protocol.amqp.client_codec import encode_basic_properties
+
+    raw = encode_basic_properties(delivery_mode=2, headers=headers, **kw)
+    full = Message("", "q", raw, b"").headers.get(HEADER)
+    if isinstance(full, str):
+        full = full.encode()
+    if isinstance(full, dict | list):
+        full = None
+    assert message_id(Message("", "q", raw, b"")) == full
+
+
 # -- declare-time checks ------------------------------------------------------------------
 @pytest.mark.parametrize("args, text", [
     ({}, "Missing or invalid argument, 'x-cache-size' must be an integer greater than 0"),
