@@ -161,6 +161,25 @@ def test_dedup_exchange_cache_size_bounds_memory(channel, qname: str) -> None:
     assert drain_ints(channel, qname) == [1, 2, 3, 1]
 
 
+def test_dedup_exchange_ttl_default_and_per_message_header(channel, qname: str) -> None:
+    import time
+
+    x = uniq("dx")
+    channel.exchange_declare(x, "x-message-deduplication", auto_delete=True,
+                             arguments={"x-cache-size": 100, "x-cache-ttl": 300})
+    channel.queue_declare(qname, auto_delete=True)
+    channel.queue_bind(qname, x)
+    channel.confirm_delivery()
+    channel.basic_publish(x, "", b"1", props("a"))
+    channel.basic_publish(x, "", b"2", props("b", ttl=60_000))  # its own, longer TTL
+    channel.basic_publish(x, "", b"3", props("a"))               # within 300 ms: dropped
+    time.sleep(0.5)
+    channel.basic_publish(x, "", b"4", props("a"))               # expired: routed again
+    channel.basic_publish(x, "", b"5", props("b"))               # still remembered
+    wait_ready(channel, qname, 3)
+    assert drain_ints(channel, qname) == [1, 2, 4]
+
+
 # -- queue level ------------------------------------------------------------------------
 def test_dedup_queue_drops_a_copy_while_the_original_is_held(channel, qname: str) -> None:
     channel.queue_declare(qname, auto_delete=False, arguments={"x-message-deduplication": True})
