@@ -266,3 +266,44 @@ def test_idempotent_producer_across_kill_9_lands_each_id_once(own_broker: Broker
         assert c.generation - start == kills
     got = stored_bodies(own_broker.url, q)
     assert got == Counter(range(n))
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_idempotent_producer_cut_50_times_then_landed_each_id_once_in_the_table(
+        own_broker: BrokerProcess, tmp_path: Path) -> None:
+    """Issue 23's whole path: the producer cut 50 times lands each id once in the dedup
+    queue, and `ackmq pipeline land` takes the queue into a table exactly once (S2)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'pyspark==4.3.0')")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java (no java on PATH, no JAVA_HOME)")
+    from ackmq.spark.lake import read_committed
+
+    _add_producer_user(own_broker)
+    q = uniq("resend.land")
+    conn = pika.BlockingConnection(pika.URLParameters(own_broker.url))
+    conn.channel().queue_declare(q, durable=True, arguments={"x-message-deduplication": True})
+    conn.close()
+    proxy = CutProxy(("127.0.0.1", own_broker.port))
+    n = 20_000
+    try:
+        stats = produce(f"amqp://prod:prod-pw@127.0.0.1:{proxy.port}/", q, n,
+                        lambda k: _later(proxy.cut))
+    finally:
+        proxy.close()
+    assert stats["cuts"] == CUTS and stats["failed"] == 0
+    lake = tmp_path / "lake"
+    r = subprocess.run([sys.executable, "-m", "ackmq.spark", "pipeline", "land", "--url",
+                        own_broker.url, "--queue", q, "--to", str(lake), "--checkpoint",
+                        str(tmp_path / "chk"), "--available-now"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    table = read_committed(lake, ["body"])
+    assert table is not None
+    assert Counter(int(b) for b in table.column("body").to_pylist()) == Counter(range(n))
