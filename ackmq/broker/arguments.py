@@ -187,6 +187,7 @@ _QUEUE_CHECKS = (
     ("x-consumer-timeout", _non_neg_int),
     (SEQ_ARG, _bool),
     (DELIVERY_COUNT_ARG, _bool),
+    ("x-message-deduplication", _bool),  # the message-deduplication plugin's (dedup.py)
 )
 
 

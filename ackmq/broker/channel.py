@@ -19,6 +19,7 @@ from ackmq.broker.access import WRITE
 from ackmq.broker.arguments import check_consume_arguments
 from ackmq.broker.confirms import ConfirmTracker
 from ackmq.broker.consumer import Consumer
+from ackmq.broker.dedup import EXCHANGE_TYPE
 from ackmq.broker.errors import (
     ACCESS_REFUSED,
     NOT_ALLOWED,
@@ -201,7 +202,10 @@ class ChannelModel:
         if not queues:
             if mandatory:
                 self.output.unroutable(msg)
-            return False, False
+            # a dedup exchange's duplicate: confirmed after the next commit, so never
+            # before the original it duplicates is fsynced (broker/dedup.py)
+            return (x.type == EXCHANGE_TYPE and msg.persistent
+                    and self.vhost.store is not None), False
         stored = refused = False
         for q in queues:
             if not q.publish(msg):

@@ -70,6 +70,11 @@ class Exchange:
     def _removed(self, b: Binding) -> None:
         pass
 
+    @staticmethod
+    def validate(args: dict[str, Any]) -> None:
+        """A new exchange's type-specific arguments (RabbitMQ's exchange-type `validate`):
+        raises SoftError (406) on a bad one."""
+
     def route(self, routing_key: str, message: Message) -> list[Any]:
         raise NotImplementedError
 

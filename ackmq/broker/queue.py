@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.arguments import DELIVERY_COUNT_ARG, SEQ_ARG, as_text, opt_in
 from ackmq.broker.consumer import Consumer
+from ackmq.broker.dedup import QUEUE_ARG, DedupExchange, QueueIds, message_id
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue_type import ACK, QUEUE_TYPES, REQUEUE, Queue
 from ackmq.broker.readylist import ReadyList
@@ -91,6 +92,8 @@ class ClassicQueue(Queue):
         self._expiry_timer: Any = None
         self.persistent_store = vhost.store if durable else None
         self.recovered_counts: dict[int, int] = {}  # seq -> deliveries before a restart
+        # x-message-deduplication: the ids of the messages held (broker/dedup.py)
+        self.dedup: QueueIds | None = QueueIds() if opt_in(a, QUEUE_ARG) else None
         self.touch()
 
     # -- identity -----------------------------------------------------------------
@@ -111,7 +114,15 @@ class ClassicQueue(Queue):
 
     # -- publish ------------------------------------------------------------------
     def publish(self, message: Message) -> bool:
-        """Take a message; False when refused (x-overflow=reject-publish, P6)."""
+        """Take a message; False when refused (x-overflow=reject-publish, P6). A duplicate
+        (x-message-deduplication) is taken and dropped: True, so it is confirmed."""
+        key = None
+        ids = self.dedup
+        if ids is not None:
+            key = message_id(message)
+            if key is not None and key in ids:
+                ids.duplicates += 1
+                return True
         if self._over_limit(message, incoming=True):
             if self.overflow == "drop-head":
                 while len(self.ready) and self._over_limit(message, incoming=True):
@@ -133,6 +144,8 @@ class ClassicQueue(Queue):
             if not self._active or len(self.ready):
                 self._dead_letter(entry, "expired")
                 return True
+            if key is not None:
+                ids.add(key, entry.seq)  # type: ignore[union-attr]
             self.ready.append(entry)
             self.dispatch()
             if self.ready.peek() is entry:
@@ -145,6 +158,8 @@ class ClassicQueue(Queue):
             store.add(self.name, entry.seq, message.exchange, message.routing_key,
                       message.properties, message.body)
             entry.persisted = True
+        if key is not None:
+            ids.add(key, entry.seq)  # type: ignore[union-attr]
         self.ready.append(entry)
         if self._active:
             self.dispatch()
@@ -155,6 +170,8 @@ class ClassicQueue(Queue):
     def recover(self, messages: QueuedMessages, hot: int | None) -> int:
         if self.max_priority:
             hot = None  # a priority queue orders by priority: it needs every entry
+        if self.dedup is not None or self.vhost.feeds_dedup(self):
+            hot = None  # every stored message's id is remembered again (broker/dedup.py)
         n = 0
         for seq, _location, delivered in messages:
             if delivered:
@@ -180,6 +197,14 @@ class ClassicQueue(Queue):
 
     def restore(self, entry: QueueEntry) -> None:
         """Put back a message recovered from the store (keeps its seq; call in seq order)."""
+        msg = entry.message
+        if msg is not None and b"x-deduplication-header" in msg.properties:
+            key = message_id(msg)
+            if self.dedup is not None and key is not None:
+                self.dedup.add(key, entry.seq)
+            x = self.vhost.exchanges.get(msg.exchange)
+            if isinstance(x, DedupExchange):
+                x.seed(msg)
         self.ready.append(entry)
 
     def _over_limit(self, message: Message, incoming: bool) -> bool:
@@ -301,6 +326,8 @@ class ClassicQueue(Queue):
 
     def settled(self, entry: QueueEntry) -> None:
         """An ack (or no-ack delivery): the message leaves the queue for good."""
+        if self.dedup is not None:
+            self.dedup.discard_seq(entry.seq)
         if entry.persisted and not self.deleted:
             self.persistent_store.remove(self.name, entry.seq)  # type: ignore[union-attr]
 
@@ -368,6 +395,8 @@ class ClassicQueue(Queue):
         self._ttl_timer = self._expiry_timer = None
         self.ready.discard()
         self._active.clear()
+        if self.dedup is not None:
+            self.dedup.clear()
 
     # -- TTL --------------------------------------------------------------------------
     def _expire_head(self) -> None:

@@ -9,6 +9,7 @@ import base64
 import os
 from typing import TYPE_CHECKING, Any
 
+from ackmq.broker import dedup
 from ackmq.broker.arguments import (
     EXCHANGE_EQUIVALENCE_KEYS,
     QUEUE_EQUIVALENCE_KEYS,
@@ -147,6 +148,7 @@ class VHost:
             return x
         if check:
             check_alternate_exchange_type(arguments, name, self.name)
+            cls.validate(arguments)
         x = cls(name, durable=durable, auto_delete=auto_delete, internal=internal,
                 arguments=arguments)
         self.exchanges[name] = x
@@ -372,6 +374,12 @@ class VHost:
                         nd.extend(d.route(key, message))
                     work.append((d, nd))
         return out
+
+    def feeds_dedup(self, q: Queue) -> bool:
+        """True when a dedup exchange is bound to `q`: at start `q` reads back all its
+        stored messages so the exchange remembers their ids again."""
+        return any(isinstance(b.source, dedup.DedupExchange)
+                   for b in self._inbound.get(id(q), {}).values())
 
     # -- dead-lettering (D6) ------------------------------------------------------------
     def dead_letter(self, queue: Queue, entry: QueueEntry, reason: str,

@@ -15,7 +15,19 @@ from typing import Any
 
 from ackmq.protocol.amqp import HEARTBEAT
 
-from .base import BaseConnection, BaseConsumer, BaseProducer, BaseSession, Step, deadline_in
+from .base import (
+    CALL,
+    IDLE,
+    OPEN,
+    RECONNECT,
+    SLEEP,
+    BaseConnection,
+    BaseConsumer,
+    BaseProducer,
+    BaseSession,
+    Step,
+    deadline_in,
+)
 from .core import Core
 from .errors import ClientError, ConfirmTimeout, ConnectionLost, IllegalStateError
 from .message import Message, OutboundMessage
@@ -142,6 +154,16 @@ class AsyncConnection(BaseConnection):
             self._flush()
             fut, deadline = step
             value, error = None, None
+            if type(fut) is object:  # an I/O step (base.py)
+                try:
+                    await self._io_step(fut, deadline)
+                except ClientError as err:
+                    error = err
+                except Exception as err:  # noqa: BLE001 - a listener's, thrown back (CALL)
+                    if fut is not CALL:
+                        raise
+                    error = err
+                continue
             if fut is None or not fut.done():
                 timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
                 lost = self._lost_fut
@@ -157,6 +179,29 @@ class AsyncConnection(BaseConnection):
                 error = self.core.error
             else:
                 error = TimeoutError()
+
+    async def _io_step(self, op: object, arg: Any) -> None:
+        if op is RECONNECT:
+            await self._ensure_connected()
+        elif op is OPEN:
+            await self._open()
+        elif op is SLEEP:
+            await asyncio.sleep(max(0.0, arg - time.monotonic()))
+        elif op is CALL:
+            fn, message = arg
+            result = fn(message)
+            if inspect.isawaitable(result):
+                await result
+        elif op is IDLE:
+            self._flush()
+            self._listener_event.clear()
+            if any(c.ready() for c in self._listener_consumers):
+                return
+            try:
+                await asyncio.wait_for(self._listener_event.wait(),
+                                       max(0.0, arg - time.monotonic()))
+            except TimeoutError:
+                pass
 
     # -- connect / close ---------------------------------------------------------------
     async def _open(self) -> None:
@@ -215,43 +260,16 @@ class AsyncConnection(BaseConnection):
         async with self._reconnect_lock:
             if self.core.error is None:
                 return
-            deadline = time.monotonic() + self.options.reconnect_timeout
-            pause = 0.05
-            while True:
-                try:
-                    await self._open()
-                    await self._drive(self.restore_g(self.rpc_deadline()))
-                    self._listener_event.set()
-                    return
-                except ClientError as err:
-                    if time.monotonic() + pause > deadline:
-                        raise ConnectionLost(f"reconnect failed for "
-                                             f"{self.options.reconnect_timeout} s: {err}") \
-                            from None
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 1.0)
+            await self._drive(self.reconnect_g())
+            self._listener_event.set()
 
     async def close(self) -> None:
         if self.closed:
             return
-        deadline = time.monotonic() + self.options.close_timeout
         try:
-            if self.core.error is None:
-                for session in list(self.sessions):
-                    try:
-                        await self._drive(session.close_g(deadline))
-                    except (ClientError, TimeoutError):
-                        pass  # close_timeout: the transport is closed below
-                fut = self.core.close()
-                self._flush()
-                try:
-                    await asyncio.wait_for(asyncio.shield(fut), self.options.close_timeout)
-                except (TimeoutError, ClientError):
-                    pass
+            await self._drive(self.close_g(time.monotonic() + self.options.close_timeout))
         finally:
-            self.closed = True
-            if self.core.error is None:
-                self.core.lost(ConnectionLost("connection closed by the client", 200))
+            self.closed_now()
             if not self._lost_fut.done():
                 self._lost_fut.set_result(None)
             if self._transport is not None:
@@ -265,7 +283,9 @@ class AsyncConnection(BaseConnection):
     def abort(self) -> None:
         """Drop the socket (a crash, as the broker sees it)."""
         self.closed = True
-        self._lost(ConnectionLost("connection aborted by the client"), self.core)
+        lost = ConnectionLost("connection aborted by the client")
+        self._lost(lost, self.core)
+        self.give_up_resend(lost)  # no reconnect will re-send them
 
     async def __aenter__(self) -> AsyncConnection:
         return self
@@ -313,38 +333,11 @@ class AsyncConnection(BaseConnection):
         self._listener_event.set()
 
     async def _dispatch_loop(self) -> None:
-        """One task per connection calls the listeners one message at a time."""
-        while not self.closed:
-            consumers = [c for c in self._listener_consumers if not c.closed]
-            self._listener_consumers = consumers
-            if not consumers:
-                return
-            try:
-                await self._ensure_connected()
-            except ClientError:
-                if self.closed or not self.options.reconnect:
-                    return
-                await asyncio.sleep(0.2)
-                continue
-            worked = False
-            for c in consumers:
-                if not c.closed and c.ready():
-                    worked = await c._dispatch_one() or worked
-            if worked:
-                continue
-            for c in consumers:
-                if c.lazy and c.lazy_due():
-                    c.flush_lazy_acks()
-            self._flush()
-            due = [d for d in (c.next_due() for c in consumers) if d is not None]
-            timeout = max(0.0, min([time.monotonic() + 1.0, *due]) - time.monotonic())
-            self._listener_event.clear()
-            if any(c.ready() for c in consumers):
-                continue
-            try:
-                await asyncio.wait_for(self._listener_event.wait(), timeout)
-            except TimeoutError:
-                pass
+        """The dispatch task (base.dispatch_loop_g)."""
+        try:
+            await self._drive(self.dispatch_loop_g(self._listener_consumers))
+        except ClientError:
+            pass
 
 
 class AsyncSession(BaseSession):
@@ -376,6 +369,10 @@ class AsyncSession(BaseSession):
     async def rollback(self) -> None:
         await self.conn._ensure_connected()
         await self.conn._drive(self.rollback_g(self.conn.rpc_deadline()))
+
+    async def recover(self) -> None:
+        """JMS Session.recover() (see the sync Session.recover)."""
+        await self.conn._drive(self.recover_g(self.conn.rpc_deadline()))
 
     def acknowledge(self) -> None:
         BaseSession.acknowledge(self)
@@ -460,34 +457,6 @@ class AsyncConsumer(BaseConsumer):
                 if not conn.options.reconnect or conn.closed or (
                         deadline is not None and time.monotonic() >= deadline):
                     raise
-
-    async def _dispatch_one(self) -> bool:
-        conn = self.session.conn
-        try:
-            m = await conn._drive(self.next_g(time.monotonic()))
-        except ClientError:
-            return False
-        if m is None:
-            return False
-        self.delivered(m, listener=True)
-        listener = self.listener
-        try:
-            assert listener is not None
-            self.in_listener = True
-            result = listener(m)
-            if inspect.isawaitable(result):
-                await result
-            self.listener_done(m)
-            conn._flush()
-        except Exception as exc:
-            log.debug("listener raised %r; redelivering %r", exc, m)
-            try:
-                await conn._drive(self.listener_failed_g(m, exc))
-            except ClientError as err:
-                log.warning("redelivery after a listener error failed: %r", err)
-        finally:
-            self.in_listener = False
-        return True
 
     def _acknowledge_message(self, m: Message) -> None:
         self.acknowledge_message(m)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
+import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Generator
@@ -23,7 +24,7 @@ from pamqp import commands as C
 from ackmq.protocol.amqp import Content, build_method, encode_ack, encode_nack
 from ackmq.protocol.amqp.client_codec import with_headers
 
-from .core import Chan, Core
+from .core import Chan, Core, Pending
 from .errors import (
     ChannelClosed,
     ClientError,
@@ -37,6 +38,7 @@ from .errors import (
 )
 from .message import (
     BUFFERED,
+    DEDUP_HEADER,
     DELAYED,
     DELIVERED,
     DELIVERY_COUNT_HEADER,
@@ -58,6 +60,16 @@ from .options import (
 )
 
 Step = Generator[tuple[Any, float | None], Any, Any]
+
+# Steps that ask the driver for I/O instead of a future, `(OP, argument)`:
+RECONNECT = object()  # ensure the connection (reconnect if lost and allowed); arg unused
+OPEN = object()       # open a new socket + AMQP handshake; arg unused
+SLEEP = object()      # pause; arg: the monotonic time to wake up (no socket reads)
+CALL = object()       # call a listener: arg (fn, message); a coroutine's result is awaited;
+                      # what it raises is thrown back into the generator
+IDLE = object()       # wait until a listener consumer may have work, or arg (a deadline)
+
+log = logging.getLogger("ackmq.client")
 
 DLQ_NAME = "ackmq.DLQ"
 CONSUME_ARGUMENTS = {SEQ_HEADER: True, "x-ackmq-delivery-count": True}
@@ -126,6 +138,99 @@ class BaseConnection:
 
     def rpc_deadline(self) -> float:
         return time.monotonic() + self.options.send_timeout / 1000.0
+
+    @property
+    def idempotent(self) -> bool:
+        """Producers put their message id in `x-deduplication-header` (docs/dedup.md):
+        the `idempotent` option, by default on against ackmq when reconnecting (without
+        a reconnect there is nothing to re-send; messages then stay as they were)."""
+        o = self.options.idempotent
+        return self.options.reconnect and self.core.is_ackmq if o is None else o
+
+    @property
+    def resending(self) -> bool:
+        """Unconfirmed publishes are kept across a reconnect and re-sent."""
+        return self.options.reconnect and self.idempotent
+
+    def give_up_resend(self, error: ClientError) -> None:
+        """No reconnect after all (it failed, or the connection is closed): publishes kept
+        for re-sending fail with `error` and go back through take_failed()."""
+        for session in self.sessions:
+            session.give_up_resend(error)
+
+    # -- algorithms the sync and asyncio connections share (their drivers do the I/O) ----
+    def reconnect_g(self) -> Step:
+        """Open a new connection and restore every session, retrying with a growing pause
+        for reconnect_timeout; then give up (kept publishes fail) with ConnectionLost."""
+        deadline = time.monotonic() + self.options.reconnect_timeout
+        pause = 0.05
+        while True:
+            try:
+                yield (OPEN, None)
+                yield from self.restore_g(self.rpc_deadline())
+                return
+            except ClientError as err:
+                if time.monotonic() + pause > deadline:
+                    lost = ConnectionLost(f"reconnect failed for "
+                                          f"{self.options.reconnect_timeout} s: {err}")
+                    self.give_up_resend(lost)
+                    raise lost from None
+            yield (SLEEP, time.monotonic() + pause)
+            pause = min(pause * 2, 1.0)
+
+    def close_g(self, deadline: float) -> Step:
+        """Close every session (postponed acks are sent), then the connection, within
+        `deadline`; what does not answer in time is dropped by the driver after this."""
+        if self.core.error is not None:
+            return
+        for session in list(self.sessions):
+            try:
+                yield from session.close_g(deadline)
+            except (ClientError, TimeoutError):
+                pass  # close_timeout: the socket is dropped afterwards
+        try:
+            yield from _wait(self.core.close(), deadline)
+        except (ClientError, TimeoutError):
+            pass
+
+    def closed_now(self) -> None:
+        """After close_g (or instead of it): the connection is gone for good."""
+        self.closed = True
+        if self.core.error is None:
+            self.core.lost(ConnectionLost("connection closed by the client", 200))
+        self.give_up_resend(ConnectionLost("connection closed by the client", 200))
+
+    def dispatch_loop_g(self, listening: list[BaseConsumer]) -> Step:
+        """The connection's listener dispatcher (a thread or a task): listeners are called
+        one message at a time, in arrival order per consumer; postponed acks go out when
+        due; it waits (IDLE) when no listener has work; it reconnects when allowed."""
+        while not self.closed:
+            consumers = [c for c in listening if not c.closed]
+            listening[:] = consumers  # in place: the connection adds to the same list
+            if not consumers:
+                return
+            try:
+                yield (RECONNECT, None)
+            except ClientError:
+                if self.closed or not self.options.reconnect:
+                    return
+                yield (SLEEP, time.monotonic() + 0.2)
+                continue
+            worked = False
+            for c in consumers:
+                if not c.closed and c.ready():
+                    worked = (yield from c.dispatch_one_g()) or worked
+            if worked:
+                continue
+            for c in consumers:
+                if c.lazy and c.lazy_due():
+                    c.flush_lazy_acks()
+            due = [d for d in (c.next_due() for c in consumers) if d is not None]
+            try:
+                yield (IDLE, min([time.monotonic() + 1.0, *due]))
+            except ClientError:
+                if not self.options.reconnect:
+                    return
 
     def check_open(self) -> None:
         if self.closed:
@@ -306,11 +411,15 @@ class BaseSession:
         self.generation = -1
         self._consumer_ids = itertools.count(1)
         self._producer_ids = itertools.count(1)
+        self.producers: list[BaseProducer] = []
+        self.resend: list[Pending] = []  # unconfirmed at a connection loss (idempotent)
 
     # -- lifecycle ---------------------------------------------------------------------
     def open_g(self, deadline: float | None) -> Step:
         chan, fut = self.conn.core.open_channel()
         chan.listener = self
+        if not self.transacted and self.conn.resending:
+            chan.resend = self.resend
         self.chan = chan
         self.error = None
         self.generation = self.conn.generation
@@ -323,11 +432,31 @@ class BaseSession:
             yield from _wait(chan.rpc(C.Confirm.Select(), (C.Confirm.SelectOk,)), deadline)
 
     def restore_g(self, deadline: float | None) -> Step:
-        yield from self.open_g(deadline)
+        pending, self.resend = self.resend, []
+        try:
+            yield from self.open_g(deadline)
+        except BaseException:
+            self.resend = pending + self.resend
+            raise
+        if pending:  # idempotent: re-sent as they were (same id), same futures
+            chan = self.chan
+            assert chan is not None
+            for p in pending:
+                chan.publish(p.message, p.future, p.failed)
+            for producer in self.producers:
+                if producer._chan is not None:
+                    producer._chan, producer._last_seq = chan, chan.next_seq - 1
         self.consumers.clear()
         for consumer in self._all_consumers:
             if not consumer.closed:
                 yield from consumer.subscribe_g(deadline)
+
+    def give_up_resend(self, error: ClientError) -> None:
+        pending, self.resend = self.resend, []
+        if self.chan is not None and self.chan.resend is not None:
+            self.chan.resend = self.resend
+        for p in pending:
+            p.give_back(error)
 
     def check(self) -> BaseSession:
         if self.closed:
@@ -663,6 +792,46 @@ class BaseSession:
             self.chan.write(b"".join(out))
             yield from _wait(self.chan.rpc(C.Tx.Commit(), (C.Tx.CommitOk,)), deadline)
 
+    def recover_g(self, deadline: float | None) -> Step:
+        """JMS `Session.recover()`, as ActiveMQ's (every consumer's rollback): every
+        message delivered to the application and not yet acknowledged is delivered again,
+        oldest first, ahead of what is prefetched — `redelivered` set, its redelivery
+        count up by one (J6: past maximumRedeliveries it is poisoned instead, and the
+        policy's delay holds it back first). They stay unacked at the broker meanwhile.
+        CLIENT, INDIVIDUAL, DUPS_OK and optimizeAcknowledge's not-yet-acked messages;
+        in plain AUTO only a listener's current message (acked once it returns)."""
+        if self.transacted:
+            raise IllegalStateError("recover() on a transacted session: use rollback()")
+        self.check()
+        delivered = [m for m in self.unsettled.values()
+                     if m.state == DELIVERED and m.generation == self.conn.generation]
+        front: dict[int, tuple[BaseConsumer, list[Message]]] = {}
+        for m in delivered:
+            consumer = m.consumer
+            if consumer is None or consumer.closed or m.state != DELIVERED:
+                continue
+            count = m.redelivery_count + 1
+            if consumer.policy.exceeded(count):
+                yield from self.poison_g(m, _cause("recover()", count, consumer.policy),
+                                         deadline)
+                continue
+            self.n_delivered -= 1
+            m.redelivery_count = count
+            m.redelivered = True
+            self.conn.remember_redelivery(m, count)
+            delay = consumer.policy.delay_for(count)
+            if delay > 0:
+                m.state = DELAYED
+                heapq.heappush(consumer.delayed, (time.monotonic() + delay, m.delivery_tag, m))
+            else:
+                m.state = BUFFERED
+                front.setdefault(id(consumer), (consumer, []))[1].append(m)
+        for consumer, msgs in front.values():
+            for m in reversed(msgs):
+                consumer.buffer.appendleft(m)
+        for consumer in self._all_consumers:
+            consumer.wake()
+
     # -- factories (shared parts) ------------------------------------------------------
     def _destination(self, destination: str | Destination) -> Destination:
         return destination if isinstance(destination, Destination) else \
@@ -941,6 +1110,30 @@ class BaseConsumer:
         return self.lazy > 0 and (self.session.ack_mode == AckMode.DUPS_OK or
                                   time.monotonic() >= self.last_ack + self.optimize_timeout)
 
+    def dispatch_one_g(self) -> Step:
+        """Dispatcher: take one message, call the listener (CALL), ack per mode; a
+        listener that raises is a redelivery (J6). True when a message was dispatched."""
+        try:
+            m = yield from self.next_g(time.monotonic())
+        except ClientError:
+            return False
+        if m is None:
+            return False
+        self.delivered(m, listener=True)
+        self.in_listener = True
+        try:
+            yield (CALL, (self.listener, m))
+            self.listener_done(m)
+        except Exception as exc:  # noqa: BLE001 - the listener's failure, whatever it is
+            log.debug("listener raised %r; redelivering %r", exc, m)
+            try:
+                yield from self.listener_failed_g(m, exc)
+            except ClientError as err:
+                log.warning("redelivery after a listener error failed: %r", err)
+        finally:
+            self.in_listener = False
+        return True
+
     def listener_failed_g(self, m: Message, exc: BaseException) -> Step:
         """J6: a listener that raises causes a redelivery (a rollback in a transacted
         session)."""
@@ -1023,6 +1216,8 @@ class BaseProducer:
         self.failed: list[OutboundMessage] = []
         self._last_seq = 0
         self._chan: Chan | None = None
+        self._dedup = session.conn.idempotent  # the id also in x-deduplication-header
+        session.producers.append(self)
 
     def prepare_g(self, deadline: float | None) -> Step:
         if self.dest.kind == "queue":
@@ -1037,7 +1232,10 @@ class BaseProducer:
             message_id = self._id_prefix + str(next_id())
             if headers is None and not props and type(body) is bytes:
                 return OutboundMessage.plain(body, self.exchange, self.routing_key,
-                                             self.mandatory, message_id, persistent)
+                                             self.mandatory, message_id, persistent,
+                                             self._dedup)
+        if self._dedup and (headers is None or DEDUP_HEADER not in headers):
+            headers = {**(headers or {}), DEDUP_HEADER: message_id}
         return OutboundMessage.build(body, self.exchange, self.routing_key, self.mandatory,
                                      message_id, headers=headers, persistent=persistent,
                                      **props)
@@ -1053,19 +1251,43 @@ class BaseProducer:
             fut.set_result(None)
         return fut
 
+    def _publish_g(self, msg: OutboundMessage, deadline: float | None) -> Step:
+        """publish_now; an idempotent producer that finds the connection lost first asks
+        for the reconnect and publishes then."""
+        while True:
+            try:
+                return self.publish_now(msg, None)
+            except ConnectionLost:
+                if not self.session.conn.resending or self.session.transacted:
+                    raise
+            yield (RECONNECT, deadline)
+
     def send_g(self, msg: OutboundMessage, deadline: float | None) -> Step:
         """J10 one by one: publish and wait for the confirm (or nothing, transacted)."""
-        fut = self.publish_now(msg, None)
+        fut = yield from self._publish_g(msg, deadline)
         if self.session.transacted:
             return
         try:
-            yield from _wait(fut, deadline)
+            yield from self._confirmed_g(fut, deadline)
         except TimeoutError:
             raise ConfirmTimeout(f"no confirm for {msg!r} in time") from None
 
+    def _confirmed_g(self, fut: Any, deadline: float | None) -> Step:
+        """Wait for one publish's confirm; an idempotent producer's publish lost with the
+        connection is re-sent by the reconnect this asks for, and waited for again."""
+        while True:
+            try:
+                return (yield from _wait(fut, deadline))
+            except ConnectionLost:
+                if fut.done() or not self.session.conn.resending:
+                    raise
+            yield (RECONNECT, deadline)
+
     def send_batch_g(self, msgs: list[OutboundMessage], deadline: float | None) -> Step:
         """J10 batches: publish all, one wait for all their confirms."""
-        futures = [self.publish_now(m, None) for m in msgs]
+        futures = []
+        for m in msgs:
+            futures.append((yield from self._publish_g(m, deadline)))
         if self.session.transacted:
             return
         failed: list[OutboundMessage] = []
@@ -1073,7 +1295,7 @@ class BaseProducer:
         first: PublishError | None = None
         for i, fut in enumerate(futures):
             try:
-                yield from _wait(fut, deadline)
+                yield from self._confirmed_g(fut, deadline)
             except PublishError as err:
                 failed.extend(err.messages)
                 nacked = nacked or isinstance(err, NackError)
@@ -1103,8 +1325,17 @@ class BaseProducer:
         if chan is None:
             return
         last = self._last_seq
-        outstanding = chan.outstanding
-        while outstanding:
+        while True:
+            if chan.error is not None:
+                if not self.session.resend:
+                    return  # the channel is gone; its publishes are in take_failed()
+                yield (RECONNECT, deadline)  # idempotent: kept, re-sent by the reconnect
+                chan, last = self._chan, self._last_seq
+                assert chan is not None
+                continue
+            outstanding = chan.outstanding
+            if not outstanding:
+                return
             seq = next(iter(outstanding))
             if seq > last:
                 return
@@ -1114,8 +1345,7 @@ class BaseProducer:
                 left = sum(1 for s in outstanding if s <= last)
                 raise ConfirmTimeout(f"{left} publishes not yet confirmed") from None
             except ClientError:
-                if chan.error is not None:
-                    return  # the channel is gone; its publishes are in take_failed()
+                pass  # a nack or return (in take_failed()), or the channel gone (above)
 
     def take_failed(self) -> list[OutboundMessage]:
         """Nacked, returned, or lost-with-the-connection publishes, handed back for the

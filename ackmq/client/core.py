@@ -100,6 +100,33 @@ class Pending:
         self.returned: tuple[int, str] | None = None
         self.failed = failed  # the producer's hand-back list (J10)
 
+    def give_back(self, error: ClientError) -> None:
+        """Failed with `error`; a publish() message goes back through take_failed()."""
+        _settle(self.future, error=error)
+        if self.failed is not None:  # handed back, so the error counts as seen
+            self.failed.append(self.message)
+            _seen(self.future)
+
+
+class Incoming:
+    """A basic.deliver being assembled by Core's fast path; one per channel, reused.
+    `method` is None on a raw channel (lowlevel.py: only tag, redelivered and body);
+    `remaining` is -1 until the content header has come, then the body bytes still due."""
+
+    __slots__ = ("method", "tag", "redelivered", "remaining", "properties", "parts")
+
+    def __init__(self) -> None:
+        self.begin(None, 0, False)
+
+    def begin(self, method: Any, tag: int, redelivered: bool) -> Incoming:
+        self.method = method
+        self.tag = tag
+        self.redelivered = redelivered
+        self.remaining = -1
+        self.properties = b""
+        self.parts: list[bytes] = []
+        return self
+
 
 class Chan:
     """One AMQP channel: RPC replies in order, confirm tracking, deliveries to a listener.
@@ -121,16 +148,18 @@ class Chan:
         self.outstanding: OrderedDict[int, Pending] = OrderedDict()
         self._by_id: dict[str, list[int]] = {}
         self.tx_returns: list[tuple[int, str, OutboundMessage]] = []
+        # idempotent producers' session: where unconfirmed publishes go when the
+        # connection is lost, futures unsettled, to be re-sent after the reconnect
+        self.resend: list[Pending] | None = None
         self.listener: ChannelListener | None = None
         self._publish_heads: dict[tuple[str, str, bool], bytes] = {}
         # low-level hooks (ackmq.client.lowlevel): when set, confirms and deliveries go
         # to them as plain values instead of the session machinery
         self.raw_confirm: RawConfirm | None = None
         self.raw_deliver: RawDeliver | None = None
-        # a basic.deliver being assembled by Core's fast path:
-        # [deliver method or None (raw), tag, redelivered, remaining (-1: header due),
-        #  properties, body parts]
-        self.content: list | None = None
+        # the basic.deliver being assembled by Core's fast path, if any
+        self.content: Incoming | None = None
+        self._incoming = Incoming()
 
     # -- requests ----------------------------------------------------------------------
     def check(self) -> None:
@@ -270,11 +299,12 @@ class Chan:
             _settle(self.rpcs.popleft()[1], error=error)
         out, self.outstanding = self.outstanding, OrderedDict()
         self._by_id.clear()
+        keep = self.resend if isinstance(error, ConnectionLost) else None
         for p in out.values():
-            _settle(p.future, error=error)
-            if p.failed is not None:
-                p.failed.append(p.message)
-                _seen(p.future)
+            if keep is not None:
+                keep.append(p)
+                continue
+            p.give_back(error)
         if first and self.listener is not None:
             self.listener.on_failed(error)
 
@@ -338,21 +368,22 @@ class Core:
             chan = channels.get(number)
             content = chan.content if chan is not None else None
             if content is not None:
-                if ftype == 3 and 0 < size == content[3] and not content[5]:
+                if ftype == 3 and 0 < size == content.remaining and not content.parts:
                     # the whole body in one frame (the common case)
-                    if content[0] is None:  # a raw channel: straight to its callback
+                    if content.method is None:  # a raw channel: straight to its callback
                         chan.content = None  # type: ignore[union-attr]
                         hook = chan.raw_deliver  # type: ignore[union-attr]
                         if hook is not None:
-                            hook(content[1], content[2], bytes(buf[start:end]))
+                            hook(content.tag, content.redelivered, bytes(buf[start:end]))
                     else:
-                        content[5].append(bytes(buf[start:end]))
+                        content.parts.append(bytes(buf[start:end]))
                         self._delivered(chan, content)  # type: ignore[arg-type]
                     continue
-                if (ftype == 2 and content[3] < 0 and content[0] is None and size >= 14):
+                if (ftype == 2 and content.remaining < 0 and content.method is None
+                        and size >= 14):
                     class_id, weight, body_size = _CONTENT_HEAD.unpack_from(buf, start)
                     if class_id == 60 and not weight and 0 < body_size <= max_size:
-                        content[3] = body_size  # a raw channel's header: only the size
+                        content.remaining = body_size  # a raw channel's header: the size
                         continue
                 if not self._content_frame(chan, content, ftype, buf, start, end):  # type: ignore[arg-type]
                     pos = n
@@ -377,7 +408,9 @@ class Core:
                             pos = n
                             break
                         tag, bits = _TAG_BIT.unpack_from(buf, p)
-                        chan.content = [None, tag, bool(bits & 1), -1, b"", []]
+                        c = chan.content = chan._incoming  # inline begin(): hot
+                        c.method, c.tag, c.redelivered = None, tag, bool(bits & 1)
+                        c.remaining, c.parts = -1, []
                     else:
                         try:
                             method = deliver_method(buf, start, end)
@@ -385,8 +418,8 @@ class Core:
                             self.protocol_error(err.reply_text, err.reply_code)
                             pos = n
                             break
-                        chan.content = [method, method.delivery_tag, method.redelivered, -1,
-                                        b"", []]
+                        chan.content = chan._incoming.begin(method, method.delivery_tag,
+                                                            method.redelivered)
                     continue
             self._slow(buf[start - 7:pos])
         if pos >= n:
@@ -408,20 +441,20 @@ class Core:
         for event in events:
             self._event(event)
 
-    def _content_frame(self, chan: Chan, c: list, ftype: int, buf: Any, start: int,
+    def _content_frame(self, chan: Chan, c: Incoming, ftype: int, buf: Any, start: int,
                        end: int) -> bool:
         """A frame on a channel whose basic.deliver is being assembled (fast path);
         False on a protocol error (the connection is then lost)."""
-        if ftype == 3 and c[3] >= 0:
-            c[5].append(bytes(buf[start:end]))
-            c[3] -= end - start
-            if c[3] < 0:
+        if ftype == 3 and c.remaining >= 0:
+            c.parts.append(bytes(buf[start:end]))
+            c.remaining -= end - start
+            if c.remaining < 0:
                 self.protocol_error("content body exceeds declared size", UNEXPECTED_FRAME)
                 return False
-            if c[3] == 0:
+            if c.remaining == 0:
                 self._delivered(chan, c)
             return True
-        if ftype == 2 and c[3] < 0:
+        if ftype == 2 and c.remaining < 0:
             if end - start < 14:
                 self.protocol_error("cannot decode content header", FRAME_ERROR)
                 return False
@@ -430,7 +463,7 @@ class Core:
                 self.protocol_error(f"bad content header (class {class_id}, weight "
                                     f"{weight}, size {body_size})", UNEXPECTED_FRAME)
                 return False
-            if c[0] is not None:  # a session consumer reads the properties: check them
+            if c.method is not None:  # a session consumer reads the properties: check them
                 props = bytes(buf[start + 12:end])
                 try:
                     check_properties(props)
@@ -438,25 +471,26 @@ class Core:
                     self.protocol_error(f"cannot decode content header properties: {err}",
                                         FRAME_ERROR)
                     return False
-                c[4] = props
-            c[3] = body_size
+                c.properties = props
+            c.remaining = body_size
             if body_size == 0:
                 self._delivered(chan, c)
             return True
-        self.protocol_error("expected content " + ("body" if c[3] >= 0 else "header") +
+        self.protocol_error("expected content " + ("body" if c.remaining >= 0 else "header") +
                             f", got a frame of type {ftype} on channel {chan.number}",
                             UNEXPECTED_FRAME)
         return False
 
-    def _delivered(self, chan: Chan, c: list) -> None:
+    def _delivered(self, chan: Chan, c: Incoming) -> None:
         chan.content = None
-        body = c[5][0] if len(c[5]) == 1 else b"".join(c[5])
-        if c[0] is None:
+        parts = c.parts
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        if c.method is None:
             hook = chan.raw_deliver
             if hook is not None:
-                hook(c[1], c[2], body)
+                hook(c.tag, c.redelivered, body)
         elif chan.listener is not None:
-            chan.listener.on_deliver(Content(chan.number, c[0], c[4], body))
+            chan.listener.on_deliver(Content(chan.number, c.method, c.properties, body))
 
     def _event(self, event: Any) -> None:
         if type(event) is Content:

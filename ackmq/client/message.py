@@ -131,6 +131,10 @@ def next_id() -> int:
     return next(_ids)
 
 
+DEDUP_HEADER = "x-deduplication-header"  # the broker's dedup id (docs/dedup.md)
+_DEDUP_ENTRY = bytes((len(DEDUP_HEADER),)) + DEDUP_HEADER.encode() + b"S"
+
+
 class OutboundMessage:
     """A message to publish; nacked or returned ones come back as these."""
 
@@ -158,13 +162,20 @@ class OutboundMessage:
 
     @classmethod
     def plain(cls, body: bytes, exchange: str, routing_key: str, mandatory: bool,
-              message_id: str, persistent: bool) -> OutboundMessage:
+              message_id: str, persistent: bool, dedup: bool = False) -> OutboundMessage:
         """The common case (bytes body, a message id, delivery mode, nothing else) without
-        the general property encoder: the same bytes as build() gives it."""
+        the general property encoder: the same bytes as build() gives it. `dedup`: the
+        id also goes in the `x-deduplication-header` header (idempotent producers)."""
         mid = message_id.encode()
         if len(mid) > 255:
             raise ValueError("property message_id longer than 255 bytes")
-        raw = (b"\x10\x80\x02" if persistent else b"\x10\x80\x01") + bytes((len(mid),)) + mid
+        mode = b"\x02" if persistent else b"\x01"
+        if dedup:
+            entry = _DEDUP_ENTRY + len(mid).to_bytes(4, "big") + mid
+            raw = (b"\x30\x80" + len(entry).to_bytes(4, "big") + entry + mode
+                   + bytes((len(mid),)) + mid)
+        else:
+            raw = b"\x10\x80" + mode + bytes((len(mid),)) + mid
         return cls(body, exchange, routing_key, raw, message_id, mandatory)
 
     @property

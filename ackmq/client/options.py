@@ -106,6 +106,10 @@ class Options:
     max_outstanding_confirms: int = 10000  # publish() blocks (sync) above this
     reconnect: bool = False
     reconnect_timeout: float = 30.0        # seconds a reconnect keeps trying
+    # idempotent producers: messages carry x-deduplication-header = message id, and with
+    # reconnect unconfirmed publishes are re-sent after a reconnect (None: on against
+    # ackmq with reconnect)
+    idempotent: bool | None = None
     redelivery_policy: RedeliveryPolicy = field(default_factory=RedeliveryPolicy)
     connection_name: str | None = None     # client_properties.connection_name (tools show it)
 
@@ -124,6 +128,7 @@ _PLAIN_OPTIONS: dict[str, tuple[str, Any]] = {
     "heartbeat": ("heartbeat", int),
     "connection_timeout": ("connect_timeout", float),
     "reconnect": ("reconnect", _bool),
+    "idempotent": ("idempotent", _bool),
 }
 
 

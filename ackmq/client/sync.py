@@ -22,6 +22,11 @@ from typing import Any
 from ackmq.protocol.amqp import HEARTBEAT
 
 from .base import (
+    CALL,
+    IDLE,
+    OPEN,
+    RECONNECT,
+    SLEEP,
     BaseConnection,
     BaseConsumer,
     BaseProducer,
@@ -106,11 +111,21 @@ class ClientFuture:
         conn = self._conn
         if self._state or conn is None:
             return
-        try:
-            conn._flush(conn.rpc_deadline())
-            conn._wait(self.done, deadline_in(timeout))
-        except ClientError:
-            pass  # the future carries the error (or the caller times out)
+        deadline = deadline_in(timeout)
+        while True:
+            try:
+                conn._flush(conn.rpc_deadline())
+                conn._wait(self.done, deadline)
+                return
+            except ConnectionLost:
+                if self._state or not conn.resending or conn.closed:
+                    return  # the future carries the error
+            except ClientError:
+                return  # the future carries the error (or the caller times out)
+            try:  # idempotent: kept across the loss, re-sent by the reconnect
+                conn._ensure_connected()
+            except ClientError:
+                return
 
     def result(self, timeout: float | None = None) -> Any:
         self._pump(timeout)
@@ -169,7 +184,11 @@ class Connection(BaseConnection):
                     result = stop.value
                     break
             fut, deadline = step
+            value, error = None, None
             try:
+                if type(fut) is object:  # an I/O step (base.py)
+                    self._io_step(fut, deadline)
+                    continue
                 self._flush(self.rpc_deadline())
                 if fut is None:
                     self._wait(_never, deadline)
@@ -181,8 +200,32 @@ class Connection(BaseConnection):
                     value, error = None, TimeoutError()
             except ClientError as err:
                 value, error = None, err
+            except Exception as err:  # noqa: BLE001 - a listener's, thrown back (CALL)
+                if fut is not CALL:
+                    raise
+                value, error = None, err
         self._flush(self.rpc_deadline())
         return result
+
+    def _io_step(self, op: object, arg: Any) -> None:
+        if op is RECONNECT:
+            self._ensure_connected()
+        elif op is OPEN:
+            self._open()
+        elif op is SLEEP:
+            time.sleep(max(0.0, arg - time.monotonic()))
+        elif op is CALL:
+            fn, message = arg
+            fn(message)
+        elif op is IDLE:
+            with self._lock:
+                self._listener_ready = False
+            self._flush(self.rpc_deadline())
+            self._wait(self._listener_work, arg)
+
+    def _listener_work(self) -> bool:
+        return self._listener_ready or self.closed or any(
+            c.ready() for c in self._listener_consumers)
 
     def _wait(self, pred: Callable[[], bool], deadline: float | None) -> bool:
         """Until pred() or the deadline (False). Reads the socket when no other thread
@@ -449,24 +492,11 @@ class Connection(BaseConnection):
         try:
             if self.core.error is None:
                 return
-            deadline = time.monotonic() + self.options.reconnect_timeout
-            pause = 0.05
-            while True:
-                try:
-                    self._open()
-                    self._drive(self.restore_g(self.rpc_deadline()))
-                    log.info("ackmq.client: reconnected to %s:%s", self.options.host,
-                             self.options.port)
-                    with self._cond:
-                        self._cond.notify_all()
-                    return
-                except ClientError as err:
-                    if time.monotonic() + pause > deadline:
-                        raise ConnectionLost(f"reconnect failed for "
-                                             f"{self.options.reconnect_timeout} s: {err}") \
-                            from None
-                time.sleep(pause)
-                pause = min(pause * 2, 1.0)
+            self._drive(self.reconnect_g())
+            log.info("ackmq.client: reconnected to %s:%s", self.options.host,
+                     self.options.port)
+            with self._cond:
+                self._cond.notify_all()
         finally:
             self._reconnecting.release()
 
@@ -475,28 +505,13 @@ class Connection(BaseConnection):
         close_timeout."""
         if self.closed:
             return
-        deadline = time.monotonic() + self.options.close_timeout
         try:
-            if self.core.error is None:
-                for session in list(self.sessions):
-                    try:
-                        self._drive(session.close_g(deadline))
-                    except (ClientError, TimeoutError):
-                        pass  # close_timeout: the socket is dropped below
-                with self._lock:
-                    fut = self.core.close()
-                self._flush(deadline)
-                try:
-                    self._wait(fut.done, deadline)
-                except ClientError:
-                    pass
+            self._drive(self.close_g(time.monotonic() + self.options.close_timeout))
         finally:
-            self.closed = True
             self._stop.set()
             self._kick.set()
             with self._cond:
-                if self.core.error is None:
-                    self.core.lost(ConnectionLost("connection closed by the client", 200))
+                self.closed_now()
                 self._cond.notify_all()
             self._close_socket()
             t = self._dispatcher
@@ -508,7 +523,10 @@ class Connection(BaseConnection):
         broker): postponed acks are not sent, unacked deliveries come back (D8)."""
         self._stop.set()
         self.closed = True
-        self._lost(ConnectionLost("connection aborted by the client"))
+        lost = ConnectionLost("connection aborted by the client")
+        self._lost(lost)
+        with self._cond:
+            self.give_up_resend(lost)  # no reconnect will re-send them
 
     def __enter__(self) -> Connection:
         return self
@@ -565,46 +583,12 @@ class Connection(BaseConnection):
         self._listener_ready = True  # under the lock; the reader notifies after feeding
 
     def _dispatch_loop(self) -> None:
-        """One thread per connection calls the listeners, one message at a time, in
-        arrival order per consumer; while no listener has work it is the socket reader."""
-        while not self.closed:
-            consumers = [c for c in self._listener_consumers if not c.closed]
-            if not consumers and self._listener_consumers:
-                with self._lock:
-                    self._listener_consumers = consumers
-                if not consumers:
-                    return
-            try:
-                self._ensure_connected()
-            except ClientError:
-                if self.closed or not self.options.reconnect:
-                    return
-                time.sleep(0.2)
-                continue
-            worked = False
-            for c in consumers:
-                if c.closed or not c.ready():
-                    continue
-                worked = c._dispatch_one() or worked
-            if worked:
-                continue
-            for c in consumers:
-                if c.lazy and c.lazy_due():
-                    with self._lock:
-                        c.flush_lazy_acks()
-                    self._flush(self.rpc_deadline())
-            due = [d for d in (c.next_due() for c in consumers) if d is not None]
-            deadline = min([time.monotonic() + 1.0, *due])
-            with self._lock:
-                self._listener_ready = False
-            def wanted(consumers: list[Consumer] = consumers) -> bool:
-                return self._listener_ready or self.closed or any(c.ready() for c in consumers)
-
-            try:
-                self._wait(wanted, deadline)
-            except ClientError:
-                if not self.options.reconnect:
-                    return
+        """The dispatch thread (base.dispatch_loop_g); while no listener has work it is
+        the socket reader."""
+        try:
+            self._drive(self.dispatch_loop_g(self._listener_consumers))
+        except ClientError:
+            pass
 
 
 class Session(BaseSession):
@@ -640,6 +624,11 @@ class Session(BaseSession):
     def rollback(self) -> None:
         self.conn._ensure_connected()
         self.conn._drive(self.rollback_g(self.conn.rpc_deadline()))
+
+    def recover(self) -> None:
+        """JMS Session.recover(): deliver every delivered-unacknowledged message again,
+        each counting as a redelivery (J6). Not in a transacted session."""
+        self.conn._drive(self.recover_g(self.conn.rpc_deadline()))
 
     def acknowledge(self) -> None:
         with self.conn._lock:
@@ -746,13 +735,28 @@ class Producer(BaseProducer):
         if chan is not None and len(chan.outstanding) >= conn.options.max_outstanding_confirms:
             limit = conn.options.max_outstanding_confirms
             conn._flush(conn.rpc_deadline())
-            if not conn._wait(lambda: len(chan.outstanding) < limit, conn.rpc_deadline()):
-                raise ConfirmTimeout(f"{len(chan.outstanding)} publishes unconfirmed")
-        with conn._lock:
-            fut = self.publish_now(msg, self.failed)
-            self.track_seq()
-            conn._deferred += len(msg.body) + 64
-            flush_now = conn._deferred >= 65536
+            try:
+                if not conn._wait(lambda: len(chan.outstanding) < limit, conn.rpc_deadline()):
+                    raise ConfirmTimeout(f"{len(chan.outstanding)} publishes unconfirmed")
+            except ConnectionLost:
+                if not conn.resending:
+                    raise
+                conn._ensure_connected()  # the unconfirmed ones are re-sent
+        while True:
+            with conn._lock:
+                try:
+                    fut = self.publish_now(msg, self.failed)
+                except ConnectionLost:
+                    if not conn.resending:
+                        raise
+                    fut = None
+                else:
+                    self.track_seq()
+                    conn._deferred += len(msg.body) + 64
+                    flush_now = conn._deferred >= 65536
+            if fut is not None:
+                break
+            conn._ensure_connected()  # idempotent: lost just now; publish after it
         if flush_now:
             conn._deferred = 0
             conn._flush(conn.rpc_deadline())
@@ -836,35 +840,6 @@ class Consumer(BaseConsumer):
             self.delivered(m)
             return m
         return None
-
-    def _dispatch_one(self) -> bool:
-        """Dispatch thread: take one message, call the listener, ack per mode."""
-        conn = self.session.conn
-        try:
-            m = conn._drive(self.next_g(time.monotonic()))
-        except ClientError:
-            return False
-        if m is None:
-            return False
-        with conn._lock:
-            self.delivered(m, listener=True)
-        listener = self.listener
-        try:
-            assert listener is not None
-            self.in_listener = True
-            listener(m)
-            with conn._lock:
-                self.listener_done(m)
-            conn._flush(conn.rpc_deadline())
-        except Exception as exc:  # the listener's failure is a redelivery (J6)
-            log.debug("listener raised %r; redelivering %r", exc, m)
-            try:
-                conn._drive(self.listener_failed_g(m, exc))
-            except ClientError as err:
-                log.warning("redelivery after a listener error failed: %r", err)
-        finally:
-            self.in_listener = False
-        return True
 
     def _acknowledge_message(self, m: Message) -> None:
         conn = self.session.conn

@@ -42,6 +42,7 @@ from ackmq.client import (
     connect,
 )
 from ackmq.client.base import CONSUME_ARGUMENTS
+from ackmq.client.message import DEDUP_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -410,10 +411,14 @@ class PublishError(RuntimeError):
 
 
 class ConfirmingPublisher:
-    """Publishes on a confirm channel, keeping at most `window` publishes unconfirmed."""
+    """Publishes on a confirm channel, keeping at most `window` publishes unconfirmed.
+
+    `idempotent` (default: when the broker is ackmq): each message's `message_id` also
+    goes in `x-deduplication-header`, so a target that deduplicates (docs/dedup.md)
+    keeps one copy when a failed task's retry publishes its rows again."""
 
     def __init__(self, url: str, *, window: int = 1000, confirm_timeout: float = 30.0,
-                 mandatory: bool = False) -> None:
+                 mandatory: bool = False, idempotent: bool | None = None) -> None:
         self.window = max(1, int(window))
         self.confirm_timeout = confirm_timeout
         self.mandatory = mandatory
@@ -429,6 +434,7 @@ class ConfirmingPublisher:
             self.producer = self.session.producer_to("", "", mandatory)
         except (ClientError, OSError, ValueError) as exc:
             raise PublishError(describe(exc, f"cannot publish to {self._where}")) from exc
+        self.idempotent = self.conn.is_ackmq if idempotent is None else idempotent
 
     @property
     def confirmed(self) -> int:
@@ -469,6 +475,9 @@ class ConfirmingPublisher:
         (content_type, correlation_id, timestamp, message_type, ...)."""
         if self.producer.failed:
             raise PublishError(self._failure())
+        if self.idempotent and message_id is not None and (
+                headers is None or DEDUP_HEADER not in headers):
+            headers = {**(headers or {}), DEDUP_HEADER: message_id}
         msg = OutboundMessage.build(body, exchange, routing_key, self.mandatory, message_id,
                                     headers=headers, persistent=persistent, **props)
         try:

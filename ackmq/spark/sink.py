@@ -4,7 +4,9 @@ A task returns only when every row it published is confirmed; a nack, a return (
 `mandatory`) or a confirm timeout raises, the task fails and Spark retries it. A retry
 publishes the same rows again with the same deterministic `message_id`
 (`<query>/<batch>/<partition>/<row>`), so consumers (and the `ackmq` source) can drop
-the copies. The driver-side `commit` has nothing left to do and is idempotent, because
+the copies; against ackmq the id also goes in `x-deduplication-header` (option
+`idempotent`), so a target queue declared with `x-message-deduplication: true` (or a
+dedup exchange) keeps one copy: table -> queue exactly once (docs/dedup.md). The driver-side `commit` has nothing left to do and is idempotent, because
 Spark may call it twice for one batch after a failure.
 """
 
@@ -59,6 +61,9 @@ class _Publishing:
         self.mandatory = _bool(options.get("mandatory"), False)
         self.confirm_timeout = float(options.get("confirmTimeout") or 30.0)
         self.window = int(options.get("confirmWindow") or 1000)
+        # message ids also in x-deduplication-header (default: when the broker is ackmq)
+        idem = options.get("idempotent")
+        self.idempotent = None if idem is None else _bool(idem, True)
         self.write_id = options.get("writeId") or uuid.uuid4().hex  # fixed on the driver
 
     def publish_partition(self, rows: Iterator[Any], batch: str) -> PublishedCommit:
@@ -67,7 +72,8 @@ class _Publishing:
         query = (ctx.getLocalProperty("sql.streaming.queryId") if ctx else None) or self.write_id
         t0 = time.monotonic()
         pub = ConfirmingPublisher(self.url, window=self.window,
-                                  confirm_timeout=self.confirm_timeout, mandatory=self.mandatory)
+                                  confirm_timeout=self.confirm_timeout, mandatory=self.mandatory,
+                                  idempotent=self.idempotent)
         try:
             for i, row in enumerate(rows):
                 body = row[self.body_column]
