@@ -34,6 +34,11 @@ from ackmq.protocol.amqp import encode_ack
 
 TRANSIENT = 1
 CHUNK = 256
+RPC_MS = 600_000  # 10,000 queue.declares behind one barrier can take minutes on a busy host
+
+
+async def _open(url: str, name: str) -> RawConnection:
+    return await open_connection(url, name, send_timeout=RPC_MS)
 
 
 @dataclass
@@ -113,7 +118,7 @@ class Sweeps:
     # -- queues 1 -> 10,000: publish with confirms round-robin over N queues ---------------
     async def queues(self, ctx: RunContext, n_queues: int) -> tuple[int, dict[str, Any]]:
         n = max(n_queues, 20_000 if self.quick else 50_000)
-        conn = await open_connection(ctx.target.url, "ackmq-scaling-queues")
+        conn = await _open(ctx.target.url, "ackmq-scaling-queues")
         extra: dict[str, Any] = {}
         try:
             ch, oc = await _confirming(conn)
@@ -143,7 +148,7 @@ class Sweeps:
         try:
             t0 = time.perf_counter()
             for i in range(n_conns):
-                conns.append(await open_connection(ctx.target.url, f"ackmq-scaling-c{i}"))
+                conns.append(await _open(ctx.target.url, f"ackmq-scaling-c{i}"))
             extra["connect_ms_each"] = (time.perf_counter() - t0) / n_conns * 1e3
             chans = [await _confirming(c) for c in conns]
             await chans[0][0].declare_queue(q)
@@ -163,8 +168,8 @@ class Sweeps:
         n = max(100, min(50_000, budget // size))
         q = ctx.name()
         body = b"x" * size
-        pub = await open_connection(ctx.target.url, "ackmq-scaling-size-pub")
-        cons = await open_connection(ctx.target.url, "ackmq-scaling-size-cons")
+        pub = await _open(ctx.target.url, "ackmq-scaling-size-pub")
+        cons = await _open(ctx.target.url, "ackmq-scaling-size-cons")
         try:
             ch, oc = await _confirming(pub)
             await ch.declare_queue(q)
@@ -195,7 +200,7 @@ class Sweeps:
     async def depth(self, ctx: RunContext, depth: int) -> tuple[int, dict[str, Any]]:
         n = 20_000 if self.quick else 50_000
         q = ctx.name()
-        conn = await open_connection(ctx.target.url, "ackmq-scaling-depth")
+        conn = await _open(ctx.target.url, "ackmq-scaling-depth")
         extra: dict[str, Any] = {}
         try:
             ch, oc = await _confirming(conn)
@@ -236,7 +241,7 @@ class Sweeps:
     async def consumers(self, ctx: RunContext, k: int) -> tuple[int, dict[str, Any]]:
         n = 20_000 if self.quick else 100_000
         q = ctx.name()
-        conn = await open_connection(ctx.target.url, "ackmq-scaling-consumers")
+        conn = await _open(ctx.target.url, "ackmq-scaling-consumers")
         try:
             ch, oc = await _confirming(conn)
             await ch.declare_queue(q)

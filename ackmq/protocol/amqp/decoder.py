@@ -134,7 +134,7 @@ class _Pending:
         self.method = method  # Publish fields tuple, or a pamqp method object
         self.header_seen = False
         self.remaining = 0
-        self.parts: list[bytes] = []
+        self.parts: list[bytes | bytearray] = []
         self.properties = b""
         self.skip = False  # body of a faulted content: consume and drop
 
@@ -546,6 +546,7 @@ def _method(buf: bytes | bytearray, start: int, end: int) -> Any:
     data = bytes(buf[start + 4 : end])
     offset = 0
     bit_index = -1
+    value: Any  # a table, or whatever pamqp decodes for the argument's type
     try:
         for name in cls.__slots__:
             kind = cls.amqp_type(name)
