@@ -119,7 +119,7 @@ def profile(w: CpuWorkload, target: Target, scale: float, out_dir: Path) -> Path
     svg = out_dir / f"{w.name}.svg"
     procs = [subprocess.Popen([spy, "record", "-p", str(target.pid), "-r", "250", "-f", fmt,
                                "-o", str(path), "--nonblocking"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for fmt, path in (("raw", raw), ("flamegraph", svg))]
     time.sleep(1.0)  # py-spy attaches
     try:
@@ -127,12 +127,18 @@ def profile(w: CpuWorkload, target: Target, scale: float, out_dir: Path) -> Path
     finally:
         for p in procs:
             p.send_signal(signal.SIGINT)
+        errors = []
         for p in procs:
             try:
-                p.wait(60)
+                errors.append(p.communicate(timeout=60)[1])
             except subprocess.TimeoutExpired:
                 p.kill()
-    return raw if raw.exists() else None
+    if raw.exists():
+        return raw
+    # e.g. not root and kernel.yama.ptrace_scope=1: py-spy may not attach to a sibling
+    print(f"py-spy recorded nothing for {w.name}: {errors[0].strip()[-300:] if errors else ''}",
+          file=sys.stderr)
+    return None
 
 
 def _median(xs: list[float]) -> float:
