@@ -251,3 +251,33 @@ def test_properties_with_seq_equals_the_general_splice(props, seq) -> None:
 
     raw = encode_properties(props)
     assert properties_with_seq(raw, seq) == properties_with_headers(raw, {"x-ackmq-seq": seq})
+
+
+publishes = st.tuples(channels, exchange_names, short_text, st.booleans(), st.booleans(),
+                      pamqp_properties, bodies)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(publishes, min_size=1, max_size=6), st.lists(st.integers(0, 5), max_size=12),
+       st.lists(st.integers(1, 9000), min_size=1, max_size=8), st.booleans())
+def test_decode_publish_stream_with_repeats_equals_pamqp(distinct, order, cuts, big):
+    """One decoder over a stream of pamqp publishes, repeated (the decoder remembers
+    routing fields and valid property bytes) and cut anywhere (a carried-over partial
+    frame, small or over 64 KiB), decodes each as pamqp encoded it."""
+    sent = distinct + [distinct[i % len(distinct)] for i in order]
+    c, x, rk, m, i, props, body = distinct[0]  # same routing fields, other bits
+    sent += [(c, x, rk, not m, i, props, body), (c, x, rk, m, not i, props, body)]
+    if big:  # a body frame larger than the small-carry threshold, split across reads
+        c, x, rk, m, i, props, _ = sent[0]
+        sent.append((c, x, rk, m, i, props, b"B" * 200_000))
+    data = b"".join(pamqp_content(c, commands.Basic.Publish(0, x, rk, m, i), props, body,
+                                  131072) for c, x, rk, m, i, props, body in sent)
+    dec = Decoder(frame_max=131072, expect_header=False)
+    got, pos, k = [], 0, 0
+    while pos < len(data):
+        step = cuts[k % len(cuts)] * (30 if big else 1)
+        got += dec.feed(data[pos : pos + step])
+        pos += step
+        k += 1
+    assert got == [Publish(c, x, rk, m, i, props.marshal(), body)
+                   for c, x, rk, m, i, props, body in sent]

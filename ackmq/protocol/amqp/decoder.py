@@ -115,6 +115,8 @@ _Reject = commands.Basic.Reject
 _Deliver = commands.Basic.Deliver
 _new = object.__new__
 _NO_LIMIT = 1 << 62
+_SMALL_CARRY = 65536  # a carried-over partial frame smaller than this is copied per read
+_ARGS_CACHE = 1024    # distinct (exchange, routing key, bits) remembered per connection
 
 _EXPECT_HEADER = "expected content header for class 60, got non content header frame instead"
 _EXPECT_BODY = "expected content body, got non content body frame instead"
@@ -132,7 +134,7 @@ class _Pending:
         self.method = method  # Publish fields tuple, or a pamqp method object
         self.header_seen = False
         self.remaining = 0
-        self.parts: list[bytes] = []
+        self.parts: list[bytes | bytearray] = []
         self.properties = b""
         self.skip = False  # body of a faulted content: consume and drop
 
@@ -152,6 +154,11 @@ class Decoder:
         self._buf = bytearray()
         self._pending: dict[int, _Pending] = {}
         self._dead: FrameError | None = None
+        # A publisher repeats itself: the same exchange and routing key, often the same
+        # property bytes. Both decodings are pure functions of their bytes, so a hit
+        # skips them (the routing fields: bounded; the properties: the last valid ones).
+        self._publish_args: dict[bytes, tuple[str, str, bool, bool]] = {}
+        self._props_ok = b""
 
     @property
     def frame_max(self) -> int:
@@ -185,8 +192,14 @@ class Decoder:
             data = bytes(data)
         buf: bytes | bytearray
         if self._buf:
-            self._buf += data
-            buf = self._buf
+            if len(self._buf) < _SMALL_CARRY:
+                # a partial frame carried over: one copy makes the whole read `bytes`,
+                # whose slices are single copies (a bytearray's need bytes() again)
+                buf = bytes(self._buf) + data
+                self._buf = bytearray()
+            else:  # a large frame in the making: append, do not copy it per read
+                self._buf += data
+                buf = self._buf
         else:
             buf = data
         events: list[Event] = []
@@ -247,13 +260,20 @@ class Decoder:
                         self._interrupted(pending[channel])
                 method_id = _U32.unpack_from(buf, start)[0] if size >= 4 else -1
                 if method_id == _PUBLISH:
-                    args = _publish_args(buf, start, end)
+                    key = bytes(buf[start + 6 : end])
+                    args = self._publish_args.get(key)
+                    if args is None:
+                        args = _publish_args(buf, start, end)
+                        if len(self._publish_args) >= _ARGS_CACHE:
+                            self._publish_args.clear()
+                        self._publish_args[key] = args
                     fused = _fused_content(buf, pos, n, channel, payload_max,
-                                           self.max_message_size)
+                                           self.max_message_size, self._props_ok)
                     if fused is None:
                         pending[channel] = _Pending(_PUBLISH, args)
                     else:
                         pos, properties, body = fused
+                        self._props_ok = properties
                         append(Publish(channel, args[0], args[1], args[2], args[3],
                                        properties, body))
                 elif method_id == _ACK:
@@ -279,7 +299,7 @@ class Decoder:
                         part.method_id & 0xFFFF,
                     )
                 if not part.skip:
-                    part.parts.append(bytes(buf[start:end]))
+                    part.parts.append(buf[start:end])  # bytes or bytearray: join copies
                 if part.remaining == 0:
                     del pending[channel]
                     if not part.skip:
@@ -369,11 +389,13 @@ class Decoder:
 
 
 def _fused_content(
-    buf: bytes | bytearray, pos: int, n: int, channel: int, payload_max: int, max_size: int
+    buf: bytes | bytearray, pos: int, n: int, channel: int, payload_max: int, max_size: int,
+    props_ok: bytes = b"",
 ) -> tuple[int, bytes, bytes] | None:
     """The hot path: a well-formed header and a single body frame already follow the
     basic.publish in the buffer. Returns (next offset, properties, body), or None to let
-    the general per-frame path handle whatever is there (including every error)."""
+    the general per-frame path handle whatever is there (including every error).
+    `props_ok`: property bytes known valid (equal ones are not checked again)."""
     if n - pos < 22:
         return None
     ftype, chan, size, class_id, weight, body_size = _HEADER_FRAME.unpack_from(buf, pos)
@@ -384,10 +406,11 @@ def _fused_content(
     if hend >= n or buf[hend] != FRAME_END:
         return None
     properties = bytes(buf[pos + 19 : hend])
-    try:
-        check_properties(properties)
-    except (ValueError, IndexError, struct.error):
-        return None
+    if properties != props_ok:
+        try:
+            check_properties(properties)
+        except (ValueError, IndexError, struct.error):
+            return None
     if body_size == 0:
         return hend + 1, properties, b""
     bpos = hend + 1
@@ -523,6 +546,7 @@ def _method(buf: bytes | bytearray, start: int, end: int) -> Any:
     data = bytes(buf[start + 4 : end])
     offset = 0
     bit_index = -1
+    value: Any  # a table, or whatever pamqp decodes for the argument's type
     try:
         for name in cls.__slots__:
             kind = cls.amqp_type(name)
