@@ -16,7 +16,7 @@ from ackmq.broker.errors import NOT_ALLOWED, HardError
 from ackmq.broker.exchange import EXCHANGE_CLASSES
 from ackmq.broker.queue_type import Queue
 from ackmq.broker.readylist import QUEUE_HOT_MESSAGES, QUEUE_MEMORY_MB, HotBudget
-from ackmq.broker.storage import QueuedMessages, Store
+from ackmq.broker.storage import QueuedMessages, Store, StreamStorage
 from ackmq.broker.vhost import VHost
 from ackmq.broker.vhost_store import VHostStore, split
 
@@ -67,9 +67,11 @@ class BrokerModel:
     def __init__(self, scheduler: Scheduler, store: Store | None = None,
                  consumer_timeout_ms: int | None = None, spill: Any = None,
                  queue_hot_messages: int = QUEUE_HOT_MESSAGES,
-                 queue_memory: int = QUEUE_MEMORY_MB << 20) -> None:
+                 queue_memory: int = QUEUE_MEMORY_MB << 20,
+                 streams: StreamStorage | None = None) -> None:
         self.scheduler = scheduler
         self.store = store
+        self.streams = streams  # stream queues' logs (R1), committed before the store
         self.spill = spill  # deep queues keep their tails there (ackmq.store.spill)
         self.queue_hot_messages = queue_hot_messages  # per queue, at most
         self.hot_budget = HotBudget(queue_memory)     # all queues together
@@ -198,6 +200,15 @@ class BrokerModel:
                 self.spill.flush()
             except OSError as e:  # kept in memory; retried next turn
                 log.warning("%s", e)
+        streams = self.streams
+        if streams is not None and streams.pending:
+            try:  # written and fdatasynced before the commit that confirms them (P5c)
+                streams.commit()
+            except OSError as e:
+                log.error("stream write failed: %s", e)
+                waiters, callbacks = self._commit_waiters, self._commit_callbacks
+                self._commit_waiters, self._commit_callbacks = [], []
+                self._committed(waiters, callbacks, e)
         store = self.store
         if store is not None and (store.pending or self._commit_waiters
                                   or self._commit_callbacks):
@@ -248,6 +259,8 @@ class BrokerModel:
         return moved
 
     def close(self) -> None:
+        if self.streams is not None:
+            self.streams.close()
         if self.store is not None:
             self.store.close()
         if self.spill is not None:

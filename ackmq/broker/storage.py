@@ -132,3 +132,43 @@ class Store(Protocol):
     @property
     def pending(self) -> bool:
         """True when add/remove/delivered calls are buffered and not yet committed."""
+
+
+class StreamRecordLike(Protocol):
+    """One record of a stream (R1-R3), as a stream log returns it."""
+
+    offset: int
+    timestamp: int  # ms since the epoch
+    exchange: str
+    routing_key: str
+    properties: bytes
+    body: bytes
+
+
+class StreamLogLike(Protocol):
+    """One stream's append-only log (store/streamlog.py): offsets from 0, never reused."""
+
+    @property
+    def first_offset(self) -> int: ...
+    @property
+    def next_offset(self) -> int: ...
+    def append(self, exchange: str, routing_key: str, properties: bytes, body: bytes) -> int:
+        """Buffer a record; written and fsynced by the StreamStorage's next commit."""
+
+    def read(self, offset: int, limit: int) -> list[StreamRecordLike]: ...
+    def offset_for_timestamp(self, ts_ms: int) -> int: ...
+
+
+class StreamStorage(Protocol):
+    """Where stream queues keep their logs (store/streamlog.StreamStore): the broker
+    commits it once per turn, before the main Store, so a confirmed publish to a stream
+    is on disk (P5c)."""
+
+    def open(self, vhost: str, name: str, fresh: bool, segment_bytes: int,
+             max_bytes: int | None, max_age_ms: int | None) -> StreamLogLike: ...
+    def appended(self, vhost: str, name: str, log: StreamLogLike) -> None: ...
+    @property
+    def pending(self) -> bool: ...
+    def commit(self) -> None: ...
+    def remove(self, vhost: str, name: str) -> None: ...
+    def close(self) -> None: ...

@@ -1,0 +1,418 @@
+"""A stream's log (R1-R3): append-only segment files of checksummed records, one
+directory per stream, beside the main segment store. Reading from any offset is a seek:
+a sparse in-memory index (every STRIDE-th record: file position and timestamp) finds the
+record, so a stream of any length costs ~1 byte of broker memory per 8 messages.
+
+Records are written by `flush` (buffered since the last one: a group write per turn)
+and made durable by `sync` (fdatasync of the segments written since). Retention drops
+whole segments, oldest first, when a segment is rolled: by total bytes
+(`x-max-length-bytes`) and by age of a segment's newest record (`x-max-age`).
+
+    segment file : b"ACKMQST1" | u64 first offset | record*
+    record       : u32 payload length | u32 crc32(payload) | payload (format.REC_HDR)
+    payload      : u64 offset | i64 timestamp ms | u8 len(exchange) | u8 len(routing key)
+                   | u32 len(properties) | u32 len(body) | the four byte strings
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import logging
+import os
+import shutil
+import struct
+import time
+import zlib
+from array import array
+from pathlib import Path
+from typing import NamedTuple
+
+from ackmq.store.format import REC_HDR
+
+log = logging.getLogger("ackmq.stream")
+
+SEG_MAGIC = b"ACKMQST1"
+SEG_HDR = struct.Struct("<8sQ")
+REC = struct.Struct("<QqBBII")
+STRIDE = 64                       # one index entry per this many records
+DEFAULT_SEGMENT_BYTES = 500_000_000  # RabbitMQ's default x-stream-max-segment-size-bytes
+READ_CHUNK = 256 << 10
+
+
+class StreamRecord(NamedTuple):
+    offset: int
+    timestamp: int  # ms since the epoch, when appended
+    exchange: str
+    routing_key: str
+    properties: bytes
+    body: bytes
+
+
+def _decode(payload: bytes | memoryview) -> StreamRecord:
+    off, ts, lx, lk, lp, lb = REC.unpack_from(payload, 0)
+    p = REC.size
+    x = bytes(payload[p:p + lx]).decode("utf-8", "surrogateescape")
+    p += lx
+    k = bytes(payload[p:p + lk]).decode("utf-8", "surrogateescape")
+    p += lk
+    props = bytes(payload[p:p + lp])
+    p += lp
+    return StreamRecord(off, ts, x, k, props, bytes(payload[p:p + lb]))
+
+
+class _Segment:
+    __slots__ = ("first", "path", "size", "count", "positions", "stamps", "last_ts", "fd")
+
+    def __init__(self, first: int, path: Path) -> None:
+        self.first = first
+        self.path = path
+        self.size = SEG_HDR.size
+        self.count = 0
+        self.positions = array("Q")  # file position of record first + i*STRIDE
+        self.stamps = array("q")     # its timestamp
+        self.last_ts = 0
+        self.fd = -1                 # read descriptor, opened on first read
+
+    def note(self, pos: int, ts: int) -> None:
+        if self.count % STRIDE == 0:
+            self.positions.append(pos)
+            self.stamps.append(ts)
+        self.count += 1
+        self.last_ts = ts
+
+
+class StreamLog:
+    """One stream's records on disk. Offsets start at 0 and never repeat."""
+
+    def __init__(self, directory: Path, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+                 max_bytes: int | None = None, max_age_ms: int | None = None) -> None:
+        self.dir = directory
+        self.segment_bytes = max(segment_bytes, 1)
+        self.max_bytes = max_bytes
+        self.max_age_ms = max_age_ms
+        self.segments: list[_Segment] = []
+        self._firsts: list[int] = []
+        self._buf = bytearray()
+        self._pending: list[int] = []  # positions in _buf of unwritten records, in order
+        self._pending_first = 0         # offset of the first unwritten record
+        self._wfd = -1
+        self._dirty = False
+        self._last_ts = 0
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._recover()
+
+    # -- offsets --------------------------------------------------------------------
+    @property
+    def first_offset(self) -> int:
+        return self.segments[0].first if self.segments else self._pending_first
+
+    @property
+    def next_offset(self) -> int:
+        return self._pending_first + len(self._pending)
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending) or self._dirty
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.size for s in self.segments) + len(self._buf)
+
+    # -- recovery -------------------------------------------------------------------
+    def _recover(self) -> None:
+        paths = sorted(self.dir.glob("*.seg"))
+        for i, path in enumerate(paths):
+            seg = self._scan(path, newest=i == len(paths) - 1)
+            if seg is None:
+                continue
+            if self.segments and seg.first != self.segments[-1].first + self.segments[-1].count:
+                log.warning("stream %s: segment %s does not follow its predecessor; later "
+                            "segments ignored", self.dir.name, path.name)
+                break
+            self.segments.append(seg)
+            self._firsts.append(seg.first)
+        if self.segments:
+            last = self.segments[-1]
+            self._pending_first = last.first + last.count
+            self._last_ts = last.last_ts
+            self._open_writer(last)
+
+    def _scan(self, path: Path, newest: bool) -> _Segment | None:
+        data = path.read_bytes()
+        if len(data) < SEG_HDR.size or data[:8] != SEG_MAGIC:
+            log.warning("stream %s: %s has no valid header; dropped", self.dir.name, path.name)
+            path.unlink()
+            return None
+        first = SEG_HDR.unpack_from(data, 0)[1]
+        seg = _Segment(first, path)
+        pos, end = SEG_HDR.size, len(data)
+        mv = memoryview(data)
+        while pos + REC_HDR.size <= end:
+            n, crc = REC_HDR.unpack_from(data, pos)
+            stop = pos + REC_HDR.size + n
+            if stop > end or n < REC.size or zlib.crc32(mv[pos + REC_HDR.size:stop]) != crc:
+                break
+            off, ts = REC.unpack_from(data, pos + REC_HDR.size)[:2]
+            if off != first + seg.count:
+                break
+            seg.note(pos, ts)
+            pos = stop
+        if pos != end:
+            what = "torn tail" if newest else "damaged record"
+            log.warning("stream %s: %s in %s at %d (%d bytes dropped)", self.dir.name, what,
+                        path.name, pos, end - pos)
+            with open(path, "r+b") as f:
+                f.truncate(pos)
+                os.fsync(f.fileno())
+        seg.size = pos
+        return seg
+
+    # -- append ---------------------------------------------------------------------
+    def append(self, exchange: str, routing_key: str, properties: bytes, body: bytes) -> int:
+        """Buffer one record; it is on disk after `flush`, durable after `sync`."""
+        offset = self.next_offset
+        ts = max(int(time.time() * 1000), self._last_ts)
+        self._last_ts = ts
+        x = exchange.encode("utf-8", "surrogateescape")
+        k = routing_key.encode("utf-8", "surrogateescape")
+        payload_len = REC.size + len(x) + len(k) + len(properties) + len(body)
+        buf = self._buf
+        self._pending.append(len(buf))
+        head = REC.pack(offset, ts, len(x), len(k), len(properties), len(body))
+        crc = zlib.crc32(body, zlib.crc32(properties, zlib.crc32(k, zlib.crc32(x, zlib.crc32(head)))))
+        buf += REC_HDR.pack(payload_len, crc)
+        buf += head
+        buf += x
+        buf += k
+        buf += properties
+        buf += body
+        return offset
+
+    def flush(self) -> None:
+        """Write the buffered records (rolling segments past the size limit)."""
+        if not self._pending:
+            return
+        buf, starts, first = self._buf, self._pending, self._pending_first
+        self._buf, self._pending = bytearray(), []
+        self._pending_first = first + len(starts)
+        i = 0
+        while i < len(starts):
+            seg = self.segments[-1] if self.segments else None
+            if seg is None or (seg.count and seg.size >= self.segment_bytes):
+                seg = self._roll(first + i)
+            # records that fit in this segment (at least one)
+            j, room = i, self.segment_bytes - seg.size
+            while j < len(starts):
+                end = starts[j + 1] if j + 1 < len(starts) else len(buf)
+                if j > i and end - starts[i] > room:
+                    break
+                j += 1
+            end = starts[j] if j < len(starts) else len(buf)
+            base = seg.size - starts[i]
+            for k in range(i, j):
+                ts = REC.unpack_from(buf, starts[k] + REC_HDR.size)[1]
+                seg.note(starts[k] + base, ts)
+            os.write(self._wfd, memoryview(buf)[starts[i]:end])
+            seg.size += end - starts[i]
+            self._dirty = True
+            i = j
+
+    def sync(self) -> None:
+        if self._dirty and self._wfd >= 0:
+            os.fdatasync(self._wfd)
+        self._dirty = False
+
+    def _roll(self, first: int) -> _Segment:
+        if self._wfd >= 0:
+            if self._dirty:
+                os.fdatasync(self._wfd)
+            os.close(self._wfd)
+            self._wfd = -1
+        path = self.dir / f"{first:020d}.seg"
+        seg = _Segment(first, path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        os.write(fd, SEG_HDR.pack(SEG_MAGIC, first))
+        os.fdatasync(fd)
+        dfd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        self._wfd = fd
+        self.segments.append(seg)
+        self._firsts.append(first)
+        self._retain()
+        return seg
+
+    def _open_writer(self, seg: _Segment) -> None:
+        self._wfd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
+
+    # -- retention ------------------------------------------------------------------
+    def _retain(self) -> None:
+        """Drop whole old segments (never the one being written) beyond the limits."""
+        segs = self.segments
+        if self.max_bytes is not None:
+            total = sum(s.size for s in segs)
+            while len(segs) > 1 and total > self.max_bytes:
+                total -= segs[0].size
+                self._drop_oldest()
+        if self.max_age_ms is not None:
+            horizon = int(time.time() * 1000) - self.max_age_ms
+            while len(segs) > 1 and segs[0].last_ts < horizon:
+                self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        seg = self.segments.pop(0)
+        self._firsts.pop(0)
+        if seg.fd >= 0:
+            os.close(seg.fd)
+        seg.path.unlink(missing_ok=True)
+
+    # -- read -----------------------------------------------------------------------
+    def offset_for_timestamp(self, ts_ms: int) -> int:
+        """The first offset appended at or after `ts_ms` (next_offset if none)."""
+        for seg in self.segments:
+            if seg.last_ts < ts_ms:
+                continue
+            i = max(bisect.bisect_left(seg.stamps, ts_ms) - 1, 0)
+            off = seg.first + i * STRIDE
+            while True:
+                recs = self.read(off, STRIDE + 1)
+                for r in recs:
+                    if r.timestamp >= ts_ms:
+                        return r.offset
+                if not recs:
+                    break
+                off = recs[-1].offset + 1
+        for i, start in enumerate(self._pending):
+            ts = REC.unpack_from(self._buf, start + REC_HDR.size)[1]
+            if ts >= ts_ms:
+                return self._pending_first + i
+        return self.next_offset
+
+    def read(self, offset: int, limit: int, max_bytes: int = 4 << 20) -> list[StreamRecord]:
+        """Up to `limit` records from `offset` on (fewer at the end of the stream, none
+        past it); `offset` below the first retained one starts at the first."""
+        offset = max(offset, self.first_offset)
+        out: list[StreamRecord] = []
+        if offset < self._pending_first:
+            i = bisect.bisect_right(self._firsts, offset) - 1
+            self._read_segment(self.segments[i], offset, limit, max_bytes, out)
+        if len(out) < limit and offset + len(out) >= self._pending_first:
+            start = offset + len(out) - self._pending_first
+            buf, starts = self._buf, self._pending
+            for k in range(start, min(len(starts), start + limit - len(out))):
+                end = starts[k + 1] if k + 1 < len(starts) else len(buf)
+                out.append(_decode(memoryview(buf)[starts[k] + REC_HDR.size:end]))
+        return out
+
+    def _read_segment(self, seg: _Segment, offset: int, limit: int, max_bytes: int,
+                      out: list[StreamRecord]) -> None:
+        if seg.fd < 0:
+            seg.fd = os.open(seg.path, os.O_RDONLY)
+        rel = offset - seg.first
+        pos = seg.positions[rel // STRIDE]
+        skip = rel % STRIDE  # records before `offset` since the indexed one
+        want = limit + skip
+        got = size = 0
+        while got < want and pos < seg.size:
+            data = os.pread(seg.fd, min(max(READ_CHUNK, max_bytes // 4), seg.size - pos), pos)
+            p = 0
+            while got < want and p + REC_HDR.size <= len(data):
+                n = REC_HDR.unpack_from(data, p)[0]
+                stop = p + REC_HDR.size + n
+                if stop > len(data):
+                    if p == 0:  # one record larger than the chunk
+                        data = os.pread(seg.fd, REC_HDR.size + n, pos)
+                        continue
+                    break
+                if got >= skip:
+                    out.append(_decode(memoryview(data)[p + REC_HDR.size:stop]))
+                    size += n
+                got += 1
+                p = stop
+                if size >= max_bytes:
+                    return
+            pos += p
+
+    # -- life cycle -----------------------------------------------------------------
+    def close(self) -> None:
+        self.flush()
+        self.sync()
+        for seg in self.segments:
+            if seg.fd >= 0:
+                os.close(seg.fd)
+                seg.fd = -1
+        if self._wfd >= 0:
+            os.close(self._wfd)
+            self._wfd = -1
+
+    def destroy(self) -> None:
+        self._buf, self._pending = bytearray(), []
+        self._dirty = False
+        self.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class StreamStore:
+    """Every stream's log under `<data dir>/streams`, one directory per stream (named by
+    a hash of vhost and queue name; the name itself in NAME). `commit` writes and
+    fdatasyncs every log appended to since the last one: the broker calls it once per
+    turn, before the main store's commit, so a publish confirmed by that commit is on
+    disk in its stream too (P5c)."""
+
+    def __init__(self, root: str | Path, fsync: bool = True) -> None:
+        self.root = Path(root)
+        self.fsync = fsync
+        self.logs: dict[tuple[str, str], StreamLog] = {}
+        self._dirty: dict[tuple[str, str], StreamLog] = {}
+
+    def _dir(self, vhost: str, name: str) -> Path:
+        key = hashlib.sha1(f"{vhost}\x00{name}".encode("utf-8", "surrogateescape")).hexdigest()
+        return self.root / key
+
+    def open(self, vhost: str, name: str, fresh: bool, segment_bytes: int,
+             max_bytes: int | None, max_age_ms: int | None) -> StreamLog:
+        """The stream's log; `fresh` (a new declaration): whatever a stream of that name
+        left behind is removed first."""
+        d = self._dir(vhost, name)
+        if fresh and d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "NAME").write_text(f"{vhost}\n{name}\n", encoding="utf-8", errors="surrogateescape")
+        lg = StreamLog(d, segment_bytes, max_bytes, max_age_ms)
+        self.logs[(vhost, name)] = lg
+        return lg
+
+    def appended(self, vhost: str, name: str, lg: StreamLog) -> None:
+        self._dirty[(vhost, name)] = lg
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._dirty)
+
+    def commit(self) -> None:
+        """Write and fdatasync every log appended to; OSError propagates (P6: nack)."""
+        dirty, self._dirty = self._dirty, {}
+        for lg in dirty.values():
+            lg.flush()
+        if self.fsync:
+            for lg in dirty.values():
+                lg.sync()
+
+    def remove(self, vhost: str, name: str) -> None:
+        lg = self.logs.pop((vhost, name), None)
+        self._dirty.pop((vhost, name), None)
+        if lg is not None:
+            lg.destroy()
+        else:
+            shutil.rmtree(self._dir(vhost, name), ignore_errors=True)
+
+    def close(self) -> None:
+        for lg in self.logs.values():
+            try:
+                lg.close()
+            except OSError as e:
+                log.warning("closing stream log %s: %s", lg.dir, e)
+        self.logs.clear()
