@@ -185,3 +185,16 @@ def start_spec(args: dict[str, Any]) -> tuple[str, int]:
     if isinstance(off, datetime.datetime):
         return "timestamp", timestamp_ms(off)
     return "offset", off
+
+
+def from_stomp(value: str | None) -> Any:
+    """A SUBSCRIBE's `x-stream-offset` header as RabbitMQ's STOMP plugin reads it:
+    first / last / next, `offset=N` (a long), `timestamp=N` (seconds); anything else is
+    no offset (next). None for none; ValueError for a number that is not one."""
+    if value in ("first", "last", "next"):
+        return value
+    if value is not None and value.startswith("offset="):
+        return int(value[7:])
+    if value is not None and value.startswith("timestamp="):
+        return datetime.datetime.fromtimestamp(int(value[10:]), tz=datetime.UTC)
+    return None
