@@ -12,6 +12,7 @@ for many records), so a stream's length costs no broker memory.
 from __future__ import annotations
 
 import logging
+import struct
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker import stream_args
@@ -29,6 +30,24 @@ if TYPE_CHECKING:
 log = logging.getLogger("ackmq.stream")
 
 OFFSET_HEADER = "x-stream-offset"
+_HEADERS_FLAG = 0x2000
+_OFFSET_TABLE = struct.Struct(">IB15scq")  # table size, the one entry: key, 'l', value
+_U16 = struct.Struct(">H")
+
+
+def with_offset(raw: bytes, offset: int) -> bytes:
+    """The raw properties with `x-stream-offset` (AMQP 'l') in their headers: a splice
+    when there are no headers (every delivery pays for this), else the general edit."""
+    flags = (raw[0] << 8) | raw[1]
+    if flags & _HEADERS_FLAG:
+        return properties_with_headers(raw, {OFFSET_HEADER: offset})
+    pos = 2
+    if flags & 0x8000:  # content-type
+        pos += 1 + raw[pos]
+    if flags & 0x4000:  # content-encoding
+        pos += 1 + raw[pos]
+    return b"".join((_U16.pack(flags | _HEADERS_FLAG), raw[2:pos],
+                     _OFFSET_TABLE.pack(25, 15, b"x-stream-offset", b"l", offset), raw[pos:]))
 READ_BATCH = 256  # records read from the log at once for one consumer
 DEFAULT_SEGMENT_BYTES = 500_000_000
 
@@ -179,8 +198,8 @@ class StreamQueue(Queue):
             if not records:
                 return
             for r in records:
-                props = properties_with_headers(r.properties, {OFFSET_HEADER: r.offset})
-                entry = QueueEntry(Message(r.exchange, r.routing_key, props, r.body,
+                entry = QueueEntry(Message(r.exchange, r.routing_key,
+                                           with_offset(r.properties, r.offset), r.body,
                                            trusted=True), r.offset, self)
                 self._offsets[key] = r.offset + 1
                 c.channel.deliver(c, entry)

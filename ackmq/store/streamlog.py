@@ -49,16 +49,27 @@ class StreamRecord(NamedTuple):
     body: bytes
 
 
-def _decode(payload: bytes | memoryview) -> StreamRecord:
-    off, ts, lx, lk, lp, lb = REC.unpack_from(payload, 0)
-    p = REC.size
-    x = bytes(payload[p:p + lx]).decode("utf-8", "surrogateescape")
+_names: dict[bytes, str] = {}  # exchange and routing-key texts, decoded once
+
+
+def _name(b: bytes) -> str:
+    s = _names.get(b)
+    if s is None:
+        if len(_names) > 4096:
+            _names.clear()
+        s = _names[b] = b.decode("utf-8", "surrogateescape")
+    return s
+
+
+def _decode(data: bytes, p: int) -> StreamRecord:
+    """The record whose payload starts at data[p]."""
+    off, ts, lx, lk, lp, lb = REC.unpack_from(data, p)
+    p += REC.size
+    x = _name(data[p:p + lx])
     p += lx
-    k = bytes(payload[p:p + lk]).decode("utf-8", "surrogateescape")
+    k = _name(data[p:p + lk])
     p += lk
-    props = bytes(payload[p:p + lp])
-    p += lp
-    return StreamRecord(off, ts, x, k, props, bytes(payload[p:p + lb]))
+    return StreamRecord(off, ts, x, k, data[p:p + lp], data[p + lp:p + lp + lb])
 
 
 class _Segment:
@@ -95,6 +106,7 @@ class StreamLog:
         self._firsts: list[int] = []
         self._buf = bytearray()
         self._pending: list[int] = []  # positions in _buf of unwritten records, in order
+        self._pending_ts: list[int] = []  # and their timestamps
         self._pending_first = 0         # offset of the first unwritten record
         self._wfd = -1
         self._dirty = False
@@ -171,48 +183,50 @@ class StreamLog:
     # -- append ---------------------------------------------------------------------
     def append(self, exchange: str, routing_key: str, properties: bytes, body: bytes) -> int:
         """Buffer one record; it is on disk after `flush`, durable after `sync`."""
-        offset = self.next_offset
-        ts = max(int(time.time() * 1000), self._last_ts)
+        offset = self._pending_first + len(self._pending)
+        ts = int(time.time() * 1000)
+        if ts < self._last_ts:
+            ts = self._last_ts
         self._last_ts = ts
         x = exchange.encode("utf-8", "surrogateescape")
         k = routing_key.encode("utf-8", "surrogateescape")
-        payload_len = REC.size + len(x) + len(k) + len(properties) + len(body)
+        payload = b"".join((REC.pack(offset, ts, len(x), len(k), len(properties), len(body)),
+                            x, k, properties, body))
         buf = self._buf
         self._pending.append(len(buf))
-        head = REC.pack(offset, ts, len(x), len(k), len(properties), len(body))
-        crc = zlib.crc32(body, zlib.crc32(properties, zlib.crc32(k, zlib.crc32(x, zlib.crc32(head)))))
-        buf += REC_HDR.pack(payload_len, crc)
-        buf += head
-        buf += x
-        buf += k
-        buf += properties
-        buf += body
+        self._pending_ts.append(ts)
+        buf += REC_HDR.pack(len(payload), zlib.crc32(payload))
+        buf += payload
         return offset
 
     def flush(self) -> None:
         """Write the buffered records (rolling segments past the size limit)."""
         if not self._pending:
             return
-        buf, starts, first = self._buf, self._pending, self._pending_first
-        self._buf, self._pending = bytearray(), []
+        buf, starts, stamps, first = self._buf, self._pending, self._pending_ts, \
+            self._pending_first
+        self._buf, self._pending, self._pending_ts = bytearray(), [], []
         self._pending_first = first + len(starts)
-        i = 0
-        while i < len(starts):
+        n, total, i = len(starts), len(buf), 0
+        while i < n:
             seg = self.segments[-1] if self.segments else None
             if seg is None or (seg.count and seg.size >= self.segment_bytes):
                 seg = self._roll(first + i)
-            # records that fit in this segment (at least one)
-            j, room = i, self.segment_bytes - seg.size
-            while j < len(starts):
-                end = starts[j + 1] if j + 1 < len(starts) else len(buf)
-                if j > i and end - starts[i] > room:
-                    break
+            # the records that fit in this segment (at least one)
+            room = self.segment_bytes - seg.size
+            j = i + 1
+            while j < n and (starts[j + 1] if j + 1 < n else total) - starts[i] <= room:
                 j += 1
-            end = starts[j] if j < len(starts) else len(buf)
+            end = starts[j] if j < n else total
             base = seg.size - starts[i]
-            for k in range(i, j):
-                ts = REC.unpack_from(buf, starts[k] + REC_HDR.size)[1]
-                seg.note(starts[k] + base, ts)
+            positions, seg_stamps, count = seg.positions, seg.stamps, seg.count
+            for r in range(i, j):
+                if count % STRIDE == 0:
+                    positions.append(starts[r] + base)
+                    seg_stamps.append(stamps[r])
+                count += 1
+            seg.count = count
+            seg.last_ts = stamps[j - 1]
             os.write(self._wfd, memoryview(buf)[starts[i]:end])
             seg.size += end - starts[i]
             self._dirty = True
@@ -285,8 +299,7 @@ class StreamLog:
                 if not recs:
                     break
                 off = recs[-1].offset + 1
-        for i, start in enumerate(self._pending):
-            ts = REC.unpack_from(self._buf, start + REC_HDR.size)[1]
+        for i, ts in enumerate(self._pending_ts):
             if ts >= ts_ms:
                 return self._pending_first + i
         return self.next_offset
@@ -302,9 +315,13 @@ class StreamLog:
         if len(out) < limit and offset + len(out) >= self._pending_first:
             start = offset + len(out) - self._pending_first
             buf, starts = self._buf, self._pending
-            for k in range(start, min(len(starts), start + limit - len(out))):
-                end = starts[k + 1] if k + 1 < len(starts) else len(buf)
-                out.append(_decode(memoryview(buf)[starts[k] + REC_HDR.size:end]))
+            stop = min(len(starts), start + limit - len(out))
+            if start < stop:
+                end = starts[stop] if stop < len(starts) else len(buf)
+                data = bytes(buf[starts[start]:end])  # one copy: records decode from bytes
+                base = starts[start] - REC_HDR.size
+                for k in range(start, stop):
+                    out.append(_decode(data, starts[k] - base))
         return out
 
     def _read_segment(self, seg: _Segment, offset: int, limit: int, max_bytes: int,
@@ -328,7 +345,7 @@ class StreamLog:
                         continue
                     break
                 if got >= skip:
-                    out.append(_decode(memoryview(data)[p + REC_HDR.size:stop]))
+                    out.append(_decode(data, p + REC_HDR.size))
                     size += n
                 got += 1
                 p = stop
@@ -349,7 +366,7 @@ class StreamLog:
             self._wfd = -1
 
     def destroy(self) -> None:
-        self._buf, self._pending = bytearray(), []
+        self._buf, self._pending, self._pending_ts = bytearray(), [], []
         self._dirty = False
         self.close()
         shutil.rmtree(self.dir, ignore_errors=True)
