@@ -63,6 +63,21 @@ INLINE_SYNC_AVG = 1.5
 RECOVER_HOT = 4096  # entries a recovered queue reads back at start; the rest stay in the store
 
 
+class _Join:
+    """A callback for `n` commits: `fn(first error or None)` once all have called it."""
+
+    __slots__ = ("n", "fn", "exc")
+
+    def __init__(self, n: int, fn: Callable[[BaseException | None], None]) -> None:
+        self.n, self.fn, self.exc = n, fn, None
+
+    def __call__(self, exc: BaseException | None) -> None:
+        self.exc = self.exc or exc
+        self.n -= 1
+        if self.n == 0:
+            self.fn(self.exc)
+
+
 class BrokerModel:
     def __init__(self, scheduler: Scheduler, store: Store | None = None,
                  consumer_timeout_ms: int | None = None, spill: Any = None,
@@ -200,18 +215,19 @@ class BrokerModel:
                 self.spill.flush()
             except OSError as e:  # kept in memory; retried next turn
                 log.warning("%s", e)
-        streams = self.streams
+        store, streams = self.store, self.streams
         if streams is not None and streams.pending:
-            try:  # written and fdatasynced before the commit that confirms them (P5c)
-                streams.commit()
-            except OSError as e:
-                log.error("stream write failed: %s", e)
-                waiters, callbacks = self._commit_waiters, self._commit_callbacks
-                self._commit_waiters, self._commit_callbacks = [], []
-                self._committed(waiters, callbacks, e)
-        store = self.store
-        if store is not None and (store.pending or self._commit_waiters
-                                  or self._commit_callbacks):
+            # a turn with stream appends: its waiters are confirmed once both the streams
+            # and the main store have synced what the turn wrote (P5c)
+            waiters, callbacks = self._commit_waiters, self._commit_callbacks
+            self._commit_waiters, self._commit_callbacks = [], []
+            done = _Join(2 if store is not None else 1,
+                         lambda exc: self._committed(waiters, callbacks, exc))
+            streams.commit(done)
+            if store is not None:
+                store.commit(done)
+        elif store is not None and (store.pending or self._commit_waiters
+                                    or self._commit_callbacks):
             waiters, callbacks = self._commit_waiters, self._commit_callbacks
             self._commit_waiters, self._commit_callbacks = [], []
             n = len(waiters) + len(callbacks)

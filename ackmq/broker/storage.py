@@ -161,14 +161,16 @@ class StreamLogLike(Protocol):
 
 class StreamStorage(Protocol):
     """Where stream queues keep their logs (store/streamlog.StreamStore): the broker
-    commits it once per turn, before the main Store, so a confirmed publish to a stream
-    is on disk (P5c)."""
+    commits it once per turn beside the main Store and confirms a turn's publishes once
+    both are fdatasynced (P5c)."""
 
     def open(self, vhost: str, name: str, fresh: bool, segment_bytes: int,
              max_bytes: int | None, max_age_ms: int | None) -> StreamLogLike: ...
     def appended(self, vhost: str, name: str, log: StreamLogLike) -> None: ...
     @property
     def pending(self) -> bool: ...
-    def commit(self) -> None: ...
+    def commit(self, callback: Callable[[BaseException | None], None]) -> None:
+        """Write what was appended now; `callback` once it is fdatasynced (broker thread)."""
+
     def remove(self, vhost: str, name: str) -> None: ...
     def close(self) -> None: ...

@@ -118,7 +118,8 @@ class Server:
                 spill = Spill(self._spill_tmp)
         from ackmq.store.streamlog import StreamStore
         if cfg.data_dir is not None:
-            streams = StreamStore(cfg.data_dir / "streams", fsync=cfg.fsync)
+            streams = StreamStore(cfg.data_dir / "streams", fsync=cfg.fsync,
+                                  call_soon_threadsafe=self.loop.call_soon_threadsafe)
         else:
             self._streams_tmp = tempfile.mkdtemp(prefix="ackmq-streams-")
             streams = StreamStore(self._streams_tmp, fsync=False)

@@ -22,11 +22,13 @@ import logging
 import os
 import shutil
 import struct
+import threading
 import time
 import zlib
 from array import array
+from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ackmq.store.format import REC_HDR
 
@@ -374,16 +376,24 @@ class StreamLog:
 
 class StreamStore:
     """Every stream's log under `<data dir>/streams`, one directory per stream (named by
-    a hash of vhost and queue name; the name itself in NAME). `commit` writes and
-    fdatasyncs every log appended to since the last one: the broker calls it once per
-    turn, before the main store's commit, so a publish confirmed by that commit is on
-    disk in its stream too (P5c)."""
+    a hash of vhost and queue name; the name itself in NAME). `commit` writes every log
+    appended to since the last one (on the caller's thread: it then survives kill -9) and
+    fdatasyncs them on a sync thread, calling back on the broker's thread through
+    `call_soon_threadsafe` — commits queued while a sync runs share the next one, as
+    the main store's group commit. The broker commits it each turn beside the main
+    store and confirms a publish once both are done (P5c)."""
 
-    def __init__(self, root: str | Path, fsync: bool = True) -> None:
+    def __init__(self, root: str | Path, fsync: bool = True,
+                 call_soon_threadsafe: Callable[..., Any] | None = None) -> None:
         self.root = Path(root)
         self.fsync = fsync
         self.logs: dict[tuple[str, str], StreamLog] = {}
         self._dirty: dict[tuple[str, str], StreamLog] = {}
+        self._call = call_soon_threadsafe
+        self._jobs: list[tuple[list[int], Callable[[BaseException | None], None]]] = []
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closing = False
 
     def _dir(self, vhost: str, name: str) -> Path:
         key = hashlib.sha1(f"{vhost}\x00{name}".encode("utf-8", "surrogateescape")).hexdigest()
@@ -409,14 +419,60 @@ class StreamStore:
     def pending(self) -> bool:
         return bool(self._dirty)
 
-    def commit(self) -> None:
-        """Write and fdatasync every log appended to; OSError propagates (P6: nack)."""
+    def commit(self, callback: Callable[[BaseException | None], None]) -> None:
+        """Write every log appended to now; `callback(None)` once fdatasynced (or
+        `callback(exc)`), on the broker's thread."""
         dirty, self._dirty = self._dirty, {}
-        for lg in dirty.values():
-            lg.flush()
-        if self.fsync:
+        fds: list[int] = []
+        try:
             for lg in dirty.values():
-                lg.sync()
+                lg.flush()
+                if self.fsync and lg._dirty and lg._wfd >= 0:
+                    fds.append(os.dup(lg._wfd))  # the sync thread owns (and closes) these
+                lg._dirty = False
+        except OSError as e:
+            for fd in fds:
+                os.close(fd)
+            callback(e)
+            return
+        if not fds:
+            callback(None)
+            return
+        if self._call is None:  # no broker loop (tests, tools): sync here
+            callback(self._sync(fds))
+            return
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ackmq-stream-sync",
+                                                daemon=True)
+                self._thread.start()
+            self._jobs.append((fds, callback))
+            self._cond.notify()
+
+    @staticmethod
+    def _sync(fds: list[int]) -> BaseException | None:
+        err: BaseException | None = None
+        for fd in fds:
+            try:
+                os.fdatasync(fd)
+            except OSError as e:
+                err = err or e
+            finally:
+                os.close(fd)
+        return err
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._jobs and not self._closing:
+                    self._cond.wait()
+                if not self._jobs:
+                    return
+                jobs, self._jobs = self._jobs, []
+            err = self._sync([fd for fds, _cb in jobs for fd in fds])
+            for _fds, cb in jobs:
+                assert self._call is not None
+                self._call(cb, err)
 
     def remove(self, vhost: str, name: str) -> None:
         lg = self.logs.pop((vhost, name), None)
@@ -427,6 +483,11 @@ class StreamStore:
             shutil.rmtree(self._dir(vhost, name), ignore_errors=True)
 
     def close(self) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(30)
         for lg in self.logs.values():
             try:
                 lg.close()
