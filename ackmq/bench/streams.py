@@ -21,11 +21,12 @@ from ackmq.bench.brokers import Target, local_rabbitmq, start_ackmq
 from ackmq.client.lowlevel import open_connection
 
 
-async def publish(url: str, stream: str, n: int, size: int, window: int) -> float:
+async def publish(url: str, stream: str, n: int, size: int, window: int,
+                  queue_type: str = "stream") -> float:
     """Seconds to publish `n` persistent messages, all confirmed."""
     conn = await open_connection(url, connection_name="stream-bench-publish")
     ch = await conn.channel()
-    await ch.declare_queue(stream, durable=True, arguments={"x-queue-type": "stream"})
+    await ch.declare_queue(stream, durable=True, arguments={"x-queue-type": queue_type})
     await ch.confirm_select()
     done = asyncio.get_running_loop().create_future()
     state = {"sent": 0, "confirmed": 0}
@@ -58,7 +59,8 @@ async def publish(url: str, stream: str, n: int, size: int, window: int) -> floa
     return dt
 
 
-async def consume(url: str, stream: str, n: int, prefetch: int) -> float:
+async def consume(url: str, stream: str, n: int, prefetch: int,
+                  queue_type: str = "stream") -> float:
     """Seconds to read `n` messages from `first`, acking every prefetch/4."""
     conn = await open_connection(url, connection_name="stream-bench-consume")
     ch = await conn.channel()
@@ -76,7 +78,8 @@ async def consume(url: str, stream: str, n: int, prefetch: int) -> float:
 
     ch.on_deliver = on_deliver
     t0 = time.perf_counter()
-    await ch.call(C.Basic.Consume(queue=stream, arguments={"x-stream-offset": "first"}))
+    args = {"x-stream-offset": "first"} if queue_type == "stream" else {}
+    await ch.call(C.Basic.Consume(queue=stream, arguments=args))
     await asyncio.wait_for(done, 600)
     dt = time.perf_counter() - t0
     await conn.close()
@@ -95,12 +98,13 @@ def rss_mib(target: Target) -> float | None:
     return None if p is None else p.memory_info().rss / 2**20
 
 
-async def run(target: Target, n: int, size: int, window: int, prefetch: int) -> dict[str, Any]:
-    stream = f"bench.stream.{uuid.uuid4().hex[:8]}"
+async def run(target: Target, n: int, size: int, window: int, prefetch: int,
+              queue_type: str = "stream") -> dict[str, Any]:
+    stream = f"bench.{queue_type}.{uuid.uuid4().hex[:8]}"
     rss0 = rss_mib(target)
-    pub = await publish(target.url, stream, n, size, window)
+    pub = await publish(target.url, stream, n, size, window, queue_type)
     rss1 = rss_mib(target)
-    con = await consume(target.url, stream, n, prefetch)
+    con = await consume(target.url, stream, n, prefetch, queue_type)
     rss2 = rss_mib(target)
     await delete(target.url, stream)
     return {"publish": n / pub, "consume": n / con, "rss": (rss0, rss1, rss2)}
@@ -116,6 +120,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ackmq", default="", help="an ackmq URL (default: start one)")
     ap.add_argument("--rabbitmq", default="", help="RabbitMQ's URL (default: local 5672)")
     ap.add_argument("--no-rabbitmq", action="store_true")
+    ap.add_argument("--queue-type", default="stream", choices=("stream", "classic"),
+                    help="classic: the same run on a classic queue, for comparison")
     a = ap.parse_args(argv)
     targets: list[Target] = []
     ack = Target(a.ackmq, label="ackmq") if a.ackmq else start_ackmq()
@@ -128,7 +134,8 @@ def main(argv: list[str] | None = None) -> None:
     results = {}
     try:
         for t in targets:
-            results[t.label] = asyncio.run(run(t, a.messages, a.size, a.window, a.prefetch))
+            results[t.label] = asyncio.run(run(t, a.messages, a.size, a.window, a.prefetch,
+                                                 a.queue_type))
             r = results[t.label]
             rss = ", ".join("-" if x is None else f"{x:.0f}" for x in r["rss"])
             print(f"{t.label:9} publish+confirm {r['publish']:>9,.0f} msg/s   consume from "

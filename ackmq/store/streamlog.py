@@ -336,7 +336,7 @@ class StreamLog:
         want = limit + skip
         got = size = 0
         while got < want and pos < seg.size:
-            data = os.pread(seg.fd, min(max(READ_CHUNK, max_bytes // 4), seg.size - pos), pos)
+            data = os.pread(seg.fd, min(READ_CHUNK, seg.size - pos), pos)
             p = 0
             while got < want and p + REC_HDR.size <= len(data):
                 n = REC_HDR.unpack_from(data, p)[0]
