@@ -49,7 +49,6 @@ def with_offset(raw: bytes, offset: int) -> bytes:
     return b"".join((_U16.pack(flags | _HEADERS_FLAG), raw[2:pos],
                      _OFFSET_TABLE.pack(25, 15, b"x-stream-offset", b"l", offset), raw[pos:]))
 READ_BATCH = 256  # records read from the log at once for one consumer
-DEFAULT_SEGMENT_BYTES = 500_000_000
 
 
 def _int(args: dict[str, Any], key: str) -> int | None:
@@ -103,7 +102,7 @@ class StreamQueue(Queue):
             except HardError:
                 age_ms = None
         self.log = streams.open(self.vhost.name, self.name, new,
-                                _int(a, "x-stream-max-segment-size-bytes") or DEFAULT_SEGMENT_BYTES,
+                                _int(a, "x-stream-max-segment-size-bytes") or 0,  # 0: default
                                 _int(a, "x-max-length-bytes"), age_ms)
 
     def recover(self, messages: QueuedMessages, hot: int | None) -> int:

@@ -9,6 +9,8 @@ whole segments, oldest first, when a segment is rolled: by total bytes
 (`x-max-length-bytes`) and by age of a segment's newest record (`x-max-age`).
 
     segment file : b"ACKMQST1" | u64 first offset | record*
+    index file   : a closed segment's sparse index (written when it is rolled), checked
+                   against the segment's size; the newest segment is rescanned at start
     record       : u32 payload length | u32 crc32(payload) | payload (format.REC_HDR)
     payload      : u64 offset | i64 timestamp ms | u8 len(exchange) | u8 len(routing key)
                    | u32 len(properties) | u32 len(body) | the four byte strings
@@ -37,8 +39,11 @@ log = logging.getLogger("ackmq.stream")
 SEG_MAGIC = b"ACKMQST1"
 SEG_HDR = struct.Struct("<8sQ")
 REC = struct.Struct("<QqBBII")
+IDX_MAGIC = b"ACKMQSI1"
+IDX_HDR = struct.Struct("<8sQQQqQ")  # magic, first offset, count, segment size, last ts, n
 STRIDE = 64                       # one index entry per this many records
-DEFAULT_SEGMENT_BYTES = 500_000_000  # RabbitMQ's default x-stream-max-segment-size-bytes
+# RabbitMQ's default is 500 MB; ackmq's is smaller: a restart rescans the newest segment
+DEFAULT_SEGMENT_BYTES = 64 << 20
 READ_CHUNK = 256 << 10
 
 
@@ -101,7 +106,7 @@ class StreamLog:
     def __init__(self, directory: Path, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
                  max_bytes: int | None = None, max_age_ms: int | None = None) -> None:
         self.dir = directory
-        self.segment_bytes = max(segment_bytes, 1)
+        self.segment_bytes = segment_bytes or DEFAULT_SEGMENT_BYTES  # 0: the default
         self.max_bytes = max_bytes
         self.max_age_ms = max_age_ms
         self.segments: list[_Segment] = []
@@ -137,7 +142,12 @@ class StreamLog:
     def _recover(self) -> None:
         paths = sorted(self.dir.glob("*.seg"))
         for i, path in enumerate(paths):
-            seg = self._scan(path, newest=i == len(paths) - 1)
+            newest = i == len(paths) - 1
+            seg = None if newest else self._load_index(path)
+            if seg is None:
+                seg = self._scan(path, newest)
+                if seg is not None and not newest:
+                    self._write_index(seg)
             if seg is None:
                 continue
             if self.segments and seg.first != self.segments[-1].first + self.segments[-1].count:
@@ -151,6 +161,36 @@ class StreamLog:
             self._pending_first = last.first + last.count
             self._last_ts = last.last_ts
             self._open_writer(last)
+
+    # -- index files: a closed segment's sparse index, so a restart reads only the newest
+    def _write_index(self, seg: _Segment) -> None:
+        body = IDX_HDR.pack(IDX_MAGIC, seg.first, seg.count, seg.size, seg.last_ts,
+                            len(seg.positions)) + seg.positions.tobytes() + seg.stamps.tobytes()
+        tmp = seg.path.with_suffix(".idx.tmp")
+        with open(tmp, "wb") as f:
+            f.write(body + struct.pack("<I", zlib.crc32(body)))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, seg.path.with_suffix(".idx"))
+
+    def _load_index(self, path: Path) -> _Segment | None:
+        """A closed segment from its index file, if that is whole and matches the file."""
+        try:
+            data = path.with_suffix(".idx").read_bytes()
+            size = path.stat().st_size
+        except OSError:
+            return None
+        if len(data) < IDX_HDR.size + 4 or \
+                zlib.crc32(data[:-4]) != struct.unpack_from("<I", data, len(data) - 4)[0]:
+            return None
+        magic, first, count, seg_size, last_ts, n = IDX_HDR.unpack_from(data, 0)
+        if magic != IDX_MAGIC or seg_size != size or len(data) != IDX_HDR.size + 16 * n + 4:
+            return None
+        seg = _Segment(first, path)
+        seg.count, seg.size, seg.last_ts = count, seg_size, last_ts
+        seg.positions.frombytes(data[IDX_HDR.size:IDX_HDR.size + 8 * n])
+        seg.stamps.frombytes(data[IDX_HDR.size + 8 * n:IDX_HDR.size + 16 * n])
+        return seg
 
     def _scan(self, path: Path, newest: bool) -> _Segment | None:
         data = path.read_bytes()
@@ -245,6 +285,7 @@ class StreamLog:
                 os.fdatasync(self._wfd)
             os.close(self._wfd)
             self._wfd = -1
+            self._write_index(self.segments[-1])
         path = self.dir / f"{first:020d}.seg"
         seg = _Segment(first, path)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
@@ -284,6 +325,7 @@ class StreamLog:
         if seg.fd >= 0:
             os.close(seg.fd)
         seg.path.unlink(missing_ok=True)
+        seg.path.with_suffix(".idx").unlink(missing_ok=True)
 
     # -- read -----------------------------------------------------------------------
     def offset_for_timestamp(self, ts_ms: int) -> int:
