@@ -94,10 +94,10 @@ def test_R1_retention_by_size_drops_whole_oldest_segments(tmp_path: Path) -> Non
 
 
 def test_R1_retention_by_age(tmp_path: Path) -> None:
-    lg = StreamLog(tmp_path / "s", segment_bytes=2000, max_age_ms=50)
+    lg = StreamLog(tmp_path / "s", segment_bytes=2000, max_age_ms=1000)
     fill(lg, 60)
-    time.sleep(0.1)
-    fill(lg, 60, start=60)  # rolls: segments older than 50 ms go
+    time.sleep(1.5)
+    fill(lg, 60, start=60)  # rolls: segments whose newest record is older than 1 s go
     assert 0 < lg.first_offset <= 60  # whole segments: the one holding 59 and 60 stays
 
 
