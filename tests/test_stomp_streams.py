@@ -78,3 +78,18 @@ def test_R2_stomp_stream_without_prefetch_is_an_error(target: Target, stream: st
         e = r.expect("ERROR")
         assert "consumer prefetch count is not set" in (e.headers.get("message", "")
                                                         + e.body.decode())
+
+
+def test_R2_stomp_nack_on_stream_is_an_error(target: Target, stream: str) -> None:
+    """RabbitMQ's plugin turns NACK into basic.nack, which a stream refuses (540)."""
+    with target.raw() as r:
+        r.subscribe(f"/amq/queue/{stream}", "s", ack="client-individual", **{
+            "prefetch-count": "10", "x-stream-offset": "first"})
+        m = r.expect("MESSAGE")
+        r.ack(m, command="NACK")
+        e = r.recv()
+        while e.command == "MESSAGE":  # the other four, already on their way
+            e = r.recv()
+        assert e.command == "ERROR", e
+        assert "basic.nack and basic.reject not supported by stream queues" in (
+            e.headers.get("message", "") + e.body.decode())

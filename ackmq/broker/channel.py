@@ -367,6 +367,7 @@ class ChannelModel:
 
     def settle(self, action: str, taken: list[tuple[int, Delivery]]) -> None:
         """Apply "ack", "requeue" or "reject" to deliveries from `take_for_consumer`."""
+        self._check_settle(action, taken)
         self._settle(action, taken)
 
     def basic_ack(self, tag: int, multiple: bool) -> None:
