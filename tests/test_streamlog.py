@@ -6,7 +6,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ackmq.store.streamlog import StreamLog, StreamStore
+from ackmq.store.streamlog import (
+    BODY,
+    EXCHANGE,
+    OFFSET,
+    PROPERTIES,
+    ROUTING_KEY,
+    StreamLog,
+    StreamStore,
+)
 
 PROPS = b"\x10\x00\x02"
 
@@ -24,8 +32,8 @@ def bodies(lg: StreamLog, offset: int, limit: int) -> list[int]:
         recs = lg.read(offset, limit - len(out))
         if not recs:
             break
-        out += [int(r.body.rstrip(b".")) for r in recs]
-        offset = recs[-1].offset + 1
+        out += [int(r[BODY].rstrip(b".")) for r in recs]
+        offset = recs[-1][OFFSET] + 1
     return out
 
 
@@ -37,7 +45,8 @@ def test_R3_seek_any_offset_across_segments(tmp_path: Path) -> None:
         assert bodies(lg, off, 3) == list(range(off, min(off + 3, 1000)))
     assert lg.read(1000, 5) == []
     r = lg.read(7, 1)[0]
-    assert (r.offset, r.exchange, r.routing_key, r.properties) == (7, "amq.direct", "rk", PROPS)
+    assert (r[OFFSET], r[EXCHANGE], r[ROUTING_KEY], r[PROPERTIES]) == (7, "amq.direct", "rk",
+                                                                      PROPS)
     # unwritten records read back too, in order after the written ones
     for i in range(1000, 1010):
         lg.append("", "q", PROPS, str(i).encode())

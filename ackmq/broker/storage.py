@@ -134,15 +134,9 @@ class Store(Protocol):
         """True when add/remove/delivered calls are buffered and not yet committed."""
 
 
-class StreamRecordLike(Protocol):
-    """One record of a stream (R1-R3), as a stream log returns it."""
-
-    offset: int
-    timestamp: int  # ms since the epoch
-    exchange: str
-    routing_key: str
-    properties: bytes
-    body: bytes
+# one record of a stream as a stream log returns it: (offset, timestamp in ms since the
+# epoch, exchange, routing key, raw properties, body)
+StreamRecord = tuple[int, int, str, str, bytes, bytes]
 
 
 class StreamLogLike(Protocol):
@@ -155,7 +149,7 @@ class StreamLogLike(Protocol):
     def append(self, exchange: str, routing_key: str, properties: bytes, body: bytes) -> int:
         """Buffer a record; written and fsynced by the StreamStorage's next commit."""
 
-    def read(self, offset: int, limit: int) -> list[StreamRecordLike]: ...
+    def read(self, offset: int, limit: int) -> list[StreamRecord]: ...
     def offset_for_timestamp(self, ts_ms: int) -> int: ...
 
 

@@ -183,8 +183,9 @@ class StreamQueue(Queue):
         key = id(c)
         if lg is None:
             return
+        deliver, consumers, offsets = c.channel.deliver, self.consumers, self._offsets
         while True:
-            offset = self._offsets[key]
+            offset = offsets[key]
             if offset >= lg.next_offset:
                 return  # caught up: stays waiting for the next publish
             room = c.limit - c.unacked
@@ -196,15 +197,11 @@ class StreamQueue(Queue):
             records = lg.read(offset, min(room, READ_BATCH))
             if not records:
                 return
-            for r in records:
-                entry = QueueEntry(Message(r.exchange, r.routing_key,
-                                           with_offset(r.properties, r.offset), r.body,
-                                           trusted=True), r.offset, self)
-                self._offsets[key] = r.offset + 1
-                c.channel.deliver(c, entry)
-                if id(c) not in self.consumers:
-                    return
-                if not c.has_room():
+            for off, _ts, exchange, routing_key, props, body in records:
+                offsets[key] = off + 1
+                deliver(c, QueueEntry(Message(exchange, routing_key, with_offset(props, off),
+                                              body, trusted=True), off, self))
+                if key not in consumers or not c.has_room():
                     break
 
     # -- pull and settle ------------------------------------------------------------------

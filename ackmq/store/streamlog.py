@@ -30,7 +30,7 @@ import zlib
 from array import array
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from ackmq.store.format import REC_HDR
 
@@ -47,13 +47,10 @@ DEFAULT_SEGMENT_BYTES = 64 << 20
 READ_CHUNK = 256 << 10
 
 
-class StreamRecord(NamedTuple):
-    offset: int
-    timestamp: int  # ms since the epoch, when appended
-    exchange: str
-    routing_key: str
-    properties: bytes
-    body: bytes
+# a record as `read` returns it: a plain tuple (no per-record class instance), indexed
+# by these names
+StreamRecord = tuple[int, int, str, str, bytes, bytes]
+OFFSET, TIMESTAMP, EXCHANGE, ROUTING_KEY, PROPERTIES, BODY = range(6)
 
 
 _names: dict[bytes, str] = {}  # exchange and routing-key texts, decoded once
@@ -76,7 +73,7 @@ def _decode(data: bytes, p: int) -> StreamRecord:
     p += lx
     k = _name(data[p:p + lk])
     p += lk
-    return StreamRecord(off, ts, x, k, data[p:p + lp], data[p + lp:p + lp + lb])
+    return off, ts, x, k, data[p:p + lp], data[p + lp:p + lp + lb]
 
 
 class _Segment:
@@ -338,11 +335,11 @@ class StreamLog:
             while True:
                 recs = self.read(off, STRIDE + 1)
                 for r in recs:
-                    if r.timestamp >= ts_ms:
-                        return r.offset
+                    if r[TIMESTAMP] >= ts_ms:
+                        return r[OFFSET]
                 if not recs:
                     break
-                off = recs[-1].offset + 1
+                off = recs[-1][OFFSET] + 1
         for i, ts in enumerate(self._pending_ts):
             if ts >= ts_ms:
                 return self._pending_first + i
