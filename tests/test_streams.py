@@ -451,3 +451,18 @@ def test_R1_R3_stream_survives_kill_9_with_offsets(tmp_path: Path) -> None:
         c.close()
     finally:
         b.stop()
+
+
+def test_R2_last_is_the_newest_chunk(conn: pika.BlockingConnection, stream: str) -> None:
+    """`last` starts at the newest batch written together (RabbitMQ: osiris' last chunk):
+    after confirmed publishes, one at a time, that is the last message."""
+    publish(conn, stream, 3)
+    assert consume(conn, stream, "last", wait=1.0) == [(2, b"m2")]
+    ch = conn.channel()  # a burst without confirms: the last chunk holds the newest ones
+    for i in range(3, 40):
+        ch.basic_publish("", stream, f"m{i}".encode(), PERSISTENT)
+    ch.close()
+    time.sleep(0.5)
+    got = consume(conn, stream, "last", wait=1.5)
+    assert got and got[-1] == (39, b"m39")
+    assert [o for o, _b in got] == list(range(got[0][0], 40))

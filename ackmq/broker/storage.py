@@ -146,6 +146,9 @@ class StreamLogLike(Protocol):
     def first_offset(self) -> int: ...
     @property
     def next_offset(self) -> int: ...
+    @property
+    def last_chunk(self) -> int:
+        """Where `last` starts: the first offset of the newest batch written together."""
     def append(self, exchange: str, routing_key: str, properties: bytes, body: bytes) -> int:
         """Buffer a record; written and fsynced by the StreamStorage's next commit."""
 

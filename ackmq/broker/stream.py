@@ -142,8 +142,8 @@ class StreamQueue(Queue):
         how, value = stream_args.start_spec(c.arguments)
         if how == "first":
             start = lg.first_offset
-        elif how == "last":
-            start = max(lg.next_offset - 1, lg.first_offset)
+        elif how == "last":  # the newest chunk: what was written together last
+            start = lg.last_chunk
         elif how == "next":
             start = lg.next_offset
         elif how == "timestamp":

@@ -115,6 +115,7 @@ class StreamLog:
         self._wfd = -1
         self._dirty = False
         self._last_ts = 0
+        self._last_chunk = 0
         self.dir.mkdir(parents=True, exist_ok=True)
         self._recover()
 
@@ -126,6 +127,14 @@ class StreamLog:
     @property
     def next_offset(self) -> int:
         return self._pending_first + len(self._pending)
+
+    @property
+    def last_chunk(self) -> int:
+        """The first offset of the newest batch written together (one turn's appends):
+        where RabbitMQ's `last` starts (osiris' last chunk)."""
+        if self._pending and self._pending_first == self.first_offset:
+            return self._pending_first  # nothing written yet
+        return max(self._last_chunk, self.first_offset)
 
     @property
     def pending(self) -> bool:
@@ -156,6 +165,7 @@ class StreamLog:
         if self.segments:
             last = self.segments[-1]
             self._pending_first = last.first + last.count
+            self._last_chunk = max(self._pending_first - 1, 0)  # batches are not recorded
             self._last_ts = last.last_ts
             self._open_writer(last)
 
@@ -246,6 +256,7 @@ class StreamLog:
             self._pending_first
         self._buf, self._pending, self._pending_ts = bytearray(), [], []
         self._pending_first = first + len(starts)
+        self._last_chunk = first
         n, total, i = len(starts), len(buf), 0
         while i < n:
             seg = self.segments[-1] if self.segments else None
@@ -453,6 +464,14 @@ class StreamStore:
 
     def appended(self, vhost: str, name: str, lg: StreamLog) -> None:
         self._dirty[(vhost, name)] = lg
+
+    @property
+    def last_chunk(self) -> int:
+        """The first offset of the newest batch written together (one turn's appends):
+        where RabbitMQ's `last` starts (osiris' last chunk)."""
+        if self._pending and self._pending_first == self.first_offset:
+            return self._pending_first  # nothing written yet
+        return max(self._last_chunk, self.first_offset)
 
     @property
     def pending(self) -> bool:
