@@ -117,6 +117,12 @@ class StreamQueue(Queue):
         return 0 if lg is None else lg.next_offset - lg.first_offset
 
     @property
+    def consumer_count(self) -> int:
+        """What declare-ok reports: 0, as RabbitMQ 3.10's stat for a stream, whatever
+        reads it (`consumers` has them)."""
+        return 0
+
+    @property
     def unacked_count(self) -> int:
         return sum(c.unacked for c in self.consumers.values())
 
