@@ -217,6 +217,7 @@ def test_R1_messages_stay_after_consumption(conn: pika.BlockingConnection, strea
     ch = conn.channel()
     ch.basic_qos(prefetch_count=1)
     ch.basic_consume(stream, lambda *a: None, arguments={"x-stream-offset": "first"})
+    conn.process_data_events(0.5)  # dispatched: pika would reject a pending one (540)
     ok = conn.channel().queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
     assert ok.method.consumer_count == 0  # RabbitMQ's stat counts no stream consumers
 
@@ -443,14 +444,24 @@ def test_R1_R3_stream_survives_kill_9_with_offsets(tmp_path: Path) -> None:
             "x-queue-type": "stream", "x-stream-max-segment-size-bytes": 4000})
         publish(c, "events", 300)  # confirmed: fsynced
         before = consume(c, "events", 120, n=180)
+        # one publish into a stream and a classic queue: confirmed once both are synced
+        ch = c.channel()
+        ch.queue_declare("classic", durable=True)
+        ch.queue_bind("events", "amq.fanout")
+        ch.queue_bind("classic", "amq.fanout")
+        ch.confirm_delivery()
+        ch.basic_publish("amq.fanout", "", b"both", PERSISTENT)
         b.kill()
         b.start()
         c = pika.BlockingConnection(pika.URLParameters(b.url))
-        assert c.channel().queue_declare("events", passive=True).method.message_count == 300
-        assert consume(c, "events", 120, n=180) == before
-        publish(c, "events", 2, start=300)
-        got = consume(c, "events", "first", n=302)
-        assert got == [(i, f"m{i}".encode()) for i in range(302)]
+        assert c.channel().queue_declare("classic", passive=True).method.message_count == 1
+        assert consume(c, "events", 300, n=1) == [(300, b"both")]
+        c.channel().queue_unbind("events", "amq.fanout")
+        assert c.channel().queue_declare("events", passive=True).method.message_count == 301
+        assert consume(c, "events", 120, n=181)[:180] == before
+        publish(c, "events", 2, start=301)
+        got = consume(c, "events", "first", n=303)
+        assert got == [(i, f"m{i}".encode() if i != 300 else b"both") for i in range(303)]
         c.close()
     finally:
         b.stop()

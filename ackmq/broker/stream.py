@@ -220,8 +220,6 @@ class StreamQueue(Queue):
 
     def check_settle(self, action: str) -> None:
         """basic.nack / basic.reject / basic.recover on a stream's delivery: refused."""
-        if self.deleted:
-            return  # settling deliveries of a deleted stream changes nothing (RabbitMQ)
         if action == RECOVER:
             raise stream_args.internal_error()  # RabbitMQ 3.10's channel crashes (541)
         if action != ACK:
