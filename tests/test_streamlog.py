@@ -126,3 +126,27 @@ def test_stream_store_commit_and_remove(tmp_path: Path) -> None:
     assert st2.open("/", "events", True, 0, None, None).next_offset == 0  # fresh: wiped
     st2.remove("/", "events")
     assert not any(tmp_path.iterdir())
+
+
+def test_P6_failed_write_leaves_the_log_consistent(tmp_path: Path) -> None:
+    """A write that fails (here: the descriptor refuses writes, EBADF) raises, cuts
+    nothing written into the index, and the next appends reuse the lost offsets."""
+    import os
+
+    import pytest
+
+    lg = StreamLog(tmp_path / "s", segment_bytes=1 << 20)
+    fill(lg, 10)
+    good = lg._wfd
+    lg._wfd = os.open(lg.segments[-1].path, os.O_RDONLY)
+    for i in range(10, 15):
+        lg.append("", "q", PROPS, str(i).encode())
+    with pytest.raises(OSError):
+        lg.flush()
+    os.close(lg._wfd)
+    lg._wfd = good
+    assert lg.next_offset == 10 and bodies(lg, 0, 20) == list(range(10))
+    fill(lg, 3, start=10)
+    assert bodies(lg, 0, 20) == list(range(13))
+    lg.close()
+    assert bodies(StreamLog(tmp_path / "s"), 0, 20) == list(range(13))

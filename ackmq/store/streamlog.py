@@ -257,30 +257,57 @@ class StreamLog:
         self._buf, self._pending, self._pending_ts = bytearray(), [], []
         self._pending_first = first + len(starts)
         self._last_chunk = first
-        n, total, i = len(starts), len(buf), 0
-        while i < n:
-            seg = self.segments[-1] if self.segments else None
-            if seg is None or (seg.count and seg.size >= self.segment_bytes):
-                seg = self._roll(first + i)
-            # the records that fit in this segment (at least one)
-            room = self.segment_bytes - seg.size
-            j = i + 1
-            while j < n and (starts[j + 1] if j + 1 < n else total) - starts[i] <= room:
-                j += 1
-            end = starts[j] if j < n else total
-            base = seg.size - starts[i]
-            positions, seg_stamps, count = seg.positions, seg.stamps, seg.count
-            for r in range(i, j):
-                if count % STRIDE == 0:
-                    positions.append(starts[r] + base)
-                    seg_stamps.append(stamps[r])
-                count += 1
-            seg.count = count
-            seg.last_ts = stamps[j - 1]
-            os.write(self._wfd, memoryview(buf)[starts[i]:end])
-            seg.size += end - starts[i]
-            self._dirty = True
-            i = j
+        n, i = len(starts), 0
+        try:
+            while i < n:
+                i = self._write_some(buf, starts, stamps, first, i)
+        except OSError:
+            # what is not written is dropped (its publishes are nacked, P6); its offsets
+            # go to the next appends
+            self._pending_first = first + i
+            raise
+
+    def _write_some(self, buf: bytearray, starts: list[int], stamps: list[int], first: int,
+                    i: int) -> int:
+        """Write records i.. that fit in the current segment (rolling first if it is
+        full); returns the index of the first record not written. A failed write is cut
+        off the file again and leaves the segment's index and size as they were."""
+        n, total = len(starts), len(buf)
+        seg = self.segments[-1] if self.segments else None
+        if seg is None or (seg.count and seg.size >= self.segment_bytes):
+            seg = self._roll(first + i)
+        # the records that fit in this segment (at least one)
+        room = self.segment_bytes - seg.size
+        j = i + 1
+        while j < n and (starts[j + 1] if j + 1 < n else total) - starts[i] <= room:
+            j += 1
+        end = starts[j] if j < n else total
+        base = seg.size - starts[i]
+        positions, seg_stamps, count = seg.positions, seg.stamps, seg.count
+        indexed = len(positions)
+        for r in range(i, j):
+            if count % STRIDE == 0:
+                positions.append(starts[r] + base)
+                seg_stamps.append(stamps[r])
+            count += 1
+        data = memoryview(buf)[starts[i]:end]
+        try:
+            done = 0
+            while done < len(data):
+                done += os.write(self._wfd, data[done:])
+        except OSError:
+            del positions[indexed:]
+            del seg_stamps[indexed:]
+            try:
+                os.ftruncate(self._wfd, seg.size)
+            except OSError:
+                pass  # recovery cuts a torn tail anyway
+            raise
+        seg.count = count
+        seg.last_ts = stamps[j - 1]
+        seg.size += end - starts[i]
+        self._dirty = True
+        return j
 
     def sync(self) -> None:
         if self._dirty and self._wfd >= 0:
