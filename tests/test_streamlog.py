@@ -150,3 +150,13 @@ def test_P6_failed_write_leaves_the_log_consistent(tmp_path: Path) -> None:
     assert bodies(lg, 0, 20) == list(range(13))
     lg.close()
     assert bodies(StreamLog(tmp_path / "s"), 0, 20) == list(range(13))
+
+
+def test_R3_damaged_record_is_not_delivered(tmp_path: Path) -> None:
+    lg = StreamLog(tmp_path / "s", segment_bytes=1 << 20)
+    fill(lg, 20)
+    seg = lg.segments[-1].path
+    data = bytearray(seg.read_bytes())
+    data[data.index(b"10....")] ^= 0xFF  # flip a byte in record 10's body
+    seg.write_bytes(bytes(data))
+    assert bodies(lg, 0, 20) == list(range(10))  # stops before the damaged record

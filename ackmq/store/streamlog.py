@@ -45,6 +45,7 @@ STRIDE = 64                       # one index entry per this many records
 # RabbitMQ's default is 500 MB; ackmq's is smaller: a restart rescans the newest segment
 DEFAULT_SEGMENT_BYTES = 64 << 20
 READ_CHUNK = 256 << 10
+READ_AHEAD = 1 << 20  # asked of the kernel (posix_fadvise) past each batch read
 
 
 # a record as `read` returns it: a plain tuple (no per-record class instance), indexed
@@ -116,6 +117,7 @@ class StreamLog:
         self._dirty = False
         self._last_ts = 0
         self._last_chunk = 0
+        self._damaged: set[int] = set()  # offsets whose record failed its checksum
         self.dir.mkdir(parents=True, exist_ok=True)
         self._recover()
 
@@ -412,11 +414,11 @@ class StreamLog:
         skip = rel % STRIDE  # records before `offset` since the indexed one
         want = limit + skip
         got = size = 0
-        while got < want and pos < seg.size:
+        while got < want and pos < seg.size and size < max_bytes:
             data = os.pread(seg.fd, min(READ_CHUNK, seg.size - pos), pos)
             p = 0
-            while got < want and p + REC_HDR.size <= len(data):
-                n = REC_HDR.unpack_from(data, p)[0]
+            while got < want and p + REC_HDR.size <= len(data) and size < max_bytes:
+                n, crc = REC_HDR.unpack_from(data, p)
                 stop = p + REC_HDR.size + n
                 if stop > len(data):
                     if p == 0:  # one record larger than the chunk
@@ -424,13 +426,21 @@ class StreamLog:
                         continue
                     break
                 if got >= skip:
+                    if zlib.crc32(memoryview(data)[p + REC_HDR.size:stop]) != crc:
+                        bad = seg.first + rel - skip + got
+                        if bad not in self._damaged:  # logged once, not on every read
+                            self._damaged.add(bad)
+                            log.error("stream %s: record %d in %s fails its checksum; "
+                                      "readers stop there", self.dir.name, bad, seg.path.name)
+                        return
                     out.append(_decode(data, p + REC_HDR.size))
                     size += n
                 got += 1
                 p = stop
-                if size >= max_bytes:
-                    return
             pos += p
+        if pos < seg.size or seg is self.segments[-1]:
+            # the kernel reads the next stretch meanwhile: the next pread is a copy
+            os.posix_fadvise(seg.fd, pos, READ_AHEAD, os.POSIX_FADV_WILLNEED)
 
     # -- life cycle -----------------------------------------------------------------
     def close(self) -> None:
