@@ -93,3 +93,26 @@ def test_R2_stomp_nack_on_stream_is_an_error(target: Target, stream: str) -> Non
         assert e.command == "ERROR", e
         assert "basic.nack and basic.reject not supported by stream queues" in (
             e.headers.get("message", "") + e.body.decode())
+
+
+def test_R1_stomp_queue_destination_declares_or_matches_a_stream(target: Target) -> None:
+    """/queue/<name> declares durably, with x-* headers as arguments: x-queue-type:stream
+    makes (or matches) a stream; without it, an existing stream is inequivalent."""
+    name = f"t.stomp-stream-q.{uuid.uuid4().hex[:8]}"
+    try:
+        with target.raw() as r:
+            r.subscribe(f"/queue/{name}", "s", ack="client", **{
+                "x-queue-type": "stream", "prefetch-count": "5", "x-stream-offset": "first"})
+            r.receipt("SEND", {"destination": f"/queue/{name}"}, b"hello")
+            m = r.expect("MESSAGE")
+            assert m.body == b"hello" and m.headers["x-stream-offset"] == "0"
+        with target.raw() as r:
+            r.subscribe(f"/queue/{name}", "s", ack="client", receipt=False,
+                        **{"prefetch-count": "5"})
+            e = r.expect("ERROR")
+            assert "inequivalent arg 'x-queue-type'" in (e.headers.get("message", "")
+                                                         + e.body.decode())
+    finally:
+        conn = target.pika()
+        conn.channel().queue_delete(name)
+        conn.close()
