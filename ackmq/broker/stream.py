@@ -11,7 +11,6 @@ for many records), so a stream's length costs no broker memory.
 
 from __future__ import annotations
 
-import logging
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +25,6 @@ from ackmq.protocol.amqp.properties import properties_with_headers
 if TYPE_CHECKING:
     from ackmq.broker.storage import QueuedMessages, StreamLogLike
     from ackmq.broker.vhost import VHost
-
-log = logging.getLogger("ackmq.stream")
 
 OFFSET_HEADER = "x-stream-offset"
 _HEADERS_FLAG = 0x2000
@@ -48,6 +45,8 @@ def with_offset(raw: bytes, offset: int) -> bytes:
         pos += 1 + raw[pos]
     return b"".join((_U16.pack(flags | _HEADERS_FLAG), raw[2:pos],
                      _OFFSET_TABLE.pack(25, 15, b"x-stream-offset", b"l", offset), raw[pos:]))
+
+
 READ_BATCH = 256  # records read from the log at once for one consumer
 
 
