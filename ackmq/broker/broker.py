@@ -217,17 +217,21 @@ class BrokerModel:
                 log.warning("%s", e)
         store, streams = self.store, self.streams
         if streams is not None and streams.pending:
-            # a turn with stream appends: its waiters are confirmed once both the streams
-            # and the main store have synced what the turn wrote (P5c)
-            waiters, callbacks = self._commit_waiters, self._commit_callbacks
-            self._commit_waiters, self._commit_callbacks = [], []
-            done = _Join(2 if store is not None else 1,
-                         lambda exc: self._committed(waiters, callbacks, exc))
-            streams.commit(done)
-            if store is not None:
-                store.commit(done)
-        elif store is not None and (store.pending or self._commit_waiters
-                                    or self._commit_callbacks):
+            if self._commit_waiters or self._commit_callbacks:
+                # a turn with stream appends and confirms owed: they go once both the
+                # streams and the main store have synced what the turn wrote (P5c)
+                waiters, callbacks = self._commit_waiters, self._commit_callbacks
+                self._commit_waiters, self._commit_callbacks = [], []
+                done = _Join(2 if store is not None else 1,
+                             lambda exc: self._committed(waiters, callbacks, exc))
+                streams.commit(done)
+                if store is not None:
+                    store.commit(done)
+                store = None  # committed
+            else:
+                streams.commit(self._streams_synced)
+        if store is not None and (store.pending or self._commit_waiters
+                                  or self._commit_callbacks):
             waiters, callbacks = self._commit_waiters, self._commit_callbacks
             self._commit_waiters, self._commit_callbacks = [], []
             n = len(waiters) + len(callbacks)
@@ -242,6 +246,11 @@ class BrokerModel:
             dirty, self._dirty = self._dirty, {}
             for ch in dirty.values():
                 ch.flush_confirms()
+
+    def _streams_synced(self, exc: BaseException | None) -> None:
+        if exc is not None:  # nothing was waiting for it; the next commits will say more
+            self.store_failures += 1
+            log.error("stream write failed: %s", exc)
 
     def _committed(self, waiters: list[tuple[ChannelModel, int]],
                    callbacks: list[Callable[[BaseException | None], None]],
