@@ -216,8 +216,12 @@ def test_R1_messages_stay_after_consumption(conn: pika.BlockingConnection, strea
     assert count(conn, stream, 5) == 5
     ch = conn.channel()
     ch.basic_qos(prefetch_count=1)
-    ch.basic_consume(stream, lambda *a: None, arguments={"x-stream-offset": "first"})
-    conn.process_data_events(0.5)  # dispatched: pika would reject a pending one (540)
+    seen: list[bytes] = []
+    ch.basic_consume(stream, lambda c, m, p, b: seen.append(b),
+                     arguments={"x-stream-offset": "first"})
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:  # dispatched: pika would reject a
+        conn.process_data_events(0.05)               # pending one at teardown (540)
     ok = conn.channel().queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
     assert ok.method.consumer_count == 0  # RabbitMQ's stat counts no stream consumers
 
