@@ -161,9 +161,7 @@ def _queue_type(v: Any, args: dict[str, Any]) -> str | None:
     s = as_text(v)
     if s is None:
         return f"{{unacceptable_type,{type_name(v)}}}"
-    if s == "stream":  # a RabbitMQ type ackmq does not have
-        return "ackmq offers classic and quorum queues, not stream"
-    return None if s in ("classic", "quorum") else erl_string(f"unsupported queue type '{s}'")
+    return None if s in ("classic", "quorum", "stream") else erl_string(f"unsupported queue type '{s}'")
 
 
 def _bool(v: Any, args: dict[str, Any]) -> str | None:
@@ -207,6 +205,10 @@ def check_consume_arguments(args: dict[str, Any], qname: str, vhost: str) -> Non
             if err is not None:
                 raise SoftError(PRECONDITION_FAILED, f"invalid arg '{key}' for queue "
                                                      f"'{qname}' in vhost '{vhost}': {err}")
+    if "x-stream-offset" in args:
+        raise SoftError(PRECONDITION_FAILED, f"invalid arg 'x-stream-offset' for queue "
+                                             f"'{qname}' in vhost '{vhost}' of queue type "
+                                             "rabbit_classic_queue")
 
 
 def check_queue_arguments(args: dict[str, Any], qname: str, vhost: str) -> None:

@@ -16,7 +16,7 @@ from ackmq.broker.errors import NOT_ALLOWED, HardError
 from ackmq.broker.exchange import EXCHANGE_CLASSES
 from ackmq.broker.queue_type import Queue
 from ackmq.broker.readylist import QUEUE_HOT_MESSAGES, QUEUE_MEMORY_MB, HotBudget
-from ackmq.broker.storage import QueuedMessages, Store
+from ackmq.broker.storage import QueuedMessages, Store, StreamStorage
 from ackmq.broker.vhost import VHost
 from ackmq.broker.vhost_store import VHostStore, split
 
@@ -63,13 +63,30 @@ INLINE_SYNC_AVG = 1.5
 RECOVER_HOT = 4096  # entries a recovered queue reads back at start; the rest stay in the store
 
 
+class _Join:
+    """A callback for `n` commits: `fn(first error or None)` once all have called it."""
+
+    __slots__ = ("n", "fn", "exc")
+
+    def __init__(self, n: int, fn: Callable[[BaseException | None], None]) -> None:
+        self.n, self.fn, self.exc = n, fn, None
+
+    def __call__(self, exc: BaseException | None) -> None:
+        self.exc = self.exc or exc
+        self.n -= 1
+        if self.n == 0:
+            self.fn(self.exc)
+
+
 class BrokerModel:
     def __init__(self, scheduler: Scheduler, store: Store | None = None,
                  consumer_timeout_ms: int | None = None, spill: Any = None,
                  queue_hot_messages: int = QUEUE_HOT_MESSAGES,
-                 queue_memory: int = QUEUE_MEMORY_MB << 20) -> None:
+                 queue_memory: int = QUEUE_MEMORY_MB << 20,
+                 streams: StreamStorage | None = None) -> None:
         self.scheduler = scheduler
         self.store = store
+        self.streams = streams  # stream queues' logs (R1), committed before the store
         self.spill = spill  # deep queues keep their tails there (ackmq.store.spill)
         self.queue_hot_messages = queue_hot_messages  # per queue, at most
         self.hot_budget = HotBudget(queue_memory)     # all queues together
@@ -198,7 +215,21 @@ class BrokerModel:
                 self.spill.flush()
             except OSError as e:  # kept in memory; retried next turn
                 log.warning("%s", e)
-        store = self.store
+        store, streams = self.store, self.streams
+        if streams is not None and streams.pending:
+            if self._commit_waiters or self._commit_callbacks:
+                # a turn with stream appends and confirms owed: they go once both the
+                # streams and the main store have synced what the turn wrote (P5c)
+                waiters, callbacks = self._commit_waiters, self._commit_callbacks
+                self._commit_waiters, self._commit_callbacks = [], []
+                done = _Join(2 if store is not None else 1,
+                             lambda exc: self._committed(waiters, callbacks, exc))
+                streams.commit(done)
+                if store is not None:
+                    store.commit(done)
+                store = None  # committed
+            else:
+                streams.commit(self._streams_synced)
         if store is not None and (store.pending or self._commit_waiters
                                   or self._commit_callbacks):
             waiters, callbacks = self._commit_waiters, self._commit_callbacks
@@ -215,6 +246,11 @@ class BrokerModel:
             dirty, self._dirty = self._dirty, {}
             for ch in dirty.values():
                 ch.flush_confirms()
+
+    def _streams_synced(self, exc: BaseException | None) -> None:
+        if exc is not None:  # nothing was waiting for it; the next commits will say more
+            self.store_failures += 1
+            log.error("stream write failed: %s", exc)
 
     def _committed(self, waiters: list[tuple[ChannelModel, int]],
                    callbacks: list[Callable[[BaseException | None], None]],
@@ -248,6 +284,8 @@ class BrokerModel:
         return moved
 
     def close(self) -> None:
+        if self.streams is not None:
+            self.streams.close()
         if self.store is not None:
             self.store.close()
         if self.spill is not None:

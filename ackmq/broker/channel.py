@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ackmq.broker.access import WRITE
-from ackmq.broker.arguments import check_consume_arguments
 from ackmq.broker.confirms import ConfirmTracker
 from ackmq.broker.consumer import Consumer
 from ackmq.broker.dedup import EXCHANGE_TYPE
@@ -30,7 +29,7 @@ from ackmq.broker.errors import (
     SoftError,
 )
 from ackmq.broker.message import Message, QueueEntry
-from ackmq.broker.queue_type import ACK, REJECT, REQUEUE, Queue
+from ackmq.broker.queue_type import ACK, RECOVER, REJECT, REQUEUE, Queue
 from ackmq.broker.vhost import REPLY_TO
 from ackmq.protocol.amqp.properties import PropertiesView, properties_edit
 
@@ -275,13 +274,9 @@ class ChannelModel:
             consumer_tag = "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
         elif consumer_tag in self.consumers:
             raise HardError(NOT_ALLOWED, f"attempt to reuse consumer tag '{consumer_tag}'")
-        if arguments:
-            check_consume_arguments(arguments, q.name, self.vhost.name)
-        if any(c.exclusive for c in q.consumers.values()) or (exclusive and q.consumers):
-            raise SoftError(ACCESS_REFUSED, f"queue '{q.name}' in vhost "
-                                               f"'{self.vhost.name}' in exclusive use")
-        c = Consumer(consumer_tag, self, q, no_ack, exclusive,
-                     self.prefetch_count if prefetch is None else prefetch, arguments)
+        limit = self.prefetch_count if prefetch is None else prefetch
+        q.check_consume(arguments or {}, no_ack, exclusive, limit)
+        c = Consumer(consumer_tag, self, q, no_ack, exclusive, limit, arguments)
         self.consumers[consumer_tag] = c
         return consumer_tag
 
@@ -376,6 +371,7 @@ class ChannelModel:
 
     def settle(self, action: str, taken: list[tuple[int, Delivery]]) -> None:
         """Apply "ack", "requeue" or "reject" to deliveries from `take_for_consumer`."""
+        self._check_settle(action, taken)
         self._settle(action, taken)
 
     def basic_ack(self, tag: int, multiple: bool) -> None:
@@ -388,6 +384,7 @@ class ChannelModel:
     def basic_nack(self, tag: int, multiple: bool, requeue: bool) -> None:
         taken = self._take(tag, multiple)
         action = REQUEUE if requeue else REJECT
+        self._check_settle(action, taken)
         if self.tx is not None:
             self.tx.settles.append((action, taken))
             return
@@ -414,7 +411,21 @@ class ChannelModel:
     def basic_recover(self, requeue: bool) -> None:
         if not requeue:
             raise HardError(NOT_IMPLEMENTED, "requeue=false")
-        self._settle(REQUEUE, self._take(0, True))
+        taken = self._take(0, True)
+        self._check_settle(RECOVER, taken)
+        self._settle(REQUEUE, taken)
+
+    def _check_settle(self, action: str, taken: list[tuple[int, Delivery]]) -> None:
+        """Each queue type may refuse a settlement (streams: nack, reject, recover); the
+        deliveries then stay unacked, to be requeued as the connection closes."""
+        try:
+            for q in {id(d[0].queue): d[0].queue for _t, d in taken}.values():
+                q.check_settle(action)
+        except Exception:
+            for t, d in taken:
+                self.unacked[t] = d
+            self.unacked = OrderedDict(sorted(self.unacked.items()))
+            raise
 
     def basic_qos(self, prefetch_size: int, prefetch_count: int, global_: bool) -> None:
         if prefetch_size:

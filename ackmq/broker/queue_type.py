@@ -10,6 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ackmq.broker.arguments import (
+    QUEUE_EQUIVALENCE_KEYS,
+    check_consume_arguments,
+    check_queue_arguments,
+)
+from ackmq.broker.errors import ACCESS_REFUSED, PRECONDITION_FAILED, SoftError
+
 if TYPE_CHECKING:
     from ackmq.broker.consumer import Consumer
     from ackmq.broker.message import Message, QueueEntry
@@ -18,6 +25,7 @@ if TYPE_CHECKING:
 
 # what a channel asks a queue to do with a settled delivery
 ACK, REQUEUE, REJECT = "ack", "requeue", "reject"
+RECOVER = "recover"  # basic.recover: asked of `check_settle` only (settled as REQUEUE)
 
 
 class Queue:
@@ -31,6 +39,9 @@ class Queue:
     and ABCMeta's check costs ~100 ns more; `missing_methods` checks a type instead."""
 
     kind = ""
+    # compared on redeclare, in this order (RabbitMQ: the type's queue_arguments)
+    equivalence_keys: tuple[str, ...] = QUEUE_EQUIVALENCE_KEYS
+    server_named = True  # may be declared with an empty name (amq.gen-…)
     vhost: VHost
     name: str
     durable: bool
@@ -60,6 +71,21 @@ class Queue:
         return len(self.consumers)
 
     # -- declare / recover ----------------------------------------------------------
+    @classmethod
+    def check_declare(cls, arguments: dict[str, Any], name: str, vhost: str, durable: bool,
+                      exclusive: bool, auto_delete: bool) -> None:
+        """A new queue's arguments and properties, as RabbitMQ checks them for the type
+        (not on redeclare, not on recovery): SoftError on the first bad one."""
+        check_queue_arguments(arguments, name, vhost)
+        qtype = arguments.get("x-queue-type")
+        if qtype in ("quorum", b"quorum") and (not durable or exclusive):
+            raise SoftError(PRECONDITION_FAILED,
+                            f"invalid property '{'non-durable' if not durable else 'exclusive'}'"
+                            f" for queue '{name}' in vhost '{vhost}'")
+
+    def declared(self, new: bool) -> None:
+        """Created: by a client's declare (`new`) or by recovery at start."""
+
     def recover(self, messages: QueuedMessages, hot: int | None) -> int:
         """Take back the messages the store found at start (seq order); read the first
         `hot` now (None: all) and keep the rest as references. Returns how many."""
@@ -69,6 +95,16 @@ class Queue:
     def publish(self, message: Message) -> bool:
         """Take a message; False when the queue refuses it (a nack, P6)."""
         raise NotImplementedError
+
+    def check_consume(self, arguments: dict[str, Any], no_ack: bool, exclusive: bool,
+                      prefetch: int) -> None:
+        """basic.consume's arguments and flags before consume-ok (the consumer's own
+        prefetch given): ReplyError when the type refuses them."""
+        if arguments:
+            check_consume_arguments(arguments, self.name, self.vhost.name)
+        if any(c.exclusive for c in self.consumers.values()) or (exclusive and self.consumers):
+            raise SoftError(ACCESS_REFUSED, f"queue '{self.name}' in vhost "
+                                            f"'{self.vhost.name}' in exclusive use")
 
     def add_consumer(self, c: Consumer) -> None:
         raise NotImplementedError
@@ -89,6 +125,10 @@ class Queue:
         raise NotImplementedError
 
     # -- settle ---------------------------------------------------------------------
+    def check_settle(self, action: str) -> None:
+        """A client's basic.ack/nack/reject/recover (`action`) on this queue's delivery,
+        before anything is settled: ReplyError when the type does not support it."""
+
     def settle(self, entry: QueueEntry, action: str) -> bool:
         """An unacked delivery settled by ACK, REQUEUE (D6/D8: back in place, maybe
         dead-lettered past a delivery limit) or REJECT (dead-letter or drop). True when
@@ -102,6 +142,16 @@ class Queue:
     # -- admin ------------------------------------------------------------------------
     def purge(self) -> int:
         raise NotImplementedError
+
+    def deletion(self, if_unused: bool, if_empty: bool) -> int:
+        """queue.delete's checks; the message count delete-ok reports."""
+        if if_unused and self.consumers:
+            raise SoftError(PRECONDITION_FAILED,
+                            f"queue '{self.name}' in vhost '{self.vhost.name}' in use")
+        if if_empty and self.message_count:
+            raise SoftError(PRECONDITION_FAILED,
+                            f"queue '{self.name}' in vhost '{self.vhost.name}' not empty")
+        return self.message_count
 
     def touch(self) -> None:
         """Used now (x-expires countdown)."""

@@ -132,3 +132,42 @@ class Store(Protocol):
     @property
     def pending(self) -> bool:
         """True when add/remove/delivered calls are buffered and not yet committed."""
+
+
+# one record of a stream as a stream log returns it: (offset, timestamp in ms since the
+# epoch, exchange, routing key, raw properties, body)
+StreamRecord = tuple[int, int, str, str, bytes, bytes]
+
+
+class StreamLogLike(Protocol):
+    """One stream's append-only log (store/streamlog.py): offsets from 0, never reused."""
+
+    @property
+    def first_offset(self) -> int: ...
+    @property
+    def next_offset(self) -> int: ...
+    @property
+    def last_chunk(self) -> int:
+        """Where `last` starts: the first offset of the newest batch written together."""
+    def append(self, exchange: str, routing_key: str, properties: bytes, body: bytes) -> int:
+        """Buffer a record; written and fsynced by the StreamStorage's next commit."""
+
+    def read(self, offset: int, limit: int) -> list[StreamRecord]: ...
+    def offset_for_timestamp(self, ts_ms: int) -> int: ...
+
+
+class StreamStorage(Protocol):
+    """Where stream queues keep their logs (store/streamlog.StreamStore): the broker
+    commits it once per turn beside the main Store and confirms a turn's publishes once
+    both are fdatasynced (P5c)."""
+
+    def open(self, vhost: str, name: str, fresh: bool, segment_bytes: int,
+             max_bytes: int | None, max_age_ms: int | None) -> StreamLogLike: ...
+    def appended(self, vhost: str, name: str, log: StreamLogLike) -> None: ...
+    @property
+    def pending(self) -> bool: ...
+    def commit(self, callback: Callable[[BaseException | None], None]) -> None:
+        """Write what was appended now; `callback` once it is fdatasynced (broker thread)."""
+
+    def remove(self, vhost: str, name: str) -> None: ...
+    def close(self) -> None: ...

@@ -12,9 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ackmq.broker import dedup
 from ackmq.broker.arguments import (
     EXCHANGE_EQUIVALENCE_KEYS,
-    QUEUE_EQUIVALENCE_KEYS,
     check_alternate_exchange_type,
-    check_queue_arguments,
     type_name,
 )
 from ackmq.broker.dead_letter import dead_letter_properties
@@ -38,6 +36,7 @@ from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue import ClassicQueue  # noqa: F401 - registers classic
 from ackmq.broker.queue_type import Queue, queue_class
 from ackmq.broker.storage import BindingDef, ExchangeDef, QueueDef
+from ackmq.broker.stream import StreamQueue  # noqa: F401 - registers stream
 from ackmq.broker.vhost_store import VHostStore
 
 if TYPE_CHECKING:
@@ -192,7 +191,11 @@ class VHost:
             if name == "":
                 raise not_found("queue", name, self.name)
             return self.queue(name, owner)
+        cls = queue_class(arguments)
         if name == "":
+            if check and not cls.server_named:
+                raise SoftError(PRECONDITION_FAILED, "Cannot declare a server-named queue "
+                                                     f"for type rabbit_{cls.kind}_queue")
             name = "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
         elif name.startswith("amq."):
             raise SoftError(ACCESS_REFUSED,
@@ -216,23 +219,19 @@ class VHost:
                 raise self._locked(q)
             self._equivalent("queue", name, "durable", durable, q.durable)
             self._equivalent("queue", name, "auto_delete", auto_delete, q.auto_delete)
-            for k in QUEUE_EQUIVALENCE_KEYS:  # other arguments may differ (RabbitMQ)
+            for k in q.equivalence_keys:  # other arguments may differ (RabbitMQ)
                 self._equivalent_arg("queue", name, k, arguments.get(k), q.arguments.get(k))
             q.touch()
             return q
         if check:
-            check_queue_arguments(arguments, name, self.name)
-            qtype = arguments.get("x-queue-type")
-            if qtype in ("quorum", b"quorum") and (not durable or exclusive):
-                raise SoftError(PRECONDITION_FAILED,
-                                   f"invalid property '{'non-durable' if not durable else 'exclusive'}'"
-                                   f" for queue '{name}' in vhost '{self.name}'")
-        q = queue_class(arguments)(self, name, durable=durable and not exclusive,
+            cls.check_declare(arguments, name, self.name, durable, exclusive, auto_delete)
+        q = cls(self, name, durable=durable and not exclusive,
                   exclusive_owner=owner if exclusive else None, auto_delete=auto_delete,
                   arguments=arguments, epoch=self.broker.epoch)
         q.durable = durable  # declared durability (exclusive queues are never stored)
         if exclusive:
             q.persistent_store = None
+        q.declared(new=check)
         self.queues[name] = q
         if durable and not exclusive and self.store is not None:
             self.store.save_queue(QueueDef(name, True, auto_delete, dict(arguments)))
@@ -251,13 +250,7 @@ class VHost:
 
     def delete_queue(self, q: Queue, notify: bool = True, if_unused: bool = False,
                      if_empty: bool = False) -> int:
-        if if_unused and q.consumers:
-            raise SoftError(PRECONDITION_FAILED,
-                               f"queue '{q.name}' in vhost '{self.name}' in use")
-        if if_empty and q.message_count:
-            raise SoftError(PRECONDITION_FAILED,
-                               f"queue '{q.name}' in vhost '{self.name}' not empty")
-        count = q.message_count
+        count = q.deletion(if_unused, if_empty)
         if self.queues.get(q.name) is q:
             del self.queues[q.name]
         for c in list(q.consumers.values()):

@@ -260,9 +260,10 @@ class BaseConnection:
         ready.set_result(None)
         return chan
 
-    def _ensure_queue_g(self, name: str, deadline: float | None) -> Step:
+    def _ensure_queue_g(self, name: str, deadline: float | None,
+                        arguments: dict[str, Any] | None = None) -> Step:
         """A queue destination exists: passive declare, else create it durable (queues
-        spring into existence on first use, as in ActiveMQ)."""
+        spring into existence on first use, as in ActiveMQ) with `arguments`."""
         if name in self._known_queues:
             return
         admin = yield from self._admin_g(deadline)
@@ -273,7 +274,8 @@ class BaseConnection:
             if err.code != 404:
                 raise
             admin = yield from self._admin_g(deadline)
-            yield from _wait(admin.rpc(build_method(C.Queue.Declare, queue=name, durable=True),
+            yield from _wait(admin.rpc(build_method(C.Queue.Declare, queue=name, durable=True,
+                                                    arguments=arguments or {}),
                                        (C.Queue.DeclareOk,)), deadline)
         self._known_queues.add(name)
 
@@ -902,8 +904,10 @@ class BaseConsumer:
         chan = s.chan
         assert chan is not None
         dest = self.dest
+        stream = dest.stream_offset is not None  # a stream consumer (R2)
         if dest.kind == "queue":
-            yield from conn._ensure_queue_g(dest.name, deadline)
+            yield from conn._ensure_queue_g(dest.name, deadline,
+                                            {"x-queue-type": "stream"} if stream else None)
             self.queue = dest.name
         else:
             ok = yield from _wait(chan.rpc(build_method(
@@ -926,7 +930,9 @@ class BaseConsumer:
         try:
             yield from _wait(chan.rpc(build_method(
                 C.Basic.Consume, queue=self.queue, consumer_tag=self.tag,
-                exclusive=dest.exclusive, arguments=dict(CONSUME_ARGUMENTS)),
+                exclusive=dest.exclusive, arguments=dict(
+                    CONSUME_ARGUMENTS, **({"x-stream-offset": dest.stream_offset}
+                                          if stream else {}))),
                 (C.Basic.ConsumeOk,)), deadline)
         except BaseException:
             s.consumers.pop(self.tag, None)

@@ -3,6 +3,7 @@ URLs ActiveMQ users write (SPEC J9)."""
 
 from __future__ import annotations
 
+import datetime
 import enum
 import math
 from dataclasses import dataclass, field, fields, replace
@@ -198,6 +199,7 @@ class Destination:
     exclusive: bool = False
     dead_letter_exchange: str | None = None
     dead_letter_routing_key: str | None = None
+    stream_offset: Any = None  # consumer.streamOffset: where a stream consumer starts
 
     def __str__(self) -> str:
         return f"{self.kind}://{self.name}"
@@ -208,7 +210,27 @@ _DEST_OPTIONS: dict[str, tuple[str, Any]] = {
     "consumer.exclusive": ("exclusive", _bool),
     "consumer.deadLetterExchange": ("dead_letter_exchange", str),
     "consumer.deadLetterRoutingKey": ("dead_letter_routing_key", str),
+    "consumer.streamOffset": ("stream_offset", lambda t: stream_offset(t)),
 }
+
+
+def stream_offset(text: str) -> Any:
+    """`consumer.streamOffset` as the `x-stream-offset` consume argument of RabbitMQ's
+    streams: first | last | next, an offset (a number), an ISO-8601 time (an AMQP
+    timestamp; naive means UTC) or an interval back from now ("1h", "7D", as x-max-age)."""
+    t = text.strip()
+    if t in ("first", "last", "next"):
+        return t
+    if t.lstrip("-").isdigit():
+        return int(t)
+    if t[:-1].isdigit() and t[-1:] in ("Y", "M", "D", "h", "m", "s") and int(t[:-1]) > 0:
+        return t
+    try:
+        when = datetime.datetime.fromisoformat(t)
+    except ValueError:
+        raise ValueError(f"consumer.streamOffset must be first, last, next, an offset, an "
+                         f"ISO time or an interval like 1h, not {text!r}") from None
+    return when if when.tzinfo else when.replace(tzinfo=datetime.UTC)
 
 
 def parse_destination(text: str) -> Destination:

@@ -65,6 +65,7 @@ class Server:
         self.bound: list[str] = []  # host:port of each listening socket
         self.all_interfaces = False  # bound to 0.0.0.0 and/or ::
         self._spill_tmp: str | None = None
+        self._streams_tmp: str | None = None
         self.access: AccessModel = None  # type: ignore[assignment]  # users, vhosts (U1-U3)
         self.admin: Any = None  # the `ackmq ctl` socket (server/admin.py)
         # U5: True while a resource alarm is set; read once per read by each connection
@@ -115,9 +116,16 @@ class Server:
             else:
                 self._spill_tmp = tempfile.mkdtemp(prefix="ackmq-spill-")
                 spill = Spill(self._spill_tmp)
+        from ackmq.store.streamlog import StreamStore
+        if cfg.data_dir is not None:
+            streams = StreamStore(cfg.data_dir / "streams", fsync=cfg.fsync,
+                                  call_soon_threadsafe=self.loop.call_soon_threadsafe)
+        else:
+            self._streams_tmp = tempfile.mkdtemp(prefix="ackmq-streams-")
+            streams = StreamStore(self._streams_tmp, fsync=False)
         self.broker = BrokerModel(self, store, consumer_timeout_ms=cfg.consumer_timeout_ms,
                              spill=spill, queue_hot_messages=cfg.queue_hot_messages,
-                             queue_memory=cfg.queue_memory_mb << 20)
+                             queue_memory=cfg.queue_memory_mb << 20, streams=streams)
         self.access = self._open_access()
         self._start_alarms()
         cfg.access = self.access  # Config.authenticate (AMQP, STOMP) checks its users
@@ -335,6 +343,8 @@ class Server:
             await self.loop.run_in_executor(None, self.broker.close)
         if self._spill_tmp:
             shutil.rmtree(self._spill_tmp, ignore_errors=True)
+        if self._streams_tmp:
+            shutil.rmtree(self._streams_tmp, ignore_errors=True)
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ackmq.broker import stream_args
 from ackmq.broker.access import READ, ChannelAccess
 from ackmq.broker.arguments import DELIVERY_COUNT_ARG, SEQ_ARG, as_text
 from ackmq.broker.errors import PRECONDITION_FAILED, ReplyError, SoftError
@@ -412,7 +413,14 @@ class StompConnection(ClientConnection):
         ch = self.channel
         assert ch is not None
         queue = self._source_queue(dest, h, sub_id, durable)
-        args = {k: h[k] for k in CONSUMER_ARGUMENTS if k in h}
+        args: dict[str, Any] = {k: h[k] for k in CONSUMER_ARGUMENTS if k in h}
+        try:  # R2 over STOMP, as RabbitMQ's plugin
+            offset = stream_args.from_stomp(h.get("x-stream-offset"))
+        except ValueError:
+            raise _Refused("Invalid header", "'x-stream-offset' must be first, last, next, "
+                                             "offset=<n> or timestamp=<seconds>\n") from None
+        if offset is not None:
+            args["x-stream-offset"] = offset
         try:
             ch.basic_consume(queue.name, tag, ack == "auto", False, args, prefetch=prefetch)
         except ReplyError:

@@ -1,0 +1,252 @@
+"""The stream queue type (R1-R3), after RabbitMQ 3.10's `rabbit_stream_queue` over AMQP
+0-9-1: messages are appended to a log (a StreamLog of the broker's StreamStorage) and
+never removed by consumption; each consumer reads from its own offset, with its own
+prefetch as credit, and an ack only gives that credit back. Every delivery carries
+`x-stream-offset` (a signed long), spliced into the properties when the record is read.
+
+The queue holds no message: a consumer is an offset and its credit; a delivery reads
+its records from the log in batches (a seek by the log's sparse index, then one pread
+for many records), so a stream's length costs no broker memory.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Any
+
+from ackmq.broker import stream_args
+from ackmq.broker.arguments import as_text
+from ackmq.broker.consumer import Consumer
+from ackmq.broker.errors import NOT_IMPLEMENTED, HardError
+from ackmq.broker.message import Message, QueueEntry
+from ackmq.broker.queue_type import ACK, QUEUE_TYPES, RECOVER, Queue
+from ackmq.protocol.amqp.properties import properties_with_headers
+
+if TYPE_CHECKING:
+    from ackmq.broker.storage import QueuedMessages, StreamLogLike
+    from ackmq.broker.vhost import VHost
+
+OFFSET_HEADER = "x-stream-offset"
+_HEADERS_FLAG = 0x2000
+_OFFSET_TABLE = struct.Struct(">IB15scq")  # table size, the one entry: key, 'l', value
+_U16 = struct.Struct(">H")
+
+
+def with_offset(raw: bytes, offset: int) -> bytes:
+    """The raw properties with `x-stream-offset` (AMQP 'l') in their headers: a splice
+    when there are no headers (every delivery pays for this), else the general edit."""
+    flags = (raw[0] << 8) | raw[1]
+    if flags & _HEADERS_FLAG:
+        return properties_with_headers(raw, {OFFSET_HEADER: offset})
+    pos = 2
+    if flags & 0x8000:  # content-type
+        pos += 1 + raw[pos]
+    if flags & 0x4000:  # content-encoding
+        pos += 1 + raw[pos]
+    return b"".join((_U16.pack(flags | _HEADERS_FLAG), raw[2:pos],
+                     _OFFSET_TABLE.pack(25, 15, b"x-stream-offset", b"l", offset), raw[pos:]))
+
+
+READ_BATCH = 256  # records read from the log at once for one consumer
+
+
+def _int(args: dict[str, Any], key: str) -> int | None:
+    v = args.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+class StreamQueue(Queue):
+    kind = "stream"
+    equivalence_keys = stream_args.EQUIVALENCE_KEYS
+    server_named = False
+
+    def __init__(self, vhost: VHost, name: str, durable: bool = True, exclusive_owner: Any = None,
+                 auto_delete: bool = False, arguments: dict[str, Any] | None = None,
+                 epoch: int = 0) -> None:
+        self.vhost = vhost
+        self.name = name
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner
+        self.auto_delete = auto_delete
+        self.arguments = dict(arguments or {})
+        self.deleted = False
+        self.consumers: dict[int, Consumer] = {}
+        self.consumer_timeout = _int(self.arguments, "x-consumer-timeout")
+        self.seq_header = False
+        self.count_header = False
+        self.persistent_store = vhost.store if durable else None
+        self.log: StreamLogLike | None = None
+        self._offsets: dict[int, int] = {}   # consumer id -> next offset to deliver
+        self._waiting: dict[int, Consumer] = {}  # consumers with credit, caught up or not
+
+    def __repr__(self) -> str:
+        return f"<StreamQueue {self.name!r}>"
+
+    # -- declare ------------------------------------------------------------------------
+    @classmethod
+    def check_declare(cls, arguments: dict[str, Any], name: str, vhost: str, durable: bool,
+                      exclusive: bool, auto_delete: bool) -> None:
+        stream_args.check_declare(arguments, name, vhost, durable, exclusive, auto_delete)
+
+    def declared(self, new: bool) -> None:
+        streams = self.vhost.broker.streams
+        if streams is None:
+            raise HardError(NOT_IMPLEMENTED, "stream queues need the broker's stream storage")
+        a = self.arguments
+        age = as_text(a.get("x-max-age"))
+        age_ms = None
+        if age is not None:
+            try:
+                age_ms = stream_args.max_age_ms(age)
+            except HardError:
+                age_ms = None
+        self.log = streams.open(self.vhost.name, self.name, new,
+                                _int(a, "x-stream-max-segment-size-bytes") or 0,  # 0: default
+                                _int(a, "x-max-length-bytes"), age_ms)
+
+    def recover(self, messages: QueuedMessages, hot: int | None) -> int:
+        return 0  # a stream's records are in its own log, not the main store
+
+    # -- counters -----------------------------------------------------------------------
+    @property
+    def message_count(self) -> int:
+        """Records in the stream (RabbitMQ: committed offset + 1 - first offset, which it
+        refreshes every few seconds; ackmq's is current)."""
+        lg = self.log
+        return 0 if lg is None else lg.next_offset - lg.first_offset
+
+    @property
+    def consumer_count(self) -> int:
+        """What declare-ok reports: 0, as RabbitMQ 3.10's stat for a stream, whatever
+        reads it (`consumers` has them)."""
+        return 0
+
+    @property
+    def unacked_count(self) -> int:
+        return sum(c.unacked for c in self.consumers.values())
+
+    # -- publish ------------------------------------------------------------------------
+    def publish(self, message: Message) -> bool:
+        lg = self.log
+        if lg is None or self.deleted:
+            return False
+        lg.append(message.exchange, message.routing_key, message.properties, message.body)
+        self.vhost.broker.streams.appended(self.vhost.name, self.name, lg)  # type: ignore[union-attr]
+        if self._waiting:
+            self.dispatch()
+        return True
+
+    # -- consumers ------------------------------------------------------------------------
+    def check_consume(self, arguments: dict[str, Any], no_ack: bool, exclusive: bool,
+                      prefetch: int) -> None:
+        stream_args.check_consume(arguments, self.name, self.vhost.name, no_ack, prefetch)
+
+    def add_consumer(self, c: Consumer) -> None:
+        lg = self.log
+        assert lg is not None
+        how, value = stream_args.start_spec(c.arguments)
+        if how == "first":
+            start = lg.first_offset
+        elif how == "last":  # the newest chunk: what was written together last
+            start = lg.last_chunk
+        elif how == "next":
+            start = lg.next_offset
+        elif how == "timestamp":
+            start = lg.offset_for_timestamp(value)
+        else:
+            start = max(value, lg.first_offset)
+        self.consumers[id(c)] = c
+        self._offsets[id(c)] = start
+        self.activate(c)
+
+    def remove_consumer(self, c: Consumer) -> None:
+        if self.consumers.pop(id(c), None) is None:
+            return
+        self._offsets.pop(id(c), None)
+        self._waiting.pop(id(c), None)
+        c.active = False
+
+    def activate(self, c: Consumer) -> None:
+        if id(c) not in self.consumers or self.deleted:
+            return
+        if not c.has_room():
+            c.active = False
+            self._waiting.pop(id(c), None)
+            c.channel.park(c)
+            return
+        c.active = True
+        self._waiting[id(c)] = c
+        self._serve(c)
+
+    def dispatch(self) -> None:
+        for c in list(self._waiting.values()):
+            self._serve(c)
+
+    def _serve(self, c: Consumer) -> None:
+        """Deliver to `c` from its offset while it has credit and the log has records."""
+        lg = self.log
+        key = id(c)
+        if lg is None:
+            return
+        deliver, consumers, offsets = c.channel.deliver, self.consumers, self._offsets
+        while True:
+            offset = offsets[key]
+            if offset >= lg.next_offset:
+                return  # caught up: stays waiting for the next publish
+            room = c.limit - c.unacked
+            if room <= 0 or not c.has_room():
+                c.active = False
+                self._waiting.pop(key, None)
+                c.channel.park(c)
+                return
+            records = lg.read(offset, min(room, READ_BATCH))
+            if not records:
+                return
+            for off, _ts, exchange, routing_key, props, body in records:
+                offsets[key] = off + 1
+                deliver(c, QueueEntry(Message(exchange, routing_key, with_offset(props, off),
+                                              body, trusted=True), off, self))
+                if key not in consumers or not c.has_room():
+                    break
+
+    # -- pull and settle ------------------------------------------------------------------
+    def get(self) -> QueueEntry | None:
+        raise HardError(NOT_IMPLEMENTED, "basic.get not supported by stream queues "
+                                         f"{stream_args.rs(self.name, self.vhost.name)}")
+
+    def delivered(self, entry: QueueEntry, ack_required: bool) -> None:
+        pass  # nothing leaves a stream
+
+    def check_settle(self, action: str) -> None:
+        """basic.nack / basic.reject / basic.recover on a stream's delivery: refused."""
+        if action == RECOVER:
+            raise stream_args.internal_error()  # RabbitMQ 3.10's channel crashes (541)
+        if action != ACK:
+            raise HardError(NOT_IMPLEMENTED, "basic.nack and basic.reject not supported by "
+                                             f"stream queues {stream_args.rs(self.name, self.vhost.name)}")
+
+    def settle(self, entry: QueueEntry, action: str) -> bool:
+        return False  # an ack, or a requeue on close: only the consumer's credit comes back
+
+    # -- admin ----------------------------------------------------------------------------
+    def purge(self) -> int:
+        raise HardError(NOT_IMPLEMENTED, "queue.purge not supported by stream queues "
+                                         f"{stream_args.rs(self.name, self.vhost.name)}")
+
+    def deletion(self, if_unused: bool, if_empty: bool) -> int:
+        return 0  # RabbitMQ 3.10 deletes a stream whatever if-unused / if-empty say
+
+    def touch(self) -> None:
+        pass
+
+    def destroy(self) -> None:
+        self.deleted = True
+        self._waiting.clear()
+        self._offsets.clear()
+        streams = self.vhost.broker.streams
+        if streams is not None and self.log is not None:
+            streams.remove(self.vhost.name, self.name)
+        self.log = None
+
+
+QUEUE_TYPES["stream"] = StreamQueue

@@ -1,0 +1,591 @@
+"""A stream's log (R1-R3): append-only segment files of checksummed records, one
+directory per stream, beside the main segment store. Reading from any offset is a seek:
+a sparse in-memory index (every STRIDE-th record: file position and timestamp) finds the
+record, so a stream of any length costs ~1 byte of broker memory per 8 messages.
+
+Records are written by `flush` (buffered since the last one: a group write per turn)
+and made durable by `sync` (fdatasync of the segments written since). Retention drops
+whole segments, oldest first, when a segment is rolled: by total bytes
+(`x-max-length-bytes`) and by age of a segment's newest record (`x-max-age`).
+
+    segment file : b"ACKMQST1" | u64 first offset | record*
+    index file   : a closed segment's sparse index (written when it is rolled), checked
+                   against the segment's size; the newest segment is rescanned at start
+    record       : u32 payload length | u32 crc32(payload) | payload (format.REC_HDR)
+    payload      : u64 offset | i64 timestamp ms | u8 len(exchange) | u8 len(routing key)
+                   | u32 len(properties) | u32 len(body) | the four byte strings
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import logging
+import os
+import shutil
+import struct
+import threading
+import time
+import zlib
+from array import array
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ackmq.store.format import REC_HDR
+
+log = logging.getLogger("ackmq.stream")
+
+SEG_MAGIC = b"ACKMQST1"
+SEG_HDR = struct.Struct("<8sQ")
+REC = struct.Struct("<QqBBII")
+IDX_MAGIC = b"ACKMQSI1"
+IDX_HDR = struct.Struct("<8sQQQqQ")  # magic, first offset, count, segment size, last ts, n
+STRIDE = 64                       # one index entry per this many records
+# RabbitMQ's default is 500 MB; ackmq's is smaller: a restart rescans the newest segment
+DEFAULT_SEGMENT_BYTES = 64 << 20
+READ_CHUNK = 256 << 10
+READ_AHEAD = 1 << 20  # asked of the kernel (posix_fadvise) past each batch read
+
+
+# a record as `read` returns it: a plain tuple (no per-record class instance), indexed
+# by these names
+StreamRecord = tuple[int, int, str, str, bytes, bytes]
+OFFSET, TIMESTAMP, EXCHANGE, ROUTING_KEY, PROPERTIES, BODY = range(6)
+
+
+_names: dict[bytes, str] = {}  # exchange and routing-key texts, decoded once
+
+
+def _name(b: bytes) -> str:
+    s = _names.get(b)
+    if s is None:
+        if len(_names) > 4096:
+            _names.clear()
+        s = _names[b] = b.decode("utf-8", "surrogateescape")
+    return s
+
+
+def _decode(data: bytes, p: int) -> StreamRecord:
+    """The record whose payload starts at data[p]."""
+    off, ts, lx, lk, lp, lb = REC.unpack_from(data, p)
+    p += REC.size
+    x = _name(data[p:p + lx])
+    p += lx
+    k = _name(data[p:p + lk])
+    p += lk
+    return off, ts, x, k, data[p:p + lp], data[p + lp:p + lp + lb]
+
+
+class _Segment:
+    __slots__ = ("first", "path", "size", "count", "positions", "stamps", "last_ts", "fd")
+
+    def __init__(self, first: int, path: Path) -> None:
+        self.first = first
+        self.path = path
+        self.size = SEG_HDR.size
+        self.count = 0
+        self.positions = array("Q")  # file position of record first + i*STRIDE
+        self.stamps = array("q")     # its timestamp
+        self.last_ts = 0
+        self.fd = -1                 # read descriptor, opened on first read
+
+    def note(self, pos: int, ts: int) -> None:
+        if self.count % STRIDE == 0:
+            self.positions.append(pos)
+            self.stamps.append(ts)
+        self.count += 1
+        self.last_ts = ts
+
+
+class StreamLog:
+    """One stream's records on disk. Offsets start at 0 and never repeat."""
+
+    def __init__(self, directory: Path, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+                 max_bytes: int | None = None, max_age_ms: int | None = None) -> None:
+        self.dir = directory
+        self.segment_bytes = segment_bytes or DEFAULT_SEGMENT_BYTES  # 0: the default
+        self.max_bytes = max_bytes
+        self.max_age_ms = max_age_ms
+        self.segments: list[_Segment] = []
+        self._firsts: list[int] = []
+        self._buf = bytearray()
+        self._pending: list[int] = []  # positions in _buf of unwritten records, in order
+        self._pending_ts: list[int] = []  # and their timestamps
+        self._pending_first = 0         # offset of the first unwritten record
+        self._wfd = -1
+        self._dirty = False
+        self._last_ts = 0
+        self._last_chunk = 0
+        self._damaged: set[int] = set()  # offsets whose record failed its checksum
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._recover()
+
+    # -- offsets --------------------------------------------------------------------
+    @property
+    def first_offset(self) -> int:
+        return self.segments[0].first if self.segments else self._pending_first
+
+    @property
+    def next_offset(self) -> int:
+        return self._pending_first + len(self._pending)
+
+    @property
+    def last_chunk(self) -> int:
+        """The first offset of the newest batch written together (one turn's appends):
+        where RabbitMQ's `last` starts (osiris' last chunk)."""
+        if self._pending and self._pending_first == self.first_offset:
+            return self._pending_first  # nothing written yet
+        return max(self._last_chunk, self.first_offset)
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending) or self._dirty
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.size for s in self.segments) + len(self._buf)
+
+    # -- recovery -------------------------------------------------------------------
+    def _recover(self) -> None:
+        paths = sorted(self.dir.glob("*.seg"))
+        for i, path in enumerate(paths):
+            newest = i == len(paths) - 1
+            seg = None if newest else self._load_index(path)
+            if seg is None:
+                seg = self._scan(path, newest)
+                if seg is not None and not newest:
+                    self._write_index(seg)
+            if seg is None:
+                continue
+            if self.segments and seg.first != self.segments[-1].first + self.segments[-1].count:
+                log.warning("stream %s: segment %s does not follow its predecessor; later "
+                            "segments ignored", self.dir.name, path.name)
+                break
+            self.segments.append(seg)
+            self._firsts.append(seg.first)
+        if self.segments:
+            last = self.segments[-1]
+            self._pending_first = last.first + last.count
+            self._last_chunk = max(self._pending_first - 1, 0)  # batches are not recorded
+            self._last_ts = last.last_ts
+            self._open_writer(last)
+
+    # -- index files: a closed segment's sparse index, so a restart reads only the newest
+    def _write_index(self, seg: _Segment) -> None:
+        body = IDX_HDR.pack(IDX_MAGIC, seg.first, seg.count, seg.size, seg.last_ts,
+                            len(seg.positions)) + seg.positions.tobytes() + seg.stamps.tobytes()
+        tmp = seg.path.with_suffix(".idx.tmp")
+        with open(tmp, "wb") as f:
+            f.write(body + struct.pack("<I", zlib.crc32(body)))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, seg.path.with_suffix(".idx"))
+
+    def _load_index(self, path: Path) -> _Segment | None:
+        """A closed segment from its index file, if that is whole and matches the file."""
+        try:
+            data = path.with_suffix(".idx").read_bytes()
+            size = path.stat().st_size
+        except OSError:
+            return None
+        if len(data) < IDX_HDR.size + 4 or \
+                zlib.crc32(data[:-4]) != struct.unpack_from("<I", data, len(data) - 4)[0]:
+            return None
+        magic, first, count, seg_size, last_ts, n = IDX_HDR.unpack_from(data, 0)
+        if magic != IDX_MAGIC or seg_size != size or len(data) != IDX_HDR.size + 16 * n + 4:
+            return None
+        seg = _Segment(first, path)
+        seg.count, seg.size, seg.last_ts = count, seg_size, last_ts
+        seg.positions.frombytes(data[IDX_HDR.size:IDX_HDR.size + 8 * n])
+        seg.stamps.frombytes(data[IDX_HDR.size + 8 * n:IDX_HDR.size + 16 * n])
+        return seg
+
+    def _scan(self, path: Path, newest: bool) -> _Segment | None:
+        data = path.read_bytes()
+        if len(data) < SEG_HDR.size or data[:8] != SEG_MAGIC:
+            log.warning("stream %s: %s has no valid header; dropped", self.dir.name, path.name)
+            path.unlink()
+            return None
+        first = SEG_HDR.unpack_from(data, 0)[1]
+        seg = _Segment(first, path)
+        pos, end = SEG_HDR.size, len(data)
+        mv = memoryview(data)
+        while pos + REC_HDR.size <= end:
+            n, crc = REC_HDR.unpack_from(data, pos)
+            stop = pos + REC_HDR.size + n
+            if stop > end or n < REC.size or zlib.crc32(mv[pos + REC_HDR.size:stop]) != crc:
+                break
+            off, ts = REC.unpack_from(data, pos + REC_HDR.size)[:2]
+            if off != first + seg.count:
+                break
+            seg.note(pos, ts)
+            pos = stop
+        if pos != end:
+            what = "torn tail" if newest else "damaged record"
+            log.warning("stream %s: %s in %s at %d (%d bytes dropped)", self.dir.name, what,
+                        path.name, pos, end - pos)
+            with open(path, "r+b") as f:
+                f.truncate(pos)
+                os.fsync(f.fileno())
+        seg.size = pos
+        return seg
+
+    # -- append ---------------------------------------------------------------------
+    def append(self, exchange: str, routing_key: str, properties: bytes, body: bytes) -> int:
+        """Buffer one record; it is on disk after `flush`, durable after `sync`."""
+        offset = self._pending_first + len(self._pending)
+        ts = int(time.time() * 1000)
+        if ts < self._last_ts:
+            ts = self._last_ts
+        self._last_ts = ts
+        x = exchange.encode("utf-8", "surrogateescape")
+        k = routing_key.encode("utf-8", "surrogateescape")
+        payload = b"".join((REC.pack(offset, ts, len(x), len(k), len(properties), len(body)),
+                            x, k, properties, body))
+        buf = self._buf
+        self._pending.append(len(buf))
+        self._pending_ts.append(ts)
+        buf += REC_HDR.pack(len(payload), zlib.crc32(payload))
+        buf += payload
+        return offset
+
+    def flush(self) -> None:
+        """Write the buffered records (rolling segments past the size limit)."""
+        if not self._pending:
+            return
+        buf, starts, stamps, first = self._buf, self._pending, self._pending_ts, \
+            self._pending_first
+        self._buf, self._pending, self._pending_ts = bytearray(), [], []
+        self._pending_first = first + len(starts)
+        self._last_chunk = first
+        n, i = len(starts), 0
+        try:
+            while i < n:
+                i = self._write_some(buf, starts, stamps, first, i)
+        except OSError:
+            # what is not written is dropped (its publishes are nacked, P6); its offsets
+            # go to the next appends
+            self._pending_first = first + i
+            raise
+
+    def _write_some(self, buf: bytearray, starts: list[int], stamps: list[int], first: int,
+                    i: int) -> int:
+        """Write records i.. that fit in the current segment (rolling first if it is
+        full); returns the index of the first record not written. A failed write is cut
+        off the file again and leaves the segment's index and size as they were."""
+        n, total = len(starts), len(buf)
+        seg = self.segments[-1] if self.segments else None
+        if seg is None or (seg.count and seg.size >= self.segment_bytes):
+            seg = self._roll(first + i)
+        # the records that fit in this segment (at least one)
+        room = self.segment_bytes - seg.size
+        j = i + 1
+        while j < n and (starts[j + 1] if j + 1 < n else total) - starts[i] <= room:
+            j += 1
+        end = starts[j] if j < n else total
+        base = seg.size - starts[i]
+        positions, seg_stamps, count = seg.positions, seg.stamps, seg.count
+        indexed = len(positions)
+        for r in range(i, j):
+            if count % STRIDE == 0:
+                positions.append(starts[r] + base)
+                seg_stamps.append(stamps[r])
+            count += 1
+        data = memoryview(buf)[starts[i]:end]
+        try:
+            done = 0
+            while done < len(data):
+                done += os.write(self._wfd, data[done:])
+        except OSError:
+            del positions[indexed:]
+            del seg_stamps[indexed:]
+            try:
+                os.ftruncate(self._wfd, seg.size)
+            except OSError:
+                pass  # recovery cuts a torn tail anyway
+            raise
+        seg.count = count
+        seg.last_ts = stamps[j - 1]
+        seg.size += end - starts[i]
+        self._dirty = True
+        return j
+
+    def sync(self) -> None:
+        if self._dirty and self._wfd >= 0:
+            os.fdatasync(self._wfd)
+        self._dirty = False
+
+    def _roll(self, first: int) -> _Segment:
+        if self._wfd >= 0:
+            if self._dirty:
+                os.fdatasync(self._wfd)
+            os.close(self._wfd)
+            self._wfd = -1
+            self._write_index(self.segments[-1])
+        path = self.dir / f"{first:020d}.seg"
+        seg = _Segment(first, path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        os.write(fd, SEG_HDR.pack(SEG_MAGIC, first))
+        os.fdatasync(fd)
+        dfd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        self._wfd = fd
+        self.segments.append(seg)
+        self._firsts.append(first)
+        self._retain()
+        return seg
+
+    def _open_writer(self, seg: _Segment) -> None:
+        self._wfd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
+
+    # -- retention ------------------------------------------------------------------
+    def _retain(self) -> None:
+        """Drop whole old segments (never the one being written) beyond the limits."""
+        segs = self.segments
+        if self.max_bytes is not None:
+            total = sum(s.size for s in segs)
+            while len(segs) > 1 and total > self.max_bytes:
+                total -= segs[0].size
+                self._drop_oldest()
+        if self.max_age_ms is not None:
+            horizon = int(time.time() * 1000) - self.max_age_ms
+            while len(segs) > 1 and segs[0].last_ts < horizon:
+                self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        seg = self.segments.pop(0)
+        self._firsts.pop(0)
+        if seg.fd >= 0:
+            os.close(seg.fd)
+        seg.path.unlink(missing_ok=True)
+        seg.path.with_suffix(".idx").unlink(missing_ok=True)
+
+    # -- read -----------------------------------------------------------------------
+    def offset_for_timestamp(self, ts_ms: int) -> int:
+        """The first offset appended at or after `ts_ms` (next_offset if none)."""
+        for seg in self.segments:
+            if seg.last_ts < ts_ms:
+                continue
+            i = max(bisect.bisect_left(seg.stamps, ts_ms) - 1, 0)
+            off = seg.first + i * STRIDE
+            while True:
+                recs = self.read(off, STRIDE + 1)
+                for r in recs:
+                    if r[TIMESTAMP] >= ts_ms:
+                        return r[OFFSET]
+                if not recs:
+                    break
+                off = recs[-1][OFFSET] + 1
+        for i, ts in enumerate(self._pending_ts):
+            if ts >= ts_ms:
+                return self._pending_first + i
+        return self.next_offset
+
+    def read(self, offset: int, limit: int, max_bytes: int = 4 << 20) -> list[StreamRecord]:
+        """Up to `limit` records from `offset` on (fewer at the end of the stream, none
+        past it); `offset` below the first retained one starts at the first."""
+        offset = max(offset, self.first_offset)
+        out: list[StreamRecord] = []
+        if offset < self._pending_first:
+            i = bisect.bisect_right(self._firsts, offset) - 1
+            self._read_segment(self.segments[i], offset, limit, max_bytes, out)
+        if len(out) < limit and offset + len(out) >= self._pending_first:
+            start = offset + len(out) - self._pending_first
+            buf, starts = self._buf, self._pending
+            stop = min(len(starts), start + limit - len(out))
+            if start < stop:
+                end = starts[stop] if stop < len(starts) else len(buf)
+                data = bytes(buf[starts[start]:end])  # one copy: records decode from bytes
+                base = starts[start] - REC_HDR.size
+                for k in range(start, stop):
+                    out.append(_decode(data, starts[k] - base))
+        return out
+
+    def _read_segment(self, seg: _Segment, offset: int, limit: int, max_bytes: int,
+                      out: list[StreamRecord]) -> None:
+        if seg.fd < 0:
+            seg.fd = os.open(seg.path, os.O_RDONLY)
+        rel = offset - seg.first
+        pos = seg.positions[rel // STRIDE]
+        skip = rel % STRIDE  # records before `offset` since the indexed one
+        want = limit + skip
+        got = size = 0
+        while got < want and pos < seg.size and size < max_bytes:
+            data = os.pread(seg.fd, min(READ_CHUNK, seg.size - pos), pos)
+            p = 0
+            while got < want and p + REC_HDR.size <= len(data) and size < max_bytes:
+                n, crc = REC_HDR.unpack_from(data, p)
+                stop = p + REC_HDR.size + n
+                if stop > len(data):
+                    if p == 0:  # one record larger than the chunk
+                        data = os.pread(seg.fd, REC_HDR.size + n, pos)
+                        continue
+                    break
+                if got >= skip:
+                    if zlib.crc32(memoryview(data)[p + REC_HDR.size:stop]) != crc:
+                        bad = seg.first + rel - skip + got
+                        if bad not in self._damaged:  # logged once, not on every read
+                            self._damaged.add(bad)
+                            log.error("stream %s: record %d in %s fails its checksum; "
+                                      "readers stop there", self.dir.name, bad, seg.path.name)
+                        return
+                    out.append(_decode(data, p + REC_HDR.size))
+                    size += n
+                got += 1
+                p = stop
+            pos += p
+        if pos < seg.size or seg is self.segments[-1]:
+            # the kernel reads the next stretch meanwhile: the next pread is a copy
+            os.posix_fadvise(seg.fd, pos, READ_AHEAD, os.POSIX_FADV_WILLNEED)
+
+    # -- life cycle -----------------------------------------------------------------
+    def close(self) -> None:
+        self.flush()
+        self.sync()
+        for seg in self.segments:
+            if seg.fd >= 0:
+                os.close(seg.fd)
+                seg.fd = -1
+        if self._wfd >= 0:
+            os.close(self._wfd)
+            self._wfd = -1
+
+    def destroy(self) -> None:
+        self._buf, self._pending, self._pending_ts = bytearray(), [], []
+        self._dirty = False
+        self.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class StreamStore:
+    """Every stream's log under `<data dir>/streams`, one directory per stream (named by
+    a hash of vhost and queue name; the name itself in NAME). `commit` writes every log
+    appended to since the last one (on the caller's thread: it then survives kill -9) and
+    fdatasyncs them on a sync thread, calling back on the broker's thread through
+    `call_soon_threadsafe` — commits queued while a sync runs share the next one, as
+    the main store's group commit. The broker commits it each turn beside the main
+    store and confirms a publish once both are done (P5c)."""
+
+    def __init__(self, root: str | Path, fsync: bool = True,
+                 call_soon_threadsafe: Callable[..., Any] | None = None) -> None:
+        self.root = Path(root)
+        self.fsync = fsync
+        self.logs: dict[tuple[str, str], StreamLog] = {}
+        self._dirty: dict[tuple[str, str], StreamLog] = {}
+        self._call = call_soon_threadsafe
+        self._jobs: list[tuple[list[int], Callable[[BaseException | None], None]]] = []
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closing = False
+
+    def _dir(self, vhost: str, name: str) -> Path:
+        key = hashlib.sha1(f"{vhost}\x00{name}".encode("utf-8", "surrogateescape")).hexdigest()
+        return self.root / key
+
+    def open(self, vhost: str, name: str, fresh: bool, segment_bytes: int,
+             max_bytes: int | None, max_age_ms: int | None) -> StreamLog:
+        """The stream's log; `fresh` (a new declaration): whatever a stream of that name
+        left behind is removed first."""
+        d = self._dir(vhost, name)
+        if fresh and d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "NAME").write_text(f"{vhost}\n{name}\n", encoding="utf-8", errors="surrogateescape")
+        lg = StreamLog(d, segment_bytes, max_bytes, max_age_ms)
+        self.logs[(vhost, name)] = lg
+        return lg
+
+    def appended(self, vhost: str, name: str, lg: StreamLog) -> None:
+        self._dirty[(vhost, name)] = lg
+
+    @property
+    def last_chunk(self) -> int:
+        """The first offset of the newest batch written together (one turn's appends):
+        where RabbitMQ's `last` starts (osiris' last chunk)."""
+        if self._pending and self._pending_first == self.first_offset:
+            return self._pending_first  # nothing written yet
+        return max(self._last_chunk, self.first_offset)
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._dirty)
+
+    def commit(self, callback: Callable[[BaseException | None], None]) -> None:
+        """Write every log appended to now; `callback(None)` once fdatasynced (or
+        `callback(exc)`), on the broker's thread."""
+        dirty, self._dirty = self._dirty, {}
+        fds: list[int] = []
+        try:
+            for lg in dirty.values():
+                lg.flush()
+                if self.fsync and lg._dirty and lg._wfd >= 0:
+                    fds.append(os.dup(lg._wfd))  # the sync thread owns (and closes) these
+                lg._dirty = False
+        except OSError as e:
+            for fd in fds:
+                os.close(fd)
+            callback(e)
+            return
+        if not fds:
+            callback(None)
+            return
+        if self._call is None:  # no broker loop (tests, tools): sync here
+            callback(self._sync(fds))
+            return
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ackmq-stream-sync",
+                                                daemon=True)
+                self._thread.start()
+            self._jobs.append((fds, callback))
+            self._cond.notify()
+
+    @staticmethod
+    def _sync(fds: list[int]) -> BaseException | None:
+        err: BaseException | None = None
+        for fd in fds:
+            try:
+                os.fdatasync(fd)
+            except OSError as e:
+                err = err or e
+            finally:
+                os.close(fd)
+        return err
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._jobs and not self._closing:
+                    self._cond.wait()
+                if not self._jobs:
+                    return
+                jobs, self._jobs = self._jobs, []
+            err = self._sync([fd for fds, _cb in jobs for fd in fds])
+            for _fds, cb in jobs:
+                assert self._call is not None
+                self._call(cb, err)
+
+    def remove(self, vhost: str, name: str) -> None:
+        lg = self.logs.pop((vhost, name), None)
+        self._dirty.pop((vhost, name), None)
+        if lg is not None:
+            lg.destroy()
+        else:
+            shutil.rmtree(self._dir(vhost, name), ignore_errors=True)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(30)
+        for lg in self.logs.values():
+            try:
+                lg.close()
+            except OSError as e:
+                log.warning("closing stream log %s: %s", lg.dir, e)
+        self.logs.clear()
