@@ -12,6 +12,12 @@ FRAME_HEADER_SIZE = 7  # type(1) + channel(2) + size(4)
 FRAME_OVERHEAD = 8  # header + frame-end octet
 FRAME_MIN_SIZE = 4096  # spec: frame-max may not be negotiated below this
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+FRAME_MAX_DEFAULT = 131072  # the frame-max a server proposes and a client asks (RabbitMQ's)
+
+# ackmq's opt-in delivery headers (S2, D10): the queue/consume arguments asking for them
+# and the headers a delivery then carries
+SEQ_HEADER = "x-ackmq-seq"  # the per-queue sequence number (S2)
+DELIVERY_COUNT_HEADER = "x-delivery-count"  # redeliveries so far (D10, RabbitMQ's name)
 
 # Class ids used by the codec.
 CLASS_CONNECTION = 10

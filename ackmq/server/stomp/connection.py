@@ -50,17 +50,18 @@ from ackmq.protocol.stomp.destinations import (
     TEMP_QUEUE,
     TOPIC,
 )
-from ackmq.server.channel import delivery_properties
-from ackmq.server.connection import CLOSING_TIMEOUT, _is_loopback, connection_limit_reached
+from ackmq.server import admission
+from ackmq.server.admission import LOOPBACK_ONLY, VHOST_ACCESS, Refusal
+from ackmq.server.delivery import delivery_properties
 from ackmq.server.tls import certificate_user
-from ackmq.server.transport import ClientConnection, events_from
+from ackmq.server.transport import CLOSING_TIMEOUT, ClientConnection, events_from
 
 if TYPE_CHECKING:
     from ackmq.broker.channel import ChannelModel
     from ackmq.broker.consumer import Consumer
     from ackmq.broker.message import Message, QueueEntry
     from ackmq.broker.queue_type import Queue
-    from ackmq.server.server import Server
+    from ackmq.server.context import FrontEnd
 
 log = logging.getLogger("ackmq.stomp")
 
@@ -151,9 +152,9 @@ class StompConnection(ClientConnection):
 
     number = 1  # the channel's number in texts the model writes (consumer timeout)
 
-    def __init__(self, server: Server) -> None:
-        super().__init__(server)
-        self.decoder = Decoder(max_body=server.config.max_message_size)
+    def __init__(self, ctx: FrontEnd) -> None:
+        super().__init__(ctx)
+        self.decoder = Decoder(max_body=ctx.config.max_message_size)
         self.state = "connect"  # connect -> open -> (disconnecting) -> closed
         self.version: str | None = None
         self.session = ""
@@ -185,13 +186,13 @@ class StompConnection(ClientConnection):
                 break
             self._resume = False  # CONNECTED is out: parse what waited, as `version`
             data = b""
-        self.server.request_flush()
+        self.ctx.request_flush()
 
     def _frames(self, events: list[Any], error: StompError | None) -> bool:
         """Handle decoded frames, then the decoder's error if any. True: a SEND during a
         resource alarm blocked the connection (U5, as RabbitMQ's STOMP reader); the
         frames after it and the error are held until the alarm clears."""
-        blocking = self.server.blocking
+        blocking = self.ctx.blocking
         for ev in events:
             if self.state not in ("connect", "open"):
                 break
@@ -209,11 +210,15 @@ class StompConnection(ClientConnection):
         if self.state in ("connect", "open"):
             self._frames(frames, error)
 
+    @property
+    def vhost_name(self) -> str | None:
+        return None if self.channel is None else self.channel.vhost.name
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._release()
         self.state = "closed"
         self.out.clear()
-        self.server.connections.discard(self)
+        self.ctx.connections.discard(self)
 
     # -- frames -------------------------------------------------------------------------
     def _frame(self, f: Frame) -> None:
@@ -263,33 +268,39 @@ class StompConnection(ClientConnection):
             raise _Refused("Bad CONNECT", f"heart-beat must be two integers 'cx,cy', got "
                                           f"{h.get('heart-beat', '')[:40]!r}\n") from None
         login = h.get("login")
-        # no login at all: RabbitMQ's default user (guest), still loopback-only
-        user, password = ("guest", "guest") if login is None else (login, h.get("passcode", ""))
-        config, loopback = self.server.config, _is_loopback(self.peer)
+        ctx = self.ctx
         cert_user = self._cert_user() if login is None else None
         if cert_user is not None:  # U4, stomp.ssl_cert_login: the certificate names the user
-            user = cert_user
-            if not config.user_exists(user, loopback):
-                log.warning("STOMP certificate login refused for user %r from %s", user,
+            got = admission.certificate_login(ctx.access, ctx.config.loopback_users,
+                                              cert_user, self.peer)
+            if isinstance(got, Refusal):
+                log.warning("STOMP certificate login refused for user %r from %s", got.user,
                             self.peer)
+                raise _Refused("Bad CONNECT", f"Access refused for user '{got.user}'\n")
+        else:
+            # no login at all: RabbitMQ's default user (guest), still loopback-only
+            user, password = ("guest", "guest") if login is None \
+                else (login, h.get("passcode", ""))
+            got = admission.password_login(ctx.access, ctx.config.loopback_users, user,
+                                           password, self.peer)
+            if isinstance(got, Refusal):
+                log.warning("STOMP login refused for user %r from %s", user, self.peer)
+                if got.kind == LOOPBACK_ONLY:
+                    raise _Refused("Bad CONNECT", "non-loopback access denied")
                 raise _Refused("Bad CONNECT", f"Access refused for user '{user}'\n")
-        elif not config.authenticate(user, password, loopback):
-            log.warning("STOMP login refused for user %r from %s", user, self.peer)
-            if not loopback and config.authenticate(user, password, True):
-                raise _Refused("Bad CONNECT", "non-loopback access denied")
-            raise _Refused("Bad CONNECT", f"Access refused for user '{user}'\n")
-        broker = self.server.broker
+        user = got
+        broker = ctx.broker
         # host names a vhost when one has that name; otherwise it is the server's host
         # name (STOMP 1.1+'s meaning, and what stomp.py sends), and the vhost is "/"
         vhost = broker.vhosts.get(h.get("host") or "/") or broker.vhost("/")
-        access = self.server.access
-        if not access.vhost_access(user, vhost.name):  # U3, RabbitMQ's STOMP text
+        refusal = admission.open_vhost(ctx, self, user, vhost.name)  # U6, U3
+        if refusal is not None:
+            if refusal.kind != VHOST_ACCESS:
+                log.warning("STOMP connection of user %r to vhost %r refused: connection "
+                            "limit reached", user, vhost.name)
+            # RabbitMQ's STOMP text, the same for access and both limits
             raise _Refused("Bad CONNECT", f"Virtual host '{vhost.name}' access denied")
-        if connection_limit_reached(self.server, self, user, vhost.name) is not None:
-            # U6: RabbitMQ's STOMP plugin says the same for the vhost's and the user's limit
-            log.warning("STOMP connection of user %r to vhost %r refused: connection limit "
-                        "reached", user, vhost.name)
-            raise _Refused("Bad CONNECT", f"Virtual host '{vhost.name}' access denied")
+        access = ctx.access
         self.user = user
         self.channel = broker.open_channel(vhost, self, self, user)
         # U3: SEND and SUBSCRIBE are checked as the AMQP operations they perform
@@ -305,12 +316,12 @@ class StompConnection(ClientConnection):
             self._close_timer.cancel()
             self._close_timer = None
         if self.send_ms or self.recv_ms:
-            self._hb_timer = self.server.loop.call_later(self._tick_s(), self._heartbeat_tick)
+            self._hb_timer = self.ctx.loop.call_later(self._tick_s(), self._heartbeat_tick)
 
     def _cert_user(self) -> str | None:
         """With --stomp-ssl-cert-login, the CN of a verified client certificate on a TLS
         connection (RabbitMQ's stomp.ssl_cert_login; its ssl_cert_login_from common_name)."""
-        if not self.server.config.stomp_ssl_cert_login or self.transport is None:
+        if not self.ctx.config.stomp_ssl_cert_login or self.transport is None:
             return None
         return certificate_user(self.transport.get_extra_info("peercert"))
 
@@ -792,7 +803,7 @@ class StompConnection(ClientConnection):
         if t is not None and not t.is_closing():
             t.close()
             if t.get_write_buffer_size():
-                self._close_timer = self.server.loop.call_later(CLOSING_TIMEOUT, t.abort)
+                self._close_timer = self.ctx.loop.call_later(CLOSING_TIMEOUT, t.abort)
 
     def _release(self) -> None:
         """D8: unacked deliveries go back; open transactions are dropped; exclusive
@@ -806,7 +817,7 @@ class StompConnection(ClientConnection):
         if ch is not None:
             ch.close()
             ch.vhost.connection_closed(self)
-        self.server.request_flush()
+        self.ctx.request_flush()
 
     def force_close(self, text: str) -> None:
         """Broker shutdown."""
@@ -843,8 +854,8 @@ class StompConnection(ClientConnection):
             return
         if self.send_ms and now - self.last_sent >= self.send_ms / 2000.0:
             self.write(b"\n")
-            self.server.request_flush()
-        self._hb_timer = self.server.loop.call_later(self._tick_s(), self._heartbeat_tick)
+            self.ctx.request_flush()
+        self._hb_timer = self.ctx.loop.call_later(self._tick_s(), self._heartbeat_tick)
 
 
 _HANDLERS: dict[str, Callable[[StompConnection, Frame], Any]] = {
