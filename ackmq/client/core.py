@@ -33,12 +33,12 @@ from ackmq.protocol.amqp.constants import FRAME_ERROR, UNEXPECTED_FRAME
 from ackmq.protocol.amqp.decoder import deliver_method
 from ackmq.protocol.amqp.events import ChannelFault
 from ackmq.protocol.amqp.properties import check_properties
+from ackmq.version import VERSION
 
 from .errors import ChannelClosed, ClientError, ConnectionLost, NackError, ReturnedError
 from .message import OutboundMessage
 from .options import Options
 
-VERSION = "0.1.0"
 CLIENT_FRAME_MAX = 131072
 CLIENT_CHANNEL_MAX = 2047
 

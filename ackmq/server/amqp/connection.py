@@ -250,10 +250,10 @@ class AMQPConnection(ClientConnection):
 
     # -- handshake ----------------------------------------------------------------------
     def _start(self) -> None:
-        from ackmq import __version__
+        from ackmq.version import VERSION
         self.state = "start"
         props = {
-            "product": "ackmq", "version": __version__, "platform": "Python",
+            "product": "ackmq", "version": VERSION, "platform": "Python",
             "information": "https://pypi.org/project/ackmq/",
             "copyright": "ackmq authors", "cluster_name": "ackmq@localhost",
             "capabilities": SERVER_CAPABILITIES,

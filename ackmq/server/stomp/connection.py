@@ -231,9 +231,9 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         self.channel.access = ChannelAccess(access, user, vhost.name)
         self.session = "session-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
         self.send_ms, self.recv_ms = _heartbeat_ms(cy), _heartbeat_ms(cx)
-        from ackmq import __version__
+        from ackmq.version import VERSION
         self.write(encode_frame("CONNECTED", [
-            ("server", f"ackmq/{__version__}"), ("session", self.session),
+            ("server", f"ackmq/{VERSION}"), ("session", self.session),
             ("heart-beat", f"{self.send_ms},{self.recv_ms}"), ("version", version)]))
         self.state = "open"
         if self._close_timer is not None:
