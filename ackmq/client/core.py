@@ -29,7 +29,7 @@ from ackmq.protocol.amqp import (
     encode_method,
     encode_publish,
 )
-from ackmq.protocol.amqp.constants import FRAME_ERROR, UNEXPECTED_FRAME
+from ackmq.protocol.amqp.constants import FRAME_ERROR, FRAME_MAX_DEFAULT, UNEXPECTED_FRAME
 from ackmq.protocol.amqp.decoder import deliver_method
 from ackmq.protocol.amqp.events import ChannelFault
 from ackmq.protocol.amqp.properties import check_properties
@@ -39,7 +39,7 @@ from .errors import ChannelClosed, ClientError, ConnectionLost, NackError, Retur
 from .message import OutboundMessage
 from .options import Options
 
-CLIENT_FRAME_MAX = 131072
+CLIENT_FRAME_MAX = FRAME_MAX_DEFAULT
 CLIENT_CHANNEL_MAX = 2047
 
 _FRAME_HEAD = struct.Struct(">BHI")

@@ -42,6 +42,20 @@ from ackmq.client import (
     connect,
 )
 from ackmq.client.base import CONSUME_ARGUMENTS
+from ackmq.protocol.amqp.constants import (
+    ACCESS_REFUSED,
+    CHANNEL_ERROR,
+    COMMAND_INVALID,
+    FRAME_ERROR,
+    INVALID_PATH,
+    NOT_ALLOWED,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    RESOURCE_LOCKED,
+    SYNTAX_ERROR,
+    UNEXPECTED_FRAME,
+)
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +121,7 @@ def reply_of(exc: BaseException) -> tuple[int, str] | None:
 
 def _exclusive_use(code: int, text: str) -> bool:
     """Another consumer holds the queue: a dead predecessor the broker has not dropped yet."""
-    return code == 405 or (code == 403 and "exclusive" in text)
+    return code == RESOURCE_LOCKED or (code == ACCESS_REFUSED and "exclusive" in text)
 
 
 def is_permanent(exc: BaseException) -> bool:
@@ -118,15 +132,21 @@ def is_permanent(exc: BaseException) -> bool:
     code, text = r
     if _exclusive_use(code, text):
         return False
-    return code in (402, 403, 404, 406, 501, 502, 503, 504, 505, 530, 540)
+    return code in PERMANENT
 
+
+# reply codes retrying cannot fix (a wrong name, argument, permission or vhost; a client bug)
+PERMANENT = frozenset((INVALID_PATH, ACCESS_REFUSED, NOT_FOUND, PRECONDITION_FAILED,
+                       FRAME_ERROR, SYNTAX_ERROR, COMMAND_INVALID, CHANNEL_ERROR,
+                       UNEXPECTED_FRAME, NOT_ALLOWED, NOT_IMPLEMENTED))
 
 _HINTS = {
-    402: "check the URL",
-    403: "check the user and password in the URL and the user's permissions",
-    404: "declare it first or check the name",
-    406: "the broker refused an argument: check the queue's or exchange's declared arguments",
-    530: "check the virtual host in the URL",
+    INVALID_PATH: "check the URL",
+    ACCESS_REFUSED: "check the user and password in the URL and the user's permissions",
+    NOT_FOUND: "declare it first or check the name",
+    PRECONDITION_FAILED: "the broker refused an argument: check the queue's or exchange's "
+                         "declared arguments",
+    NOT_ALLOWED: "check the virtual host in the URL",
 }
 
 

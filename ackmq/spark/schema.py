@@ -8,11 +8,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from ackmq.protocol.amqp.constants import DELIVERY_COUNT_HEADER, SEQ_HEADER
 from ackmq.protocol.amqp.properties import read_table
 from ackmq.spark.amqp import Delivery
 
-SEQ_HEADER = "x-ackmq-seq"
-DELIVERY_COUNT_HEADER = "x-delivery-count"
 BROKER_HEADERS = (SEQ_HEADER, DELIVERY_COUNT_HEADER)  # asked for by amqp.DELIVERY_HEADERS
 
 PROPERTY_FIELDS: list[tuple[str, str]] = [

@@ -65,6 +65,8 @@ from typing import Any
 
 from pamqp import commands, decode
 
+from ackmq.protocol.amqp.constants import FRAME_MAX_DEFAULT
+
 from .constants import (
     CLASS_BASIC,
     FRAME_BODY,
@@ -142,7 +144,7 @@ class Decoder:
 
     def __init__(
         self,
-        frame_max: int = 131072,
+        frame_max: int = FRAME_MAX_DEFAULT,
         max_message_size: int = 128 * 1024 * 1024,
         expect_header: bool = True,
     ) -> None:
