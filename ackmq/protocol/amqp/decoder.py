@@ -65,8 +65,6 @@ from typing import Any
 
 from pamqp import commands, decode
 
-from ackmq.protocol.amqp.constants import FRAME_MAX_DEFAULT
-
 from .constants import (
     CLASS_BASIC,
     FRAME_BODY,
@@ -74,6 +72,7 @@ from .constants import (
     FRAME_ERROR,
     FRAME_HEADER,
     FRAME_HEARTBEAT,
+    FRAME_MAX_DEFAULT,
     FRAME_METHOD,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
