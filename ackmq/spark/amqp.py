@@ -425,7 +425,7 @@ class QueueConsumer:
         self._close_connection()
 
 
-class PublishError(RuntimeError):
+class SinkPublishError(RuntimeError):
     """A publish was nacked, returned, or not confirmed in time: the task must fail."""
 
 
@@ -448,7 +448,7 @@ class ConfirmingPublisher:
             self.session = self.conn.session(AckMode.AUTO)
             self.producer = self.session.producer_to("", "", mandatory)
         except (ClientError, OSError, ValueError) as exc:
-            raise PublishError(describe(exc, f"cannot publish to {self._where}")) from exc
+            raise SinkPublishError(describe(exc, f"cannot publish to {self._where}")) from exc
 
     @property
     def confirmed(self) -> int:
@@ -484,17 +484,17 @@ class ConfirmingPublisher:
     def publish(self, exchange: str, routing_key: str, body: bytes, *,
                 headers: dict[str, Any] | None = None, persistent: bool = True,
                 message_id: str | None = None, **props: Any) -> None:
-        """Publish one message (confirm tracked); raises PublishError as soon as any
+        """Publish one message (confirm tracked); raises SinkPublishError as soon as any
         publish so far has failed. `props`: ackmq.client's basic properties
         (content_type, correlation_id, timestamp, message_type, ...)."""
         if self.producer.failed:
-            raise PublishError(self._failure())
+            raise SinkPublishError(self._failure())
         msg = OutboundMessage.build(body, exchange, routing_key, self.mandatory, message_id,
                                     headers=headers, persistent=persistent, **props)
         try:
             fut = self.producer.publish(msg)
         except ClientError as exc:
-            raise PublishError(self._failure() or self._explain(exc)) from exc
+            raise SinkPublishError(self._failure() or self._explain(exc)) from exc
         self.published += 1
         futures = self._futures
         futures.append(fut)
@@ -509,13 +509,13 @@ class ConfirmingPublisher:
         except TimeoutError as exc:
             chan = self.session.chan
             n = len(chan.outstanding) if chan is not None else 0
-            raise PublishError(f"{n} publishes unconfirmed after {self.confirm_timeout}s"
+            raise SinkPublishError(f"{n} publishes unconfirmed after {self.confirm_timeout}s"
                                ) from exc
         except ClientError as exc:
-            raise PublishError(self._failure() or self._explain(exc)) from exc
+            raise SinkPublishError(self._failure() or self._explain(exc)) from exc
         failure = self._failure()
         if failure:
-            raise PublishError(failure)
+            raise SinkPublishError(failure)
 
     def close(self) -> None:
         try:

@@ -65,7 +65,7 @@ def prepare_row(m: Any) -> tuple[tuple[Any, ...], int | None, int | None,
                                  list[tuple[str, str | None]]]:
     """What staging needs of a message: (the 12 property columns, seq, delivery count,
     the publisher's headers). The consumer thread computes it as messages arrive."""
-    props, h = decode_properties(m.raw_properties)
+    props, h = properties_columns(m.raw_properties)
     if not h:
         return props, None, (None if m.redelivered else 0), []
     seq = _int(h.get(SEQ_HEADER))
@@ -118,7 +118,7 @@ _NO_PROPS = (None,) * len(PROPERTY_FIELDS)
 _DM2 = 0x1000  # delivery-mode only
 
 
-def decode_properties(raw: bytes) -> tuple[tuple[Any, ...], dict[str, Any] | None]:
+def properties_columns(raw: bytes) -> tuple[tuple[Any, ...], dict[str, Any] | None]:
     """(the 12 property columns, headers) from raw content-header properties, in one
     pass. Why not PropertiesView: its per-field lookups cost more than the whole row."""
     flags = _U16.unpack_from(raw, 0)[0] if len(raw) >= 2 else 0

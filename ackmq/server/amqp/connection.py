@@ -54,8 +54,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("ackmq.connection")
 
 CHANNEL_MAX = 2047
-FRAME_MAX = FRAME_MAX_DEFAULT
-FRAME_MIN = FRAME_MIN_SIZE
 # A client that fails the handshake (tune-ok outside the limits) is not trusted: as
 # RabbitMQ, say nothing, wait this long, then drop the socket.
 SILENT_CLOSE_DELAY = 3.0
@@ -93,10 +91,10 @@ def _class_method(m: Any) -> tuple[int, int]:
 class AMQPConnection(ClientConnection):
     def __init__(self, ctx: FrontEnd) -> None:
         super().__init__(ctx)
-        self.decoder = Decoder(frame_max=FRAME_MAX,
+        self.decoder = Decoder(frame_max=FRAME_MAX_DEFAULT,
                                max_message_size=ctx.config.max_message_size)
         self.state = "header"
-        self.frame_max = FRAME_MAX
+        self.frame_max = FRAME_MAX_DEFAULT
         self.channel_max = CHANNEL_MAX
         self.heartbeat = 0
         self.channels: dict[int, AMQPChannel] = {}
@@ -282,12 +280,12 @@ class AMQPConnection(ClientConnection):
             self.user = user
             self.state = "tune"
             self.write(encode_method(0, M(C.Connection.Tune,
-                channel_max=CHANNEL_MAX, frame_max=FRAME_MAX,
+                channel_max=CHANNEL_MAX, frame_max=FRAME_MAX_DEFAULT,
                 heartbeat=self.ctx.config.heartbeat)))
         elif self.state == "tune" and isinstance(m, C.Connection.TuneOk):
             # the client may lower what connection.tune proposed, never raise it or ask
             # for "no limit" (RabbitMQ checks frame_max first, then channel_max)
-            problem = (_negotiation_error("frame_max", m.frame_max, FRAME_MIN, FRAME_MAX)
+            problem = (_negotiation_error("frame_max", m.frame_max, FRAME_MIN_SIZE, FRAME_MAX_DEFAULT)
                        or _negotiation_error("channel_max", m.channel_max, 0, CHANNEL_MAX))
             if problem is not None:
                 self._silent_close(f"failed to negotiate connection parameters: {problem}")
