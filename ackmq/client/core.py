@@ -29,7 +29,14 @@ from ackmq.protocol.amqp import (
     encode_method,
     encode_publish,
 )
-from ackmq.protocol.amqp.constants import FRAME_ERROR, FRAME_MAX_DEFAULT, UNEXPECTED_FRAME
+from ackmq.protocol.amqp.constants import (
+    BASIC_ACK,
+    BASIC_DELIVER,
+    BASIC_NACK,
+    FRAME_ERROR,
+    FRAME_MAX_DEFAULT,
+    UNEXPECTED_FRAME,
+)
 from ackmq.protocol.amqp.decoder import deliver_method
 from ackmq.protocol.amqp.events import ChannelFault
 from ackmq.protocol.amqp.properties import check_properties
@@ -48,9 +55,9 @@ _TAG_BIT = struct.Struct(">QB")
 _CONTENT_HEAD = struct.Struct(">HHQ")
 _HEADER_FRAME = struct.Struct(">BHIHHQ").pack
 _BODY_FRAME = struct.Struct(">BBHI").pack  # frame-end of the header, then the body's head
-_M_ACK = 0x003C0050
-_M_NACK = 0x003C0078
-_M_DELIVER = 0x003C003C
+_M_ACK = BASIC_ACK
+_M_NACK = BASIC_NACK
+_M_DELIVER = BASIC_DELIVER
 
 # (raw delivery) delivery_tag, redelivered, body
 RawDeliver = Callable[[int, bool, bytes], None]
