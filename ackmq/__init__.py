@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
 __all__ = ["Broker", "EmbeddedBroker", "__version__"]
 
 if TYPE_CHECKING:
@@ -15,6 +13,9 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     """`ackmq.Broker` / `ackmq.EmbeddedBroker` load the asyncio server on first use, so
     `import ackmq.protocol.amqp` (or ackmq.spark on an executor) loads none of it."""
+    if name == "__version__":  # from the package metadata (ackmq/version.py)
+        from ackmq.version import VERSION
+        return VERSION
     if name in ("Broker", "EmbeddedBroker"):
         from ackmq.server import embedded
         return getattr(embedded, name)

@@ -1,15 +1,18 @@
-"""The `ackmq` command: serve, bench, pipeline, demo."""
+"""The `ackmq` command: serve, ctl, bench, pipeline, demo."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import gc
+import importlib
 import logging
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from ackmq.server.config import Config
 
@@ -204,27 +207,56 @@ def serve(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
+@dataclass(frozen=True)
+class Subcommand:
+    """A subcommand whose module (and its dependencies) loads only when it runs, so that
+    `ackmq serve` loads the broker and nothing else (no bench, Spark, pika, psutil)."""
+
+    help: str
+    module: str
+    add_arguments: str  # function(parser) in `module`
+    run: str  # function(args) -> exit code in `module`
+    extra: str  # the pyproject extra that installs its dependencies
+
+
+SUBCOMMANDS = {
+    "bench": Subcommand("benchmarks, side by side with RabbitMQ", "ackmq.bench.cli",
+                        "add_arguments", "run", "bench"),
+    "pipeline": Subcommand("land queues into Parquet / publish tables (PySpark)",
+                           "ackmq.spark.cli", "add_pipeline_arguments", "run_pipeline",
+                           "spark"),
+    "demo": Subcommand("the whole story, embedded", "ackmq.spark.cli", "add_demo_arguments",
+                       "run_demo", "spark"),
+}
+
+
+def _load(name: str) -> ModuleType | str:
+    """The subcommand's module, or what to tell the user when a dependency is missing."""
+    cmd = SUBCOMMANDS[name]
+    try:
+        return importlib.import_module(cmd.module)
+    except ImportError as e:
+        missing = (getattr(e, "name", None) or str(e)).split(".")[0]
+        return (f"ackmq {name}: the Python package {missing!r} is missing; install it with "
+                f"pip install 'ackmq[{cmd.extra}]'")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
     parser = argparse.ArgumentParser(prog="ackmq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_args(sub.add_parser("serve", help="run the broker"))
-    extra: dict[str, tuple[str, str]] = {}
-    try:
-        from ackmq.bench import cli as bench_cli
-        bench_cli.add_arguments(sub.add_parser("bench", help="benchmarks, side by side with "
-                                               "RabbitMQ"))
-        extra["bench"] = ("ackmq.bench.cli", "run")
-    except ImportError:
-        pass
-    try:
-        from ackmq.spark import cli as spark_cli
-        spark_cli.add_pipeline_arguments(sub.add_parser(
-            "pipeline", help="land queues into Parquet / publish tables (PySpark)"))
-        spark_cli.add_demo_arguments(sub.add_parser("demo", help="the whole story, embedded"))
-        extra["pipeline"] = ("ackmq.spark.cli", "run_pipeline")
-        extra["demo"] = ("ackmq.spark.cli", "run_demo")
-    except ImportError:
-        pass
+    loaded: ModuleType | None = None
+    for name, cmd in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=cmd.help)
+        if name == command:  # only the one asked for is loaded
+            got = _load(name)
+            if isinstance(got, str):
+                print(got, file=sys.stderr)
+                return 2
+            loaded = got
+            getattr(loaded, cmd.add_arguments)(p)
     from ackmq import ctl
     ctl.add_arguments(sub.add_parser("ctl", help=ctl.HELP, description=ctl.DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter))
@@ -233,9 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args)
     if args.command == "ctl":
         return ctl.run(args)
-    import importlib
-    mod, fn = extra[args.command]
-    return int(getattr(importlib.import_module(mod), fn)(args) or 0)
+    assert loaded is not None
+    return int(getattr(loaded, SUBCOMMANDS[args.command].run)(args) or 0)
 
 
 if __name__ == "__main__":

@@ -4,11 +4,15 @@ codec does not pay for (or depend on) the server."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+import ackmq
 
 
 def loaded_after(statement: str) -> list[str]:
@@ -42,3 +46,33 @@ def test_lint_imports_contracts_hold() -> None:
                           capture_output=True, text=True, timeout=120)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     assert "0 broken" in lint.stdout
+
+
+# (module, name) imports waiting for another branch: store/segments.py is being split
+# (issue 19); its `_enc` import becomes defs.encode_value there
+PRIVATE_IMPORTS_PENDING = {("ackmq/store/segments.py", "_enc")}
+
+
+def private_imports(root: Path) -> list[tuple[str, int, str]]:
+    """(file, line, name) of every `from M import _name` / `import M._name` in the
+    package: a leading underscore says "this module's own"."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [part for a in node.names for part in a.name.split(".")]
+            for name in names:
+                if name.startswith("_") and not name.endswith("__") \
+                        and (rel, name) not in PRIVATE_IMPORTS_PENDING:
+                    found.append((rel, node.lineno, name))
+    return found
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    """Names with a leading underscore stay in their module: a second user means the
+    name is shared, and then it gets a public name (and a docstring)."""
+    assert private_imports(Path(ackmq.__file__).parent) == []

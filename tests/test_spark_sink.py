@@ -16,7 +16,8 @@ import pytest
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'pyspark==4.3.0')")
 
-from ackmq.spark.amqp import ConfirmingPublisher, PublishError  # noqa: E402
+from ackmq.spark.amqp import ConfirmingPublisher  # noqa: E402
+from ackmq.spark.amqp import SinkPublishError as PublishError  # noqa: E402
 from ackmq.spark.cli import explain  # noqa: E402
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None and not os.environ.get("JAVA_HOME"),

@@ -24,8 +24,9 @@ from ackmq.protocol.amqp import (
     encode_properties,
     encode_publish,
 )
+from ackmq.protocol.amqp.constants import FRAME_MAX_DEFAULT
 
-FRAME_MAX = 131072
+FRAME_MAX = FRAME_MAX_DEFAULT
 BODY = b"x" * 100
 PROPS = commands.Basic.Properties(
     content_type="application/json",

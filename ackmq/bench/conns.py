@@ -41,6 +41,7 @@ from ackmq.bench.rawpeer import (
     rss_of,
 )
 from ackmq.protocol.amqp import encode_method, encode_publish
+from ackmq.protocol.amqp.constants import FRAME_MAX_DEFAULT
 
 MiB = 2**20
 
@@ -98,7 +99,7 @@ async def consumers(url: str, n: int, pid: int | None, messages: int = 10,
     t2 = time.monotonic()
     for k in range(messages):
         pub.write(encode_publish(1, exchange, "", False, False, b"\x00\x00", b"b2-%d" % k,
-                                 131072))
+                                 FRAME_MAX_DEFAULT))
     deadline = time.monotonic() + timeout
     while min(got) < messages and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
@@ -162,7 +163,7 @@ async def halfopen(url: str, per_kind: int, pid: int | None, expect_timeout: flo
             body: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
             normal.on_body = lambda _ch, b, f=body: f.done() or f.set_result(b)
             normal.write(encode_publish(1, "", qname, False, False, b"\x00\x00",
-                                        b"n%d" % k, 131072))
+                                        b"n%d" % k, FRAME_MAX_DEFAULT))
             normal.write(encode_method(1, commands.Basic.Get(queue=qname, no_ack=True)))
             try:
                 got = await asyncio.wait_for(body, 10)

@@ -41,7 +41,7 @@ def _size(text: str) -> int:
     return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
 
 
-class Broker:
+class DeepBroker:
     def __init__(self, data_dir: Path, limit: int | None) -> None:
         self.data_dir, self.limit = data_dir, limit
         self.proc: subprocess.Popen[str] | None = None
@@ -84,13 +84,13 @@ class Broker:
             self.proc.wait(60)
 
 
-def _progress(what: str, done: int, n: int, t0: float, broker: Broker) -> None:
+def _progress(what: str, done: int, n: int, t0: float, broker: DeepBroker) -> None:
     rate = done / max(1e-9, time.monotonic() - t0)
     print(f"\r{what}: {done:,}/{n:,} ({rate:,.0f} msg/s), broker RSS "
           f"{broker.rss() / 2**20:,.0f} MiB   ", end="", file=sys.stderr, flush=True)
 
 
-async def _publish(broker: Broker, n: int, body_size: int) -> float:
+async def _publish(broker: DeepBroker, n: int, body_size: int) -> float:
     conn = await open_connection(broker.url, "ackmq-bench-deep")
     ch = await conn.channel()
     await ch.declare_queue(QUEUE, durable=True)
@@ -125,7 +125,7 @@ async def _publish(broker: Broker, n: int, body_size: int) -> float:
     return elapsed
 
 
-async def _drain(broker: Broker, n: int) -> float:
+async def _drain(broker: DeepBroker, n: int) -> float:
     conn = await open_connection(broker.url, "ackmq-bench-deep")
     ch = await conn.channel()
     await ch.qos(1000)
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.body_size < _IDX.size:
         p.error(f"--body-size must be at least {_IDX.size}")
     shutil.rmtree(args.data_dir, ignore_errors=True)
-    broker = Broker(args.data_dir, args.memory_limit or None)
+    broker = DeepBroker(args.data_dir, args.memory_limit or None)
     out: dict[str, float] = {"messages": args.messages, "body_size": args.body_size,
                              "memory_limit": args.memory_limit}
     try:

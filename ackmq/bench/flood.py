@@ -33,6 +33,7 @@ from urllib.parse import unquote, urlparse
 from pamqp import commands, frame
 
 from ackmq.protocol.amqp import encode_method, encode_publish
+from ackmq.protocol.amqp.constants import FRAME_MAX_DEFAULT
 
 QUEUE = "ackmq-flood"
 _HDR = struct.Struct(">BHI")
@@ -110,7 +111,7 @@ class _Link:
                 "connection.blocked": True, "publisher_confirms": True}},
             mechanism="PLAIN", response=f"\0{user}\0{password}")))
         tune = self._expect(commands.Connection.Tune)
-        self.frame_max = min(tune.frame_max or 131072, 131072)
+        self.frame_max = min(tune.frame_max or FRAME_MAX_DEFAULT, FRAME_MAX_DEFAULT)
         self.sock.sendall(encode_method(0, commands.Connection.TuneOk(
             channel_max=tune.channel_max, frame_max=self.frame_max, heartbeat=0)))
         self.sock.sendall(encode_method(0, commands.Connection.Open(virtual_host=vhost)))

@@ -15,7 +15,7 @@ import sys
 from pamqp import commands, frame
 from pamqp.header import ContentHeader
 
-from ackmq.protocol.amqp.constants import FRAME_END, PROTOCOL_HEADER
+from ackmq.protocol.amqp.constants import FRAME_END, FRAME_MAX_DEFAULT, PROTOCOL_HEADER
 
 
 def _frame(frame_type: int, channel: int, payload: bytes, end: int = FRAME_END) -> bytes:
@@ -53,7 +53,7 @@ class Probe:
                 return None
             self.buf += data
 
-    def handshake(self, frame_max: int = 131072) -> None:
+    def handshake(self, frame_max: int = FRAME_MAX_DEFAULT) -> None:
         self.sock.sendall(PROTOCOL_HEADER)
         self.read()  # connection.start
         self.sock.sendall(

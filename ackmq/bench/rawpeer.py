@@ -17,8 +17,9 @@ from collections.abc import Callable
 from pamqp import commands
 
 from ackmq.protocol.amqp import FRAME_END, PROTOCOL_HEADER, encode_method
+from ackmq.protocol.amqp.constants import FRAME_MAX_DEFAULT
 
-FRAME_MAX = 131072
+FRAME_MAX = FRAME_MAX_DEFAULT
 _HDR = struct.Struct(">BHI")
 _CM = struct.Struct(">HH")
 _ACK = struct.Struct(">QB")

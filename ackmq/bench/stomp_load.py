@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from ackmq.bench.context import RunContext, run_async
-from ackmq.bench.stomp_wire import StompConnection
+from ackmq.bench.stomp_wire import StompWireConnection
 from ackmq.protocol.stomp import Frame, encode_frame
 
 CHUNK = 256          # frames per socket write when streaming
@@ -45,7 +45,7 @@ def _send_frame(dest: str, i: int, size: int, persistent: bool, receipt: str | N
     return b"".join(head)
 
 
-async def _stream(conn: StompConnection, dest: str, n: int, size: int, persistent: bool) -> None:
+async def _stream(conn: StompWireConnection, dest: str, n: int, size: int, persistent: bool) -> None:
     """n SENDs as fast as TCP takes them; only the last asks for a receipt, which every
     broker here sends after the sends before it (one connection is processed in order)."""
     last = f"end-{n}"
@@ -98,7 +98,7 @@ async def _drain(ctx: RunContext, dest: str, n: int, ack: str,
                  prefetch: int | None) -> tuple[float, _Tally]:
     """Subscribe to `dest` and take n messages (ACK each unless `ack` is auto).
     The measured section runs from SUBSCRIBE to the n-th message. Returns its seconds."""
-    conn = await StompConnection.open(_url(ctx))
+    conn = await StompWireConnection.open(_url(ctx))
     tally = _Tally(n)
     done = asyncio.get_running_loop().create_future()
     individual = ack != "auto"
@@ -129,7 +129,7 @@ async def _drain(ctx: RunContext, dest: str, n: int, ack: str,
 
 async def _prefill(ctx: RunContext, dest: str, n: int) -> None:
     """n transient messages, all in the queue (the last one's receipt) before timing."""
-    conn = await StompConnection.open(_url(ctx))
+    conn = await StompWireConnection.open(_url(ctx))
     try:
         await _stream(conn, dest, n, ctx.options.body_size, persistent=False)
     finally:
@@ -158,7 +158,7 @@ def send_receipt(ctx: RunContext) -> None:
     async def go() -> None:
         dest = _dest(ctx)
         frames = [_send_frame(dest, i, size, True, str(i)) for i in range(n)]
-        conn = await StompConnection.open(_url(ctx))
+        conn = await StompWireConnection.open(_url(ctx))
         try:
             with ctx.measure():
                 for i, frame in enumerate(frames):
@@ -180,7 +180,7 @@ def send_stream(ctx: RunContext) -> None:
 
     async def go() -> None:
         dest = _dest(ctx)
-        conn = await StompConnection.open(_url(ctx))
+        conn = await StompWireConnection.open(_url(ctx))
         try:
             with ctx.measure():
                 await _stream(conn, dest, n, ctx.options.body_size, persistent=True)

@@ -82,7 +82,7 @@ def probe_stomp(url: str, timeout: float = 10.0) -> dict[str, str]:
                     return dict(ev.headers)
 
 
-class StompConnection(WireProtocol):
+class StompWireConnection(WireProtocol):
     """One STOMP 1.2 connection; frames are dispatched from `data_received`."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -95,7 +95,7 @@ class StompConnection(WireProtocol):
         self._connect_fut: asyncio.Future[None] = loop.create_future()
 
     @classmethod
-    async def open(cls, url: str) -> StompConnection:
+    async def open(cls, url: str) -> StompWireConnection:
         loop = asyncio.get_running_loop()
         parts = parse_stomp_url(url)
         _, conn = await loop.create_connection(lambda: cls(loop), parts.host, parts.port)

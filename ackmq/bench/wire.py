@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass
-from urllib.parse import unquote, urlparse
+
+from ackmq.client.options import parse_url as client_parse_url
 
 
 @dataclass(frozen=True)
@@ -43,20 +44,18 @@ def parse_url(url: str) -> URLParts:
     shown = redact(url) if isinstance(url, str) else url
     if not isinstance(url, str) or "://" not in url:
         raise BadURL(f"not a broker URL: {shown!r}; expected {URL_FORM}")
-    try:
-        u = urlparse(url)
-        port = u.port
-    except ValueError as exc:  # bad port: "Port could not be cast...", "out of range"
-        raise BadURL(f"bad broker URL {shown!r} ({exc}); expected {URL_FORM}") from exc
-    scheme = u.scheme.lower()
+    scheme = url.split("://", 1)[0].lower()
     if scheme == "amqps":
         raise BadURL(f"amqps:// (TLS) is not supported by the bench: {shown!r}; "
                      f"use a plain {URL_FORM}")
     if scheme != "amqp":
-        raise BadURL(f"unsupported scheme {u.scheme}:// in {shown!r}; expected {URL_FORM}")
-    vhost = unquote(u.path[1:]) if u.path and u.path != "/" else "/"
-    return URLParts(u.hostname or "127.0.0.1", port or 5672,
-                    unquote(u.username or "guest"), unquote(u.password or "guest"), vhost)
+        raise BadURL(f"unsupported scheme {url.split('://', 1)[0]}:// in {shown!r}; "
+                     f"expected {URL_FORM}")
+    try:  # the client's URL rules and defaults: one parser for both
+        o = client_parse_url(url)
+    except ValueError as exc:  # bad port: "Port could not be cast...", "out of range"
+        raise BadURL(f"bad broker URL {shown!r} ({exc}); expected {URL_FORM}") from exc
+    return URLParts(o.host, o.port, o.username, o.password, o.vhost)
 
 
 class WireProtocol(asyncio.Protocol):

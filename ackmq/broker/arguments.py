@@ -12,12 +12,13 @@ import decimal
 from typing import Any
 
 from ackmq.broker.errors import PRECONDITION_FAILED, SoftError, erl_string
+from ackmq.protocol.amqp.constants import SEQ_HEADER
 
 MAX_EXPIRY_MS = 315_360_000_000  # ten years: RabbitMQ's bound for TTLs and expiration
 MAX_PRIORITY = 255
 
 # ackmq's opt-in delivery headers, asked for by a queue argument or a basic.consume argument
-SEQ_ARG = "x-ackmq-seq"                   # every delivery carries x-ackmq-seq (S2)
+SEQ_ARG = SEQ_HEADER                   # every delivery carries x-ackmq-seq (S2)
 DELIVERY_COUNT_ARG = "x-ackmq-delivery-count"  # redeliveries carry x-delivery-count (D10)
 
 # compared on queue redeclare, in this order (RabbitMQ's declare_args, then ackmq's own)

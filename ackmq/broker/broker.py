@@ -276,12 +276,7 @@ class BrokerModel:
 
     def page_out(self) -> int:
         """Memory alarm (U5): every queue's ready messages held in memory go to the spill."""
-        moved = 0
-        for q in self.queues():
-            ready = getattr(q, "ready", None)
-            if ready is not None:
-                moved += ready.page_out()
-        return moved
+        return sum(q.page_out() for q in self.queues())
 
     def close(self) -> None:
         if self.streams is not None:

@@ -13,9 +13,11 @@ import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ackmq.broker.access import WRITE
+from ackmq.broker.arguments import as_text
 from ackmq.broker.confirms import ConfirmTracker
 from ackmq.broker.consumer import Consumer
 from ackmq.broker.dedup import EXCHANGE_TYPE
@@ -36,7 +38,20 @@ from ackmq.protocol.amqp.properties import PropertiesView, properties_edit
 if TYPE_CHECKING:
     from ackmq.broker.vhost import VHost
 
-Delivery = tuple  # (entry, consumer | None, deadline | None)
+
+@dataclass(slots=True, eq=False)
+class Delivery:
+    """One unacked delivery of a channel, by its delivery tag."""
+
+    entry: QueueEntry
+    consumer: Consumer | None  # None: a basic.get
+    deadline: float | None  # monotonic time of the consumer timeout (H2), None: none
+
+
+Taken = list[tuple[int, Delivery]]  # deliveries taken out of `unacked`, to be settled
+
+# W6's dead-letter policy for a NACK (`nack_with_limit`): where a message goes
+QUEUE_DLX = (None, None)  # the queue's own dead-letter exchange
 
 
 USER_ID_FLAG = 0x10  # user-id's bit in the low byte of the property flags
@@ -70,7 +85,7 @@ class _Tx:
     def __init__(self) -> None:
         self.publishes: list[tuple[Any, Message, bool]] = []
         # (action, deliveries): action in "ack", "requeue", "reject"
-        self.settles: list[tuple[str, list[tuple[int, Delivery]]]] = []
+        self.settles: list[tuple[str, Taken]] = []
 
 
 class ChannelModel:
@@ -219,7 +234,7 @@ class ChannelModel:
         self.next_tag = tag + 1
         queue = entry.queue
         if not consumer.no_ack:
-            self.unacked[tag] = (entry, consumer, self._deadline(queue))
+            self.unacked[tag] = Delivery(entry, consumer, self._deadline(queue))
             consumer.unacked += 1
             self.global_unacked += 1
         queue.delivered(entry, not consumer.no_ack)
@@ -242,11 +257,12 @@ class ChannelModel:
             return
         now = time.monotonic()
         soonest = None
-        for entry, _c, deadline in self.unacked.values():
+        for d in self.unacked.values():
+            deadline = d.deadline
             if deadline is None:
                 continue
             if deadline <= now:
-                ms = entry.queue.consumer_timeout or self.consumer_timeout_ms
+                ms = d.entry.queue.consumer_timeout or self.consumer_timeout_ms
                 self.output.close(PRECONDITION_FAILED,
                                   f"PRECONDITION_FAILED - delivery acknowledgement on channel "
                                   f"{self.output.number} timed out. Timeout value used: {ms} ms. This timeout value "
@@ -321,12 +337,12 @@ class ChannelModel:
         tag = self.next_tag
         self.next_tag = tag + 1
         if not no_ack:
-            self.unacked[tag] = (entry, None, self._deadline(q))
+            self.unacked[tag] = Delivery(entry, None, self._deadline(q))
         q.delivered(entry, not no_ack)
         return tag, entry, q.message_count
 
     # -- acks (D4-D7) -------------------------------------------------------------------
-    def _take(self, tag: int, multiple: bool) -> list[tuple[int, Delivery]]:
+    def _take(self, tag: int, multiple: bool) -> Taken:
         unacked = self.unacked
         if multiple:
             if tag == 0:
@@ -347,32 +363,92 @@ class ChannelModel:
             raise SoftError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
         return [(tag, d)]
 
-    def take_for_consumer(self, consumer_tag: str, tag: int,
-                          multiple: bool) -> list[tuple[int, Delivery]]:
+    def unacked_of(self, consumer_tag: str) -> list[int]:
+        """The delivery tags of one consumer's unacked deliveries, oldest first."""
+        return [t for t, d in self.unacked.items()
+                if d.consumer is not None and d.consumer.tag == consumer_tag]
+
+    def check_unacked(self, consumer_tag: str, tag: int) -> Delivery:
+        """`tag` as an unacked delivery of that consumer; refused as D7 refuses a tag
+        otherwise (406 unknown delivery tag)."""
+        d = self.unacked.get(tag)
+        if d is None or d.consumer is None or d.consumer.tag != consumer_tag:
+            raise SoftError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+        return d
+
+    def take_for_consumer(self, consumer_tag: str, tag: int, multiple: bool) -> Taken:
         """STOMP's acks name one subscription: `tag` alone, or with `multiple` every unacked
         delivery of the same consumer up to it (STOMP `client` mode); other consumers'
         deliveries on the channel stay. A tag that is not an unacked delivery of that
-        consumer is refused as D7 refuses it. Settle what this returns with `settle`."""
+        consumer is refused as D7 refuses it. Settle what this returns with `settle` or
+        `nack_with_limit`."""
+        d = self.check_unacked(consumer_tag, tag)
         unacked = self.unacked
-        d = unacked.get(tag)
-        if d is None or d[1] is None or d[1].tag != consumer_tag:
-            raise SoftError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
         if not multiple:
             del unacked[tag]
             return [(tag, d)]
-        consumer = d[1]
+        consumer = d.consumer
         tags = []
         for t, other in unacked.items():
             if t > tag:
                 break
-            if other[1] is consumer:
+            if other.consumer is consumer:
                 tags.append(t)
         return [(t, unacked.pop(t)) for t in tags]
 
-    def settle(self, action: str, taken: list[tuple[int, Delivery]]) -> None:
+    def settle(self, action: str, taken: Taken) -> None:
         """Apply "ack", "requeue" or "reject" to deliveries from `take_for_consumer`."""
         self._check_settle(action, taken)
         self._settle(action, taken)
+
+    def nack_with_limit(self, taken: Taken, requeue: bool, fallback_queue: str | None,
+                        default_limit: int) -> None:
+        """A NACK under a redelivery limit (W6, ActiveMQ's redelivery policy): the queue's
+        x-delivery-limit, else `default_limit`, applies when the message has a dead-letter
+        target: the queue's dead-letter exchange, else `fallback_queue` (declared durable
+        on first use: ActiveMQ.DLQ). A message past the limit, or not requeued, goes
+        there; without a target the limit does not apply and a NACK requeues for ever
+        (or drops with requeue=false), as RabbitMQ. `taken` comes from one queue."""
+        q = taken[0][1].entry.queue
+        target = self._dead_letter_target(q, fallback_queue)
+        if not requeue:
+            if target is None or target == QUEUE_DLX:
+                self._settle(REJECT, taken)  # the queue's DLX, or dropped (as RabbitMQ)
+            else:
+                self._dead_letter(taken, "rejected", target)
+            return
+        limit = _delivery_limit(q)
+        if target is None or (limit is not None and target == QUEUE_DLX):
+            self._settle(REQUEUE, taken)  # RabbitMQ's form: back to the queue (D10 applies)
+            return
+        if limit is None:
+            limit = default_limit
+        over = [td for td in taken if td[1].entry.delivery_count + 1 > limit]
+        if over:
+            taken = [td for td in taken if td[1].entry.delivery_count + 1 <= limit]
+            self._dead_letter(over, "delivery_limit", target)
+        if taken:
+            self._settle(REQUEUE, taken)
+
+    def _dead_letter_target(self, q: Queue, fallback_queue: str | None
+                            ) -> tuple[str | None, str | None] | None:
+        """(exchange, routing key) for a dead letter; QUEUE_DLX: the queue's own."""
+        if as_text(q.arguments.get("x-dead-letter-exchange")) is not None:
+            return QUEUE_DLX
+        if fallback_queue is not None:
+            if fallback_queue not in self.vhost.queues:
+                self.vhost.declare_queue(fallback_queue, False, True, False, False, {},
+                                         self.owner)
+            return "", fallback_queue
+        return None
+
+    def _dead_letter(self, taken: Taken, reason: str,
+                     target: tuple[str | None, str | None]) -> None:
+        for _tag, d in taken:
+            q = d.entry.queue
+            if not q.deleted:
+                q.vhost.dead_letter(q, d.entry, reason, target[0], target[1])
+        self._settle(ACK, taken)  # the copy is dead-lettered: the original is settled
 
     def basic_ack(self, tag: int, multiple: bool) -> None:
         taken = self._take(tag, multiple)
@@ -393,9 +469,10 @@ class ChannelModel:
     def basic_reject(self, tag: int, requeue: bool) -> None:
         self.basic_nack(tag, False, requeue)
 
-    def _settle(self, action: str, taken: list[tuple[int, Delivery]]) -> None:
+    def _settle(self, action: str, taken: Taken) -> None:
         touched: dict[int, Queue] = {}
-        for _tag, (entry, consumer, _deadline) in taken:
+        for _tag, d in taken:
+            entry, consumer = d.entry, d.consumer
             q = entry.queue
             if consumer is not None:
                 consumer.unacked -= 1
@@ -415,11 +492,11 @@ class ChannelModel:
         self._check_settle(RECOVER, taken)
         self._settle(REQUEUE, taken)
 
-    def _check_settle(self, action: str, taken: list[tuple[int, Delivery]]) -> None:
+    def _check_settle(self, action: str, taken: Taken) -> None:
         """Each queue type may refuse a settlement (streams: nack, reject, recover); the
         deliveries then stay unacked, to be requeued as the connection closes."""
         try:
-            for q in {id(d[0].queue): d[0].queue for _t, d in taken}.values():
+            for q in {id(d.entry.queue): d.entry.queue for _t, d in taken}.values():
                 q.check_settle(action)
         except Exception:
             for t, d in taken:
@@ -503,7 +580,7 @@ class ChannelModel:
         self.consumers.clear()
         self._parked.clear()
         self._parked_no_ack.clear()
-        pending: list[tuple[int, Delivery]] = []
+        pending: Taken = []
         if self.tx is not None:
             for _action, taken in self.tx.settles:
                 pending.extend(taken)
@@ -512,10 +589,16 @@ class ChannelModel:
         self.unacked.clear()
         pending.sort(key=lambda td: td[0])
         touched: dict[int, Queue] = {}
-        for _tag, (entry, _consumer, _deadline) in pending:
-            q = entry.queue
-            if q.settle(entry, REQUEUE):
+        for _tag, d in pending:
+            q = d.entry.queue
+            if q.settle(d.entry, REQUEUE):
                 touched[id(q)] = q
         for q in touched.values():
             q.dispatch()
         self.broker.channel_closed(self)
+
+
+def _delivery_limit(q: Queue) -> int | None:
+    """The queue's own x-delivery-limit (D10), read from its arguments (any queue type)."""
+    v = q.arguments.get("x-delivery-limit")
+    return v if type(v) is int and v >= 0 else None

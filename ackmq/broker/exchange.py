@@ -14,7 +14,7 @@ from ackmq.broker.message import Message
 TYPES = ("direct", "fanout", "topic", "headers")
 
 
-def _args_key(arguments: dict[str, Any] | None) -> tuple:
+def args_key(arguments: dict[str, Any] | None) -> tuple:
     if not arguments:
         return ()
     return tuple(sorted((k, repr(v)) for k, v in arguments.items()))
@@ -29,7 +29,7 @@ class Binding:
         self.destination = destination
         self.routing_key = routing_key
         self.arguments = dict(arguments or {})
-        self.key = (id(destination), routing_key, _args_key(arguments))
+        self.key = (id(destination), routing_key, args_key(arguments))
 
 
 class Exchange:

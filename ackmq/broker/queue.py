@@ -398,6 +398,10 @@ class ClassicQueue(Queue):
         if self.dedup is not None:
             self.dedup.clear()
 
+    def page_out(self) -> int:
+        """U5: the in-memory ready messages go to the front of the spilled tail."""
+        return self.ready.page_out()
+
     # -- TTL --------------------------------------------------------------------------
     def _expire_head(self) -> None:
         ready = self.ready

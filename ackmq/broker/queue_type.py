@@ -161,6 +161,12 @@ class Queue:
         """Deleted: stop timers, forget everything (the vhost removes its bindings)."""
         raise NotImplementedError
 
+    # -- memory (U5) ------------------------------------------------------------------
+    def page_out(self) -> int:
+        """Memory alarm: move the ready messages held in memory to disk; how many moved.
+        A type that keeps none in memory keeps this default."""
+        return 0
+
 
 INTERFACE = ("message_count", "unacked_count", "recover", "publish", "add_consumer",
              "remove_consumer", "activate", "get", "delivered", "settle", "dispatch",

@@ -30,7 +30,7 @@ from ackmq.broker.exchange import (
     Binding,
     DefaultExchange,
     Exchange,
-    _args_key,
+    args_key,
 )
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue import ClassicQueue  # noqa: F401 - registers classic
@@ -303,7 +303,7 @@ class VHost:
         dest = (self.queues if kind == "queue" else self.exchanges).get(destination)
         if x is None or dest is None:
             return
-        b = x.bindings.get((id(dest), routing_key, _args_key(arguments)))
+        b = x.bindings.get((id(dest), routing_key, args_key(arguments)))
         if b is None:
             return
         if kind == "queue":

@@ -23,6 +23,7 @@ from pamqp import commands as C
 
 from ackmq.protocol.amqp import Content, build_method, encode_ack, encode_nack
 from ackmq.protocol.amqp.client_codec import with_headers
+from ackmq.protocol.amqp.constants import NOT_FOUND
 
 from .core import Chan, Core, Pending
 from .errors import (
@@ -271,7 +272,7 @@ class BaseConnection:
             yield from _wait(admin.rpc(build_method(C.Queue.Declare, queue=name, passive=True),
                                        (C.Queue.DeclareOk,)), deadline)
         except ChannelClosed as err:
-            if err.code != 404:
+            if err.code != NOT_FOUND:
                 raise
             admin = yield from self._admin_g(deadline)
             yield from _wait(admin.rpc(build_method(C.Queue.Declare, queue=name, durable=True,

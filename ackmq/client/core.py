@@ -29,17 +29,24 @@ from ackmq.protocol.amqp import (
     encode_method,
     encode_publish,
 )
-from ackmq.protocol.amqp.constants import FRAME_ERROR, UNEXPECTED_FRAME
+from ackmq.protocol.amqp.constants import (
+    BASIC_ACK,
+    BASIC_DELIVER,
+    BASIC_NACK,
+    FRAME_ERROR,
+    FRAME_MAX_DEFAULT,
+    UNEXPECTED_FRAME,
+)
 from ackmq.protocol.amqp.decoder import deliver_method
 from ackmq.protocol.amqp.events import ChannelFault
 from ackmq.protocol.amqp.properties import check_properties
+from ackmq.version import VERSION
 
 from .errors import ChannelClosed, ClientError, ConnectionLost, NackError, ReturnedError
 from .message import OutboundMessage
 from .options import Options
 
-VERSION = "0.1.0"
-CLIENT_FRAME_MAX = 131072
+CLIENT_FRAME_MAX = FRAME_MAX_DEFAULT
 CLIENT_CHANNEL_MAX = 2047
 
 _FRAME_HEAD = struct.Struct(">BHI")
@@ -48,9 +55,9 @@ _TAG_BIT = struct.Struct(">QB")
 _CONTENT_HEAD = struct.Struct(">HHQ")
 _HEADER_FRAME = struct.Struct(">BHIHHQ").pack
 _BODY_FRAME = struct.Struct(">BBHI").pack  # frame-end of the header, then the body's head
-_M_ACK = 0x003C0050
-_M_NACK = 0x003C0078
-_M_DELIVER = 0x003C003C
+_M_ACK = BASIC_ACK
+_M_NACK = BASIC_NACK
+_M_DELIVER = BASIC_DELIVER
 
 # (raw delivery) delivery_tag, redelivered, body
 RawDeliver = Callable[[int, bool, bytes], None]

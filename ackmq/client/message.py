@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from ackmq.protocol.amqp import PropertiesView
 from ackmq.protocol.amqp.client_codec import encode_basic_properties, properties_dict
+from ackmq.protocol.amqp.constants import DELIVERY_COUNT_HEADER, SEQ_HEADER
 
 if TYPE_CHECKING:
     from .base import BaseConsumer
 
-SEQ_HEADER = "x-ackmq-seq"
-DELIVERY_COUNT_HEADER = "x-delivery-count"
 DLQ_CAUSE_HEADER = "x-ackmq-dlq-cause"
 
 # delivery states inside a session

@@ -127,9 +127,9 @@ class AdminServer:
         """The access model in `rabbitmqctl export_definitions`' layout (users with their
         hashes, vhosts, permissions, topic_permissions); exchanges, queues and bindings
         are not exported yet."""
-        from ackmq import __version__
+        from ackmq.version import VERSION
         return {"ok": True, "definitions": {"product_name": "ackmq",
-                                            "product_version": __version__,
+                                            "product_version": VERSION,
                                             **self.server.access.snapshot()}}
 
     def handle(self, verb: str, args: list[str], vhost: str) -> dict[str, Any]:

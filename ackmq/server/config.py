@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ackmq.broker.readylist import QUEUE_HOT_MESSAGES, QUEUE_MEMORY_MB
 
@@ -50,26 +49,6 @@ class Config:
     disk_free_limit: str = "50MB"
     memory_check_interval: float = 0.1  # s between RSS samples (a timer, never per message)
     disk_check_interval: float = 1.0
-
-    # the live users (ackmq.broker.access.AccessModel), set by the Server at start
-    access: Any = field(default=None, repr=False, compare=False)
-
-    def authenticate(self, user: str, password: str, from_loopback: bool) -> bool:
-        """The access model's users (U1), or before the server made one the first-start
-        `users`; guest (loopback_users) from loopback only, as RabbitMQ's default."""
-        if self.access is not None:
-            known = self.access.authenticate(user, password) is not None
-        else:
-            known = bool(user) and self.users.get(user) == password
-        return known and (from_loopback or user not in self.loopback_users)
-
-    def user_exists(self, user: str, from_loopback: bool) -> bool:
-        """EXTERNAL (a verified client certificate names the user): no password."""
-        if self.access is not None:
-            known = user in self.access.users
-        else:
-            known = user in self.users
-        return known and (from_loopback or user not in self.loopback_users)
 
     def seed_users(self) -> dict[str, str]:
         if self.default_user:

@@ -1,4 +1,7 @@
-"""The asyncio server: listening socket, connections, and the once-per-turn flush.
+"""The composition root: builds the broker model, the store, the access model, the
+resource alarms and the front-end context, and opens one listener per protocol and port
+through one `_listen()`. Nothing protocol-specific lives here: a protocol is a connection
+class taking a `FrontEnd` (docs/DESIGN.md, "Adding a protocol").
 
 `request_flush()` schedules one callback for the end of the current loop turn: it runs the
 broker's end-of-turn work (group commit, coalesced confirms) and then writes every
@@ -14,13 +17,15 @@ import shutil
 import socket
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ackmq.broker import BrokerModel
 from ackmq.broker.access import AccessError, AccessModel
-from ackmq.broker.storage import CorruptStore
+from ackmq.broker.storage import CorruptStore, StoreError
 from ackmq.server.config import Config
-from ackmq.server.connection import AMQPConnection, vhost_name
+from ackmq.server.context import FrontEnd
+from ackmq.server.transport import ClientConnection
 
 log = logging.getLogger("ackmq.server")
 
@@ -38,6 +43,31 @@ def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def _amqp(ctx: FrontEnd) -> ClientConnection:
+    from ackmq.server.amqp.connection import AMQPConnection
+    return AMQPConnection(ctx)
+
+
+def _stomp(ctx: FrontEnd) -> ClientConnection:
+    from ackmq.server.stomp.connection import StompConnection
+    return StompConnection(ctx)
+
+
+@dataclass(eq=False)
+class Listener:
+    """One protocol on one port (plain or TLS), and where it ended up listening."""
+
+    name: str  # in messages: "AMQP", "STOMP", "AMQPS", "STOMP over TLS"
+    scheme: str  # of its URL: amqp, stomp, amqps, stomp+ssl
+    port: int  # as asked; 0 picks a free one
+    connection: Callable[[FrontEnd], ClientConnection]
+    tls: bool = False
+    server: asyncio.AbstractServer | None = None
+    bound_port: int = 0
+    bound: list[str] = field(default_factory=list)  # host:port of each socket
+    url: str = ""
+
+
 class Server:
     """One broker process (or one embedded broker): the model plus its sockets."""
 
@@ -45,32 +75,35 @@ class Server:
         self.config = config
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.broker: BrokerModel = None  # type: ignore[assignment]
-        self.connections: set[Any] = set()  # AMQPConnection and StompConnection
-        self.dirty: list[Any] = []
+        self.ctx: FrontEnd = None  # type: ignore[assignment]  # set by start()
         self._flush_scheduled = False
-        self._server: asyncio.AbstractServer | None = None
+        self.listeners: list[Listener] = []
         self.url = ""  # for a client on this machine (loopback when bound to all interfaces)
         self.port = 0
-        self._stomp_server: asyncio.AbstractServer | None = None
-        self._tls_server: asyncio.AbstractServer | None = None
+        self.bound: list[str] = []  # host:port of each AMQP listening socket
+        self.all_interfaces = False  # bound to 0.0.0.0 and/or ::
         self.tls_url = ""  # amqps://host:port/, "" without a TLS listener
         self.tls_port = 0
         self.stomp_url = ""  # stomp://host:port, "" without a STOMP listener
         self.stomp_port = 0
         self.stomp_bound: list[str] = []
-        self._stomp_tls_server: asyncio.AbstractServer | None = None
         self.stomp_tls_url = ""  # stomp+ssl://host:port, "" without a STOMP TLS listener
         self.stomp_tls_port = 0
         self._tls_ctx: Any = None  # one ssl.SSLContext for every TLS listener
-        self.bound: list[str] = []  # host:port of each listening socket
-        self.all_interfaces = False  # bound to 0.0.0.0 and/or ::
         self._spill_tmp: str | None = None
         self._streams_tmp: str | None = None
         self.access: AccessModel = None  # type: ignore[assignment]  # users, vhosts (U1-U3)
         self.admin: Any = None  # the `ackmq ctl` socket (server/admin.py)
-        # U5: True while a resource alarm is set; read once per read by each connection
-        self.blocking = False
         self.alarms: Any = None  # server/alarms.ResourceMonitor
+
+    @property
+    def connections(self) -> set[ClientConnection]:
+        return self.ctx.connections if self.ctx is not None else set()
+
+    @property
+    def blocking(self) -> bool:
+        """U5: True while a resource alarm is set."""
+        return self.ctx is not None and self.ctx.blocking
 
     # -- Scheduler for the model -------------------------------------------------------
     def call_later(self, delay: float, fn: Callable[[], None]) -> asyncio.TimerHandle:
@@ -90,7 +123,8 @@ class Server:
             self.broker.end_of_turn()
         except Exception:  # never let one bad turn stop every connection's output
             log.exception("end of turn failed")
-        dirty, self.dirty = self.dirty, []
+        ctx = self.ctx
+        dirty, ctx.dirty = ctx.dirty, []
         for conn in dirty:
             conn.flush()
 
@@ -101,7 +135,7 @@ class Server:
         store = None
         if cfg.data_dir is not None:
             from ackmq.store import open_store
-            cfg.data_dir.mkdir(parents=True, exist_ok=True)
+            self._make_data_dir()
             store = open_store(cfg.data_dir, fsync=cfg.fsync,
                                call_soon_threadsafe=self.loop.call_soon_threadsafe)
             if not cfg.fsync:
@@ -127,31 +161,12 @@ class Server:
                              spill=spill, queue_hot_messages=cfg.queue_hot_messages,
                              queue_memory=cfg.queue_memory_mb << 20, streams=streams)
         self.access = self._open_access()
+        self.ctx = FrontEnd(self.broker, self.access, cfg, self.loop, self.request_flush,
+                            self.alarm_reason)
         self._start_alarms()
-        cfg.access = self.access  # Config.authenticate (AMQP, STOMP) checks its users
         self.broker.start(list(self.access.vhosts))
         self.access.listeners.append(self._access_changed)
-        self._server = await self.loop.create_server(
-            lambda: AMQPConnection(self), cfg.host, cfg.port, backlog=1024, reuse_address=True)
-        socks = list(self._server.sockets)
-        # the URL names the IPv4 socket when there is one ("" binds both families)
-        sock = next((s for s in socks if s.family == socket.AF_INET), socks[0])
-        self.port = sock.getsockname()[1]
-        self.bound = [_host_port(s.getsockname()[0], s.getsockname()[1]) for s in socks]
-        self.all_interfaces = any(_unspecified(s.getsockname()[0]) for s in socks)
-        host = sock.getsockname()[0]
-        if _unspecified(host):  # 0.0.0.0 / :: is where to listen, not where to connect
-            host = "127.0.0.1" if sock.family == socket.AF_INET else "::1"
-        else:
-            host = cfg.host or host
-        creds = "guest:guest@" if "guest" in self.access.users else ""  # no password shown
-        self.url = f"amqp://{creds}{_host_port(host, self.port)}/"
-        if cfg.stomp_port is not None:
-            await self._start_stomp(host)
-        if cfg.tls_port is not None:
-            await self._start_tls(host)
-        if cfg.stomp_tls_port is not None:
-            await self._start_stomp_tls(host)
+        await self._start_listeners()
         if cfg.data_dir is not None and cfg.admin_socket:
             from ackmq.server.admin import AdminServer
             admin = AdminServer(self)
@@ -163,25 +178,88 @@ class Server:
                             "%s: %s", cfg.data_dir / ADMIN_SOCKET, e)
         return self.url
 
-    async def _start_stomp(self, host: str) -> None:
-        """The STOMP listener (SPEC W) on the same host; `stomp_port` 0 picks a free port.
-        A port that cannot be bound is an OSError naming it (`.listener`)."""
-        from ackmq.server.stomp import StompConnection
-        cfg = self.config
+    def _make_data_dir(self) -> None:
+        """The data dir, created if missing; a path that cannot be one (a regular file,
+        no permission) is a StoreError naming the data dir, not a listener's problem."""
+        path = self.config.data_dir
+        assert path is not None
         try:
-            self._stomp_server = await self.loop.create_server(
-                lambda: StompConnection(self), cfg.host, cfg.stomp_port, backlog=1024,
-                reuse_address=True)
+            path.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise StoreError(f"{path} exists and is not a directory") from None
         except OSError as e:
-            if self._server is not None:
-                self._server.close()
-            e.listener = f"{_host_port(cfg.host, cfg.stomp_port or 0)} (STOMP)"  # type: ignore[attr-defined]
-            raise
-        socks = list(self._stomp_server.sockets)
+            raise StoreError(f"cannot create {path}: {e.strerror or e}") from None
+
+    async def _start_listeners(self) -> None:
+        """AMQP first (its URL is the broker's), then STOMP (W), AMQPS and STOMP over TLS
+        (U4), each where the config asks for one. A port that cannot be bound closes the
+        listeners already open and raises the OSError naming it (`.listener`)."""
+        cfg = self.config
+        amqp = Listener("AMQP", "amqp", cfg.port, _amqp)
+        wanted = [amqp]
+        if cfg.stomp_port is not None:
+            wanted.append(Listener("STOMP", "stomp", cfg.stomp_port, _stomp))
+        if cfg.tls_port is not None:
+            wanted.append(Listener("AMQPS", "amqps", cfg.tls_port, _amqp, tls=True))
+        if cfg.stomp_tls_port is not None:
+            wanted.append(Listener("STOMP over TLS", "stomp+ssl", cfg.stomp_tls_port, _stomp,
+                                   tls=True))
+        host = ""
+        for listener in wanted:
+            await self._listen(listener)
+            self.listeners.append(listener)
+            if listener is amqp:
+                host = self._first_listener(amqp)
+            listener.url = f"{listener.scheme}://{_host_port(host, listener.bound_port)}"
+        for listener in wanted[1:]:
+            if listener.scheme == "stomp":
+                self.stomp_url, self.stomp_port = listener.url, listener.bound_port
+                self.stomp_bound = listener.bound
+            elif listener.scheme == "amqps":
+                self.tls_url, self.tls_port = listener.url + "/", listener.bound_port
+            elif listener.scheme == "stomp+ssl":
+                self.stomp_tls_url, self.stomp_tls_port = listener.url, listener.bound_port
+
+    def _first_listener(self, amqp: Listener) -> str:
+        """The broker's URL from the AMQP listener; returns the host other URLs name."""
+        assert amqp.server is not None
+        socks = list(amqp.server.sockets)
         sock = next((s for s in socks if s.family == socket.AF_INET), socks[0])
-        self.stomp_port = sock.getsockname()[1]
-        self.stomp_bound = [_host_port(s.getsockname()[0], s.getsockname()[1]) for s in socks]
-        self.stomp_url = f"stomp://{_host_port(host, self.stomp_port)}"
+        self.port = amqp.bound_port
+        self.bound = amqp.bound
+        self.all_interfaces = any(_unspecified(s.getsockname()[0]) for s in socks)
+        host = sock.getsockname()[0]
+        if _unspecified(host):  # 0.0.0.0 / :: is where to listen, not where to connect
+            host = "127.0.0.1" if sock.family == socket.AF_INET else "::1"
+        else:
+            host = self.config.host or host
+        creds = "guest:guest@" if "guest" in self.access.users else ""  # no password shown
+        self.url = f"amqp://{creds}{_host_port(host, self.port)}/"
+        return host
+
+    async def _listen(self, listener: Listener) -> None:
+        """Open one listener: every protocol's connections get the same context."""
+        cfg, ctx = self.config, self.ctx
+        tls: dict[str, Any] = {}
+        if listener.tls:
+            tls = {"ssl": self._tls_context(),
+                   "ssl_handshake_timeout": cfg.handshake_timeout}
+        factory = listener.connection
+        try:
+            srv = await self.loop.create_server(
+                lambda: factory(ctx), cfg.host, listener.port, backlog=1024,
+                reuse_address=True, **tls)
+        except OSError as e:
+            self._close_listeners()
+            if self.listeners:  # the first listener's address is the broker's own
+                e.listener = (f"{_host_port(cfg.host, listener.port or 0)} "  # type: ignore[attr-defined]
+                              f"({listener.name})")
+            raise
+        listener.server = srv
+        socks = list(srv.sockets)
+        sock = next((s for s in socks if s.family == socket.AF_INET), socks[0])
+        listener.bound_port = sock.getsockname()[1]
+        listener.bound = [_host_port(s.getsockname()[0], s.getsockname()[1]) for s in socks]
 
     def _tls_context(self) -> Any:
         """The certificate options' context, made once; on a bad option the listeners
@@ -202,42 +280,9 @@ class Server:
         return self._tls_ctx
 
     def _close_listeners(self) -> None:
-        for listener in (self._server, self._stomp_server, self._tls_server,
-                         self._stomp_tls_server):
-            if listener is not None:
-                listener.close()
-
-    async def _listen_tls(self, factory: Callable[[], Any], port: int, what: str
-                          ) -> tuple[asyncio.AbstractServer, int]:
-        cfg = self.config
-        ctx = self._tls_context()
-        try:
-            srv = await self.loop.create_server(
-                factory, cfg.host, port, ssl=ctx, backlog=1024, reuse_address=True,
-                ssl_handshake_timeout=cfg.handshake_timeout)
-        except OSError as e:
-            self._close_listeners()
-            e.listener = f"{_host_port(cfg.host, port or 0)} ({what})"  # type: ignore[attr-defined]
-            raise
-        socks = list(srv.sockets)
-        sock = next((s for s in socks if s.family == socket.AF_INET), socks[0])
-        return srv, sock.getsockname()[1]
-
-    async def _start_tls(self, host: str) -> None:
-        """AMQPS (U4): the same connections over TLS on their own port."""
-        assert self.config.tls_port is not None
-        self._tls_server, self.tls_port = await self._listen_tls(
-            lambda: AMQPConnection(self), self.config.tls_port, "AMQPS")
-        self.tls_url = f"amqps://{_host_port(host, self.tls_port)}/"
-
-    async def _start_stomp_tls(self, host: str) -> None:
-        """STOMP over TLS (U4), RabbitMQ's stomp.listeners.ssl: the STOMP connections
-        of the plain listener, on their own port with the same certificate options."""
-        from ackmq.server.stomp import StompConnection
-        assert self.config.stomp_tls_port is not None
-        self._stomp_tls_server, self.stomp_tls_port = await self._listen_tls(
-            lambda: StompConnection(self), self.config.stomp_tls_port, "STOMP over TLS")
-        self.stomp_tls_url = f"stomp+ssl://{_host_port(host, self.stomp_tls_port)}"
+        for listener in self.listeners:
+            if listener.server is not None:
+                listener.server.close()
 
     # -- resource alarms (U5) -------------------------------------------------------------
     def _start_alarms(self) -> None:
@@ -269,7 +314,7 @@ class Server:
     def _alarms_changed(self, active: set[str]) -> None:
         """Publishes are checked against `blocking`; once every alarm clears, the
         connections blocked meanwhile are read again (and told connection.unblocked)."""
-        self.blocking = bool(active)
+        self.ctx.blocking = bool(active)
         if not active:
             for conn in list(self.connections):
                 conn.alarm_cleared()
@@ -302,13 +347,13 @@ class Server:
             self.broker.add_vhost(name)
         elif kind == "delete_vhost":
             for conn in list(self.connections):
-                if vhost_name(conn) == name:
+                if conn.vhost_name == name:
                     conn.force_close(f"vhost '{name}' is deleted")
             self.broker.delete_vhost(name)
             self.request_flush()
         elif kind == "delete_user":  # as RabbitMQ 3.10: the user's connections go
             for conn in list(self.connections):
-                if conn.user == name and vhost_name(conn) is not None:
+                if conn.user == name and conn.vhost_name is not None:
                     conn.force_close(f"user '{name}' is deleted")
             self.request_flush()
 
@@ -318,25 +363,20 @@ class Server:
             await self.admin.stop()
         if self.alarms is not None:
             self.alarms.stop()
-        if self._server is not None:
-            self._server.close()
-        for listener in (self._stomp_server, self._tls_server, self._stomp_tls_server):
-            if listener is not None:
-                listener.close()
+        self._close_listeners()
         for conn in list(self.connections):
             conn.force_close("broker forced connection closure with reason 'shutdown'")
-        self._flush()
+        if self.ctx is not None:
+            self._flush()
         deadline = self.loop.time() + 2.0
         while self.connections and self.loop.time() < deadline:
             await asyncio.sleep(0.02)
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.abort()
-        if self._server is not None:
-            await self._server.wait_closed()
-        for listener in (self._stomp_server, self._tls_server, self._stomp_tls_server):
-            if listener is not None:
-                await listener.wait_closed()
+        for listener in self.listeners:
+            if listener.server is not None:
+                await listener.server.wait_closed()
         # let the last commit callbacks run before closing the store
         await asyncio.sleep(0)
         if self.broker is not None:

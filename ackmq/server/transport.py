@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ackmq.server.server import Server
+    from ackmq.server.context import FrontEnd
 
 WRITE_HIGH = 4 * 1024 * 1024   # pause_writing above this much unsent output
 WRITE_LOW = 1024 * 1024        # resume_writing below this
@@ -20,6 +20,7 @@ WRITE_LOW = 1024 * 1024        # resume_writing below this
 # next turn: a no-ack consumer on a deep (paged) queue would otherwise get the whole queue
 # encoded in memory at once, and every other client would wait for it (B3).
 TURN_OUTPUT_MAX = WRITE_HIGH
+CLOSING_TIMEOUT = 30.0  # s a closed connection's output may take to drain (no heartbeats)
 
 
 def events_from(events: list[Any], first: Any) -> list[Any]:
@@ -33,8 +34,10 @@ class ClientConnection(asyncio.Protocol):
     `_handshake_timeout` (the peer never finished opening) and `_wake` (room for
     deliveries again)."""
 
-    def __init__(self, server: Server) -> None:
-        self.server = server
+    state: str  # each protocol's states; "open" once logged in and on a vhost (U6 counts)
+
+    def __init__(self, ctx: FrontEnd) -> None:
+        self.ctx = ctx
         self.transport: asyncio.Transport | None = None
         self.peer: Any = None
         self.user = ""
@@ -66,10 +69,24 @@ class ClientConnection(asyncio.Protocol):
             except OSError:
                 pass
         transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)  # type: ignore[attr-defined]
-        self.server.connections.add(self)
+        self.ctx.connections.add(self)
         # a client that never completes the handshake is dropped (RabbitMQ: 10 s)
-        self._close_timer = self.server.loop.call_later(
-            self.server.config.handshake_timeout, self._handshake_timeout)
+        self._close_timer = self.ctx.loop.call_later(
+            self.ctx.config.handshake_timeout, self._handshake_timeout)
+
+    @property
+    def vhost_name(self) -> str | None:
+        """The vhost the connection opened; None before it opened one."""
+        return None
+
+    @property
+    def channel_count(self) -> int:
+        """Open channels, for the user's max-channels (U6)."""
+        return 0
+
+    def force_close(self, text: str) -> None:
+        """Close with 320 CONNECTION_FORCED (shutdown, the vhost or user deleted)."""
+        raise NotImplementedError
 
     def _handshake_timeout(self) -> None:
         raise NotImplementedError
@@ -80,7 +97,7 @@ class ClientConnection(asyncio.Protocol):
         self.out_bytes += len(data)
         if not self.queued:
             self.queued = True
-            self.server.dirty.append(self)
+            self.ctx.dirty.append(self)
         if self.out_bytes > TURN_OUTPUT_MAX and not self.turn_full:
             self.turn_full = True
             self.writable = False
@@ -96,7 +113,7 @@ class ClientConnection(asyncio.Protocol):
             self.out.clear()
         if self.turn_full and self._turn_handle is None:
             # the rest on the next turn, after other clients' input and output
-            self._turn_handle = self.server.loop.call_soon(self._next_turn)
+            self._turn_handle = self.ctx.loop.call_soon(self._next_turn)
 
     def _next_turn(self) -> None:
         self._turn_handle = None
@@ -105,7 +122,7 @@ class ClientConnection(asyncio.Protocol):
                 and not self.transport.is_closing():
             self.writable = True
             self._wake()
-            self.server.request_flush()
+            self.ctx.request_flush()
 
     def pause_writing(self) -> None:
         """The socket's write buffer is above its high-water mark: the client is not
@@ -132,7 +149,7 @@ class ClientConnection(asyncio.Protocol):
             if t is not None and not t.is_closing() and not self.alarm_blocked:
                 t.resume_reading()
         self._wake()
-        self.server.request_flush()
+        self.ctx.request_flush()
 
     # -- resource alarms (U5) -------------------------------------------------------------
     def block_for_alarm(self, held: list[Any]) -> None:
@@ -145,7 +162,7 @@ class ClientConnection(asyncio.Protocol):
         t = self.transport
         if t is not None and not t.is_closing():
             t.pause_reading()
-        self._notify_blocked(self.server.alarm_reason())
+        self._notify_blocked(self.ctx.alarm_reason())
 
     def alarm_cleared(self) -> None:
         """Every alarm cleared: handle what was held back, then read again."""
@@ -161,7 +178,7 @@ class ClientConnection(asyncio.Protocol):
         if (t is not None and not t.is_closing() and not self.alarm_blocked
                 and not self.reading_paused):
             t.resume_reading()
-        self.server.request_flush()
+        self.ctx.request_flush()
 
     def _notify_blocked(self, reason: str) -> None:
         """AMQP: connection.blocked to a client with the capability; STOMP: nothing."""

@@ -43,6 +43,20 @@ from ackmq.client import (
 )
 from ackmq.client.base import CONSUME_ARGUMENTS
 from ackmq.client.message import DEDUP_HEADER
+from ackmq.protocol.amqp.constants import (
+    ACCESS_REFUSED,
+    CHANNEL_ERROR,
+    COMMAND_INVALID,
+    FRAME_ERROR,
+    INVALID_PATH,
+    NOT_ALLOWED,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    RESOURCE_LOCKED,
+    SYNTAX_ERROR,
+    UNEXPECTED_FRAME,
+)
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +122,7 @@ def reply_of(exc: BaseException) -> tuple[int, str] | None:
 
 def _exclusive_use(code: int, text: str) -> bool:
     """Another consumer holds the queue: a dead predecessor the broker has not dropped yet."""
-    return code == 405 or (code == 403 and "exclusive" in text)
+    return code == RESOURCE_LOCKED or (code == ACCESS_REFUSED and "exclusive" in text)
 
 
 def is_permanent(exc: BaseException) -> bool:
@@ -119,15 +133,21 @@ def is_permanent(exc: BaseException) -> bool:
     code, text = r
     if _exclusive_use(code, text):
         return False
-    return code in (402, 403, 404, 406, 501, 502, 503, 504, 505, 530, 540)
+    return code in PERMANENT
 
+
+# reply codes retrying cannot fix (a wrong name, argument, permission or vhost; a client bug)
+PERMANENT = frozenset((INVALID_PATH, ACCESS_REFUSED, NOT_FOUND, PRECONDITION_FAILED,
+                       FRAME_ERROR, SYNTAX_ERROR, COMMAND_INVALID, CHANNEL_ERROR,
+                       UNEXPECTED_FRAME, NOT_ALLOWED, NOT_IMPLEMENTED))
 
 _HINTS = {
-    402: "check the URL",
-    403: "check the user and password in the URL and the user's permissions",
-    404: "declare it first or check the name",
-    406: "the broker refused an argument: check the queue's or exchange's declared arguments",
-    530: "check the virtual host in the URL",
+    INVALID_PATH: "check the URL",
+    ACCESS_REFUSED: "check the user and password in the URL and the user's permissions",
+    NOT_FOUND: "declare it first or check the name",
+    PRECONDITION_FAILED: "the broker refused an argument: check the queue's or exchange's "
+                         "declared arguments",
+    NOT_ALLOWED: "check the virtual host in the URL",
 }
 
 
@@ -406,7 +426,7 @@ class QueueConsumer:
         self._close_connection()
 
 
-class PublishError(RuntimeError):
+class SinkPublishError(RuntimeError):
     """A publish was nacked, returned, or not confirmed in time: the task must fail."""
 
 
@@ -433,7 +453,7 @@ class ConfirmingPublisher:
             self.session = self.conn.session(AckMode.AUTO)
             self.producer = self.session.producer_to("", "", mandatory)
         except (ClientError, OSError, ValueError) as exc:
-            raise PublishError(describe(exc, f"cannot publish to {self._where}")) from exc
+            raise SinkPublishError(describe(exc, f"cannot publish to {self._where}")) from exc
         self.idempotent = self.conn.is_ackmq if idempotent is None else idempotent
 
     @property
@@ -470,11 +490,11 @@ class ConfirmingPublisher:
     def publish(self, exchange: str, routing_key: str, body: bytes, *,
                 headers: dict[str, Any] | None = None, persistent: bool = True,
                 message_id: str | None = None, **props: Any) -> None:
-        """Publish one message (confirm tracked); raises PublishError as soon as any
+        """Publish one message (confirm tracked); raises SinkPublishError as soon as any
         publish so far has failed. `props`: ackmq.client's basic properties
         (content_type, correlation_id, timestamp, message_type, ...)."""
         if self.producer.failed:
-            raise PublishError(self._failure())
+            raise SinkPublishError(self._failure())
         if self.idempotent and message_id is not None and (
                 headers is None or DEDUP_HEADER not in headers):
             headers = {**(headers or {}), DEDUP_HEADER: message_id}
@@ -483,7 +503,7 @@ class ConfirmingPublisher:
         try:
             fut = self.producer.publish(msg)
         except ClientError as exc:
-            raise PublishError(self._failure() or self._explain(exc)) from exc
+            raise SinkPublishError(self._failure() or self._explain(exc)) from exc
         self.published += 1
         futures = self._futures
         futures.append(fut)
@@ -498,13 +518,13 @@ class ConfirmingPublisher:
         except TimeoutError as exc:
             chan = self.session.chan
             n = len(chan.outstanding) if chan is not None else 0
-            raise PublishError(f"{n} publishes unconfirmed after {self.confirm_timeout}s"
+            raise SinkPublishError(f"{n} publishes unconfirmed after {self.confirm_timeout}s"
                                ) from exc
         except ClientError as exc:
-            raise PublishError(self._failure() or self._explain(exc)) from exc
+            raise SinkPublishError(self._failure() or self._explain(exc)) from exc
         failure = self._failure()
         if failure:
-            raise PublishError(failure)
+            raise SinkPublishError(failure)
 
     def close(self) -> None:
         try:

@@ -46,7 +46,7 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
 #: Spark's own ERROR log repeats every failed task's stack trace (Java and Python); the
 #: command prints one line per failure instead. ACKMQ_SPARK_LOG_LEVEL=ERROR shows it.
 _LOG_LEVEL = "ACKMQ_SPARK_LOG_LEVEL"
-_ACKMQ_ERROR = re.compile(r"(?:ConsumerError|PublishError|PipelineError): ([^\n]+)")
+_ACKMQ_ERROR = re.compile(r"(?:ConsumerError|SinkPublishError|PipelineError): ([^\n]+)")
 _PY_ERROR = re.compile(r"^((?!java\.|org\.|py4j\.)[\w.]*(?:Error|Exception): [^\n]+)$",
                        re.MULTILINE)
 

@@ -8,11 +8,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from ackmq.protocol.amqp.constants import DELIVERY_COUNT_HEADER, SEQ_HEADER
 from ackmq.protocol.amqp.properties import read_table
 from ackmq.spark.amqp import Delivery
 
-SEQ_HEADER = "x-ackmq-seq"
-DELIVERY_COUNT_HEADER = "x-delivery-count"
 BROKER_HEADERS = (SEQ_HEADER, DELIVERY_COUNT_HEADER)  # asked for by amqp.DELIVERY_HEADERS
 
 PROPERTY_FIELDS: list[tuple[str, str]] = [
@@ -66,7 +65,7 @@ def prepare_row(m: Any) -> tuple[tuple[Any, ...], int | None, int | None,
                                  list[tuple[str, str | None]]]:
     """What staging needs of a message: (the 12 property columns, seq, delivery count,
     the publisher's headers). The consumer thread computes it as messages arrive."""
-    props, h = decode_properties(m.raw_properties)
+    props, h = properties_columns(m.raw_properties)
     if not h:
         return props, None, (None if m.redelivered else 0), []
     seq = _int(h.get(SEQ_HEADER))
@@ -119,7 +118,7 @@ _NO_PROPS = (None,) * len(PROPERTY_FIELDS)
 _DM2 = 0x1000  # delivery-mode only
 
 
-def decode_properties(raw: bytes) -> tuple[tuple[Any, ...], dict[str, Any] | None]:
+def properties_columns(raw: bytes) -> tuple[tuple[Any, ...], dict[str, Any] | None]:
     """(the 12 property columns, headers) from raw content-header properties, in one
     pass. Why not PropertiesView: its per-field lookups cost more than the whole row."""
     flags = _U16.unpack_from(raw, 0)[0] if len(raw) >= 2 else 0

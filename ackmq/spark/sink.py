@@ -22,7 +22,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
 from ackmq.spark.amqp import ConfirmingPublisher
-from ackmq.spark.source import DEFAULT_URL, _bool
+from ackmq.spark.source import DEFAULT_URL, bool_option
 
 
 @dataclass
@@ -57,13 +57,13 @@ class _Publishing:
             raise ValueError(f"the ackmq sink needs a {self.body_column!r} column")
         self.has_headers = "headers" in names
         self.has_props = "properties" in names
-        self.persistent = _bool(options.get("persistent"), True)
-        self.mandatory = _bool(options.get("mandatory"), False)
+        self.persistent = bool_option(options.get("persistent"), True)
+        self.mandatory = bool_option(options.get("mandatory"), False)
         self.confirm_timeout = float(options.get("confirmTimeout") or 30.0)
         self.window = int(options.get("confirmWindow") or 1000)
         # message ids also in x-deduplication-header (default: when the broker is ackmq)
         idem = options.get("idempotent")
-        self.idempotent = None if idem is None else _bool(idem, True)
+        self.idempotent = None if idem is None else bool_option(idem, True)
         self.write_id = options.get("writeId") or uuid.uuid4().hex  # fixed on the driver
 
     def publish_partition(self, rows: Iterator[Any], batch: str) -> PublishedCommit:

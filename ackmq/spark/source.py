@@ -58,7 +58,7 @@ def _trace(*parts: Any) -> None:
             f.write(" ".join(str(p) for p in (os.getpid(), *parts)) + "\n")
 
 
-def _bool(v: str | None, default: bool) -> bool:
+def bool_option(v: str | None, default: bool) -> bool:
     return default if v is None else str(v).lower() in ("1", "true", "yes", "on")
 
 
@@ -89,7 +89,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.prefetch = int(options.get("prefetch") or min(65535, 2 * self.max_per_trigger))
         self.num_partitions = int(options.get("numPartitions") or 2)
         self.dedupe_window = int(options.get("dedupeWindow") or 100000)
-        self.exclusive = _bool(options.get("exclusive"), True)
+        self.exclusive = bool_option(options.get("exclusive"), True)
         self.idle_timeout = float(options.get("availableNowIdleTimeout") or 1.0)
         self.staging = StagingDir(options.get("stagingLocation")
                                   or default_staging(self.url, self.queue))

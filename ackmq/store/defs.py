@@ -26,12 +26,12 @@ from ackmq.broker.storage import BindingDef, CorruptStore, ExchangeDef, QueueDef
 from .format import DEF, FrameWriter, encode_small, file_header, iter_records, log, valid_length
 
 
-def _enc(v: Any) -> Any:
+def encode_value(v: Any) -> Any:
     """AMQP table values -> JSON, tagging what JSON cannot hold (bytes, Decimal, datetime)."""
     if isinstance(v, dict):
-        return {"$m": [[k, _enc(x)] for k, x in v.items()]}
+        return {"$m": [[k, encode_value(x)] for k, x in v.items()]}
     if isinstance(v, list | tuple):
-        return [_enc(x) for x in v]
+        return [encode_value(x) for x in v]
     if isinstance(v, bytes | bytearray):
         return {"$b": base64.b64encode(bytes(v)).decode()}
     if isinstance(v, decimal.Decimal):
@@ -39,6 +39,9 @@ def _enc(v: Any) -> Any:
     if isinstance(v, datetime.datetime):
         return {"$t": v.isoformat()}
     return v
+
+
+_enc = encode_value  # the name store/segments.py imports until the store split lands
 
 
 def _dec(v: Any) -> Any:
@@ -58,7 +61,7 @@ def _dec(v: Any) -> Any:
 
 def binding_key(b: BindingDef) -> tuple[str, str, str, str, str]:
     return (b.source, b.destination, b.destination_kind, b.routing_key,
-            json.dumps(_enc(b.arguments), sort_keys=True))
+            json.dumps(encode_value(b.arguments), sort_keys=True))
 
 
 @dataclass
@@ -96,10 +99,10 @@ class DefsState:
     def snapshot(self) -> list[dict[str, Any]]:
         ops: list[dict[str, Any]] = [
             {"op": "epoch", "epoch": self.epoch, "next_qid": self.next_qid}]
-        ops += [{"op": "exchange", "def": _enc(asdict(d))} for d in self.exchanges.values()]
-        ops += [{"op": "queue", "qid": qid, "def": _enc(asdict(d))}
+        ops += [{"op": "exchange", "def": encode_value(asdict(d))} for d in self.exchanges.values()]
+        ops += [{"op": "queue", "qid": qid, "def": encode_value(asdict(d))}
                 for qid, d in self.queues.values()]
-        ops += [{"op": "binding", "def": _enc(asdict(b))} for b in self.bindings.values()]
+        ops += [{"op": "binding", "def": encode_value(asdict(b))} for b in self.bindings.values()]
         return ops
 
 

@@ -35,7 +35,7 @@ FILE_HDR = struct.Struct("<8sII")
 FRAME_MAGIC = 0xA5C40F01
 FRAME_HDR = struct.Struct("<IIII")
 REC_HDR = struct.Struct("<II")
-FRAME_MAX = 16 << 20  # a frame is closed once its payload passes this (one record may exceed)
+WRITE_FRAME_MAX = 16 << 20  # a frame is closed once its payload passes this (one record may exceed)
 
 ADD, REMOVE, DELIVERED, DEF, SYNCED = 1, 2, 3, 4, 5
 # type, qid, seq, delivery_count, len(exchange), len(routing_key), len(properties), len(body)
@@ -101,7 +101,7 @@ def encode_synced(out: bytearray, offset: int) -> None:
 
 
 class FrameWriter:
-    """Builds one write's worth of frames in a bytearray, closing a frame past FRAME_MAX."""
+    """Builds one write's worth of frames in a bytearray, closing a frame past WRITE_FRAME_MAX."""
 
     __slots__ = ("out", "_start", "records")
 
@@ -112,7 +112,7 @@ class FrameWriter:
 
     def begin_record(self) -> int:
         """Call before encoding a record; returns the record's offset within `out`."""
-        if self._start < 0 or len(self.out) - self._start > FRAME_MAX:
+        if self._start < 0 or len(self.out) - self._start > WRITE_FRAME_MAX:
             self._close()
             self._start = len(self.out)
             self.out += bytes(FRAME_HDR.size)

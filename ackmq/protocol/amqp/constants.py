@@ -12,6 +12,12 @@ FRAME_HEADER_SIZE = 7  # type(1) + channel(2) + size(4)
 FRAME_OVERHEAD = 8  # header + frame-end octet
 FRAME_MIN_SIZE = 4096  # spec: frame-max may not be negotiated below this
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+FRAME_MAX_DEFAULT = 131072  # the frame-max a server proposes and a client asks (RabbitMQ's)
+
+# ackmq's opt-in delivery headers (S2, D10): the queue/consume arguments asking for them
+# and the headers a delivery then carries
+SEQ_HEADER = "x-ackmq-seq"  # the per-queue sequence number (S2)
+DELIVERY_COUNT_HEADER = "x-delivery-count"  # redeliveries so far (D10, RabbitMQ's name)
 
 # Class ids used by the codec.
 CLASS_CONNECTION = 10
@@ -21,6 +27,15 @@ CLASS_QUEUE = 50
 CLASS_BASIC = 60
 CLASS_CONFIRM = 85
 CLASS_TX = 90
+
+# (class id << 16) | method id of the frames with hand-written fast paths (decoder, client)
+BASIC_PUBLISH = 0x003C0028
+BASIC_RETURN = 0x003C0032
+BASIC_DELIVER = 0x003C003C
+BASIC_GET_OK = 0x003C0047
+BASIC_ACK = 0x003C0050
+BASIC_REJECT = 0x003C005A
+BASIC_NACK = 0x003C0078
 
 # Reply codes.
 REPLY_SUCCESS = 200

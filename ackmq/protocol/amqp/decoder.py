@@ -66,12 +66,20 @@ from typing import Any
 from pamqp import commands, decode
 
 from .constants import (
+    BASIC_ACK,
+    BASIC_DELIVER,
+    BASIC_GET_OK,
+    BASIC_NACK,
+    BASIC_PUBLISH,
+    BASIC_REJECT,
+    BASIC_RETURN,
     CLASS_BASIC,
     FRAME_BODY,
     FRAME_END,
     FRAME_ERROR,
     FRAME_HEADER,
     FRAME_HEARTBEAT,
+    FRAME_MAX_DEFAULT,
     FRAME_METHOD,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
@@ -100,13 +108,13 @@ _CONTENT_HEAD = struct.Struct(">HHQ")
 _HEADER_FRAME = struct.Struct(">BHIHHQ")
 _TAG_BIT = struct.Struct(">QB")
 
-_PUBLISH = 0x003C0028
-_RETURN = 0x003C0032
-_DELIVER = 0x003C003C
-_GET_OK = 0x003C0047
-_ACK = 0x003C0050
-_REJECT = 0x003C005A
-_NACK = 0x003C0078
+_PUBLISH = BASIC_PUBLISH
+_RETURN = BASIC_RETURN
+_DELIVER = BASIC_DELIVER
+_GET_OK = BASIC_GET_OK
+_ACK = BASIC_ACK
+_REJECT = BASIC_REJECT
+_NACK = BASIC_NACK
 _CONTENT_METHODS = frozenset((_PUBLISH, _RETURN, _DELIVER, _GET_OK))
 
 _Ack = commands.Basic.Ack
@@ -144,7 +152,7 @@ class Decoder:
 
     def __init__(
         self,
-        frame_max: int = 131072,
+        frame_max: int = FRAME_MAX_DEFAULT,
         max_message_size: int = 128 * 1024 * 1024,
         expect_header: bool = True,
     ) -> None:

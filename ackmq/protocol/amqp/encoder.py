@@ -14,6 +14,16 @@ import struct
 from pamqp import encode as pamqp_encode
 from pamqp.base import Frame
 
+from ackmq.protocol.amqp.constants import (
+    BASIC_ACK,
+    BASIC_DELIVER,
+    BASIC_GET_OK,
+    BASIC_NACK,
+    BASIC_PUBLISH,
+    BASIC_REJECT,
+    BASIC_RETURN,
+)
+
 _FRAME_END = b"\xce"
 _BODY_HEAD = struct.Struct(">BHI").pack
 _ACK = struct.Struct(">BHIIQBB").pack  # frame head, method index, tag, bits, frame-end
@@ -117,7 +127,7 @@ def encode_deliver(
     rk = _short(routing_key)
     size = 4 + 1 + len(ctag) + 8 + 1 + 1 + len(ex) + 1 + len(rk)
     parts = [
-        _DELIVER_HEAD(1, channel, size, 0x003C003C, len(ctag)),
+        _DELIVER_HEAD(1, channel, size, BASIC_DELIVER, len(ctag)),
         ctag,
         _TAG_BIT_LEN(delivery_tag, 1 if redelivered else 0, len(ex)),
         ex,
@@ -144,7 +154,7 @@ def encode_get_ok(
     rk = _short(routing_key)
     size = 4 + 8 + 1 + 1 + len(ex) + 1 + len(rk) + 4
     parts = [
-        _GET_OK_HEAD(1, channel, size, 0x003C0047, delivery_tag, 1 if redelivered else 0,
+        _GET_OK_HEAD(1, channel, size, BASIC_GET_OK, delivery_tag, 1 if redelivered else 0,
                      len(ex)),
         ex,
         bytes((len(rk),)),
@@ -171,7 +181,7 @@ def encode_return(
     rk = _short(routing_key)
     size = 4 + 2 + 1 + len(text) + 1 + len(ex) + 1 + len(rk)
     parts = [
-        _RETURN_HEAD(1, channel, size, 0x003C0032, reply_code, len(text)),
+        _RETURN_HEAD(1, channel, size, BASIC_RETURN, reply_code, len(text)),
         text,
         bytes((len(ex),)),
         ex,
@@ -197,7 +207,7 @@ def encode_publish(
     rk = _short(routing_key)
     size = 4 + 2 + 1 + len(ex) + 1 + len(rk) + 1
     parts = [
-        _PUBLISH_HEAD(1, channel, size, 0x003C0028, 0, len(ex)),
+        _PUBLISH_HEAD(1, channel, size, BASIC_PUBLISH, 0, len(ex)),
         ex,
         bytes((len(rk),)),
         rk,
@@ -209,18 +219,18 @@ def encode_publish(
 
 def encode_ack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
     """basic.ack (from a consumer, or a publisher confirm from the server)."""
-    return _ACK(1, channel, 13, 0x003C0050, delivery_tag, 1 if multiple else 0, 0xCE)
+    return _ACK(1, channel, 13, BASIC_ACK, delivery_tag, 1 if multiple else 0, 0xCE)
 
 
 def encode_nack(channel: int, delivery_tag: int, multiple: bool, requeue: bool) -> bytes:
     """basic.nack."""
     bits = (1 if multiple else 0) | (2 if requeue else 0)
-    return _ACK(1, channel, 13, 0x003C0078, delivery_tag, bits, 0xCE)
+    return _ACK(1, channel, 13, BASIC_NACK, delivery_tag, bits, 0xCE)
 
 
 def encode_reject(channel: int, delivery_tag: int, requeue: bool) -> bytes:
     """basic.reject."""
-    return _ACK(1, channel, 13, 0x003C005A, delivery_tag, 1 if requeue else 0, 0xCE)
+    return _ACK(1, channel, 13, BASIC_REJECT, delivery_tag, 1 if requeue else 0, 0xCE)
 
 
 def build_method(cls: type[Frame], **arguments: object) -> Frame:

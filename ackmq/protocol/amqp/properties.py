@@ -21,6 +21,8 @@ from typing import Any
 
 from pamqp import commands
 
+from ackmq.protocol.amqp.constants import SEQ_HEADER
+
 EMPTY_PROPERTIES = b"\x00\x00"
 
 _SHORTSTR, _TABLE, _OCTET, _TIMESTAMP = 0, 1, 2, 3
@@ -534,6 +536,7 @@ def properties_with_headers(raw: bytes, extra: dict[str, Any]) -> bytes:
     return b"".join((raw[:start], _U32.pack(len(data)), data, raw[end:]))
 
 
+_SEQ_KEY = SEQ_HEADER.encode()
 _SEQ_ENTRY = struct.Struct(">B11scq")  # shortstr key "x-ackmq-seq", type 'l', value
 _SEQ_ONLY_TABLE = struct.Struct(">IB11scq")
 
@@ -545,14 +548,14 @@ def properties_with_seq(raw: bytes, seq: int) -> bytes:
     function."""
     flags = (raw[0] << 8) | raw[1]
     if flags & _FLAG_HEADERS:
-        return properties_with_headers(raw, {"x-ackmq-seq": seq})
+        return properties_with_headers(raw, {SEQ_HEADER: seq})
     pos = 2
     if flags & 0x8000:
         pos += 1 + raw[pos]
     if flags & 0x4000:
         pos += 1 + raw[pos]
     return b"".join((_U16.pack(flags | _FLAG_HEADERS), raw[2:pos],
-                     _SEQ_ONLY_TABLE.pack(_SEQ_ENTRY.size, 11, b"x-ackmq-seq", b"l", seq),
+                     _SEQ_ONLY_TABLE.pack(_SEQ_ENTRY.size, 11, _SEQ_KEY, b"l", seq),
                      raw[pos:]))
 
 

@@ -9,24 +9,13 @@ connection with connection.close (reply code, text, class and method of the culp
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import struct
 import time
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as C
 
-from ackmq.broker.errors import (
-    ACCESS_REFUSED,
-    CHANNEL_ERROR,
-    COMMAND_INVALID,
-    NOT_ALLOWED,
-    HardError,
-    ReplyError,
-    SoftError,
-    fit_shortstr,
-)
+from ackmq.broker.errors import HardError, ReplyError, SoftError
 from ackmq.protocol.amqp import (
     HEARTBEAT,
     PROTOCOL_HEADER,
@@ -39,27 +28,35 @@ from ackmq.protocol.amqp import (
     Method,
     ProtocolHeader,
     Publish,
-    decode_table,
     encode_method,
 )
 from ackmq.protocol.amqp import build_method as M
-from ackmq.server.channel import HANDLERS, AMQPChannel
+from ackmq.protocol.amqp.constants import (
+    ACCESS_REFUSED,
+    CHANNEL_ERROR,
+    COMMAND_INVALID,
+    CONNECTION_FORCED,
+    FRAME_MAX_DEFAULT,
+    FRAME_MIN_SIZE,
+    NOT_ALLOWED,
+    fit_shortstr,
+)
+from ackmq.server import admission
+from ackmq.server.admission import LOOPBACK_ONLY, VHOST_LIMIT, Refusal
+from ackmq.server.amqp.channel import HANDLERS, AMQPChannel
 from ackmq.server.tls import certificate_user
-from ackmq.server.transport import ClientConnection, events_from
+from ackmq.server.transport import CLOSING_TIMEOUT, ClientConnection, events_from
 
 if TYPE_CHECKING:
     from ackmq.broker.vhost import VHost
-    from ackmq.server.server import Server
+    from ackmq.server.context import FrontEnd
 
 log = logging.getLogger("ackmq.connection")
 
 CHANNEL_MAX = 2047
-FRAME_MAX = 131072
-FRAME_MIN = 4096
 # A client that fails the handshake (tune-ok outside the limits) is not trusted: as
 # RabbitMQ, say nothing, wait this long, then drop the socket.
 SILENT_CLOSE_DELAY = 3.0
-CLOSING_TIMEOUT = 30.0  # s a closed connection's output may take to drain (no heartbeats)
 
 SERVER_CAPABILITIES = {
     "publisher_confirms": True,
@@ -72,46 +69,6 @@ SERVER_CAPABILITIES = {
     "per_consumer_qos": True,
     "direct_reply_to": True,
 }
-
-
-def _is_loopback(peer: Any) -> bool:
-    if not peer:
-        return True  # unix socket / in-process
-    try:
-        address = ipaddress.ip_address(peer[0].split("%")[0])
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped  # ::ffff:127.0.0.1 on a dual-stack socket
-    return address.is_loopback
-
-
-def connection_limit_reached(server: Any, conn: Any, user: str, vhost: str
-                             ) -> tuple[str, int] | None:
-    """U6 for a connection opening on `vhost` as `user`: ("vhost", limit) or ("user",
-    limit) when that max-connections is reached (the vhost's first, as rabbit_reader),
-    else None. Every protocol's open connections count (STOMP's keep their vhost on
-    .channel)."""
-    access = server.access
-    vlimit = access.vhost_limit(vhost, "max-connections")
-    ulimit = access.user_limit(user, "max-connections")
-    if vlimit is None and ulimit is None:
-        return None
-    opened = [c for c in server.connections if c.state == "open" and c is not conn]
-    if vlimit is not None and sum(1 for c in opened if vhost_name(c) == vhost) >= vlimit:
-        return "vhost", vlimit
-    if ulimit is not None and sum(1 for c in opened if c.user == user) >= ulimit:
-        return "user", ulimit
-    return None
-
-
-def vhost_name(conn: Any) -> str | None:
-    """The vhost of an open AMQP or STOMP connection (STOMP keeps it on its one channel);
-    None before it opened one."""
-    vh = getattr(conn, "vhost", None)
-    if vh is None:
-        vh = getattr(getattr(conn, "channel", None), "vhost", None)
-    return None if vh is None else vh.name
 
 
 def _negotiation_error(field: str, client: int, minimum: int, maximum: int) -> str | None:
@@ -132,12 +89,12 @@ def _class_method(m: Any) -> tuple[int, int]:
 
 
 class AMQPConnection(ClientConnection):
-    def __init__(self, server: Server) -> None:
-        super().__init__(server)
-        self.decoder = Decoder(frame_max=FRAME_MAX,
-                               max_message_size=server.config.max_message_size)
+    def __init__(self, ctx: FrontEnd) -> None:
+        super().__init__(ctx)
+        self.decoder = Decoder(frame_max=FRAME_MAX_DEFAULT,
+                               max_message_size=ctx.config.max_message_size)
         self.state = "header"
-        self.frame_max = FRAME_MAX
+        self.frame_max = FRAME_MAX_DEFAULT
         self.channel_max = CHANNEL_MAX
         self.heartbeat = 0
         self.channels: dict[int, AMQPChannel] = {}
@@ -170,10 +127,10 @@ class AMQPConnection(ClientConnection):
             self.close_connection(e.reply_code, e.reply_text, e.class_id, e.method_id)
             return
         self._events(events)
-        self.server.request_flush()
+        self.ctx.request_flush()
 
     def _events(self, events: list[Any]) -> None:
-        blocking = self.server.blocking  # U5: alarms change between reads, never within
+        blocking = self.ctx.blocking  # U5: alarms change between reads, never within
         for ev in events:
             if self.state in ("closing", "closed"):
                 if self.state == "closing" and isinstance(ev, Method) and ev.channel == 0:
@@ -250,9 +207,8 @@ class AMQPConnection(ClientConnection):
                 raise HardError(NOT_ALLOWED, f"number of channels opened "
                                        f"({len(self.channels)}) has reached the negotiated "
                                        f"channel_max ({self.channel_max})")
-            limit = self.server.access.user_limit(self.user, "max-channels")  # U6
-            if limit is not None and sum(len(getattr(c, "channels", ())) for c in
-                                         self.server.connections if c.user == self.user) >= limit:
+            limit = admission.channel_limit_reached(self.ctx, self.user)  # U6
+            if limit is not None:
                 raise HardError(NOT_ALLOWED, f"number of channels opened for user "
                                 f"'{self.user}' has reached the maximum allowed user "
                                 f"limit of ({limit})")
@@ -292,10 +248,10 @@ class AMQPConnection(ClientConnection):
 
     # -- handshake ----------------------------------------------------------------------
     def _start(self) -> None:
-        from ackmq import __version__
+        from ackmq.version import VERSION
         self.state = "start"
         props = {
-            "product": "ackmq", "version": __version__, "platform": "Python",
+            "product": "ackmq", "version": VERSION, "platform": "Python",
             "information": "https://pypi.org/project/ackmq/",
             "copyright": "ackmq authors", "cluster_name": "ackmq@localhost",
             "capabilities": SERVER_CAPABILITIES,
@@ -324,12 +280,12 @@ class AMQPConnection(ClientConnection):
             self.user = user
             self.state = "tune"
             self.write(encode_method(0, M(C.Connection.Tune,
-                channel_max=CHANNEL_MAX, frame_max=FRAME_MAX,
-                heartbeat=self.server.config.heartbeat)))
+                channel_max=CHANNEL_MAX, frame_max=FRAME_MAX_DEFAULT,
+                heartbeat=self.ctx.config.heartbeat)))
         elif self.state == "tune" and isinstance(m, C.Connection.TuneOk):
             # the client may lower what connection.tune proposed, never raise it or ask
             # for "no limit" (RabbitMQ checks frame_max first, then channel_max)
-            problem = (_negotiation_error("frame_max", m.frame_max, FRAME_MIN, FRAME_MAX)
+            problem = (_negotiation_error("frame_max", m.frame_max, FRAME_MIN_SIZE, FRAME_MAX_DEFAULT)
                        or _negotiation_error("channel_max", m.channel_max, 0, CHANNEL_MAX))
             if problem is not None:
                 self._silent_close(f"failed to negotiate connection parameters: {problem}")
@@ -340,14 +296,13 @@ class AMQPConnection(ClientConnection):
             self.heartbeat = m.heartbeat
             self.state = "open-wait"
             if self.heartbeat:
-                self._hb_timer = self.server.loop.call_later(self.heartbeat / 2,
+                self._hb_timer = self.ctx.loop.call_later(self.heartbeat / 2,
                                                              self._heartbeat_tick)
         elif self.state == "open-wait" and isinstance(m, C.Connection.Open):
-            vhost = self.server.broker.vhost(m.virtual_host or "/")  # 530 vhost not found
-            self._check_connection_limits(vhost.name)  # U6, before access (rabbit_reader)
-            if not self.server.access.vhost_access(self.user, vhost.name):
-                raise HardError(NOT_ALLOWED, f"access to vhost '{vhost.name}' "
-                                f"refused for user '{self.user}'")
+            vhost = self.ctx.broker.vhost(m.virtual_host or "/")  # 530 vhost not found
+            refusal = admission.open_vhost(self.ctx, self, self.user, vhost.name)  # U6, U3
+            if refusal is not None:
+                raise self._vhost_refused(refusal, vhost.name)
             self.vhost = vhost
             self.state = "open"
             if self._close_timer is not None:
@@ -358,62 +313,38 @@ class AMQPConnection(ClientConnection):
             self.write(encode_method(0, M(C.Connection.CloseOk)))
             self._shutdown()
         else:
-            raise HardError(503, f"unexpected method {m.name} in state {self.state}")
+            raise HardError(COMMAND_INVALID, f"unexpected method {m.name} in state {self.state}")
 
-    def _check_connection_limits(self, vhost: str) -> None:
-        """U6: the vhost's, then the user's max-connections (530, RabbitMQ's texts)."""
-        hit = connection_limit_reached(self.server, self, self.user, vhost)
-        if hit is None:
-            return
-        kind, limit = hit
-        if kind == "vhost":
-            raise HardError(NOT_ALLOWED, f"access to vhost '{vhost}' refused for user "
-                            f"'{self.user}': connection limit ({limit}) is reached")
-        raise HardError(NOT_ALLOWED, f"connection refused for user '{self.user}': "
-                        f"user connection limit ({limit}) is reached")
+    def _vhost_refused(self, refusal: Refusal, vhost: str) -> HardError:
+        """U6 and U3 refusals in RabbitMQ's words (530 NOT_ALLOWED)."""
+        if refusal.kind == VHOST_LIMIT:
+            return HardError(NOT_ALLOWED, f"access to vhost '{vhost}' refused for user "
+                             f"'{self.user}': connection limit ({refusal.limit}) is reached")
+        if refusal.kind == admission.USER_LIMIT:
+            return HardError(NOT_ALLOWED, f"connection refused for user '{self.user}': "
+                             f"user connection limit ({refusal.limit}) is reached")
+        return HardError(NOT_ALLOWED, f"access to vhost '{vhost}' refused for user "
+                         f"'{self.user}'")
 
     def _login(self, m: C.Connection.StartOk) -> str:
         """The user start-ok names, checked (403 with RabbitMQ's texts otherwise)."""
-        config, loopback = self.server.config, _is_loopback(self.peer)
+        got = admission.sasl_login(self.ctx, m.mechanism, m.response, self.peer,
+                                   self._peer_user() if m.mechanism == "EXTERNAL" else None)
+        if not isinstance(got, Refusal):
+            return got
         if m.mechanism == "EXTERNAL":  # U4: the verified client certificate names the user
-            user = self._peer_user() or ""
-            if user and config.user_exists(user, loopback):
-                return user
             log.warning("EXTERNAL login refused for certificate user %r from %s",
-                        user, self.peer)
-            raise HardError(ACCESS_REFUSED, "Login was refused using authentication "
-                            "mechanism EXTERNAL. For details see the broker logfile.")
-        user, password = self._credentials(m.mechanism, m.response)
-        if config.authenticate(user, password, loopback):
-            return user
-        if not loopback and config.authenticate(user, password, True):
+                        got.user, self.peer)
+        elif got.kind == LOOPBACK_ONLY:
             # the right password, for a user allowed on loopback only (guest)
-            text = (f"{m.mechanism} login refused: user '{user}' can only connect "
+            text = (f"{m.mechanism} login refused: user '{got.user}' can only connect "
                     "via localhost")
             log.warning("%s (from %s)", text, self.peer)
             raise HardError(ACCESS_REFUSED, text)
-        log.warning("login refused for user %r from %s", user, self.peer)
+        else:
+            log.warning("login refused for user %r from %s", got.user, self.peer)
         raise HardError(ACCESS_REFUSED, f"Login was refused using authentication mechanism "
                         f"{m.mechanism}. For details see the broker logfile.")
-
-    @staticmethod
-    def _credentials(mechanism: str, response: Any) -> tuple[str, str]:
-        raw = response.encode("utf-8", "surrogateescape") if isinstance(response, str) \
-            else bytes(response or b"")
-        if mechanism == "PLAIN":
-            parts = raw.split(b"\x00")
-            if len(parts) == 3:
-                return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
-            return "", ""
-        if mechanism == "AMQPLAIN":
-            try:
-                table = decode_table(struct.pack(">I", len(raw)) + raw)
-            except Exception:
-                return "", ""
-            user, pw = table.get("LOGIN", ""), table.get("PASSWORD", "")
-            return (user.decode() if isinstance(user, bytes) else str(user),
-                    pw.decode() if isinstance(pw, bytes) else str(pw))
-        return "", ""
 
     # -- resource alarms (U5) ------------------------------------------------------------
     def _notify_blocked(self, reason: str) -> None:
@@ -452,8 +383,8 @@ class AMQPConnection(ClientConnection):
         self.state = "closing"
         self.write(encode_method(0, M(C.Connection.Close,
             reply_code=code, reply_text=fit_shortstr(text), class_id=class_id, method_id=method_id)))
-        self.server.request_flush()
-        self._close_timer = self.server.loop.call_later(1.0, self._shutdown)
+        self.ctx.request_flush()
+        self._close_timer = self.ctx.loop.call_later(1.0, self._shutdown)
 
     def _silent_close(self, reason: str) -> None:
         """A handshake failure RabbitMQ answers with no connection.close: log the reason,
@@ -461,7 +392,7 @@ class AMQPConnection(ClientConnection):
         log.error("closing connection %s: %s", self.peer, reason)
         self._release()
         self.state = "closed"
-        self._close_timer = self.server.loop.call_later(SILENT_CLOSE_DELAY, self._shutdown)
+        self._close_timer = self.ctx.loop.call_later(SILENT_CLOSE_DELAY, self._shutdown)
 
     def _closing_method(self, m: Any) -> None:
         if isinstance(m, C.Connection.Close):
@@ -483,7 +414,7 @@ class AMQPConnection(ClientConnection):
             t.close()
             if t.get_write_buffer_size():
                 grace = 2 * self.heartbeat if self.heartbeat else CLOSING_TIMEOUT
-                self._close_timer = self.server.loop.call_later(grace, t.abort)
+                self._close_timer = self.ctx.loop.call_later(grace, t.abort)
 
     def _release(self) -> None:
         """D8: every channel's unacked deliveries go back; exclusive queues go away."""
@@ -496,13 +427,21 @@ class AMQPConnection(ClientConnection):
             ch.model.close()
         if self.vhost is not None:
             self.vhost.connection_closed(self)
-        self.server.request_flush()
+        self.ctx.request_flush()
+
+    @property
+    def vhost_name(self) -> str | None:
+        return None if self.vhost is None else self.vhost.name
+
+    @property
+    def channel_count(self) -> int:
+        return len(self.channels)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._release()
         self.state = "closed"
         self.out.clear()
-        self.server.connections.discard(self)
+        self.ctx.connections.discard(self)
 
     def _handshake_timeout(self) -> None:
         self._close_timer = None
@@ -532,12 +471,12 @@ class AMQPConnection(ClientConnection):
             return
         if now - self.last_sent >= self.heartbeat / 2:
             self.write(HEARTBEAT)
-            self.server.request_flush()
-        self._hb_timer = self.server.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
+            self.ctx.request_flush()
+        self._hb_timer = self.ctx.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
 
     def force_close(self, text: str) -> None:
         """Broker shutdown: 320 CONNECTION_FORCED."""
         if self.state == "open":
-            self.close_connection(320, f"CONNECTION_FORCED - {text}")
+            self.close_connection(CONNECTION_FORCED, f"CONNECTION_FORCED - {text}")
         else:
             self._shutdown()

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands as C
 
 from ackmq.broker.access import READ, ChannelAccess
-from ackmq.broker.errors import ACCESS_REFUSED, SoftError, fit_shortstr
+from ackmq.broker.errors import SoftError
 from ackmq.broker.vhost import REPLY_TO
 from ackmq.protocol.amqp import build_method as M
 from ackmq.protocol.amqp import (
@@ -19,31 +19,19 @@ from ackmq.protocol.amqp import (
     encode_nack,
     encode_return,
 )
-from ackmq.protocol.amqp.constants import NO_ROUTE
-from ackmq.protocol.amqp.properties import properties_with_headers, properties_with_seq
+from ackmq.protocol.amqp.constants import (
+    ACCESS_REFUSED,
+    CLASS_TX,
+    INTERNAL_ERROR,
+    NO_ROUTE,
+    fit_shortstr,
+)
+from ackmq.server.delivery import delivery_properties
 
 if TYPE_CHECKING:
     from ackmq.broker.consumer import Consumer
     from ackmq.broker.message import Message, QueueEntry
-    from ackmq.server.connection import AMQPConnection
-
-SEQ_HEADER = "x-ackmq-seq"
-DELIVERY_COUNT_HEADER = "x-delivery-count"
-
-
-def delivery_properties(entry: QueueEntry, seq_header: bool, count_header: bool) -> bytes:
-    """The message's properties as published, byte for byte, plus only the headers its
-    consumer or queue asked for: `x-ackmq-seq` (S2) and, on a redelivery,
-    `x-delivery-count` (D10). Clients compare and sign headers: nothing unasked is added."""
-    props = entry.message.properties
-    count = entry.delivery_count if count_header else 0
-    if not seq_header:
-        return properties_with_headers(props, {DELIVERY_COUNT_HEADER: count}) if count \
-            else props
-    if not count:
-        return properties_with_seq(props, entry.seq)
-    return properties_with_headers(props, {SEQ_HEADER: entry.seq, DELIVERY_COUNT_HEADER: count})
-
+    from ackmq.server.amqp.connection import AMQPConnection
 
 def _s(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else (v or "")
@@ -81,8 +69,8 @@ class AMQPChannel:
         self.conn = conn
         self.number = number
         self.closing = False  # we sent channel.close and wait for close-ok
-        self.model = conn.server.broker.open_channel(conn.vhost, conn, self, conn.user)
-        access = conn.server.access
+        self.model = conn.ctx.broker.open_channel(conn.vhost, conn, self, conn.user)
+        access = conn.ctx.access
         if access is not None:
             self.model.access = ChannelAccess(access, conn.user, conn.vhost.name)
 
@@ -137,7 +125,7 @@ class AMQPChannel:
         self.model.close()
         self.send(M(C.Channel.Close, reply_code=err.code, reply_text=fit_shortstr(text or err.text),
                                   class_id=class_id, method_id=method_id))
-        self.conn.server.request_flush()
+        self.conn.ctx.request_flush()
 
     # -- methods ------------------------------------------------------------------
     def handle(self, m: Any) -> None:
@@ -311,8 +299,8 @@ class AMQPChannel:
             if exc is None:
                 self.send(M(C.Tx.CommitOk))
             else:
-                self.fail(SoftError(541, f"commit failed: {exc}"), 90, 20)
-            self.conn.server.request_flush()
+                self.fail(SoftError(INTERNAL_ERROR, f"commit failed: {exc}"), CLASS_TX, 20)
+            self.conn.ctx.request_flush()
         self.model.tx_commit(done)
 
     def _tx_rollback(self, m: C.Tx.Rollback) -> None:

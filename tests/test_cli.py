@@ -1,0 +1,59 @@
+"""The `ackmq` command: `serve` loads the broker and nothing else, a subcommand whose
+dependency is missing says what to install, and a bad --data-dir is named as such."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+# what `ackmq serve` must not pay for at start (the bench's and Spark's dependencies)
+NOT_FOR_SERVE = ("pika", "aio_pika", "psutil", "pyarrow", "pyspark", "matplotlib",
+                 "ackmq.bench", "ackmq.spark", "ackmq.client")
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_serve_help_loads_no_bench_spark_or_client_modules() -> None:
+    r = run_python("import sys, json, contextlib, io\n"
+                   "import ackmq.cli\n"
+                   "with contextlib.redirect_stdout(io.StringIO()):\n"
+                   "    try:\n"
+                   "        ackmq.cli.main(['serve', '--help'])\n"
+                   "    except SystemExit:\n"
+                   "        pass\n"
+                   "print(json.dumps(sorted(sys.modules)))")
+    assert r.returncode == 0, r.stderr
+    mods = json.loads(r.stdout.splitlines()[-1])
+    assert "ackmq.server.config" in mods  # the serve options were built
+    loaded = [m for m in mods if m.split(".")[0] in NOT_FOR_SERVE or m.startswith(
+        tuple(n + "." for n in NOT_FOR_SERVE)) or m in NOT_FOR_SERVE]
+    assert loaded == []
+
+
+def test_subcommand_with_a_missing_dependency_names_the_extra_to_install() -> None:
+    """pyspark made unimportable: `ackmq pipeline` says so (it used to vanish from the
+    command line as an unknown subcommand)."""
+    r = run_python("import sys\n"
+                   "sys.modules['pyspark'] = None\n"
+                   "from ackmq.cli import main\n"
+                   "sys.exit(main(['pipeline', '--help']))")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "'pyspark' is missing" in r.stderr and "pip install 'ackmq[spark]'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_data_dir_that_is_a_file_is_named_as_the_problem(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "data"
+    not_a_dir.write_text("a file, not a directory")
+    r = subprocess.run([sys.executable, "-m", "ackmq", "serve", "--port", "0", "--no-stomp",
+                        "--data-dir", str(not_a_dir)], capture_output=True, text=True,
+                       timeout=60)
+    out = r.stdout + r.stderr
+    assert r.returncode == 3, out
+    assert f"data directory {not_a_dir}" in out and "not a directory" in out
+    assert "cannot listen" not in out and "Traceback" not in out
