@@ -134,6 +134,9 @@ KINDS = ("tcp", "header", "startok")
 
 async def _half_open(host: str, port: int, kind: str, user: str, password: str
                      ) -> tuple[Peer, float]:
+    # the clock starts before connect: the broker's handshake timer starts at its accept,
+    # which on a loaded machine can be well before this loop sees connect() return
+    t0 = time.monotonic()
     peer = await connect(host, port)
     if kind == "header":
         peer.write(PROTOCOL_HEADER)
@@ -142,7 +145,7 @@ async def _half_open(host: str, port: int, kind: str, user: str, password: str
         peer.write(PROTOCOL_HEADER + encode_method(0, commands.Connection.StartOk(
             client_properties={"product": "ackmq-robustness"}, mechanism="PLAIN",
             response=f"\0{user}\0{password}")))
-    return peer, time.monotonic()
+    return peer, t0
 
 
 async def halfopen(url: str, per_kind: int, pid: int | None, expect_timeout: float,
