@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import shutil
 import statistics
@@ -182,6 +183,29 @@ def backlog(url: str, n: int, size: int, per_trigger: int, work: Path) -> None:
             print(f"  after {at:>9} rows: driver tree RSS {rss / 2**20:,.0f} MiB")
 
 
+def _cpu_by_kind(broker_url: str) -> dict[str, float]:
+    """CPU seconds so far of this driver's tree (the JVM, Python processes) and of the
+    broker (RabbitMQ's beam.smp, or the `ackmq serve` on the URL's port)."""
+    import psutil
+
+    out = {"jvm": 0.0, "python": 0.0, "broker": 0.0}
+    me = psutil.Process()
+    for p in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            kind = "jvm" if "java" in p.name() else "python"
+            if "serve" in " ".join(p.cmdline()):
+                kind = "broker"
+            out[kind] += t.user + t.system
+    if ":5672" in broker_url or broker_url.rstrip("/").endswith("127.0.0.1"):
+        for p in psutil.process_iter(["name"]):
+            if p.info["name"] == "beam.smp":
+                with contextlib.suppress(psutil.Error):
+                    t = p.cpu_times()
+                    out["broker"] += t.user + t.system
+    return out
+
+
 def streams(a: argparse.Namespace) -> None:
     """R4: Spark landing from a stream (ackmq's, when it has streams, and RabbitMQ's) vs
     the classic-queue path, same session, same sizes, after batch 1."""
@@ -218,12 +242,18 @@ def streams(a: argparse.Namespace) -> None:
                 for i, (name, url, is_stream) in enumerate(runnable):
                     q = f"bench.spark.r4.{i}"
                     fill(url, q, a.messages, a.body_size, STREAM if is_stream else None)
+                    cpu0 = _cpu_by_kind(url)
                     total, steady, rows = spark_land(
                         spark, url, q, a.messages, work / f"{i}-{r}", a.max_per_trigger,
                         stream=is_stream, partitions=a.partitions if is_stream else 2)
+                    cpu1 = _cpu_by_kind(url)
+                    per = {k: (cpu1[k] - cpu0[k]) / max(rows, 1) * 1e6 for k in cpu0}
                     results.append((name, total, steady, rows))
+                    load = os.getloadavg()[0]
                     print(f"{name}: {rows} rows, {total:,.0f} msg/s whole run, "
-                          f"{steady:,.0f} after batch 1", flush=True)
+                          f"{steady:,.0f} after batch 1; CPU per message: JVM "
+                          f"{per['jvm']:.0f} us, Python {per['python']:.0f} us, broker "
+                          f"{per['broker']:.0f} us; load average {load:.1f}", flush=True)
     except ConsumerError as exc:
         print(f"failed: {exc}")
     finally:
