@@ -86,20 +86,25 @@ class _StreamOptions:
                                        "startingOffsets")
         self.min_partitions = max(1, int(options.get("minPartitions") or 2))
         self.prefetch = max(1, min(65535, int(options.get("prefetch") or 2000)))
+        # how long a probe waits for a first delivery before it calls the stream empty:
+        # short for the polls of a running query (a miss only delays a batch), longer
+        # where the answer is kept (the initial offset, AvailableNow's end, a batch read)
         self.probe_timeout = float(options.get("probeTimeout") or 0.5)
+        self.plan_timeout = float(options.get("planTimeout") or 3.0)
 
-    def resolve(self, where: str | int | dt.datetime, *, end: bool = False) -> int:
+    def resolve(self, where: str | int | dt.datetime) -> int:
         """An offset for a position: `latest` is one past the last offset (so a start at
         `latest` reads only what comes next)."""
         if isinstance(where, int):
             return where
+        wait = self.plan_timeout
         if where == "earliest":
-            first = first_offset(self.url, self.stream, self.probe_timeout)
+            first = first_offset(self.url, self.stream, wait)
             return first if first is not None else 0
-        last = last_offset(self.url, self.stream, self.probe_timeout)
+        last = last_offset(self.url, self.stream, wait)
         if where == "latest":
             return last + 1 if last is not None else 0
-        at = offset_at(self.url, self.stream, where, self.probe_timeout)  # type: ignore[arg-type]
+        at = offset_at(self.url, self.stream, where, wait)  # type: ignore[arg-type]
         if at is not None:
             return at
         return last + 1 if last is not None else 0  # nothing written since `where`
@@ -158,7 +163,7 @@ class AckmqStreamSourceReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        last = last_offset(self.o.url, self.o.stream, self.o.probe_timeout)
+        last = last_offset(self.o.url, self.o.stream, self.o.plan_timeout)
         self._target = last + 1 if last is not None else 0
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
