@@ -63,6 +63,11 @@ class _Reader:
         self.stream = stream
         self.ack_every = max(1, prefetch // 2)
         self.unacked = 0
+        # credit: a stream sends as many deliveries as it has prefetch room for, so past
+        # the range's end a task would receive up to a whole prefetch window for nothing.
+        # More room is granted (by acks) only while the range may still hold messages.
+        self.granted = prefetch
+        self.skipped = 0  # deliveries before `start` (a chunk's head)
         self.items: list[Delivered] = []
         self.done = False
         self.error: BaseException | None = None
@@ -89,10 +94,14 @@ class _Reader:
         self.seen += 1
         self.last_at = time.monotonic()
         self.unacked += 1
-        if self.unacked >= self.ack_every:
-            self.conn.queue(self.ch.ack_bytes(m.delivery_tag, True))
-            self.unacked = 0
         end = self.end
+        if off < self.start:
+            self.skipped += 1
+        if self.unacked >= self.ack_every and (
+                end is None or self.granted < end - self.start + self.skipped):
+            self.conn.queue(self.ch.ack_bytes(m.delivery_tag, True))
+            self.granted += self.unacked
+            self.unacked = 0
         if end is not None and off >= end:
             self.done = True
         elif off >= self.start:  # a broker may start at its chunk's first offset
@@ -188,7 +197,8 @@ def probe(url: str, stream: str, where: str | int | dt.datetime, *, last: bool =
     came within `timeout` (an empty stream, or `where` past its end)."""
     s = _Session(url, stream)
     try:
-        reader = s.consume(_offset_arg(where), -(1 << 63), None, 2000)
+        # one delivery answers `first` and a timestamp; `last` takes the last chunk
+        reader = s.consume(_offset_arg(where), -(1 << 63), None, 2000 if last else 1)
         s.run(reader.wait(1, timeout))
         if reader.error is not None:
             raise reader.error
@@ -237,7 +247,7 @@ def read_range(url: str, stream: str, start: int, end: int, *, prefetch: int = 2
         return
     s = _Session(url, stream)
     try:
-        reader = s.consume(start, start, end, prefetch)
+        reader = s.consume(start, start, end, max(1, min(prefetch, end - start)))
         while True:
             s.run(reader.wait(rows, 1.0))
             if reader.error is not None:
