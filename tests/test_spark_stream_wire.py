@@ -93,3 +93,33 @@ def test_R4_a_classic_queue_is_refused_and_keeps_its_messages(stream_url: str) -
 def test_R4_missing_stream_fails_with_404(stream_url: str) -> None:
     with pytest.raises(ConsumerError, match="404 NOT_FOUND - no queue 'spark.nosuch"):
         first_offset(stream_url, "spark.nosuch.stream")
+
+
+def test_R4_cli_refuses_a_missing_stream_and_a_classic_queue(stream_url: str,
+                                                             tmp_path) -> None:
+    """`pipeline land --stream` checks before Spark starts: one line, exit 1; a classic
+    queue keeps its message."""
+    import subprocess
+    import sys
+
+    name = f"spark.classic.{uuid.uuid4().hex[:8]}"
+    conn = pika.BlockingConnection(pika.URLParameters(stream_url))
+    ch = conn.channel()
+    ch.queue_declare(name, durable=True)
+    try:
+        publish(stream_url, name, [b"keep-me"])
+        for target, expect in (("spark.nosuch.stream", "404 NOT_FOUND - no queue"),
+                               (name, "x-stream-offset")):
+            p = subprocess.run(
+                [sys.executable, "-m", "ackmq", "pipeline", "land", "--url", stream_url,
+                 "--stream", target, "--to", str(tmp_path / "lake"),
+                 "--checkpoint", str(tmp_path / "chk")],
+                capture_output=True, text=True, timeout=60)
+            lines = p.stderr.strip().splitlines()
+            assert p.returncode == 1 and len(lines) == 1, p.stderr
+            assert lines[0].startswith("ackmq pipeline land: ") and expect in lines[0], lines
+        time.sleep(0.5)
+        assert ch.queue_declare(name, passive=True).method.message_count == 1
+    finally:
+        ch.queue_delete(name)
+        conn.close()

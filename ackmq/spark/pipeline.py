@@ -73,6 +73,9 @@ def check_broker(url: str, *, queue: str | None = None, exchange: str | None = N
             if stream is not None:
                 what = f"stream {stream!r} at {safe_url(url)}"
                 s.queue_info(stream)
+            if exchange:
+                what = f"exchange {exchange!r} at {safe_url(url)}"
+                s.check_exchange(exchange)
         if stream is not None:
             from ackmq.spark.amqp import ConsumerError
             from ackmq.spark.streamwire import first_offset
@@ -81,9 +84,6 @@ def check_broker(url: str, *, queue: str | None = None, exchange: str | None = N
                 first_offset(url, stream)  # 406 (RabbitMQ) or NotAStream: not a stream
             except ConsumerError as exc:
                 raise PipelineError(str(exc)) from exc
-            if exchange:
-                what = f"exchange {exchange!r} at {safe_url(url)}"
-                s.check_exchange(exchange)
     except ValueError as exc:  # a URL ackmq.client cannot read
         raise PipelineError(f"cannot use {what}: {exc}") from exc
     except ClientError as exc:
