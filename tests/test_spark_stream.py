@@ -151,7 +151,7 @@ def _rows(table_dir: Path) -> list[tuple[int, bytes]]:
                       strict=True))
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)
 def test_R4_stream_landing_exactly_once_through_driver_and_executor_kills(
         stream_url: str, stream: str, spark: Any, tmp_path: Path) -> None:
     seed = int(os.environ.get("ACKMQ_TEST_SEED", time.time()))
