@@ -216,7 +216,7 @@ def streams(a: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="ackmq-spark-streams-"))
     spark = spark_session("ackmq-spark-bench-streams")
     master = spark.sparkContext.master
-    results: list[tuple[str, float, float, int]] = []
+    results: list[tuple[str, float, float, int, int]] = []
     try:
         with ackmq_broker(a.ackmq_url, work) as ackmq_url:
             cases = [("ackmq classic queue (queue source)", ackmq_url, False),
@@ -248,7 +248,7 @@ def streams(a: argparse.Namespace) -> None:
                         stream=is_stream, partitions=a.partitions if is_stream else 2)
                     cpu1 = _cpu_by_kind(url)
                     per = {k: (cpu1[k] - cpu0[k]) / max(rows, 1) * 1e6 for k in cpu0}
-                    results.append((name, total, steady, rows))
+                    results.append((name, total, steady, rows, r))
                     load = os.getloadavg()[0]
                     print(f"{name}: {rows} rows, {total:,.0f} msg/s whole run, "
                           f"{steady:,.0f} after batch 1; CPU per message: JVM "
@@ -263,9 +263,10 @@ def streams(a: argparse.Namespace) -> None:
           f"maxMessagesPerTrigger={a.max_per_trigger}, stream read tasks per batch "
           f"{a.partitions}")
     print(f"{'source':40} {'whole run':>10} {'after batch 1':>14}")
-    base = next((s for n, _, s, _ in results if n.startswith("ackmq classic")), 0.0)
-    for name, total, steady, rows in results:
-        ratio = f"  {steady / base:.2f}x the ackmq classic queue" if base else ""
+    base = {r: s for n, _, s, _, r in results if n.startswith("ackmq classic")}
+    for name, total, steady, rows, r in results:
+        ratio = f"  {steady / base[r]:.2f}x this round's ackmq classic queue" \
+            if base.get(r) else ""
         print(f"{name:40} {total:10,.0f} {steady:14,.0f}{ratio}  ({rows} rows)")
 
 
