@@ -227,16 +227,18 @@ def streams(a: argparse.Namespace) -> None:
             for name, url, is_stream in cases:
                 if is_stream:
                     try:
-                        fill(url, "bench.spark.probe", 1, 10, STREAM)
-                        first_offset(url, "bench.spark.probe")
+                        fill(url, "bench.spark.r4.probe", 1, 10, STREAM)
+                        first_offset(url, "bench.spark.r4.probe")
                     except Exception as exc:  # noqa: BLE001 - reported, case skipped
                         print(f"skipped {name}: {str(exc)[:160]}", flush=True)
                         continue
                 runnable.append((name, url, is_stream))
             warm = WARMUP_BATCHES * a.max_per_trigger  # both read paths, not reported
             for _name, url, is_stream in runnable[:1] + [c for c in runnable if c[2]][:1]:
-                fill(url, "bench.spark.warmup", warm, a.body_size, STREAM if is_stream else None)
-                spark_land(spark, url, "bench.spark.warmup", warm, work / f"warm-{is_stream}",
+                fill(url, f"bench.spark.r4.warmup.{int(is_stream)}", warm, a.body_size,
+                     STREAM if is_stream else None)
+                spark_land(spark, url, f"bench.spark.r4.warmup.{int(is_stream)}", warm,
+                           work / f"warm-{is_stream}",
                            a.max_per_trigger, stream=is_stream, partitions=a.partitions)
             for r in range(a.rounds):
                 for i, (name, url, is_stream) in enumerate(runnable):
