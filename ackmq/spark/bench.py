@@ -3,6 +3,7 @@
 
     python -m ackmq.spark.bench --messages 50000 [--rounds 4] [--ackmq-url URL] [--rabbitmq-url URL]
     python -m ackmq.spark.bench backlog --messages 1000000 --max-per-trigger 20000   # S5
+    python -m ackmq.spark.bench streams --messages 50000 [--partitions 4]           # R4
 
 For each source broker a durable queue is filled with persistent 1 KiB messages, then
 landed twice: by Spark (local[2,4]: 2 cores; Trigger.AvailableNow, ack after commit, exactly once)
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import shutil
 import statistics
@@ -42,8 +44,9 @@ from ackmq.spark.lake import read_committed
 WARMUP_BATCHES = 3
 
 
-def fill(url: str, queue: str, n: int, size: int) -> None:
-    _recreate(url, queue)
+def fill(url: str, queue: str, n: int, size: int,
+         arguments: dict[str, object] | None = None) -> None:
+    _recreate(url, queue, arguments)
     pub = ConfirmingPublisher(url, window=2000)
     body = b"x" * size
     for _ in range(n):
@@ -52,7 +55,7 @@ def fill(url: str, queue: str, n: int, size: int) -> None:
     pub.close()
 
 
-def _recreate(url: str, queue: str) -> None:
+def _recreate(url: str, queue: str, arguments: dict[str, object] | None = None) -> None:
     """An empty durable `queue`: deleted (if there) and declared again. (ackmq.client
     has no queue.delete: a bench-only raw RPC on the session's channel.)"""
     from pamqp import commands as C
@@ -65,7 +68,10 @@ def _recreate(url: str, queue: str) -> None:
         assert chan is not None
         fut = chan.rpc(build_method(C.Queue.Delete, queue=queue), (C.Queue.DeleteOk,))
         fut.result(30)
-        conn.declare_queue(queue, durable=True)
+        conn.declare_queue(queue, durable=True, arguments=arguments)
+
+
+STREAM = {"x-queue-type": "stream"}
 
 
 def naive(url: str, queue: str, n: int, out: Path, file_rows: int) -> float:
@@ -95,13 +101,15 @@ def naive(url: str, queue: str, n: int, out: Path, file_rows: int) -> float:
     return got / dt
 
 
-def spark_land(spark: object, url: str, queue: str, n: int, work: Path, per_trigger: int
-               ) -> tuple[float, float, int]:
-    """Returns (msgs/s over the whole query, msgs/s after the first batch, rows landed)."""
+def spark_land(spark: object, url: str, queue: str, n: int, work: Path, per_trigger: int,
+               *, stream: bool = False, partitions: int = 2) -> tuple[float, float, int]:
+    """Returns (msgs/s over the whole query, msgs/s after the first batch, rows landed).
+    With `stream` the queue is read as a stream (offset ranges, `partitions` tasks)."""
     from ackmq.spark.pipeline import land
 
-    s = land(spark, url=url, queue=queue, to=str(work / "lake"), checkpoint=str(work / "chk"),
-             max_per_trigger=per_trigger, available_now=True)
+    s = land(spark, url=url, to=str(work / "lake"), checkpoint=str(work / "chk"),
+             max_per_trigger=per_trigger, available_now=True, num_partitions=partitions,
+             **({"stream": queue} if stream else {"queue": queue}))
     t = read_committed(work / "lake", ["offset"])
     rows = 0 if t is None else t.num_rows
     # after batch 1, by Spark's own batch timestamps (not by when the progress was polled)
@@ -175,9 +183,109 @@ def backlog(url: str, n: int, size: int, per_trigger: int, work: Path) -> None:
             print(f"  after {at:>9} rows: driver tree RSS {rss / 2**20:,.0f} MiB")
 
 
+def _cpu_by_kind(broker_url: str) -> dict[str, float]:
+    """CPU seconds so far of this driver's tree (the JVM, Python processes) and of the
+    broker (RabbitMQ's beam.smp, or the `ackmq serve` on the URL's port)."""
+    import psutil
+
+    out = {"jvm": 0.0, "python": 0.0, "broker": 0.0}
+    me = psutil.Process()
+    for p in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            kind = "jvm" if "java" in p.name() else "python"
+            if "serve" in " ".join(p.cmdline()):
+                kind = "broker"
+            out[kind] += t.user + t.system
+    if ":5672" in broker_url or broker_url.rstrip("/").endswith("127.0.0.1"):
+        for p in psutil.process_iter(["name"]):
+            if p.info["name"] == "beam.smp":
+                with contextlib.suppress(psutil.Error):
+                    t = p.cpu_times()
+                    out["broker"] += t.user + t.system
+    return out
+
+
+def streams(a: argparse.Namespace) -> None:
+    """R4: Spark landing from a stream (ackmq's, when it has streams, and RabbitMQ's) vs
+    the classic-queue path, same session, same sizes, after batch 1."""
+    from ackmq.spark.amqp import ConsumerError
+    from ackmq.spark.pipeline import spark_session
+    from ackmq.spark.streamwire import first_offset
+
+    work = Path(tempfile.mkdtemp(prefix="ackmq-spark-streams-"))
+    spark = spark_session("ackmq-spark-bench-streams")
+    master = spark.sparkContext.master
+    results: list[tuple[str, float, float, int, int]] = []
+    try:
+        with ackmq_broker(a.ackmq_url, work) as ackmq_url:
+            cases = [("ackmq classic queue (queue source)", ackmq_url, False),
+                     ("ackmq stream", ackmq_url, True),
+                     ("RabbitMQ stream", a.rabbitmq_url, True),
+                     ("RabbitMQ classic queue (queue source)", a.rabbitmq_url, False)]
+            runnable = []
+            for name, url, is_stream in cases:
+                if is_stream:
+                    try:
+                        fill(url, "bench.spark.r4.probe", 1, 10, STREAM)
+                        first_offset(url, "bench.spark.r4.probe")
+                    except Exception as exc:  # noqa: BLE001 - reported, case skipped
+                        print(f"skipped {name}: {str(exc)[:160]}", flush=True)
+                        continue
+                runnable.append((name, url, is_stream))
+            warm = WARMUP_BATCHES * a.max_per_trigger  # both read paths, not reported
+            for _name, url, is_stream in runnable[:1] + [c for c in runnable if c[2]][:1]:
+                fill(url, f"bench.spark.r4.warmup.{int(is_stream)}", warm, a.body_size,
+                     STREAM if is_stream else None)
+                spark_land(spark, url, f"bench.spark.r4.warmup.{int(is_stream)}", warm,
+                           work / f"warm-{is_stream}",
+                           a.max_per_trigger, stream=is_stream, partitions=a.partitions)
+            for r in range(a.rounds):
+                for i, (name, url, is_stream) in enumerate(runnable):
+                    q = f"bench.spark.r4.{i}"
+                    fill(url, q, a.messages, a.body_size, STREAM if is_stream else None)
+                    cpu0 = _cpu_by_kind(url)
+                    total, steady, rows = spark_land(
+                        spark, url, q, a.messages, work / f"{i}-{r}", a.max_per_trigger,
+                        stream=is_stream, partitions=a.partitions if is_stream else 2)
+                    cpu1 = _cpu_by_kind(url)
+                    per = {k: (cpu1[k] - cpu0[k]) / max(rows, 1) * 1e6 for k in cpu0}
+                    results.append((name, total, steady, rows, r))
+                    load = os.getloadavg()[0]
+                    print(f"{name}: {rows} rows, {total:,.0f} msg/s whole run, "
+                          f"{steady:,.0f} after batch 1; CPU per message: JVM "
+                          f"{per['jvm']:.0f} us, Python {per['python']:.0f} us, broker "
+                          f"{per['broker']:.0f} us; load average {load:.1f}", flush=True)
+    except ConsumerError as exc:
+        print(f"failed: {exc}")
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{a.messages} persistent messages of {a.body_size} B, {master}, "
+          f"maxMessagesPerTrigger={a.max_per_trigger}, stream read tasks per batch "
+          f"{a.partitions}")
+    print(f"{'source':40} {'whole run':>10} {'after batch 1':>14}")
+    base = {r: s for n, _, s, _, r in results if n.startswith("ackmq classic")}
+    for name, total, steady, rows, r in results:
+        ratio = f"  {steady / base[r]:.2f}x this round's ackmq classic queue" \
+            if base.get(r) else ""
+        print(f"{name:40} {total:10,.0f} {steady:14,.0f}{ratio}  ({rows} rows)")
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
+    if argv[:1] == ["streams"]:
+        sp = argparse.ArgumentParser(prog="python -m ackmq.spark.bench streams")
+        sp.add_argument("--messages", type=int, default=50000)
+        sp.add_argument("--body-size", type=int, default=1024)
+        sp.add_argument("--max-per-trigger", type=int, default=10000)
+        sp.add_argument("--partitions", type=int, default=4)
+        sp.add_argument("--rounds", type=int, default=1)
+        sp.add_argument("--ackmq-url", default=None)
+        sp.add_argument("--rabbitmq-url", default="amqp://guest:guest@127.0.0.1:5672/")
+        streams(sp.parse_args(argv[1:]))
+        return 0
     if argv[:1] == ["backlog"]:
         bp = argparse.ArgumentParser(prog="python -m ackmq.spark.bench backlog")
         bp.add_argument("--messages", type=int, default=1_000_000)

@@ -19,15 +19,21 @@ from ackmq.spark.source import DEFAULT_URL
 
 def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="pipeline_command", required=True)
-    land = sub.add_parser("land", help="land a queue into Parquet, exactly once")
+    land = sub.add_parser("land", help="land a queue or a stream into Parquet, exactly once")
     land.add_argument("--url", default=DEFAULT_URL)
-    land.add_argument("--queue", required=True)
+    which = land.add_mutually_exclusive_group(required=True)
+    which.add_argument("--queue", help="consume this queue (acked after each commit)")
+    which.add_argument("--stream", help="read this stream queue by offsets (nothing acked)")
+    land.add_argument("--starting-offsets", default="earliest",
+                      help="--stream, new checkpoint: earliest (default), latest, an offset "
+                           "or an ISO timestamp")
     land.add_argument("--to", required=True, help="Parquet directory")
     land.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
     land.add_argument("--max-per-trigger", type=int, default=10000)
     land.add_argument("--available-now", action="store_true",
                       help="land what is in the queue now, then stop")
-    land.add_argument("--partitions", type=int, default=2, help="read tasks per batch")
+    land.add_argument("--partitions", type=int, default=None,
+                      help="read tasks per batch (default 2 for a queue, 4 for a stream)")
     land.add_argument("--master", default=None,
                       help="Spark master (default local[2,4]: 2 cores, a task tried 4 times)")
     pub = sub.add_parser("publish", help="publish a Parquet table with publisher confirms")
@@ -77,20 +83,26 @@ def run_pipeline(args: argparse.Namespace) -> int:
     again = f"; re-run with --write-id {write_id} to give rows the same message ids"
     try:
         if cmd == "land":
-            check_broker(args.url, queue=args.queue)
+            check_broker(args.url, queue=args.queue, stream=args.stream)
+            if args.stream is not None:
+                from ackmq.spark.stream_source import parse_position
+
+                parse_position(args.starting_offsets, "--starting-offsets")
         else:
             check_broker(args.url, exchange=args.exchange)
-    except PipelineError as exc:
+    except (PipelineError, ValueError) as exc:
         log(f"ackmq pipeline {cmd}: {exc}")
         return 1
     spark = spark_session(f"ackmq-{cmd}", args.master,
                           log_level=os.environ.get(_LOG_LEVEL, "OFF"))
     try:
         if cmd == "land":
+            parts = args.partitions or (4 if args.stream is not None else 2)
             s = land(spark, url=args.url, queue=args.queue, to=args.to,
                      checkpoint=args.checkpoint, max_per_trigger=args.max_per_trigger,
-                     available_now=args.available_now, num_partitions=args.partitions,
-                     progress=log)
+                     available_now=args.available_now, num_partitions=parts,
+                     progress=log, stream=args.stream,
+                     starting_offsets=args.starting_offsets)
             log(f"landed {s.rows} messages in {s.batches} batches, {s.seconds:.1f}s")
         else:
             n = publish(spark, source=args.source, url=args.url, exchange=args.exchange,

@@ -59,7 +59,8 @@ class PipelineError(RuntimeError):
     """A permanent problem found before Spark starts (no such queue, bad login, ...)."""
 
 
-def check_broker(url: str, *, queue: str | None = None, exchange: str | None = None) -> None:
+def check_broker(url: str, *, queue: str | None = None, exchange: str | None = None,
+                 stream: str | None = None) -> None:
     """Fail fast, before Spark's JVM starts, on what retrying cannot fix (404 no such
     queue/exchange, 403 bad login or no permission, 530 no such vhost). A broker that
     cannot be reached is left to the job, which keeps retrying (it may be restarting)."""
@@ -69,9 +70,20 @@ def check_broker(url: str, *, queue: str | None = None, exchange: str | None = N
             if queue is not None:
                 what = f"queue {queue!r} at {safe_url(url)}"
                 s.queue_info(queue)
+            if stream is not None:
+                what = f"stream {stream!r} at {safe_url(url)}"
+                s.queue_info(stream)
             if exchange:
                 what = f"exchange {exchange!r} at {safe_url(url)}"
                 s.check_exchange(exchange)
+        if stream is not None:
+            from ackmq.spark.amqp import ConsumerError
+            from ackmq.spark.streamwire import first_offset
+
+            try:
+                first_offset(url, stream)  # 406 (RabbitMQ) or NotAStream: not a stream
+            except ConsumerError as exc:
+                raise PipelineError(str(exc)) from exc
     except ValueError as exc:  # a URL ackmq.client cannot read
         raise PipelineError(f"cannot use {what}: {exc}") from exc
     except ClientError as exc:
@@ -117,7 +129,8 @@ def _end_offset(p: Any) -> int | None:
     """The source's end offset `n` of a progress event."""
     try:
         end = p.sources[0].endOffset
-        return int((json.loads(end) if isinstance(end, str) else end)["n"])
+        d = json.loads(end) if isinstance(end, str) else end
+        return int(d["n"] if "n" in d else d["offset"])
     except (IndexError, KeyError, TypeError, ValueError, AttributeError):
         return None
 
@@ -170,22 +183,48 @@ class LandStats:
     ends: list[tuple[float, int]] = field(default_factory=list)
 
 
-def land(spark: Any, *, url: str, queue: str, to: str, checkpoint: str,
+def stream_backlog(url: str, stream: str, committed: int | None) -> str:
+    """The progress line's backlog for a stream: offsets from the committed end to one
+    past the stream's last offset (offsets may have gaps: an upper bound on messages)."""
+    from ackmq.spark.amqp import ConsumerError
+    from ackmq.spark.streamwire import last_offset
+
+    try:
+        last = last_offset(url, stream)
+    except ConsumerError:
+        return "to land: ? (broker not answering)"
+    end = 0 if last is None else last + 1
+    if committed is None:
+        return f"stream ends at offset {end}"
+    return f"to land: {max(0, end - committed)} (offsets {committed}..{end} of the stream)"
+
+
+def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint: str,
          max_per_trigger: int = 10000, available_now: bool = False,
          staging: str | None = None, num_partitions: int = 2,
          progress: Callable[[str], None] | None = None,
-         stop_when: Callable[[LandStats], bool] | None = None) -> LandStats:
-    """Stream `queue` into Parquet at `to`; staged batches live with the checkpoint."""
-    staging = staging or str(Path(checkpoint) / "ackmq-staging")
-    with contextlib.suppress(OSError):  # a killed run's: it counts what that run held
-        (Path(staging) / StagingDir.STATUS).unlink()
+         stop_when: Callable[[LandStats], bool] | None = None,
+         stream: str | None = None, starting_offsets: str = "earliest") -> LandStats:
+    """Land `queue` (staged batches live with the checkpoint) or `stream` (offset ranges,
+    `num_partitions` read tasks per batch, from `starting_offsets` on a new checkpoint)
+    into Parquet at `to`."""
     clear_unlogged_start(checkpoint)
-    df = (spark.readStream.format("ackmq").option("url", url).option("queue", queue)
-          .option("maxMessagesPerTrigger", max_per_trigger)
-          .option("numPartitions", num_partitions)
-          .option("stagingLocation", staging).load())
+    r = spark.readStream.format("ackmq").option("url", url) \
+        .option("maxMessagesPerTrigger", max_per_trigger)
+    if stream is not None:
+        df = (r.option("stream", stream).option("startingOffsets", starting_offsets)
+              .option("minPartitions", num_partitions).load())
+        name = stream
+    else:
+        assert queue is not None, "land() needs queue or stream"
+        staging = staging or str(Path(checkpoint) / "ackmq-staging")
+        with contextlib.suppress(OSError):  # a killed run's: it counts what that run held
+            (Path(staging) / StagingDir.STATUS).unlink()
+        df = (r.option("queue", queue).option("numPartitions", num_partitions)
+              .option("stagingLocation", staging).load())
+        name = queue
     w = (df.writeStream.format("parquet").option("path", to)
-         .option("checkpointLocation", checkpoint).queryName(f"land-{queue}"))
+         .option("checkpointLocation", checkpoint).queryName(f"land-{name}"))
     w = w.trigger(availableNow=True) if available_now else w.trigger(processingTime="0 seconds")
     q = w.start()
     stats, seen, t0 = LandStats(), -1, time.monotonic()
@@ -204,7 +243,10 @@ def land(spark: Any, *, url: str, queue: str, to: str, checkpoint: str,
                     line = (f"batch {p.batchId}: {rows} rows, {rows / dur:,.0f} rows/s; "
                             f"landed {stats.rows} in {stats.batches} batches")
                     end = _end_offset(p)
-                    if i == len(new) - 1:  # what is left now, after the newest batch
+                    if i == len(new) - 1 and stream is not None:
+                        line += "; " + stream_backlog(url, stream, end)
+                    elif i == len(new) - 1:  # what is left now, after the newest batch
+                        assert queue is not None and staging is not None
                         line += "; " + (still_to_land(url, queue, staging, end)
                                         if end is not None else
                                         f"{queue_backlog(url, queue)} ready in the queue")

@@ -322,11 +322,37 @@ class AckmqDataSource(DataSource):
     def name(cls) -> str:
         return "ackmq"
 
+    def _is_stream(self) -> bool:
+        """option("stream", ...) reads a stream queue by offsets (stream_source.py);
+        option("queue", ...) consumes a queue."""
+        if self.options.get("stream"):
+            if self.options.get("queue"):
+                raise ValueError("the ackmq source takes option('queue') or "
+                                 "option('stream'), not both")
+            return True
+        return False
+
     def schema(self) -> str:
+        if self._is_stream():
+            from ackmq.spark.streamrows import STREAM_SCHEMA_DDL
+
+            return STREAM_SCHEMA_DDL
         return SCHEMA_DDL
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        if self._is_stream():
+            from ackmq.spark.stream_source import AckmqStreamSourceReader
+
+            return AckmqStreamSourceReader(self.options)
         return AckmqStreamReader(self.options)
+
+    def reader(self, schema: Any) -> Any:
+        if not self._is_stream():
+            raise ValueError("batch reads (spark.read) need option('stream', ...): a queue "
+                             "is read with spark.readStream")
+        from ackmq.spark.stream_source import AckmqStreamBatchReader
+
+        return AckmqStreamBatchReader(self.options)
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
         from ackmq.spark.sink import AckmqBatchWriter
