@@ -70,6 +70,7 @@ class Server:
         # U5: True while a resource alarm is set; read once per read by each connection
         self.blocking = False
         self.alarms: Any = None  # server/alarms.ResourceMonitor
+        self.http: Any = None  # server/http.HttpListener (management API, M1)
 
     # -- Scheduler for the model -------------------------------------------------------
     def call_later(self, delay: float, fn: Callable[[], None]) -> asyncio.TimerHandle:
@@ -144,6 +145,8 @@ class Server:
             await self._start_tls(host)
         if cfg.stomp_tls_port is not None:
             await self._start_stomp_tls(host)
+        if cfg.http_port is not None or cfg.https_port is not None:
+            await self._start_http(host)
         if cfg.data_dir is not None and cfg.admin_socket:
             from ackmq.server.admin import AdminServer
             admin = AdminServer(self)
@@ -182,7 +185,8 @@ class Server:
             from ackmq.server.tls import server_context
             cfg = self.config
             asked = " / ".join(o for o, p in (("--tls-port", cfg.tls_port),
-                                              ("--stomp-tls-port", cfg.stomp_tls_port))
+                                              ("--stomp-tls-port", cfg.stomp_tls_port),
+                                              ("--https-port", cfg.https_port))
                                if p is not None)
             try:
                 self._tls_ctx = server_context(cfg.tls_cert, cfg.tls_key, cfg.tls_ca,
@@ -230,6 +234,18 @@ class Server:
         self._stomp_tls_server, self.stomp_tls_port = await self._listen_tls(
             lambda: StompConnection(self), self.config.stomp_tls_port, "STOMP over TLS")
         self.stomp_tls_url = f"stomp+ssl://{_host_port(host, self.stomp_tls_port)}"
+
+    async def _start_http(self, host: str) -> None:
+        """The management API (M1) on the broker's loop (server/http/)."""
+        from ackmq.server.http import HttpListener
+        http = HttpListener(self)
+        ctx = self._tls_context() if self.config.https_port is not None else None
+        try:
+            await http.start(host, self.config.http_port, self.config.https_port, ctx)
+        except OSError:
+            self._close_listeners()
+            raise
+        self.http = http
 
     # -- resource alarms (U5) -------------------------------------------------------------
     def _start_alarms(self) -> None:
@@ -308,6 +324,8 @@ class Server:
         """Close connections with 320 CONNECTION_FORCED, then the store."""
         if self.admin is not None:
             await self.admin.stop()
+        if self.http is not None:
+            await self.http.stop()
         if self.alarms is not None:
             self.alarms.stop()
         if self._server is not None:
