@@ -8,6 +8,7 @@ what (RabbitMQ's per-vhost visibility) is decided by `visible_vhosts`.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -95,7 +96,7 @@ def overview(server: Server, user: Any) -> dict[str, Any]:
                          "messages_unacknowledged": unacked,
                          "messages_unacknowledged_details": _rate(0)},
         "object_totals": {
-            "channels": sum(len(getattr(c, "channels", {}) or {}) for c in conns),
+            "channels": sum(len(channels_of(c)) for c in conns),
             "connections": len(conns),
             "consumers": sum(q.consumer_count for q in queues),
             "exchanges": sum(len(vh.exchanges) for name, vh in server.broker.vhosts.items()
@@ -104,9 +105,13 @@ def overview(server: Server, user: Any) -> dict[str, Any]:
         "statistics_db_event_queue": 0,
         "node": node,
         "listeners": listeners(server),
-        "contexts": [{"node": node, "description": "ackmq management", "path": "/",
-                      "port": str(server.http.port if server.http else 0)}],
+        "contexts": contexts(server),
     }
+
+
+def contexts(server: Server) -> list[dict[str, Any]]:
+    return [{"node": node_name(), "description": "ackmq management", "path": "/",
+             "port": str(server.http.port if server.http else 0)}]
 
 
 def _conn_vhost(conn: Any) -> str | None:
@@ -120,3 +125,186 @@ def uptime_ms() -> int:
 
 def os_pid() -> str:
     return str(os.getpid())
+
+
+# -- JSON values ---------------------------------------------------------------------
+def jsonable(v: Any) -> Any:
+    """An AMQP field value (arguments, headers) as JSON: bytes as text, Decimal and
+    datetime as their text, tables and arrays recursively."""
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, dict):
+        return {str(k): jsonable(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [jsonable(x) for x in v]
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
+    if hasattr(v, "timestamp"):
+        return int(v.timestamp())
+    return str(v)
+
+
+def _counts(ready: int, unacked: int) -> dict[str, Any]:
+    return {"messages": ready + unacked, "messages_details": _rate(0),
+            "messages_ready": ready, "messages_ready_details": _rate(0),
+            "messages_unacknowledged": unacked, "messages_unacknowledged_details": _rate(0)}
+
+
+# -- queues, exchanges, bindings ---------------------------------------------------------
+def queue_type(q: Any) -> str:
+    t = q.arguments.get("x-queue-type")
+    if isinstance(t, bytes):
+        t = t.decode("utf-8", "replace")
+    return str(t or q.kind or "classic")
+
+
+def queue(q: Any, details: bool = False) -> dict[str, Any]:
+    """One queue as GET /api/queues lists it (`details`: as GET /api/queues/v/name,
+    with its consumers)."""
+    consumers = q.consumers.values()
+    exclusive_tag = next((c.tag for c in consumers if c.exclusive), None)
+    out = {
+        "arguments": jsonable(q.arguments), "auto_delete": q.auto_delete,
+        "consumers": q.consumer_count, "durable": q.durable,
+        "exclusive": q.exclusive_owner is not None,
+        "exclusive_consumer_tag": exclusive_tag,
+        "effective_policy_definition": {}, "policy": None, "operator_policy": None,
+        "message_stats": {},
+        **_counts(q.message_count, q.unacked_count),
+        "name": q.name, "node": node_name(), "state": "running", "type": queue_type(q),
+        "vhost": q.vhost.name,
+    }
+    if details:
+        out["consumer_details"] = [consumer(c) for c in consumers]
+        out["incoming"] = []
+        out["deliveries"] = []
+    return out
+
+
+def exchange(vhost: str, x: Any) -> dict[str, Any]:
+    return {"arguments": jsonable(x.arguments), "auto_delete": x.auto_delete,
+            "durable": x.durable, "internal": x.internal, "name": x.name, "type": x.type,
+            "user_who_performed_action": "", "vhost": vhost, "message_stats": {}}
+
+
+def properties_key(routing_key: str, arguments: dict[str, Any]) -> str:
+    """RabbitMQ's binding id in URLs: the quoted routing key, then "~" and a digest of
+    the arguments when there are any (RabbitMQ hashes its Erlang term; ackmq its JSON:
+    the key is opaque to clients, which only pass back what a listing gave them)."""
+    from urllib.parse import quote
+    key = quote(routing_key, safe="").replace("~", "%7E")
+    if not arguments:
+        return key
+    import base64
+    import hashlib
+    digest = hashlib.md5(json.dumps(jsonable(arguments), sort_keys=True).encode(),
+                         usedforsecurity=False).digest()
+    return key + "~" + base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def binding(vhost: str, source: str, dest: str, dest_type: str, routing_key: str,
+            arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"source": source, "vhost": vhost, "destination": dest,
+            "destination_type": dest_type, "routing_key": routing_key,
+            "arguments": jsonable(arguments),
+            "properties_key": properties_key(routing_key, arguments)}
+
+
+def bindings(vh: Any) -> list[dict[str, Any]]:
+    """Every binding of a vhost, RabbitMQ's order: the default exchange's implicit
+    bindings first, then each exchange's."""
+    from ackmq.broker.queue_type import Queue
+    out = [binding(vh.name, "", q.name, "queue", q.name, {}) for q in vh.queues.values()]
+    for x in vh.exchanges.values():
+        if not x.name:
+            continue
+        for b in x.bindings.values():
+            kind = "queue" if isinstance(b.destination, Queue) else "exchange"
+            out.append(binding(vh.name, x.name, b.destination.name, kind, b.routing_key,
+                               b.arguments))
+    return out
+
+
+# -- connections, channels, consumers ---------------------------------------------------
+def _hostport(addr: Any) -> tuple[str, int]:
+    if isinstance(addr, tuple | list) and len(addr) >= 2:
+        return str(addr[0]), int(addr[1])
+    return "", 0
+
+
+def connection_name(conn: Any) -> str:
+    """RabbitMQ's: "peer_host:peer_port -> host:port"."""
+    cached = getattr(conn, "_mgmt_name", None)
+    if cached:
+        return cached
+    ph, pp = _hostport(conn.peer)
+    t = conn.transport
+    h, p = _hostport(t.get_extra_info("sockname") if t is not None else None)
+    return f"{ph}:{pp} -> {h}:{p}"
+
+
+def is_stomp(conn: Any) -> bool:
+    return hasattr(conn, "session")
+
+
+def channels_of(conn: Any) -> list[tuple[int, Any]]:
+    """(number, ChannelModel) of a connection: AMQP's open channels, STOMP's one."""
+    if is_stomp(conn):
+        ch = getattr(conn, "channel", None)
+        return [(1, ch)] if ch is not None and getattr(ch, "open", False) else []
+    return [(n, c.model) for n, c in list(getattr(conn, "channels", {}).items())]
+
+
+def connection(conn: Any) -> dict[str, Any]:
+    ph, pp = _hostport(conn.peer)
+    t = conn.transport
+    h, p = _hostport(t.get_extra_info("sockname") if t is not None else None)
+    ssl = t is not None and t.get_extra_info("ssl_object") is not None
+    stomp = is_stomp(conn)
+    props = {} if stomp else jsonable(getattr(conn, "client_properties", {}) or {})
+    return {
+        "auth_mechanism": "PLAIN", "channel_max": getattr(conn, "channel_max", 1),
+        "channels": len(channels_of(conn)), "client_properties": props,
+        "connected_at": None, "frame_max": getattr(conn, "frame_max", 0),
+        "host": h, "name": connection_name(conn), "node": node_name(),
+        "peer_host": ph, "peer_port": pp, "port": p,
+        "protocol": f"STOMP {getattr(conn, 'version', '1.2')}" if stomp else "AMQP 0-9-1",
+        "ssl": ssl, "state": "blocked" if getattr(conn, "alarm_blocked", False) else "running",
+        "timeout": getattr(conn, "heartbeat", 0), "type": "network", "user": conn.user,
+        "user_who_performed_action": conn.user, "vhost": _conn_vhost(conn),
+        "recv_oct": 0, "send_oct": 0, "send_pend": 0,
+    }
+
+
+def channel(conn: Any, number: int, ch: Any) -> dict[str, Any]:
+    ph, pp = _hostport(conn.peer)
+    name = connection_name(conn)
+    confirm = ch.confirms is not None
+    return {
+        "acks_uncommitted": 0, "confirm": confirm,
+        "connection_details": {"name": name, "peer_host": ph, "peer_port": pp},
+        "consumer_count": len(ch.consumers), "global_prefetch_count": ch.global_prefetch,
+        "message_stats": {}, "messages_unacknowledged": len(ch.unacked),
+        "messages_uncommitted": 0, "messages_unconfirmed": 0,
+        "name": f"{name} ({number})", "node": node_name(), "number": number,
+        "prefetch_count": ch.prefetch_count, "state": "running",
+        "transactional": ch.tx is not None, "user": conn.user,
+        "user_who_performed_action": conn.user, "vhost": ch.vhost.name,
+    }
+
+
+def consumer(c: Any) -> dict[str, Any]:
+    ch = c.channel
+    conn = ch.owner
+    ph, pp = _hostport(getattr(conn, "peer", None))
+    number = next((n for n, m in channels_of(conn) if m is ch), 0) if conn is not None else 0
+    name = connection_name(conn) if conn is not None else ""
+    return {
+        "arguments": jsonable(c.arguments), "ack_required": not c.no_ack, "active": True,
+        "activity_status": "up",
+        "channel_details": {"connection_name": name, "name": f"{name} ({number})",
+                            "node": node_name(), "number": number, "peer_host": ph,
+                            "peer_port": pp, "user": getattr(conn, "user", "")},
+        "consumer_tag": c.tag, "exclusive": c.exclusive, "prefetch_count": c.limit,
+        "queue": {"name": c.queue.name, "vhost": c.queue.vhost.name},
+    }

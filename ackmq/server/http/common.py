@@ -1,0 +1,152 @@
+"""What every route module shares: the server and user of a request, the vhost checks
+with RabbitMQ's answers, request bodies, and listings with `columns`, `sort` and
+pagination (rabbit_mgmt_util:columns/sort_list/paginate)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from aiohttp import web
+
+from ackmq.server.http.app import SERVER_KEY, HTTPError, bad_request, json_response, not_found
+from ackmq.server.http.views import visible_vhosts
+
+
+def server(request: web.Request) -> Any:
+    return request.app[SERVER_KEY]
+
+
+def user(request: web.Request) -> Any:
+    return request["user"]
+
+
+def is_admin(u: Any) -> bool:
+    return "administrator" in u.tags
+
+
+def sees_all(u: Any) -> bool:
+    return bool({"administrator", "monitoring"}.intersection(u.tags))
+
+
+def vhost_arg(request: web.Request, key: str = "vhost") -> str:
+    """A path's vhost that exists and that the user may see: 404 / 401 as RabbitMQ."""
+    name = request.match_info[key]
+    srv = server(request)
+    if name not in srv.access.vhosts or name not in srv.broker.vhosts:
+        raise not_found()
+    if name not in visible_vhosts(srv, user(request)):
+        raise HTTPError(401, "not_authorised", "User not authorised to access virtual host")
+    return name
+
+
+async def body_json(request: web.Request, default: Any = None) -> Any:
+    """The request's JSON body; an empty body is `default`; bad JSON is RabbitMQ's
+    400 "not_json"."""
+    raw = await request.read()
+    if not raw.strip():
+        return {} if default is None else default
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise bad_request("not_json") from None
+
+
+async def body_object(request: web.Request) -> dict[str, Any]:
+    data = await body_json(request)
+    if not isinstance(data, dict):
+        raise bad_request("not_json")
+    return data
+
+
+def flag(value: Any, default: bool = False) -> bool:
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise bad_request(f"expected a boolean, got {json.dumps(value)}")
+
+
+def _pick(item: dict[str, Any], path: list[str]) -> Any:
+    v: Any = item
+    for p in path:
+        if not isinstance(v, dict) or p not in v:
+            return None
+        v = v[p]
+    return v
+
+
+def _columns(item: dict[str, Any], cols: list[list[str]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path in cols:
+        v = _pick(item, path)
+        if v is None and not (len(path) == 1 and path[0] in item):
+            continue
+        node = out
+        for p in path[:-1]:
+            node = node.setdefault(p, {})
+        node[path[-1]] = v
+    return out
+
+
+def listing(request: web.Request, items: list[dict[str, Any]]) -> web.Response:
+    """`?columns=a,b.c`, `?sort=name&sort_reverse=true`, and `?page=N&page_size=M`
+    (with `name`, `use_regex`) answered as RabbitMQ's paginated object."""
+    qs = request.query
+    sort = qs.get("sort")
+    if sort:
+        path = sort.split(".")
+        items.sort(key=lambda i: (_pick(i, path) is None, str(_pick(i, path))
+                                  if not isinstance(_pick(i, path), int | float)
+                                  else _pick(i, path)))
+    if flag(qs.get("sort_reverse"), False):
+        items.reverse()
+    page = qs.get("page")
+    result: Any = items
+    if page is not None:
+        try:
+            pageno = int(page)
+            size = int(qs.get("page_size", "100"))
+        except ValueError:
+            raise bad_request("page and page_size must be integers") from None
+        if pageno < 1 or not 1 <= size <= 500:
+            raise bad_request("Invalid page size or page number: page_size must be between "
+                              "1 and 500, page must be positive")
+        total = len(items)
+        name = qs.get("name")
+        if name:
+            if flag(qs.get("use_regex"), False):
+                try:
+                    rx = re.compile(name)
+                except re.error as e:
+                    raise bad_request(f"invalid regex: {e}") from None
+                items = [i for i in items if rx.search(str(i.get("name", "")))]
+            else:
+                items = [i for i in items if name.lower() in str(i.get("name", "")).lower()]
+        filtered = len(items)
+        chunk = items[(pageno - 1) * size: pageno * size]
+        result = {"filtered_count": filtered, "item_count": len(chunk), "items": chunk,
+                  "page": pageno, "page_count": max(1, -(-filtered // size)),
+                  "page_size": size, "total_count": total}
+    cols = qs.get("columns")
+    if cols:
+        paths = [c.split(".") for c in cols.split(",") if c]
+        if isinstance(result, dict):
+            result["items"] = [_columns(i, paths) for i in result["items"]]
+        else:
+            result = [_columns(i, paths) for i in result]
+    return json_response(result)
+
+
+def one(request: web.Request, item: dict[str, Any]) -> web.Response:
+    cols = request.query.get("columns")
+    if cols:
+        item = _columns(item, [c.split(".") for c in cols.split(",") if c])
+    return json_response(item)
+
+
+def no_content(status: int = 204, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, headers=headers)
