@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
-from mgmthelp import REALM_HEADER, Target
+from mgmthelp import REALM_HEADER, Target, q
 
 
 def test_M1_overview_keys(mgmt: Target) -> None:
@@ -54,3 +56,300 @@ def test_M1_whoami(mgmt: Target) -> None:
     r = mgmt.call("GET", "/api/whoami")
     assert r.status == 200
     assert r.body == {"name": "guest", "tags": ["administrator"]}
+
+
+def test_M1_unknown_path_404_before_login(mgmt: Target) -> None:
+    r = mgmt.call("GET", "/api/no-such-thing", auth=None)
+    assert (r.status, r.body) == (404, {"error": "Object Not Found", "reason": "Not Found"})
+
+
+def test_M1_wrong_method_405(mgmt: Target) -> None:
+    r = mgmt.call("POST", "/api/overview")
+    assert r.status == 405
+    assert {"GET", "HEAD", "OPTIONS"} <= {m.strip() for m in r.headers["allow"].split(",")}
+
+
+# -- queues ------------------------------------------------------------------------------
+def test_M1_queue_put_get_delete(mgmt: Target) -> None:
+    name = mgmt.name("q")
+    path = f"/api/queues/%2F/{q(name)}"
+    assert mgmt.call("PUT", path, {"durable": True, "arguments": {"x-max-length": 10}}
+                     ).status == 201
+    mgmt.cleanup.append(("queue", name))
+    assert mgmt.call("PUT", path, {"durable": True, "arguments": {"x-max-length": 10}}
+                     ).status == 204
+    r = mgmt.call("GET", path)
+    assert r.status == 200
+    for key in ("name", "vhost", "durable", "auto_delete", "exclusive", "arguments", "node",
+                "type", "consumer_details"):
+        assert key in r.body, key
+    assert (r.body["name"], r.body["vhost"], r.body["durable"], r.body["type"]) == \
+        (name, "/", True, "classic")
+    assert r.body["arguments"] == {"x-max-length": 10}
+    listed = mgmt.call("GET", "/api/queues/%2F?columns=name,durable")
+    assert {"name": name, "durable": True} in listed.body
+    assert mgmt.call("DELETE", path).status == 204
+    assert mgmt.call("GET", path).status == 404
+    assert mgmt.call("DELETE", path).body == {"error": "Object Not Found", "reason": "Not Found"}
+
+
+def test_M1_queue_put_defaults_not_durable(mgmt: Target) -> None:
+    name = mgmt.name("q")
+    assert mgmt.call("PUT", f"/api/queues/%2F/{q(name)}", {}).status == 201
+    mgmt.cleanup.append(("queue", name))
+    assert mgmt.call("GET", f"/api/queues/%2F/{q(name)}").body["durable"] is False
+
+
+def test_M1_queue_inequivalent_400(mgmt: Target) -> None:
+    name = mgmt.name("q")
+    assert mgmt.call("PUT", f"/api/queues/%2F/{q(name)}", {"durable": True}).status == 201
+    mgmt.cleanup.append(("queue", name))
+    r = mgmt.call("PUT", f"/api/queues/%2F/{q(name)}", {"durable": False})
+    assert (r.status, r.body) == (400, {"error": "bad_request", "reason": (
+        f"inequivalent arg 'durable' for queue '{name}' in vhost '/': received 'false' "
+        "but current is 'true'")})
+
+
+@pytest.mark.parametrize("method,path", [("PUT", "/api/queues/%2F/amq.mgmt-test"),
+                                         ("DELETE", "/api/exchanges/%2F/amq.direct")])
+def test_M1_reserved_names_401_access_refused(mgmt: Target, method: str, path: str) -> None:
+    r = mgmt.call(method, path, {} if method == "PUT" else None)
+    assert (r.status, r.body) == (401, {"error": "not_authorised", "reason": "Access refused."})
+
+
+def test_M1_bad_json_400_not_json(mgmt: Target) -> None:
+    r = mgmt.call("PUT", f"/api/queues/%2F/{mgmt.name('q')}", b"{not json")
+    assert (r.status, r.body) == (400, {"error": "bad_request", "reason": "not_json"})
+
+
+def test_M1_queue_in_missing_vhost_404(mgmt: Target) -> None:
+    r = mgmt.call("GET", "/api/queues/no-such-vhost-mgmt")
+    assert (r.status, r.body) == (404, {"error": "Object Not Found", "reason": "Not Found"})
+
+
+def test_M1_publish_get_purge(mgmt: Target) -> None:
+    name = mgmt.name("q")
+    assert mgmt.call("PUT", f"/api/queues/%2F/{q(name)}", {"durable": True}).status == 201
+    mgmt.cleanup.append(("queue", name))
+    r = mgmt.call("POST", "/api/exchanges/%2F/amq.default/publish", {
+        "routing_key": name, "payload": "hello", "payload_encoding": "string",
+        "properties": {"delivery_mode": 2, "headers": {"a": 1}}})
+    assert (r.status, r.body) == (200, {"routed": True})
+    get = {"count": 5, "ackmode": "ack_requeue_true", "encoding": "auto"}
+    r = mgmt.call("POST", f"/api/queues/%2F/{q(name)}/get", get)
+    assert r.status == 200
+    assert r.body == [{"payload_bytes": 5, "redelivered": False, "exchange": "",
+                       "routing_key": name, "message_count": 0,
+                       "properties": {"delivery_mode": 2, "headers": {"a": 1}},
+                       "payload": "hello", "payload_encoding": "string"}]
+    r = mgmt.call("POST", f"/api/queues/%2F/{q(name)}/get", {**get, "truncate": 2})
+    assert (r.body[0]["payload"], r.body[0]["redelivered"]) == ("he", True)
+    assert mgmt.call("DELETE", f"/api/queues/%2F/{q(name)}/contents").status == 204
+    assert mgmt.call("POST", f"/api/queues/%2F/{q(name)}/get", get).body == []
+
+
+def test_M1_get_ack_removes(mgmt: Target) -> None:
+    name = mgmt.name("q")
+    mgmt.call("PUT", f"/api/queues/%2F/{q(name)}", {})
+    mgmt.cleanup.append(("queue", name))
+    for i in range(3):
+        mgmt.call("POST", "/api/exchanges/%2F/amq.default/publish", {
+            "routing_key": name, "payload": base64.b64encode(bytes([i, 255])).decode(),
+            "payload_encoding": "base64", "properties": {}})
+    r = mgmt.call("POST", f"/api/queues/%2F/{q(name)}/get",
+                  {"count": 2, "ackmode": "ack_requeue_false", "encoding": "base64"})
+    assert [m["payload"] for m in r.body] == [base64.b64encode(bytes([i, 255])).decode()
+                                             for i in range(2)]
+    assert [m["message_count"] for m in r.body] == [2, 1]
+    r = mgmt.call("POST", f"/api/queues/%2F/{q(name)}/get",
+                  {"count": 5, "ackmode": "ack_requeue_false", "encoding": "auto"})
+    assert len(r.body) == 1 and r.body[0]["payload_encoding"] == "base64"
+
+
+def test_M1_publish_unroutable_and_errors(mgmt: Target) -> None:
+    body = {"routing_key": mgmt.name("none"), "payload": "x", "payload_encoding": "string",
+            "properties": {}}
+    r = mgmt.call("POST", "/api/exchanges/%2F/amq.default/publish", body)
+    assert (r.status, r.body) == (200, {"routed": False})
+    r = mgmt.call("POST", "/api/exchanges/%2F/no-such-x-mgmt/publish", body)
+    assert (r.status, r.body) == (400, {"error": "bad_request", "reason": (
+        "404 NOT_FOUND - no exchange 'no-such-x-mgmt' in vhost '/'")})
+    r = mgmt.call("POST", "/api/exchanges/%2F/amq.default/publish", {"routing_key": "a"})
+    assert r.status == 400
+    assert r.body["reason"] == ("[{key_missing,properties},\n {key_missing,payload},\n"
+                                " {key_missing,payload_encoding}]")
+
+
+def test_M1_get_missing_queue_404(mgmt: Target) -> None:
+    r = mgmt.call("POST", "/api/queues/%2F/no-such-q-mgmt/get",
+                  {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"})
+    assert (r.status, r.body) == (404, {"error": "not_found", "reason": (
+        "NOT_FOUND - no queue 'no-such-q-mgmt' in vhost '/'")})
+
+
+# -- exchanges and bindings ---------------------------------------------------------
+def test_M1_exchange_put_get_delete(mgmt: Target) -> None:
+    name = mgmt.name("x")
+    path = f"/api/exchanges/%2F/{q(name)}"
+    assert mgmt.call("PUT", path, {"type": "topic", "durable": True}).status == 201
+    mgmt.cleanup.append(("exchange", name))
+    r = mgmt.call("GET", path)
+    assert r.status == 200
+    assert {k: r.body[k] for k in ("name", "vhost", "type", "durable", "auto_delete",
+                                   "internal", "arguments")} == {
+        "name": name, "vhost": "/", "type": "topic", "durable": True, "auto_delete": False,
+        "internal": False, "arguments": {}}
+    r = mgmt.call("GET", "/api/exchanges/%2F?columns=name")
+    assert {"name": ""} in r.body and {"name": "amq.topic"} in r.body
+    r = mgmt.call("PUT", f"/api/exchanges/%2F/{q(mgmt.name('x'))}", {"type": "nosuch"})
+    assert (r.status, r.body) == (400, {"error": "bad_request",
+                                        "reason": "unknown exchange type 'nosuch'"})
+    assert mgmt.call("DELETE", path).status == 204
+    assert mgmt.call("GET", path).status == 404
+
+
+def test_M1_bindings_create_list_delete(mgmt: Target) -> None:
+    x, qn = mgmt.name("x"), mgmt.name("q")
+    mgmt.call("PUT", f"/api/exchanges/%2F/{q(x)}", {"type": "topic"})
+    mgmt.cleanup.append(("exchange", x))
+    mgmt.call("PUT", f"/api/queues/%2F/{q(qn)}", {})
+    mgmt.cleanup.append(("queue", qn))
+    pair = f"/api/bindings/%2F/e/{q(x)}/q/{q(qn)}"
+    r = mgmt.call("POST", pair, {"routing_key": "a.#", "arguments": {}})
+    assert r.status == 201
+    assert r.headers["location"] == f"{q(qn)}/a.%2523"
+    expected = {"source": x, "vhost": "/", "destination": qn, "destination_type": "queue",
+                "routing_key": "a.#", "arguments": {}, "properties_key": "a.%23"}
+    assert mgmt.call("GET", pair).body == [expected]
+    assert mgmt.call("GET", pair + "/a.%2523").body == expected
+    qb = mgmt.call("GET", f"/api/queues/%2F/{q(qn)}/bindings").body
+    assert qb[0]["source"] == "" and qb[0]["routing_key"] == qn and expected in qb
+    assert mgmt.call("GET", f"/api/exchanges/%2F/{q(x)}/bindings/source").body == [expected]
+    assert expected in mgmt.call("GET", "/api/bindings/%2F").body
+    r = mgmt.call("POST", "/api/exchanges/%2F/" + q(x) + "/publish", {
+        "routing_key": "a.b", "payload": "x", "payload_encoding": "string",
+        "properties": {}})
+    assert r.body == {"routed": True}
+    assert mgmt.call("DELETE", pair + "/a.%2523").status == 204
+    assert mgmt.call("GET", pair).body == []
+    assert mgmt.call("DELETE", pair + "/a.%2523").status == 404
+
+
+# -- tags and visibility ------------------------------------------------------------------
+@pytest.mark.parametrize("tags,path,reason", [
+    ("", "/api/overview", "Not management user"),
+    ("", "/api/whoami", "Not management user"),
+    ("management", "/api/users", "Not administrator user"),
+    ("management", "/api/permissions", "Not administrator user"),
+    ("management", "/api/definitions", "Not administrator user"),
+    ("management", "/api/nodes", "Not monitor user"),
+    ("monitoring", "/api/definitions", "Not administrator user"),
+    ("management", "/api/vhosts/%2F", "Not administrator user"),
+])
+def test_M1_tags_refused_401(mgmt: Target, tags: str, path: str, reason: str) -> None:
+    creds = mgmt.user(tags)
+    r = mgmt.call("GET", path, auth=creds)
+    assert (r.status, r.body) == (401, {"error": "not_authorised", "reason": reason})
+    assert "www-authenticate" not in r.headers
+
+
+def test_M1_management_user_sees_its_vhosts_only(mgmt: Target) -> None:
+    vh = mgmt.vhost()
+    creds = mgmt.user("management", vhost=vh)
+    assert [v["name"] for v in mgmt.call("GET", "/api/vhosts", auth=creds).body] == [vh]
+    r = mgmt.call("GET", "/api/queues/%2F", auth=creds)
+    assert (r.status, r.body) == (401, {"error": "not_authorised",
+                                        "reason": "User not authorised to access virtual host"})
+    assert mgmt.call("GET", f"/api/queues/{q(vh)}", auth=creds).body == []
+    assert all(x["vhost"] == vh for x in mgmt.call("GET", "/api/exchanges", auth=creds).body)
+    assert mgmt.call("GET", "/api/whoami", auth=creds).body == {"name": creds[0],
+                                                                "tags": ["management"]}
+
+
+def test_M1_monitoring_user_needs_permissions_for_vhost_paths(mgmt: Target) -> None:
+    vh = mgmt.vhost()
+    creds = mgmt.user("monitoring", vhost=None)
+    assert vh in [v["name"] for v in mgmt.call("GET", "/api/vhosts", auth=creds).body]
+    r = mgmt.call("GET", f"/api/queues/{q(vh)}", auth=creds)
+    assert r.status == 401 and r.body["reason"] == "User not authorised to access virtual host"
+    assert mgmt.call("GET", "/api/nodes", auth=creds).status == 200
+
+
+def test_M1_management_user_declare_needs_configure(mgmt: Target) -> None:
+    vh = mgmt.vhost()
+    creds = mgmt.user("management", vhost=None)
+    r = mgmt.call("PUT", f"/api/permissions/{q(vh)}/{q(creds[0])}",
+                  {"configure": "^nothing$", "write": ".*", "read": ".*"})
+    assert r.status == 201
+    r = mgmt.call("PUT", f"/api/queues/{q(vh)}/{q(mgmt.name('q'))}", {}, auth=creds)
+    assert (r.status, r.body) == (401, {"error": "not_authorised", "reason": "Access refused."})
+
+
+# -- users, vhosts, permissions ----------------------------------------------------------
+def test_M1_users_and_permissions(mgmt: Target) -> None:
+    name, pw = mgmt.user("management,monitoring")
+    r = mgmt.call("GET", f"/api/users/{q(name)}")
+    assert r.status == 200
+    assert set(r.body) == {"name", "password_hash", "hashing_algorithm", "tags", "limits"}
+    assert r.body["tags"] == ["management", "monitoring"]
+    assert r.body["hashing_algorithm"] == "rabbit_password_hashing_sha256"
+    assert mgmt.call("GET", "/api/whoami", auth=(name, pw)).status == 200
+    r = mgmt.call("GET", f"/api/permissions/%2F/{q(name)}")
+    assert r.body == {"user": name, "vhost": "/", "configure": ".*", "write": ".*",
+                      "read": ".*"}
+    r = mgmt.call("PUT", f"/api/permissions/%2F/{q(name)}", {"configure": ".*"})
+    assert (r.status, r.body) == (400, {"error": "bad_request",
+                                        "reason": "[{key_missing,write},{key_missing,read}]"})
+    r = mgmt.call("PUT", "/api/permissions/%2F/no-such-user-mgmt",
+                  {"configure": ".*", "write": ".*", "read": ".*"})
+    assert (r.status, r.body) == (400, {"error": "bad_request",
+                                        "reason": "vhost_or_user_not_found"})
+    assert mgmt.call("DELETE", f"/api/permissions/%2F/{q(name)}").status == 204
+    assert mgmt.call("GET", f"/api/permissions/%2F/{q(name)}").status == 404
+    assert mgmt.call("DELETE", f"/api/users/{q(name)}").status == 204
+    assert mgmt.call("GET", f"/api/users/{q(name)}").status == 404
+
+
+def test_M1_vhost_put_grants_creator(mgmt: Target) -> None:
+    vh = mgmt.vhost()
+    assert mgmt.call("PUT", f"/api/vhosts/{q(vh)}").status == 204
+    r = mgmt.call("GET", f"/api/permissions/{q(vh)}/guest")
+    assert r.status == 200 and r.body["configure"] == ".*"
+    assert mgmt.call("GET", f"/api/vhosts/{q(vh)}").body["name"] == vh
+
+
+def test_M1_vhost_limits(mgmt: Target) -> None:
+    vh = mgmt.vhost()
+    assert mgmt.call("PUT", f"/api/vhost-limits/{q(vh)}/max-queues", {"value": 7}
+                     ).status == 204
+    assert mgmt.call("GET", f"/api/vhost-limits/{q(vh)}").body == [
+        {"vhost": vh, "value": {"max-queues": 7}}]
+    assert mgmt.call("DELETE", f"/api/vhost-limits/{q(vh)}/max-queues").status == 204
+    assert mgmt.call("GET", f"/api/vhost-limits/{q(vh)}").body == []
+
+
+# -- health checks -----------------------------------------------------------------
+def test_M1_health_checks(mgmt: Target) -> None:
+    assert mgmt.call("GET", "/api/health/checks/alarms").body == {"status": "ok"}
+    assert mgmt.call("GET", "/api/health/checks/local-alarms").body == {"status": "ok"}
+    assert mgmt.call("GET", "/api/health/checks/virtual-hosts").body == {"status": "ok"}
+    r = mgmt.call("GET", "/api/health/checks/protocol-listener/amqp")
+    assert r.body == {"status": "ok", "protocol": "amqp"}
+    r = mgmt.call("GET", "/api/health/checks/protocol-listener/mqtt")
+    assert r.status == 503
+    assert {k: r.body[k] for k in ("status", "reason", "missing")} == {
+        "status": "failed", "reason": "No active listener", "missing": "mqtt"}
+    port = int(mgmt.amqp_url.rsplit(":", 1)[1].split("/")[0])
+    r = mgmt.call("GET", f"/api/health/checks/port-listener/{port}")
+    assert r.body == {"status": "ok", "port": port}
+    r = mgmt.call("GET", "/api/health/checks/node-is-quorum-critical")
+    assert r.body == {"status": "ok", "reason": "single node cluster"}
+    assert mgmt.call("GET", "/api/aliveness-test/%2F").body == {"status": "ok"}
+
+
+def test_M1_pagination(mgmt: Target) -> None:
+    r = mgmt.call("GET", "/api/exchanges/%2F?page=1&page_size=2&columns=name")
+    assert set(r.body) == {"filtered_count", "item_count", "items", "page", "page_count",
+                           "page_size", "total_count"}
+    assert r.body["item_count"] == 2 and r.body["page_size"] == 2
+    assert all(set(i) == {"name"} for i in r.body["items"])

@@ -152,6 +152,7 @@ async def list_vhosts(request: web.Request) -> web.Response:
     return listing(request, [_vhost_json(srv, n) for n in visible_vhosts(srv, user(request))])
 
 
+@requires("administrator")  # RabbitMQ 3.10: even a user with permissions on it
 async def get_vhost(request: web.Request) -> web.Response:
     name = vhost_arg(request)
     return one(request, _vhost_json(server(request), name))

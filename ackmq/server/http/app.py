@@ -147,8 +147,15 @@ class _Refused(Exception):
 @web.middleware
 async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Login and tag check first, then the handler; handler errors become JSON."""
-    route_handler = getattr(request.match_info, "handler", None)
-    tag = getattr(route_handler, "ackmq_tag", "management")
+    unmatched = request.match_info.http_exception
+    if isinstance(unmatched, web.HTTPMethodNotAllowed):  # before any login, as RabbitMQ
+        allowed = sorted(unmatched.allowed_methods | {"HEAD", "OPTIONS"}
+                         if "GET" in unmatched.allowed_methods
+                         else unmatched.allowed_methods | {"OPTIONS"})
+        return web.Response(status=405, headers={"Allow": ", ".join(allowed)})
+    if unmatched is not None:
+        return error(404, "Object Not Found", "Not Found")
+    tag = getattr(request.match_info.handler, "ackmq_tag", "management")
     try:
         if tag is not None:
             user = authenticate(request.app[SERVER_KEY], request)
@@ -160,11 +167,6 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         return e.response
     except HTTPError as e:
         return error(e.status, e.err, e.reason)
-    except web.HTTPNotFound:
-        return error(404, "Object Not Found", "Not Found")
-    except web.HTTPMethodNotAllowed as e:
-        return error(405, "Method Not Allowed", f"{request.method} {e.reason}",
-                     {"Allow": ",".join(sorted(e.allowed_methods))})
     except web.HTTPRequestEntityTooLarge:
         return error(413, "Payload Too Large", f"request body above {MAX_BODY} bytes")
     except web.HTTPException:

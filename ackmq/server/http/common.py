@@ -11,7 +11,6 @@ from typing import Any
 from aiohttp import web
 
 from ackmq.server.http.app import SERVER_KEY, HTTPError, bad_request, json_response, not_found
-from ackmq.server.http.views import visible_vhosts
 
 
 def server(request: web.Request) -> Any:
@@ -36,7 +35,10 @@ def vhost_arg(request: web.Request, key: str = "vhost") -> str:
     srv = server(request)
     if name not in srv.access.vhosts or name not in srv.broker.vhosts:
         raise not_found()
-    if name not in visible_vhosts(srv, user(request)):
+    u = user(request)
+    if not is_admin(u) and not srv.access.vhost_access(u.name, name):
+        # RabbitMQ: even a monitoring user, who lists every vhost, needs permissions
+        # on one to read its objects by path
         raise HTTPError(401, "not_authorised", "User not authorised to access virtual host")
     return name
 
