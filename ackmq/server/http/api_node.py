@@ -34,7 +34,7 @@ async def extensions(request: web.Request) -> web.Response:
     return json_response([])
 
 
-def _node(srv: Any) -> dict[str, Any]:
+def node_json(srv: Any) -> dict[str, Any]:
     mon = srv.alarms
     lim = mon.limits if mon is not None else None
     active = set(lim.active) if lim is not None else set()
@@ -75,14 +75,14 @@ def _fd_limit() -> int:
 
 @requires("monitoring")
 async def nodes(request: web.Request) -> web.Response:
-    return listing(request, [_node(server(request))])
+    return listing(request, [node_json(server(request))])
 
 
 @requires("monitoring")
 async def node(request: web.Request) -> web.Response:
     if request.match_info["node"] != views.node_name():
         raise not_found()
-    return one(request, _node(server(request)))
+    return one(request, node_json(server(request)))
 
 
 # -- health checks (rabbit_mgmt_wm_health_check_*) --------------------------------------
