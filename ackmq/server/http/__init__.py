@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -22,6 +23,31 @@ log = logging.getLogger("ackmq.http")
 MAX_LINE = 8190
 MAX_FIELD = 8190
 KEEPALIVE_TIMEOUT = 75.0
+
+
+class _ServerLog(logging.Logger):
+    """aiohttp's request handler logs a malformed request, an over-long header line or
+    a client that hung up mid-body as "Error handling request" with a traceback (at
+    ERROR or DEBUG); those are the client's doing, answered with 400 (or with nothing,
+    the client being gone): one debug line without traceback. Anything else (a bug in
+    a handler) keeps its level and traceback."""
+
+    def _log(self, level: int, msg: object, args: Any, exc_info: Any = None,
+             **kw: Any) -> None:
+        from aiohttp.http_exceptions import HttpProcessingError
+        exc = exc_info if isinstance(exc_info, BaseException) else (
+            sys.exc_info()[1] if exc_info is True else None)
+        if isinstance(exc, HttpProcessingError | ConnectionError | TimeoutError):
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            super()._log(logging.DEBUG, "%s: %s", (str(msg) % args if args else msg, first))
+            return
+        super()._log(level, msg, args, exc_info=exc_info, **kw)
+
+
+def _server_log() -> logging.Logger:
+    logger = _ServerLog("ackmq.http.server")
+    logger.parent = log
+    return logger
 
 
 def _host_port(host: str, port: int) -> str:
@@ -48,7 +74,7 @@ class HttpListener:
 
         from ackmq.server.http.app import build_app
         cfg = self.server.config
-        runner = web.AppRunner(build_app(self.server), access_log=None,
+        runner = web.AppRunner(build_app(self.server), access_log=None, logger=_server_log(),
                                max_line_size=MAX_LINE, max_field_size=MAX_FIELD,
                                keepalive_timeout=KEEPALIVE_TIMEOUT, handle_signals=False)
         await runner.setup()

@@ -46,7 +46,15 @@ def vhost_arg(request: web.Request, key: str = "vhost") -> str:
 async def body_json(request: web.Request, default: Any = None) -> Any:
     """The request's JSON body; an empty body is `default`; bad JSON is RabbitMQ's
     400 "not_json"."""
-    raw = await request.read()
+    from ackmq.server.http.app import MAX_BODY
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        # refused before reading: a client announcing 1 GB gets its answer at once
+        raise HTTPError(413, "Payload Too Large", f"request body above {MAX_BODY} bytes")
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise HTTPError(413, "Payload Too Large", f"request body above {MAX_BODY} bytes"
+                        ) from None
     if not raw.strip():
         return {} if default is None else default
     try:
