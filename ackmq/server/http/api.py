@@ -18,6 +18,7 @@ from ackmq.broker.queue_type import Queue
 from ackmq.server.http import ops, views
 from ackmq.server.http.app import bad_request, json_response, not_found
 from ackmq.server.http.common import (
+    alisting,
     body_object,
     flag,
     listing,
@@ -48,12 +49,13 @@ def _vh(request: web.Request) -> Any:
 
 
 # -- queues --------------------------------------------------------------------------
-async def list_queues(request: web.Request) -> web.Response:
+async def list_queues(request: web.Request) -> web.StreamResponse:
     if "vhost" in request.match_info:
         vhs = [_vh(request)]
     else:
         vhs = _vhosts(request)
-    return listing(request, [views.queue(q) for vh in vhs for q in vh.queues.values()])
+    return await alisting(request, (views.queue(q) for vh in vhs
+                                    for q in list(vh.queues.values())))
 
 
 def _queue(request: web.Request) -> Queue:
@@ -128,10 +130,10 @@ async def queue_bindings(request: web.Request) -> web.Response:
 
 
 # -- exchanges -----------------------------------------------------------------------
-async def list_exchanges(request: web.Request) -> web.Response:
+async def list_exchanges(request: web.Request) -> web.StreamResponse:
     vhs = [_vh(request)] if "vhost" in request.match_info else _vhosts(request)
-    return listing(request, [views.exchange(vh.name, x) for vh in vhs
-                             for x in vh.exchanges.values()])
+    return await alisting(request, (views.exchange(vh.name, x) for vh in vhs
+                                    for x in list(vh.exchanges.values())))
 
 
 def _exchange(request: web.Request) -> Any:
@@ -200,9 +202,9 @@ async def exchange_bindings(request: web.Request) -> web.Response:
 
 
 # -- bindings ----------------------------------------------------------------------
-async def list_bindings(request: web.Request) -> web.Response:
+async def list_bindings(request: web.Request) -> web.StreamResponse:
     vhs = [_vh(request)] if "vhost" in request.match_info else _vhosts(request)
-    return listing(request, [b for vh in vhs for b in views.bindings(vh)])
+    return await alisting(request, (b for vh in vhs for b in views.iter_bindings(vh)))
 
 
 def _pair(request: web.Request) -> tuple[Any, str, str, str]:

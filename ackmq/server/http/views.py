@@ -8,11 +8,13 @@ what (RabbitMQ's per-vhost visibility) is decided by `visible_vhosts`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,6 +26,7 @@ EXCHANGE_TYPES = [
      "enabled": True} for t in ("direct", "fanout", "headers", "topic")]
 
 
+@functools.cache
 def node_name() -> str:
     return f"ackmq@{socket.gethostname().split('.')[0]}"
 
@@ -48,7 +51,10 @@ def sees_all_connections(user: Any) -> bool:
 
 
 def _rate(n: int) -> dict[str, Any]:
-    return {"rate": 0.0}
+    return _NO_RATE  # rates are not sampled (yet): shared, never changed
+
+
+_NO_RATE: dict[str, Any] = {"rate": 0.0}
 
 
 def listeners(server: Server) -> list[dict[str, Any]]:
@@ -211,18 +217,23 @@ def binding(vhost: str, source: str, dest: str, dest_type: str, routing_key: str
 
 
 def bindings(vh: Any) -> list[dict[str, Any]]:
+    return list(iter_bindings(vh))
+
+
+def iter_bindings(vh: Any) -> Iterator[dict[str, Any]]:
     """Every binding of a vhost, RabbitMQ's order: the default exchange's implicit
-    bindings first, then each exchange's."""
+    bindings first, then each exchange's (lazily: the model's dicts are copied first,
+    so the caller may give the loop back between items)."""
     from ackmq.broker.queue_type import Queue
-    out = [binding(vh.name, "", q.name, "queue", q.name, {}) for q in vh.queues.values()]
-    for x in vh.exchanges.values():
+    for q in list(vh.queues.values()):
+        yield binding(vh.name, "", q.name, "queue", q.name, {})
+    for x in list(vh.exchanges.values()):
         if not x.name:
             continue
-        for b in x.bindings.values():
+        for b in list(x.bindings.values()):
             kind = "queue" if isinstance(b.destination, Queue) else "exchange"
-            out.append(binding(vh.name, x.name, b.destination.name, kind, b.routing_key,
-                               b.arguments))
-    return out
+            yield binding(vh.name, x.name, b.destination.name, kind, b.routing_key,
+                          b.arguments)
 
 
 # -- connections, channels, consumers ---------------------------------------------------
