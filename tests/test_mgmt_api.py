@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import base64
+import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 from mgmthelp import REALM_HEADER, Target, q
@@ -353,3 +356,30 @@ def test_M1_pagination(mgmt: Target) -> None:
                            "page_size", "total_count"}
     assert r.body["item_count"] == 2 and r.body["page_size"] == 2
     assert all(set(i) == {"name"} for i in r.body["items"])
+
+
+def test_M1_https_listener(ca: Any, tmp_path: Path) -> None:
+    """`https_port` (`--https-port`): the same API over TLS with the --tls-* options."""
+    import ssl
+    import urllib.request
+
+    from tlshelp import server_files
+
+    import ackmq
+    files = server_files(ca, tmp_path)
+    with ackmq.EmbeddedBroker(persistent=False, https_port=0, tls_cert=files["cert"],
+                              tls_key=files["key"]) as b:
+        url = b.server.http.https_url
+        assert url.startswith("https://127.0.0.1:")
+        ctx = ssl.create_default_context(cafile=str(files["ca"]))
+        req = urllib.request.Request(url + "/api/whoami", headers={
+            "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()})
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+            assert json.loads(r.read()) == {"name": "guest", "tags": ["administrator"]}
+        assert b.http_url.startswith("http://")  # the plain one stays
+
+
+def test_M1_no_http_listener() -> None:
+    import ackmq
+    with ackmq.EmbeddedBroker(persistent=False, http_port=None) as b:
+        assert b.http_url == "" and b.server.http is None
