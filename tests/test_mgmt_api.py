@@ -383,3 +383,25 @@ def test_M1_no_http_listener() -> None:
     import ackmq
     with ackmq.EmbeddedBroker(persistent=False, http_port=None) as b:
         assert b.http_url == "" and b.server.http is None
+
+
+def test_M1_health_alarms_503_when_an_alarm_is_set() -> None:
+    """ackmq only (raising an alarm on the shared RabbitMQ would block everyone): the
+    body of rabbit_mgmt_wm_health_check_alarms, and the node's mem_alarm."""
+    import time
+
+    import ackmq
+    with ackmq.EmbeddedBroker(persistent=False, memory_high_watermark="1MB",
+                              memory_check_interval=0.05) as b:
+        t = Target("ackmq", b.http_url, b.url)
+        deadline = time.monotonic() + 10
+        while (r := t.call("GET", "/api/health/checks/alarms")).status != 503:
+            assert time.monotonic() < deadline, r
+            time.sleep(0.05)
+        node = t.call("GET", "/api/nodes").body[0]["name"]
+        assert r.body == {"status": "failed",
+                          "reason": "There are alarms in effect in the cluster",
+                          "alarms": [{"node": node, "resource": "memory"}]}
+        r = t.call("GET", "/api/health/checks/local-alarms")
+        assert (r.status, r.body["reason"]) == (503, "There are alarms in effect on the node")
+        assert t.call("GET", "/api/nodes").body[0]["mem_alarm"] is True

@@ -214,8 +214,22 @@ async def list_consumers(request: web.Request) -> web.Response:
                              for c in q.consumers.values()])
 
 
+async def none_here(request: web.Request) -> web.Response:
+    """Policies, operator policies, runtime parameters: ackmq has none (vhost limits
+    are under /api/vhost-limits), so their listings are empty, never a 404 that would
+    break a tool listing everything."""
+    if "vhost" in request.match_info:
+        vhost_arg(request)
+    return json_response([])
+
+
 def register(app: web.Application) -> None:
     r = app.router
+    for path in ("/api/policies", "/api/operator-policies", "/api/parameters",
+                 "/api/global-parameters"):
+        r.add_get(path, none_here)
+    r.add_get("/api/policies/{vhost}", none_here)
+    r.add_get("/api/operator-policies/{vhost}", none_here)
     r.add_get("/api/overview", overview)
     r.add_get("/api/whoami", whoami)
     r.add_get("/api/cluster-name", cluster_name)
