@@ -21,7 +21,8 @@ broker, or root, can use it). Point it at the broker with --data-dir (default
 so no admin socket: its users are guest or --default-user only.)
 
 verbs (rabbitmqctl's; with --url http://user:pass@host:15672 the listing, purge,
-delete, close, status and definitions verbs go to a broker's management HTTP API):
+delete, close, status, definitions, user, vhost and permission verbs go to a broker's
+management HTTP API, ackmq's or RabbitMQ's):
   list_queues [-p <vhost>] [<column> ...]   (default: name messages; --formatter json)
   list_exchanges [-p <vhost>] [<column> ...]  list_bindings [-p <vhost>] [<column> ...]
   list_connections [<column> ...]           list_channels [<column> ...]
@@ -108,8 +109,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="no informational line, only results (as rabbitmqctl -q)")
     p.add_argument("--url", default=None,
                    help="a remote broker's management API, http://user:pass@host:15672 "
-                        "(the list_*/purge/delete/close/status/environment and "
-                        "export/import_definitions verbs), instead of the admin socket")
+                        "(the list_*/purge/delete/close/status/environment, definitions, "
+                        "user, vhost and permission verbs), instead of the admin socket")
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     from ackmq import ctl_topology
     ctl_topology.add_parsers(sub)
@@ -163,9 +164,10 @@ def run(args: argparse.Namespace) -> int:
             except (OSError, ValueError) as e:
                 return _unreachable(path, e)
         return _definitions_http(args, src)
-    if args.url:
-        print(f"Error:\n{args.verb} is not available with --url yet (the admin socket "
-              "only)", file=sys.stderr)
+    from ackmq import ctl_access
+    if args.url and args.verb not in ctl_access.VERBS:
+        print(f"Error:\n{args.verb} is not available with --url (the admin socket only)",
+              file=sys.stderr)
         return 64
     names, info = VERBS[args.verb]
     values: list[str] = []
@@ -188,7 +190,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"Error:\ncannot read definitions from {values[0]}: {e}", file=sys.stderr)
             return 66
     try:
-        reply = request(path, args.verb, values, vhost, **extra)
+        if args.url:
+            reply = ctl_access.handle(ctl_topology.HttpSource(args.url), args.verb, values,
+                                      vhost)
+        else:
+            reply = request(path, args.verb, values, vhost, **extra)
+    except ctl_topology.CtlError as e:
+        print(f"Error:\n{e.text}", file=sys.stderr)
+        return e.code
     except (OSError, ValueError) as e:
         return _unreachable(path, e)
     if not reply.get("ok"):

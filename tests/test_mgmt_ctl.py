@@ -214,3 +214,32 @@ def test_M4_export_import_definitions_over_url(proc: BrokerProcess, tmp_path: Pa
     assert f"{names['q']}\t" not in ok("--data-dir", str(proc.data_dir), "list_queues")
     ok("--data-dir", str(proc.data_dir), "import_definitions", str(f))
     assert f"{names['q']}\t0" in ok("--data-dir", str(proc.data_dir), "list_queues")
+
+
+def test_M4_user_verbs_over_url(proc: BrokerProcess) -> None:
+    """rabbitmqctl's user/vhost/permission verbs with --url: the same output as over
+    the admin socket."""
+    url, d = http_of(proc), str(proc.data_dir)
+    user, vh = "u-" + uuid.uuid4().hex[:6], "vh-" + uuid.uuid4().hex[:6]
+    assert ok("--url", url, "add_user", user, "pw1") == f'Adding user "{user}" ...\n'
+    r = ctl("--url", url, "add_user", user, "pw1")
+    assert (r.returncode, r.stderr) == (70, f'Error:\nUser "{user}" already exists\n')
+    ok("--url", url, "set_user_tags", user, "management", "monitoring")
+    ok("--url", url, "add_vhost", vh)
+    ok("--url", url, "set_permissions", "-p", vh, user, "^c", "^w", "^r")
+    for verb in (["list_users"], ["list_vhosts"], ["list_permissions", "-p", vh],
+                 ["list_user_permissions", user]):
+        assert sorted(ok("--url", url, *verb).splitlines()) == sorted(
+            ok("--data-dir", d, *verb).splitlines()), verb
+    assert f"{user}\t[management, monitoring]" in ok("--url", url, "list_users")
+    ok("--url", url, "change_password", user, "pw2")
+    params = pika.URLParameters(proc.url.replace("guest:guest", f"{user}:pw2"))
+    params.virtual_host = vh
+    pika.BlockingConnection(params).close()
+    ok("--url", url, "clear_permissions", "-p", vh, user)
+    assert ok("--url", url, "list_user_permissions", user).splitlines() == [
+        f'Listing permissions for user "{user}" ...']
+    ok("--url", url, "delete_vhost", vh)
+    ok("--url", url, "delete_user", user)
+    r = ctl("--url", url, "delete_user", user)
+    assert (r.returncode, r.stderr) == (67, f'Error:\nUser "{user}" does not exist\n')
