@@ -405,3 +405,26 @@ def test_M1_health_alarms_503_when_an_alarm_is_set() -> None:
         r = t.call("GET", "/api/health/checks/local-alarms")
         assert (r.status, r.body["reason"]) == (503, "There are alarms in effect on the node")
         assert t.call("GET", "/api/nodes").body[0]["mem_alarm"] is True
+
+
+def test_M1_guest_only_via_localhost() -> None:
+    """loopback_users as RabbitMQ's management plugin: guest from another address is
+    401 "User can only log in via localhost"; another administrator logs in."""
+    import socket
+
+    from test_connection_edges import _local_address
+
+    import ackmq
+    address = _local_address(socket.AF_INET)
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to connect from")
+    with ackmq.EmbeddedBroker(host="0.0.0.0", persistent=False) as b:
+        local = Target("ackmq", b.http_url, b.url)
+        name, pw = local.user("administrator")
+        remote = Target("ackmq", f"http://{address}:{b.http_port}", b.url)
+        r = remote.call("GET", "/api/whoami")
+        assert (r.status, r.body) == (401, {"error": "not_authorised",
+                                            "reason": "User can only log in via localhost"})
+        assert remote.call("GET", "/api/whoami", auth=(name, pw)).status == 200
+        assert remote.call("GET", "/api/whoami", auth=("guest", "wrong")).body == {
+            "error": "not_authorized", "reason": "Login failed"}

@@ -133,7 +133,11 @@ def authenticate(server: Server, request: web.Request) -> Any:
     the broker's users, guest from loopback only), or a _Refused with RabbitMQ's reply:
     a failed login is 401 "not_authorized"/"Login failed" (RabbitMQ's spelling there)."""
     name, password = _credentials(request)
-    if not server.config.authenticate(name, password, _loopback(request)):
+    cfg = server.config
+    local = _loopback(request)
+    if not cfg.authenticate(name, password, local):
+        if not local and cfg.authenticate(name, password, True):  # guest, from afar
+            raise _Refused(error(401, "not_authorised", "User can only log in via localhost"))
         raise _login_failed()
     return server.access.users[name]
 
