@@ -428,3 +428,17 @@ def test_M1_guest_only_via_localhost() -> None:
         assert remote.call("GET", "/api/whoami", auth=(name, pw)).status == 200
         assert remote.call("GET", "/api/whoami", auth=("guest", "wrong")).body == {
             "error": "not_authorized", "reason": "Login failed"}
+
+
+def test_M1_publish_refused_by_full_queue_400(mgmt: Target) -> None:
+    name = mgmt.name("q")
+    mgmt.call("PUT", f"/api/queues/%2F/{q(name)}", {"arguments": {
+        "x-max-length": 1, "x-overflow": "reject-publish"}})
+    mgmt.cleanup.append(("queue", name))
+    body = {"routing_key": name, "payload": "x", "payload_encoding": "string",
+            "properties": {}}
+    assert mgmt.call("POST", "/api/exchanges/%2F/amq.default/publish", body).body == {
+        "routed": True}
+    r = mgmt.call("POST", "/api/exchanges/%2F/amq.default/publish", body)
+    assert (r.status, r.body) == (400, {"error": "bad_request", "reason": (
+        "rejected Unable to publish message. Check queue limits.")})

@@ -163,8 +163,8 @@ async def publish(server: Server, user: str, vhost: str, exchange: str,
             raise err from None
         server.request_flush()
         ok = await asyncio.wait_for(out.confirmed, 60)
-        if not ok:
-            raise HTTPError(500, "internal_error", "the message was not stored (nack)")
+        if not ok:  # a queue refused it (x-overflow reject-publish), as RabbitMQ says
+            raise bad_request("rejected Unable to publish message. Check queue limits.")
         return {"routed": not out.was_unroutable}
 
 
