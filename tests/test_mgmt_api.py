@@ -125,6 +125,12 @@ def test_M1_bad_json_400_not_json(mgmt: Target) -> None:
     assert (r.status, r.body) == (400, {"error": "bad_request", "reason": "not_json"})
 
 
+def test_M1_not_boolean_400(mgmt: Target) -> None:
+    r = mgmt.call("PUT", f"/api/queues/%2F/{q(mgmt.name('q'))}", {"durable": "yes"})
+    assert (r.status, r.body) == (400, {"error": "bad_request",
+                                        "reason": ["not_boolean", "yes"]})
+
+
 def test_M1_queue_in_missing_vhost_404(mgmt: Target) -> None:
     r = mgmt.call("GET", "/api/queues/no-such-vhost-mgmt")
     assert (r.status, r.body) == (404, {"error": "Object Not Found", "reason": "Not Found"})

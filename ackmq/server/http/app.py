@@ -81,9 +81,11 @@ def error(status: int, err: str, reason: str, headers: dict[str, str] | None = N
 class HTTPError(Exception):
     """Raised by a handler: answered as RabbitMQ's JSON error."""
 
-    def __init__(self, status: int, err: str, reason: str) -> None:
+    def __init__(self, status: int, err: str, reason: str, shown: Any = None) -> None:
+        """`shown`: the reason as RabbitMQ's JSON has it when that is not a string
+        (["not_boolean", "yes"])."""
         super().__init__(reason)
-        self.status, self.err, self.reason = status, err, reason
+        self.status, self.err, self.reason, self.shown = status, err, reason, shown
 
 
 def not_found() -> HTTPError:
@@ -170,7 +172,8 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     except _Refused as e:
         return e.response
     except HTTPError as e:
-        return error(e.status, e.err, e.reason)
+        return json_response({"error": e.err, "reason": e.reason if e.shown is None
+                              else e.shown}, e.status)
     except web.HTTPRequestEntityTooLarge:
         return error(413, "Payload Too Large", f"request body above {MAX_BODY} bytes")
     except web.HTTPException:

@@ -80,7 +80,7 @@ def flag(value: Any, default: bool = False) -> bool:
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise bad_request(f"expected a boolean, got {json.dumps(value)}")
+    raise HTTPError(400, "bad_request", f"not_boolean: {value!r}", ["not_boolean", value])
 
 
 def _pick(item: dict[str, Any], path: list[str]) -> Any:
