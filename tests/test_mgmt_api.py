@@ -448,3 +448,21 @@ def test_M1_publish_refused_by_full_queue_400(mgmt: Target) -> None:
     r = mgmt.call("POST", "/api/exchanges/%2F/amq.default/publish", body)
     assert (r.status, r.body) == (400, {"error": "bad_request", "reason": (
         "rejected Unable to publish message. Check queue limits.")})
+
+
+@pytest.mark.parametrize("query,status,error", [
+    ("page=0", 400, {"error": "invalid_pagination_parameters", "reason": (
+        "Invalid pagination parameters: page number 0, page size undefined")}),
+    ("page=x", 400, {"error": "bad_request", "reason": "Pagination parameters are invalid"}),
+    ("page=1&page_size=1000", 400, {"error": "invalid_pagination_parameters", "reason": (
+        "Invalid pagination parameters: page number 1, page size 1000")}),
+    ("page=1&use_regex=true&name=(", 400, {
+        "error": "bad_request", "reason": "Pagination parameters are invalid"}),
+    ("page=9&page_size=5&name=amq.dir", 400, {
+        "error": "page_out_of_range", "reason": "Page out of range, page: 9 page size: 5, "
+        "len: 1"}),
+])
+def test_M1_pagination_errors(mgmt: Target, query: str, status: int, error: dict) -> None:
+    r = mgmt.call("GET", f"/api/exchanges/%2F?{query}")
+    assert (r.status, r.body) == (status, error)
+

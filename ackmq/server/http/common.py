@@ -159,30 +159,7 @@ def _shape(request: web.Request, items: list[dict[str, Any]]) -> Any:
     page = qs.get("page")
     result: Any = items
     if page is not None:
-        try:
-            pageno = int(page)
-            size = int(qs.get("page_size", "100"))
-        except ValueError:
-            raise bad_request("page and page_size must be integers") from None
-        if pageno < 1 or not 1 <= size <= 500:
-            raise bad_request("Invalid page size or page number: page_size must be between "
-                              "1 and 500, page must be positive")
-        total = len(items)
-        name = qs.get("name")
-        if name:
-            if flag(qs.get("use_regex"), False):
-                try:
-                    rx = re.compile(name)
-                except re.error as e:
-                    raise bad_request(f"invalid regex: {e}") from None
-                items = [i for i in items if rx.search(str(i.get("name", "")))]
-            else:
-                items = [i for i in items if name.lower() in str(i.get("name", "")).lower()]
-        filtered = len(items)
-        chunk = items[(pageno - 1) * size: pageno * size]
-        result = {"filtered_count": filtered, "item_count": len(chunk), "items": chunk,
-                  "page": pageno, "page_count": max(1, -(-filtered // size)),
-                  "page_size": size, "total_count": total}
+        result = _paginate(qs, items, page)
     cols = qs.get("columns")
     if cols:
         paths = [c.split(".") for c in cols.split(",") if c]
@@ -202,3 +179,39 @@ def one(request: web.Request, item: dict[str, Any]) -> web.Response:
 
 def no_content(status: int = 204, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(status=status, headers=headers)
+
+
+def _paginate(qs: Any, items: list[dict[str, Any]], page: str) -> dict[str, Any]:
+    """rabbit_mgmt_util:paginate with its answers: unparsable -> "Pagination parameters
+    are invalid"; page < 1 or a page size outside 1..500 -> invalid_pagination_parameters;
+    a page past the end -> page_out_of_range."""
+    invalid = HTTPError(400, "bad_request", "Pagination parameters are invalid")
+    size_text = qs.get("page_size")
+    try:
+        pageno = int(page)
+        size = int(size_text) if size_text is not None else 100
+    except ValueError:
+        raise invalid from None
+    if pageno < 1 or not 1 <= size <= 500:
+        raise HTTPError(400, "invalid_pagination_parameters",
+                        f"Invalid pagination parameters: page number {pageno}, page size "
+                        f"{size_text if size_text is not None else 'undefined'}")
+    total = len(items)
+    name = qs.get("name")
+    if name:
+        if flag(qs.get("use_regex"), False):
+            try:
+                rx = re.compile(name)
+            except re.error:
+                raise invalid from None
+            items = [i for i in items if rx.search(str(i.get("name", "")))]
+        else:
+            items = [i for i in items if name.lower() in str(i.get("name", "")).lower()]
+    filtered = len(items)
+    if (pageno - 1) * size >= filtered and pageno > 1:
+        raise HTTPError(400, "page_out_of_range", f"Page out of range, page: {pageno} page "
+                        f"size: {size}, len: {filtered}")
+    chunk = items[(pageno - 1) * size: pageno * size]
+    return {"filtered_count": filtered, "item_count": len(chunk), "items": chunk,
+            "page": pageno, "page_count": max(1, -(-filtered // size)), "page_size": size,
+            "total_count": total}
