@@ -61,6 +61,12 @@ def test_M1_whoami(mgmt: Target) -> None:
     assert r.body == {"name": "guest", "tags": ["administrator"]}
 
 
+def test_M1_auth_settings_need_no_login(mgmt: Target) -> None:
+    r = mgmt.call("GET", "/api/auth", auth=None)
+    assert (r.status, r.body) == (200, {"enable_uaa": False, "uaa_client_id": "",
+                                        "uaa_location": ""})
+
+
 def test_M1_unknown_path_404_before_login(mgmt: Target) -> None:
     r = mgmt.call("GET", "/api/no-such-thing", auth=None)
     assert (r.status, r.body) == (404, {"error": "Object Not Found", "reason": "Not Found"})

@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from ackmq.server.http import views
-from ackmq.server.http.app import json_response, not_found, requires
+from ackmq.server.http.app import json_response, not_found, public, requires
 from ackmq.server.http.common import listing, no_content, one, sees_all, server, user, vhost_arg
 
 CLOSED_VIA_MGMT = "Closed via management plugin"
@@ -214,6 +214,12 @@ async def list_consumers(request: web.Request) -> web.Response:
                              for c in q.consumers.values()])
 
 
+@public
+async def auth_settings(request: web.Request) -> web.Response:
+    """What RabbitMQ's UI asks before login: no OAuth 2 here."""
+    return json_response({"enable_uaa": False, "uaa_client_id": "", "uaa_location": ""})
+
+
 async def none_here(request: web.Request) -> web.Response:
     """Policies, operator policies, runtime parameters: ackmq has none (vhost limits
     are under /api/vhost-limits), so their listings are empty, never a 404 that would
@@ -225,6 +231,7 @@ async def none_here(request: web.Request) -> web.Response:
 
 def register(app: web.Application) -> None:
     r = app.router
+    r.add_get("/api/auth", auth_settings)
     for path in ("/api/policies", "/api/operator-policies", "/api/parameters",
                  "/api/global-parameters"):
         r.add_get(path, none_here)
