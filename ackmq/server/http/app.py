@@ -8,8 +8,8 @@ module that is not there is skipped.
 
 A handler states who may call it with `@requires(tag)` (RabbitMQ's
 rabbit_mgmt_util:is_authorized_*: "management" by default, "monitoring",
-"administrator") or `@public` (no login). The authenticated user is `request["user"]`
-(an `ackmq.broker.access.User`).
+"administrator") or `@public` (no login). The authenticated user (an
+`ackmq.broker.access.User`) is `request[USER_KEY]`, or `common.user(request)`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("ackmq.http")
 
 SERVER_KEY: web.AppKey[Any] = web.AppKey("ackmq_server", object)
+# the logged-in user of a request (aiohttp >= 3.12 has typed request keys)
+USER_KEY: Any = web.RequestKey("ackmq_user", object) if hasattr(web, "RequestKey") \
+    else "ackmq_user"
 FEATURES = ("api", "metrics", "ui")  # ackmq.server.http.<name>.register(app)
 REALM = 'Basic realm="RabbitMQ Management"'
 MAX_BODY = 64 * 1024 * 1024  # a POST /api/definitions of a large topology fits
@@ -167,7 +170,7 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
             user = authenticate(request.app[SERVER_KEY], request)
             if not has_tag(user, tag):
                 return error(401, "not_authorised", _REFUSAL[tag])
-            request["user"] = user
+            request[USER_KEY] = user
         return await handler(request)
     except _Refused as e:
         return e.response

@@ -13,7 +13,14 @@ from typing import Any
 
 from aiohttp import web
 
-from ackmq.server.http.app import SERVER_KEY, HTTPError, bad_request, json_response, not_found
+from ackmq.server.http.app import (
+    SERVER_KEY,
+    USER_KEY,
+    HTTPError,
+    bad_request,
+    json_response,
+    not_found,
+)
 
 
 def server(request: web.Request) -> Any:
@@ -21,7 +28,7 @@ def server(request: web.Request) -> Any:
 
 
 def user(request: web.Request) -> Any:
-    return request["user"]
+    return request[USER_KEY]
 
 
 def is_admin(u: Any) -> bool:
