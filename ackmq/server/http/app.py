@@ -20,6 +20,7 @@ import importlib
 import ipaddress
 import json
 import logging
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -171,6 +172,9 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
             if not has_tag(user, tag):
                 return error(401, "not_authorised", _REFUSAL[tag])
             request[USER_KEY] = user
+            with warnings.catch_warnings():  # also the first commit's name for it, which
+                warnings.simplefilter("ignore")  # feature modules written on it may use
+                request["user"] = user
         return await handler(request)
     except _Refused as e:
         return e.response
