@@ -20,7 +20,7 @@ from ackmq.server.http.common import (
     user,
     vhost_arg,
 )
-from ackmq.server.http.views import visible_vhosts
+from ackmq.server.http.views import node_name, visible_vhosts
 
 
 def key_missing(keys: list[str]) -> HTTPError:
@@ -139,8 +139,7 @@ def _vhost_json(srv: Any, name: str) -> dict[str, Any]:
     return {"name": name, "description": desc, "tags": tags,
             "metadata": {"description": desc, "tags": tags}, "tracing": False,
             "default_queue_type": "undefined",
-            "cluster_state": {"ackmq@" + __import__("socket").gethostname().split(".")[0]:
-                              "running"},
+            "cluster_state": {node_name(): "running"},
             "messages": ready + unacked, "messages_details": {"rate": 0.0},
             "messages_ready": ready, "messages_ready_details": {"rate": 0.0},
             "messages_unacknowledged": unacked,
