@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -472,3 +473,79 @@ def test_M1_pagination_errors(mgmt: Target, query: str, status: int, error: dict
     r = mgmt.call("GET", f"/api/exchanges/%2F?{query}")
     assert (r.status, r.body) == (status, error)
 
+
+
+# keys RabbitMQ has that ackmq leaves out, on purpose (Erlang internals, statistics
+# ackmq does not sample, clustering); everything else RabbitMQ answers, ackmq answers
+_ERLANG_ONLY = {"garbage_collection", "memory", "reductions", "reductions_details",
+                "backing_queue_status", "consumer_capacity", "consumer_utilisation",
+                "head_message_timestamp", "idle_since", "message_bytes",
+                "message_bytes_paged_out", "message_bytes_persistent", "message_bytes_ram",
+                "message_bytes_ready", "message_bytes_unacknowledged", "messages_paged_out",
+                "messages_persistent", "messages_ram", "messages_ready_ram",
+                "messages_unacknowledged_ram", "recoverable_slaves", "single_active_consumer_tag",
+                "churn_rates", "statistics_db_event_queue", "erlang_full_version"}
+
+
+def test_M1_same_keys_as_rabbitmq(ackmq_mgmt: Any) -> None:
+    """Each object's JSON keys in ackmq and RabbitMQ, for the same objects made the same
+    way: ackmq misses none but the Erlang/statistics ones listed above."""
+    from mgmthelp import rabbit_http
+    rabbit = Target("rabbitmq", rabbit_http(), "")
+    ours = Target("ackmq", ackmq_mgmt.http_url, ackmq_mgmt.url)
+    try:
+        shapes = {}
+        for t in (rabbit, ours):
+            qn, xn = t.name("keys-q"), t.name("keys-x")
+            t.call("PUT", f"/api/queues/%2F/{q(qn)}", {"durable": True})
+            t.cleanup.append(("queue", qn))
+            t.call("PUT", f"/api/exchanges/%2F/{q(xn)}", {"type": "fanout"})
+            t.cleanup.append(("exchange", xn))
+            t.call("POST", f"/api/bindings/%2F/e/{q(xn)}/q/{q(qn)}", {"routing_key": "k"})
+            t.call("POST", f"/api/exchanges/%2F/{q(xn)}/publish", {
+                "routing_key": "k", "payload": "x", "payload_encoding": "string",
+                "properties": {}})
+            shapes[t.kind] = {
+                "queue": t.call("GET", f"/api/queues/%2F/{q(qn)}").body,
+                "exchange": t.call("GET", f"/api/exchanges/%2F/{q(xn)}").body,
+                "binding": t.call("GET", f"/api/bindings/%2F/e/{q(xn)}/q/{q(qn)}").body[0],
+                "overview": t.call("GET", "/api/overview").body,
+                "vhost": next(v for v in t.call("GET", "/api/vhosts").body if v["name"] == "/"),
+                "user": t.call("GET", "/api/users/guest").body,
+                "whoami": t.call("GET", "/api/whoami").body,
+                "node": t.call("GET", "/api/nodes").body[0],
+            }
+        # RabbitMQ fills a queue's statistics a few seconds after its creation
+        deadline = time.monotonic() + 20
+        while "messages" not in shapes["rabbitmq"]["queue"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+            qn = next(n for k, n in rabbit.cleanup if k == "queue")
+            shapes["rabbitmq"]["queue"] = rabbit.call("GET", f"/api/queues/%2F/{q(qn)}").body
+        missing = {what: sorted(set(shapes["rabbitmq"][what]) - set(shapes["ackmq"][what])
+                                - _ERLANG_ONLY - _NODE_ONLY)
+                   for what in shapes["rabbitmq"]}
+        assert missing == {what: [] for what in missing}
+    finally:
+        rabbit.forget()
+
+
+# the node's Erlang VM and I/O statistics: ackmq reports memory, disk, alarms, uptime
+_NODE_ONLY = {"applications", "channel_closed", "channel_closed_details", "channel_created",
+              "channel_created_details", "connection_closed", "connection_closed_details",
+              "connection_created", "connection_created_details", "context_switches",
+              "context_switches_details", "disk_free_details", "fd_used", "fd_used_details",
+              "gc_bytes_reclaimed", "gc_bytes_reclaimed_details", "gc_num", "gc_num_details",
+              "mem_used_details", "metrics_gc_queue_length", "mnesia_disk_tx_count",
+              "mnesia_disk_tx_count_details", "mnesia_ram_tx_count",
+              "mnesia_ram_tx_count_details", "msg_store_read_count",
+              "msg_store_read_count_details", "msg_store_write_count",
+              "msg_store_write_count_details", "proc_used_details", "queue_created",
+              "queue_created_details", "queue_declared", "queue_declared_details",
+              "queue_deleted", "queue_deleted_details", "queue_index_read_count",
+              "queue_index_read_count_details", "queue_index_write_count",
+              "queue_index_write_count_details", "ra_open_file_metrics",
+              "sockets_used_details", "enabled_plugin_file"}
+_NODE_ONLY |= {f"io_{k}{s}" for k in ("read_avg_time", "read_bytes", "read_count",
+                                     "reopen_count", "seek_avg_time", "seek_count",
+                                     "sync_avg_time", "sync_count", "write_avg_time",
+                                     "write_bytes", "write_count") for s in ("", "_details")}

@@ -95,3 +95,45 @@ def test_M1_management_user_sees_own_connections_only(mgmt: Target) -> None:
     finally:
         own.close()
         guest.close()
+
+
+_STATS_ONLY = {"garbage_collection", "reductions", "reductions_details", "recv_cnt",
+               "send_cnt", "recv_oct_details", "send_oct_details", "peer_cert_issuer",
+               "peer_cert_subject", "peer_cert_validity", "ssl_cipher", "ssl_hash",
+               "ssl_key_exchange", "ssl_protocol", "idle_since", "pending_raft_commands"}
+
+
+@pytest.mark.rabbitmq
+def test_M1_connection_channel_consumer_keys_as_rabbitmq(ackmq_mgmt: Any) -> None:
+    from mgmthelp import rabbit_http
+    targets = [Target("rabbitmq", rabbit_http(), "amqp://guest:guest@127.0.0.1:5672/"),
+               Target("ackmq", ackmq_mgmt.http_url, ackmq_mgmt.url)]
+    keys: dict[str, dict[str, set[str]]] = {}
+    conns = []
+    try:
+        for t in targets:
+            cname = "keys-" + uuid.uuid4().hex[:8]
+            params = pika.URLParameters(t.amqp_url)
+            params.client_properties = {"connection_name": cname}
+            conn = pika.BlockingConnection(params)
+            conns.append(conn)
+            ch = conn.channel()
+            qname = ch.queue_declare("", exclusive=True).method.queue
+            tag = "keys-" + uuid.uuid4().hex[:8]
+            ch.basic_consume(qname, lambda *a: None, consumer_tag=tag)
+            c = _poll(t, "/api/connections", lambda items, cname=cname: next(
+                (x for x in items if (x.get("client_properties") or {}).get(
+                    "connection_name") == cname and x.get("channels") == 1), None))
+            chan = _poll(t, f"/api/connections/{q(c['name'])}/channels",
+                         lambda items: [x for x in items if x.get("consumer_count") == 1])
+            cons = _poll(t, "/api/consumers",
+                         lambda items, tag=tag: [x for x in items if x["consumer_tag"] == tag])
+            keys[t.kind] = {"connection": set(c), "channel": set(chan[0]),
+                            "consumer": set(cons[0])}
+        missing = {k: sorted(keys["rabbitmq"][k] - keys["ackmq"][k] - _STATS_ONLY)
+                   for k in keys["rabbitmq"]}
+        assert missing == {"connection": [], "channel": [], "consumer": []}
+    finally:
+        for conn in conns:
+            if conn.is_open:
+                conn.close()

@@ -143,7 +143,9 @@ def _vhost_json(srv: Any, name: str) -> dict[str, Any]:
             "messages": ready + unacked, "messages_details": {"rate": 0.0},
             "messages_ready": ready, "messages_ready_details": {"rate": 0.0},
             "messages_unacknowledged": unacked,
-            "messages_unacknowledged_details": {"rate": 0.0}}
+            "messages_unacknowledged_details": {"rate": 0.0}, "message_stats": {},
+            "recv_oct": 0, "recv_oct_details": {"rate": 0.0}, "send_oct": 0,
+            "send_oct_details": {"rate": 0.0}}
 
 
 async def list_vhosts(request: web.Request) -> web.Response:

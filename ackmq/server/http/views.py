@@ -284,6 +284,8 @@ def connection(conn: Any) -> dict[str, Any]:
         "timeout": getattr(conn, "heartbeat", 0), "type": "network", "user": conn.user,
         "user_who_performed_action": conn.user, "vhost": _conn_vhost(conn),
         "recv_oct": 0, "send_oct": 0, "send_pend": 0,
+        **({"user_provided_name": props["connection_name"]}
+           if isinstance(props.get("connection_name"), str) else {}),
     }
 
 
