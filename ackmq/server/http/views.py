@@ -180,6 +180,11 @@ def queue(q: Any, details: bool = False) -> dict[str, Any]:
         "name": q.name, "node": node_name(), "state": "running", "type": queue_type(q),
         "vhost": q.vhost.name,
     }
+    owner = q.exclusive_owner
+    if owner is not None and getattr(owner, "transport", None) is not None:
+        ph, pp = _hostport(owner.peer)
+        out["owner_pid_details"] = {"name": connection_name(owner), "peer_host": ph,
+                                    "peer_port": pp}
     if details:
         out["consumer_details"] = [consumer(c) for c in consumers]
         out["incoming"] = []
