@@ -23,6 +23,7 @@ log = logging.getLogger("ackmq.http")
 MAX_LINE = 8190
 MAX_FIELD = 8190
 KEEPALIVE_TIMEOUT = 75.0
+SHUTDOWN_TIMEOUT = 2.0  # a broker stopping waits this long for requests in flight
 
 
 class _ServerLog(logging.Logger):
@@ -76,7 +77,8 @@ class HttpListener:
         cfg = self.server.config
         runner = web.AppRunner(build_app(self.server), access_log=None, logger=_server_log(),
                                max_line_size=MAX_LINE, max_field_size=MAX_FIELD,
-                               keepalive_timeout=KEEPALIVE_TIMEOUT, handle_signals=False)
+                               keepalive_timeout=KEEPALIVE_TIMEOUT, handle_signals=False,
+                               shutdown_timeout=SHUTDOWN_TIMEOUT)
         await runner.setup()
         self._runner = runner
         for port, ctx, what in ((http_port, None, "HTTP"), (https_port, ssl_context, "HTTPS")):
