@@ -216,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if reply.get("skipped"):
         print("not imported (ackmq has no model for them): " + ", ".join(reply["skipped"]))
+    for refused in reply.get("refused") or []:
+        print(f"not imported: {refused}")
     # list_*_limits: one JSON object, as rabbitmqctl prints it (nothing for a vhost
     # without limits, "{}" for a user without)
     if "json" in reply and (reply["json"] or args.verb == "list_user_limits"):

@@ -150,3 +150,22 @@ def test_M1_per_vhost_definitions(ackmq_target: Target) -> None:
     assert ackmq_target.call("POST", f"/api/definitions/{q(other)}", r.body).status == 204
     assert ackmq_target.call("GET", f"/api/queues/{q(other)}/only-here").status == 200
 
+
+
+def test_M1_import_goes_on_past_a_refused_definition(ackmq_target: Target) -> None:
+    """A whole RabbitMQ export may hold what ackmq refuses (a stream queue): the rest
+    is imported and the answer names what was not."""
+    vh = ackmq_target.vhost()
+    defs = {"queues": [
+        {"name": "s1", "vhost": vh, "durable": True, "auto_delete": False,
+         "arguments": {"x-queue-type": "stream"}},
+        {"name": "ok1", "vhost": vh, "durable": True, "auto_delete": False,
+         "arguments": {}}],
+        "bindings": [{"source": "amq.direct", "vhost": vh, "destination": "ok1",
+                      "destination_type": "queue", "routing_key": "k", "arguments": {}}]}
+    r = ackmq_target.call("POST", "/api/definitions", defs)
+    assert r.status == 400
+    assert r.body["reason"].startswith(f"not imported: queue 's1' in vhost '{vh}': ")
+    assert ackmq_target.call("GET", f"/api/queues/{q(vh)}/ok1").status == 200
+    assert ackmq_target.call("GET", f"/api/queues/{q(vh)}/s1").status == 404
+    assert len(ackmq_target.call("GET", f"/api/bindings/{q(vh)}/e/amq.direct/q/ok1").body) == 1

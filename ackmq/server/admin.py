@@ -101,13 +101,13 @@ class AdminServer:
         """A RabbitMQ definitions file (server/definitions.py): users (their hashes as
         exported: sha256, sha512 or md5), vhosts, permissions, topic permissions,
         limits, exchanges, queues and bindings; the reply names what was skipped
-        (policies, other parameters)."""
+        (policies, other parameters) and what the broker refused (with its text)."""
         from ackmq.server import definitions
         try:
             done = definitions.import_(self.server, defs)
         except definitions.DefinitionsError as e:
             raise AccessError(str(e), USAGE) from None
-        return {"ok": True, "skipped": done["skipped"]}
+        return {"ok": True, "skipped": done["skipped"], "refused": done["refused"]}
 
     def export_definitions(self) -> dict[str, Any]:
         """The whole broker in `rabbitmqctl export_definitions`' layout."""

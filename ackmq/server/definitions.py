@@ -5,13 +5,15 @@ imports here and an ackmq export imports into RabbitMQ.
 
 Used by `GET/POST /api/definitions` (server/http/api_defs.py) and by `ackmq ctl
 export_definitions / import_definitions` (server/admin.py). Import applies the access
-model first (vhosts before what lives in them), then exchanges, queues, bindings; the
-first definition the broker refuses stops it with RabbitMQ's text (`DefinitionsError`),
-what came before stays (as RabbitMQ, which imports item by item).
+model first (vhosts before what lives in them), then exchanges, queues, bindings; a
+definition the broker refuses is named with the broker's text (`refused`) and the
+others are still imported.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import SHA256, AccessError
@@ -123,47 +125,66 @@ def _tags(tags: Any) -> list[str]:
 
 def import_(server: Server, defs: Any, vhost: str | None = None) -> dict[str, Any]:
     """Apply a definitions document; `vhost`: only objects, all into that vhost
-    (POST /api/definitions/{vhost}). Returns what was imported and what was skipped."""
+    (POST /api/definitions/{vhost}). Item by item: one the broker refuses (a stream
+    queue, a bad argument, a binding to a missing queue) is named in `refused` with
+    the broker's text and the others are imported, so a whole RabbitMQ export moves
+    what ackmq can hold. Returns counts, `refused` and `skipped` (what ackmq has no
+    model for: policies, other parameters)."""
     if not isinstance(defs, dict):
         raise DefinitionsError("a definitions file is a JSON object")
     a = server.access
+    refused: list[str] = []
     counts: dict[str, int] = {}
-    try:
-        if vhost is None:
-            for v in _list(defs, "vhosts"):
-                a.add_vhost(str(v["name"]))
-                meta = v.get("metadata") or {}
-                if isinstance(meta, dict) and meta:
-                    a.vhosts[str(v["name"])]["description"] = str(meta.get("description", ""))
-                    a.vhosts[str(v["name"])]["tags"] = _tags(meta.get("tags"))
-            for u in _list(defs, "users"):
-                a.import_user(str(u["name"]), str(u.get("password_hash", "")),
-                              str(u.get("hashing_algorithm") or SHA256), _tags(u.get("tags")))
-                if isinstance(u.get("limits"), dict) and u["limits"]:
-                    a.set_user_limits(str(u["name"]), u["limits"])
-            for p in _list(defs, "permissions"):
-                a.set_permissions(str(p["user"]), str(p["vhost"]), str(p["configure"]),
-                                  str(p["write"]), str(p["read"]))
-            for t in _list(defs, "topic_permissions"):
-                a.set_topic_permissions(str(t["user"]), str(t["vhost"]), str(t["exchange"]),
-                                        str(t["write"]), str(t["read"]))
-            counts.update(users=len(defs.get("users") or []),
-                          vhosts=len(defs.get("vhosts") or []),
-                          permissions=len(defs.get("permissions") or []))
-        for p in _list(defs, "parameters"):
-            if p.get("component") == "vhost-limits":
-                a.set_vhost_limits(vhost or str(p["vhost"]), p.get("value") or {})
-        _objects(server, defs, vhost, counts)
-    except AccessError as e:
-        raise DefinitionsError(e.text) from None
-    except ReplyError as e:
-        raise DefinitionsError(e.text) from None
-    except (KeyError, TypeError, ValueError) as e:
-        raise DefinitionsError(f"malformed definition: {e!r}") from None
+
+    def each(key: str, what: Callable[[dict[str, Any]], str],
+             apply: Callable[[dict[str, Any]], Any]) -> None:
+        done = 0
+        for item in _list(defs, key):
+            try:
+                apply(item)
+                done += 1
+            except (AccessError, ReplyError, DefinitionsError) as e:
+                refused.append(f"{what(item)}: {getattr(e, 'text', None) or e}")
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                refused.append(f"{key[:-1]} {json.dumps(item, default=str)[:200]}: "
+                               f"malformed ({e!r})")
+        counts[key] = done
+
+    if vhost is None:
+        each("vhosts", lambda v: f"vhost '{v.get('name')}'", lambda v: _vhost(a, v))
+        each("users", lambda u: f"user '{u.get('name')}'", lambda u: _user(a, u))
+        each("permissions", lambda p: f"permissions of '{p.get('user')}' in vhost "
+             f"'{p.get('vhost')}'", lambda p: a.set_permissions(
+                 str(p["user"]), str(p["vhost"]), str(p["configure"]), str(p["write"]),
+                 str(p["read"])))
+        each("topic_permissions", lambda t: f"topic permissions of '{t.get('user')}' in "
+             f"vhost '{t.get('vhost')}'", lambda t: a.set_topic_permissions(
+                 str(t["user"]), str(t["vhost"]), str(t["exchange"]), str(t["write"]),
+                 str(t["read"])))
+    each("parameters", lambda p: f"vhost limits of '{vhost or p.get('vhost')}'",
+         lambda p: a.set_vhost_limits(vhost or str(p["vhost"]), p.get("value") or {})
+         if p.get("component") == "vhost-limits" else None)
+    _objects(server, defs, vhost, each)
+    server.request_flush()
     skipped = [k for k in UNSUPPORTED if defs.get(k)]
     skipped += [f"parameters ({p.get('component')})" for p in _list(defs, "parameters")
                 if p.get("component") != "vhost-limits"]
-    return {"imported": counts, "skipped": skipped}
+    return {"imported": counts, "refused": refused, "skipped": skipped}
+
+
+def _vhost(a: Any, v: dict[str, Any]) -> None:
+    a.add_vhost(str(v["name"]))
+    meta = v.get("metadata") or {}
+    if isinstance(meta, dict) and meta:
+        a.vhosts[str(v["name"])]["description"] = str(meta.get("description", ""))
+        a.vhosts[str(v["name"])]["tags"] = _tags(meta.get("tags"))
+
+
+def _user(a: Any, u: dict[str, Any]) -> None:
+    a.import_user(str(u["name"]), str(u.get("password_hash", "")),
+                  str(u.get("hashing_algorithm") or SHA256), _tags(u.get("tags")))
+    if isinstance(u.get("limits"), dict) and u["limits"]:
+        a.set_user_limits(str(u["name"]), u["limits"])
 
 
 def _vhost_of(server: Server, item: dict[str, Any], vhost: str | None) -> Any:
@@ -174,35 +195,37 @@ def _vhost_of(server: Server, item: dict[str, Any], vhost: str | None) -> Any:
     return vh
 
 
-def _objects(server: Server, defs: dict[str, Any], vhost: str | None,
-             counts: dict[str, int]) -> None:
+def _objects(server: Server, defs: dict[str, Any], vhost: str | None, each: Any) -> None:
     from ackmq.broker.exchange import EXCHANGE_CLASSES
-    exchanges = _list(defs, "exchanges")
-    for x in exchanges:
+
+    def exchange(x: dict[str, Any]) -> None:
         vh = _vhost_of(server, x, vhost)
         if str(x.get("type", "direct")) not in EXCHANGE_CLASSES:
-            raise DefinitionsError(f"exchange '{x['name']}': unknown exchange type "
-                                   f"'{x.get('type')}'")
+            raise DefinitionsError(f"unknown exchange type '{x.get('type')}'")
         vh.declare_exchange(str(x["name"]), str(x.get("type", "direct")), False,
                             bool(x.get("durable", True)), bool(x.get("auto_delete", False)),
                             bool(x.get("internal", False)), dict(x.get("arguments") or {}))
-    queues = _list(defs, "queues")
-    for q in queues:
+
+    def queue(q: dict[str, Any]) -> None:
         vh = _vhost_of(server, q, vhost)
         vh.declare_queue(str(q["name"]), False, bool(q.get("durable", True)), False,
                          bool(q.get("auto_delete", False)), dict(q.get("arguments") or {}),
                          None)
-    bindings = _list(defs, "bindings")
-    for b in bindings:
+
+    def binding(b: dict[str, Any]) -> None:
         vh = _vhost_of(server, b, vhost)
         kind = str(b.get("destination_type", "queue"))
-        table = vh.queues if kind == "queue" else vh.exchanges
-        dest = table.get(str(b["destination"]))
+        dest = (vh.queues if kind == "queue" else vh.exchanges).get(str(b["destination"]))
         if dest is None or str(b["source"]) not in vh.exchanges:
-            raise DefinitionsError(f"binding {b['source']!r} -> {b['destination']!r}: no "
-                                   f"such {'exchange' if dest is not None else kind} in "
-                                   f"vhost '{vh.name}'")
+            raise DefinitionsError(f"no such {'exchange' if dest is not None else kind} "
+                                   f"in vhost '{vh.name}'")
         vh.bind(str(b["source"]), dest, str(b.get("routing_key", "")),
                 dict(b.get("arguments") or {}))
-    counts.update(exchanges=len(exchanges), queues=len(queues), bindings=len(bindings))
-    server.request_flush()
+
+    def where(i: dict[str, Any]) -> str:
+        return "" if vhost else f" in vhost '{i.get('vhost', '/')}'"
+
+    each("exchanges", lambda x: f"exchange '{x.get('name')}'{where(x)}", exchange)
+    each("queues", lambda q: f"queue '{q.get('name')}'{where(q)}", queue)
+    each("bindings", lambda b: f"binding '{b.get('source')}' -> '{b.get('destination')}'"
+         f"{where(b)}", binding)

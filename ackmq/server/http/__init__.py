@@ -9,6 +9,7 @@ optionally with TLS (`--https-port`), stop.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import sys
@@ -24,6 +25,8 @@ MAX_LINE = 8190
 MAX_FIELD = 8190
 KEEPALIVE_TIMEOUT = 75.0
 SHUTDOWN_TIMEOUT = 2.0  # a broker stopping waits this long for requests in flight
+# lingering_time=0: a body left unread (refused with 413) closes the connection at
+# once instead of being read and thrown away for up to 10 s
 
 
 class _ServerLog(logging.Logger):
@@ -78,7 +81,7 @@ class HttpListener:
         runner = web.AppRunner(build_app(self.server), access_log=None, logger=_server_log(),
                                max_line_size=MAX_LINE, max_field_size=MAX_FIELD,
                                keepalive_timeout=KEEPALIVE_TIMEOUT, handle_signals=False,
-                               shutdown_timeout=SHUTDOWN_TIMEOUT)
+                               shutdown_timeout=SHUTDOWN_TIMEOUT, lingering_time=0)
         await runner.setup()
         self._runner = runner
         for port, ctx, what in ((http_port, None, "HTTP"), (https_port, ssl_context, "HTTPS")):
@@ -106,3 +109,7 @@ class HttpListener:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+            # let the request handlers cancelled by the cleanup finish before the loop
+            # closes (else: "Task was destroyed but it is pending")
+            for _ in range(3):
+                await asyncio.sleep(0)

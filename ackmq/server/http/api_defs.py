@@ -43,9 +43,11 @@ async def post_definitions(request: web.Request) -> web.Response:
         defs = await body_json(request)
     vhost = vhost_arg(request) if "vhost" in request.match_info else None
     try:
-        definitions.import_(server(request), defs, vhost)
+        done = definitions.import_(server(request), defs, vhost)
     except definitions.DefinitionsError as e:
         raise bad_request(str(e)) from None
+    if done["refused"]:  # the others are imported; the answer names what was not
+        raise bad_request("not imported: " + "; ".join(done["refused"]))
     return no_content()
 
 

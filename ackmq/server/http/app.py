@@ -179,8 +179,11 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     except _Refused as e:
         return e.response
     except HTTPError as e:
-        return json_response({"error": e.err, "reason": e.reason if e.shown is None
+        resp = json_response({"error": e.err, "reason": e.reason if e.shown is None
                               else e.shown}, e.status)
+        if e.status == 413:  # the body is not read: this connection cannot go on
+            resp.force_close()
+        return resp
     except web.HTTPRequestEntityTooLarge:
         return error(413, "Payload Too Large", f"request body above {MAX_BODY} bytes")
     except web.HTTPException:
