@@ -215,7 +215,8 @@ def run(args: argparse.Namespace) -> int:
                 return 73
         return 0
     if reply.get("skipped"):
-        print("not imported (ackmq has no model for them): " + ", ".join(reply["skipped"]))
+        print("not imported (ackmq has no model for them so far): "
+              + ", ".join(reply["skipped"]))
     for refused in reply.get("refused") or []:
         print(f"not imported: {refused}")
     # list_*_limits: one JSON object, as rabbitmqctl prints it (nothing for a vhost
