@@ -80,6 +80,14 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="block publishers while the data dir's filesystem has less free "
                         "space than this (default %(default)s, as RabbitMQ; 1GiB, or "
                         "mem_relative:1.5 for 1.5 x RAM)")
+    p.add_argument("--http-port", type=int,
+                   default=int(os.environ.get("ACKMQ_HTTP_PORT") or D.http_port),
+                   help=f"management HTTP API port (RabbitMQ's, default {D.http_port}, or "
+                        "env ACKMQ_HTTP_PORT); 0 picks a free one")
+    p.add_argument("--no-http", action="store_true", help="no management HTTP listener")
+    p.add_argument("--https-port", type=int, default=D.https_port,
+                   help="management API over TLS (off unless given; 0 picks a free one); "
+                        "uses the --tls-cert/--tls-key/--tls-ca options")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -113,11 +121,16 @@ def serve(args: argparse.Namespace) -> int:
         print(f"ackmq: --stomp-tls-port must be between 0 and 65535, got "
               f"{args.stomp_tls_port}", file=sys.stderr)
         return 2
-    if args.tls_port is None and args.stomp_tls_port is None and (
+    for opt, port in (("--http-port", args.http_port), ("--https-port", args.https_port)):
+        if port is not None and not 0 <= port <= 65535:
+            print(f"ackmq: {opt} must be between 0 and 65535, got {port}", file=sys.stderr)
+            return 2
+    if args.tls_port is None and args.stomp_tls_port is None and args.https_port is None and (
             args.tls_cert or args.tls_key or args.tls_ca or args.tls_verify_peer
             or args.tls_fail_if_no_peer_cert):
         print("ackmq: the --tls-* options need --tls-port (e.g. --tls-port 5671) and/or "
-              "--stomp-tls-port (e.g. --stomp-tls-port 61614)", file=sys.stderr)
+              "--stomp-tls-port (e.g. --stomp-tls-port 61614) or --https-port",
+              file=sys.stderr)
         return 2
     if args.stomp_ssl_cert_login and args.stomp_tls_port is None:
         print("ackmq: --stomp-ssl-cert-login needs --stomp-tls-port (and --tls-ca "
@@ -155,7 +168,9 @@ def serve(args: argparse.Namespace) -> int:
                  stomp_tls_port=args.stomp_tls_port,
                  stomp_ssl_cert_login=args.stomp_ssl_cert_login,
                  memory_high_watermark=args.memory_high_watermark,
-                 disk_free_limit=args.disk_free_limit)
+                 disk_free_limit=args.disk_free_limit,
+                 http_port=None if args.no_http else args.http_port,
+                 https_port=args.https_port)
     try:
         import uvloop
         uvloop.install()
@@ -186,9 +201,12 @@ def serve(args: argparse.Namespace) -> int:
         where = "no persistence" if cfg.data_dir is None else f"data dir {cfg.data_dir}"
         if server.all_interfaces:
             bound = server.bound + [f"{b} (STOMP)" for b in server.stomp_bound]
+            bound += [f"{b} (HTTP)" for b in (server.http.bound if server.http else [])]
             where = f"on all interfaces: {', '.join(bound)}; {where}"
+        http = server.http
         urls = " and ".join(u for u in (url, server.stomp_url, server.tls_url,
-                                         server.stomp_tls_url) if u)
+                                         server.stomp_tls_url, http and http.url,
+                                         http and http.https_url) if u)
         log.info("ackmq listening on %s (%s, fsync %s)", urls, where,
                  "on" if cfg.fsync else "OFF")
         if server.all_interfaces and "guest" in cfg.loopback_users:

@@ -14,13 +14,22 @@ HELP = ("manage users, vhosts, permissions and resource limits of a running brok
         "(rabbitmqctl's verbs)")
 DESCRIPTION = """\
 Manage a running ackmq broker with rabbitmqctl's verbs and output (tab-separated, with a
-header line). ackmq has no management HTTP API yet: `ackmq ctl` talks to the broker over
+header line). `ackmq ctl` talks to the broker over
 its local admin socket, <data dir>/ctl.sock (mode 0600, so only the user running the
 broker, or root, can use it). Point it at the broker with --data-dir (default
 ./ackmq-data) or --socket. (A broker started with --no-persistence has no data dir and
 so no admin socket: its users are guest or --default-user only.)
 
-verbs:
+verbs (rabbitmqctl's; with --url http://user:pass@host:15672 the listing, purge,
+delete, close, status, definitions, user, vhost and permission verbs go to a broker's
+management HTTP API, ackmq's or RabbitMQ's):
+  list_queues [-p <vhost>] [<column> ...]   (default: name messages; --formatter json)
+  list_exchanges [-p <vhost>] [<column> ...]  list_bindings [-p <vhost>] [<column> ...]
+  list_connections [<column> ...]           list_channels [<column> ...]
+  list_consumers [-p <vhost>] [<column> ...]
+  purge_queue [-p <vhost>] <queue>          delete_queue [-p <vhost>] <queue> [--if-empty] [--if-unused]
+  close_connection <connection name> <explanation>
+  status [--formatter json]                 environment
   add_user <user> <password>          delete_user <user>
   change_password <user> <password>   set_user_tags <user> [<tag> ...]
   list_users
@@ -39,10 +48,11 @@ verbs:
   set_topic_permissions [-p <vhost>] <user> <exchange> <write> <read>
   clear_topic_permissions [-p <vhost>] <user> [<exchange>]
   list_topic_permissions [-p <vhost>] list_user_topic_permissions <user>
-  import_definitions <file.json>      users (RabbitMQ's sha256/sha512/md5 hashes), vhosts,
-                                      permissions and topic permissions of `rabbitmqctl
-                                      export_definitions`
-  export_definitions <file.json>      the same four, in that layout ("-" for stdout)
+  import_definitions <file.json>      a `rabbitmqctl export_definitions` file: users
+                                      (RabbitMQ's sha256/sha512/md5 hashes), vhosts,
+                                      permissions, topic permissions, limits, exchanges,
+                                      queues, bindings (policies are skipped, and named)
+  export_definitions <file.json>      the same, in that layout ("-" for stdout)
 """
 
 # verb -> (argument names, rabbitmqctl's info line)
@@ -97,7 +107,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--socket", type=Path, default=None, help="the admin socket itself")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no informational line, only results (as rabbitmqctl -q)")
+    p.add_argument("--url", default=None,
+                   help="a remote broker's management API, http://user:pass@host:15672 "
+                        "(the list_*/purge/delete/close/status/environment, definitions, "
+                        "user, vhost and permission verbs), instead of the admin socket")
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    from ackmq import ctl_topology
+    ctl_topology.add_parsers(sub)
     for verb, (names, _info) in VERBS.items():
         vp = sub.add_parser(verb)
         if verb in VHOST_VERBS:
@@ -132,6 +148,27 @@ def request(path: Path, verb: str, args: list[str], vhost: str = "/",
 
 
 def run(args: argparse.Namespace) -> int:
+    from ackmq import ctl_topology
+    path = args.socket or args.data_dir / "ctl.sock"
+    if args.verb in ctl_topology.VERBS or (args.url and args.verb in (
+            "export_definitions", "import_definitions")):
+        try:
+            src: Any = (ctl_topology.HttpSource(args.url) if args.url
+                        else ctl_topology.SocketSource(path, request))
+        except ctl_topology.CtlError as e:
+            print(f"Error:\n{e.text}", file=sys.stderr)
+            return e.code
+        if args.verb in ctl_topology.VERBS:
+            try:
+                return ctl_topology.run(args, src)
+            except (OSError, ValueError) as e:
+                return _unreachable(path, e)
+        return _definitions_http(args, src)
+    from ackmq import ctl_access
+    if args.url and args.verb not in ctl_access.VERBS:
+        print(f"Error:\n{args.verb} is not available with --url (the admin socket only)",
+              file=sys.stderr)
+        return 64
     names, info = VERBS[args.verb]
     values: list[str] = []
     for n in names:
@@ -141,7 +178,6 @@ def run(args: argparse.Namespace) -> int:
     vhost = getattr(args, "vhost", "/")
     if args.verb == "list_user_limits":
         values = [args.user]
-    path = args.socket or args.data_dir / "ctl.sock"
     if not args.quiet and not (args.verb == "export_definitions" and values[0] == "-"):
         on = f' on "{values[1]}"' if len(values) > 1 else ""  # clear_topic_permissions
         print(info.format(*values, vhost=vhost, tags=", ".join(values[1:]),
@@ -154,13 +190,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"Error:\ncannot read definitions from {values[0]}: {e}", file=sys.stderr)
             return 66
     try:
-        reply = request(path, args.verb, values, vhost, **extra)
+        if args.url:
+            reply = ctl_access.handle(ctl_topology.HttpSource(args.url), args.verb, values,
+                                      vhost)
+        else:
+            reply = request(path, args.verb, values, vhost, **extra)
+    except ctl_topology.CtlError as e:
+        print(f"Error:\n{e.text}", file=sys.stderr)
+        return e.code
     except (OSError, ValueError) as e:
-        print(f"Error: cannot reach the broker's admin socket {path}: "
-              f"{getattr(e, 'strerror', None) or e}.\nIs `ackmq serve --data-dir "
-              f"{path.parent}` running? (give its data dir with --data-dir, or --socket)",
-              file=sys.stderr)
-        return 69
+        return _unreachable(path, e)
     if not reply.get("ok"):
         print(f"Error:\n{reply.get('error')}", file=sys.stderr)
         return int(reply.get("code") or 1)
@@ -176,9 +215,10 @@ def run(args: argparse.Namespace) -> int:
                 return 73
         return 0
     if reply.get("skipped"):
-        print("not imported (ackmq imports users, vhosts, permissions and topic permissions "
-              "only so far): "
+        print("not imported (ackmq has no model for them so far): "
               + ", ".join(reply["skipped"]))
+    for refused in reply.get("refused") or []:
+        print(f"not imported: {refused}")
     # list_*_limits: one JSON object, as rabbitmqctl prints it (nothing for a vhost
     # without limits, "{}" for a user without)
     if "json" in reply and (reply["json"] or args.verb == "list_user_limits"):
@@ -189,3 +229,37 @@ def run(args: argparse.Namespace) -> int:
         for row in reply["rows"]:
             print("\t".join(row))
     return 0
+
+
+def _unreachable(path: Path, e: BaseException) -> int:
+    print(f"Error: cannot reach the broker's admin socket {path}: "
+          f"{getattr(e, 'strerror', None) or e}.\nIs `ackmq serve --data-dir "
+          f"{path.parent}` running? (give its data dir with --data-dir, or --socket; or "
+          "--url for a broker's management API)", file=sys.stderr)
+    return 69
+
+
+def _definitions_http(args: argparse.Namespace, src: Any) -> int:
+    """export/import_definitions with --url: GET/POST /api/definitions."""
+    from ackmq import ctl_topology
+    try:
+        if args.verb == "export_definitions":
+            text = json.dumps(src.call("GET", "/api/definitions"), indent=2, sort_keys=True)
+            if args.file == "-":
+                print(text)
+            else:
+                if not args.quiet:
+                    print(f'Exporting definitions in JSON to a file at "{args.file}" ...')
+                Path(args.file).write_text(text + "\n", "utf-8")
+            return 0
+        if not args.quiet:
+            print(f'Importing definitions in JSON from a file at "{args.file}" ...')
+        defs = json.loads(Path(args.file).read_text("utf-8"))
+        src.call("POST", "/api/definitions", defs)
+        return 0
+    except ctl_topology.CtlError as e:
+        print(f"Error:\n{e.text}", file=sys.stderr)
+        return e.code
+    except (OSError, ValueError) as e:
+        print(f"Error:\n{args.file}: {e}", file=sys.stderr)
+        return 66

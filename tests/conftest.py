@@ -14,7 +14,10 @@ from pathlib import Path
 import pika
 import pytest
 
-pytest_plugins = ("stomphelp", "tlshelp")  # STOMP fixtures (target, queue, ...); TLS: ca
+pytest_plugins = ("stomphelp", "tlshelp", "mgmthelp")  # STOMP fixtures (target, queue, ...); TLS: ca; mgmt
+# every `ackmq serve` the tests start takes a free management port: RabbitMQ's
+# management plugin holds 15672 on CI
+os.environ.setdefault("ACKMQ_HTTP_PORT", "0")
 
 URL_LINE = re.compile(r"listening on (amqp://\S+)")
 STOMP_URL = re.compile(r"(stomp://\S+:(\d+))")

@@ -1,6 +1,6 @@
 """The admin endpoint `ackmq ctl` talks to: a Unix socket `ctl.sock` in the data dir,
-mode 0600 (whoever can read the data dir's files owns the broker anyway). There is no
-management HTTP API yet; when it lands, `ackmq ctl` can move to it.
+mode 0600 (whoever can read the data dir's files owns the broker anyway). `ackmq ctl
+--url` reaches a remote broker over the management HTTP API instead (ctl_http.py).
 
 One JSON object a line each way: `{"verb": "add_user", "args": [...], "vhost": "/"}` ->
 `{"ok": true, "columns": [...], "rows": [[...], ...]}` or `{"ok": false, "code": 67,
@@ -98,39 +98,21 @@ class AdminServer:
             writer.close()
 
     def import_definitions(self, defs: dict[str, Any]) -> dict[str, Any]:
-        """Users (their hashes as exported: sha256, sha512 or md5), vhosts and permissions
-        of a RabbitMQ definitions file. Exchanges, queues, bindings, policies are not
-        imported yet: the reply names what was skipped."""
-        a = self.server.access
-        if not isinstance(defs, dict):
-            raise AccessError("a definitions file is a JSON object", USAGE)
-        for v in defs.get("vhosts", []):
-            a.add_vhost(str(v["name"]))
-        for u in defs.get("users", []):
-            tags = u.get("tags", [])
-            if isinstance(tags, str):
-                tags = [t.strip() for t in tags.split(",") if t.strip()]
-            a.import_user(str(u["name"]), str(u.get("password_hash", "")),
-                          str(u.get("hashing_algorithm") or "rabbit_password_hashing_sha256"),
-                          [str(t) for t in tags])
-        for p in defs.get("permissions", []):
-            a.set_permissions(str(p["user"]), str(p["vhost"]), str(p["configure"]),
-                              str(p["write"]), str(p["read"]))
-        for t in defs.get("topic_permissions", []):
-            a.set_topic_permissions(str(t["user"]), str(t["vhost"]), str(t["exchange"]),
-                                    str(t["write"]), str(t["read"]))
-        skipped = [k for k in ("exchanges", "queues", "bindings", "policies", "parameters",
-                               "global_parameters") if defs.get(k)]
-        return {"ok": True, "skipped": skipped}
+        """A RabbitMQ definitions file (server/definitions.py): users (their hashes as
+        exported: sha256, sha512 or md5), vhosts, permissions, topic permissions,
+        limits, exchanges, queues and bindings; the reply names what was skipped
+        (policies, other parameters) and what the broker refused (with its text)."""
+        from ackmq.server import definitions
+        try:
+            done = definitions.import_(self.server, defs)
+        except definitions.DefinitionsError as e:
+            raise AccessError(str(e), USAGE) from None
+        return {"ok": True, "skipped": done["skipped"], "refused": done["refused"]}
 
     def export_definitions(self) -> dict[str, Any]:
-        """The access model in `rabbitmqctl export_definitions`' layout (users with their
-        hashes, vhosts, permissions, topic_permissions); exchanges, queues and bindings
-        are not exported yet."""
-        from ackmq.version import VERSION
-        return {"ok": True, "definitions": {"product_name": "ackmq",
-                                            "product_version": VERSION,
-                                            **self.server.access.snapshot()}}
+        """The whole broker in `rabbitmqctl export_definitions`' layout."""
+        from ackmq.server import definitions
+        return {"ok": True, "definitions": definitions.export(self.server)}
 
     def handle(self, verb: str, args: list[str], vhost: str) -> dict[str, Any]:
         """One rabbitmqctl verb against the live access model (durable before the reply)."""
@@ -238,11 +220,37 @@ class AdminServer:
             if args[0] not in a.users:
                 raise AccessError(f"User \"{args[0]}\" does not exist", 69)
             return {**ok, "json": a.user_limits.get(args[0], {})}
+        elif verb in ("list_items", "node_status", "purge_queue", "delete_queue",
+                      "close_connection"):
+            return self.topology(verb, args, vhost)
         elif verb in ("set_vm_memory_high_watermark", "set_disk_free_limit", "alarms"):
             return self.alarms(verb, args)
         else:
             raise AccessError(f"unknown verb '{verb}'", USAGE)
         return ok
+
+    def topology(self, verb: str, args: list[str], vhost: str) -> dict[str, Any]:
+        """M4's verbs (server/ctl_ops.py): listings in the management API's JSON, which
+        `ackmq ctl` turns into rabbitmqctl's columns; purge, delete, close."""
+        from ackmq.server import ctl_ops
+        srv = self.server
+        if verb == "list_items":  # args: [kind] or [kind, "all"] for every vhost
+            return {"ok": True, "items": ctl_ops.items(
+                srv, args[0], None if args[1:] == ["all"] else vhost)}
+        if verb == "node_status":
+            return {"ok": True, **ctl_ops.node(srv)}
+        if verb == "purge_queue":
+            _nargs(args, 1, "purge_queue [-p <vhost>] <queue>")
+            return {"ok": True, "count": ctl_ops.purge_queue(srv, vhost, args[0])}
+        if verb == "delete_queue":
+            if not args:
+                raise AccessError("wrong number of arguments: usage: delete_queue [-p "
+                                  "<vhost>] <queue> [--if-empty] [--if-unused]", USAGE)
+            return {"ok": True, "count": ctl_ops.delete_queue(
+                srv, vhost, args[0], "if-empty" in args[1:], "if-unused" in args[1:])}
+        _nargs(args, 2, "close_connection <connection name> <explanation>")
+        ctl_ops.close_connection(srv, args[0], args[1])
+        return {"ok": True}
 
     def alarms(self, verb: str, args: list[str]) -> dict[str, Any]:
         """U5 at run time, rabbitmqctl's `set_vm_memory_high_watermark <fraction> |

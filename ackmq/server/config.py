@@ -49,6 +49,10 @@ class Config:
     disk_free_limit: str = "50MB"
     memory_check_interval: float = 0.1  # s between RSS samples (a timer, never per message)
     disk_check_interval: float = 1.0
+    # the management HTTP API (M1, server/http/): None: no listener, 0: a free port;
+    # HTTPS with the tls_* certificate options, off unless asked
+    http_port: int | None = 15672
+    https_port: int | None = None
 
     def seed_users(self) -> dict[str, str]:
         if self.default_user:

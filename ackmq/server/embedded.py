@@ -19,6 +19,7 @@ from ackmq.server.server import Server
 def _config(host: str, port: int, data_dir: str | Path | None, persistent: bool,
             fsync: bool, **kw: Any) -> tuple[Config, str | None]:
     kw.setdefault("stomp_port", 0)  # embedded: a free port (None: no STOMP listener)
+    kw.setdefault("http_port", 0)  # the management API too (None: no HTTP listener)
     tmp = None
     if not persistent:
         path = None
@@ -37,6 +38,7 @@ class Broker:
     nothing on disk at all. STOMP listens on a free port by default (`broker.stomp_url`,
     `stomp://127.0.0.1:PORT`): tests and apps embedding several brokers must not collide
     on 61613; `stomp_port=61613` asks for the usual one, `stomp_port=None` for none.
+    The management API likewise (`broker.http_url`; `http_port=None` for none).
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, data_dir: str | Path | None = None,
@@ -50,6 +52,8 @@ class Broker:
         self.tls_url = ""  # amqps://...: with tls_port=0 (a free port) and tls_cert/tls_key
         self.stomp_tls_url = ""  # stomp+ssl://...: with stomp_tls_port=0 and tls_cert/tls_key
         self.stomp_tls_port = 0
+        self.http_url = ""  # http://127.0.0.1:PORT: the management API (http_port=None: none)
+        self.http_port = 0
 
     async def start(self) -> str:
         self.url = await self.server.start()
@@ -58,6 +62,8 @@ class Broker:
         self.tls_url = self.server.tls_url
         self.stomp_tls_url = self.server.stomp_tls_url
         self.stomp_tls_port = self.server.stomp_tls_port
+        if self.server.http is not None:
+            self.http_url, self.http_port = self.server.http.url, self.server.http.port
         return self.url
 
     async def stop(self) -> None:
@@ -94,6 +100,8 @@ class EmbeddedBroker:
         self.tls_url = ""  # amqps://...: with tls_port=0 (a free port) and tls_cert/tls_key
         self.stomp_tls_url = ""  # stomp+ssl://...: with stomp_tls_port=0 and tls_cert/tls_key
         self.stomp_tls_port = 0
+        self.http_url = ""  # the management API, as Broker.http_url
+        self.http_port = 0
 
     def start(self, timeout: float = 30.0) -> str:
         self._thread = threading.Thread(target=self._run, name="ackmq-broker", daemon=True)
@@ -107,6 +115,7 @@ class EmbeddedBroker:
         self.tls_url = self._broker.tls_url
         self.stomp_tls_url = self._broker.stomp_tls_url
         self.stomp_tls_port = self._broker.stomp_tls_port
+        self.http_url, self.http_port = self._broker.http_url, self._broker.http_port
         return self.url
 
     def _run(self) -> None:

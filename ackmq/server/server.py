@@ -95,6 +95,7 @@ class Server:
         self.access: AccessModel = None  # type: ignore[assignment]  # users, vhosts (U1-U3)
         self.admin: Any = None  # the `ackmq ctl` socket (server/admin.py)
         self.alarms: Any = None  # server/alarms.ResourceMonitor
+        self.http: Any = None  # server/http.HttpListener (management API, M1)
 
     @property
     def connections(self) -> set[ClientConnection]:
@@ -166,7 +167,9 @@ class Server:
         self._start_alarms()
         self.broker.start(list(self.access.vhosts))
         self.access.listeners.append(self._access_changed)
-        await self._start_listeners()
+        host = await self._start_listeners()
+        if cfg.http_port is not None or cfg.https_port is not None:
+            await self._start_http(host)  # the management API (M1), on the same loop
         if cfg.data_dir is not None and cfg.admin_socket:
             from ackmq.server.admin import AdminServer
             admin = AdminServer(self)
@@ -190,10 +193,11 @@ class Server:
         except OSError as e:
             raise StoreError(f"cannot create {path}: {e.strerror or e}") from None
 
-    async def _start_listeners(self) -> None:
+    async def _start_listeners(self) -> str:
         """AMQP first (its URL is the broker's), then STOMP (W), AMQPS and STOMP over TLS
         (U4), each where the config asks for one. A port that cannot be bound closes the
-        listeners already open and raises the OSError naming it (`.listener`)."""
+        listeners already open and raises the OSError naming it (`.listener`). Returns
+        the host the listeners' URLs name."""
         cfg = self.config
         amqp = Listener("AMQP", "amqp", cfg.port, _amqp)
         wanted = [amqp]
@@ -219,6 +223,7 @@ class Server:
                 self.tls_url, self.tls_port = listener.url + "/", listener.bound_port
             elif listener.scheme == "stomp+ssl":
                 self.stomp_tls_url, self.stomp_tls_port = listener.url, listener.bound_port
+        return host
 
     def _first_listener(self, amqp: Listener) -> str:
         """The broker's URL from the AMQP listener; returns the host other URLs name."""
@@ -268,7 +273,8 @@ class Server:
             from ackmq.server.tls import server_context
             cfg = self.config
             asked = " / ".join(o for o, p in (("--tls-port", cfg.tls_port),
-                                              ("--stomp-tls-port", cfg.stomp_tls_port))
+                                              ("--stomp-tls-port", cfg.stomp_tls_port),
+                                              ("--https-port", cfg.https_port))
                                if p is not None)
             try:
                 self._tls_ctx = server_context(cfg.tls_cert, cfg.tls_key, cfg.tls_ca,
@@ -283,6 +289,18 @@ class Server:
         for listener in self.listeners:
             if listener.server is not None:
                 listener.server.close()
+
+    async def _start_http(self, host: str) -> None:
+        """The management API (M1) on the broker's loop (server/http/)."""
+        from ackmq.server.http import HttpListener
+        http = HttpListener(self)
+        ctx = self._tls_context() if self.config.https_port is not None else None
+        try:
+            await http.start(host, self.config.http_port, self.config.https_port, ctx)
+        except OSError:
+            self._close_listeners()
+            raise
+        self.http = http
 
     # -- resource alarms (U5) -------------------------------------------------------------
     def _start_alarms(self) -> None:
@@ -361,6 +379,8 @@ class Server:
         """Close connections with 320 CONNECTION_FORCED, then the store."""
         if self.admin is not None:
             await self.admin.stop()
+        if self.http is not None:
+            await self.http.stop()
         if self.alarms is not None:
             self.alarms.stop()
         self._close_listeners()

@@ -1,0 +1,96 @@
+"""`ackmq ctl --url ...` for rabbitmqctl's user, vhost and permission verbs: the same
+replies the admin socket gives (server/admin.py: `{"ok", "columns", "rows"}` or
+`{"ok": false, "code", "error"}`), made from a broker's management API, so `ackmq ctl`
+prints them the same way (and can manage a remote ackmq or RabbitMQ)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from ackmq.ctl_topology import CtlError, HttpSource
+
+VERBS = ("add_user", "delete_user", "change_password", "set_user_tags", "list_users",
+         "add_vhost", "delete_vhost", "list_vhosts", "set_permissions", "clear_permissions",
+         "list_permissions", "list_user_permissions")
+
+
+def _q(s: str) -> str:
+    return quote(s, safe="")
+
+
+def _user(src: HttpSource, name: str) -> dict[str, Any] | None:
+    try:
+        return src.call("GET", f"/api/users/{_q(name)}")
+    except CtlError as e:
+        if e.code == 69:  # 404
+            return None
+        raise
+
+
+def _tags(u: dict[str, Any]) -> list[str]:
+    t = u.get("tags") or []
+    return t.split(",") if isinstance(t, str) else list(t)
+
+
+def handle(src: HttpSource, verb: str, args: list[str], vhost: str) -> dict[str, Any]:
+    try:
+        return _handle(src, verb, args, vhost)
+    except CtlError as e:
+        return {"ok": False, "code": e.code, "error": e.text}
+
+
+def _handle(src: HttpSource, verb: str, a: list[str], vhost: str) -> dict[str, Any]:
+    ok: dict[str, Any] = {"ok": True}
+    if verb == "add_user":
+        if _user(src, a[0]) is not None:
+            raise CtlError(f'User "{a[0]}" already exists', 70)
+        src.call("PUT", f"/api/users/{_q(a[0])}", {"password": a[1], "tags": ""})
+    elif verb == "delete_user":
+        if _user(src, a[0]) is None:
+            raise CtlError(f'User "{a[0]}" does not exist', 67)
+        src.call("DELETE", f"/api/users/{_q(a[0])}")
+    elif verb in ("change_password", "set_user_tags"):
+        u = _user(src, a[0])
+        if u is None:
+            raise CtlError(f'User "{a[0]}" does not exist', 67)
+        if verb == "change_password":
+            body = {"password": a[1], "tags": ",".join(_tags(u))}
+        else:
+            body = {"password_hash": u["password_hash"],
+                    "hashing_algorithm": u["hashing_algorithm"], "tags": ",".join(a[1:])}
+        src.call("PUT", f"/api/users/{_q(a[0])}", body)
+    elif verb == "list_users":
+        return {**ok, "columns": ["user", "tags"],
+                "rows": [[u["name"], "[" + ", ".join(_tags(u)) + "]"]
+                         for u in src.call("GET", "/api/users")]}
+    elif verb == "add_vhost":
+        src.call("PUT", f"/api/vhosts/{_q(a[0])}")
+    elif verb == "delete_vhost":
+        try:
+            src.call("DELETE", f"/api/vhosts/{_q(a[0])}")
+        except CtlError as e:
+            if e.code == 69:
+                raise CtlError(f"Virtual host '{a[0]}' does not exist", 65) from None
+            raise
+    elif verb == "list_vhosts":
+        return {**ok, "columns": ["name"],
+                "rows": [[v["name"]] for v in src.call("GET", "/api/vhosts")]}
+    elif verb == "set_permissions":
+        src.call("PUT", f"/api/permissions/{_q(vhost)}/{_q(a[0])}",
+                 {"configure": a[1], "write": a[2], "read": a[3]})
+    elif verb == "clear_permissions":
+        try:
+            src.call("DELETE", f"/api/permissions/{_q(vhost)}/{_q(a[0])}")
+        except CtlError as e:
+            if e.code != 69:  # none there: nothing to clear, as rabbitmqctl
+                raise
+    elif verb == "list_permissions":
+        return {**ok, "columns": ["user", "configure", "write", "read"],
+                "rows": [[p["user"], p["configure"], p["write"], p["read"]] for p in
+                         src.call("GET", f"/api/vhosts/{_q(vhost)}/permissions")]}
+    elif verb == "list_user_permissions":
+        return {**ok, "columns": ["vhost", "configure", "write", "read"],
+                "rows": [[p["vhost"], p["configure"], p["write"], p["read"]] for p in
+                         src.call("GET", f"/api/users/{_q(a[0])}/permissions")]}
+    return ok

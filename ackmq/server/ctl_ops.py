@@ -1,0 +1,91 @@
+"""The M4 verbs' broker side for the local admin socket (`ackmq ctl list_queues`, ...):
+the same JSON the management API answers (server/http/views.py), so `ackmq ctl` formats
+one shape whether it asked the socket or, with `--url`, a remote broker's HTTP API."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ackmq.broker.access import AccessError
+from ackmq.broker.errors import ReplyError
+from ackmq.server.http import views
+
+if TYPE_CHECKING:
+    from ackmq.server.server import Server
+
+
+class _Admin:
+    """Whoever can open the admin socket owns the broker: sees everything."""
+
+    name = ""
+    tags = ["administrator"]
+
+
+def _vhost(server: Server, name: str) -> Any:
+    vh = server.broker.vhosts.get(name)
+    if vh is None:
+        raise AccessError(f"Virtual host '{name}' does not exist", 65)
+    return vh
+
+
+def items(server: Server, kind: str, vhost: str | None) -> list[dict[str, Any]]:
+    """`kind`: queues, exchanges, bindings, connections, channels, consumers; `vhost`
+    None: every vhost (connections and channels are listed broker-wide, as
+    rabbitmqctl does)."""
+    names = [vhost] if vhost is not None else list(server.broker.vhosts)
+    vhs = [_vhost(server, n) for n in names]
+    if kind == "queues":
+        return [views.queue(q) for vh in vhs for q in vh.queues.values()]
+    if kind == "exchanges":
+        return [views.exchange(vh.name, x) for vh in vhs for x in vh.exchanges.values()]
+    if kind == "bindings":
+        return [b for vh in vhs for b in views.bindings(vh)]
+    if kind == "consumers":
+        return [views.consumer(c) for vh in vhs for q in vh.queues.values()
+                for c in q.consumers.values()]
+    conns = [c for c in list(server.connections) if views._conn_vhost(c) is not None]
+    if kind == "connections":
+        return [views.connection(c) for c in conns]
+    if kind == "channels":
+        return [views.channel(c, n, ch) for c in conns for n, ch in views.channels_of(c)]
+    raise AccessError(f"unknown listing '{kind}'", 64)
+
+
+def node(server: Server) -> dict[str, Any]:
+    """What `status` shows: the overview and the node, as GET /api/overview and
+    /api/nodes/{node} answer them."""
+    from ackmq.server.http.api_node import node_json
+    return {"overview": views.overview(server, _Admin()), "node": node_json(server)}
+
+
+def purge_queue(server: Server, vhost: str, name: str) -> int:
+    q = _vhost(server, vhost).queues.get(name)
+    if q is None:
+        raise AccessError(f"Queue '{name}' in vhost '{vhost}' not found", 69)
+    n = q.purge()
+    server.request_flush()
+    return n
+
+
+def delete_queue(server: Server, vhost: str, name: str, if_empty: bool, if_unused: bool
+                 ) -> int:
+    vh = _vhost(server, vhost)
+    q = vh.queues.get(name)
+    if q is None:
+        raise AccessError("Queue not found", 64)
+    try:
+        n = vh.delete_queue(q, if_unused=if_unused, if_empty=if_empty)
+    except ReplyError as e:
+        raise AccessError(e.text, 70) from None
+    server.request_flush()
+    return n
+
+
+def close_connection(server: Server, name: str, reason: str) -> None:
+    for c in list(server.connections):
+        if views.connection_name(c) == name:
+            c.force_close(reason)
+            server.request_flush()
+            return
+    raise AccessError(f"connection '{name}' not found (the name as list_connections "
+                      "name shows it)", 69)

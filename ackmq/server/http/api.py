@@ -1,0 +1,317 @@
+"""The management API's routes for queues, exchanges and bindings (SPEC M1): RabbitMQ
+3.10's paths, JSON keys and codes. The other route modules (`api_access`, `api_node`,
+`api_defs`) are registered from here.
+
+Handlers read snapshots (views.py) and change things through a user's management
+channel (ops.py); none of them touches a queue's internals.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from aiohttp import web
+
+from ackmq.broker.errors import ReplyError
+from ackmq.broker.queue_type import Queue
+from ackmq.server.http import ops, views
+from ackmq.server.http.app import bad_request, json_response, not_found
+from ackmq.server.http.common import (
+    alisting,
+    body_object,
+    flag,
+    listing,
+    no_content,
+    one,
+    server,
+    user,
+    vhost_arg,
+)
+from ackmq.server.http.views import visible_vhosts
+
+DEFAULT = "amq.default"  # the default exchange's name in paths
+
+
+def _xname(request: web.Request, key: str = "name") -> str:
+    name = request.match_info[key]
+    return "" if name == DEFAULT else name
+
+
+def _vhosts(request: web.Request) -> list[Any]:
+    srv = server(request)
+    names = visible_vhosts(srv, user(request))
+    return [srv.broker.vhosts[n] for n in names if n in srv.broker.vhosts]
+
+
+def _vh(request: web.Request) -> Any:
+    return server(request).broker.vhosts[vhost_arg(request)]
+
+
+# -- queues --------------------------------------------------------------------------
+async def list_queues(request: web.Request) -> web.StreamResponse:
+    if "vhost" in request.match_info:
+        vhs = [_vh(request)]
+    else:
+        vhs = _vhosts(request)
+    return await alisting(request, (views.queue(q) for vh in vhs
+                                    for q in list(vh.queues.values())))
+
+
+def _queue(request: web.Request) -> Queue:
+    q = _vh(request).queues.get(request.match_info["name"])
+    if q is None:
+        raise not_found()
+    return q
+
+
+async def get_queue(request: web.Request) -> web.Response:
+    return one(request, views.queue(_queue(request), details=True))
+
+
+async def put_queue(request: web.Request) -> web.Response:
+    vhost = vhost_arg(request)
+    name = request.match_info["name"]
+    body = await body_object(request)
+    args = body.get("arguments") or {}
+    if not isinstance(args, dict):
+        raise bad_request("arguments must be a JSON object")
+    durable, auto_delete = flag(body.get("durable")), flag(body.get("auto_delete"))
+    srv = server(request)
+    existed = name in srv.broker.vhosts[vhost].queues
+    with ops.MgmtChannel(srv, user(request).name, vhost) as ch:
+        try:
+            ch.vhost.declare_queue(name, False, durable, False, auto_delete, args, None,
+                                   access=ch.access)
+        except ReplyError as e:
+            raise ops.http_error(e) from None
+    return no_content(204 if existed else 201)
+
+
+async def delete_queue(request: web.Request) -> web.Response:
+    vhost = vhost_arg(request)
+    q = _queue(request)
+    qs = request.query
+    with ops.MgmtChannel(server(request), user(request).name, vhost) as ch:
+        try:
+            ch.access.configure("queue", q.name)
+            ch.vhost.delete_queue(q, if_unused=flag(qs.get("if-unused")),
+                                  if_empty=flag(qs.get("if-empty")))
+        except ReplyError as e:
+            raise ops.http_error(e) from None
+    return no_content()
+
+
+async def purge_queue(request: web.Request) -> web.Response:
+    vhost = vhost_arg(request)
+    q = _queue(request)
+    with ops.MgmtChannel(server(request), user(request).name, vhost) as ch:
+        try:
+            ch.access.read("queue", q.name)
+            ch.vhost.check_exclusive(q, None)
+            q.purge()
+        except ReplyError as e:
+            raise ops.http_error(e) from None
+    return no_content()
+
+
+async def get_messages(request: web.Request) -> web.Response:
+    vhost = vhost_arg(request)
+    body = await body_object(request)
+    return json_response(ops.get(server(request), user(request).name, vhost,
+                                 request.match_info["name"], body))
+
+
+async def queue_bindings(request: web.Request) -> web.Response:
+    vh = _vh(request)
+    name = request.match_info["name"]
+    return listing(request, [b for b in views.bindings(vh)
+                             if b["destination_type"] == "queue" and b["destination"] == name])
+
+
+# -- exchanges -----------------------------------------------------------------------
+async def list_exchanges(request: web.Request) -> web.StreamResponse:
+    vhs = [_vh(request)] if "vhost" in request.match_info else _vhosts(request)
+    return await alisting(request, (views.exchange(vh.name, x) for vh in vhs
+                                    for x in list(vh.exchanges.values())))
+
+
+def _exchange(request: web.Request) -> Any:
+    x = _vh(request).exchanges.get(_xname(request))
+    if x is None:
+        raise not_found()
+    return x
+
+
+async def get_exchange(request: web.Request) -> web.Response:
+    vhost = vhost_arg(request)
+    return one(request, {**views.exchange(vhost, _exchange(request)), "incoming": [],
+                         "outgoing": []})
+
+
+async def put_exchange(request: web.Request) -> web.Response:
+    vhost = vhost_arg(request)
+    name = _xname(request)
+    body = await body_object(request)
+    args = body.get("arguments") or {}
+    if not isinstance(args, dict):
+        raise bad_request("arguments must be a JSON object")
+    type_ = body.get("type") or "direct"
+    srv = server(request)
+    existed = name in srv.broker.vhosts[vhost].exchanges
+    with ops.MgmtChannel(srv, user(request).name, vhost) as ch:
+        try:
+            ch.vhost.declare_exchange(name, str(type_), False, flag(body.get("durable")),
+                                      flag(body.get("auto_delete")),
+                                      flag(body.get("internal")), args, access=ch.access)
+        except ReplyError as e:
+            raise ops.http_error(e) from None
+    return no_content(204 if existed else 201)
+
+
+async def delete_exchange(request: web.Request) -> web.Response:
+    vhost = vhost_arg(request)
+    x = _exchange(request)
+    with ops.MgmtChannel(server(request), user(request).name, vhost) as ch:
+        try:
+            if x.name and not x.name.startswith("amq."):
+                ch.access.configure("exchange", x.name)
+            ch.vhost.delete_exchange(x.name, flag(request.query.get("if-unused")))
+        except ReplyError as e:
+            raise ops.http_error(e) from None
+    return no_content()
+
+
+async def publish(request: web.Request) -> web.Response:
+    vhost = vhost_arg(request)
+    body = await body_object(request)
+    return json_response(await ops.publish(server(request), user(request).name, vhost,
+                                           _xname(request), body))
+
+
+async def exchange_bindings(request: web.Request) -> web.Response:
+    vh = _vh(request)
+    name = _xname(request)
+    side = request.match_info["side"]
+    if side == "source":
+        found = [b for b in views.bindings(vh) if b["source"] == name]
+    else:
+        found = [b for b in views.bindings(vh)
+                 if b["destination_type"] == "exchange" and b["destination"] == name]
+    return listing(request, found)
+
+
+# -- bindings ----------------------------------------------------------------------
+async def list_bindings(request: web.Request) -> web.StreamResponse:
+    vhs = [_vh(request)] if "vhost" in request.match_info else _vhosts(request)
+    return await alisting(request, (b for vh in vhs for b in views.iter_bindings(vh)))
+
+
+def _pair(request: web.Request) -> tuple[Any, str, str, str]:
+    """(vhost, source, destination kind, destination) of a /api/bindings/v/e/X/q|e/Y
+    path; 404 when either end does not exist."""
+    vh = _vh(request)
+    src = _xname(request, "source")
+    kind = "queue" if request.match_info["dtype"] == "q" else "exchange"
+    dest = request.match_info["dest"]
+    if kind == "exchange" and dest == DEFAULT:
+        dest = ""
+    if src not in vh.exchanges or dest not in (vh.queues if kind == "queue" else vh.exchanges):
+        raise not_found()
+    return vh, src, kind, dest
+
+
+def _between(vh: Any, src: str, kind: str, dest: str) -> list[dict[str, Any]]:
+    return [b for b in views.bindings(vh) if b["source"] == src
+            and b["destination_type"] == kind and b["destination"] == dest]
+
+
+async def pair_bindings(request: web.Request) -> web.Response:
+    return listing(request, _between(*_pair(request)))
+
+
+async def create_binding(request: web.Request) -> web.Response:
+    vh, src, kind, dest = _pair(request)
+    body = await body_object(request)
+    key = body.get("routing_key", "")
+    args = body.get("arguments") or {}
+    if not isinstance(key, str) or not isinstance(args, dict):
+        raise bad_request("routing_key must be a string and arguments an object")
+    with ops.MgmtChannel(server(request), user(request).name, vh.name) as ch:
+        try:
+            a = ch.access
+            a.write(kind, dest)
+            a.read("exchange", src or "amq.default")
+            destination = (vh.queues if kind == "queue" else vh.exchanges)[dest]
+            if kind == "queue":
+                vh.check_exclusive(destination, None)
+            vh.bind(src, destination, key, args)
+        except ReplyError as e:
+            raise ops.http_error(e) from None
+    loc = quote(dest, safe="") + "/" + quote(views.properties_key(key, args), safe="")
+    return no_content(201, {"Location": loc})
+
+
+def _binding(request: web.Request) -> tuple[Any, str, str, str, dict[str, Any]]:
+    vh, src, kind, dest = _pair(request)
+    props = request.match_info["props"]
+    for b in _between(vh, src, kind, dest):
+        if b["properties_key"] == props:
+            return vh, src, kind, dest, b
+    raise not_found()
+
+
+async def get_binding(request: web.Request) -> web.Response:
+    return one(request, _binding(request)[4])
+
+
+async def delete_binding(request: web.Request) -> web.Response:
+    vh, src, kind, dest, b = _binding(request)
+    if src == "":
+        raise ops.http_error(ReplyError(403, "operation not permitted on the default "
+                                              "exchange"))
+    with ops.MgmtChannel(server(request), user(request).name, vh.name) as ch:
+        try:
+            ch.access.write(kind, dest)
+            ch.access.read("exchange", src)
+            x = vh.exchanges[src]
+            destination = (vh.queues if kind == "queue" else vh.exchanges)[dest]
+            for bound in list(x.bindings.values()):
+                if bound.destination is destination and bound.routing_key == b["routing_key"] \
+                        and views.jsonable(bound.arguments) == b["arguments"]:
+                    vh.unbind(src, kind, dest, bound.routing_key, bound.arguments)
+                    break
+        except ReplyError as e:
+            raise ops.http_error(e) from None
+    return no_content()
+
+
+def register(app: web.Application) -> None:
+    from ackmq.server.http import api_access, api_defs, api_node
+    r = app.router
+    r.add_get("/api/queues", list_queues)
+    r.add_get("/api/queues/{vhost}", list_queues)
+    r.add_get("/api/queues/{vhost}/{name}", get_queue)
+    r.add_put("/api/queues/{vhost}/{name}", put_queue)
+    r.add_delete("/api/queues/{vhost}/{name}", delete_queue)
+    r.add_delete("/api/queues/{vhost}/{name}/contents", purge_queue)
+    r.add_post("/api/queues/{vhost}/{name}/get", get_messages)
+    r.add_get("/api/queues/{vhost}/{name}/bindings", queue_bindings)
+    r.add_get("/api/exchanges", list_exchanges)
+    r.add_get("/api/exchanges/{vhost}", list_exchanges)
+    r.add_get("/api/exchanges/{vhost}/{name}", get_exchange)
+    r.add_put("/api/exchanges/{vhost}/{name}", put_exchange)
+    r.add_delete("/api/exchanges/{vhost}/{name}", delete_exchange)
+    r.add_post("/api/exchanges/{vhost}/{name}/publish", publish)
+    r.add_get("/api/exchanges/{vhost}/{name}/bindings/{side:source|destination}",
+              exchange_bindings)
+    r.add_get("/api/bindings", list_bindings)
+    r.add_get("/api/bindings/{vhost}", list_bindings)
+    pair = "/api/bindings/{vhost}/e/{source}/{dtype:q|e}/{dest}"
+    r.add_get(pair, pair_bindings)
+    r.add_post(pair, create_binding)
+    r.add_get(pair + "/{props}", get_binding)
+    r.add_delete(pair + "/{props}", delete_binding)
+    api_access.register(app)
+    api_node.register(app)
+    api_defs.register(app)

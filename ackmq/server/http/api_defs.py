@@ -1,0 +1,59 @@
+"""GET/POST /api/definitions (and per vhost): RabbitMQ's definitions format both ways
+(server/definitions.py); administrators only, as RabbitMQ."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ackmq.server import definitions
+from ackmq.server.http.app import bad_request, json_response, requires
+from ackmq.server.http.common import body_json, no_content, server, vhost_arg
+
+
+def _download(request: web.Request, data: dict) -> web.Response:
+    r = json_response(data)
+    name = request.query.get("download")
+    if name:
+        safe = "".join(ch for ch in name if ch.isalnum() or ch in "._-") or "definitions.json"
+        r.headers["Content-Disposition"] = f'attachment; filename="{safe}"'
+    return r
+
+
+@requires("administrator")
+async def get_definitions(request: web.Request) -> web.Response:
+    if "vhost" in request.match_info:
+        return _download(request, definitions.export_vhost(server(request),
+                                                           vhost_arg(request)))
+    return _download(request, definitions.export(server(request)))
+
+
+@requires("administrator")
+async def post_definitions(request: web.Request) -> web.Response:
+    """The body is the JSON document (or, from the UI's upload form, a `file` field)."""
+    if request.content_type == "multipart/form-data":
+        form = await request.post()
+        field = form.get("file")
+        raw = field.file.read() if hasattr(field, "file") else str(field or "").encode()
+        import json
+        try:
+            defs = json.loads(raw)
+        except ValueError:
+            raise bad_request("not_json") from None
+    else:
+        defs = await body_json(request)
+    vhost = vhost_arg(request) if "vhost" in request.match_info else None
+    try:
+        done = definitions.import_(server(request), defs, vhost)
+    except definitions.DefinitionsError as e:
+        raise bad_request(str(e)) from None
+    if done["refused"]:  # the others are imported; the answer names what was not
+        raise bad_request("not imported: " + "; ".join(done["refused"]))
+    return no_content()
+
+
+def register(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/api/definitions", get_definitions)
+    r.add_post("/api/definitions", post_definitions)
+    r.add_get("/api/definitions/{vhost}", get_definitions)
+    r.add_post("/api/definitions/{vhost}", post_definitions)

@@ -1,0 +1,265 @@
+"""The node's routes: overview, nodes, health checks, connections, channels and
+consumers (SPEC M1), with RabbitMQ's visibility: management users see their own
+connections and channels, monitoring and administrator users everyone's."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+from aiohttp import web
+
+from ackmq.server.http import views
+from ackmq.server.http.app import json_response, not_found, public, requires
+from ackmq.server.http.common import listing, no_content, one, sees_all, server, user, vhost_arg
+
+CLOSED_VIA_MGMT = "Closed via management plugin"
+
+
+async def overview(request: web.Request) -> web.Response:
+    return one(request, views.overview(server(request), user(request)))
+
+
+async def whoami(request: web.Request) -> web.Response:
+    u = user(request)
+    return json_response({"name": u.name, "tags": list(u.tags)})
+
+
+async def cluster_name(request: web.Request) -> web.Response:
+    return json_response({"name": views.node_name()})
+
+
+async def extensions(request: web.Request) -> web.Response:
+    return json_response([])
+
+
+def node_json(srv: Any) -> dict[str, Any]:
+    mon = srv.alarms
+    lim = mon.limits if mon is not None else None
+    active = set(lim.active) if lim is not None else set()
+    disk_free = 0
+    if srv.config.data_dir is not None:
+        try:
+            disk_free = shutil.disk_usage(srv.config.data_dir).free
+        except OSError:
+            pass
+    return {
+        "name": views.node_name(), "type": "disc", "running": True,
+        "os_pid": views.os_pid(), "uptime": views.uptime_ms(), "processors": os.cpu_count(),
+        "rates_mode": "basic", "partitions": [], "run_queue": 0,
+        "mem_used": getattr(mon, "rss", 0) or 0,
+        "mem_limit": getattr(lim, "memory_limit", 0) or 0, "mem_alarm": "memory" in active,
+        "mem_calculation_strategy": "rss",
+        "disk_free": getattr(mon, "disk_free", None) or disk_free,
+        "disk_free_limit": getattr(lim, "disk_free_limit", 0) or 0,
+        "disk_free_alarm": "disk" in active,
+        "fd_total": _fd_limit(), "sockets_total": _fd_limit(),
+        "sockets_used": len(srv.connections), "proc_total": 0, "proc_used": 0,
+        "exchange_types": views.EXCHANGE_TYPES,
+        "auth_mechanisms": [{"name": m, "description": m, "enabled": True}
+                            for m in ("PLAIN", "AMQPLAIN")],
+        "applications": [], "contexts": views.contexts(srv),
+        "enabled_plugins": ["rabbitmq_management"], "log_files": [], "config_files": [],
+        "db_dir": str(srv.config.data_dir or ""), "net_ticktime": 60, "cluster_links": [],
+    }
+
+
+def _fd_limit() -> int:
+    try:
+        import resource
+        return int(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    except (ImportError, ValueError, OSError):
+        return 0
+
+
+@requires("monitoring")
+async def nodes(request: web.Request) -> web.Response:
+    return listing(request, [node_json(server(request))])
+
+
+@requires("monitoring")
+async def node(request: web.Request) -> web.Response:
+    if request.match_info["node"] != views.node_name():
+        raise not_found()
+    return one(request, node_json(server(request)))
+
+
+# -- health checks (rabbit_mgmt_wm_health_check_*) --------------------------------------
+def _failed(body: dict[str, Any]) -> web.Response:
+    return json_response({"status": "failed", **body}, 503)
+
+
+async def check_alarms(request: web.Request) -> web.Response:
+    mon = server(request).alarms
+    active = sorted(mon.limits.active) if mon is not None else []
+    if not active:
+        return json_response({"status": "ok"})
+    where = "on the node" if "local-alarms" in request.path else "in the cluster"
+    return _failed({"reason": f"There are alarms in effect {where}",
+                    "alarms": [{"node": views.node_name(), "resource": r} for r in active]})
+
+
+def _ports(srv: Any) -> dict[str, int]:
+    return {x["protocol"]: x["port"] for x in views.listeners(srv)}
+
+
+async def check_port(request: web.Request) -> web.Response:
+    try:
+        port = int(request.match_info["port"])
+    except ValueError:
+        return json_response({"error": "bad_request", "reason": "Invalid port"}, 400)
+    ports = _ports(server(request))
+    if port in ports.values():
+        return json_response({"status": "ok", "port": port})
+    return _failed({"reason": "No active listener", "missing": port,
+                    "ports": sorted(ports.values())})
+
+
+async def check_protocol(request: web.Request) -> web.Response:
+    proto = request.match_info["protocol"]
+    ports = _ports(server(request))
+    if proto in ports:
+        return json_response({"status": "ok", "protocol": proto})
+    return _failed({"reason": "No active listener", "missing": proto,
+                    "protocols": sorted(ports)})
+
+
+async def check_ok(request: web.Request) -> web.Response:
+    return json_response({"status": "ok"})
+
+
+async def check_single_node(request: web.Request) -> web.Response:
+    return json_response({"status": "ok", "reason": "single node cluster"})
+
+
+async def aliveness(request: web.Request) -> web.Response:
+    vhost_arg(request)
+    return json_response({"status": "ok"})
+
+
+# -- connections, channels, consumers ---------------------------------------------------
+def _connections(request: web.Request, vhost: str | None = None) -> list[Any]:
+    srv, u = server(request), user(request)
+    allowed = set(views.visible_vhosts(srv, u))
+    out = []
+    for c in list(srv.connections):
+        v = views._conn_vhost(c)
+        if v is None or v not in allowed or (vhost is not None and v != vhost):
+            continue
+        if sees_all(u) or c.user == u.name:
+            out.append(c)
+    return out
+
+
+async def list_connections(request: web.Request) -> web.Response:
+    vhost = vhost_arg(request) if "vhost" in request.match_info else None
+    return listing(request, [views.connection(c) for c in _connections(request, vhost)])
+
+
+def _connection(request: web.Request) -> Any:
+    name = request.match_info["name"]
+    for c in _connections(request):
+        if views.connection_name(c) == name:
+            return c
+    raise not_found()
+
+
+async def get_connection(request: web.Request) -> web.Response:
+    return one(request, views.connection(_connection(request)))
+
+
+async def close_connection(request: web.Request) -> web.Response:
+    """As RabbitMQ: 320 CONNECTION_FORCED with the X-Reason header's text, or "Closed
+    via management plugin"."""
+    conn = _connection(request)
+    reason = request.headers.get("X-Reason", CLOSED_VIA_MGMT)[:200]
+    conn.force_close(reason)
+    server(request).request_flush()
+    return no_content()
+
+
+async def connection_channels(request: web.Request) -> web.Response:
+    conn = _connection(request)
+    return listing(request, [views.channel(conn, n, ch) for n, ch in views.channels_of(conn)])
+
+
+def _channels(request: web.Request, vhost: str | None = None) -> list[dict[str, Any]]:
+    return [views.channel(c, n, ch) for c in _connections(request, vhost)
+            for n, ch in views.channels_of(c)]
+
+
+async def list_channels(request: web.Request) -> web.Response:
+    vhost = vhost_arg(request) if "vhost" in request.match_info else None
+    return listing(request, _channels(request, vhost))
+
+
+async def get_channel(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    for ch in _channels(request):
+        if ch["name"] == name:
+            return one(request, ch)
+    raise not_found()
+
+
+async def list_consumers(request: web.Request) -> web.Response:
+    srv = server(request)
+    if "vhost" in request.match_info:
+        names = [vhost_arg(request)]
+    else:
+        names = views.visible_vhosts(srv, user(request))
+    return listing(request, [views.consumer(c) for n in names
+                             if n in srv.broker.vhosts
+                             for q in srv.broker.vhosts[n].queues.values()
+                             for c in q.consumers.values()])
+
+
+@public
+async def auth_settings(request: web.Request) -> web.Response:
+    """What RabbitMQ's UI asks before login: no OAuth 2 here."""
+    return json_response({"enable_uaa": False, "uaa_client_id": "", "uaa_location": ""})
+
+
+async def none_here(request: web.Request) -> web.Response:
+    """Policies, operator policies, runtime parameters: ackmq has none (vhost limits
+    are under /api/vhost-limits), so their listings are empty, never a 404 that would
+    break a tool listing everything."""
+    if "vhost" in request.match_info:
+        vhost_arg(request)
+    return json_response([])
+
+
+def register(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/api/auth", auth_settings)
+    for path in ("/api/policies", "/api/operator-policies", "/api/parameters",
+                 "/api/global-parameters"):
+        r.add_get(path, none_here)
+    r.add_get("/api/policies/{vhost}", none_here)
+    r.add_get("/api/operator-policies/{vhost}", none_here)
+    r.add_get("/api/overview", overview)
+    r.add_get("/api/whoami", whoami)
+    r.add_get("/api/cluster-name", cluster_name)
+    r.add_get("/api/extensions", extensions)
+    r.add_get("/api/nodes", nodes)
+    r.add_get("/api/nodes/{node}", node)
+    h = "/api/health/checks/"
+    r.add_get(h + "alarms", check_alarms)
+    r.add_get(h + "local-alarms", check_alarms)
+    r.add_get(h + "port-listener/{port}", check_port)
+    r.add_get(h + "protocol-listener/{protocol}", check_protocol)
+    r.add_get(h + "virtual-hosts", check_ok)
+    r.add_get(h + "certificate-expiration/{within}/{unit}", check_ok)
+    r.add_get(h + "node-is-quorum-critical", check_single_node)
+    r.add_get(h + "node-is-mirror-sync-critical", check_single_node)
+    r.add_get("/api/aliveness-test/{vhost}", aliveness)
+    r.add_get("/api/connections", list_connections)
+    r.add_get("/api/vhosts/{vhost}/connections", list_connections)
+    r.add_get("/api/connections/{name}", get_connection)
+    r.add_delete("/api/connections/{name}", close_connection)
+    r.add_get("/api/connections/{name}/channels", connection_channels)
+    r.add_get("/api/channels", list_channels)
+    r.add_get("/api/vhosts/{vhost}/channels", list_channels)
+    r.add_get("/api/channels/{name}", get_channel)
+    r.add_get("/api/consumers", list_consumers)
+    r.add_get("/api/consumers/{vhost}", list_consumers)

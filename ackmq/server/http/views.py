@@ -1,0 +1,328 @@
+"""Read-only JSON views of the running broker in RabbitMQ 3.10's management layout.
+
+Each function reads counters and names through the model's public attributes (the
+`Queue` interface's counters, exchange and binding fields, the access model) and builds
+plain dicts; nothing here changes state or holds a reference past the call. Who may see
+what (RabbitMQ's per-vhost visibility) is decided by `visible_vhosts`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ackmq.server.server import Server
+
+_STARTED = time.monotonic()
+EXCHANGE_TYPES = [
+    {"name": t, "description": f"AMQP {t} exchange, as per the AMQP specification",
+     "enabled": True} for t in ("direct", "fanout", "headers", "topic")]
+
+
+@functools.cache
+def node_name() -> str:
+    return f"ackmq@{socket.gethostname().split('.')[0]}"
+
+
+def product() -> dict[str, str]:
+    from ackmq import __version__
+    return {"management_version": __version__, "product_version": __version__,
+            "product_name": "ackmq", "rabbitmq_version": "3.10.8"}
+
+
+def visible_vhosts(server: Server, user: Any) -> list[str]:
+    """RabbitMQ: administrator and monitoring users see every vhost; others the vhosts
+    they have permissions on."""
+    access = server.access
+    if {"administrator", "monitoring"}.intersection(user.tags):
+        return list(access.vhosts)
+    return [v for v in access.vhosts if access.vhost_access(user.name, v)]
+
+
+def sees_all_connections(user: Any) -> bool:
+    return bool({"administrator", "monitoring"}.intersection(user.tags))
+
+
+def _rate(n: int) -> dict[str, Any]:
+    return _NO_RATE  # rates are not sampled (yet): shared, never changed
+
+
+_NO_RATE: dict[str, Any] = {"rate": 0.0}
+
+
+def listeners(server: Server) -> list[dict[str, Any]]:
+    node = node_name()
+    out = []
+    cfg = server.config
+    ip = cfg.host or "::"
+    for proto, port in (("amqp", server.port), ("amqp/ssl", server.tls_port),
+                        ("stomp", server.stomp_port), ("stomp/ssl", server.stomp_tls_port),
+                        ("http", server.http.port if server.http else 0),
+                        ("https", server.http.https_port if server.http else 0)):
+        if port:
+            out.append({"node": node, "protocol": proto, "ip_address": ip, "port": port,
+                        "socket_opts": {}})
+    return out
+
+
+def overview(server: Server, user: Any) -> dict[str, Any]:
+    """GET /api/overview. Totals cover the vhosts `user` may see; message rates are not
+    sampled yet (0.0)."""
+    vhosts = set(visible_vhosts(server, user))
+    queues = [q for name, vh in server.broker.vhosts.items() if name in vhosts
+              for q in vh.queues.values()]
+    ready = sum(q.message_count for q in queues)
+    unacked = sum(q.unacked_count for q in queues)
+    conns = [c for c in server.connections if _conn_vhost(c) in vhosts
+             and (sees_all_connections(user) or c.user == user.name)]
+    node = node_name()
+    return {
+        **product(),
+        "rates_mode": "basic",
+        "sample_retention_policies": {"global": [600, 3600, 28800, 86400],
+                                      "basic": [600, 3600], "detailed": [600]},
+        "exchange_types": EXCHANGE_TYPES,
+        "cluster_name": node,
+        "erlang_version": "python " + sys.version.split()[0],
+        "erlang_full_version": "Python " + sys.version.replace("\n", " "),
+        "release_series_support_status": "supported",
+        "disable_stats": False,
+        "enable_queue_totals": False,
+        "message_stats": {},
+        "churn_rates": {},
+        "queue_totals": {"messages": ready + unacked, "messages_details": _rate(0),
+                         "messages_ready": ready, "messages_ready_details": _rate(0),
+                         "messages_unacknowledged": unacked,
+                         "messages_unacknowledged_details": _rate(0)},
+        "object_totals": {
+            "channels": sum(len(channels_of(c)) for c in conns),
+            "connections": len(conns),
+            "consumers": sum(q.consumer_count for q in queues),
+            "exchanges": sum(len(vh.exchanges) for name, vh in server.broker.vhosts.items()
+                             if name in vhosts),
+            "queues": len(queues)},
+        "statistics_db_event_queue": 0,
+        "node": node,
+        "listeners": listeners(server),
+        "contexts": contexts(server),
+    }
+
+
+def contexts(server: Server) -> list[dict[str, Any]]:
+    return [{"node": node_name(), "description": "ackmq management", "path": "/",
+             "port": str(server.http.port if server.http else 0)}]
+
+
+def _conn_vhost(conn: Any) -> str | None:
+    from ackmq.server.connection import vhost_name
+    return vhost_name(conn)
+
+
+def uptime_ms() -> int:
+    return int((time.monotonic() - _STARTED) * 1000)
+
+
+def os_pid() -> str:
+    return str(os.getpid())
+
+
+# -- JSON values ---------------------------------------------------------------------
+def jsonable(v: Any) -> Any:
+    """An AMQP field value (arguments, headers) as JSON: bytes as text, Decimal and
+    datetime as their text, tables and arrays recursively."""
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, dict):
+        return {str(k): jsonable(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [jsonable(x) for x in v]
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
+    if hasattr(v, "timestamp"):
+        return int(v.timestamp())
+    return str(v)
+
+
+def _counts(ready: int, unacked: int) -> dict[str, Any]:
+    return {"messages": ready + unacked, "messages_details": _rate(0),
+            "messages_ready": ready, "messages_ready_details": _rate(0),
+            "messages_unacknowledged": unacked, "messages_unacknowledged_details": _rate(0)}
+
+
+# -- queues, exchanges, bindings ---------------------------------------------------------
+def queue_type(q: Any) -> str:
+    t = q.arguments.get("x-queue-type")
+    if isinstance(t, bytes):
+        t = t.decode("utf-8", "replace")
+    return str(t or q.kind or "classic")
+
+
+def queue(q: Any, details: bool = False) -> dict[str, Any]:
+    """One queue as GET /api/queues lists it (`details`: as GET /api/queues/v/name,
+    with its consumers)."""
+    consumers = q.consumers.values()
+    exclusive_tag = next((c.tag for c in consumers if c.exclusive), None)
+    out = {
+        "arguments": jsonable(q.arguments), "auto_delete": q.auto_delete,
+        "consumers": q.consumer_count, "durable": q.durable,
+        "exclusive": q.exclusive_owner is not None,
+        "exclusive_consumer_tag": exclusive_tag,
+        "effective_policy_definition": {}, "policy": None, "operator_policy": None,
+        "message_stats": {},
+        **_counts(q.message_count, q.unacked_count),
+        "name": q.name, "node": node_name(), "state": "running", "type": queue_type(q),
+        "vhost": q.vhost.name,
+    }
+    owner = q.exclusive_owner
+    if owner is not None and getattr(owner, "transport", None) is not None:
+        ph, pp = _hostport(owner.peer)
+        out["owner_pid_details"] = {"name": connection_name(owner), "peer_host": ph,
+                                    "peer_port": pp}
+    if details:
+        out["consumer_details"] = [consumer(c) for c in consumers]
+        out["incoming"] = []
+        out["deliveries"] = []
+    return out
+
+
+def exchange(vhost: str, x: Any) -> dict[str, Any]:
+    return {"arguments": jsonable(x.arguments), "auto_delete": x.auto_delete,
+            "durable": x.durable, "internal": x.internal, "name": x.name, "type": x.type,
+            "user_who_performed_action": "", "vhost": vhost, "message_stats": {}}
+
+
+def properties_key(routing_key: str, arguments: dict[str, Any]) -> str:
+    """RabbitMQ's binding id in URLs: the quoted routing key, then "~" and a digest of
+    the arguments when there are any (RabbitMQ hashes its Erlang term; ackmq its JSON:
+    the key is opaque to clients, which only pass back what a listing gave them)."""
+    from urllib.parse import quote
+    key = quote(routing_key, safe="").replace("~", "%7E")
+    if not arguments:
+        return key
+    import base64
+    import hashlib
+    digest = hashlib.md5(json.dumps(jsonable(arguments), sort_keys=True).encode(),
+                         usedforsecurity=False).digest()
+    return key + "~" + base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def binding(vhost: str, source: str, dest: str, dest_type: str, routing_key: str,
+            arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"source": source, "vhost": vhost, "destination": dest,
+            "destination_type": dest_type, "routing_key": routing_key,
+            "arguments": jsonable(arguments),
+            "properties_key": properties_key(routing_key, arguments)}
+
+
+def bindings(vh: Any) -> list[dict[str, Any]]:
+    return list(iter_bindings(vh))
+
+
+def iter_bindings(vh: Any) -> Iterator[dict[str, Any]]:
+    """Every binding of a vhost, RabbitMQ's order: the default exchange's implicit
+    bindings first, then each exchange's (lazily: the model's dicts are copied first,
+    so the caller may give the loop back between items)."""
+    from ackmq.broker.queue_type import Queue
+    for q in list(vh.queues.values()):
+        yield binding(vh.name, "", q.name, "queue", q.name, {})
+    for x in list(vh.exchanges.values()):
+        if not x.name:
+            continue
+        for b in list(x.bindings.values()):
+            kind = "queue" if isinstance(b.destination, Queue) else "exchange"
+            yield binding(vh.name, x.name, b.destination.name, kind, b.routing_key,
+                          b.arguments)
+
+
+# -- connections, channels, consumers ---------------------------------------------------
+def _hostport(addr: Any) -> tuple[str, int]:
+    if isinstance(addr, tuple | list) and len(addr) >= 2:
+        return str(addr[0]), int(addr[1])
+    return "", 0
+
+
+def connection_name(conn: Any) -> str:
+    """RabbitMQ's: "peer_host:peer_port -> host:port"."""
+    cached = getattr(conn, "_mgmt_name", None)
+    if cached:
+        return cached
+    ph, pp = _hostport(conn.peer)
+    t = conn.transport
+    h, p = _hostport(t.get_extra_info("sockname") if t is not None else None)
+    return f"{ph}:{pp} -> {h}:{p}"
+
+
+def is_stomp(conn: Any) -> bool:
+    return hasattr(conn, "session")
+
+
+def channels_of(conn: Any) -> list[tuple[int, Any]]:
+    """(number, ChannelModel) of a connection: AMQP's open channels, STOMP's one."""
+    if is_stomp(conn):
+        ch = getattr(conn, "channel", None)
+        return [(1, ch)] if ch is not None and getattr(ch, "open", False) else []
+    return [(n, c.model) for n, c in list(getattr(conn, "channels", {}).items())]
+
+
+def connection(conn: Any) -> dict[str, Any]:
+    ph, pp = _hostport(conn.peer)
+    t = conn.transport
+    h, p = _hostport(t.get_extra_info("sockname") if t is not None else None)
+    ssl = t is not None and t.get_extra_info("ssl_object") is not None
+    stomp = is_stomp(conn)
+    props = {} if stomp else jsonable(getattr(conn, "client_properties", {}) or {})
+    return {
+        "auth_mechanism": "PLAIN", "channel_max": getattr(conn, "channel_max", 1),
+        "channels": len(channels_of(conn)), "client_properties": props,
+        "connected_at": None, "frame_max": getattr(conn, "frame_max", 0),
+        "host": h, "name": connection_name(conn), "node": node_name(),
+        "peer_host": ph, "peer_port": pp, "port": p,
+        "protocol": f"STOMP {getattr(conn, 'version', '1.2')}" if stomp else "AMQP 0-9-1",
+        "ssl": ssl, "state": "blocked" if getattr(conn, "alarm_blocked", False) else "running",
+        "timeout": getattr(conn, "heartbeat", 0), "type": "network", "user": conn.user,
+        "user_who_performed_action": conn.user, "vhost": _conn_vhost(conn),
+        "recv_oct": 0, "send_oct": 0, "send_pend": 0,
+        **({"user_provided_name": props["connection_name"]}
+           if isinstance(props.get("connection_name"), str) else {}),
+    }
+
+
+def channel(conn: Any, number: int, ch: Any) -> dict[str, Any]:
+    ph, pp = _hostport(conn.peer)
+    name = connection_name(conn)
+    confirm = ch.confirms is not None
+    return {
+        "acks_uncommitted": 0, "confirm": confirm,
+        "connection_details": {"name": name, "peer_host": ph, "peer_port": pp},
+        "consumer_count": len(ch.consumers), "global_prefetch_count": ch.global_prefetch,
+        "message_stats": {}, "messages_unacknowledged": len(ch.unacked),
+        "messages_uncommitted": 0, "messages_unconfirmed": 0,
+        "name": f"{name} ({number})", "node": node_name(), "number": number,
+        "prefetch_count": ch.prefetch_count, "state": "running",
+        "transactional": ch.tx is not None, "user": conn.user,
+        "user_who_performed_action": conn.user, "vhost": ch.vhost.name,
+    }
+
+
+def consumer(c: Any) -> dict[str, Any]:
+    ch = c.channel
+    conn = ch.owner
+    ph, pp = _hostport(getattr(conn, "peer", None))
+    number = next((n for n, m in channels_of(conn) if m is ch), 0) if conn is not None else 0
+    name = connection_name(conn) if conn is not None else ""
+    return {
+        "arguments": jsonable(c.arguments), "ack_required": not c.no_ack, "active": True,
+        "activity_status": "up",
+        "channel_details": {"connection_name": name, "name": f"{name} ({number})",
+                            "node": node_name(), "number": number, "peer_host": ph,
+                            "peer_port": pp, "user": getattr(conn, "user", "")},
+        "consumer_tag": c.tag, "exclusive": c.exclusive, "prefetch_count": c.limit,
+        "queue": {"name": c.queue.name, "vhost": c.queue.vhost.name},
+    }
