@@ -1,0 +1,242 @@
+"""`/metrics` (SPEC M3): Prometheus text with RabbitMQ 3.10's metric names, types and
+label names where one exists (its rabbitmq_prometheus plugin is the model), plus ackmq's
+own histograms: fdatasync latency, records per fdatasync (group-commit batch size) and
+publish→confirm latency.
+
+As RabbitMQ: `/metrics` aggregates queue metrics over all queues (no labels),
+`/metrics/per-object` gives them per queue (`vhost`, `queue` labels). No login (a
+Prometheus scrape), as RabbitMQ's port 15692. A scrape reads counters the broker keeps
+anyway (broker/stats.py, the store's StoreStats, the alarm monitor's last samples): it
+costs O(queues) on the loop and nothing on the message path. The text is made by
+prometheus_client's exposition from metric families built per scrape.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    UnknownMetricFamily,
+)
+from prometheus_client.exposition import generate_latest
+
+from ackmq.broker.stats import Histogram
+from ackmq.server.http.app import SERVER_KEY, public
+
+if TYPE_CHECKING:
+    from ackmq.server.server import Server
+
+# the text format generate_latest writes (prometheus_client >= 0.22 names 1.0.0 its
+# default; RabbitMQ 3.10 and every Prometheus server read 0.0.4)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CLASSIC = "rabbit_classic_queue"  # ackmq's queues (quorum declarations are served by it)
+
+# (counter, HELP text as RabbitMQ's, carries the queue_type label as RabbitMQ's)
+GLOBAL_COUNTERS = (
+    ("received", "Total number of messages received from publishers", False),
+    ("received_confirm", "Total number of messages received from publishers expecting "
+     "confirmations", False),
+    ("confirmed", "Total number of messages confirmed to publishers", False),
+    ("routed", "Total number of messages routed to queues or streams", False),
+    ("unroutable_dropped", "Total number of messages published as non-mandatory into an "
+     "exchange and dropped as unroutable", False),
+    ("unroutable_returned", "Total number of messages published as mandatory into an "
+     "exchange and returned to the publisher as unroutable", False),
+    ("delivered", "Total number of messages delivered to consumers", True),
+    ("delivered_consume_auto_ack", "Total number of messages delivered to consumers using "
+     "basic.consume with automatic acknowledgment", True),
+    ("delivered_consume_manual_ack", "Total number of messages delivered to consumers "
+     "using basic.consume with manual acknowledgment", True),
+    ("delivered_get_auto_ack", "Total number of messages delivered to consumers using "
+     "basic.get with automatic acknowledgment", True),
+    ("delivered_get_manual_ack", "Total number of messages delivered to consumers using "
+     "basic.get with manual acknowledgment", True),
+    ("get_empty", "Total number of times basic.get operations fetched no message", True),
+    ("redelivered", "Total number of messages redelivered to consumers", True),
+    ("acknowledged", "Total number of messages acknowledged by consumers", True),
+)
+
+QUEUE_GAUGES = (
+    ("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers"),
+    ("rabbitmq_queue_messages_unacked",
+     "Messages delivered to consumers but not yet acknowledged"),
+    ("rabbitmq_queue_messages",
+     "Sum of ready and unacknowledged messages - total queue depth"),
+    ("rabbitmq_queue_consumers", "Consumers on a queue"),
+)
+
+
+def _histogram(name: str, doc: str, h: Histogram, labels: list[str] | None = None,
+               values: list[str] | None = None) -> HistogramMetricFamily:
+    fam = HistogramMetricFamily(name, doc, labels=labels)
+    fam.add_metric(values or [], h.cumulative(), h.sum)
+    return fam
+
+
+def _channels(conn: Any) -> int:
+    chans = getattr(conn, "channels", None)
+    if chans is not None:
+        return len(chans)
+    return 1 if getattr(conn, "channel", None) is not None else 0
+
+
+def _fds() -> tuple[int, int]:
+    try:
+        open_fds = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        open_fds = 0
+    return open_fds, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def collect(server: Server, per_object: bool) -> Iterator[Metric]:
+    """Every metric family of one scrape."""
+    from ackmq import __version__
+    from ackmq.server.http.views import node_name  # the API's node name
+    node = node_name()
+    info = UnknownMetricFamily("rabbitmq_identity_info", "RabbitMQ node & cluster identity info",
+                               labels=["rabbitmq_node", "rabbitmq_cluster",
+                                       "rabbitmq_cluster_permanent_id"])
+    info.add_metric([node, node, f"ackmq-{node}"], 1)
+    yield info
+    build = UnknownMetricFamily("rabbitmq_build_info", "RabbitMQ & Erlang/OTP version info",
+                                labels=["rabbitmq_version", "prometheus_plugin_version",
+                                        "prometheus_client_version", "erlang_version"])
+    build.add_metric(["3.10.8", __version__, "python", f"ackmq {__version__}"], 1)
+    yield build
+
+    # -- node: memory, disk, alarms, file descriptors -------------------------------
+    mon = server.alarms
+    if mon is not None:
+        lim = mon.limits
+        yield GaugeMetricFamily("rabbitmq_process_resident_memory_bytes",
+                                "Memory used in bytes", value=mon.rss)
+        yield GaugeMetricFamily("rabbitmq_resident_memory_limit_bytes",
+                                "Memory high watermark in bytes", value=lim.memory_limit)
+        if mon.disk_free is not None:
+            yield GaugeMetricFamily("rabbitmq_disk_space_available_bytes",
+                                    "Disk space available in bytes", value=mon.disk_free)
+            yield GaugeMetricFamily("rabbitmq_disk_space_available_limit_bytes",
+                                    "Free disk space low watermark in bytes",
+                                    value=lim.disk_free_limit)
+        active = lim.active
+    else:
+        active = set()
+    alarms = () if per_object else (  # RabbitMQ 3.10 has them on /metrics only
+            ("rabbitmq_alarms_file_descriptor_limit",
+             "is 1 if file descriptor limit alarm is in effect", False),
+            ("rabbitmq_alarms_free_disk_space_watermark",
+             "is 1 if free disk space watermark alarm is in effect", "disk" in active),
+            ("rabbitmq_alarms_memory_used_watermark",
+             "is 1 if VM memory watermark alarm is in effect", "memory" in active))
+    for name, doc, on in alarms:
+        yield UnknownMetricFamily(name, doc, value=int(bool(on)))
+    open_fds, max_fds = _fds()
+    yield GaugeMetricFamily("rabbitmq_process_open_fds", "Open file descriptors",
+                            value=open_fds)
+    yield GaugeMetricFamily("rabbitmq_process_max_fds", "Open file descriptors limit",
+                            value=max_fds)
+
+    # -- objects ----------------------------------------------------------------------
+    conns = [c for c in server.connections]
+    queues = server.broker.queues()
+    yield GaugeMetricFamily("rabbitmq_connections", "Connections currently open",
+                            value=len(conns))
+    yield GaugeMetricFamily("rabbitmq_channels", "Channels currently open",
+                            value=sum(_channels(c) for c in conns))
+    yield GaugeMetricFamily("rabbitmq_consumers", "Consumers currently connected",
+                            value=sum(q.consumer_count for q in queues))
+    yield GaugeMetricFamily("rabbitmq_queues", "Queues available", value=len(queues))
+    yield from _queue_metrics(queues, per_object)
+
+    # -- message counters, per protocol (rabbit_global_counters) ------------------------
+    stats = server.broker.stats
+    for counter, doc, typed in GLOBAL_COUNTERS:
+        labels = ["protocol", "queue_type"] if typed else ["protocol"]
+        fam = CounterMetricFamily(f"rabbitmq_global_messages_{counter}", doc, labels=labels)
+        for proto, ms in stats.messages.items():
+            fam.add_metric([proto, CLASSIC] if typed else [proto], getattr(ms, counter))
+        yield fam
+
+    # -- ackmq's own: the disk and the confirms ---------------------------------------------
+    yield _histogram("ackmq_confirm_latency_seconds",
+                     "Seconds from the loop turn that read a publish on a confirm channel "
+                     "to the turn that confirms it (fsync included), per publish",
+                     stats.confirm_latency)
+    store = server.broker.store
+    st = getattr(store, "stats", None)
+    if st is not None and hasattr(st, "fsync_seconds"):
+        yield _histogram("ackmq_fdatasync_seconds",
+                         "Seconds per fdatasync of the message store (its count is the "
+                         "number of fdatasyncs)", st.fsync_seconds)
+        yield _histogram("ackmq_fdatasync_records",
+                         "Records (messages, acks) made durable by one fdatasync: the "
+                         "group-commit batch size", st.fsync_records)
+        yield CounterMetricFamily("ackmq_store_commits", "Group commits asked of the store",
+                                  value=st.commits)
+        yield CounterMetricFamily("ackmq_store_bytes_written",
+                                  "Bytes written to the message store", value=st.bytes_written)
+    yield CounterMetricFamily("ackmq_store_failed_commits",
+                              "Store commits that failed (their publishes were nacked)",
+                              value=server.broker.store_failures)
+
+
+def _queue_metrics(queues: list[Any], per_object: bool) -> Iterable[Metric]:
+    """RabbitMQ's queue gauges: summed (no labels) on /metrics, per queue on
+    /metrics/per-object."""
+    rows = [(q.vhost.name, q.name, q.message_count, q.unacked_count, q.consumer_count)
+            for q in queues]
+    if not per_object:
+        ready = sum(r[2] for r in rows)
+        unacked = sum(r[3] for r in rows)
+        values = (ready, unacked, ready + unacked, sum(r[4] for r in rows))
+        for (name, doc), v in zip(QUEUE_GAUGES, values, strict=True):
+            yield GaugeMetricFamily(name, doc, value=v)
+        return
+    fams = [GaugeMetricFamily(name, doc, labels=["vhost", "queue"]) for name, doc in QUEUE_GAUGES]
+    for vhost, name, ready, unacked, consumers in rows:
+        for fam, v in zip(fams, (ready, unacked, ready + unacked, consumers), strict=True):
+            fam.add_metric([vhost, name], v)
+    yield from fams
+
+
+class _Scrape:
+    """What generate_latest wants: something with collect()."""
+
+    def __init__(self, server: Server, per_object: bool) -> None:
+        self.server, self.per_object = server, per_object
+
+    def collect(self) -> Iterator[Metric]:
+        return collect(self.server, self.per_object)
+
+
+def render(server: Server, per_object: bool = False) -> bytes:
+    return generate_latest(_Scrape(server, per_object))  # type: ignore[arg-type]
+
+
+@public
+async def metrics(request: web.Request) -> web.Response:
+    return _reply(render(request.app[SERVER_KEY]))
+
+
+@public
+async def metrics_per_object(request: web.Request) -> web.Response:
+    return _reply(render(request.app[SERVER_KEY], per_object=True))
+
+
+def _reply(body: bytes) -> web.Response:
+    r = web.Response(body=body)
+    r.headers["Content-Type"] = CONTENT_TYPE
+    return r
+
+
+def register(app: web.Application) -> None:
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics/per-object", metrics_per_object)
