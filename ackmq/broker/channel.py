@@ -218,6 +218,7 @@ class ChannelModel:
         self.stats.routed += 1
         stored = refused = False
         for q in queues:
+            q.stat_published += 1
             if not q.publish(msg):
                 refused = True
             elif msg.persistent and q.persistent_store is not None:
@@ -231,6 +232,7 @@ class ChannelModel:
         queue = entry.queue
         stats = self.stats
         stats.delivered += 1
+        queue.stat_delivered += 1
         if entry.redelivered:
             stats.redelivered += 1
         if not consumer.no_ack:
@@ -345,6 +347,7 @@ class ChannelModel:
         tag = self.next_tag
         self.next_tag = tag + 1
         stats.delivered += 1
+        q.stat_delivered += 1
         if entry.redelivered:
             stats.redelivered += 1
         if not no_ack:
@@ -422,11 +425,14 @@ class ChannelModel:
         self.basic_nack(tag, False, requeue)
 
     def _settle(self, action: str, taken: list[tuple[int, Delivery]]) -> None:
-        if action == ACK:
+        ack = action == ACK
+        if ack:
             self.stats.acknowledged += len(taken)
         touched: dict[int, Queue] = {}
         for _tag, (entry, consumer, _deadline) in taken:
             q = entry.queue
+            if ack:
+                q.stat_acked += 1
             if consumer is not None:
                 consumer.unacked -= 1
                 self.global_unacked -= 1
