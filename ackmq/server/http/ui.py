@@ -293,8 +293,8 @@ async def queue_page(request: web.Request, flash: str = "", error: bool = False,
             f'<h2>Bindings</h2>{table(["From exchange", "Routing key", "Arguments", ""], bindings, "bindings")}')
     ident = hidden(vhost=vhost, name=name)
     static = (
-        f'<div class="actions">'
-        f'<section><h2>Publish message</h2>'
+        '<div class="actions">'
+        '<section><h2>Publish message</h2>'
         + form("/queue/publish", ident +
                '<label>Delivery mode <select name="delivery_mode">'
                '<option value="1">1 - non-persistent</option>'
@@ -306,7 +306,7 @@ async def queue_page(request: web.Request, flash: str = "", error: bool = False,
                '</textarea></label>', "Publish message", cls="publish")
         + '<p class="hint">Published to the default exchange with this queue\'s name as '
           'the routing key.</p></section>'
-        f'<section><h2>Get messages</h2>'
+        '<section><h2>Get messages</h2>'
         + form("/queue/get", ident +
                '<label>Ack mode <select name="ackmode">'
                '<option value="ack_requeue_true">Nack message requeue true</option>'
@@ -314,10 +314,10 @@ async def queue_page(request: web.Request, flash: str = "", error: bool = False,
                '<label>Messages <input name="count" value="1" size="4"></label>',
                "Get message(s)", cls="get")
         + got + '</section>'
-        f'<section><h2>Purge</h2>'
+        '<section><h2>Purge</h2>'
         + form("/queue/purge", ident, "Purge messages",
                f"Purge every ready message of {name}?", cls="purge")
-        + f'<h2>Delete</h2>'
+        + '<h2>Delete</h2>'
         + form("/queue/delete", ident, "Delete queue", f"Delete the queue {name}?",
                cls="delete danger")
         + '</section></div>')
