@@ -67,7 +67,8 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], id_: str = "",
         body = f'<tr><td colspan="{len(headers)}" class="empty">{e(empty)}</td></tr>'
     ident = f' id="{e(id_)}"' if id_ else ""
     head = "".join(f"<th>{e(h)}</th>" for h in headers)
-    return f'<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    thead = f"<thead><tr>{head}</tr></thead>" if any(headers) else ""
+    return f'<table{ident}>{thead}<tbody>{body}</tbody></table>'
 
 
 def bar(used: float, limit: float, label: str, alarm: bool) -> str:
