@@ -85,6 +85,26 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="management API over TLS (off unless given; 0 picks a free one); "
                         "uses the --tls-cert/--tls-key/--tls-ca options")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--config", type=Path, metavar="FILE",
+                   help="read options from FILE, in rabbitmq.conf style (key = value; "
+                        "RabbitMQ's keys where they exist, ackmq.<option> for the rest: "
+                        "docs/config.md); options given here override it")
+
+
+def _with_config(parser: argparse.ArgumentParser, serve: argparse.ArgumentParser,
+                 argv: list[str] | None, args: argparse.Namespace) -> argparse.Namespace:
+    """The config file's values become the serve options' defaults; parsing the command
+    line again lets its flags win. A bad file exits with 2, naming the line."""
+    from ackmq.server.conffile import ConfigFileError, Option, load
+    options = [Option(a.dest, a.type or str, a.nargs == 0)
+               for a in serve._actions if a.dest not in ("help", "config")]
+    try:
+        values = load(args.config, options)
+    except ConfigFileError as e:
+        print(f"ackmq: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    serve.set_defaults(**values)
+    return parser.parse_args(argv)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -213,7 +233,8 @@ def serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ackmq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    _serve_args(sub.add_parser("serve", help="run the broker"))
+    serve_parser = sub.add_parser("serve", help="run the broker")
+    _serve_args(serve_parser)
     extra: dict[str, tuple[str, str]] = {}
     try:
         from ackmq.bench import cli as bench_cli
@@ -235,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     ctl.add_arguments(sub.add_parser("ctl", help=ctl.HELP, description=ctl.DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter))
     args = parser.parse_args(argv)
+    if args.command == "serve" and args.config is not None:
+        args = _with_config(parser, serve_parser, argv, args)
     if args.command == "serve":
         return serve(args)
     if args.command == "ctl":
