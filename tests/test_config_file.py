@@ -169,3 +169,29 @@ def test_config_file_missing(tmp_path: Path) -> None:
                         str(tmp_path / "nope.conf")], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 2 and "cannot read the config file" in r.stderr
+
+
+def test_config_file_documented_example_parses() -> None:
+    """The full example of docs/config.md is a valid file (so the doc stays true)."""
+    import argparse
+
+    from ackmq import cli
+    from ackmq.server.conffile import Option, parse
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "config.md").read_text()
+    example = doc.split("```ini\n", 1)[1].split("```", 1)[0]
+    p = argparse.ArgumentParser()
+    cli._serve_args(p)
+    opts = [Option(a.dest, a.type or str, a.nargs == 0) for a in p._actions
+            if a.dest not in ("help", "config")]
+    values = parse(example, opts)
+    assert values["port"] == 5672 and values["http_port"] == 15672
+    assert values["handshake_timeout"] == 10.0 and values["no_fsync"] is False
+    assert values["memory_high_watermark"] == "0.4"
+    # every line that sets something is understood: uncommenting all keeps it valid
+    uncommented = "\n".join(line[2:] if line.startswith("# ") and "=" in line
+                             and " " not in line[2:].split("=")[0].strip() else line
+                             for line in example.splitlines())
+    dup = {"vm_memory_high_watermark.absolute", "disk_free_limit.relative",
+           "stomp.listeners.tcp"}  # alternatives of keys set above
+    parse("\n".join(x for x in uncommented.splitlines()
+                     if x.split("=")[0].strip() not in dup), opts)

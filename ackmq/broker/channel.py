@@ -230,8 +230,7 @@ class ChannelModel:
         tag = self.next_tag
         self.next_tag = tag + 1
         queue = entry.queue
-        stats = self.stats
-        stats.delivered += 1
+        stats = self.stats  # (`delivered` is the sum of the four delivered_* counters)
         queue.stat_delivered += 1
         if entry.redelivered:
             stats.redelivered += 1
@@ -346,7 +345,6 @@ class ChannelModel:
             return None
         tag = self.next_tag
         self.next_tag = tag + 1
-        stats.delivered += 1
         q.stat_delivered += 1
         if entry.redelivered:
             stats.redelivered += 1

@@ -20,7 +20,7 @@ class MessageStats:
     `rabbitmq_global_messages_` prefix and `_total` suffix)."""
 
     __slots__ = ("received", "received_confirm", "confirmed", "routed",
-                 "unroutable_dropped", "unroutable_returned", "delivered",
+                 "unroutable_dropped", "unroutable_returned",
                  "delivered_consume_auto_ack", "delivered_consume_manual_ack",
                  "delivered_get_auto_ack", "delivered_get_manual_ack", "get_empty",
                  "redelivered", "acknowledged")
@@ -29,8 +29,14 @@ class MessageStats:
         for name in self.__slots__:
             setattr(self, name, 0)
 
+    @property
+    def delivered(self) -> int:
+        """Every delivery, consumed or got (one counter fewer to bump per delivery)."""
+        return (self.delivered_consume_auto_ack + self.delivered_consume_manual_ack
+                + self.delivered_get_auto_ack + self.delivered_get_manual_ack)
+
     def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.__slots__}
+        return {name: getattr(self, name) for name in (*self.__slots__, "delivered")}
 
 
 # seconds: from 50 µs (an fdatasync on a fast NVMe) to 10 s (a disk in trouble)

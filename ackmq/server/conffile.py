@@ -1,7 +1,8 @@
 """`ackmq serve --config ackmq.conf`: every serve option in a file, in RabbitMQ's
 `rabbitmq.conf` (sysctl / cuttlefish) style.
 
-One `key = value` a line; `#` starts a comment line; blank lines are skipped. The keys
+One `key = value` a line; `#` starts a comment (a whole line, or after a value, as
+cuttlefish: a value cannot contain `#`); blank lines are skipped. The keys
 RabbitMQ and ackmq share are spelled as in rabbitmq.conf (`listeners.tcp.default`,
 `vm_memory_high_watermark.relative`, `ssl_options.certfile`, ...), with RabbitMQ's
 units (`handshake_timeout` and `consumer_timeout` in milliseconds); every serve option
@@ -198,7 +199,8 @@ def parse(text: str, options: Iterable[Option], source: str = "ackmq.conf"
             continue
         where = f"{source}:{lineno}"
         key, sep, value = line.partition("=")
-        key, value = key.strip(), value.strip()
+        # as cuttlefish: a `#` ends the value (a trailing comment)
+        key, value = key.strip(), value.partition("#")[0].strip()
         if not sep or not _KEY.match(key):
             raise ConfigFileError(f"{where}: expected 'key = value', got {line!r}")
         if not value:
