@@ -84,6 +84,10 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--https-port", type=int, default=D.https_port,
                    help="management API over TLS (off unless given; 0 picks a free one); "
                         "uses the --tls-cert/--tls-key/--tls-ca options")
+    p.add_argument("--prometheus-port", type=int, default=D.prometheus_port,
+                   help="also serve /metrics (no login) on this port, as RabbitMQ's "
+                        "prometheus plugin on 15692 (off unless given; /metrics is on the "
+                        "management port anyway); needs the management listener")
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--config", type=Path, metavar="FILE",
                    help="read options from FILE, in rabbitmq.conf style (key = value; "
@@ -127,7 +131,8 @@ def serve(args: argparse.Namespace) -> int:
         print(f"ackmq: --stomp-tls-port must be between 0 and 65535, got "
               f"{args.stomp_tls_port}", file=sys.stderr)
         return 2
-    for opt, port in (("--http-port", args.http_port), ("--https-port", args.https_port)):
+    for opt, port in (("--http-port", args.http_port), ("--https-port", args.https_port),
+                      ("--prometheus-port", args.prometheus_port)):
         if port is not None and not 0 <= port <= 65535:
             print(f"ackmq: {opt} must be between 0 and 65535, got {port}", file=sys.stderr)
             return 2
@@ -176,7 +181,8 @@ def serve(args: argparse.Namespace) -> int:
                  memory_high_watermark=args.memory_high_watermark,
                  disk_free_limit=args.disk_free_limit,
                  http_port=None if args.no_http else args.http_port,
-                 https_port=args.https_port)
+                 https_port=args.https_port,
+                 prometheus_port=None if args.no_http else args.prometheus_port)
     try:
         import uvloop
         uvloop.install()

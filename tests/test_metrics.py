@@ -188,3 +188,18 @@ def test_M3_metric_names_types_labels_as_rabbitmq(broker: ackmq.EmbeddedBroker,
         assert fam.type == theirs[name].type, (name, fam.type, theirs[name].type)
         if theirs[name].samples and fam.samples:
             assert label_names(fam) == label_names(theirs[name]), name
+
+
+def test_M3_prometheus_port_of_its_own() -> None:
+    """`--prometheus-port` (RabbitMQ's 15692): /metrics alone, no login, nothing else."""
+    from ackmq.server.http.metrics import PROMETHEUS_KEY
+    with ackmq.EmbeddedBroker(persistent=False, prometheus_port=0) as b:
+        prom = b.server.http._runner.app[PROMETHEUS_KEY]
+        assert prom.port and prom.port != b.http_port
+        status, ctype, text = fetch(prom.url + "/metrics")
+        assert status == 200 and "rabbitmq_queues" in families(text)
+        assert "rabbitmq_queue_messages_ready" in families(
+            fetch(prom.url + "/metrics/per-object")[2])
+        with pytest.raises(urllib.error.HTTPError) as e:
+            fetch(prom.url + "/api/overview")
+        assert e.value.code == 404

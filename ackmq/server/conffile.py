@@ -141,6 +141,7 @@ SHARED: dict[str, Callable[[str], dict[str, Any]]] = {
     "stomp.ssl_cert_login": lambda v: {"stomp_ssl_cert_login": boolean(v)},
     "management.tcp.port": lambda v: {"http_port": port(v)},
     "management.ssl.port": lambda v: {"https_port": port(v)},
+    "prometheus.tcp.port": lambda v: {"prometheus_port": port(v)},
     "management.ssl.certfile": lambda v: {"tls_cert": Path(v)},
     "management.ssl.keyfile": lambda v: {"tls_key": Path(v)},
     "management.ssl.cacertfile": lambda v: {"tls_ca": Path(v)},

@@ -13,6 +13,7 @@ prometheus_client's exposition from metric families built per scrape.
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
 from collections.abc import Iterable, Iterator
@@ -30,6 +31,8 @@ from prometheus_client.exposition import generate_latest
 
 from ackmq.broker.stats import Histogram
 from ackmq.server.http.app import SERVER_KEY, public
+
+log = logging.getLogger("ackmq.http.metrics")
 
 if TYPE_CHECKING:
     from ackmq.server.server import Server
@@ -237,6 +240,55 @@ def _reply(body: bytes) -> web.Response:
     return r
 
 
+class PrometheusListener:
+    """`--prometheus-port`: /metrics and /metrics/per-object alone on their own port,
+    as RabbitMQ's prometheus plugin (15692), started and stopped with the management
+    app (on the same loop, no login)."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.port = 0
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, app: web.Application) -> None:
+        port = self.server.config.prometheus_port
+        if port is None:
+            return
+        papp = web.Application()
+        papp[SERVER_KEY] = self.server
+        papp.router.add_get("/metrics", metrics)
+        papp.router.add_get("/metrics/per-object", metrics_per_object)
+        runner = web.AppRunner(papp, access_log=None, handle_signals=False)
+        await runner.setup()
+        host = self.server.config.host or None
+        site = web.TCPSite(runner, host, port, backlog=128, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as e:
+            await runner.cleanup()
+            e.listener = f"{host or '*'}:{port} (Prometheus)"  # type: ignore[attr-defined]
+            raise
+        self._runner = runner
+        sock = site._server.sockets[0]  # type: ignore[union-attr]
+        self.port = sock.getsockname()[1]
+        shown = "127.0.0.1" if host in (None, "", "0.0.0.0") else host
+        self.url = f"http://{shown}:{self.port}"
+        log.info("Prometheus metrics on %s/metrics (no login)", self.url)
+
+    async def stop(self, app: web.Application) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+PROMETHEUS_KEY: web.AppKey[PrometheusListener] = web.AppKey("ackmq_prometheus",
+                                                              PrometheusListener)
+
+
 def register(app: web.Application) -> None:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/metrics/per-object", metrics_per_object)
+    prom = app[PROMETHEUS_KEY] = PrometheusListener(app[SERVER_KEY])
+    app.on_startup.append(prom.start)
+    app.on_cleanup.append(prom.stop)
