@@ -121,6 +121,7 @@ def test_M3_metrics_counts_what_clients_did(broker: ackmq.EmbeddedBroker) -> Non
         assert value(after, "ackmq_fdatasync_records_sum") >= 10
         per = families(fetch(broker.http_url + "/metrics/per-object")[2])
         assert value(per, "rabbitmq_queue_messages_ready", vhost="/", queue=q) == 9
+        assert value(per, "ackmq_queue_messages_published", vhost="/", queue=q) == 10
         ch.queue_delete(q)
     finally:
         conn.close()
@@ -203,3 +204,26 @@ def test_M3_prometheus_port_of_its_own() -> None:
         with pytest.raises(urllib.error.HTTPError) as e:
             fetch(prom.url + "/api/overview")
         assert e.value.code == 404
+
+
+def test_M3_stomp_counts_under_its_protocol(broker: ackmq.EmbeddedBroker) -> None:
+    """A STOMP SEND is a publish of protocol "stomp", its MESSAGE a delivery."""
+    import stomp
+    before = families(fetch(broker.http_url + "/metrics")[2])
+    conn = stomp.Connection12([("127.0.0.1", broker.stomp_port)])
+    conn.connect("guest", "guest", wait=True)
+    try:
+        conn.send("/queue/m3-stomp", "hello", receipt="r1")
+        deadline = time.monotonic() + 10
+        while True:
+            after = families(fetch(broker.http_url + "/metrics")[2])
+            got = (value(after, "rabbitmq_global_messages_received", protocol="stomp")
+                   - value(before, "rabbitmq_global_messages_received", protocol="stomp"))
+            if got == 1:
+                break
+            assert time.monotonic() < deadline, "the STOMP SEND was never counted"
+            time.sleep(0.1)
+        assert (value(after, "rabbitmq_global_messages_received", protocol="amqp091")
+                == value(before, "rabbitmq_global_messages_received", protocol="amqp091"))
+    finally:
+        conn.disconnect()

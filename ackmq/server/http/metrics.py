@@ -194,20 +194,29 @@ def collect(server: Server, per_object: bool) -> Iterator[Metric]:
 def _queue_metrics(queues: list[Any], per_object: bool) -> Iterable[Metric]:
     """RabbitMQ's queue gauges: summed (no labels) on /metrics, per queue on
     /metrics/per-object."""
-    rows = [(q.vhost.name, q.name, q.message_count, q.unacked_count, q.consumer_count)
-            for q in queues]
+    rows = [(q.vhost.name, q.name, q.message_count, q.unacked_count, q.consumer_count,
+             q.stat_published) for q in queues]
+    published_doc = "Total number of messages published to queues"
     if not per_object:
         ready = sum(r[2] for r in rows)
         unacked = sum(r[3] for r in rows)
         values = (ready, unacked, ready + unacked, sum(r[4] for r in rows))
         for (name, doc), v in zip(QUEUE_GAUGES, values, strict=True):
             yield GaugeMetricFamily(name, doc, value=v)
+        yield CounterMetricFamily("rabbitmq_queue_messages_published", published_doc,
+                                  value=sum(r[5] for r in rows))
         return
     fams = [GaugeMetricFamily(name, doc, labels=["vhost", "queue"]) for name, doc in QUEUE_GAUGES]
-    for vhost, name, ready, unacked, consumers in rows:
+    # RabbitMQ's per-object family of this name is per channel x exchange x queue: ours
+    # (per queue) has its own name, so the two cannot be mixed up in a query
+    published = CounterMetricFamily("ackmq_queue_messages_published", published_doc,
+                                    labels=["vhost", "queue"])
+    for vhost, name, ready, unacked, consumers, pub in rows:
         for fam, v in zip(fams, (ready, unacked, ready + unacked, consumers), strict=True):
             fam.add_metric([vhost, name], v)
+        published.add_metric([vhost, name], pub)
     yield from fams
+    yield published
 
 
 class _Scrape:
