@@ -332,7 +332,7 @@ async def connections_page(request: web.Request) -> web.Response:
         client = " ".join(str(props.get(k, "")) for k in ("product", "version")).strip()
         rows.append([e(name), e(c.user), e(views._conn_vhost(c)), e(protocol(c)),
                      e(client), num(len(_channels(c))),
-                     '<span class="badge green">blocked</span>'
+                     '<span class="badge red">blocked</span>'
                      if getattr(c, "alarm_blocked", False) else "running",
                      form("/connections/close", hidden(name=name), "Close",
                           f"Close the connection {name}?", cls="close danger")])
