@@ -227,3 +227,19 @@ def test_M3_stomp_counts_under_its_protocol(broker: ackmq.EmbeddedBroker) -> Non
                 == value(before, "rabbitmq_global_messages_received", protocol="amqp091"))
     finally:
         conn.disconnect()
+
+
+def test_M3_per_object_labels_escaped(broker: ackmq.EmbeddedBroker) -> None:
+    """Queue names with quotes, backslashes and newlines come back intact."""
+    odd = 'm3-"quoted"\\back\nslash'
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    try:
+        ch = conn.channel()
+        ch.queue_declare(odd)
+        ch.basic_publish("", odd, b"x")
+        per = families(fetch(broker.http_url + "/metrics/per-object")[2])
+        assert value(per, "rabbitmq_queue_messages_ready", vhost="/", queue=odd) == 1
+        assert value(per, "ackmq_queue_messages_published", vhost="/", queue=odd) == 1
+        ch.queue_delete(odd)
+    finally:
+        conn.close()

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import html
 import http.client
+import time
 import uuid
 from collections.abc import Iterator
 from urllib.parse import urlencode
@@ -162,3 +163,23 @@ def test_M2_publish_form_rejects_bad_properties(broker: ackmq.EmbeddedBroker) ->
     assert "PRECONDITION_FAILED" in body
     body = call(broker, "GET", "/queue?vhost=%2F&name=ui-http-props")[2]
     assert '<span id="q-ready">0</span>' in body
+
+
+def test_M2_queue_rates_between_two_views(broker: ackmq.EmbeddedBroker) -> None:
+    """A queue's rates are measured between two showings of it (nothing is sampled per
+    queue while nobody looks); the interval is shortened here to keep the test short."""
+    from ackmq.server.http.ui import SAMPLER_KEY
+    sampler = broker.server.http._runner.app[SAMPLER_KEY]
+    old, sampler.interval = sampler.interval, 0.5
+    try:
+        declare(broker, "ui-http-rates")
+        call(broker, "GET", "/queue?vhost=%2F&name=ui-http-rates")  # the first snapshot
+        declare(broker, "ui-http-rates", 40)
+        time.sleep(0.6)
+        body = call(broker, "GET", "/queue?vhost=%2F&name=ui-http-rates")[2]
+        row = body.split('<table id="queue">', 1)[1].split("</table>", 1)[0]
+        cells = [c.split("</td>")[0] for c in row.split("<td>")[1:]]
+        incoming = float(cells[6].removesuffix("/s").replace(",", ""))
+        assert incoming > 0, cells
+    finally:
+        sampler.interval = old

@@ -192,31 +192,52 @@ def collect(server: Server, per_object: bool) -> Iterator[Metric]:
 
 
 def _queue_metrics(queues: list[Any], per_object: bool) -> Iterable[Metric]:
-    """RabbitMQ's queue gauges: summed (no labels) on /metrics, per queue on
-    /metrics/per-object."""
-    rows = [(q.vhost.name, q.name, q.message_count, q.unacked_count, q.consumer_count,
-             q.stat_published) for q in queues]
-    published_doc = "Total number of messages published to queues"
-    if not per_object:
-        ready = sum(r[2] for r in rows)
-        unacked = sum(r[3] for r in rows)
-        values = (ready, unacked, ready + unacked, sum(r[4] for r in rows))
-        for (name, doc), v in zip(QUEUE_GAUGES, values, strict=True):
-            yield GaugeMetricFamily(name, doc, value=v)
-        yield CounterMetricFamily("rabbitmq_queue_messages_published", published_doc,
-                                  value=sum(r[5] for r in rows))
+    """RabbitMQ's queue gauges summed over all queues (no labels), for /metrics;
+    /metrics/per-object writes them per queue with `per_queue_text`."""
+    if per_object:
         return
-    fams = [GaugeMetricFamily(name, doc, labels=["vhost", "queue"]) for name, doc in QUEUE_GAUGES]
-    # RabbitMQ's per-object family of this name is per channel x exchange x queue: ours
-    # (per queue) has its own name, so the two cannot be mixed up in a query
-    published = CounterMetricFamily("ackmq_queue_messages_published", published_doc,
-                                    labels=["vhost", "queue"])
-    for vhost, name, ready, unacked, consumers, pub in rows:
-        for fam, v in zip(fams, (ready, unacked, ready + unacked, consumers), strict=True):
-            fam.add_metric([vhost, name], v)
-        published.add_metric([vhost, name], pub)
-    yield from fams
-    yield published
+    ready = sum(q.message_count for q in queues)
+    unacked = sum(q.unacked_count for q in queues)
+    values = (ready, unacked, ready + unacked, sum(q.consumer_count for q in queues))
+    for (name, doc), v in zip(QUEUE_GAUGES, values, strict=True):
+        yield GaugeMetricFamily(name, doc, value=v)
+    yield CounterMetricFamily("rabbitmq_queue_messages_published", PUBLISHED_DOC,
+                              value=sum(q.stat_published for q in queues))
+
+
+PUBLISHED_DOC = "Total number of messages published to queues"
+
+
+def _label(v: str) -> str:
+    """A label value in the text format: backslash, double quote and newline escaped."""
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def per_queue_text(queues: list[Any]) -> str:
+    """The per-queue families of /metrics/per-object, written directly in the text
+    format (prometheus_client's metric objects cost ~40 µs a sample: 1.6 s for 10,000
+    queues, all of it on the broker's loop; this is ~10x less). Parsed back by
+    prometheus_client's parser in tests/test_metrics.py."""
+    queues = sorted(queues, key=lambda q: (q.vhost.name, q.name))
+    labels = [f'{{vhost="{_label(q.vhost.name)}",queue="{_label(q.name)}"}} '
+              for q in queues]
+    columns = (
+        [q.message_count for q in queues],
+        [q.unacked_count for q in queues],
+        [q.message_count + q.unacked_count for q in queues],
+        [q.consumer_count for q in queues],
+    )
+    out: list[str] = []
+    for (name, doc), values in zip(QUEUE_GAUGES, columns, strict=True):
+        out.append(f"# HELP {name} {doc}\n# TYPE {name} gauge\n")
+        out.extend(f"{name}{lab}{v}\n" for lab, v in zip(labels, values, strict=True))
+    # RabbitMQ's per-object family rabbitmq_queue_messages_published_total is per
+    # channel x exchange x queue: ours (per queue) has its own name
+    name = "ackmq_queue_messages_published_total"
+    out.append(f"# HELP {name} {PUBLISHED_DOC}\n# TYPE {name} counter\n")
+    out.extend(f"{name}{lab}{q.stat_published}\n" for lab, q in zip(labels, queues,
+                                                                     strict=True))
+    return "".join(out)
 
 
 class _Scrape:
@@ -230,7 +251,10 @@ class _Scrape:
 
 
 def render(server: Server, per_object: bool = False) -> bytes:
-    return generate_latest(_Scrape(server, per_object))  # type: ignore[arg-type]
+    text = generate_latest(_Scrape(server, per_object))  # type: ignore[arg-type]
+    if per_object:
+        text += per_queue_text(server.broker.queues()).encode()
+    return text
 
 
 @public

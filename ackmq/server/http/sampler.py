@@ -1,10 +1,12 @@
 """Message rates for the web UI, sampled off the hot path.
 
-The broker only counts (broker/stats.py, the queues' `stat_*` counters); a timer on the
-loop reads those counters every `INTERVAL` seconds and keeps the differences: the
-rates of the last interval, and a short history for the overview's chart. The cost is
-O(queues) every few seconds, nothing per message. Started with the HTTP app, stopped
-with it.
+The broker only counts (broker/stats.py, the queues' `stat_*` counters). A timer on the
+loop reads the global counters every `INTERVAL` seconds and keeps the differences: the
+rates of the last interval and a short history for the overview's chart; O(1) a tick.
+A queue's rates are measured when a page shows the queue: against the snapshot of its
+counters the previous showing took (at least `INTERVAL` before), so they cost O(queues
+shown) per page and nothing while nobody looks. Nothing is done per message. Started
+with the HTTP app, stopped with it.
 """
 
 from __future__ import annotations
@@ -13,24 +15,24 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ackmq.server.server import Server
 
 INTERVAL = 5.0  # seconds between samples (RabbitMQ's collect_statistics_interval)
 HISTORY = 120   # samples kept for the chart: 10 minutes
+# a queue's snapshot is forgotten when no page has shown it for this long
+QUEUE_INTEREST = 120.0
 # the overview's rates: rabbit_global_counters' names (summed over protocols)
 GLOBAL = ("received", "confirmed", "routed", "delivered", "acknowledged", "redelivered",
           "unroutable_dropped", "unroutable_returned", "get_empty")
-QUEUE = ("stat_published", "stat_delivered", "stat_acked")
 
 
 @dataclass
 class Sample:
     at: float
     totals: dict[str, int]
-    queues: dict[int, tuple[int, ...]]  # id(queue) -> QUEUE counters
     rates: dict[str, float] = field(default_factory=dict)
 
 
@@ -39,7 +41,8 @@ class RateSampler:
         self.server = server
         self.interval = interval
         self.history: deque[Sample] = deque(maxlen=HISTORY)
-        self.queue_rates: dict[int, tuple[float, ...]] = {}
+        # id(queue) -> (queue, when, its stat_* counters then, rates up to then)
+        self._snaps: dict[int, tuple[Any, float, tuple[int, ...], tuple[float, ...]]] = {}
         self._timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
@@ -57,17 +60,15 @@ class RateSampler:
     def sample(self) -> Sample:
         stats = self.server.broker.stats
         now = time.monotonic()
-        s = Sample(now, {name: stats.total(name) for name in GLOBAL},
-                   {id(q): (q.stat_published, q.stat_delivered, q.stat_acked)
-                    for q in self.server.broker.queues()})
+        s = Sample(now, {name: stats.total(name) for name in GLOBAL})
         prev = self.history[-1] if self.history else None
         if prev is not None and now > prev.at:
             dt = now - prev.at
             s.rates = {k: max(0, v - prev.totals[k]) / dt for k, v in s.totals.items()}
-            self.queue_rates = {
-                qid: tuple(max(0, a - b) / dt for a, b in zip(c, prev.queues[qid], strict=True))
-                for qid, c in s.queues.items() if qid in prev.queues}
         self.history.append(s)
+        stale = [k for k, snap in self._snaps.items() if now - snap[1] > QUEUE_INTEREST]
+        for k in stale:
+            del self._snaps[k]
         return s
 
     def rates(self) -> dict[str, float]:
@@ -76,6 +77,17 @@ class RateSampler:
     def series(self, name: str) -> list[float]:
         return [s.rates.get(name, 0.0) for s in self.history if s.rates]
 
-    def queue(self, qid: int) -> tuple[float, ...]:
-        """(incoming, deliver/get, ack) per second of the queue with this id."""
-        return self.queue_rates.get(qid, (0.0, 0.0, 0.0))
+    def queue(self, q: Any) -> tuple[float, ...]:
+        """(incoming, deliver/get, ack) per second of `q`, over the time since an
+        earlier page showed it (0.0 the first time)."""
+        now = time.monotonic()
+        cur = (q.stat_published, q.stat_delivered, q.stat_acked)
+        snap = self._snaps.get(id(q))
+        if snap is None or snap[0] is not q:
+            self._snaps[id(q)] = (q, now, cur, (0.0, 0.0, 0.0))
+            return (0.0, 0.0, 0.0)
+        _, then, old, rates = snap
+        if now - then >= self.interval:
+            rates = tuple(max(0, c - o) / (now - then) for c, o in zip(cur, old, strict=True))
+            self._snaps[id(q)] = (q, now, cur, rates)
+        return rates

@@ -51,6 +51,7 @@ STATIC = Path(__file__).parent / "static"
 SAMPLER_KEY: web.AppKey[RateSampler] = web.AppKey("ackmq_sampler", RateSampler)
 CLOSE_REASON = "Closed via management plugin"  # RabbitMQ's UI sends this text
 GET_LIMIT = 100  # messages one get may show
+PAGE_SIZE = 500  # queues on one page of /queues
 
 
 class UIError(Exception):
@@ -243,8 +244,20 @@ async def queues_page(request: web.Request) -> web.Response:
     sampler = request.app[SAMPLER_KEY]
     lat = _latency(_server(request))
     rows = []
-    for q in _queues(request):
-        inc, dlv, ack = sampler.queue(id(q))
+    queues = _queues(request)
+    flt = request.query.get("filter", "")
+    if flt:
+        queues = [q for q in queues if flt.lower() in q.name.lower()]
+    try:
+        pageno = max(1, int(request.query.get("page", "1")))
+    except ValueError:
+        pageno = 1
+    pages = max(1, -(-len(queues) // PAGE_SIZE))
+    pageno = min(pageno, pages)
+    first = (pageno - 1) * PAGE_SIZE
+    shown = queues[first:first + PAGE_SIZE]
+    for q in shown:
+        inc, dlv, ack = sampler.queue(q)
         confirm = secs(lat["confirm_p99"]) if q.persistent_store is not None else "–"
         rows.append([e(q.vhost.name),
                      f'<a href="{href("/queue", vhost=q.vhost.name, name=q.name)}">'
@@ -253,10 +266,20 @@ async def queues_page(request: web.Request) -> web.Response:
                      f'<span class="ready">{num(q.message_count)}</span>',
                      num(q.unacked_count), num(q.message_count + q.unacked_count),
                      num(q.consumer_count), rate(inc), rate(dlv), rate(ack), e(confirm)])
-    live = table(["Vhost", "Name", "Type", "Features", "Ready", "Unacked", "Total",
-                  "Consumers", "Incoming", "Deliver / get", "Ack", "Confirm p99"],
-                 rows, "queues", "no queues")
-    return _render(request, "Queues", "/queues", live)
+    pager = (f'<p class="hint" id="pager">{e(num(first + 1 if shown else 0))}–'
+             f'{e(num(first + len(shown)))} of {e(num(len(queues)))} queues')
+    if pageno > 1:
+        pager += f' · <a href="{href("/queues", page=str(pageno - 1), filter=flt)}">previous</a>'
+    if pageno < pages:
+        pager += f' · <a href="{href("/queues", page=str(pageno + 1), filter=flt)}">next</a>'
+    pager += "</p>"
+    live = pager + table(["Vhost", "Name", "Type", "Features", "Ready", "Unacked", "Total",
+                          "Consumers", "Incoming", "Deliver / get", "Ack", "Confirm p99"],
+                         rows, "queues", "no queues")
+    search = (f'<form method="get" action="/queues" class="filter"><label>Filter by name '
+              f'<input name="filter" value="{e(flt)}"></label>'
+              '<button type="submit">Filter</button></form>')
+    return _render(request, "Queues", "/queues", live, search)
 
 
 async def queue_page(request: web.Request, flash: str = "", error: bool = False,
@@ -266,7 +289,7 @@ async def queue_page(request: web.Request, flash: str = "", error: bool = False,
         data = await request.post()
         vhost, name = str(data.get("vhost", "/")), str(data.get("name", ""))
     q = _queue(request, vhost, name)
-    inc, dlv, ack = request.app[SAMPLER_KEY].queue(id(q))
+    inc, dlv, ack = request.app[SAMPLER_KEY].queue(q)
     vh = q.vhost
     details = table(["Type", "Features", "Ready", "Unacked", "Total", "Consumers",
                      "Incoming", "Deliver / get", "Ack"],
