@@ -88,7 +88,31 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--https-port", type=int, default=D.https_port,
                    help="management API over TLS (off unless given; 0 picks a free one); "
                         "uses the --tls-cert/--tls-key/--tls-ca options")
+    p.add_argument("--prometheus-port", type=int, default=D.prometheus_port,
+                   help="also serve /metrics (no login) on this port, as RabbitMQ's "
+                        "prometheus plugin on 15692 (off unless given; /metrics is on the "
+                        "management port anyway); needs the management listener")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--config", type=Path, metavar="FILE",
+                   help="read options from FILE, in rabbitmq.conf style (key = value; "
+                        "RabbitMQ's keys where they exist, ackmq.<option> for the rest: "
+                        "docs/config.md); options given here override it")
+
+
+def _with_config(parser: argparse.ArgumentParser, serve: argparse.ArgumentParser,
+                 argv: list[str] | None, args: argparse.Namespace) -> argparse.Namespace:
+    """The config file's values become the serve options' defaults; parsing the command
+    line again lets its flags win. A bad file exits with 2, naming the line."""
+    from ackmq.server.conffile import ConfigFileError, Option, load
+    options = [Option(a.dest, a.type or str, a.nargs == 0)
+               for a in serve._actions if a.dest not in ("help", "config")]
+    try:
+        values = load(args.config, options)
+    except ConfigFileError as e:
+        print(f"ackmq: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    serve.set_defaults(**values)
+    return parser.parse_args(argv)
 
 
 # The broker holds many long-lived container objects (every queued message is a Message
@@ -121,7 +145,8 @@ def serve(args: argparse.Namespace) -> int:
         print(f"ackmq: --stomp-tls-port must be between 0 and 65535, got "
               f"{args.stomp_tls_port}", file=sys.stderr)
         return 2
-    for opt, port in (("--http-port", args.http_port), ("--https-port", args.https_port)):
+    for opt, port in (("--http-port", args.http_port), ("--https-port", args.https_port),
+                      ("--prometheus-port", args.prometheus_port)):
         if port is not None and not 0 <= port <= 65535:
             print(f"ackmq: {opt} must be between 0 and 65535, got {port}", file=sys.stderr)
             return 2
@@ -170,7 +195,8 @@ def serve(args: argparse.Namespace) -> int:
                  memory_high_watermark=args.memory_high_watermark,
                  disk_free_limit=args.disk_free_limit,
                  http_port=None if args.no_http else args.http_port,
-                 https_port=args.https_port)
+                 https_port=args.https_port,
+                 prometheus_port=None if args.no_http else args.prometheus_port)
     try:
         import uvloop
         uvloop.install()
@@ -264,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = argparse.ArgumentParser(prog="ackmq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    _serve_args(sub.add_parser("serve", help="run the broker"))
+    serve_parser = sub.add_parser("serve", help="run the broker")
+    _serve_args(serve_parser)
     loaded: ModuleType | None = None
     for name, cmd in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=cmd.help)
@@ -279,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     ctl.add_arguments(sub.add_parser("ctl", help=ctl.HELP, description=ctl.DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter))
     args = parser.parse_args(argv)
+    if args.command == "serve" and args.config is not None:
+        args = _with_config(parser, serve_parser, argv, args)
     if args.command == "serve":
         return serve(args)
     if args.command == "ctl":

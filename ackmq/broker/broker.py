@@ -8,6 +8,7 @@ channel with settled confirms sends them, coalesced. The broker itself never wai
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -16,6 +17,7 @@ from ackmq.broker.errors import NOT_ALLOWED, HardError
 from ackmq.broker.exchange import EXCHANGE_CLASSES
 from ackmq.broker.queue_type import Queue
 from ackmq.broker.readylist import QUEUE_HOT_MESSAGES, QUEUE_MEMORY_MB, HotBudget
+from ackmq.broker.stats import BrokerStats
 from ackmq.broker.storage import QueuedMessages, Store, StreamStorage
 from ackmq.broker.vhost import VHost
 from ackmq.broker.vhost_store import VHostStore, split
@@ -98,6 +100,7 @@ class BrokerModel:
         self._commit_callbacks: list[Callable[[BaseException | None], None]] = []
         self._waiters_avg = 0.0  # waiters per commit that had any (moving average)
         self.store_failures = 0
+        self.stats = BrokerStats()  # /metrics, the UI (broker/stats.py)
 
     # -- start-up -----------------------------------------------------------------
     def start(self, vhosts: tuple[str, ...] | list[str] = ("/",)) -> None:
@@ -189,9 +192,12 @@ class BrokerModel:
         return vh
 
     def open_channel(self, vhost: VHost, owner: Any, output: Any,
-                     user: str | None = None) -> ChannelModel:
-        """`user`: who logged in (a publish's `user_id` must name them, as RabbitMQ)."""
-        return ChannelModel(vhost, owner, output, self.consumer_timeout_ms, user)
+                     user: str | None = None, protocol: str = "amqp091") -> ChannelModel:
+        """`user`: who logged in (a publish's `user_id` must name them, as RabbitMQ);
+        `protocol`: whose message counters it bumps ("amqp091", "stomp")."""
+        ch = ChannelModel(vhost, owner, output, self.consumer_timeout_ms, user)
+        ch.stats = self.stats.protocol(protocol)
+        return ch
 
     # -- confirms and group commit --------------------------------------------------
     def mark_dirty(self, ch: ChannelModel) -> None:
@@ -239,7 +245,8 @@ class BrokerModel:
                 self._waiters_avg += (n - self._waiters_avg) * 0.25
             # few waiters, and few lately: sync on this thread when the store's sync thread
             # is idle (the confirms leave in this turn); else the thread's group commit
-            store.commit(lambda exc: self._committed(waiters, callbacks, exc),
+            t0 = time.monotonic()  # once per commit: publish→confirm latency
+            store.commit(lambda exc: self._committed(waiters, callbacks, exc, t0),
                          inline=0 < n <= INLINE_SYNC_WAITERS
                          and self._waiters_avg <= INLINE_SYNC_AVG)
         if self._dirty:
@@ -254,15 +261,18 @@ class BrokerModel:
 
     def _committed(self, waiters: list[tuple[ChannelModel, int]],
                    callbacks: list[Callable[[BaseException | None], None]],
-                   exc: BaseException | None) -> None:
+                   exc: BaseException | None, t0: float = 0.0) -> None:
         """The store made a batch durable (or failed): confirm (or nack, P6) its publishes."""
         if exc is not None:
             self.store_failures += 1
             log.error("store commit failed, nacking %d publishes: %s", len(waiters), exc)
+        if waiters and exc is None:
+            self.stats.confirm_latency.observe(time.monotonic() - t0, len(waiters))
         for ch, seq in waiters:
             if ch.open and ch.confirms is not None:
                 if exc is None:
                     ch.confirms.ack(seq)
+                    ch.stats.confirmed += 1
                 else:
                     ch.confirms.nack(seq)
                 self._dirty[id(ch)] = ch

@@ -32,6 +32,7 @@ from ackmq.broker.errors import (
 )
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue_type import ACK, RECOVER, REJECT, REQUEUE, Queue
+from ackmq.broker.stats import MessageStats
 from ackmq.broker.vhost import REPLY_TO
 from ackmq.protocol.amqp.properties import PropertiesView, properties_edit
 
@@ -88,6 +89,9 @@ class _Tx:
         self.settles: list[tuple[str, Taken]] = []
 
 
+_NO_STATS = MessageStats()  # a channel made without open_channel counts into this
+
+
 class ChannelModel:
     def __init__(self, vhost: VHost, owner: Any, output: ChannelOutput,
                  consumer_timeout_ms: int | None = None, user: str | None = None) -> None:
@@ -119,6 +123,8 @@ class ChannelModel:
         # U3: the user's permission checks for this channel (ackmq.broker.access.
         # ChannelAccess), set by the front end; None = no checks (embedded/internal use)
         self.access: Any = None
+        # RabbitMQ's global counters of this channel's protocol (set by open_channel)
+        self.stats = _NO_STATS
 
     def queue_name(self, name: str) -> str:
         """Expand RabbitMQ's shortcut: "" is the channel's last declared queue."""
@@ -193,6 +199,8 @@ class ChannelModel:
         if mode is not None and mode not in (1, 2):
             raise SoftError(PRECONDITION_FAILED,
                                f"invalid message: {{delivery_mode_unknown,{mode}}}")
+        stats = self.stats
+        stats.received += 1
         if self.tx is not None:
             self.tx.publishes.append((x, msg, mandatory))
             return
@@ -200,6 +208,7 @@ class ChannelModel:
         seq = confirms.publish() if confirms is not None else 0
         stored, refused = self._enqueue(x, msg, mandatory)
         if confirms is not None:
+            stats.received_confirm += 1
             if refused:
                 confirms.nack(seq)
             elif stored:
@@ -208,6 +217,7 @@ class ChannelModel:
                 return
             else:
                 confirms.ack(seq)
+                stats.confirmed += 1
             self.broker.mark_dirty(self)
 
     def _enqueue(self, x: Any, msg: Message, mandatory: bool) -> tuple[bool, bool]:
@@ -215,13 +225,18 @@ class ChannelModel:
         queues = self.vhost.route(x, msg)
         if not queues:
             if mandatory:
+                self.stats.unroutable_returned += 1
                 self.output.unroutable(msg)
+            else:
+                self.stats.unroutable_dropped += 1
             # a dedup exchange's duplicate: confirmed after the next commit, so never
             # before the original it duplicates is fsynced (broker/dedup.py)
             return (x.type == EXCHANGE_TYPE and msg.persistent
                     and self.vhost.store is not None), False
+        self.stats.routed += 1
         stored = refused = False
         for q in queues:
+            q.stat_published += 1
             if not q.publish(msg):
                 refused = True
             elif msg.persistent and q.persistent_store is not None:
@@ -233,10 +248,17 @@ class ChannelModel:
         tag = self.next_tag
         self.next_tag = tag + 1
         queue = entry.queue
+        stats = self.stats  # (`delivered` is the sum of the four delivered_* counters)
+        queue.stat_delivered += 1
+        if entry.redelivered:
+            stats.redelivered += 1
         if not consumer.no_ack:
+            stats.delivered_consume_manual_ack += 1
             self.unacked[tag] = Delivery(entry, consumer, self._deadline(queue))
             consumer.unacked += 1
             self.global_unacked += 1
+        else:
+            stats.delivered_consume_auto_ack += 1
         queue.delivered(entry, not consumer.no_ack)
         self.output.deliver(consumer, tag, entry)
 
@@ -332,12 +354,20 @@ class ChannelModel:
             self.access.read("queue", name)
         q = self.vhost.queue(name, self.owner)
         entry = q.get()
+        stats = self.stats
         if entry is None:
+            stats.get_empty += 1
             return None
         tag = self.next_tag
         self.next_tag = tag + 1
+        q.stat_delivered += 1
+        if entry.redelivered:
+            stats.redelivered += 1
         if not no_ack:
+            stats.delivered_get_manual_ack += 1
             self.unacked[tag] = Delivery(entry, None, self._deadline(q))
+        else:
+            stats.delivered_get_auto_ack += 1
         q.delivered(entry, not no_ack)
         return tag, entry, q.message_count
 
@@ -470,10 +500,15 @@ class ChannelModel:
         self.basic_nack(tag, False, requeue)
 
     def _settle(self, action: str, taken: Taken) -> None:
+        ack = action == ACK
+        if ack:
+            self.stats.acknowledged += len(taken)
         touched: dict[int, Queue] = {}
         for _tag, d in taken:
             entry, consumer = d.entry, d.consumer
             q = entry.queue
+            if ack:
+                q.stat_acked += 1
             if consumer is not None:
                 consumer.unacked -= 1
                 self.global_unacked -= 1

@@ -54,6 +54,11 @@ class Queue:
     consumer_timeout: int | None
     seq_header: bool
     count_header: bool
+    # message counters for the UI's per-queue rates (bumped by the channel; class
+    # defaults, so a type gets them without doing anything)
+    stat_published = 0
+    stat_delivered = 0
+    stat_acked = 0
 
     # -- counters -----------------------------------------------------------------
     @property

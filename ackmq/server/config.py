@@ -53,6 +53,9 @@ class Config:
     # HTTPS with the tls_* certificate options, off unless asked
     http_port: int | None = 15672
     https_port: int | None = None
+    # /metrics alone, no login, on its own port as RabbitMQ's prometheus plugin (15692);
+    # off unless asked (/metrics is on the management listener too); 0: a free port
+    prometheus_port: int | None = None
 
     def seed_users(self) -> dict[str, str]:
         if self.default_user:

@@ -24,13 +24,15 @@ import logging
 import mmap
 import os
 import threading
+import time
 import zlib
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ackmq.broker.stats import BATCH_BUCKETS, LATENCY_BUCKETS, Histogram
 from ackmq.broker.storage import (
     BindingDef,
     CorruptStore,
@@ -100,6 +102,9 @@ class StoreStats:
     compactions: int = 0
     segments_deleted: int = 0
     bytes_copied: int = 0     # live records rewritten by compaction
+    # /metrics (broker/stats.py): seconds per fdatasync, records made durable by each
+    fsync_seconds: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
+    fsync_records: Histogram = field(default_factory=lambda: Histogram(BATCH_BUCKETS))
 
 
 class _Add:
@@ -179,6 +184,7 @@ class SegmentStore:
         self._wstate = (-1, 0, 0, 0)
         self._synced = 0            # writes known durable (a generation of _wstate)
         self._synced_at = (0, 0)    # (segment, offset) known fdatasynced up to
+        self._records_synced = 0    # stats.records_written at the last fdatasync
         self._claimed = 0           # the offset the last SYNCED record of the segment claimed
         self._unwritten: dict[Key, _Add] = {}          # adds not yet on disk
         self._unwritten_removes: dict[Key, int] = {}   # removes not yet on disk -> old pos
@@ -676,11 +682,17 @@ class SegmentStore:
                 return self._broken
             if need > self._synced:
                 fd, gen, seg, end = self._wstate  # gen >= need: all in fd
+                stats = self.stats
+                records = stats.records_written
+                t0 = time.perf_counter()
                 try:
                     os.fdatasync(fd)
                 except OSError as e:
                     return self._fsync_failed(e)
-                self.stats.fsyncs += 1
+                stats.fsync_seconds.observe(time.perf_counter() - t0)
+                stats.fsync_records.observe(records - self._records_synced)
+                self._records_synced = records
+                stats.fsyncs += 1
                 self._synced = gen
                 self._synced_at = (seg, end)
         return None

@@ -226,7 +226,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
             raise Refused("Bad CONNECT", f"Virtual host '{vhost.name}' access denied")
         access = ctx.access
         self.user = user
-        self.channel = broker.open_channel(vhost, self, self, user)
+        self.channel = broker.open_channel(vhost, self, self, user, "stomp")
         # U3: SEND and SUBSCRIBE are checked as the AMQP operations they perform
         self.channel.access = ChannelAccess(access, user, vhost.name)
         self.session = "session-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]

@@ -1,0 +1,648 @@
+"""The web UI (SPEC M2) under `/`, as RabbitMQ's management UI: overview, connections
+and channels, queues and a queue's page (get / publish / purge / delete), exchanges and
+bindings, users / vhosts / permissions / limits.
+
+Server-rendered from the model's public attributes on the broker's loop (a page is a
+snapshot: no lock, no thread), with the same basic auth and per-vhost visibility as the
+API. ackmq.js re-fetches the page every few seconds and swaps its `#live` part. Actions
+are POSTed forms that run the operation an AMQP client would, under the user's
+permissions (a ChannelAccess, as a channel of that user): purge needs read, delete
+configure, publish write, get read; closing another user's connection needs the
+administrator tag, as RabbitMQ. A POST from another origin is refused (the browser
+sends basic credentials with any request to us).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from ackmq.broker.access import AccessError, ChannelAccess
+from ackmq.broker.errors import ReplyError
+from ackmq.server.http import views
+from ackmq.server.http.app import SERVER_KEY, has_tag
+from ackmq.server.http.sampler import RateSampler
+from ackmq.server.http.ui_html import (
+    bar,
+    chart,
+    duration,
+    e,
+    form,
+    hidden,
+    href,
+    num,
+    page,
+    rate,
+    secs,
+    size,
+    table,
+)
+
+if TYPE_CHECKING:
+    from ackmq.server.server import Server
+
+log = logging.getLogger("ackmq.http.ui")
+
+STATIC = Path(__file__).parent / "static"
+SAMPLER_KEY: web.AppKey[RateSampler] = web.AppKey("ackmq_sampler", RateSampler)
+CLOSE_REASON = "Closed via management plugin"  # RabbitMQ's UI sends this text
+GET_LIMIT = 100  # messages one get may show
+PAGE_SIZE = 500  # queues on one page of /queues
+
+
+class UIError(Exception):
+    """An action refused: shown to the user as the page's message."""
+
+
+# -- snapshots of the model -----------------------------------------------------------
+def _server(request: web.Request) -> Server:
+    return request.app[SERVER_KEY]
+
+
+def _vhosts(request: web.Request) -> list[str]:
+    return views.visible_vhosts(_server(request), request["user"])
+
+
+def conn_name(conn: Any) -> str:
+    """RabbitMQ's connection name: "peer_host:port -> local_host:port"."""
+    peer = conn.peer or ("?", 0)
+    t = conn.transport
+    local = t.get_extra_info("sockname") if t is not None else None
+    local = local or ("?", 0)
+    return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
+
+
+def protocol(conn: Any) -> str:
+    return "STOMP 1.2" if type(conn).__name__.startswith("Stomp") else "AMQP 0-9-1"
+
+
+def _channels(conn: Any) -> list[tuple[int, Any]]:
+    """(number, ChannelModel) of a connection: AMQP's channels, STOMP's one."""
+    chans = getattr(conn, "channels", None)
+    if chans is not None:
+        return [(n, ch.model) for n, ch in sorted(chans.items())]
+    ch = getattr(conn, "channel", None)
+    return [(1, ch)] if ch is not None else []
+
+
+def _connections(request: web.Request) -> list[Any]:
+    server, user = _server(request), request["user"]
+    vhosts = set(_vhosts(request))
+    all_ = views.sees_all_connections(user)
+    conns = [c for c in server.connections if views._conn_vhost(c) in vhosts
+             and (all_ or c.user == user.name)]
+    return sorted(conns, key=conn_name)
+
+
+def _queues(request: web.Request) -> list[Any]:
+    broker = _server(request).broker
+    return [q for v in _vhosts(request) if v in broker.vhosts
+            for _, q in sorted(broker.vhosts[v].queues.items())]
+
+
+def _queue(request: web.Request, vhost: str, name: str) -> Any:
+    broker = _server(request).broker
+    if vhost not in _vhosts(request) or vhost not in broker.vhosts:
+        raise web.HTTPNotFound()
+    q = broker.vhosts[vhost].queues.get(name)
+    if q is None:
+        raise web.HTTPNotFound()
+    return q
+
+
+def _features(q: Any) -> str:
+    f = []
+    if q.durable:
+        f.append('<abbr title="durable">D</abbr>')
+    if q.auto_delete:
+        f.append('<abbr title="auto-delete">AD</abbr>')
+    if q.exclusive_owner is not None:
+        f.append('<abbr title="exclusive">Excl</abbr>')
+    for k in sorted(q.arguments):
+        if k != "x-queue-type":
+            f.append(f'<abbr title="{e(k)}: {e(q.arguments[k])}">{e(_short_arg(k))}</abbr>')
+    return " ".join(f)
+
+
+def _short_arg(k: str) -> str:
+    return {"x-message-ttl": "TTL", "x-expires": "Exp", "x-max-length": "Lim",
+            "x-max-length-bytes": "Lim B", "x-dead-letter-exchange": "DLX",
+            "x-dead-letter-routing-key": "DLK", "x-max-priority": "Pri",
+            "x-delivery-limit": "DLim", "x-single-active-consumer": "SAC",
+            "x-overflow": "Ovfl"}.get(k, k)
+
+
+def _qtype(q: Any) -> str:
+    return str(q.arguments.get("x-queue-type") or getattr(q, "kind", "") or "classic")
+
+
+def _latency(server: Server) -> dict[str, float | None]:
+    st = getattr(server.broker.store, "stats", None)
+    cl = server.broker.stats.confirm_latency
+    out: dict[str, float | None] = {"confirm_p50": cl.quantile(0.5),
+                                    "confirm_p99": cl.quantile(0.99),
+                                    "confirm_mean": cl.sum / cl.count if cl.count else None,
+                                    "fsync_p50": None, "fsync_p99": None, "fsync_mean": None,
+                                    "fsyncs": None, "records": None}
+    if st is not None and hasattr(st, "fsync_seconds"):
+        h, r = st.fsync_seconds, st.fsync_records
+        out.update(fsync_p50=h.quantile(0.5), fsync_p99=h.quantile(0.99),
+                   fsync_mean=h.sum / h.count if h.count else None, fsyncs=h.count,
+                   records=r.sum / r.count if r.count else None)
+    return out
+
+
+def _alarms(server: Server) -> list[str]:
+    return sorted(server.alarms.limits.active) if server.alarms is not None else []
+
+
+def _render(request: web.Request, title: str, active: str, live: str, static: str = "",
+            flash: str = "", error: bool = False) -> web.Response:
+    server = _server(request)
+    flash = flash or request.query.get("msg", "")
+    error = error or request.query.get("err") == "1"
+    body = page(title, active, request["user"].name, live, static, flash, error,
+                views.node_name(), _alarms(server))
+    return web.Response(text=body, content_type="text/html",
+                        headers={"Cache-Control": "no-store",
+                                 "X-Frame-Options": "DENY",
+                                 "Content-Security-Policy":
+                                     "default-src 'self'; style-src 'self' 'unsafe-inline'"})
+
+
+# -- pages ----------------------------------------------------------------------------
+async def overview(request: web.Request) -> web.Response:
+    server = _server(request)
+    sampler = request.app[SAMPLER_KEY]
+    r = sampler.rates()
+    queues = _queues(request)
+    ready = sum(q.message_count for q in queues)
+    unacked = sum(q.unacked_count for q in queues)
+    conns = _connections(request)
+    broker = server.broker
+    vhosts = _vhosts(request)
+    totals = table(["Ready", "Unacked", "Total"],
+                   [[f'<span id="total-ready">{num(ready)}</span>',
+                     f'<span id="total-unacked">{num(unacked)}</span>',
+                     f'<span id="total-messages">{num(ready + unacked)}</span>']])
+    rates = table(["Publish", "Confirm", "Routed", "Deliver / get", "Ack", "Redelivered",
+                   "Unroutable (drop)", "Unroutable (return)"],
+                  [[rate(r.get(k, 0.0)) for k in ("received", "confirmed", "routed",
+                                                   "delivered", "acknowledged",
+                                                   "redelivered", "unroutable_dropped",
+                                                   "unroutable_returned")]])
+    graph = chart({"publish": sampler.series("received"),
+                   "deliver": sampler.series("delivered"),
+                   "ack": sampler.series("acknowledged")})
+    objects = table(["Connections", "Channels", "Exchanges", "Queues", "Consumers"],
+                    [[num(len(conns)), num(sum(len(_channels(c)) for c in conns)),
+                      num(sum(len(broker.vhosts[v].exchanges) for v in vhosts
+                              if v in broker.vhosts)),
+                      f'<span id="total-queues">{num(len(queues))}</span>',
+                      num(sum(q.consumer_count for q in queues))]])
+    mon = server.alarms
+    active = _alarms(server)
+    node_rows = [["Node", e(views.node_name())],
+                 ["Uptime", e(duration(views.uptime_ms()))]]
+    if mon is not None:
+        lim = mon.limits
+        node_rows.append(["Memory", bar(mon.rss, lim.memory_limit,
+                                        f"{size(mon.rss)} of {size(lim.memory_limit)} "
+                                        "high watermark", "memory" in active)])
+        if mon.disk_free is not None:
+            node_rows.append(["Disk free", bar(lim.disk_free_limit, mon.disk_free,
+                                               f"{size(mon.disk_free)} free, limit "
+                                               f"{size(lim.disk_free_limit)}",
+                                               "disk" in active)])
+    alarm_html = ("".join(f'<span class="badge red alarm-{e(a)}">{e(a)}</span>'
+                          for a in active) or '<span class="badge green">none</span>')
+    node_rows.append(["Alarms", f'<span id="alarms">{alarm_html}</span>'])
+    lat = _latency(server)
+    node_rows.append(["fdatasync", e(f"p50 {secs(lat['fsync_p50'])} · p99 "
+                                     f"{secs(lat['fsync_p99'])} · mean "
+                                     f"{secs(lat['fsync_mean'])} · "
+                                     f"{num(lat['fsyncs'] or 0)} calls · "
+                                     f"{num(lat['records'] or 0)} records each")
+                      if lat["fsyncs"] is not None else "no store (transient broker)"])
+    node_rows.append(["Publish → confirm", e(f"p50 {secs(lat['confirm_p50'])} · p99 "
+                                             f"{secs(lat['confirm_p99'])} · mean "
+                                             f"{secs(lat['confirm_mean'])}")])
+    listeners = table(["Protocol", "Port"], [[e(x["protocol"]), e(x["port"])]
+                                             for x in views.listeners(server)])
+    live = (f'<div class="grid"><section><h2>Queued messages</h2>{totals}'
+            f'<h2>Message rates</h2>{rates}{graph}</section>'
+            f'<section><h2>Node</h2>{table(["", ""], node_rows, "node")}'
+            f'<h2>Totals</h2>{objects}<h2>Listeners</h2>{listeners}</section></div>')
+    return _render(request, "Overview", "/", live)
+
+
+async def queues_page(request: web.Request) -> web.Response:
+    sampler = request.app[SAMPLER_KEY]
+    lat = _latency(_server(request))
+    rows = []
+    queues = _queues(request)
+    flt = request.query.get("filter", "")
+    if flt:
+        queues = [q for q in queues if flt.lower() in q.name.lower()]
+    try:
+        pageno = max(1, int(request.query.get("page", "1")))
+    except ValueError:
+        pageno = 1
+    pages = max(1, -(-len(queues) // PAGE_SIZE))
+    pageno = min(pageno, pages)
+    first = (pageno - 1) * PAGE_SIZE
+    shown = queues[first:first + PAGE_SIZE]
+    for q in shown:
+        inc, dlv, ack = sampler.queue(q)
+        confirm = secs(lat["confirm_p99"]) if q.persistent_store is not None else "–"
+        rows.append([e(q.vhost.name),
+                     f'<a href="{href("/queue", vhost=q.vhost.name, name=q.name)}">'
+                     f'{e(q.name)}</a>',
+                     e(_qtype(q)), _features(q),
+                     f'<span class="ready">{num(q.message_count)}</span>',
+                     num(q.unacked_count), num(q.message_count + q.unacked_count),
+                     num(q.consumer_count), rate(inc), rate(dlv), rate(ack), e(confirm)])
+    pager = (f'<p class="hint" id="pager">{e(num(first + 1 if shown else 0))}–'
+             f'{e(num(first + len(shown)))} of {e(num(len(queues)))} queues')
+    if pageno > 1:
+        pager += f' · <a href="{href("/queues", page=str(pageno - 1), filter=flt)}">previous</a>'
+    if pageno < pages:
+        pager += f' · <a href="{href("/queues", page=str(pageno + 1), filter=flt)}">next</a>'
+    pager += "</p>"
+    live = pager + table(["Vhost", "Name", "Type", "Features", "Ready", "Unacked", "Total",
+                          "Consumers", "Incoming", "Deliver / get", "Ack", "Confirm p99"],
+                         rows, "queues", "no queues")
+    search = (f'<form method="get" action="/queues" class="filter"><label>Filter by name '
+              f'<input name="filter" value="{e(flt)}"></label>'
+              '<button type="submit">Filter</button></form>')
+    return _render(request, "Queues", "/queues", live, search)
+
+
+async def queue_page(request: web.Request, flash: str = "", error: bool = False,
+                     got: str = "") -> web.Response:
+    vhost, name = request.query.get("vhost", "/"), request.query.get("name", "")
+    if request.method == "POST":
+        data = await request.post()
+        vhost, name = str(data.get("vhost", "/")), str(data.get("name", ""))
+    q = _queue(request, vhost, name)
+    inc, dlv, ack = request.app[SAMPLER_KEY].queue(q)
+    vh = q.vhost
+    details = table(["Type", "Features", "Ready", "Unacked", "Total", "Consumers",
+                     "Incoming", "Deliver / get", "Ack"],
+                    [[e(_qtype(q)), _features(q) or "–",
+                      f'<span id="q-ready">{num(q.message_count)}</span>',
+                      f'<span id="q-unacked">{num(q.unacked_count)}</span>',
+                      num(q.message_count + q.unacked_count), num(q.consumer_count),
+                      rate(inc), rate(dlv), rate(ack)]], "queue")
+    names = {id(ch): (conn_name(c), n) for c in _server(request).connections
+             for n, ch in _channels(c)}
+    consumers = table(["Channel", "Consumer tag", "Ack required", "Prefetch", "Unacked",
+                       "Exclusive"],
+                      [[e(f"{names.get(id(c.channel), ('?', 0))[0]} "
+                          f"({names.get(id(c.channel), ('?', 0))[1]})"),
+                        e(c.tag), e(not c.no_ack), num(c.limit), num(c.unacked),
+                        e(c.exclusive)] for c in q.consumers.values()], "consumers",
+                      "no consumers")
+    bindings = [["(default exchange)", e(q.name), "", ""]]
+    for x in sorted(vh.exchanges.values(), key=lambda x: x.name):
+        for b in x.bindings.values():
+            if b.destination is q:
+                bindings.append([e(x.name), e(b.routing_key), e(b.arguments or ""), ""])
+    live = (f'{details}<h2>Consumers</h2>{consumers}'
+            f'<h2>Bindings</h2>{table(["From exchange", "Routing key", "Arguments", ""], bindings, "bindings")}')
+    ident = hidden(vhost=vhost, name=name)
+    static = (
+        '<div class="actions">'
+        '<section><h2>Publish message</h2>'
+        + form("/queue/publish", ident +
+               '<label>Delivery mode <select name="delivery_mode">'
+               '<option value="1">1 - non-persistent</option>'
+               '<option value="2" selected>2 - persistent</option></select></label>'
+               '<label>Headers <input name="headers" placeholder="key=value, …"></label>'
+               '<label>Properties <input name="properties" '
+               'placeholder="content_type=text/plain, …"></label>'
+               '<label>Payload <textarea name="payload" id="payload" rows="3">'
+               '</textarea></label>', "Publish message", cls="publish")
+        + '<p class="hint">Published to the default exchange with this queue\'s name as '
+          'the routing key.</p></section>'
+        '<section><h2>Get messages</h2>'
+        + form("/queue/get", ident +
+               '<label>Ack mode <select name="ackmode">'
+               '<option value="ack_requeue_true">Nack message requeue true</option>'
+               '<option value="ack_requeue_false">Automatic ack</option></select></label>'
+               '<label>Messages <input name="count" value="1" size="4"></label>',
+               "Get message(s)", cls="get")
+        + got + '</section>'
+        '<section><h2>Purge</h2>'
+        + form("/queue/purge", ident, "Purge messages",
+               f"Purge every ready message of {name}?", cls="purge")
+        + '<h2>Delete</h2>'
+        + form("/queue/delete", ident, "Delete queue", f"Delete the queue {name}?",
+               cls="delete danger")
+        + '</section></div>')
+    return _render(request, f"Queue {name}", "/queues", live, static, flash, error)
+
+
+async def connections_page(request: web.Request) -> web.Response:
+    rows, chans = [], []
+    for c in _connections(request):
+        name = conn_name(c)
+        props = getattr(c, "client_properties", None) or {}
+        client = " ".join(str(props.get(k, "")) for k in ("product", "version")).strip()
+        rows.append([e(name), e(c.user), e(views._conn_vhost(c)), e(protocol(c)),
+                     e(client), num(len(_channels(c))),
+                     '<span class="badge red">blocked</span>'
+                     if getattr(c, "alarm_blocked", False) else "running",
+                     form("/connections/close", hidden(name=name), "Close",
+                          f"Close the connection {name}?", cls="close danger")])
+        for n, ch in _channels(c):
+            mode = "confirm" if ch.confirms is not None else (
+                "transactional" if ch.tx is not None else "")
+            chans.append([e(f"{name} ({n})"), e(c.user), e(ch.vhost.name), e(mode),
+                          num(len(ch.consumers)), num(ch.prefetch_count),
+                          num(len(ch.unacked)),
+                          num(ch.confirms.outstanding if ch.confirms is not None else 0)])
+    live = (table(["Name", "User", "Vhost", "Protocol", "Client", "Channels", "State", ""],
+                  rows, "connections", "no connections")
+            + '<h2>Channels</h2>'
+            + table(["Channel", "User", "Vhost", "Mode", "Consumers", "Prefetch",
+                     "Unacked", "Unconfirmed"], chans, "channels", "no channels"))
+    return _render(request, "Connections and channels", "/connections", live)
+
+
+async def exchanges_page(request: web.Request) -> web.Response:
+    broker = _server(request).broker
+    xs, bs = [], []
+    for v in _vhosts(request):
+        vh = broker.vhosts.get(v)
+        if vh is None:
+            continue
+        for name, x in sorted(vh.exchanges.items()):
+            feats = " ".join(f for f, on in (("D", x.durable), ("AD", x.auto_delete),
+                                             ("I", x.internal)) if on)
+            xs.append([e(v), e(name or "(AMQP default)"), e(x.type), e(feats),
+                       e(x.arguments or ""), num(len(x.bindings))])
+            for b in x.bindings.values():
+                d = b.destination
+                kind = "exchange" if hasattr(d, "bindings") else "queue"
+                bs.append([e(v), e(name), e(kind), e(d.name), e(b.routing_key),
+                           e(b.arguments or "")])
+    live = (table(["Vhost", "Name", "Type", "Features", "Arguments", "Bindings"], xs,
+                  "exchanges")
+            + "<h2>Bindings</h2>"
+            + table(["Vhost", "Source", "Destination type", "Destination", "Routing key",
+                     "Arguments"], bs, "bindings", "no bindings"))
+    return _render(request, "Exchanges and bindings", "/exchanges", live)
+
+
+async def admin_page(request: web.Request) -> web.Response:
+    access = _server(request).access
+    user = request["user"]
+    admin = has_tag(user, "administrator")
+    vhosts = set(_vhosts(request))
+    users = [[e(u.name), e(", ".join(u.tags)), e(_limits(access.user_limits.get(u.name)))]
+             for u in sorted(access.users.values(), key=lambda u: u.name)
+             if admin or u.name == user.name]
+    vrows = [[e(v), e(_limits((meta or {}).get("limits")))]
+             for v, meta in sorted(access.vhosts.items()) if v in vhosts]
+    perms = [[e(u), e(v), e(p.configure), e(p.write), e(p.read)]
+             for (u, v), p in sorted(access.permissions.items())
+             if v in vhosts and (admin or u == user.name)]
+    topics = [[e(u), e(v), e(x), e(t.write), e(t.read)]
+              for (u, v), by_x in sorted(access.topic_permissions.items())
+              for x, t in sorted(by_x.items()) if v in vhosts and (admin or u == user.name)]
+    live = ("<h2>Users</h2>" + table(["Name", "Tags", "Limits"], users, "users")
+            + "<h2>Virtual hosts</h2>" + table(["Name", "Limits"], vrows, "vhosts")
+            + "<h2>Permissions</h2>" + table(["User", "Vhost", "Configure", "Write", "Read"],
+                                             perms, "permissions")
+            + "<h2>Topic permissions</h2>" + table(["User", "Vhost", "Exchange", "Write",
+                                                    "Read"], topics, "topic-permissions"))
+    return _render(request, "Users, virtual hosts, permissions", "/admin", live)
+
+
+def _limits(limits: dict[str, Any] | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted((limits or {}).items())) or "–"
+
+
+# -- actions --------------------------------------------------------------------------
+def _same_origin(request: web.Request) -> None:
+    """Refuse a form posted from another site (CSRF): the browser would send our basic
+    credentials with it. A request without Origin/Referer (curl) is allowed."""
+    for h in ("Origin", "Referer"):
+        v = request.headers.get(h)
+        if v:
+            if v == "null" or urlsplit(v).netloc != request.host:
+                raise web.HTTPForbidden(text="cross-origin form refused")
+            return
+
+
+def _access(request: web.Request, vhost: str) -> ChannelAccess:
+    return ChannelAccess(_server(request).access, request["user"].name, vhost)
+
+
+def _back(path: str, msg: str, error: bool = False, **params: str) -> web.HTTPSeeOther:
+    params = {**params, "msg": msg}
+    if error:
+        params["err"] = "1"
+    return web.HTTPSeeOther(href(path, **params).replace("&amp;", "&"))
+
+
+async def queue_action(request: web.Request) -> web.StreamResponse:
+    _same_origin(request)
+    action = request.match_info["action"]
+    data = await request.post()
+    vhost, name = str(data.get("vhost", "/")), str(data.get("name", ""))
+    q = _queue(request, vhost, name)
+    server = _server(request)
+    try:
+        if action == "purge":
+            _access(request, vhost).read("queue", name)
+            n = q.purge()
+            msg = f"Queue purged ({n} messages)"
+        elif action == "delete":
+            _access(request, vhost).configure("queue", name)
+            q.vhost.delete_queue(q)
+            server.request_flush()
+            raise _back("/queues", f"Queue {name} deleted")
+        elif action == "publish":
+            msg = _publish(request, q, data)
+        elif action == "get":
+            return await queue_page(request, got=_get(request, q, data))
+        else:
+            raise web.HTTPNotFound()
+    except (ReplyError, AccessError, UIError) as err:
+        text = getattr(err, "text", None) or str(err)
+        raise _back("/queue", text, True, vhost=vhost, name=name) from None
+    server.request_flush()
+    raise _back("/queue", msg, vhost=vhost, name=name)
+
+
+def _pairs(text: str) -> dict[str, str]:
+    out = {}
+    for part in text.split(","):
+        if part.strip():
+            k, sep, v = part.partition("=")
+            if not sep or not k.strip():
+                raise UIError(f"{part.strip()!r}: write key=value")
+            out[k.strip()] = v.strip()
+    return out
+
+
+class _Output:
+    """The channel output of a UI publish or get: nothing goes to a socket."""
+
+    writable = True
+
+    def deliver(self, *a: Any) -> None: ...
+
+    def unroutable(self, *a: Any) -> None: ...
+
+    def confirm(self, *a: Any) -> None: ...
+
+    def consumer_cancelled(self, *a: Any) -> None: ...
+
+    def close(self, *a: Any) -> None: ...
+
+
+def _channel(request: web.Request, q: Any) -> Any:
+    """A channel of the logged-in user on the queue's vhost, with their permissions."""
+    server, user = _server(request), request["user"].name
+    ch = server.broker.open_channel(q.vhost, object(), _Output(), user)
+    ch.access = _access(request, q.vhost.name)
+    return ch
+
+
+def _publish(request: web.Request, q: Any, data: Any) -> str:
+    from pamqp import commands
+
+    from ackmq.protocol.amqp.properties import encode_properties
+    props = _pairs(str(data.get("properties", "")))
+    headers = _pairs(str(data.get("headers", "")))
+    mode = 2 if str(data.get("delivery_mode", "2")) == "2" else 1
+    allowed = {"content_type", "content_encoding", "priority", "correlation_id",
+               "reply_to", "expiration", "message_id", "type", "user_id", "app_id"}
+    bad = sorted(set(props) - allowed)
+    if bad:
+        raise UIError(f"unknown properties {', '.join(bad)} (known: "
+                      f"{', '.join(sorted(allowed))})")
+    if "priority" in props:
+        try:
+            props["priority"] = int(props["priority"])  # type: ignore[assignment]
+        except ValueError:
+            raise UIError("priority: a number from 0 to 255") from None
+    try:
+        p = commands.Basic.Properties(delivery_mode=mode, headers=headers or None, **props)
+        blob = encode_properties(p)
+    except (TypeError, ValueError) as err:
+        raise UIError(f"bad properties: {err}") from None
+    payload = str(data.get("payload", "")).encode()
+    ch = _channel(request, q)
+    try:
+        ch.basic_publish("", q.name, False, False, blob, payload)
+    finally:
+        ch.close()
+    return "Message published."
+
+
+def _get(request: web.Request, q: Any, data: Any) -> str:
+    from ackmq.protocol.amqp.properties import PropertiesView
+    try:
+        count = max(1, min(GET_LIMIT, int(str(data.get("count", "1")))))
+    except ValueError:
+        count = 1
+    requeue = str(data.get("ackmode", "ack_requeue_true")) == "ack_requeue_true"
+    ch = _channel(request, q)
+    got = []
+    try:
+        for _ in range(count):
+            r = ch.basic_get(q.name, no_ack=not requeue)
+            if r is None:
+                break
+            tag, entry, left = r
+            msg = entry.message
+            got.append((msg, left, entry.redelivered, PropertiesView(msg.properties)))
+        # requeue: close() puts the unacked ones back in place, in order
+    finally:
+        ch.close()
+        _server(request).request_flush()
+    if not got:
+        return '<p class="flash" id="got">Queue is empty</p>'
+    parts = []
+    for i, (msg, left, redelivered, pv) in enumerate(got, 1):
+        headers = getattr(pv, "headers", None)
+        body = bytes(msg.body)
+        try:
+            shown, enc = body.decode("utf-8"), "string"
+        except UnicodeDecodeError:
+            import base64
+            shown, enc = base64.b64encode(body).decode(), "base64"
+        parts.append(table(["Message", str(i)], [
+            ["Exchange", e(msg.exchange or "(AMQP default)")],
+            ["Routing key", e(msg.routing_key)],
+            ["Redelivered", e(redelivered)],
+            ["Remaining", e(left)],
+            ["Properties", e(f"delivery_mode: {msg.delivery_mode}")
+             + (e(f" · headers: {headers}") if headers else "")],
+            ["Payload", f'<pre class="payload">{e(shown)}</pre> '
+                        f'<span class="hint">{len(body)} bytes, {enc}</span>']]))
+    return f'<div id="got">{"".join(parts)}</div>'
+
+
+async def close_connection(request: web.Request) -> web.StreamResponse:
+    _same_origin(request)
+    data = await request.post()
+    name = str(data.get("name", ""))
+    user = request["user"]
+    for c in _connections(request):
+        if conn_name(c) == name:
+            if c.user != user.name and "administrator" not in user.tags:
+                raise _back("/connections", "Not administrator user", True)
+            c.force_close(CLOSE_REASON)
+            _server(request).request_flush()
+            log.info("connection %s closed from the web UI by %s", name, user.name)
+            raise _back("/connections", f"Connection {name} closed")
+    raise _back("/connections", f"no connection {name}", True)
+
+
+async def static(request: web.Request) -> web.StreamResponse:
+    name = request.match_info["file"]
+    path = STATIC / name
+    if "/" in name or name.startswith(".") or not path.is_file():
+        raise web.HTTPNotFound()
+    ctype = {"css": "text/css", "js": "application/javascript", "svg": "image/svg+xml"
+             }.get(name.rsplit(".", 1)[-1], "application/octet-stream")
+    return web.Response(body=path.read_bytes(), content_type=ctype,
+                        headers={"Cache-Control": "max-age=300"})
+
+
+static.ackmq_tag = None  # type: ignore[attr-defined]  # the login page's CSS needs no login
+
+
+# -- wiring ---------------------------------------------------------------------------
+async def _start_sampler(app: web.Application) -> None:
+    sampler = app[SAMPLER_KEY]
+    sampler.start()
+
+
+async def _stop_sampler(app: web.Application) -> None:
+    app[SAMPLER_KEY].stop()
+
+
+def register(app: web.Application) -> None:
+    app[SAMPLER_KEY] = RateSampler(app[SERVER_KEY])
+    app.on_startup.append(_start_sampler)
+    app.on_cleanup.append(_stop_sampler)
+    app.router.add_get("/", overview)
+    app.router.add_get("/queues", queues_page)
+    app.router.add_get("/queue", queue_page)
+    app.router.add_post("/queue/{action}", queue_action)
+    app.router.add_get("/connections", connections_page)
+    app.router.add_post("/connections/close", close_connection)
+    app.router.add_get("/exchanges", exchanges_page)
+    app.router.add_get("/admin", admin_page)
+    app.router.add_get("/static/{file}", static)
+
