@@ -30,7 +30,7 @@ from pamqp import commands as C
 from ackmq.client import ClientError
 from ackmq.client.lowlevel import RawChannel, RawConnection, open_connection
 from ackmq.spark.amqp import ConsumerError, describe, safe_url
-from ackmq.spark.schema import decode_properties
+from ackmq.spark.schema import properties_columns
 
 OFFSET_HEADER = "x-stream-offset"
 #: a probe ends when no delivery came for this long after the last one
@@ -81,7 +81,7 @@ class _Reader:
         if self.done or self.error is not None:
             return
         m = content.method
-        props, headers = decode_properties(content.properties)
+        props, headers = properties_columns(content.properties)
         off = headers.get(OFFSET_HEADER) if headers else None
         if isinstance(off, bool) or not isinstance(off, int):
             # a classic queue (or no stream support): never ack, the broker requeues
