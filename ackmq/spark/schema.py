@@ -30,21 +30,21 @@ SCHEMA_DDL = (
     + ">, message_id string, redelivered boolean, delivery_count int, received_at timestamp"
 )
 
-_TS = pa.timestamp("us", tz="UTC")
-_ARROW_TYPES = {"string": pa.string(), "int": pa.int32(), "timestamp": _TS}
-PROPS_TYPE = pa.struct([(n, _ARROW_TYPES[t]) for n, t in PROPERTY_FIELDS])
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+ARROW_TYPES = {"string": pa.string(), "int": pa.int32(), "timestamp": TIMESTAMP_TYPE}
+PROPS_TYPE = pa.struct([(n, ARROW_TYPES[t]) for n, t in PROPERTY_FIELDS])
 PROPERTY_NAMES = [n for n, _ in PROPERTY_FIELDS]
-_MESSAGE_ID = PROPERTY_NAMES.index("message_id")
+MESSAGE_ID = PROPERTY_NAMES.index("message_id")
 ARROW_SCHEMA = pa.schema([
     ("offset", pa.int64()), ("seq", pa.int64()), ("body", pa.binary()),
     ("routing_key", pa.string()), ("exchange", pa.string()),
     ("headers", pa.map_(pa.string(), pa.string())), ("properties", PROPS_TYPE),
     ("message_id", pa.string()), ("redelivered", pa.bool_()),
-    ("delivery_count", pa.int32()), ("received_at", _TS),
+    ("delivery_count", pa.int32()), ("received_at", TIMESTAMP_TYPE),
 ])
 
 
-def _text(v: Any) -> str | None:
+def as_text(v: Any) -> str | None:
     if v is None:
         return None
     if isinstance(v, (bytes, bytearray)):
@@ -77,7 +77,7 @@ def prepare_row(m: Any) -> tuple[tuple[Any, ...], int | None, int | None,
     if len(h) == 2 and SEQ_HEADER in h and DELIVERY_COUNT_HEADER in h:
         user: list[tuple[str, str | None]] = []
     else:
-        user = [(str(k), _text(v)) for k, v in h.items() if k not in BROKER_HEADERS]
+        user = [(str(k), as_text(v)) for k, v in h.items() if k not in BROKER_HEADERS]
     return props, seq, count, user
 
 
@@ -94,7 +94,7 @@ def seq_of(d: Delivery) -> int | None:
 
 
 def message_id_of(d: Delivery) -> str | None:
-    return row_of(d)[0][_MESSAGE_ID]
+    return row_of(d)[0][MESSAGE_ID]
 
 
 def delivery_count_of(d: Delivery) -> int | None:
@@ -162,10 +162,10 @@ def to_arrow(deliveries: list[Delivery], first_offset: int) -> pa.Table:
         if rows else ([], [], [], [])
     columns = list(zip(*props, strict=True)) if props else [() for _ in PROPERTY_FIELDS]
     props_arr = pa.StructArray.from_arrays(
-        [pa.array(list(col), _ARROW_TYPES[kind])
+        [pa.array(list(col), ARROW_TYPES[kind])
          for col, (_, kind) in zip(columns, PROPERTY_FIELDS, strict=True)],
         fields=list(PROPS_TYPE))
-    received = pa.array([int(d.received_at * 1e6) for d in deliveries], pa.int64()).cast(_TS)
+    received = pa.array([int(d.received_at * 1e6) for d in deliveries], pa.int64()).cast(TIMESTAMP_TYPE)
     return pa.Table.from_arrays([
         pa.array(range(first_offset, first_offset + n), pa.int64()),
         pa.array(seqs, pa.int64()),
@@ -174,7 +174,7 @@ def to_arrow(deliveries: list[Delivery], first_offset: int) -> pa.Table:
         pa.array([m.exchange for m in msgs], pa.string()),
         pa.array(user_headers, pa.map_(pa.string(), pa.string())),
         props_arr,
-        props_arr.field(_MESSAGE_ID),
+        props_arr.field(MESSAGE_ID),
         pa.array([m.redelivered for m in msgs], pa.bool_()),
         pa.array(counts, pa.int32()),
         received,

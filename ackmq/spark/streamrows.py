@@ -15,14 +15,14 @@ from typing import Any
 import pyarrow as pa
 
 from ackmq.spark.schema import (
-    _ARROW_TYPES,
-    _MESSAGE_ID,
-    _TS,
     ARROW_SCHEMA,
+    ARROW_TYPES,
+    MESSAGE_ID,
     PROPERTY_FIELDS,
     PROPS_TYPE,
     SCHEMA_DDL,
-    _text,
+    TIMESTAMP_TYPE,
+    as_text,
 )
 from ackmq.spark.streamwire import Delivered
 
@@ -31,7 +31,7 @@ STREAM_ARROW_SCHEMA = ARROW_SCHEMA.append(pa.field("stream_offset", pa.int64()))
 
 
 def _user_headers(h: dict[str, Any]) -> list[tuple[str, str | None]]:
-    return [(str(k), _text(v)) for k, v in h.items()] if h else []
+    return [(str(k), as_text(v)) for k, v in h.items()] if h else []
 
 
 def stream_batch(items: Sequence[Delivered]) -> pa.RecordBatch:
@@ -41,11 +41,11 @@ def stream_batch(items: Sequence[Delivered]) -> pa.RecordBatch:
     columns = list(zip(*(d.props for d in items), strict=True)) if n else \
         [() for _ in PROPERTY_FIELDS]
     props = pa.StructArray.from_arrays(
-        [pa.array(list(col), _ARROW_TYPES[kind])
+        [pa.array(list(col), ARROW_TYPES[kind])
          for col, (_, kind) in zip(columns, PROPERTY_FIELDS, strict=True)],
         fields=list(PROPS_TYPE))
     methods = [d.method for d in items]
-    now = pa.array([int(time.time() * 1e6)] * n, pa.int64()).cast(_TS)
+    now = pa.array([int(time.time() * 1e6)] * n, pa.int64()).cast(TIMESTAMP_TYPE)
     return pa.RecordBatch.from_arrays([
         offsets,
         pa.nulls(n, pa.int64()),
@@ -55,7 +55,7 @@ def stream_batch(items: Sequence[Delivered]) -> pa.RecordBatch:
         pa.array([_user_headers(d.headers) for d in items],
                  pa.map_(pa.string(), pa.string())),
         props,
-        props.field(_MESSAGE_ID),
+        props.field(MESSAGE_ID),
         pa.array([False] * n, pa.bool_()),
         pa.nulls(n, pa.int32()),
         now,
