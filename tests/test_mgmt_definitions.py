@@ -153,12 +153,12 @@ def test_M1_per_vhost_definitions(ackmq_target: Target) -> None:
 
 
 def test_M1_import_goes_on_past_a_refused_definition(ackmq_target: Target) -> None:
-    """A whole RabbitMQ export may hold what ackmq refuses (a stream queue): the rest
-    is imported and the answer names what was not."""
+    """A definitions file may hold what the broker refuses (here a queue argument of the
+    wrong type): the rest is imported and the answer names what was not."""
     vh = ackmq_target.vhost()
     defs = {"queues": [
         {"name": "s1", "vhost": vh, "durable": True, "auto_delete": False,
-         "arguments": {"x-queue-type": "stream"}},
+         "arguments": {"x-max-length": "ten"}},
         {"name": "ok1", "vhost": vh, "durable": True, "auto_delete": False,
          "arguments": {}}],
         "bindings": [{"source": "amq.direct", "vhost": vh, "destination": "ok1",

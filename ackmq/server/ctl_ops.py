@@ -43,7 +43,7 @@ def items(server: Server, kind: str, vhost: str | None) -> list[dict[str, Any]]:
     if kind == "consumers":
         return [views.consumer(c) for vh in vhs for q in vh.queues.values()
                 for c in q.consumers.values()]
-    conns = [c for c in list(server.connections) if views._conn_vhost(c) is not None]
+    conns = [c for c in list(server.connections) if c.vhost_name is not None]
     if kind == "connections":
         return [views.connection(c) for c in conns]
     if kind == "channels":

@@ -144,7 +144,7 @@ def _connections(request: web.Request, vhost: str | None = None) -> list[Any]:
     allowed = set(views.visible_vhosts(srv, u))
     out = []
     for c in list(srv.connections):
-        v = views._conn_vhost(c)
+        v = c.vhost_name
         if v is None or v not in allowed or (vhost is not None and v != vhost):
             continue
         if sees_all(u) or c.user == u.name:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import binascii
 import importlib
-import ipaddress
 import json
 import logging
 import warnings
@@ -25,6 +24,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+
+from ackmq.server import admission
 
 if TYPE_CHECKING:
     from ackmq.server.server import Server
@@ -100,16 +101,6 @@ def bad_request(reason: str) -> HTTPError:
     return HTTPError(400, "bad_request", reason)
 
 
-def _loopback(request: web.Request) -> bool:
-    peer = request.transport.get_extra_info("peername") if request.transport else None
-    if not peer:
-        return False
-    try:
-        return ipaddress.ip_address(str(peer[0]).split("%")[0]).is_loopback
-    except ValueError:
-        return False
-
-
 def _credentials(request: web.Request) -> tuple[str, str]:
     """RabbitMQ's answers: no Authorization -> 401 with an empty body; a Basic header
     that does not decode to user:password -> 400 with an empty body; another scheme
@@ -139,13 +130,14 @@ def authenticate(server: Server, request: web.Request) -> Any:
     the broker's users, guest from loopback only), or a _Refused with RabbitMQ's reply:
     a failed login is 401 "not_authorized"/"Login failed" (RabbitMQ's spelling there)."""
     name, password = _credentials(request)
-    cfg = server.config
-    local = _loopback(request)
-    if not cfg.authenticate(name, password, local):
-        if not local and cfg.authenticate(name, password, True):  # guest, from afar
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    got = admission.password_login(server.access, server.config.loopback_users, name,
+                                   password, peer or ("", 0))  # no peer: not loopback
+    if isinstance(got, admission.Refusal):
+        if got.kind == admission.LOOPBACK_ONLY:  # guest, from afar
             raise _Refused(error(401, "not_authorised", "User can only log in via localhost"))
         raise _login_failed()
-    return server.access.users[name]
+    return server.access.users[got]
 
 
 class _Refused(Exception):

@@ -93,7 +93,7 @@ def _connections(request: web.Request) -> list[Any]:
     server, user = _server(request), request["user"]
     vhosts = set(_vhosts(request))
     all_ = views.sees_all_connections(user)
-    conns = [c for c in server.connections if views._conn_vhost(c) in vhosts
+    conns = [c for c in server.connections if c.vhost_name in vhosts
              and (all_ or c.user == user.name)]
     return sorted(conns, key=conn_name)
 
@@ -353,7 +353,7 @@ async def connections_page(request: web.Request) -> web.Response:
         name = conn_name(c)
         props = getattr(c, "client_properties", None) or {}
         client = " ".join(str(props.get(k, "")) for k in ("product", "version")).strip()
-        rows.append([e(name), e(c.user), e(views._conn_vhost(c)), e(protocol(c)),
+        rows.append([e(name), e(c.user), e(c.vhost_name), e(protocol(c)),
                      e(client), num(len(_channels(c))),
                      '<span class="badge red">blocked</span>'
                      if getattr(c, "alarm_blocked", False) else "running",

@@ -80,7 +80,7 @@ def overview(server: Server, user: Any) -> dict[str, Any]:
               for q in vh.queues.values()]
     ready = sum(q.message_count for q in queues)
     unacked = sum(q.unacked_count for q in queues)
-    conns = [c for c in server.connections if _conn_vhost(c) in vhosts
+    conns = [c for c in server.connections if c.vhost_name in vhosts
              and (sees_all_connections(user) or c.user == user.name)]
     node = node_name()
     return {
@@ -118,11 +118,6 @@ def overview(server: Server, user: Any) -> dict[str, Any]:
 def contexts(server: Server) -> list[dict[str, Any]]:
     return [{"node": node_name(), "description": "ackmq management", "path": "/",
              "port": str(server.http.port if server.http else 0)}]
-
-
-def _conn_vhost(conn: Any) -> str | None:
-    from ackmq.server.connection import vhost_name
-    return vhost_name(conn)
 
 
 def uptime_ms() -> int:
@@ -287,7 +282,7 @@ def connection(conn: Any) -> dict[str, Any]:
         "protocol": f"STOMP {getattr(conn, 'version', '1.2')}" if stomp else "AMQP 0-9-1",
         "ssl": ssl, "state": "blocked" if getattr(conn, "alarm_blocked", False) else "running",
         "timeout": getattr(conn, "heartbeat", 0), "type": "network", "user": conn.user,
-        "user_who_performed_action": conn.user, "vhost": _conn_vhost(conn),
+        "user_who_performed_action": conn.user, "vhost": conn.vhost_name,
         "recv_oct": 0, "send_oct": 0, "send_pend": 0,
         **({"user_provided_name": props["connection_name"]}
            if isinstance(props.get("connection_name"), str) else {}),
