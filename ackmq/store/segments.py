@@ -41,8 +41,9 @@ from ackmq.broker.storage import (
     StoreError,
 )
 
+from . import fileio
 from .compact import compactor_main, finish_interrupted
-from .defs import DefsLog, _enc, binding_key, fsync_dir
+from .defs import DefsLog, _enc, binding_key
 from .format import (
     ADD,
     ADD_HDR,
@@ -150,9 +151,13 @@ class SegmentStore:
 
     def __init__(self, data_dir: str | Path, *, fsync: bool = True,
                  call_soon_threadsafe: Callable[..., Any] | None = None,
-                 segment_bytes: int = 64 << 20, compact_interval: float = 5.0, auto_compact: bool = True) -> None:
+                 segment_bytes: int = 64 << 20, compact_interval: float = 5.0,
+                 auto_compact: bool = True, sync_thread: bool = True) -> None:
         self.dir = Path(data_dir)
         self.fsync = fsync
+        # False: no sync thread; whoever drives the store calls sync_round() (the crash
+        # simulator: one thread, so a seed replays the same interleaving every time)
+        self.sync_thread = sync_thread
         self.stats = StoreStats()
         self.segment_bytes = segment_bytes
         self.compact_interval = compact_interval
@@ -203,19 +208,21 @@ class SegmentStore:
     # -- open / recovery ---------------------------------------------------------------
     def open(self) -> Recovered:
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._lockfd = os.open(self.dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        self._lockfd = fileio.open(self.dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self._lockfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
-            os.close(self._lockfd)
+            fileio.close(self._lockfd)
             raise StoreError(f"{self.dir} is in use by another process") from e
         try:
+            # the data dir's own entry: a fresh dir lost at power loss loses everything
+            fileio.fsync_dir(self.dir.resolve().parent)
             return self._open_locked()
         except OSError as e:
-            os.close(self._lockfd)
+            fileio.close(self._lockfd)
             raise StoreError(f"cannot open the store in {self.dir}: {e}") from e
         except BaseException:
-            os.close(self._lockfd)
+            fileio.close(self._lockfd)
             raise
 
     def _open_locked(self) -> Recovered:
@@ -224,7 +231,7 @@ class SegmentStore:
         seg_ids = sorted(int(p.name.split(".")[0]) for p in self.dir.glob("*.seg"))
         if seg_ids and not (self.dir / DefsLog.NAME).exists():
             raise CorruptStore(f"{self.dir}: {DefsLog.NAME} is missing but segments exist")
-        self._defs = DefsLog(self.dir, self.fsync)
+        self._defs = DefsLog(self.dir)
         state = self._defs.load_and_bump()
         names = {qid: name for name, (qid, _) in state.queues.items()}
         self._qids = {name: qid for qid, name in names.items()}
@@ -237,7 +244,7 @@ class SegmentStore:
         self._active = (seg_ids[-1] if seg_ids else 0) + 1
         self._new_segment(self._active)
         self._closed = False
-        if self.fsync:
+        if self.fsync and self.sync_thread:
             self._syncer = threading.Thread(target=self._sync_main, name="ackmq-store-sync",
                                             daemon=True)
             self._syncer.start()
@@ -277,12 +284,15 @@ class SegmentStore:
             else:
                 log.warning("%s: dropped torn tail at offset %d (%d bytes not acknowledged)",
                             path, end, size - end)
-            with open(path, "r+b") as f:
-                f.truncate(end)
-                os.fsync(f.fileno())
+            fd = fileio.open(path, os.O_WRONLY)
+            try:
+                fileio.ftruncate(fd, end)
+                fileio.fsync(fd)
+            finally:
+                fileio.close(fd)
         if end <= 16:  # nothing in it (crashed right after creating it)
-            path.unlink()
-            fsync_dir(self.dir)
+            fileio.unlink(path)
+            fileio.fsync_dir(self.dir)
 
     def _parse_segment(self, data: Any, s: int, end: int, path: Path, info: SegInfo) -> None:
         """Apply the records of [16, end) (validated) to the index and the delivery counts.
@@ -359,20 +369,14 @@ class SegmentStore:
 
     def _new_segment(self, s: int) -> None:
         path = self.dir / seg_name(s)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # pwrite at _woff
         head = file_header(s)
-        try:
-            if os.write(fd, head) != len(head):
-                raise OSError(errno.ENOSPC, "short write of the segment header")
-            if self.fsync:
-                os.fdatasync(fd)
-                fsync_dir(self.dir)
-        except OSError:  # e.g. disk full: keep appending to the current segment
-            os.close(fd)
-            path.unlink(missing_ok=True)
-            raise
+        # synced with its directory entry in every mode: a segment that may vanish at a
+        # power cut would make the fdatasyncs of its frames worthless (and, --no-fsync,
+        # leave a hole before newer segments); OSError (disk full): the caller goes on
+        # appending to the current segment
+        fd = fileio.create_durably(path, head)  # written with pwrite at _woff
         if self._wfd >= 0:
-            os.close(self._wfd)
+            fileio.close(self._wfd)
         self._wfd, self._woff = fd, len(head)
         self._alloc_end = len(head)
         self._wstate = (fd, self._wstate[1], s, self._woff)
@@ -633,7 +637,7 @@ class SegmentStore:
         if seg != ra_seg or rel < 0 or rel + 8 > len(ra):
             fd = self._rfds.get(seg)
             if fd is None:
-                fd = self._rfds[seg] = os.open(self._paths[seg], os.O_RDONLY)
+                fd = self._rfds[seg] = fileio.open(self._paths[seg], os.O_RDONLY)
             ra = os.pread(fd, READ_AHEAD, off)
             self._ra = (seg, off, ra)
             rel = 0
@@ -677,7 +681,7 @@ class SegmentStore:
             if need > self._synced:
                 fd, gen, seg, end = self._wstate  # gen >= need: all in fd
                 try:
-                    os.fdatasync(fd)
+                    fileio.fdatasync(fd)
                 except OSError as e:
                     return self._fsync_failed(e)
                 self.stats.fsyncs += 1
@@ -694,24 +698,33 @@ class SegmentStore:
                     self._cond.wait()
                 if not self._syncq:
                     return
-                entries = list(self._syncq)
-                self._syncq.clear()
-            need = max((gen for gen, _, exc in entries if exc is None), default=0)
-            err = self._sync_to(need)
-            done: list[tuple[list[Callback], BaseException | None]] = []
-            for gen, callbacks, exc in entries:
-                if exc is None and gen > self._synced:
-                    exc = err or StoreError("store closed before the write was synced")
-                    self.stats.failed_commits += len(callbacks)
-                done.append((callbacks, exc))
-            # one hand-over for all of them (one wake-up of the broker's loop)
-            if self._call is not None:
-                try:
-                    self._call(self._report, done)
-                except Exception:  # the loop is closed: nobody is left to tell
-                    log.exception("store commit callbacks not delivered")
-            else:
-                self._report(done)
+            self.sync_round()
+
+    def sync_round(self) -> None:
+        """One round of the sync thread: fdatasync everything written so far, then hand
+        the callbacks of every batch it covered to the broker. Called by the thread, or,
+        with sync_thread=False, by whoever drives the store (the crash simulator)."""
+        with self._cond:
+            entries = list(self._syncq)
+            self._syncq.clear()
+        if not entries:
+            return
+        need = max((gen for gen, _, exc in entries if exc is None), default=0)
+        err = self._sync_to(need)
+        done: list[tuple[list[Callback], BaseException | None]] = []
+        for gen, callbacks, exc in entries:
+            if exc is None and gen > self._synced:
+                exc = err or StoreError("store closed before the write was synced")
+                self.stats.failed_commits += len(callbacks)
+            done.append((callbacks, exc))
+        # one hand-over for all of them (one wake-up of the broker's loop)
+        if self._call is not None:
+            try:
+                self._call(self._report, done)
+            except Exception:  # the loop is closed: nobody is left to tell
+                log.exception("store commit callbacks not delivered")
+        else:
+            self._report(done)
 
     @staticmethod
     def _run_callbacks(callbacks: list[Callback], exc: BaseException | None) -> None:
@@ -748,14 +761,17 @@ class SegmentStore:
                                           f"data, store disabled: {e}")
                 log.error("%s", self._broken)
                 return
-            if self.fsync:
-                try:
-                    os.fsync(fd)  # fsync, not fdatasync: the file's new (smaller) size too
-                except OSError as e:
-                    self._fsync_failed(e)
-                    return
+            # in every mode, --no-fsync too (once per segment): only the newest segment
+            # may then have a torn tail, so a power cut never leaves damage that
+            # recovery must refuse (a hole in an older segment)
+            try:
+                fileio.fsync(fd)  # fsync, not fdatasync: the file's new (smaller) size too
+            except OSError as e:
+                self._fsync_failed(e)
+                return
+            if self.fsync:  # the counter is of fsyncs for message data
                 self.stats.fsyncs += 1
-                self._synced = gen
+            self._synced = gen
             try:
                 self._new_segment(self._active + 1)  # closes the old fd
                 self._compact_wake.set()
@@ -800,7 +816,7 @@ class SegmentStore:
             view = memoryview(data)
             done = 0
             while done < len(data):
-                done += os.pwrite(self._wfd, view[done:], base + done)
+                done += fileio.pwrite(self._wfd, view[done:], base + done)
         except OSError as e:
             self._undo_write(base)
             self._fail_batch(b)
@@ -836,7 +852,7 @@ class SegmentStore:
         (not past segment_bytes); a refusal only means commits append as before."""
         end = max(need, min(self._alloc_end + PREALLOC_CHUNK, self.segment_bytes))
         try:
-            os.posix_fallocate(self._wfd, self._alloc_end, end - self._alloc_end)
+            fileio.posix_fallocate(self._wfd, self._alloc_end, end - self._alloc_end)
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EINTR):
                 self._prealloc = False  # not supported here: do not ask again
@@ -848,7 +864,7 @@ class SegmentStore:
     def _cut_prealloc(self) -> None:
         """Cut the active segment's file back to its last frame (rollover, close)."""
         if self._alloc_end > self._woff:
-            os.ftruncate(self._wfd, self._woff)
+            fileio.ftruncate(self._wfd, self._woff)
             self._alloc_end = self._woff
 
     def _undo_write(self, base: int) -> None:
@@ -857,9 +873,9 @@ class SegmentStore:
             self._forget_read_ahead()
         try:
             self._alloc_end = base
-            os.ftruncate(self._wfd, base)
+            fileio.ftruncate(self._wfd, base)
             if self.fsync:
-                os.fdatasync(self._wfd)
+                fileio.fdatasync(self._wfd)
         except OSError as e:
             self._broken = StoreError(f"cannot truncate after a failed write, store disabled: {e}")
 
@@ -892,28 +908,30 @@ class SegmentStore:
             self._cond.notify()
         if self._syncer is not None:
             self._syncer.join()
+        elif self.fsync:
+            self.sync_round()
         self._compact_wake.set()
         if self._compactor is not None:
             self._compactor.join()
         with self._lock:
             self._closed = True
             for fd in self._rfds.values():
-                os.close(fd)
+                fileio.close(fd)
             self._rfds.clear()
         if self._wfd >= 0:
             try:
                 if self._alloc_end > self._woff and self._broken is None:
                     self._cut_prealloc()  # a clean stop leaves no zeros past the data
                     if self.fsync:
-                        os.fsync(self._wfd)
+                        fileio.fsync(self._wfd)
             except OSError as e:  # recovery drops them instead
                 log.warning("%s: could not cut the preallocated tail: %s", self.dir, e)
-            os.close(self._wfd)
+            fileio.close(self._wfd)
             self._wfd = -1
         if self._defs is not None:
             self._defs.close()
         if self._lockfd >= 0:
-            os.close(self._lockfd)
+            fileio.close(self._lockfd)
             self._lockfd = -1
 
     # -- the compaction API (compact.py sees the store only through these) -------------
@@ -965,20 +983,21 @@ class SegmentStore:
             for s in prefix:
                 fd = self._rfds.pop(s, None)
                 if fd is not None:
-                    os.close(fd)
+                    fileio.close(fd)
                 self._segs.pop(s, None)
                 self._paths.pop(s, None)
             if new is not None:
                 self._segs[k] = info
                 self._paths[k] = path
         for s in prefix:  # oldest first: a crash part way leaves a consistent shorter log
-            (self.dir / seg_name(s)).unlink(missing_ok=True)
-        fsync_dir(self.dir)
+            fileio.unlink(self.dir / seg_name(s), missing_ok=True)
+        fileio.fsync_dir(self.dir)
         if new is not None:
             with self._lock:
-                os.replace(new[1], self.dir / seg_name(new[0]))
+                fileio.replace(new[1], self.dir / seg_name(new[0]))
                 self._paths[new[0]] = self.dir / seg_name(new[0])
-            fsync_dir(self.dir)
+            fileio.fsync_dir(self.dir)
+
     def index_bytes(self) -> int:
         """Memory held by the per-message index (arrays), for the bytes/message figure."""
         with self._lock:
