@@ -42,6 +42,7 @@ from ackmq.broker.storage import CorruptStore
 
 from . import compact, faultfs, fileio
 from .accessfile import AccessFile
+from .defs import DefsLog
 from .segments import SegmentStore
 
 PERSISTENT = b"\x10\x00\x02"  # property flags: delivery-mode present; delivery-mode 2
@@ -470,11 +471,33 @@ def _plant_access_nofsync() -> Iterator[None]:
         AccessFile.save = real_save  # type: ignore[method-assign]
 
 
+@contextlib.contextmanager
+def _plant_defs_nofsync() -> Iterator[None]:
+    """The other half of issue 23's bug: definition records appended to defs.log without
+    an fdatasync (run it with --no-fsync, as the old code did only then)."""
+    real = DefsLog.append
+
+    def append(self: DefsLog, op: dict[str, Any]) -> None:
+        sync = fileio.fdatasync
+        fileio.fdatasync = lambda fd: None  # type: ignore[assignment]
+        try:
+            real(self, op)
+        finally:
+            fileio.fdatasync = sync  # type: ignore[assignment]
+
+    DefsLog.append = append  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DefsLog.append = real  # type: ignore[method-assign]
+
+
 PLANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "segment-dirsync": _plant_segment_dirsync,
     "access-dirsync": _plant_access_dirsync,
     "early-confirm": _plant_early_confirm,
     "access-nofsync": _plant_access_nofsync,
+    "defs-nofsync": _plant_defs_nofsync,
 }
 
 

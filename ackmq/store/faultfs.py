@@ -68,11 +68,11 @@ def _apply(content: bytearray, ops: list[FileOp]) -> bytearray:
     return buf
 
 
-def _keep(rng: random.Random, ops: list[Any]) -> list[Any]:
+def _keep(rng: random.Random, ops: list[Any], how: float | None = None) -> list[Any]:
     """Which unsynced operations reach the disk before the power goes."""
     if not ops:
         return ops
-    how = rng.random()
+    how = rng.random() if how is None else how
     if how < 0.2:
         return []
     if how < 0.4:
@@ -244,15 +244,18 @@ class FaultFS:
         return out
 
     # -- the crash ---------------------------------------------------------------------------
-    def image(self, rng: random.Random) -> dict[str, bytes]:
-        """What the disk holds after the power cut: {file name: content}."""
-        names = self._apply_dir(self.durable_names, _keep(rng, self.dir_ops))
+    def image(self, rng: random.Random, unsynced: str = "random") -> dict[str, bytes]:
+        """What the disk holds after the power cut: {file name: content}. `unsynced`:
+        "random" (see the module docstring), "none" (the disk lost every unsynced
+        operation: the worst case of --no-fsync) or "all" (a process crash)."""
+        how = {"random": None, "none": 0.0, "all": 0.3}[unsynced]
+        names = self._apply_dir(self.durable_names, _keep(rng, self.dir_ops, how))
         out: dict[str, bytes] = {}
         for name, ino in sorted(names.items()):
             node = self.inodes[ino]
-            kept = _keep(rng, node.ops)
+            kept = _keep(rng, node.ops, how)
             writes = [i for i, op in enumerate(kept) if op[0] == "w" and op[2]]
-            if writes and rng.random() < 0.5:  # the last write it kept is torn
+            if writes and how is None and rng.random() < 0.5:  # the last write kept is torn
                 i = writes[-1]
                 _, off, data = kept[i]
                 kept = kept[:i] + [("w", off, data[:rng.randrange(len(data))])] + kept[i + 1:]
