@@ -13,8 +13,8 @@ Crash safety: the output is written to `K.compact.tmp`, fsynced, renamed to `K.c
 `K.seg`. `finish_interrupted` redoes the last two steps on open.
 
 This module reads and writes files; it sees the store only through its compaction API
-(`closed_segments`, `segment_path`, `live_adds`, `replace_prefix`, `wait_compaction`,
-`stats`, `dir`, `segment_bytes`), never its index or locks.
+(compact_api.py: `closed_segments`, `segment_path`, `live_adds`, `replace_prefix`,
+`wait_compaction`, plus `stats`, `dir`, `segment_bytes`), never its index or locks.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from .format import (
 )
 
 if TYPE_CHECKING:
-    from .segments import SegmentStore
+    from .compact_api import CompactionMixin as SegmentStore
 
 FLUSH_BYTES = 8 << 20
 # ADD records checked against the index per hold of the store's lock: the broker thread's
