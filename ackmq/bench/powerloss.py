@@ -166,6 +166,8 @@ def run(cycles: int, fsync: bool = True, work: Path | None = None, seed: int = 1
                     rep.refused += 1
                     tail = broker.log_path.read_text(errors="replace").splitlines()[-3:]
                     rep.lines.append(f"cycle {cycle}: broker refused to start: {tail}")
+                    if progress:
+                        print(rep.lines[-1], flush=True)
                     break
                 got = set(_drain(url))
                 want = {b for c in confirmed for b in c}
