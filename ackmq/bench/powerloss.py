@@ -1,6 +1,6 @@
 """Power loss on LazyFS: `kill -9` + LazyFS's clear-cache under confirmed load, N cycles.
 
-    python -m ackmq.bench.powerloss --cycles 100 [--no-fsync] [--work DIR]
+    python -m ackmq.bench.powerloss --cycles 100 [--no-fsync] [--torn] [--work DIR]
 
 LazyFS (github dsrhaslab/lazyfs, the FUSE file system Jepsen uses) keeps every write in
 its own cache until it is fsynced; `lazyfs::clear-cache` drops what was not. So
@@ -8,7 +8,10 @@ kill -9 of the broker followed by a clear-cache is a power cut for everything th
 broker wrote. Each cycle: publishers confirm persistent messages into a durable queue
 for a random while, the broker is killed, the cache cleared, the broker started again
 (a refusal to start is a finding), the queue drained and compared with what was
-confirmed. LazyFS passes create/rename/unlink straight to the disk below and has no
+confirmed. With --torn the cut is LazyFS's own torn-op fault instead: the next write
+to the active segment is split in three, parts 1 and 3 reach the disk, LazyFS kills
+itself (everything else unsynced is gone), the broker is killed, LazyFS mounted again.
+LazyFS passes create/rename/unlink straight to the disk below and has no
 fallocate and no statfs (so --disk-free-limit 0); the in-process simulator
 (ackmq/store/crashsim.py) covers lost directory entries.
 
@@ -74,6 +77,27 @@ class LazyFS:
     def clear_cache(self) -> None:
         subprocess.run([lazyfs_tool(), "clear", str(self.fifo)], check=True, timeout=90)
 
+    def tear_next_write(self, path: Path, timeout: float = 10.0) -> bool:
+        """Ask LazyFS to tear the next write to `path` (parts 1 and 3 of 3 persisted) and
+        crash; True once LazyFS is gone (the mount then answers ENOTCONN)."""
+        real = os.path.realpath(self.root / path.relative_to(self.mount))
+        done = os.open(self.fifo.with_name(self.fifo.name + ".done"),
+                       os.O_RDONLY | os.O_NONBLOCK)  # LazyFS reads commands once it has a reader
+        try:
+            with open(self.fifo, "w") as f:
+                # (the next write: an "::occurrence=" field makes it never fire)
+                f.write(f"lazyfs::torn-op::file={real}::parts=3::persist=1,3\n")
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                try:
+                    os.stat(self.mount)
+                except OSError:  # ENOTCONN: LazyFS is gone
+                    return True
+                time.sleep(0.05)
+            return False
+        finally:
+            os.close(done)
+
     def __exit__(self, *exc: object) -> None:
         subprocess.run([lazyfs_tool(), "umount", str(self.mount)], timeout=60)
         pid = self.fifo.with_name(self.fifo.name + ".pid")
@@ -130,7 +154,7 @@ def _drain(url: str) -> list[str]:
 
 
 def run(cycles: int, fsync: bool = True, work: Path | None = None, seed: int = 1,
-        publishers: int = 2, progress: bool = False) -> Report:
+        publishers: int = 2, progress: bool = False, torn: bool = False) -> Report:
     rng = random.Random(seed)
     own = work is None
     work = work or Path(tempfile.mkdtemp(prefix="ackmq-powerloss-", dir="/var/tmp"))
@@ -155,11 +179,19 @@ def run(cycles: int, fsync: bool = True, work: Path | None = None, seed: int = 1
                 for _ in threads:  # connected: the cut comes while they publish
                     ready.acquire(timeout=30)
                 time.sleep(rng.uniform(0.2, 1.5))
+                if torn:  # LazyFS tears the next segment write and dies: the power cut
+                    segs = sorted(broker.data_dir.glob("*.seg"))
+                    if segs and not fs.tear_next_write(segs[-1]):
+                        rep.lines.append(f"cycle {cycle}: no write to tear within 10 s")
                 broker.kill()  # mid-stream: publishers are inside publish/confirm
                 stop.set()
                 for t in threads:
                     t.join(30)
-                fs.clear_cache()  # the power cut: LazyFS drops everything not fsynced
+                if torn:
+                    fs.__exit__()
+                    fs.__enter__()  # a new LazyFS: its cache (all unsynced data) is gone
+                else:
+                    fs.clear_cache()  # the power cut: LazyFS drops everything not fsynced
                 try:
                     url = broker.start()
                 except RuntimeError:
@@ -194,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--cycles", type=int, default=100)
     ap.add_argument("--no-fsync", action="store_true")
+    ap.add_argument("--torn", action="store_true",
+                    help="cut with LazyFS's torn-op fault instead of clear-cache")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", type=Path)
     a = ap.parse_args(argv)
@@ -202,8 +236,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot run: {why}", file=sys.stderr)
         return 2
     t0 = time.monotonic()
-    rep = run(a.cycles, fsync=not a.no_fsync, work=a.work, seed=a.seed, progress=True)
-    print(f"{rep.cycles} cycles (kill -9 + clear-cache), fsync "
+    rep = run(a.cycles, fsync=not a.no_fsync, work=a.work, seed=a.seed, progress=True,
+              torn=a.torn)
+    cut = "torn-op + LazyFS crash + kill -9" if a.torn else "kill -9 + clear-cache"
+    print(f"{rep.cycles} cycles ({cut}), fsync "
           f"{'off' if a.no_fsync else 'on'}: {rep.confirmed:,} confirmed, {rep.lost:,} lost, "
           f"{rep.refused} refused starts, {rep.unconfirmed_back:,} unconfirmed present, "
           f"{len(rep.tracebacks)} tracebacks, {time.monotonic() - t0:.0f} s")
