@@ -89,6 +89,7 @@ class FaultFS:
     def __init__(self, root: str | Path, crash_at: int | None = None,
                  fallocate: bool = True) -> None:
         self.root = os.path.realpath(root)
+        self._dirs: dict[str, bool] = {}  # directory as spelled -> is it root
         self.crash_at = crash_at
         self.fallocate = fallocate  # False: refuse it, as LazyFS and some filesystems do
         self.ops = 0                # operations that changed something, so far
@@ -109,8 +110,18 @@ class FaultFS:
 
     # -- bookkeeping ----------------------------------------------------------------------
     def _name(self, path: Any) -> str | None:
-        d, n = os.path.split(os.path.realpath(path))
-        return n if d == self.root else None
+        d, n = os.path.split(os.fspath(path))
+        inside = self._dirs.get(d)
+        if inside is None:  # realpath once per directory spelling, not per call
+            inside = self._dirs[d] = os.path.realpath(d or ".") == self.root
+        return n if inside else None
+
+    def _is_root(self, path: Any) -> bool:
+        p = os.fspath(path)
+        inside = self._dirs.get(p + "/")
+        if inside is None:
+            inside = self._dirs[p + "/"] = os.path.realpath(p) == self.root
+        return inside
 
     def _tick(self) -> None:
         if self.crashed:
@@ -225,7 +236,7 @@ class FaultFS:
 
     def fsync_dir(self, path: Any) -> None:
         self._tick()
-        if os.path.realpath(path) == self.root and not self.skip_dir_fsync:
+        if self._is_root(path) and not self.skip_dir_fsync:
             self.durable_names = self._apply_dir(self.durable_names, self.dir_ops)
             self.dir_ops = []
 
