@@ -44,6 +44,19 @@ def test_P9_simulator_catches_planted_bug(plant: str) -> None:
     assert failures, f"{plant}: {ran} seeds and no failure"
 
 
+def test_P9_damage_inside_synced_data_is_refused_with_file_and_offset(tmp_path: Path) -> None:
+    """A byte flipped inside an older segment or inside defs.log before its last frame
+    (synced data, not a torn tail): recovery refuses, naming the file and the offset.
+    defs.log used to take such damage for a torn tail and silently drop every definition
+    after it."""
+    checked = 0
+    for seed in range(60):
+        failure, what = crashsim.run_damage_seed(seed, tmp_path)
+        assert failure is None, f"seed {seed}: {failure}"
+        checked += bool(what)
+    assert checked == 60
+
+
 def test_P9_a_seed_replays_the_same_run(tmp_path: Path) -> None:
     for seed in (3, 77):
         a = crashsim.run_seed(seed, tmp_path / "a")

@@ -389,6 +389,55 @@ def run_seed(seed: int, workdir: Path, fsync: bool | None = None
     return failure, facts
 
 
+def run_damage_seed(seed: int, workdir: Path) -> tuple[str | None, str]:
+    """Damage inside synced data is refused, naming the file and offset: run the seed's
+    workload to its end (no cut), keep everything, flip one byte inside a frame of an
+    older segment or of defs.log (not its last frame, the only one that may be torn),
+    recover. Returns (failure or None, what was damaged; "" when nothing qualified)."""
+    root = workdir / f"d{seed}"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    run = _Run(seed, root, fsync=True)
+    fs = faultfs.FaultFS(root, crash_at=None, fallocate=run.fallocate)
+    fileio.install(fs)
+    try:
+        broker, access = run.start()
+        run.run(broker, access)
+        fs.cut_power(raise_=False)
+    finally:
+        fs.close_all()
+        fileio.uninstall()
+    image = fs.image(run.rng, unsynced="all")
+    shutil.rmtree(root, ignore_errors=True)
+    segs = sorted(n for n in image if n.endswith(".seg"))
+    targets = [(n, len(image[n])) for n in segs[:-1] if len(image[n]) > 16]
+    defs = image.get(DefsLog.NAME, b"")
+    off, last = 16, 16
+    while off + 16 <= len(defs):  # the start of defs.log's last frame
+        last, off = off, off + 16 + int.from_bytes(defs[off + 4:off + 8], "little")
+    if last > 16:
+        targets.append((DefsLog.NAME, last))
+    if not targets:
+        return None, ""
+    name, stop = run.rng.choice(targets)
+    at = run.rng.randrange(16, stop)
+    data = bytearray(image[name])
+    data[at] ^= 0xFF
+    image[name] = bytes(data)
+    faultfs.materialize(image, root)
+    what = f"{name} byte {at}"
+    try:
+        broker, _ = _open(root, True, run.segment_bytes)
+        broker.close()
+        return f"damage at {what} not reported", what
+    except CorruptStore as e:
+        if name not in str(e) or "offset" not in str(e):
+            return f"damage at {what} reported without file and offset: {e}", what
+        return None, what
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 # -- planted bugs: each must make some seeds fail ------------------------------------------
 @contextlib.contextmanager
 def _plant_segment_dirsync() -> Iterator[None]:
@@ -503,8 +552,10 @@ PLANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
 
 def run_seeds(start: int, count: int, plant: str | None = None, workdir: Path | None = None,
               progress: Callable[[str], None] | None = None, stop_after: int = 0,
-              fsync: bool | None = None) -> tuple[int, list[tuple[int, str]]]:
-    """Run seeds [start, start + count); returns (seeds run, failures as (seed, text))."""
+              fsync: bool | None = None, damage: bool = False
+              ) -> tuple[int, list[tuple[int, str]]]:
+    """Run seeds [start, start + count) (`damage`: run_damage_seed instead of the power
+    cuts); returns (seeds run, failures as (seed, text))."""
     failures: list[tuple[int, str]] = []
     own = workdir is None
     base = Path(tempfile.mkdtemp(prefix="ackmq-crashsim-",
@@ -518,7 +569,8 @@ def run_seeds(start: int, count: int, plant: str | None = None, workdir: Path | 
     try:
         with PLANTS[plant]() if plant else contextlib.nullcontext():
             for i, seed in enumerate(range(start, start + count)):
-                failure, _ = run_seed(seed, base, fsync)
+                failure = run_damage_seed(seed, base)[0] if damage \
+                    else run_seed(seed, base, fsync)[0]
                 ran = i + 1
                 if failure is not None:
                     failures.append((seed, failure))
@@ -549,13 +601,16 @@ def main(argv: list[str] | None = None) -> int:
                       help="every seed with fsync off (default: 15%% of them)")
     mode.add_argument("--fsync", dest="fsync", action="store_true",
                       help="every seed with fsync on")
+    ap.add_argument("--damage", action="store_true",
+                    help="flip a byte inside synced data instead: it must be refused")
     a = ap.parse_args(argv)
     t0 = time.monotonic()
     ran, failures = run_seeds(a.seed_start, a.seeds, a.plant,
                               progress=lambda s: print(s, flush=True),
-                              stop_after=a.stop_after, fsync=a.fsync)
+                              stop_after=a.stop_after, fsync=a.fsync, damage=a.damage)
     dt = time.monotonic() - t0
-    print(f"{ran} seeds from {a.seed_start}{' with ' + a.plant if a.plant else ''}"
+    print(f"{ran} {'damage ' if a.damage else ''}seeds from {a.seed_start}"
+          f"{' with ' + a.plant if a.plant else ''}"
           f"{'' if a.fsync is None else ', fsync ' + ('on' if a.fsync else 'off')}: "
           f"{len(failures)} failed, {dt:.1f} s ({ran / dt * 60:,.0f} seeds/min)")
     return 1 if failures else 0

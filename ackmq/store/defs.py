@@ -121,7 +121,8 @@ class DefsLog:
         """Read the journal (dropping a torn tail), bump the epoch, rewrite it compactly."""
         if self.path.exists():
             data = self.path.read_bytes()
-            end = valid_length(data, str(self.path), 0, newest=True)
+            # each append was fdatasynced before the next: only the last can be torn
+            end = valid_length(data, str(self.path), 0, newest=True, each_synced=True)
             if end < len(data):
                 log.warning("%s: dropped torn tail at offset %d (%d bytes)",
                             self.path, end, len(data) - end)
