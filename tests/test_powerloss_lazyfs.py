@@ -48,6 +48,7 @@ def test_P9_lazyfs_torn_write_loses_nothing_confirmed(lazyfs: None) -> None:
     rep = run(cycles=3, seed=11, torn=True)
     assert rep.refused == 0, rep.lines
     assert rep.cycles == 3
+    assert rep.tears >= 1, rep.lines
     assert rep.confirmed > 0
     assert rep.lost == 0, rep.lines
     assert rep.tracebacks == []

@@ -115,6 +115,7 @@ class Report:
     lost: int = 0
     refused: int = 0
     unconfirmed_back: int = 0  # published, no confirm seen, present after the cut
+    tears: int = 0             # --torn: cycles where LazyFS's torn-op fault fired
     tracebacks: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
 
@@ -181,8 +182,12 @@ def run(cycles: int, fsync: bool = True, work: Path | None = None, seed: int = 1
                 time.sleep(rng.uniform(0.2, 1.5))
                 if torn:  # LazyFS tears the next segment write and dies: the power cut
                     segs = sorted(broker.data_dir.glob("*.seg"))
-                    if segs and not fs.tear_next_write(segs[-1]):
+                    if segs and fs.tear_next_write(segs[-1]):
+                        rep.tears += 1
+                    else:
                         rep.lines.append(f"cycle {cycle}: no write to tear within 10 s")
+                        if progress:
+                            print(rep.lines[-1], flush=True)
                 broker.kill()  # mid-stream: publishers are inside publish/confirm
                 stop.set()
                 for t in threads:
@@ -242,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{rep.cycles} cycles ({cut}), fsync "
           f"{'off' if a.no_fsync else 'on'}: {rep.confirmed:,} confirmed, {rep.lost:,} lost, "
           f"{rep.refused} refused starts, {rep.unconfirmed_back:,} unconfirmed present, "
-          f"{len(rep.tracebacks)} tracebacks, {time.monotonic() - t0:.0f} s")
+          f"{len(rep.tracebacks)} tracebacks, {time.monotonic() - t0:.0f} s"
+          + (f"; the torn-op fault fired in {rep.tears} cycles" if a.torn else ""))
     for line in rep.tracebacks[:5]:
         print("  " + line)
     bad = rep.refused or rep.tracebacks or (rep.lost and not a.no_fsync)
