@@ -3,6 +3,7 @@
     python -m ackmq.store.bench DIR publish [-n 50000] [--size 1024]
     python -m ackmq.store.bench DIR recover [-n 1000000] [--size 1024] [--read 300000]
     python -m ackmq.store.bench DIR fsync [-n 2000] [--size 150] [--gap-us 200]
+    python -m ackmq.store.bench DIR cpu [-n 20000] [--size 100]
 
 publish: persistent adds committed in batches of 1, 100, 1000, waiting for each batch's
 callback (a publisher confirming one-by-one or per batch), then "pipelined": one commit
@@ -14,6 +15,10 @@ write (append), into one fallocated ahead (what the store does) and into one zer
 and flushed ahead; p10 / median / p90 / mean of the fdatasync, modes alternated twice.
 --gap-us: sleep that long after each fdatasync, as a confirm-each round trip leaves the
 disk idle between two (on a VM the next fdatasync then pays for waking it).
+cpu: the broker thread's CPU time per add + commit (process time, best of 5 rounds: it
+hardly moves with the load of other jobs, so two versions compare on a busy machine),
+fsync off (the write alone) and fsync on with the inline fdatasync (DIR on tmpfs makes
+that sync nearly free, leaving the code's own cost).
 recover: writes N messages into one queue, closes, then in a fresh child process times
 `open()` (warm page cache) with its peak RSS (VmHWM), iterates the recovered queue, and
 times `read_message` in seq order for the first --read messages (what a broker pays per
@@ -204,10 +209,34 @@ def _fsync_modes(path: Path, n: int, size: int, gap: float = 0.0) -> str:
     return "\n".join(lines)
 
 
+def _cpu(path: Path, n: int, size: int) -> str:
+    lines = []
+    for fsync in (False, True):
+        shutil.rmtree(path, ignore_errors=True)
+        st = open_store(path, fsync=fsync, auto_compact=False)
+        e = st.open().epoch << 40
+        st.save_queue(QueueDef("q"))
+        body = b"x" * size
+        best = float("inf")
+        seq = 0
+        for _ in range(5):
+            t = time.process_time()
+            for _ in range(n):
+                seq += 1
+                st.add("q", e | seq, "", "q", PROPS, body)
+                st.commit(lambda exc: None, inline=True)
+            best = min(best, time.process_time() - t)
+        st.close()
+        what = "add + commit + inline fdatasync" if fsync else "add + commit (fsync off)"
+        lines.append(f"{what:32} {best / n * 1e6:6.2f} µs CPU each (best of 5 x {n}, "
+                     f"{size} B)")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("dir", type=Path)
-    ap.add_argument("what", choices=["publish", "recover", "open", "fsync"])
+    ap.add_argument("what", choices=["publish", "recover", "open", "fsync", "cpu"])
     ap.add_argument("-n", type=int, default=0)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--read", type=int, default=300000, help="read_message count (recover)")
@@ -222,6 +251,12 @@ def main() -> None:
         try:
             print(_fsync_modes(path, a.n or 2000, a.size if a.size != 1024 else 150,
                                a.gap_us / 1e6))
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+        return
+    if a.what == "cpu":
+        try:
+            print(_cpu(path, a.n or 20000, a.size if a.size != 1024 else 100))
         finally:
             shutil.rmtree(path, ignore_errors=True)
         return

@@ -13,8 +13,8 @@ Crash safety: the output is written to `K.compact.tmp`, fsynced, renamed to `K.c
 `K.seg`. `finish_interrupted` redoes the last two steps on open.
 
 This module reads and writes files; it sees the store only through its compaction API
-(`closed_segments`, `segment_path`, `live_adds`, `replace_prefix`, `wait_compaction`,
-`stats`, `dir`, `segment_bytes`), never its index or locks.
+(compact_api.py: `closed_segments`, `segment_path`, `live_adds`, `replace_prefix`,
+`wait_compaction`, plus `stats`, `dir`, `segment_bytes`), never its index or locks.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .defs import fsync_dir
+from . import fileio
 from .format import (
     ADD,
     ADD_HDR,
@@ -39,7 +39,7 @@ from .format import (
 )
 
 if TYPE_CHECKING:
-    from .segments import SegmentStore
+    from .compact_api import CompactionMixin as SegmentStore
 
 FLUSH_BYTES = 8 << 20
 # ADD records checked against the index per hold of the store's lock: the broker thread's
@@ -51,15 +51,15 @@ LIVE_CHUNK = 1024
 def finish_interrupted(data_dir: Path) -> None:
     """Complete a compaction that passed its commit point; drop unfinished temp files."""
     for tmp in data_dir.glob("*.tmp"):
-        tmp.unlink()
+        fileio.unlink(tmp)
     for done in sorted(data_dir.glob("*.compact")):
         k = int(done.name.split(".")[0])
         for p in data_dir.glob("*.seg"):
             if int(p.name.split(".")[0]) <= k:
-                p.unlink()
-        fsync_dir(data_dir)
-        os.replace(done, data_dir / f"{k:08d}.seg")
-        fsync_dir(data_dir)
+                fileio.unlink(p)
+        fileio.fsync_dir(data_dir)
+        fileio.replace(done, data_dir / f"{k:08d}.seg")
+        fileio.fsync_dir(data_dir)
         log.info("%s: finished an interrupted compaction", done)
 
 
@@ -99,13 +99,12 @@ def compact_prefix(st: SegmentStore, prefix: list[int]) -> None:
     k = prefix[-1]
     tmp = st.dir / f"{k:08d}.compact.tmp"
     done = st.dir / f"{k:08d}.compact"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = fileio.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     moved: list[tuple[int, int, int, int]] = []  # qid, seq, old position, new position
     copied = 0
     try:
         head = file_header(k)
-        os.write(fd, head)
-        pos = len(head)
+        pos = fileio.write_all(fd, head)
         fw = FrameWriter()
         counts: dict[tuple[int, int], int] = {}
         for s in prefix:
@@ -130,26 +129,26 @@ def compact_prefix(st: SegmentStore, prefix: list[int]) -> None:
                 moved.append((qid, seq, old, new))
                 copied += REC_HDR.size + size
                 if len(fw.out) >= FLUSH_BYTES:
-                    pos += _write_all(fd, fw.finish())
+                    pos += fileio.write_all(fd, fw.finish())
                     fw = FrameWriter()
         keys = {(qid, seq) for qid, seq, _, _ in moved}
         for key, c in counts.items():
             if key in keys:
                 fw.begin_record()
                 encode_delivered(fw.out, key[0], key[1], c)
-        pos += _write_all(fd, fw.finish())
-        os.fsync(fd)
+        pos += fileio.write_all(fd, fw.finish())
+        fileio.fsync(fd)
     except BaseException:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
+        fileio.close(fd)
+        fileio.unlink(tmp, missing_ok=True)
         raise
-    os.close(fd)
+    fileio.close(fd)
     if not moved:
-        tmp.unlink()
+        fileio.unlink(tmp)
         st.replace_prefix(prefix, None)
     else:
-        os.replace(tmp, done)
-        fsync_dir(st.dir)  # commit point: from here on the prefix is replaced
+        fileio.replace(tmp, done)
+        fileio.fsync_dir(st.dir)  # commit point: from here on the prefix is replaced
         st.replace_prefix(prefix, (k, done, pos, moved, copied))
     st.stats.compactions += 1
     st.stats.segments_deleted += len(prefix)
@@ -157,10 +156,3 @@ def compact_prefix(st: SegmentStore, prefix: list[int]) -> None:
     log.info("compacted segments %d..%d: %d live messages (%d bytes) kept",
              prefix[0], k, len(moved), copied)
 
-
-def _write_all(fd: int, data: bytearray) -> int:
-    view = memoryview(data)
-    done = 0
-    while done < len(data):
-        done += os.write(fd, view[done:])
-    return done

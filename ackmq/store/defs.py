@@ -1,9 +1,11 @@
 """Definitions (exchanges, queues, bindings), the epoch and queue ids: a small journal.
 
 Definition changes are rare and must be durable when the call returns, so each one is
-one checksummed record appended to `defs.log` and fdatasynced. On every open the log is
-read, the epoch bumped, and the whole state rewritten compactly (write temp file,
-fsync, rename, fsync directory), so the journal never grows without bound.
+one checksummed record appended to `defs.log` and fdatasynced — in every mode,
+`--no-fsync` included: that flag gives up messages, never the broker's own metadata.
+On every open the log is read, the epoch bumped, and the whole state rewritten
+compactly (write temp file, fsync, rename, fsync directory), so the journal never grows
+without bound.
 
 Each durable queue gets a queue id (qid) that is never reused (`next_qid` is kept even
 when the highest queue is deleted): message records name the qid, so a queue deleted and
@@ -23,6 +25,7 @@ from typing import Any
 
 from ackmq.broker.storage import BindingDef, CorruptStore, ExchangeDef, QueueDef
 
+from . import fileio
 from .format import DEF, FrameWriter, encode_small, file_header, iter_records, log, valid_length
 
 
@@ -106,23 +109,14 @@ class DefsState:
         return ops
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class DefsLog:
     """Append-only, checksummed journal of definition operations (`defs.log`)."""
 
     NAME = "defs.log"
 
-    def __init__(self, data_dir: Path, fsync: bool) -> None:
+    def __init__(self, data_dir: Path) -> None:
         self.dir = data_dir
         self.path = data_dir / self.NAME
-        self.fsync = fsync
         self.state = DefsState()
         self._fd = -1
 
@@ -130,7 +124,8 @@ class DefsLog:
         """Read the journal (dropping a torn tail), bump the epoch, rewrite it compactly."""
         if self.path.exists():
             data = self.path.read_bytes()
-            end = valid_length(data, str(self.path), 0, newest=True)
+            # each append was fdatasynced before the next: only the last can be torn
+            end = valid_length(data, str(self.path), 0, newest=True, each_synced=True)
             if end < len(data):
                 log.warning("%s: dropped torn tail at offset %d (%d bytes)",
                             self.path, end, len(data) - end)
@@ -148,18 +143,11 @@ class DefsLog:
         for op in self.state.snapshot():
             fw.begin_record()
             encode_small(fw.out, bytes([DEF]) + json.dumps(op).encode())
-        tmp = self.dir / (self.NAME + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, file_header(0) + fw.finish())
-            os.fsync(fd)  # always: the epoch must never go backwards
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        fsync_dir(self.dir)
+        # durable before anything else happens: the epoch must never go backwards
+        fileio.atomic_write(self.path, file_header(0) + fw.finish())
         if self._fd >= 0:
-            os.close(self._fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            fileio.close(self._fd)
+        self._fd = fileio.open(self.path, os.O_WRONLY | os.O_APPEND)
 
     def append(self, op: dict[str, Any]) -> None:
         """Apply and make durable one operation (the caller waits for the fsync)."""
@@ -169,14 +157,13 @@ class DefsLog:
         data = fw.finish()
         size = os.fstat(self._fd).st_size
         try:
-            written = os.write(self._fd, data)
+            written = fileio.write(self._fd, data)
             if written != len(data):
                 raise OSError(f"short write ({written} of {len(data)} bytes)")
-            if self.fsync:
-                os.fdatasync(self._fd)
+            fileio.fdatasync(self._fd)  # always, --no-fsync too
         except OSError:
             try:
-                os.ftruncate(self._fd, size)
+                fileio.ftruncate(self._fd, size)
             except OSError:
                 pass
             raise
@@ -184,5 +171,5 @@ class DefsLog:
 
     def close(self) -> None:
         if self._fd >= 0:
-            os.close(self._fd)
+            fileio.close(self._fd)
             self._fd = -1

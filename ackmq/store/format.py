@@ -190,12 +190,15 @@ def check_file_header(data: Any, path: str, seg_id: int) -> None:
         raise CorruptStore(f"{path}: header says segment {sid}, file name says {seg_id}")
 
 
-def valid_length(data: Any, path: str, seg_id: int, newest: bool) -> int:
+def valid_length(data: Any, path: str, seg_id: int, newest: bool,
+                 each_synced: bool = False) -> int:
     """Length of the valid prefix of a segment file.
 
     In the newest file a bad frame is a torn tail — the returned length excludes it and
     everything after it (the caller truncates and logs) — unless a later valid frame
-    says the bad one had been fdatasynced: then it is corruption. Older files were
+    says the bad one had been fdatasynced: then it is corruption. `each_synced` (defs.log:
+    every append is fdatasynced before the next is written, so only the last frame can
+    be torn): any valid frame after a bad one makes it corruption. Older files were
     fdatasynced whole before the next one was started: anything bad in them, and
     anything else bad, raises CorruptStore naming the file and offset.
     """
@@ -214,10 +217,11 @@ def valid_length(data: Any, path: str, seg_id: int, newest: bool) -> int:
             released = release(data, released, off)
             continue
         if newest:
-            later = _synced_past(mv, off)
+            later = _valid_frame_after(mv, off) if each_synced else _synced_past(mv, off)
             if later < 0:
                 return off  # never reported durable: written while an fsync ran, or torn
-            where = f"; the frame at offset {later} says it had been fdatasynced"
+            where = (f"; a valid frame follows at offset {later}" if each_synced
+                     else f"; the frame at offset {later} says it had been fdatasynced")
         else:
             later = _valid_frame_after(mv, off)
             where = f"; a valid frame follows at offset {later}" if later >= 0 else ""

@@ -1,0 +1,259 @@
+"""Power loss on LazyFS: `kill -9` + LazyFS's clear-cache under confirmed load, N cycles.
+
+    python -m ackmq.bench.powerloss --cycles 100 [--no-fsync] [--torn] [--work DIR]
+
+LazyFS (github dsrhaslab/lazyfs, the FUSE file system Jepsen uses) keeps every write in
+its own cache until it is fsynced; `lazyfs::clear-cache` drops what was not. So
+kill -9 of the broker followed by a clear-cache is a power cut for everything the
+broker wrote. Each cycle: publishers confirm persistent messages into a durable queue
+for a random while, the broker is killed, the cache cleared, the broker started again
+(a refusal to start is a finding), the queue drained and compared with what was
+confirmed. With --torn the cut is LazyFS's own torn-op fault instead: the next write
+to the active segment is split in three, parts 1 and 3 reach the disk, LazyFS kills
+itself (everything else unsynced is gone), the broker is killed, LazyFS mounted again.
+LazyFS passes create/rename/unlink straight to the disk below and has no
+fallocate and no statfs (so --disk-free-limit 0); the in-process simulator
+(ackmq/store/crashsim.py) covers lost directory entries.
+
+Needs root, /dev/fuse and a LazyFS build: `lazyfs-local install` (tests/lazyfs-local,
+with LAZYFS_SRC pointing to a clone of dsrhaslab/lazyfs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pika
+
+from .ownbroker import OwnBroker, log_trouble
+
+TOOL = Path(__file__).resolve().parents[2] / "tests" / "lazyfs-local"
+QUEUE = "powerloss"
+
+
+def lazyfs_tool() -> str:
+    """The lazyfs-local script: $ACKMQ_LAZYFS_TOOL, else the project's copy."""
+    return os.environ.get("ACKMQ_LAZYFS_TOOL", str(TOOL))
+
+
+def lazyfs_unavailable() -> str | None:
+    """Why LazyFS cannot run here, or None (it is built, or can be)."""
+    if os.geteuid() != 0:
+        return "LazyFS needs root (FUSE mount with allow_other)"
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse"
+    tool = lazyfs_tool()
+    if not os.path.exists(tool):
+        return f"no lazyfs-local script at {tool}"
+    r = subprocess.run([tool, "install"], capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0:
+        return "LazyFS cannot be built here: " + (r.stderr.strip() or r.stdout.strip())[-300:]
+    return None
+
+
+class LazyFS:
+    """A LazyFS mount of `root` at `mount`, driven through its fifo."""
+
+    def __init__(self, work: Path) -> None:
+        self.root = work / "lazyfs-root"
+        self.mount = work / "lazyfs-mnt"
+        self.fifo = work / "lazyfs.fifo"
+
+    def __enter__(self) -> LazyFS:
+        subprocess.run([lazyfs_tool(), "mount", str(self.root), str(self.mount),
+                        str(self.fifo)], check=True, timeout=60)
+        return self
+
+    def clear_cache(self) -> None:
+        subprocess.run([lazyfs_tool(), "clear", str(self.fifo)], check=True, timeout=90)
+
+    def tear_next_write(self, path: Path, timeout: float = 10.0) -> bool:
+        """Ask LazyFS to tear the next write to `path` (parts 1 and 3 of 3 persisted) and
+        crash; True once LazyFS is gone (the mount then answers ENOTCONN)."""
+        real = os.path.realpath(self.root / path.relative_to(self.mount))
+        done = os.open(self.fifo.with_name(self.fifo.name + ".done"),
+                       os.O_RDONLY | os.O_NONBLOCK)  # LazyFS reads commands once it has a reader
+        try:
+            with open(self.fifo, "w") as f:
+                # (the next write: an "::occurrence=" field makes it never fire)
+                f.write(f"lazyfs::torn-op::file={real}::parts=3::persist=1,3\n")
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                try:
+                    os.stat(self.mount)
+                except OSError:  # ENOTCONN: LazyFS is gone
+                    return True
+                time.sleep(0.05)
+            return False
+        finally:
+            os.close(done)
+
+    def __exit__(self, *exc: object) -> None:
+        subprocess.run([lazyfs_tool(), "umount", str(self.mount)], timeout=60)
+        pid = self.fifo.with_name(self.fifo.name + ".pid")
+        if pid.exists():
+            try:
+                os.kill(int(pid.read_text()), 9)
+            except (ProcessLookupError, ValueError):
+                pass
+
+
+@dataclass
+class Report:
+    cycles: int = 0
+    confirmed: int = 0
+    lost: int = 0
+    refused: int = 0
+    unconfirmed_back: int = 0  # published, no confirm seen, present after the cut
+    tears: int = 0             # --torn: cycles where LazyFS's torn-op fault fired
+    tracebacks: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+
+def _publisher(url: str, tag: str, confirmed: list[str], stop: threading.Event,
+               ready: threading.Semaphore) -> None:
+    """Confirm-each persistent publishes until the broker goes away or `stop`."""
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ready.release()
+        props = pika.BasicProperties(delivery_mode=2)
+        n = 0
+        while not stop.is_set():
+            body = f"{tag}:{n}"
+            ch.basic_publish("", QUEUE, body.encode(), props)  # raises on nack
+            confirmed.append(body)
+            n += 1
+        conn.close()
+    except Exception:  # noqa: BLE001 - the broker was killed under us: expected
+        pass
+
+
+def _drain(url: str) -> list[str]:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    ch.queue_declare(QUEUE, durable=True)
+    got = []
+    while True:
+        m = ch.basic_get(QUEUE, auto_ack=True)
+        if m[0] is None:
+            break
+        got.append(m[2].decode())
+    conn.close()
+    return got
+
+
+def run(cycles: int, fsync: bool = True, work: Path | None = None, seed: int = 1,
+        publishers: int = 2, progress: bool = False, torn: bool = False) -> Report:
+    rng = random.Random(seed)
+    own = work is None
+    work = work or Path(tempfile.mkdtemp(prefix="ackmq-powerloss-", dir="/var/tmp"))
+    rep = Report()
+    extra = ["--disk-free-limit", "0"] + ([] if fsync else ["--no-fsync"])
+    try:
+        with LazyFS(work) as fs:
+            broker = OwnBroker(extra, work_dir=work / "broker")
+            broker.data_dir = fs.mount / "data"  # the log stays off LazyFS
+            url = broker.start()
+            conn = pika.BlockingConnection(pika.URLParameters(url))
+            conn.channel().queue_declare(QUEUE, durable=True)
+            conn.close()
+            for cycle in range(cycles):
+                stop = threading.Event()
+                ready = threading.Semaphore(0)
+                confirmed: list[list[str]] = [[] for _ in range(publishers)]
+                threads = [threading.Thread(target=_publisher, args=(
+                    url, f"{cycle}.{i}", confirmed[i], stop, ready)) for i in range(publishers)]
+                for t in threads:
+                    t.start()
+                for _ in threads:  # connected: the cut comes while they publish
+                    ready.acquire(timeout=30)
+                time.sleep(rng.uniform(0.2, 1.5))
+                if torn:  # LazyFS tears the next segment write and dies: the power cut
+                    segs = sorted(broker.data_dir.glob("*.seg"))
+                    if segs and fs.tear_next_write(segs[-1]):
+                        rep.tears += 1
+                    else:
+                        rep.lines.append(f"cycle {cycle}: no write to tear within 10 s")
+                        if progress:
+                            print(rep.lines[-1], flush=True)
+                broker.kill()  # mid-stream: publishers are inside publish/confirm
+                stop.set()
+                for t in threads:
+                    t.join(30)
+                if torn:
+                    fs.__exit__()
+                    fs.__enter__()  # a new LazyFS: its cache (all unsynced data) is gone
+                else:
+                    fs.clear_cache()  # the power cut: LazyFS drops everything not fsynced
+                try:
+                    url = broker.start()
+                except RuntimeError:
+                    rep.refused += 1
+                    tail = broker.log_path.read_text(errors="replace").splitlines()[-3:]
+                    rep.lines.append(f"cycle {cycle}: broker refused to start: {tail}")
+                    if progress:
+                        print(rep.lines[-1], flush=True)
+                    break
+                got = set(_drain(url))
+                want = {b for c in confirmed for b in c}
+                lost = want - got
+                rep.cycles += 1
+                rep.confirmed += len(want)
+                rep.lost += len(lost)
+                rep.unconfirmed_back += len(got - want)
+                line = (f"cycle {cycle}: {len(want)} confirmed, {len(lost)} lost, "
+                        f"{len(got - want)} unconfirmed present")
+                rep.lines.append(line)
+                if progress:
+                    print(line, flush=True)
+            broker.stop()
+            rep.tracebacks = log_trouble(broker.log_path)
+    finally:
+        if own:
+            shutil.rmtree(work, ignore_errors=True)
+    return rep
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ackmq.bench.powerloss",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cycles", type=int, default=100)
+    ap.add_argument("--no-fsync", action="store_true")
+    ap.add_argument("--torn", action="store_true",
+                    help="cut with LazyFS's torn-op fault instead of clear-cache")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--work", type=Path)
+    a = ap.parse_args(argv)
+    why = lazyfs_unavailable()
+    if why:
+        print(f"cannot run: {why}", file=sys.stderr)
+        return 2
+    t0 = time.monotonic()
+    rep = run(a.cycles, fsync=not a.no_fsync, work=a.work, seed=a.seed, progress=True,
+              torn=a.torn)
+    cut = "torn-op + LazyFS crash + kill -9" if a.torn else "kill -9 + clear-cache"
+    print(f"{rep.cycles} cycles ({cut}), fsync "
+          f"{'off' if a.no_fsync else 'on'}: {rep.confirmed:,} confirmed, {rep.lost:,} lost, "
+          f"{rep.refused} refused starts, {rep.unconfirmed_back:,} unconfirmed present, "
+          f"{len(rep.tracebacks)} tracebacks, {time.monotonic() - t0:.0f} s"
+          + (f"; the torn-op fault fired in {rep.tears} cycles" if a.torn else ""))
+    for line in rep.tracebacks[:5]:
+        print("  " + line)
+    bad = rep.refused or rep.tracebacks or (rep.lost and not a.no_fsync)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

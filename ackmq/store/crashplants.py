@@ -1,0 +1,125 @@
+"""Known bugs to put into the store, one at a time, to show the power-cut simulator
+(crashsim.py) catches each: `python -m ackmq.store.crashsim --plant NAME`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from . import fileio
+from .accessfile import AccessFile
+from .defs import DefsLog
+from .segments import SegmentStore
+
+
+@contextlib.contextmanager
+def _plant_segment_dirsync() -> Iterator[None]:
+    """A new segment's directory entry is not fsynced."""
+    real = fileio.create_durably
+
+    def create(path: Path, head: bytes, mode: int = 0o644) -> int:
+        fd = fileio.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        fileio.write(fd, head)
+        fileio.fdatasync(fd)  # the file's data, but not its name
+        return fd
+
+    fileio.create_durably = create
+    try:
+        yield
+    finally:
+        fileio.create_durably = real
+
+
+@contextlib.contextmanager
+def _plant_access_dirsync() -> Iterator[None]:
+    """access.json is renamed into place without an fsync of the directory."""
+    real = AccessFile.save
+
+    def save(self: AccessFile, snapshot: dict[str, Any]) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        fd = fileio.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                         0o600)
+        fileio.write_all(fd, json.dumps(snapshot).encode())
+        fileio.fsync(fd)
+        fileio.close(fd)
+        fileio.replace(tmp, self.path)
+
+    AccessFile.save = save  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        AccessFile.save = real  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _plant_early_confirm() -> Iterator[None]:
+    """Commit callbacks (confirms) run before the fdatasync that covers them: each
+    round syncs only what the previous round reported."""
+    real = SegmentStore._sync_to
+
+    def late(self: SegmentStore, need: int) -> Any:
+        before = getattr(self, "_planted_need", 0)
+        self._planted_need = need  # type: ignore[attr-defined]
+        self._synced = max(self._synced, need)  # "durable" now, synced a round later
+        return real(self, before) if before else None
+
+    SegmentStore._sync_to = late  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        SegmentStore._sync_to = real  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _plant_access_nofsync() -> Iterator[None]:
+    """The bug of issue 23: access.json written without fsync when fsync is off (run
+    it with --no-fsync)."""
+    real_save = AccessFile.save
+
+    def save(self: AccessFile, snapshot: dict[str, Any]) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        fd = fileio.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                         0o600)
+        fileio.write_all(fd, json.dumps(snapshot).encode())
+        fileio.close(fd)
+        fileio.replace(tmp, self.path)
+
+    AccessFile.save = save  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        AccessFile.save = real_save  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _plant_defs_nofsync() -> Iterator[None]:
+    """The other half of issue 23's bug: definition records appended to defs.log without
+    an fdatasync (run it with --no-fsync, as the old code did only then)."""
+    real = DefsLog.append
+
+    def append(self: DefsLog, op: dict[str, Any]) -> None:
+        sync = fileio.fdatasync
+        fileio.fdatasync = lambda fd: None  # type: ignore[assignment]
+        try:
+            real(self, op)
+        finally:
+            fileio.fdatasync = sync  # type: ignore[assignment]
+
+    DefsLog.append = append  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DefsLog.append = real  # type: ignore[method-assign]
+
+
+PLANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "segment-dirsync": _plant_segment_dirsync,
+    "access-dirsync": _plant_access_dirsync,
+    "early-confirm": _plant_early_confirm,
+    "access-nofsync": _plant_access_nofsync,
+    "defs-nofsync": _plant_defs_nofsync,
+}
