@@ -48,11 +48,6 @@ def test_lint_imports_contracts_hold() -> None:
     assert "0 broken" in lint.stdout
 
 
-# (module, name) imports waiting for another branch: store/segments.py is being split
-# (issue 19); its `_enc` import becomes defs.encode_value there
-PRIVATE_IMPORTS_PENDING = {("ackmq/store/segments.py", "_enc")}
-
-
 def private_imports(root: Path) -> list[tuple[str, int, str]]:
     """(file, line, name) of every `from M import _name` / `import M._name` in the
     package: a leading underscore says "this module's own"."""
@@ -66,8 +61,7 @@ def private_imports(root: Path) -> list[tuple[str, int, str]]:
             elif isinstance(node, ast.Import):
                 names = [part for a in node.names for part in a.name.split(".")]
             for name in names:
-                if name.startswith("_") and not name.endswith("__") \
-                        and (rel, name) not in PRIVATE_IMPORTS_PENDING:
+                if name.startswith("_") and not name.endswith("__"):
                     found.append((rel, node.lineno, name))
     return found
 

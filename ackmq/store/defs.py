@@ -44,7 +44,6 @@ def encode_value(v: Any) -> Any:
     return v
 
 
-_enc = encode_value  # the name store/segments.py imports until the store split lands
 
 
 def _dec(v: Any) -> Any:

@@ -36,13 +36,13 @@ from ackmq.broker.storage import (
 from . import fileio
 from .compact import compactor_main, finish_interrupted
 from .compact_api import CompactionMixin
-from .defs import DefsLog, _enc, binding_key
+from .defs import DefsLog, binding_key, encode_value
 from .format import log
 from .index import DEAD, PENDING, QueueIndex
 from .reads import READ_AHEAD, ReadsMixin
 from .recovered import RecoveredQueue
 from .recovery import RecoveryMixin
-from .state import StoreStats, _Add, _Batch, seg_name
+from .state import PendingAdd, StoreStats, WriteBatch, seg_name
 from .writer import PREALLOC_CHUNK, WriterMixin
 
 __all__ = ["PREALLOC_CHUNK", "READ_AHEAD", "SegmentStore", "StoreStats", "seg_name"]
@@ -117,7 +117,7 @@ class SegmentStore(RecoveryMixin, WriterMixin, ReadsMixin, CompactionMixin):
     def save_exchange(self, d: ExchangeDef) -> None:
         if self._defs is not None and self._defs.state.exchanges.get(d.name) == d:
             return  # redeclared as it is: no journal record, no fsync
-        self._defs_op({"op": "exchange", "def": _enc(asdict(d))})
+        self._defs_op({"op": "exchange", "def": encode_value(asdict(d))})
 
     def delete_exchange(self, name: str) -> None:
         self._defs_op({"op": "del_exchange", "name": name})
@@ -129,7 +129,7 @@ class SegmentStore(RecoveryMixin, WriterMixin, ReadsMixin, CompactionMixin):
             return  # redeclared as it is
         if qid is None:
             qid = self._defs.state.next_qid
-        self._defs_op({"op": "queue", "qid": qid, "def": _enc(asdict(d))})
+        self._defs_op({"op": "queue", "qid": qid, "def": encode_value(asdict(d))})
         with self._lock:
             if d.name not in self._qids:
                 self._qids[d.name] = qid
@@ -159,10 +159,10 @@ class SegmentStore(RecoveryMixin, WriterMixin, ReadsMixin, CompactionMixin):
     def save_binding(self, b: BindingDef) -> None:
         if self._defs is not None and binding_key(b) in self._defs.state.bindings:
             return
-        self._defs_op({"op": "binding", "def": _enc(asdict(b))})
+        self._defs_op({"op": "binding", "def": encode_value(asdict(b))})
 
     def delete_binding(self, b: BindingDef) -> None:
-        self._defs_op({"op": "del_binding", "def": _enc(asdict(b))})
+        self._defs_op({"op": "del_binding", "def": encode_value(asdict(b))})
 
     def add(self, queue: str, seq: int, exchange: str, routing_key: str,
             properties: bytes, body: bytes) -> int:
@@ -170,7 +170,7 @@ class SegmentStore(RecoveryMixin, WriterMixin, ReadsMixin, CompactionMixin):
         if qid is None:
             raise StoreError(f"queue {queue!r} is not a saved durable queue")
         key = (qid, seq)
-        op = _Add(qid, seq, exchange, routing_key, properties, body)
+        op = PendingAdd(qid, seq, exchange, routing_key, properties, body)
         with self._lock:
             if self._closed:
                 raise StoreError("store is closed")
@@ -228,7 +228,7 @@ class SegmentStore(RecoveryMixin, WriterMixin, ReadsMixin, CompactionMixin):
         with self._lock:
             if self._closed or self._closing:
                 return
-            b, self._pending = self._pending, _Batch()
+            b, self._pending = self._pending, WriteBatch()
         self._commit_batch(b)  # what is still buffered, then the sync thread's last fsync
         with self._cond:
             self._closing = True

@@ -50,7 +50,7 @@ class StoreStats:
     fsync_records: Histogram = field(default_factory=lambda: Histogram(BATCH_BUCKETS))
 
 
-class _Add:
+class PendingAdd:
     __slots__ = ("qid", "seq", "exchange", "routing_key", "properties", "body", "count")
 
     def __init__(self, qid: int, seq: int, exchange: str, routing_key: str,
@@ -64,14 +64,14 @@ class _Add:
         self.count = 0
 
 
-class _Batch:
+class WriteBatch:
     """What the broker buffered between two commits. Immutable once handed to the writer."""
 
     __slots__ = ("adds", "removes", "delivered", "callbacks", "nbytes")
 
     def __init__(self) -> None:
         self.nbytes = 0                        # rough size of the records it will write
-        self.adds: dict[Key, _Add] = {}
+        self.adds: dict[Key, PendingAdd] = {}
         self.removes: dict[Key, int] = {}     # key -> position at removal time
         self.delivered: dict[Key, int] = {}   # key -> highest delivery count
         self.callbacks: list[Callback] = []
@@ -119,7 +119,7 @@ class StoreState:
         self._counts: dict[int, dict[int, int]] = {}
         self._interned: dict[bytes, str] = {}  # exchange names and routing keys (read_message)
         self._interned_props: dict[bytes, bytes] = {}  # property blobs
-        self._pending = _Batch()
+        self._pending = WriteBatch()
         # written batches waiting for an fsync: (write generation, callbacks, failure)
         self._syncq: deque[tuple[int, list[Callback], StoreError | None]] = deque()
         # batches handed to the sync thread whose callbacks have not run yet (an inline
@@ -133,9 +133,9 @@ class StoreState:
         self._synced_at = (0, 0)    # (segment, offset) known fdatasynced up to
         self._records_synced = 0    # stats.records_written at the last fdatasync
         self._claimed = 0           # the offset the last SYNCED record of the segment claimed
-        self._unwritten: dict[Key, _Add] = {}          # adds not yet on disk
+        self._unwritten: dict[Key, PendingAdd] = {}          # adds not yet on disk
         self._unwritten_removes: dict[Key, int] = {}   # removes not yet on disk -> old pos
-        self._failed: dict[Key, _Add] = {}             # adds whose commit failed
+        self._failed: dict[Key, PendingAdd] = {}             # adds whose commit failed
         self._segs: dict[int, SegInfo] = {}
         self._rfds: dict[int, int] = {}
         self._ra: tuple[int, int, bytes] = (0, 0, b"")  # read-ahead: segment, offset, bytes

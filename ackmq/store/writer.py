@@ -24,7 +24,7 @@ from .format import (
     log,
 )
 from .index import DEAD, PENDING
-from .state import Callback, SegInfo, StoreState, _Add, _Batch, seg_name
+from .state import Callback, PendingAdd, SegInfo, StoreState, WriteBatch, seg_name
 
 # The active segment is extended (fallocate) this far ahead of its data: a commit then
 # writes into space the file already has, so its fdatasync flushes the data without a
@@ -46,11 +46,11 @@ class WriterMixin(StoreState):
                 raise StoreError("store is closed")
             self.stats.commits += 1
             b = self._pending
-            self._pending = _Batch()
+            self._pending = WriteBatch()
         b.callbacks.append(callback)
         self._commit_batch(b, inline)
 
-    def _commit_batch(self, b: _Batch, inline: bool = False) -> None:
+    def _commit_batch(self, b: WriteBatch, inline: bool = False) -> None:
         with self._wlock:
             try:
                 err = self._write_batch(b)
@@ -226,7 +226,7 @@ class WriterMixin(StoreState):
             except OSError as e:
                 log.warning("cannot start a new segment (%s); appending to the current one", e)
 
-    def _write_batch(self, b: _Batch) -> StoreError | None:
+    def _write_batch(self, b: WriteBatch) -> StoreError | None:
         """Serialize and `write()` one batch (under `_wlock`); no fsync here."""
         if self._broken is not None:
             self._fail_batch(b)
@@ -246,7 +246,7 @@ class WriterMixin(StoreState):
             fw.begin_record()
             encode_synced(out, synced)
             self._claimed = synced
-        placed: list[tuple[_Add, int]] = []
+        placed: list[tuple[PendingAdd, int]] = []
         for op in b.adds.values():
             placed.append((op, base + fw.begin_record()))
             encode_add(out, op.qid, op.seq, op.count, op.exchange.encode(),
@@ -327,7 +327,7 @@ class WriterMixin(StoreState):
         except OSError as e:
             self._broken = StoreError(f"cannot truncate after a failed write, store disabled: {e}")
 
-    def _fail_batch(self, b: _Batch) -> None:
+    def _fail_batch(self, b: WriteBatch) -> None:
         """Nothing of the batch is durable: its adds are not stored (kept readable until
         removed); its removes and delivery counts go back into the next batch."""
         with self._lock:
