@@ -28,6 +28,7 @@ from ackmq.server.http.common import (
     user,
     vhost_arg,
 )
+from ackmq.server.http.sampler import SAMPLER_KEY, RateSampler
 from ackmq.server.http.views import visible_vhosts
 
 DEFAULT = "amq.default"  # the default exchange's name in paths
@@ -54,8 +55,13 @@ async def list_queues(request: web.Request) -> web.StreamResponse:
         vhs = [_vh(request)]
     else:
         vhs = _vhosts(request)
-    return await alisting(request, (views.queue(q) for vh in vhs
-                                    for q in list(vh.queues.values())))
+    sampler = request.app.get(SAMPLER_KEY)
+    return await alisting(request, (views.queue(q, message_stats=_queue_stats(sampler, q))
+                                    for vh in vhs for q in list(vh.queues.values())))
+
+
+def _queue_stats(sampler: RateSampler | None, q: Any) -> dict[str, Any] | None:
+    return sampler.queue_message_stats(q) if sampler is not None else None
 
 
 def _queue(request: web.Request) -> Queue:
@@ -66,7 +72,9 @@ def _queue(request: web.Request) -> Queue:
 
 
 async def get_queue(request: web.Request) -> web.Response:
-    return one(request, views.queue(_queue(request), details=True))
+    q = _queue(request)
+    stats = _queue_stats(request.app.get(SAMPLER_KEY), q)
+    return one(request, views.queue(q, details=True, message_stats=stats))
 
 
 async def put_queue(request: web.Request) -> web.Response:

@@ -13,12 +13,15 @@ from aiohttp import web
 from ackmq.server.http import views
 from ackmq.server.http.app import json_response, not_found, public, requires
 from ackmq.server.http.common import listing, no_content, one, sees_all, server, user, vhost_arg
+from ackmq.server.http.sampler import SAMPLER_KEY
 
 CLOSED_VIA_MGMT = "Closed via management plugin"
 
 
 async def overview(request: web.Request) -> web.Response:
-    return one(request, views.overview(server(request), user(request)))
+    sampler = request.app.get(SAMPLER_KEY)  # the UI's rate sampler (server/http/ui.py)
+    stats = sampler.message_stats() if sampler is not None else None
+    return one(request, views.overview(server(request), user(request), stats))
 
 
 async def whoami(request: web.Request) -> web.Response:

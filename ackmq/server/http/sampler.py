@@ -17,6 +17,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from aiohttp import web
+
 if TYPE_CHECKING:
     from ackmq.server.server import Server
 
@@ -27,6 +29,25 @@ QUEUE_INTEREST = 120.0
 # the overview's rates: rabbit_global_counters' names (summed over protocols)
 GLOBAL = ("received", "confirmed", "routed", "delivered", "acknowledged", "redelivered",
           "unroutable_dropped", "unroutable_returned", "get_empty")
+
+
+# the management API's message_stats keys (RabbitMQ's) for the global counters
+API_NAMES = {"received": "publish", "confirmed": "confirm", "routed": None,
+             "delivered": "deliver_get", "acknowledged": "ack", "redelivered": "redeliver",
+             "unroutable_dropped": "drop_unroutable",
+             "unroutable_returned": "return_unroutable", "get_empty": "get_empty"}
+QUEUE_API_NAMES = ("publish", "deliver_get", "ack")  # a queue's stat_* counters, in order
+
+
+def stats_json(counts: dict[str, int], rates: dict[str, float]) -> dict[str, Any]:
+    """RabbitMQ's `message_stats`: each count with its `<name>_details` rate; a counter
+    that never moved is left out, as RabbitMQ does."""
+    out: dict[str, Any] = {}
+    for name, n in counts.items():
+        if n:
+            out[name] = n
+            out[name + "_details"] = {"rate": round(rates.get(name, 0.0), 1)}
+    return out
 
 
 @dataclass
@@ -77,6 +98,21 @@ class RateSampler:
     def series(self, name: str) -> list[float]:
         return [s.rates.get(name, 0.0) for s in self.history if s.rates]
 
+    def message_stats(self) -> dict[str, Any]:
+        """The overview's `message_stats`: the totals now, the rates of the last sample."""
+        stats = self.server.broker.stats
+        rates = self.rates()
+        counts = {api: stats.total(name) for name, api in API_NAMES.items() if api}
+        return stats_json(counts, {api: rates.get(name, 0.0)
+                                   for name, api in API_NAMES.items() if api})
+
+    def queue_message_stats(self, q: Any) -> dict[str, Any]:
+        """A queue's `message_stats` (publish, deliver_get, ack) with their rates."""
+        counts = (q.stat_published, q.stat_delivered, q.stat_acked)
+        rates = self.queue(q)
+        return stats_json(dict(zip(QUEUE_API_NAMES, counts, strict=True)),
+                          dict(zip(QUEUE_API_NAMES, rates, strict=True)))
+
     def queue(self, q: Any) -> tuple[float, ...]:
         """(incoming, deliver/get, ack) per second of `q`, over the time since an
         earlier page showed it (0.0 the first time)."""
@@ -91,3 +127,6 @@ class RateSampler:
             rates = tuple(max(0, c - o) / (now - then) for c, o in zip(cur, old, strict=True))
             self._snaps[id(q)] = (q, now, cur, rates)
         return rates
+
+
+SAMPLER_KEY: web.AppKey[RateSampler] = web.AppKey("ackmq_sampler", RateSampler)

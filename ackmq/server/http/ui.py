@@ -25,7 +25,7 @@ from ackmq.broker.access import AccessError, ChannelAccess
 from ackmq.broker.errors import ReplyError
 from ackmq.server.http import views
 from ackmq.server.http.app import SERVER_KEY, has_tag
-from ackmq.server.http.sampler import RateSampler
+from ackmq.server.http.sampler import SAMPLER_KEY, RateSampler
 from ackmq.server.http.ui_html import (
     bar,
     chart,
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("ackmq.http.ui")
 
 STATIC = Path(__file__).parent / "static"
-SAMPLER_KEY: web.AppKey[RateSampler] = web.AppKey("ackmq_sampler", RateSampler)
 CLOSE_REASON = "Closed via management plugin"  # RabbitMQ's UI sends this text
 GET_LIMIT = 100  # messages one get may show
 PAGE_SIZE = 500  # queues on one page of /queues

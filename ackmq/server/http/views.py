@@ -72,7 +72,8 @@ def listeners(server: Server) -> list[dict[str, Any]]:
     return out
 
 
-def overview(server: Server, user: Any) -> dict[str, Any]:
+def overview(server: Server, user: Any, message_stats: dict[str, Any] | None = None
+             ) -> dict[str, Any]:
     """GET /api/overview. Totals cover the vhosts `user` may see; message rates are not
     sampled yet (0.0)."""
     vhosts = set(visible_vhosts(server, user))
@@ -95,7 +96,7 @@ def overview(server: Server, user: Any) -> dict[str, Any]:
         "release_series_support_status": "supported",
         "disable_stats": False,
         "enable_queue_totals": False,
-        "message_stats": {},
+        "message_stats": message_stats or {},
         "churn_rates": {},
         "queue_totals": {"messages": ready + unacked, "messages_details": _rate(0),
                          "messages_ready": ready, "messages_ready_details": _rate(0),
@@ -159,7 +160,8 @@ def queue_type(q: Any) -> str:
     return str(t or q.kind or "classic")
 
 
-def queue(q: Any, details: bool = False) -> dict[str, Any]:
+def queue(q: Any, details: bool = False, message_stats: dict[str, Any] | None = None
+          ) -> dict[str, Any]:
     """One queue as GET /api/queues lists it (`details`: as GET /api/queues/v/name,
     with its consumers)."""
     consumers = q.consumers.values()
@@ -170,7 +172,7 @@ def queue(q: Any, details: bool = False) -> dict[str, Any]:
         "exclusive": q.exclusive_owner is not None,
         "exclusive_consumer_tag": exclusive_tag,
         "effective_policy_definition": {}, "policy": None, "operator_policy": None,
-        "message_stats": {},
+        "message_stats": message_stats or {},
         **_counts(q.message_count, q.unacked_count),
         "name": q.name, "node": node_name(), "state": "running", "type": queue_type(q),
         "vhost": q.vhost.name,
