@@ -134,8 +134,10 @@ def judge_admin(out: bytes) -> Verdict:
             return "bad output", f"admin reply without ok: {x[:200]!r}"
         if "internal error" in str(reply.get("error", "")):
             return "internal error", f"admin internal error: {x[:300]!r}"
-    last = json.loads(lines[-1]) if lines else {}
-    return ("last reply ok" if last.get("ok") else f"last reply code {last.get('code')}"), ""
+    first_error = next((r for r in map(json.loads, lines) if not r.get("ok")), None)
+    if first_error is None:
+        return "every reply ok", ""
+    return f"first error code {first_error.get('code')}", ""
 
 
 # ---- one mutated connection ---------------------------------------------------------------

@@ -69,6 +69,13 @@ class OwnBroker:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(30)
 
+    def terminate(self) -> None:
+        """SIGTERM (a clean stop), the data dir kept for the next start."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.terminate()
+            self.proc.wait(120)
+
     def stop(self, keep_log: bool = False) -> None:
         """Stop it; a work dir of our own goes too (all but the log with `keep_log`)."""
         if self.alive():

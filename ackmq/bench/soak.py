@@ -142,7 +142,7 @@ class Soak:
                     key = f"{prefix}{os.getpid()}.{time.monotonic_ns()}.{n}"
                     batch.append((key, fan.publish(aio_pika.Message(
                         key.encode(), delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
-                        routing_key="")))
+                        routing_key="", timeout=30)))
                 results = await asyncio.gather(*(c for _, c in batch), return_exceptions=True)
                 for (key, _), r in zip(batch, results, strict=True):
                     if not isinstance(r, BaseException):
@@ -157,25 +157,34 @@ class Soak:
             await ch.set_qos(prefetch_count=50)
             q = await ch.get_queue({"dead": "soak.dead", "auto": "soak.auto"}.get(
                 mode, "soak.work"))
-            async with q.iterator(no_ack=mode == "auto") as it:
-                async for m in it:
-                    if self.stopping:
-                        return
-                    if mode == "auto":
-                        self.t.auto_received += 1
-                        if random.random() < 0.001:
-                            await asyncio.sleep(5)  # let soak.auto's messages expire
-                        continue
-                    if mode == "requeue" and not m.redelivered and random.random() < 0.1:
-                        await m.nack(requeue=True)
-                        self.t.requeued += 1
-                        continue
-                    if mode == "reject" and random.random() < 0.05:
-                        await m.reject(requeue=False)
-                        self.t.dead_lettered += 1
-                        continue
-                    self.t.got(m.body)  # before the ack: a lost ack is a redelivery
-                    await m.ack()
+            # a callback and a watch on the connection: an aio-pika iterator can wait
+            # forever on a connection the broker's kill -9 took away
+            ch_ = ch
+
+            async def on_message(m: aio_pika.abc.AbstractIncomingMessage) -> None:
+                if mode == "auto":
+                    self.t.auto_received += 1
+                    return
+                if mode == "requeue" and not m.redelivered and random.random() < 0.1:
+                    await m.nack(requeue=True)
+                    self.t.requeued += 1
+                    return
+                if mode == "reject" and random.random() < 0.05:
+                    await m.reject(requeue=False)
+                    self.t.dead_lettered += 1
+                    return
+                self.t.got(m.body)  # before the ack: a lost ack is a redelivery
+                await m.ack()
+
+            tag = await q.consume(on_message, no_ack=mode == "auto")
+            while not self.stopping:
+                if conn.is_closed or ch_.is_closed:
+                    raise ConnectionError("connection lost")
+                await asyncio.sleep(1)
+                if mode == "auto" and random.random() < 0.02:  # soak.auto's TTL expires
+                    await q.cancel(tag)
+                    await asyncio.sleep(5)
+                    tag = await q.consume(on_message, no_ack=True)
 
     async def churner(self, i: int) -> None:
         import aio_pika
