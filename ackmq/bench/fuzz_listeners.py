@@ -490,6 +490,8 @@ async def run(listeners: list[str], opts: Options, work_dir: Path | None,
                 verdict.append(f"{r['problem_count']} bad answer(s)")
             if r["publisher"]["error"]:  # type: ignore[index]
                 verdict.append(f"publisher: {r['publisher']['error']}")  # type: ignore[index]
+            if r["publisher"]["nacked"]:  # type: ignore[index]
+                verdict.append(f"{r['publisher']['nacked']} publish(es) nacked")  # type: ignore[index]
             if check["missing"] or check["corrupt"]:
                 verdict.append(f"confirmed messages: {check}")
             r["verdict"] = verdict
