@@ -144,9 +144,14 @@ class Soak:
                         key.encode(), delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
                         routing_key="", timeout=30)))
                 results = await asyncio.gather(*(c for _, c in batch), return_exceptions=True)
+                failed = None
                 for (key, _), r in zip(batch, results, strict=True):
-                    if not isinstance(r, BaseException):
+                    if isinstance(r, BaseException):
+                        failed = r
+                    else:
                         self.t.confirmed.add(key)
+                if failed is not None:  # a nack, a timeout, the kill: reconnect
+                    raise failed
                 await asyncio.sleep(0.02 if pipelined else 0.005)
 
     async def consumer(self, mode: str) -> None:
