@@ -26,10 +26,12 @@ import hashlib
 import json
 import random
 import re
+import ssl
 import struct
 import sys
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -41,6 +43,7 @@ from ackmq.bench.ownbroker import OwnBroker, log_trouble
 from ackmq.bench.rawpeer import (
     FRAME_MAX,
     PROTOCOL_HEADER,
+    Peer,
     connect,
     host_port,
     open_peer,
@@ -281,12 +284,13 @@ class Stats:
 
 
 async def run_mutated(host: str, port: int, data: bytes, stats: Stats,
-                      settle: float = 1.0, bound: float = 15.0) -> None:
+                      settle: float = 1.0, bound: float = 15.0,
+                      connector: Callable[[], Awaitable[Peer]] | None = None) -> None:
     """Send one mutated stream; wait for the end of the connection (see the module
-    doc); record the outcome."""
+    doc); record the outcome. `connector` opens the connection another way (TLS)."""
     try:
-        peer = await connect(host, port, 30)
-    except (OSError, TimeoutError):
+        peer = await (asyncio.wait_for(connector(), 30) if connector else connect(host, port, 30))
+    except (OSError, TimeoutError, ssl.SSLError):
         stats.connect_errors += 1
         return
     try:

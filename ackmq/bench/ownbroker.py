@@ -17,7 +17,8 @@ from pathlib import Path
 class OwnBroker:
     """`python -m ackmq serve` in a fresh data dir, its whole log in a file."""
 
-    def __init__(self, extra: list[str], work_dir: Path | None = None) -> None:
+    def __init__(self, extra: list[str], work_dir: Path | None = None,
+                 stomp: bool = False) -> None:
         """Data dir and log in `work_dir` (kept), else in a new directory under /var/tmp
         (not tmpfs: fsync must cost what it costs) whose data dir `stop` removes."""
         base = "/var/tmp" if os.path.isdir("/var/tmp") else None
@@ -27,6 +28,7 @@ class OwnBroker:
         self.data_dir = work / "data"
         self.log_path = work / "broker.log"
         self.extra = extra
+        self.stomp = stomp  # False: --no-stomp (the AMQP-only runs)
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.port = 0
@@ -35,8 +37,8 @@ class OwnBroker:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         offset = self.log_path.stat().st_size
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ackmq", "serve", "--port", str(self.port), "--no-stomp",
-             "--http-port", "0",
+            [sys.executable, "-m", "ackmq", "serve", "--port", str(self.port),
+             *([] if self.stomp else ["--no-stomp"]), "--http-port", "0",
              "--data-dir", str(self.data_dir), *self.extra],
             stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -67,6 +69,13 @@ class OwnBroker:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(30)
 
+    def terminate(self) -> None:
+        """SIGTERM (a clean stop), the data dir kept for the next start."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.terminate()
+            self.proc.wait(120)
+
     def stop(self, keep_log: bool = False) -> None:
         """Stop it; a work dir of our own goes too (all but the log with `keep_log`)."""
         if self.alive():
@@ -85,7 +94,8 @@ class OwnBroker:
 
 
 LOG_TROUBLE = re.compile(r"Traceback|Fatal error|Exception in callback|end of turn failed"
-                         r"|Task exception was never retrieved")
+                         r"|Task exception was never retrieved|Unhandled exception"
+                         r"|admin request failed")
 
 
 def log_trouble(path: Path | None) -> list[str]:

@@ -235,6 +235,9 @@ class AdminServer:
         from ackmq.server import ctl_ops
         srv = self.server
         if verb == "list_items":  # args: [kind] or [kind, "all"] for every vhost
+            if not args:  # (found by the admin-socket fuzzer: was an IndexError)
+                raise AccessError("wrong number of arguments: usage: list_items <kind> "
+                                  "[all]", USAGE)
             return {"ok": True, "items": ctl_ops.items(
                 srv, args[0], None if args[1:] == ["all"] else vhost)}
         if verb == "node_status":

@@ -1,0 +1,204 @@
+"""Seed sessions and mutation tables of the listener fuzzer (fuzz_listeners.py): one
+valid client session per listener, as a list of frames, with the bytes that mean
+something in that protocol.
+
+Names a session creates come from a small fixed set (`slot`), so a mutation that
+breaks a delete leaks nothing that grows with the run: 10^6 mutated frames must not
+turn into 10^5 queues or vhosts whose cost would drown what is measured.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+
+from ackmq.bench.fuzz import KINDS, mutate
+from ackmq.protocol.amqp import PROTOCOL_HEADER
+
+SLOTS = 16
+_AUTH = b"Authorization: Basic " + base64.b64encode(b"guest:guest") + b"\r\n"
+
+
+def slot(tag: str) -> int:
+    return int(tag, 16) % SLOTS
+
+
+# ---- STOMP ------------------------------------------------------------------------------
+
+STOMP_SPECIAL = (b"\x00", b"\n", b"\r", b"\r\n", b"\\", b":", b"\\c", b"\xff", b"\n\n",
+                 b"content-length:99999999\n", b"content-length:-1\n", b"content-length:\n",
+                 b"transaction:t1\n", b"ACK\nid:x@@y@@1\n\n\x00",
+                 b"NACK\nid:T_s1@@y@@2\nrequeue:false\n\n\x00", b"SEND\n\n\x00",
+                 b"STOMP\n\n\x00", b"CONNECT\n\n\x00", b"heart-beat:1,1\n",
+                 b"ack:client-individual\n", b"prefetch-count:0\n", b"x-max-length:1\n")
+
+
+def stomp_session(tag: str) -> list[bytes]:
+    """Connect, subscribe (exchange-bound exclusive queue, a shared queue, a
+    temp-queue reply), send with and without content-length, escapes, a transaction
+    committed and one aborted, unsubscribe, heart-beat EOLs, disconnect."""
+    n = slot(tag)
+    x = f"/exchange/amq.direct/fz.{tag}"
+    return [
+        b"CONNECT\naccept-version:1.0,1.1,1.2\nhost:/\nlogin:guest\npasscode:guest\n"
+        b"heart-beat:0,0\n\n\x00",
+        f"SUBSCRIBE\ndestination:{x}\nid:s1\nack:client\nprefetch-count:5\n"
+        f"receipt:sub\n\n\x00".encode(),
+        f"SUBSCRIBE\ndestination:/queue/fzs.{n}\nid:s2\nack:auto\n\n\x00".encode(),
+        f"SEND\ndestination:{x}\npersistent:true\nreceipt:r1\nk\\cey:v\\nal\n"
+        f"content-length:5\n\nhello\x00".encode(),
+        f"SEND\ndestination:/queue/fzs.{n}\npersistent:true\nreply-to:/temp-queue/r\n"
+        f"content-type:text/plain\n\nno length\x00".encode(),
+        f"SEND\ndestination:/topic/fz.{tag}\ncontent-type:text/plain\n\nto a topic\x00"
+        .encode(),
+        b"BEGIN\ntransaction:t1\n\n\x00",
+        f"SEND\ndestination:{x}\ntransaction:t1\n\ntx body\x00".encode(),
+        b"COMMIT\ntransaction:t1\nreceipt:c\n\n\x00",
+        b"BEGIN\ntransaction:t2\n\n\x00",
+        f"SEND\ndestination:{x}\ntransaction:t2\n\naborted\x00".encode(),
+        b"ABORT\ntransaction:t2\n\n\x00",
+        b"UNSUBSCRIBE\nid:s1\n\n\x00",
+        b"\n\n",
+        b"DISCONNECT\nreceipt:bye\n\n\x00",
+    ]
+
+
+# ---- HTTP (the management API) -------------------------------------------------------------
+
+HTTP_SPECIAL = (b"\r\n", b"\r\n\r\n", b"\n", b"\x00", b"Content-Length: 99999999999\r\n",
+                b"Content-Length: -1\r\n", b"Transfer-Encoding: chunked\r\n",
+                b"Authorization: Basic !!!\r\n", b"Authorization: Bearer x\r\n",
+                b"Expect: 100-continue\r\n", b"Connection: close\r\n", b"{", b"}", b"\"",
+                b"\\u0000", b"[", b"null", b"1e999", b"%", b"%2F", b"%ff", b"..", b"/",
+                b"HTTP/1.0", b"HTTP/2.0", b"ffffffff\r\n", b"0\r\n\r\n", b"\xff\xfe")
+
+
+def _req(method: str, path: str, body: object | None = None, auth: bytes = _AUTH,
+         extra: bytes = b"") -> bytes:
+    data = b"" if body is None else json.dumps(body).encode()
+    head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode() + auth + extra
+    if body is not None:
+        head += b"Content-Type: application/json\r\n"
+    return head + b"Content-Length: %d\r\n\r\n" % len(data) + data
+
+
+def http_session(tag: str) -> list[bytes]:
+    """Pipelined keep-alive requests: overview, declare a queue (x-expires, so a
+    broken delete leaks nothing), bind, publish, get, list, bad credentials,
+    delete; the last asks to close."""
+    q = f"fzh.{slot(tag)}"
+    return [
+        _req("GET", "/api/overview"),
+        _req("PUT", f"/api/queues/%2F/{q}", {"durable": False, "auto_delete": False,
+                                              "arguments": {"x-expires": 30000,
+                                                            "x-max-length": 100}}),
+        _req("POST", f"/api/bindings/%2F/e/amq.topic/q/{q}",
+             {"routing_key": "a.#", "arguments": {"k": [1, "x", None]}}),
+        _req("POST", "/api/exchanges/%2F/amq.default/publish",
+             {"properties": {"delivery_mode": 2, "headers": {"a": 1, "b": {"c": True}},
+                             "priority": 3}, "routing_key": q,
+              "payload": "aGVsbG8=", "payload_encoding": "base64"}),
+        _req("POST", f"/api/queues/%2F/{q}/get",
+             {"count": 2, "ackmode": "ack_requeue_false", "encoding": "auto",
+              "truncate": 50000}),
+        _req("GET", f"/api/queues/%2F/{q}?lengths_age=60&lengths_incr=5"),
+        _req("GET", "/api/queues?page=1&page_size=5&name=fz&use_regex=false"),
+        _req("GET", "/api/whoami", auth=b"Authorization: Basic Z3Vlc3Q6d3Jvbmc=\r\n"),
+        _req("GET", "/api/users", auth=b""),
+        _req("PUT", f"/api/permissions/%2F/nobody.{tag}",
+             {"configure": ".*", "write": ".*", "read": "("}),
+        _req("DELETE", f"/api/queues/%2F/{q}/contents"),
+        _req("DELETE", f"/api/queues/%2F/{q}?if-unused=true"),
+        _req("GET", "/api/vhosts", extra=b"Connection: close\r\n"),
+    ]
+
+
+# ---- the admin socket (JSON lines) -------------------------------------------------------
+
+ADMIN_SPECIAL = (b"\n", b"\x00", b"{", b"}", b"[", b"]", b"\"", b"\\", b"\\u0000",
+                 b"\\ud800", b"null", b"1e999", b"NaN", b"-0", b"[[[[[[[[[[",
+                 b"\"args\":", b"\"vhost\":", b"\xff\xfe", b",", b":")
+
+
+def _line(verb: str, *args: str, vhost: str | None = None, **more: object) -> bytes:
+    req: dict[str, object] = {"verb": verb, "args": list(args), **more}
+    if vhost is not None:
+        req["vhost"] = vhost
+    return json.dumps(req).encode() + b"\n"
+
+
+def admin_session(tag: str) -> list[bytes]:
+    """rabbitmqctl's verbs as `ackmq ctl` sends them, on a vhost and a user of a
+    small fixed set (fz.N; a mutated delete leaves at most SLOTS of each)."""
+    v, u = f"fz.{slot(tag)}", f"fzuser.{slot(tag)}"
+    return [
+        _line("list_users"),
+        _line("add_vhost", v),
+        _line("add_user", u, "secret"),
+        _line("set_user_tags", u, "monitoring", "policymaker"),
+        _line("set_permissions", u, "^fz", ".*", ".*", vhost=v),
+        _line("set_topic_permissions", u, "amq.topic", "^a", ".*", vhost=v),
+        _line("list_permissions", vhost=v),
+        _line("list_user_permissions", u),
+        _line("set_vhost_limits", '{"max-connections": 10, "max-queues": -1}', vhost=v),
+        _line("list_vhost_limits", vhost=v),
+        _line("list_items", "queues", "name", "messages"),
+        _line("list_items", "connections"),
+        _line("node_status"),
+        _line("alarms"),
+        _line("import_definitions", definitions={"queues": [
+            {"name": "fz.def", "vhost": v, "durable": True, "auto_delete": False,
+             "arguments": {"x-max-length": 1}}], "bindings": []}),
+        _line("delete_queue", "fz.def", vhost=v),
+        _line("clear_permissions", u, vhost=v),
+        _line("delete_user", u),
+        _line("delete_vhost", v),
+    ]
+
+
+# ---- TLS --------------------------------------------------------------------------------
+
+TLS_SPECIAL = (b"\x16\x03\x01", b"\x16\x03\x03\xff\xff", b"\x15\x03\x03\x00\x02\x02\x28",
+               b"\x14\x03\x03\x00\x01\x01", b"\x17\x03\x03\x40\x00", b"\x00\x00",
+               b"\xff\xff", b"\x00\x2b\x00\x03\x02\x03\x04", b"\x00\x00\x00\x00",
+               PROTOCOL_HEADER)
+
+
+# ---- mutation -----------------------------------------------------------------------------
+
+def random_ops(rnd: random.Random, special: tuple[bytes, ...], text: bool
+               ) -> list[tuple[str, float, int, bytes]]:
+    """1-3 byte operations (fuzz.mutate's), inserting the protocol's special bytes
+    more often than random ones; in text protocols sometimes a long run (limits)."""
+    ops = []
+    for _ in range(rnd.randint(1, 3)):
+        r = rnd.random()
+        if text and r < 0.08:
+            blob = bytes([rnd.choice(b"a:\\\n ,\"")]) * rnd.choice((100, 9000, 70000))
+        elif r < 0.65:
+            blob = rnd.choice(special)
+        else:
+            blob = rnd.randbytes(rnd.randint(1, 8))
+        ops.append((rnd.choice(KINDS), rnd.random(), rnd.getrandbits(32), blob))
+    return ops
+
+
+def mutate_frames(frames: list[bytes], rnd: random.Random, special: tuple[bytes, ...],
+                  text: bool, mean: float = 4.0) -> tuple[bytes, int]:
+    """fuzz.mutate_session for any protocol: (bytes, frames mutated)."""
+    out = list(frames)
+    count = min(len(out), max(1, int(rnd.expovariate(1 / mean)) + 1))
+    for i in sorted(rnd.sample(range(len(out)), count), reverse=True):
+        r = rnd.random()
+        if r < 0.05:
+            out[i] = b""
+        elif r < 0.10:
+            out[i] = out[i] * rnd.randint(2, 4)
+        elif r < 0.14 and i + 1 < len(out):
+            out[i], out[i + 1] = out[i + 1], out[i]
+        elif r < 0.16:
+            out[i] = rnd.randbytes(rnd.randint(1, 64))
+        else:
+            out[i] = mutate(out[i], random_ops(rnd, special, text))
+    return b"".join(out), count
