@@ -29,6 +29,7 @@ from ackmq.broker.errors import (
     PRECONDITION_FAILED,
     HardError,
     SoftError,
+    check_shortstr,
 )
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue_type import ACK, RECOVER, REJECT, REQUEUE, Queue
@@ -173,6 +174,8 @@ class ChannelModel:
                       properties: bytes, body: bytes) -> None:
         if immediate:
             raise HardError(NOT_IMPLEMENTED, "immediate=true")
+        if len(routing_key) > 63:  # only STOMP and HTTP can send more than a shortstr
+            check_shortstr("routing key", routing_key)
         access = self.access  # U3: write on the exchange, cached per channel
         topic = False
         if access is not None and exchange not in access.write_exchanges:

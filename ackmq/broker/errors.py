@@ -39,6 +39,19 @@ class SoftError(ReplyError):
     """AMQP's soft error (channel exception): only the channel is closed."""
 
 
+SHORTSTR_MAX = 255  # AMQP's shortstr: exchange and queue names, routing keys
+
+
+def check_shortstr(what: str, value: str) -> None:
+    """Names and routing keys are AMQP shortstrs, at most 255 bytes: AMQP cannot carry
+    longer ones and the store keeps them in a byte-counted field. STOMP destinations and
+    the HTTP API could send more; they get a 406 for their own call instead of reaching
+    the store (where one over-long key failed every later commit)."""
+    if len(value) > SHORTSTR_MAX // 4 and len(value.encode("utf-8")) > SHORTSTR_MAX:
+        raise SoftError(PRECONDITION_FAILED, f"{what} is longer than {SHORTSTR_MAX} bytes "
+                                             f"(AMQP's shortstr limit)")
+
+
 class HardError(ReplyError):
     """AMQP's hard error (connection exception): the whole connection is closed."""
 

@@ -23,6 +23,7 @@ from ackmq.broker.errors import (
     RESOURCE_LOCKED,
     HardError,
     SoftError,
+    check_shortstr,
     not_found,
 )
 from ackmq.broker.exchange import (
@@ -121,6 +122,8 @@ class VHost:
             raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         if passive:
             return self.exchange(name)
+        if check:
+            check_shortstr("exchange name", name)
         if access is not None:
             if type_ not in EXCHANGE_CLASSES:
                 raise HardError(COMMAND_INVALID, f"unknown exchange type '{type_}'")
@@ -191,6 +194,8 @@ class VHost:
             if name == "":
                 raise not_found("queue", name, self.name)
             return self.queue(name, owner)
+        if check:
+            check_shortstr("queue name", name)
         cls = queue_class(arguments)
         if name == "":
             if check and not cls.server_named:
