@@ -442,6 +442,7 @@ class ChannelModel:
         on first use: ActiveMQ.DLQ). A message past the limit, or not requeued, goes
         there; without a target the limit does not apply and a NACK requeues for ever
         (or drops with requeue=false), as RabbitMQ. `taken` comes from one queue."""
+        self._check_settle(REQUEUE if requeue else REJECT, taken)  # streams refuse (540)
         q = taken[0][1].entry.queue
         target = self._dead_letter_target(q, fallback_queue)
         if not requeue:
