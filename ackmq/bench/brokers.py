@@ -334,3 +334,26 @@ def activemq(url: str | None = None) -> Target:
     """ActiveMQ Classic's STOMP transport on 127.0.0.1:61613 (activemq-local start)."""
     return _expect_stomp(url or ACTIVEMQ_STOMP_URL, "ActiveMQ", "--activemq",
                          "start ActiveMQ (/work/shared/tools/activemq-local start)")
+
+
+def ackmq_and_rabbitmq(url: str | None = None, pid: int | None = None,
+                       rabbitmq: bool = True) -> list[Target]:
+    """The two brokers the per-message benches measure, labelled "ackmq" and "rabbitmq":
+    ackmq at `url` (else one started here) and the local RabbitMQ unless `rabbitmq` is
+    False. A set-up error closes what was opened and is raised (BenchSetupError)."""
+    targets: list[Target] = []
+    try:
+        if url:
+            targets.append(Target(url, label="ackmq", pid=pid))
+        else:
+            targets.append(start_ackmq())
+            targets[0].label = "ackmq"
+        if rabbitmq:
+            rmq = local_rabbitmq()
+            rmq.label = "rabbitmq"
+            targets.append(rmq)
+    except BenchSetupError:
+        for t in targets:
+            t.close()
+        raise
+    return targets

@@ -29,7 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from ackmq.bench import confirms, throughput
-from ackmq.bench.brokers import BenchSetupError, Target, local_rabbitmq, start_ackmq
+from ackmq.bench.brokers import (
+    BenchSetupError,
+    Target,
+    ackmq_and_rabbitmq,
+)
 from ackmq.bench.context import Options, RunContext
 
 
@@ -189,20 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown workload(s): {', '.join(bad)}; choose from {', '.join(CPU_WORKLOADS)}",
               file=sys.stderr)
         return 2
-    targets: list[Target] = []
     try:
-        if args.url:
-            targets.append(Target(args.url, label="ackmq", pid=args.pid))
-        else:
-            targets.append(start_ackmq())
-            targets[0].label = "ackmq"
-        if not args.no_rabbitmq:
-            rmq = local_rabbitmq()
-            rmq.label = "rabbitmq"
-            targets.append(rmq)
+        targets = ackmq_and_rabbitmq(args.url, args.pid, not args.no_rabbitmq)
     except BenchSetupError as exc:
-        for t in targets:
-            t.close()
         print(f"ackmq bench cpu: {exc}", file=sys.stderr)
         return 2
     labels = [t.label for t in targets]

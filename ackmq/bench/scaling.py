@@ -26,7 +26,11 @@ from typing import Any
 
 from pamqp import commands as C
 
-from ackmq.bench.brokers import BenchSetupError, Target, local_rabbitmq, start_ackmq
+from ackmq.bench.brokers import (
+    BenchSetupError,
+    Target,
+    ackmq_and_rabbitmq,
+)
 from ackmq.bench.context import Options, RunContext, run_async
 from ackmq.bench.pipeline import OutstandingConfirms
 from ackmq.client.lowlevel import RawChannel, RawConnection, open_connection
@@ -433,17 +437,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown sweep(s): {', '.join(bad)}; choose from {', '.join(SWEEPS)}",
               file=sys.stderr)
         return 2
-    targets: list[Target] = []
     try:
-        targets.append(start_ackmq())
-        targets[0].label = "ackmq"
-        if not args.no_rabbitmq:
-            rmq = local_rabbitmq()
-            rmq.label = "rabbitmq"
-            targets.append(rmq)
+        targets = ackmq_and_rabbitmq(rabbitmq=not args.no_rabbitmq)
     except BenchSetupError as exc:
-        for t in targets:
-            t.close()
         print(f"scaling: {exc}", file=sys.stderr)
         return 2
     labels = [t.label for t in targets]
