@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pamqp import commands, frame
 from pamqp.body import ContentBody
@@ -283,6 +284,28 @@ class Stats:
     longest_end_s: float = 0.0
 
 
+async def send_until_end(peer: Any, data: bytes, pad: Callable[[], None], stats: Stats,
+                         settle: float, bound: float) -> bool | None:
+    """Write `data`; when the broker has not ended the connection after `settle` s, `pad`
+    (bytes that must end any session) and wait `bound` s more. Returns whether it padded;
+    None for a connection still open then (recorded in `stats` as hung)."""
+    peer.write(data)
+    stats.bytes_sent += len(data)
+    try:
+        await asyncio.wait_for(asyncio.shield(peer.closed), settle)
+        return False
+    except TimeoutError:
+        stats.padded += 1
+        pad()
+    try:
+        await asyncio.wait_for(asyncio.shield(peer.closed), bound)
+    except TimeoutError:
+        stats.hung.append(data.hex())
+        stats.outcomes["HUNG"] += 1
+        return None
+    return True
+
+
 async def run_mutated(host: str, port: int, data: bytes, stats: Stats,
                       settle: float = 1.0, bound: float = 15.0,
                       connector: Callable[[], Awaitable[Peer]] | None = None) -> None:
@@ -295,21 +318,10 @@ async def run_mutated(host: str, port: int, data: bytes, stats: Stats,
         return
     try:
         start = time.monotonic()
-        peer.write(data)
-        stats.bytes_sent += len(data)
-        padded = False
-        try:
-            await asyncio.wait_for(asyncio.shield(peer.closed), settle)
-        except TimeoutError:
-            padded = True
-            stats.padded += 1
-            peer.write(b"\xce" * (FRAME_MAX + 8))
-            try:
-                await asyncio.wait_for(asyncio.shield(peer.closed), bound)
-            except TimeoutError:
-                stats.hung.append(data.hex())
-                stats.outcomes["HUNG"] += 1
-                return
+        padded = await send_until_end(peer, data, lambda: peer.write(b"\xce" * (FRAME_MAX + 8)),
+                                      stats, settle, bound)
+        if padded is None:
+            return
         stats.longest_end_s = max(stats.longest_end_s, time.monotonic() - start)
         if peer.bad_output:
             stats.bad_output.append(peer.bad_output)

@@ -28,7 +28,6 @@ import ssl
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -143,17 +142,11 @@ def judge_admin(out: bytes) -> Verdict:
 # ---- one mutated connection ---------------------------------------------------------------
 
 @dataclass
-class Stats:
-    sessions: int = 0
-    frames_mutated: int = 0
-    bytes_sent: int = 0
-    outcomes: Counter = field(default_factory=Counter)
-    padded: int = 0
-    connect_errors: int = 0
-    hung: list[str] = field(default_factory=list)
+class Stats(fuzz.Stats):
+    """fuzz.run_mutated's counters (AMQPS runs go through it) plus the other listeners'
+    wrong answers."""
+
     problems: list[str] = field(default_factory=list)
-    bad_output: list[str] = field(default_factory=list)  # AMQP frames (fuzz.run_mutated)
-    longest_end_s: float = 0.0
 
 
 Connector = Callable[[], Awaitable[Stream]]
@@ -168,22 +161,14 @@ async def run_stream(connect: Connector, data: bytes, pad: bytes, judge: Callabl
         return
     try:
         start = time.monotonic()
-        s.write(data)
-        stats.bytes_sent += len(data)
-        padded = False
-        try:
-            await asyncio.wait_for(asyncio.shield(s.closed), settle)
-        except TimeoutError:
-            padded = True
-            stats.padded += 1
+
+        def pad_and_end() -> None:
             s.write(pad)
             s.end()
-            try:
-                await asyncio.wait_for(asyncio.shield(s.closed), bound)
-            except TimeoutError:
-                stats.hung.append(data.hex())
-                stats.outcomes["HUNG"] += 1
-                return
+
+        padded = await fuzz.send_until_end(s, data, pad_and_end, stats, settle, bound)
+        if padded is None:
+            return
         stats.longest_end_s = max(stats.longest_end_s, time.monotonic() - start)
         label, problem = judge(bytes(s.out))
         if problem:
