@@ -126,6 +126,34 @@ def test_reconnect_re_establishes_sessions_and_consumers(own_broker: BrokerProce
         conn.close()
 
 
+def test_sends_during_a_reconnect_by_another_thread_are_all_confirmed(
+        own_broker: BrokerProcess, q: str) -> None:
+    """A listener's thread reconnects while the main thread sends: a send must neither
+    raise (the producer is idempotent: it waits for the reconnect) nor go out on the
+    restored channel before confirm.select-ok (no sequence number, never a confirm)."""
+    got: set[bytes] = set()
+    conn = connect(own_broker.url, reconnect=True, reconnect_timeout=20, send_timeout=5000)
+    try:
+        s = conn.session(AckMode.AUTO)
+        p = s.producer(q)
+        s.consumer(q, listener=lambda m: got.add(m.body))
+        sent: list[bytes] = []
+        for cycle in range(4):
+            broker = restart(own_broker)
+            own_broker.proc = broker.proc
+            for i in range(3):
+                body = f"{cycle}.{i}".encode()
+                p.send(body)  # ConfirmTimeout or ConnectionLost here is the bug
+                sent.append(body)
+        deadline = time.monotonic() + 10
+        while not got.issuperset(sent) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert got.issuperset(sent)
+        assert conn.generation == 5
+    finally:
+        conn.close()
+
+
 def test_transaction_interrupted_by_a_reconnect_is_rolled_back(own_broker: BrokerProcess,
                                                                q: str) -> None:
     conn = connect(own_broker.url, reconnect=True, heartbeat=1)

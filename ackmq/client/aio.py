@@ -227,7 +227,7 @@ class AsyncConnection(BaseConnection):
         except ClientError:
             self._lost(core.error or ConnectionLost("handshake failed"), core)
             raise
-        self.generation += 1
+        self.opened_now()
         if core.heartbeat and (self._heartbeat_task is None or self._heartbeat_task.done()):
             self._heartbeat_task = self.loop.create_task(self._heartbeat_loop())
 
@@ -253,9 +253,9 @@ class AsyncConnection(BaseConnection):
     async def _ensure_connected(self) -> None:
         if self.closed:
             raise IllegalStateError("connection is closed")
-        if self.core.error is None:
-            return
-        if not self.options.reconnect:
+        if self.core.error is None and not self._reconnect_lock.locked():
+            return  # open, and no task restoring sessions on it
+        if self.core.error is not None and not self.options.reconnect:
             raise self.core.error
         async with self._reconnect_lock:
             if self.core.error is None:

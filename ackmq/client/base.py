@@ -129,6 +129,9 @@ class BaseConnection:
         self._unseen: dict[str, int] = {}
         self._ids = itertools.count(1)
         self.closed = False
+        # the first broker's kind, kept: a reconnect under way (a new Core not yet
+        # open) must not turn idempotence off for other threads
+        self.broker_is_ackmq: bool | None = None
 
     # -- for subclasses ----------------------------------------------------------------
     def new_future(self) -> Any:
@@ -136,6 +139,12 @@ class BaseConnection:
 
     def _wake_listeners(self, consumer: BaseConsumer) -> None:
         """A listener consumer has a message ready (the dispatcher must look)."""
+
+    def opened_now(self) -> None:
+        """The drivers call this after each handshake."""
+        self.generation += 1
+        if self.broker_is_ackmq is None:
+            self.broker_is_ackmq = self.core.is_ackmq
 
     def rpc_deadline(self) -> float:
         return time.monotonic() + self.options.send_timeout / 1000.0
@@ -146,7 +155,7 @@ class BaseConnection:
         the `idempotent` option, by default on against ackmq when reconnecting (without
         a reconnect there is nothing to re-send; messages then stay as they were)."""
         o = self.options.idempotent
-        return self.options.reconnect and self.core.is_ackmq if o is None else o
+        return self.options.reconnect and bool(self.broker_is_ackmq) if o is None else o
 
     @property
     def resending(self) -> bool:
@@ -419,13 +428,15 @@ class BaseSession:
 
     # -- lifecycle ---------------------------------------------------------------------
     def open_g(self, deadline: float | None) -> Step:
+        """Open the session's channel in its mode. It becomes `self.chan` only once in
+        that mode: a producer in another thread (or task) must not publish on it
+        before confirm.select-ok, where its publish would get no sequence number and
+        never a confirm; until then it finds the old channel's error and waits for
+        the reconnect."""
         chan, fut = self.conn.core.open_channel()
         chan.listener = self
         if not self.transacted and self.conn.resending:
             chan.resend = self.resend
-        self.chan = chan
-        self.error = None
-        self.generation = self.conn.generation
         yield from _wait(fut, deadline)
         if self.transacted:
             chan.transactional = True
@@ -433,6 +444,9 @@ class BaseSession:
         else:
             chan.confirm = True
             yield from _wait(chan.rpc(C.Confirm.Select(), (C.Confirm.SelectOk,)), deadline)
+        self.chan = chan
+        self.error = None
+        self.generation = self.conn.generation
 
     def restore_g(self, deadline: float | None) -> Step:
         pending, self.resend = self.resend, []

@@ -152,6 +152,7 @@ class Connection(BaseConnection):
         self._rio = threading.Lock()   # the reader role
         self._wio = threading.Lock()   # the writer role
         self._reconnecting = threading.Lock()
+        self._reconnector: int | None = None  # the thread reconnecting, if any
         self._sock: socket.socket | None = None
         self._poll: Any = None
         self._dispatcher: threading.Thread | None = None
@@ -428,7 +429,7 @@ class Connection(BaseConnection):
         if exc is not None:
             self._close_socket()
             raise exc
-        self.generation += 1
+        self.opened_now()
         self._start_io_thread()
 
     def _start_io_thread(self) -> None:
@@ -483,16 +484,20 @@ class Connection(BaseConnection):
         """reconnect=True: a lost connection is re-established (sessions, consumers)."""
         if self.closed:
             raise IllegalStateError("connection is closed")
-        if self.core.error is None:
-            return
-        if not self.options.reconnect:
+        if self.core.error is None and self._reconnector in (None, threading.get_ident()):
+            return  # open, and no other thread restoring sessions on it
+        if self.core.error is not None and not self.options.reconnect:
             raise self.core.error
         if not self._reconnecting.acquire(timeout=self.options.reconnect_timeout):
             raise ConnectionLost("reconnect still under way in another thread")
         try:
             if self.core.error is None:
                 return
-            self._drive(self.reconnect_g())
+            self._reconnector = threading.get_ident()
+            try:
+                self._drive(self.reconnect_g())
+            finally:
+                self._reconnector = None
             log.info("ackmq.client: reconnected to %s:%s", self.options.host,
                      self.options.port)
             with self._cond:
