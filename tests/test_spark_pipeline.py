@@ -65,13 +65,13 @@ class Publisher(threading.Thread):
     phase sees new messages, however slowly Spark starts on a loaded machine."""
 
     def __init__(self, url: str, queue: str, at_least: int, *, with_ids: bool,
-                 rate: float) -> None:
+                 rate: float, start: int = 0) -> None:
         super().__init__(daemon=True)
         self.url, self.queue, self.at_least = url, queue, at_least
         self.with_ids, self.rate = with_ids, rate
         self.stop = threading.Event()
         self.error: BaseException | None = None
-        self.confirmed = 0
+        self.confirmed = start  # bodies b"<start>", b"<start + 1>", ...
 
     def run(self) -> None:
         try:

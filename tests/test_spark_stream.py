@@ -178,7 +178,14 @@ def test_R4_stream_landing_exactly_once_through_driver_and_executor_kills(
         pub.stop.set()
         pub.join(120)
         assert not pub.is_alive() and pub.error is None, pub.error
-        n = pub.confirmed
+        # a tail the last run must read (on a slow machine the killed drivers may have
+        # landed everything published before), so that its read task can be killed
+        tail = Publisher(stream_url, stream, pub.confirmed + 400, with_ids=False,
+                         rate=10_000.0, start=pub.confirmed)
+        tail.stop.set()
+        tail.run()
+        assert tail.error is None, tail.error
+        n = tail.confirmed
         killed = tmp_path / "killed-read-task"
         d = StreamDriver(stream_url, stream, tmp_path, available_now=True,
                          env={"ACKMQ_SPARK_KILL_READ_ONCE": str(killed)})

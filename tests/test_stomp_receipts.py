@@ -203,7 +203,10 @@ def test_W8_stomp_py_transaction(target: Target, queue: str) -> None:
     conn.commit(tx, receipt="c")
     listener.wait("receipts", 1)
     conn.disconnect()
-    assert queue_depth(target, queue) == 5
+    if target.ackmq:  # the COMMIT receipt comes after all five are enqueued
+        assert queue_depth(target, queue) == 5
+    else:  # RabbitMQ's plugin replays the SENDs; its queue may count them a moment later
+        assert wait_depth(target, queue, 5) == 5
 
 
 def test_W7_disconnect_receipt_comes_after_every_receipt_owed(ackmq_target: Target,
