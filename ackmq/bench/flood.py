@@ -154,6 +154,7 @@ async def _flood(url: str, pid: int, total: int, size: int, persistent: bool,
                 await asyncio.sleep(0.2)
         finally:
             sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
         try:
             await ch.call(commands.Queue.Delete(queue=QUEUE))
         except ClientError:
