@@ -557,3 +557,43 @@ def test_U5_bad_limits_are_answered_with_what_to_fix(ackmq: Target, tmp_path: Pa
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--memory-high-watermark" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr + "".join(ackmq.broker.log if ackmq.broker else [])
+
+
+def test_U5_lowlevel_on_blocked_sees_blocked_and_unblocked(target: Target) -> None:
+    """ackmq.client.lowlevel's `on_blocked` hook (the flood's view of the alarm): a
+    publish during an alarm gets (True, RabbitMQ's reason), the clear (False, "")."""
+    import asyncio
+
+    from ackmq.client.lowlevel import open_connection
+
+    q = f"alarm-lowlevel-{target.name}"
+    _queue(target, q)
+
+    async def run() -> tuple[list[tuple[bool, str]], bool]:
+        conn = await open_connection(target.url)
+        seen: list[tuple[bool, str]] = []
+        conn.on_blocked = lambda blocked, reason: seen.append((blocked, reason))
+        ch = await conn.channel()
+
+        async def until(n: int) -> None:
+            deadline = time.monotonic() + 10
+            while len(seen) < n and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+
+        await asyncio.to_thread(target.memory_alarm, True)
+        try:
+            conn.write(ch.publish_bytes("", q, b"during"))
+            await until(1)
+            during = conn.blocked
+        finally:
+            await asyncio.to_thread(target.memory_alarm, False)
+        await until(2)
+        await conn.close()
+        return seen, during
+
+    try:
+        seen, during = asyncio.run(run())
+        assert seen == [(True, "low on memory"), (False, "")]
+        assert during
+    finally:
+        _delete(target, q)

@@ -8,19 +8,19 @@ then no more reads) instead of buffering.
         --pid $(/work/shared/tools/rabbitmq-local pid) --bytes 1GB  # a running broker
 
 With --url the watermark is the broker's own (RabbitMQ: `rabbitmqctl
-set_vm_memory_high_watermark absolute 256MiB`, and back to 0.4 after). One blocking
-socket publishes pre-encoded non-persistent messages as fast as TCP takes them; a
-thread reads what the broker sends (connection.blocked/unblocked); another samples
-/proc/PID/status every 0.1 s. At the end a queue.declare on the same connection proves
-every message was taken (its message_count), then the queue is deleted.
+set_vm_memory_high_watermark absolute 256MiB`, and back to 0.4 after). One connection
+(ackmq.client.lowlevel) writes pre-encoded non-persistent messages as fast as TCP takes
+them (write, then drain while the transport is paused); connection.blocked/unblocked
+are noted as they arrive (conn.on_blocked); a task samples /proc/PID/status every 0.1 s.
+At the end a passive queue.declare on the same connection proves every message was
+taken (its message_count), then the queue is deleted.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import re
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -28,15 +28,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
-from pamqp import commands, frame
+from pamqp import commands
 
-from ackmq.protocol.amqp import encode_method, encode_publish
-from ackmq.protocol.amqp.constants import FRAME_MAX_DEFAULT
+from ackmq.client.errors import ClientError
+from ackmq.client.lowlevel import open_connection
 
 QUEUE = "ackmq-flood"
-_HDR = struct.Struct(">BHI")
 _URL_LINE = re.compile(r"listening on (amqp://\S+)")
 
 
@@ -93,152 +91,79 @@ class Result:
         return total
 
 
-class _Link:
-    """One AMQP connection on a blocking socket; a reader thread handles input."""
-
-    def __init__(self, url: str) -> None:
-        u = urlparse(url)
-        user, password = unquote(u.username or "guest"), unquote(u.password or "guest")
-        vhost = unquote(u.path[1:]) if len(u.path) > 1 else "/"
-        self.sock = socket.create_connection((u.hostname or "127.0.0.1", u.port or 5672),
-                                             timeout=30)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = b""
-        self.sock.sendall(b"AMQP\x00\x00\x09\x01")
-        self._expect(commands.Connection.Start)
-        self.sock.sendall(encode_method(0, commands.Connection.StartOk(
-            client_properties={"product": "ackmq-flood", "capabilities": {
-                "connection.blocked": True, "publisher_confirms": True}},
-            mechanism="PLAIN", response=f"\0{user}\0{password}")))
-        tune = self._expect(commands.Connection.Tune)
-        self.frame_max = min(tune.frame_max or FRAME_MAX_DEFAULT, FRAME_MAX_DEFAULT)
-        self.sock.sendall(encode_method(0, commands.Connection.TuneOk(
-            channel_max=tune.channel_max, frame_max=self.frame_max, heartbeat=0)))
-        self.sock.sendall(encode_method(0, commands.Connection.Open(virtual_host=vhost)))
-        self._expect(commands.Connection.OpenOk)
-        self.sock.sendall(encode_method(1, commands.Channel.Open()))
-        self._expect(commands.Channel.OpenOk)
-        self.sock.settimeout(None)
-        self.events: list[tuple[float, str]] = []
-        self.blocked = False
-        self.replies: list[object] = []
-        self.reply_ready = threading.Event()
-        self.error: str | None = None
-
-    def _frame(self) -> tuple[int, object]:
-        while True:
-            if len(self.buf) >= 7:
-                _t, ch, size = _HDR.unpack_from(self.buf)
-                if len(self.buf) >= size + 8:
-                    n, _c, f = frame.unmarshal(self.buf[:size + 8])
-                    self.buf = self.buf[n:]
-                    return ch, f
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("the broker closed the connection")
-            self.buf += data
-
-    def _expect(self, cls: type) -> object:
-        while True:
-            _ch, f = self._frame()
-            if isinstance(f, cls):
-                return f
-            if isinstance(f, (commands.Connection.Close, commands.Channel.Close)):
-                raise ConnectionError(f"{f.reply_code} {f.reply_text}")
-
-    def read_forever(self, t0: float) -> None:
-        try:
-            while True:
-                _ch, f = self._frame()
-                if isinstance(f, commands.Connection.Blocked):
-                    self.blocked = True
-                    self.events.append((time.monotonic() - t0, f"blocked: {f.reason}"))
-                elif isinstance(f, commands.Connection.Unblocked):
-                    self.blocked = False
-                    self.events.append((time.monotonic() - t0, "unblocked"))
-                elif isinstance(f, (commands.Connection.Close, commands.Channel.Close)):
-                    self.error = f"{f.reply_code} {f.reply_text}"
-                    self.reply_ready.set()
-                    return
-                elif isinstance(f, (commands.Queue.DeclareOk, commands.Queue.DeleteOk,
-                                    commands.Queue.PurgeOk)):
-                    self.replies.append(f)
-                    self.reply_ready.set()
-        except (ConnectionError, OSError) as e:
-            self.error = self.error or str(e)
-            self.reply_ready.set()
-
-    def call(self, method: object, timeout: float = 600.0) -> object:
-        self.reply_ready.clear()
-        self.sock.sendall(encode_method(1, method))
-        if not self.reply_ready.wait(timeout) or self.error:
-            raise ConnectionError(self.error or "no reply from the broker")
-        return self.replies.pop(0)
-
-
 def flood(url: str, pid: int, total: int, size: int = 64 * 1024, persistent: bool = False,
           progress: bool = True, batch: int = 1 << 20) -> Result:
     """Publish `total` body bytes in `size`-byte messages, unconfirmed, as fast as the
     broker reads them; sample the broker's RSS every 0.1 s."""
-    link = _Link(url)
-    props = bytes([0x10, 0x00, 2 if persistent else 1])  # delivery-mode only
-    one = encode_publish(1, "", QUEUE, False, False, props, b"\x00" * size, link.frame_max)
-    per = max(1, batch // len(one))
-    chunk = one * per
+    return asyncio.run(_flood(url, pid, total, size, persistent, progress, batch))
+
+
+async def _flood(url: str, pid: int, total: int, size: int, persistent: bool,
+                 progress: bool, batch: int) -> Result:
+    # RPCs wait behind everything sent (a blocked broker reads nothing): a long timeout
+    conn = await open_connection(url, connection_name="ackmq-flood", send_timeout=600_000)
     res = Result(baseline_rss=rss_of(pid))
     t0 = time.monotonic()
-    reader = threading.Thread(target=link.read_forever, args=(t0,), daemon=True)
-    # declare before the reader runs its loop: replies are read by the reader
-    link.sock.sendall(encode_method(1, commands.Queue.Declare(queue=QUEUE, durable=persistent)))
-    link._expect(commands.Queue.DeclareOk)
-    link.sock.sendall(encode_method(1, commands.Queue.Purge(queue=QUEUE)))
-    link._expect(commands.Queue.PurgeOk)
-    reader.start()
-    done = threading.Event()
+    blocked = False
 
-    def sample() -> None:
-        last_print = 0.0
-        while not done.is_set():
-            now = time.monotonic() - t0
-            s = Sample(now, res.sent, rss_of(pid), link.blocked)
-            res.samples.append(s)
-            if progress and now - last_print >= 1.0:
-                last_print = now
-                print(f"  {now:6.1f} s  sent {s.sent / 1e6:8.1f} MB  broker RSS "
-                      f"{s.rss / 2**20:7.1f} MiB  peak {res.peak_rss / 2**20:7.1f} MiB"
-                      f"{'  BLOCKED' if s.blocked else ''}", flush=True)
-            done.wait(0.1)
+    def on_blocked(now_blocked: bool, reason: str) -> None:
+        nonlocal blocked
+        blocked = now_blocked
+        res.blocked_events.append((time.monotonic() - t0,
+                                   f"blocked: {reason}" if now_blocked else "unblocked"))
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    conn.on_blocked = on_blocked
     try:
-        while res.sent < total:
-            n = min(per, -(-(total - res.sent) // size))
-            link.sock.sendall(chunk if n == per else one * n)
-            res.messages += n
-            res.sent += n * size
-            if link.error:
-                raise ConnectionError(link.error)
-        # in order on one channel: the reply comes after every publish was handled
-        # (ackmq); RabbitMQ's queue process may count the last ones a moment later
-        res.seconds = time.monotonic() - t0
-        deadline = time.monotonic() + 30
-        while True:
-            ok = link.call(commands.Queue.Declare(queue=QUEUE, durable=persistent,
-                                                  passive=True))
-            res.queued = ok.message_count  # type: ignore[attr-defined]
-            if res.queued >= res.messages or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        ch = await conn.channel()
+        await ch.declare_queue(QUEUE, durable=persistent)
+        await ch.call(commands.Queue.Purge(queue=QUEUE))
+        one = ch.publish_bytes("", QUEUE, b"\x00" * size, 2 if persistent else 1)
+        per = max(1, batch // len(one))
+        chunk = one * per
+
+        async def sample() -> None:
+            last_print = 0.0
+            while True:
+                now = time.monotonic() - t0
+                s = Sample(now, res.sent, rss_of(pid), blocked)
+                res.samples.append(s)
+                if progress and now - last_print >= 1.0:
+                    last_print = now
+                    print(f"  {now:6.1f} s  sent {s.sent / 1e6:8.1f} MB  broker RSS "
+                          f"{s.rss / 2**20:7.1f} MiB  peak {res.peak_rss / 2**20:7.1f} MiB"
+                          f"{'  BLOCKED' if s.blocked else ''}", flush=True)
+                await asyncio.sleep(0.1)
+
+        sampler = asyncio.create_task(sample())
+        try:
+            while res.sent < total:
+                n = min(per, -(-(total - res.sent) // size))
+                conn.write(chunk if n == per else one * n)
+                res.messages += n
+                res.sent += n * size
+                if conn.paused:  # TCP backpressure: the broker reads no faster
+                    await conn.drain()
+            # in order on one channel: the reply comes after every publish was handled
+            # (ackmq); RabbitMQ's queue process may count the last ones a moment later
+            res.seconds = time.monotonic() - t0
+            deadline = time.monotonic() + 30
+            while True:
+                res.queued = await ch.queue_count(QUEUE)
+                if res.queued >= res.messages or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.2)
+        finally:
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
+        try:
+            await ch.call(commands.Queue.Delete(queue=QUEUE))
+        except ClientError:
+            pass
     finally:
-        done.set()
-        sampler.join()
-        res.blocked_events = list(link.events)
-    try:
-        link.call(commands.Queue.Delete(queue=QUEUE), timeout=120)
-    except ConnectionError:
-        pass
-    link.sock.close()
+        if conn.is_open:
+            await conn.close()
+        else:
+            conn.abort()
     return res
 
 

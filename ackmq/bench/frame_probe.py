@@ -1,21 +1,33 @@
-"""Send malformed frames to a reference broker and print how it closes.
+"""Send malformed frames to a broker and print how it closes.
 
 Why: the decoder's error codes and texts are copied from RabbitMQ 3.10's answers; this
-script is how they were (and can be re-) observed. Usage:
+script is how they were (and can be re-) observed, and tests/test_frame_probe.py runs
+every case against ackmq and RabbitMQ to keep them equal. Usage:
 
     python -m ackmq.bench.frame_probe [host] [port]
+
+Each case opens a connection and channel 1 with ackmq.client.lowlevel, writes its bytes
+with `conn.write`, and reports the broker's answer from the client's error: the
+connection.close or channel.close (code, text, class and method ids), the socket's end
+without a close, or nothing within the wait.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
 import sys
+from dataclasses import dataclass
 
 from pamqp import commands, frame
 from pamqp.header import ContentHeader
 
-from ackmq.protocol.amqp.constants import FRAME_END, FRAME_MAX_DEFAULT, PROTOCOL_HEADER
+from ackmq.client.errors import ChannelClosed, ClientError, ConnectionLost
+from ackmq.client.lowlevel import open_connection
+from ackmq.protocol.amqp.constants import FRAME_END
+
+WAIT = 2.0  # seconds a case waits for the broker's answer
 
 
 def _frame(frame_type: int, channel: int, payload: bytes, end: int = FRAME_END) -> bytes:
@@ -26,65 +38,60 @@ def _method(channel: int, method: commands.base.Frame) -> bytes:
     return frame.marshal(method, channel)
 
 
-class Probe:
-    """A raw-socket AMQP client: handshake with pamqp, then arbitrary bytes."""
+@dataclass(frozen=True)
+class Outcome:
+    """How the broker ended a case. `kind`: "Connection.Close", "Channel.Close", "EOF"
+    (the socket closed without a close method) or "none" (no answer within the wait)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 5672) -> None:
-        self.sock = socket.create_connection((host, port), timeout=2)
-        self.buf = b""
+    kind: str
+    code: int = 0
+    text: str = ""
+    class_id: int = 0
+    method_id: int = 0
+    channel: int = 0
 
-    def read(self) -> tuple[int, object] | None:
-        while True:
-            if self.buf:
-                try:
-                    used, channel, value = frame.unmarshal(self.buf)
-                except Exception:  # noqa: BLE001 - incomplete frame, read more
-                    pass
-                else:
-                    self.buf = self.buf[used:]
-                    return channel, value
-            try:
-                data = self.sock.recv(65536)
-            except ConnectionResetError:
-                data = b""
-            except TimeoutError:
-                return (-1, "no reply within 2 s")
-            if not data:
-                return None
-            self.buf += data
-
-    def handshake(self, frame_max: int = FRAME_MAX_DEFAULT) -> None:
-        self.sock.sendall(PROTOCOL_HEADER)
-        self.read()  # connection.start
-        self.sock.sendall(
-            _method(0, commands.Connection.StartOk(response="\0guest\0guest"))
-        )
-        _, tune = self.read()
-        self.sock.sendall(
-            _method(0, commands.Connection.TuneOk(tune.channel_max, frame_max, 0))
-            + _method(0, commands.Connection.Open("/"))
-        )
-        self.read()  # open-ok
-        self.sock.sendall(_method(1, commands.Channel.Open()))
-        self.read()  # channel.open-ok
-
-    def outcome(self, data: bytes) -> str:
-        self.sock.sendall(data)
-        while True:
-            got = self.read()
-            if got is None:
-                return f"socket closed without close method, unread {self.buf!r}"
-            channel, value = got
-            if channel == -1:
-                return str(value)
-            if isinstance(value, commands.Connection.Close | commands.Channel.Close):
-                return (
-                    f"{value.name} ch={channel} {value.reply_code} {value.reply_text!r} "
-                    f"class={value.class_id} method={value.method_id}"
-                )
+    def __str__(self) -> str:
+        if self.kind == "EOF":
+            return "socket closed without close method"
+        if self.kind == "none":
+            return f"no reply within {WAIT:g} s"
+        return (f"{self.kind} ch={self.channel} {self.code} {self.text!r} "
+                f"class={self.class_id} method={self.method_id}")
 
 
-def _cases() -> dict[str, bytes]:
+def outcome_of(error: ClientError | None) -> Outcome:
+    """The client's error as the broker's answer."""
+    if error is None:
+        return Outcome("none")
+    if isinstance(error, ChannelClosed):
+        return Outcome("Channel.Close", error.code, error.text, error.class_id,
+                       error.method_id, 1)
+    if isinstance(error, ConnectionLost) and error.code:
+        return Outcome("Connection.Close", error.code, error.text, error.class_id,
+                       error.method_id)
+    return Outcome("EOF")  # EOF or reset: no close method, nothing more to compare
+
+
+async def probe(url: str, data: bytes, wait: float = WAIT) -> Outcome:
+    """Handshake, channel 1, then `data`; the broker's answer."""
+    conn = await open_connection(url, connection_name="ackmq-frame-probe")
+    try:
+        ch = await conn.channel()
+        conn.write(data)
+        return outcome_of(await ch.wait_closed(wait))
+    finally:
+        conn.abort()
+
+
+def bad_protocol_header(host: str, port: int) -> bytes:
+    """What the broker answers to an AMQP 0-8 protocol header (before any frame)."""
+    with socket.create_connection((host, port), timeout=WAIT) as sock:
+        sock.sendall(b"AMQP\x00\x00\x08\x00")
+        return sock.recv(100)
+
+
+def cases() -> dict[str, bytes]:
+    """Name -> the bytes written on an open channel 1."""
     pub = _method(1, commands.Basic.Publish(exchange="", routing_key="x"))
     hdr = frame.marshal(ContentHeader(0, 5, commands.Basic.Properties()), 1)
     body = _frame(3, 1, b"hello")
@@ -113,20 +120,17 @@ def _cases() -> dict[str, bytes]:
     }
 
 
+async def _run(host: str, port: int) -> None:
+    url = f"amqp://guest:guest@{host}:{port}/"
+    for name, data in cases().items():
+        print(f"{name:45} -> {await probe(url, data)}", flush=True)
+
+
 def main() -> None:
     host = sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1"
     port = int(sys.argv[2]) if len(sys.argv) > 2 else 5672
-    sock = socket.create_connection((host, port), timeout=2)
-    sock.sendall(b"AMQP\x00\x00\x08\x00")
-    print(f"{'bad protocol header':45} -> {sock.recv(100)!r}")
-    sock.close()
-    for name, data in _cases().items():
-        probe = Probe(host, port)
-        probe.handshake()
-        try:
-            print(f"{name:45} -> {probe.outcome(data)}")
-        finally:
-            probe.sock.close()
+    print(f"{'bad protocol header':45} -> {bad_protocol_header(host, port)!r}")
+    asyncio.run(_run(host, port))
 
 
 if __name__ == "__main__":

@@ -337,6 +337,8 @@ class Core:
         self.channels: dict[int, Chan] = {}
         self._next_channel = 1
         self.blocked = False
+        # told of connection.blocked (True, reason) / unblocked (False, "") as they come
+        self.on_blocked: Callable[[bool, str], None] | None = None
         now = time.monotonic()
         self.last_read = now
         self.last_write = now
@@ -561,14 +563,18 @@ class Core:
             _settle(self.opened, None)
         elif kind is C.Connection.Close:
             self.out.append(encode_method(0, C.Connection.CloseOk()))
-            self.lost(ConnectionLost(m.reply_text, m.reply_code))
+            self.lost(ConnectionLost(m.reply_text, m.reply_code, m.class_id, m.method_id))
         elif kind is C.Connection.CloseOk:
             _settle(self.close_ok, None)
             self.lost(ConnectionLost("connection closed by the client", 200))
         elif kind is C.Connection.Blocked:
             self.blocked = True
+            if self.on_blocked is not None:
+                self.on_blocked(True, m.reason or "")
         elif kind is C.Connection.Unblocked:
             self.blocked = False
+            if self.on_blocked is not None:
+                self.on_blocked(False, "")
 
     def _start(self, m: Any) -> None:
         self.server_properties = dict(m.server_properties or {})

@@ -12,12 +12,16 @@ class ClientError(Exception):
 class ConnectionLost(ClientError):
     """The connection is gone: dropped socket, missed heartbeats, broker restart, or the
     broker closed it (then `code` and `text` are the broker's, e.g. 320 CONNECTION_FORCED,
-    403 ACCESS_REFUSED on a refused login). Unacked deliveries come back redelivered (D8);
+    403 ACCESS_REFUSED on a refused login; `class_id` and `method_id` are those of its
+    connection.close, 0 otherwise). Unacked deliveries come back redelivered (D8);
     a publish not yet confirmed may or may not have been taken."""
 
-    def __init__(self, text: str, code: int | None = None) -> None:
+    def __init__(self, text: str, code: int | None = None, class_id: int = 0,
+                 method_id: int = 0) -> None:
         self.code = code
         self.text = text
+        self.class_id = class_id
+        self.method_id = method_id
         super().__init__(f"{code} {text}" if code else text)
 
 

@@ -10,6 +10,8 @@ task per message.
     ch.on_deliver = lambda tag, redelivered, body: conn.queue(ch.ack_bytes(tag))
     conn.write(ch.publish_bytes("", "q", b"x") * 256)
     if conn.paused: await conn.drain()
+    conn.on_blocked = lambda blocked, reason: ...      # connection.blocked/unblocked
+    error = await ch.wait_closed(2.0)   # ChannelClosed / ConnectionLost, None if open
 
 Callbacks run on the I/O path: bookkeeping only, never a blocking call (J10).
 Bytes handed to `queue()` go out with the replies of the same read, in one write.
@@ -18,14 +20,16 @@ Bytes handed to `queue()` go out with the replies of the same read, in one write
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from pamqp import commands as C
 
-from ackmq.protocol.amqp import encode_ack, encode_publish
+from ackmq.protocol.amqp import Content, encode_ack, encode_publish
 
 from .aio import AsyncConnection
 from .core import Chan, RawConfirm, RawDeliver
+from .errors import ClientError
 from .options import parse_url
 
 _REPLIES: dict[type, tuple[type, ...]] = {}
@@ -47,6 +51,29 @@ def delivery_mode_properties(delivery_mode: int) -> bytes:
     return b"\x10\x00" + bytes((delivery_mode,))
 
 
+class _Listener:
+    """A raw channel's ChannelListener (core.py): the rare paths the fast parser hands
+    on, and the channel's end for wait_closed."""
+
+    def __init__(self, chan: Chan, closed: asyncio.Future[None]) -> None:
+        self.chan = chan
+        self.closed = closed
+
+    def on_deliver(self, content: Content) -> None:
+        """A basic.deliver that came through the general decoder: to the raw hook too."""
+        hook = self.chan.raw_deliver
+        if hook is not None:
+            m = content.method
+            hook(m.delivery_tag, m.redelivered, content.body)
+
+    def on_cancel(self, consumer_tag: str) -> None:
+        """basic.cancel from the broker: nothing to do at this level."""
+
+    def on_failed(self, error: ClientError) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
 class RawChannel:
     """One AMQP channel driven by hand. `on_confirm(tag, multiple, ack)` and
     `on_deliver(tag, redelivered, body)` are the hot callbacks; everything else is an
@@ -56,6 +83,19 @@ class RawChannel:
         self.conn = conn
         self.chan = chan
         self.number = chan.number
+        self._closed: asyncio.Future[None] = conn.loop.create_future()
+        chan.listener = _Listener(chan, self._closed)
+
+    async def wait_closed(self, timeout: float | None = None) -> ClientError | None:
+        """Wait for the end of this channel: the broker's channel.close (ChannelClosed)
+        or connection.close, or the socket's end (ConnectionLost); code, text,
+        class_id and method_id are the broker's. None if still open after `timeout` s."""
+        if self.chan.error is None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._closed), timeout)
+            except TimeoutError:
+                pass
+        return self.chan.error
 
     @property
     def on_confirm(self) -> RawConfirm | None:
@@ -150,6 +190,21 @@ class RawConnection(AsyncConnection):
     @property
     def frame_max(self) -> int:
         return self.core.frame_max
+
+    @property
+    def blocked(self) -> bool:
+        """True between connection.blocked and connection.unblocked (U5)."""
+        return self.core.blocked
+
+    @property
+    def on_blocked(self) -> Callable[[bool, str], None] | None:
+        """Called with (True, reason) on connection.blocked, (False, "") on unblocked,
+        from data_received (bookkeeping only)."""
+        return self.core.on_blocked
+
+    @on_blocked.setter
+    def on_blocked(self, fn: Callable[[bool, str], None] | None) -> None:
+        self.core.on_blocked = fn
 
     @property
     def paused(self) -> bool:

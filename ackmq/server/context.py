@@ -1,9 +1,12 @@
 """The front-end context: what every connection of every protocol (AMQP, STOMP, the
-coming HTTP API) may reach of the running broker, typed, instead of the whole `Server`.
+HTTP API) may reach of the running broker, typed, instead of the whole `Server`.
 
 The server (the composition root) builds one at start and hands it to each listener's
 connection factory. `blocking` is the only field that changes while the broker runs
-(the resource alarms set it); the rest is fixed once the broker is up.
+(the resource alarms set it); the rest is fixed once the broker is up. The management
+listener gets an `HttpContext`: the same FrontEnd plus what only it shows (the alarms'
+monitor, the other listeners' ports), so server/http/ needs nothing of server/server.py
+and stays independent of server/amqp and server/stomp (pyproject's import contract).
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ackmq.broker import BrokerModel
     from ackmq.broker.access import AccessModel
+    from ackmq.server.alarms import ResourceMonitor
     from ackmq.server.config import Config
     from ackmq.server.transport import ClientConnection
 
@@ -37,3 +41,45 @@ class FrontEnd:
     dirty: list[ClientConnection] = field(default_factory=list)
     # U5: True while a resource alarm is set; read once per read by each connection
     blocking: bool = False
+
+
+class HttpPorts(Protocol):
+    """The management listener's own bound ports (server/http's HttpListener)."""
+
+    port: int
+    https_port: int
+
+
+@dataclass(eq=False, slots=True)
+class HttpContext:
+    """What the management API (server/http/) reaches: the FrontEnd's broker, users,
+    config and connections, the resource monitor (node stats, alarms), the bound ports
+    of the protocol listeners (/api/overview's `listeners`; 0 = not listening) and the
+    HTTP listener itself (set by it)."""
+
+    front: FrontEnd
+    alarms: ResourceMonitor | None
+    port: int = 0
+    tls_port: int = 0
+    stomp_port: int = 0
+    stomp_tls_port: int = 0
+    http: HttpPorts | None = None
+
+    @property
+    def broker(self) -> BrokerModel:
+        return self.front.broker
+
+    @property
+    def access(self) -> AccessModel:
+        return self.front.access
+
+    @property
+    def config(self) -> Config:
+        return self.front.config
+
+    @property
+    def connections(self) -> set[ClientConnection]:
+        return self.front.connections
+
+    def request_flush(self) -> None:
+        self.front.request_flush()

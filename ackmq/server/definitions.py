@@ -14,17 +14,31 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ackmq.broker.access import SHA256, AccessError
 from ackmq.broker.errors import ReplyError
 
 if TYPE_CHECKING:
-    from ackmq.server.server import Server
+    from ackmq.broker import BrokerModel
+    from ackmq.broker.access import AccessModel
 
 RABBIT_VERSION = "3.10.8"  # the format's version the export claims (RabbitMQ reads it)
 # what ackmq has no model for: named in the import's answer, not silently dropped
 UNSUPPORTED = ("policies", "global_parameters")
+
+
+class Server(Protocol):
+    """What import and export reach: the Server (ackmq ctl) and the management API's
+    HttpContext both have it; typed here so server/http/ does not import server.py."""
+
+    @property
+    def broker(self) -> BrokerModel: ...
+
+    @property
+    def access(self) -> AccessModel: ...
+
+    def request_flush(self) -> None: ...
 
 
 class DefinitionsError(Exception):
@@ -42,7 +56,7 @@ def _value(v: Any) -> Any:
 
 
 def _header() -> dict[str, Any]:
-    from ackmq import __version__
+    from ackmq.version import VERSION as __version__
     return {"rabbit_version": RABBIT_VERSION, "rabbitmq_version": RABBIT_VERSION,
             "product_name": "ackmq", "product_version": __version__}
 

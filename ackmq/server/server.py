@@ -24,7 +24,7 @@ from ackmq.broker import BrokerModel
 from ackmq.broker.access import AccessError, AccessModel
 from ackmq.broker.storage import CorruptStore, StoreError
 from ackmq.server.config import Config
-from ackmq.server.context import FrontEnd
+from ackmq.server.context import FrontEnd, HttpContext
 from ackmq.server.transport import ClientConnection
 
 log = logging.getLogger("ackmq.server")
@@ -293,7 +293,8 @@ class Server:
     async def _start_http(self, host: str) -> None:
         """The management API (M1) on the broker's loop (server/http/)."""
         from ackmq.server.http import HttpListener
-        http = HttpListener(self)
+        http = HttpListener(HttpContext(self.ctx, self.alarms, self.port, self.tls_port,
+                                        self.stomp_port, self.stomp_tls_port))
         ctx = self._tls_context() if self.config.https_port is not None else None
         try:
             await http.start(host, self.config.http_port, self.config.https_port, ctx)

@@ -16,7 +16,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ackmq.server.server import Server
+    from ackmq.server.context import HttpContext as Server
 
 log = logging.getLogger("ackmq.http")
 
@@ -59,10 +59,11 @@ def _host_port(host: str, port: int) -> str:
 
 
 class HttpListener:
-    """The HTTP (and/or HTTPS) listener of one Server."""
+    """The HTTP (and/or HTTPS) listener of one broker, on its HttpContext."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
+        server.http = self  # its ports, for /api/overview's listeners
         self._runner: Any = None
         self.port = 0
         self.url = ""

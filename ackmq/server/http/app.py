@@ -28,7 +28,7 @@ from aiohttp import web
 from ackmq.server import admission
 
 if TYPE_CHECKING:
-    from ackmq.server.server import Server
+    from ackmq.server.context import HttpContext as Server
 
 log = logging.getLogger("ackmq.http")
 

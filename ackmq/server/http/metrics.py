@@ -36,7 +36,7 @@ from ackmq.server.http.app import SERVER_KEY, public
 log = logging.getLogger("ackmq.http.metrics")
 
 if TYPE_CHECKING:
-    from ackmq.server.server import Server
+    from ackmq.server.context import HttpContext as Server
 
 # the text format generate_latest writes (prometheus_client >= 0.22 names 1.0.0 its
 # default; RabbitMQ 3.10 and every Prometheus server read 0.0.4)
@@ -102,8 +102,8 @@ def _fds() -> tuple[int, int]:
 
 def collect(server: Server, per_object: bool) -> Iterator[Metric]:
     """Every metric family of one scrape."""
-    from ackmq import __version__
     from ackmq.server.http.views import node_name  # the API's node name
+    from ackmq.version import VERSION as __version__
     node = node_name()
     info = UnknownMetricFamily("rabbitmq_identity_info", "RabbitMQ node & cluster identity info",
                                labels=["rabbitmq_node", "rabbitmq_cluster",

@@ -19,7 +19,7 @@ from ackmq.server.http.app import HTTPError, bad_request
 from ackmq.server.http.views import jsonable
 
 if TYPE_CHECKING:
-    from ackmq.server.server import Server
+    from ackmq.server.context import HttpContext as Server
 
 ACKMODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true",
             "reject_requeue_false")

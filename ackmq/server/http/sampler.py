@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 if TYPE_CHECKING:
-    from ackmq.server.server import Server
+    from ackmq.server.context import HttpContext as Server
 
 INTERVAL = 5.0  # seconds between samples (RabbitMQ's collect_statistics_interval)
 HISTORY = 120   # samples kept for the chart: 10 minutes

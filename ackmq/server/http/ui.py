@@ -43,7 +43,7 @@ from ackmq.server.http.ui_html import (
 )
 
 if TYPE_CHECKING:
-    from ackmq.server.server import Server
+    from ackmq.server.context import HttpContext as Server
 
 log = logging.getLogger("ackmq.http.ui")
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ackmq.server.server import Server
+    from ackmq.server.context import HttpContext as Server
 
 _STARTED = time.monotonic()
 EXCHANGE_TYPES = [
@@ -32,7 +32,7 @@ def node_name() -> str:
 
 
 def product() -> dict[str, str]:
-    from ackmq import __version__
+    from ackmq.version import VERSION as __version__
     return {"management_version": __version__, "product_version": __version__,
             "product_name": "ackmq", "rabbitmq_version": "3.10.8"}
 
