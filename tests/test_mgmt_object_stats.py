@@ -210,3 +210,47 @@ def test_M1_closed_channels_stay_in_the_totals(ackmq_mgmt: Any) -> None:
     line = next(x for x in metrics.splitlines()
                 if x.startswith('rabbitmq_global_messages_received_total{protocol="amqp091"'))
     assert float(line.split()[-1]) >= before + 5
+
+
+def test_M1_stomp_channel_message_stats(mgmt: Target) -> None:
+    """A STOMP session is a channel too: 5 SENDs with receipts (confirms, as RabbitMQ's
+    STOMP plugin counts them) and an auto-ack subscription that takes them."""
+    import socket
+    port = mgmt.server.stomp_port if mgmt.server is not None else 61623
+    dest = "/queue/" + mgmt.name("stomp")
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    except OSError as e:
+        pytest.skip(f"no STOMP listener on {port}: {e!r}")
+    try:
+        s.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\x00")
+        got = b""
+        while b"\x00" not in got:
+            got += s.recv(4096)
+        assert got.startswith(b"CONNECTED"), got
+        for i in range(5):
+            s.sendall(b"SEND\ndestination:%s\nreceipt:r%d\n\nhello\x00" % (dest.encode(), i))
+        s.sendall(b"SUBSCRIBE\nid:1\ndestination:%s\nack:auto\n\n\x00" % dest.encode())
+        got = b""
+        while got.count(b"MESSAGE\n") < 5:
+            chunk = s.recv(65536)
+            assert chunk, got
+            got += chunk
+        host, sport = s.getsockname()[:2]
+        local = f"{host}:{sport}"
+
+        def ours(body: list[dict[str, Any]]) -> bool:
+            return any(c["name"].startswith(local + " ->")
+                       and c.get("message_stats", {}).get("deliver_get") == 5 for c in body)
+
+        listed = _poll(mgmt, "/api/channels", ours)
+        (ch,) = [c for c in listed if c["name"].startswith(local + " ->")]
+        assert _counts(ch["message_stats"]) == {
+            "publish": 5, "confirm": 5, "drop_unroutable": 0, "return_unroutable": 0,
+            "ack": 0, "deliver": 0, "deliver_get": 5, "deliver_no_ack": 5, "get": 0,
+            "get_empty": 0, "get_no_ack": 0, "redeliver": 0}, ch
+        assert list(ch["message_stats"]) == sorted(ch["message_stats"])  # RabbitMQ's order
+        s.sendall(b"UNSUBSCRIBE\nid:1\n\n\x00")
+    finally:
+        s.close()
+        mgmt.call("DELETE", f"/api/queues/{q('/')}/{q(dest.split('/')[-1])}")

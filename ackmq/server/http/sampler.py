@@ -77,7 +77,7 @@ def channel_message_stats(sampler: RateSampler | None, ch: Any) -> dict[str, Any
             out.update(stats_json(dict(zip(names, cur[i:j], strict=True)),
                                   dict(zip(names, rates[i:j], strict=True)), zeros=True))
         i = j
-    return out
+    return dict(sorted(out.items()))  # RabbitMQ's order
 
 
 def exchange_message_stats(sampler: RateSampler | None, x: Any) -> dict[str, Any]:
