@@ -5,8 +5,8 @@ loop reads the global counters every `INTERVAL` seconds and keeps the difference
 rates of the last interval and a short history for the overview's chart; O(1) a tick.
 A queue's, exchange's, channel's or connection's rates are measured when a page shows
 it: against the snapshot of its counters the previous showing took (at least `INTERVAL`
-before), so they cost O(objects shown) per page and nothing while nobody looks. Nothing is done per message. Started
-with the HTTP app, stopped with it.
+before), so they cost O(objects shown) per page and nothing while nobody looks.
+Nothing is done per message. Started with the HTTP app, stopped with it.
 """
 
 from __future__ import annotations
