@@ -254,3 +254,42 @@ def test_M1_stomp_channel_message_stats(mgmt: Target) -> None:
     finally:
         s.close()
         mgmt.call("DELETE", f"/api/queues/{q('/')}/{q(dest.split('/')[-1])}")
+
+
+def test_M1_exchange_channel_and_connection_rates_move(ackmq_mgmt: Any) -> None:
+    """The `_details.rate` of an exchange, a channel and a connection: measured between
+    two showings at least the sampler's interval apart (5 s, RabbitMQ's
+    collect_statistics_interval; shortened here to keep the test short)."""
+    from ackmq.server.http.sampler import SAMPLER_KEY
+    t = Target("ackmq", ackmq_mgmt.http_url, ackmq_mgmt.url, ackmq_mgmt.server)
+    sampler = ackmq_mgmt.server.http._runner.app[SAMPLER_KEY]
+    old, sampler.interval = sampler.interval, 0.5
+    tag = t.name("conn")
+    params = pika.URLParameters(t.amqp_url)
+    params.client_properties = {"connection_name": tag}
+    conn = pika.BlockingConnection(params)
+    try:
+        ch = conn.channel()
+        x, name = t.name("x"), t.name("q")
+        ch.exchange_declare(x, "fanout", auto_delete=True)
+        ch.queue_declare(name, auto_delete=True)
+        ch.queue_bind(name, x)
+        ch.basic_publish(x, "", b"first")
+        cname = _connection(t, tag)["name"]
+        paths = (f"/api/exchanges/{q('/')}/{q(x)}", f"/api/channels/{q(cname + ' (1)')}",
+                 f"/api/connections/{q(cname)}")
+        for p in paths:  # the first showing takes the snapshot: rates 0.0
+            assert t.call("GET", p).status == 200
+        for _ in range(200):
+            ch.basic_publish(x, "", b"m" * 1000)
+        conn.process_data_events(0.1)
+        time.sleep(0.6)
+        xs, chs, cs = (t.call("GET", p).body for p in paths)
+        assert xs["message_stats"]["publish_in_details"]["rate"] > 0, xs
+        assert xs["message_stats"]["publish_out_details"]["rate"] > 0, xs
+        assert chs["message_stats"]["publish_details"]["rate"] > 0, chs
+        assert chs["message_stats"]["confirm_details"]["rate"] == 0.0, chs
+        assert cs["recv_oct_details"]["rate"] > 0 and cs["send_oct_details"]["rate"] > 0, cs
+    finally:
+        sampler.interval = old
+        conn.close()
