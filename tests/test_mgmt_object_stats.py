@@ -289,7 +289,7 @@ def test_M1_exchange_channel_and_connection_rates_move(ackmq_mgmt: Any) -> None:
         assert xs["message_stats"]["publish_out_details"]["rate"] > 0, xs
         assert chs["message_stats"]["publish_details"]["rate"] > 0, chs
         assert chs["message_stats"]["confirm_details"]["rate"] == 0.0, chs
-        assert cs["recv_oct_details"]["rate"] > 0 and cs["send_oct_details"]["rate"] > 0, cs
+        assert cs["recv_oct_details"]["rate"] > 0, cs  # (nothing was sent back: no confirms)
     finally:
         sampler.interval = old
         conn.close()
