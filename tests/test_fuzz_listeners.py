@@ -1,6 +1,7 @@
 """B1 on every listener: `python -m ackmq.bench.fuzz_listeners` in miniature (the long
 runs are in docs/robustness.md). STOMP, AMQPS and STOMP over TLS (inside the session
-and against the TLS handshake), the admin socket and the management HTTP listener get
+and against the TLS handshake), the admin socket and the management HTTP listener
+(plain and over TLS) get
 mutated sessions while a durable publisher's confirmed messages must all survive a
 SIGKILL and restart; no traceback in the broker log, no connection left hanging, no
 bad answer (a 5xx, an admin reply that is not JSON or an internal error, a STOMP ERROR
@@ -36,7 +37,7 @@ pytestmark = [
 # frames per listener: a few thousand where a connection is cheap, fewer where each
 # costs a TLS handshake (the bound is time: < 30 s each on a busy 2-core machine)
 SMOKE = {"stomp": 3000, "http": 3000, "admin": 1500, "amqps": 800, "stomps": 1000,
-         "amqps-handshake": 200, "stomps-handshake": 200}
+         "amqps-handshake": 200, "stomps-handshake": 200, "https": 1000}
 
 
 @pytest.mark.parametrize("listener", fl.LISTENERS)

@@ -1,7 +1,7 @@
 """SPEC B1 on every listener: the live mutation fuzzer of fuzz.py, extended from AMQP to
 STOMP, AMQPS and STOMP over TLS (inside the TLS session, and against the TLS handshake
 itself), the admin socket (<data dir>/ctl.sock, JSON lines) and the management HTTP
-listener, each with fuzz.py's confirmed durable publisher alongside.
+listener, plain and over TLS (`https`: the `http` sessions inside the TLS session), each with fuzz.py's confirmed durable publisher alongside.
 
     python -m ackmq.bench.fuzz_listeners --listener stomp --frames 1000000
     python -m ackmq.bench.fuzz_listeners --listener all --frames 3000
@@ -38,7 +38,7 @@ from ackmq.bench.ownbroker import OwnBroker, log_trouble
 from ackmq.bench.rawpeer import Peer, host_port, rss_of
 
 LISTENERS = ("stomp", "amqps", "amqps-handshake", "stomps", "stomps-handshake", "admin",
-             "http")
+             "http", "https")
 MAX_MESSAGE = 65536  # our broker's --max-message-size: STOMP padding completes any body
 OUT_KEEP = 256 * 1024
 
@@ -75,14 +75,24 @@ class Stream(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
 
+    # end a TLS session with close_notify: asyncio's TLS transport cannot half-close,
+    # and the HTTP listener, unlike STOMP, has no padding that ends every session (a
+    # keep-alive connection waits for the next request; a body may be 64 MiB)
+    close_tls = False
+
     def end(self) -> None:
-        """Half-close where the transport can (TCP, Unix); TLS cannot (asyncio)."""
+        """Half-close where the transport can (TCP, Unix); over TLS, with `close_tls`,
+        close_notify (what the broker writes after it is then not read)."""
         t = self.transport
-        if t is not None and not t.is_closing() and t.can_write_eof():
+        if t is None or t.is_closing():
+            return
+        if t.can_write_eof():
             try:
                 t.write_eof()
             except OSError:  # the broker has already closed
                 pass
+        elif self.close_tls:
+            t.close()  # flushes the padding, then close_notify; `closed` when the broker ends
 
 
 # ---- judging what the broker wrote ------------------------------------------------------
@@ -285,15 +295,16 @@ def broker_targets(own: OwnBroker) -> dict[str, Target]:
         m = re.search(pattern + r"://[^ ]*?:(\d+)", line)
         return int(m.group(1)) if m else 0
 
-    stomp, stomps, amqps, http = (port("stomp"), port(r"stomp\+ssl"), port("amqps"),
-                                  port("http"))
+    stomp, stomps, amqps, http, https = (port("stomp"), port(r"stomp\+ssl"), port("amqps"),
+                                         port("http"), port("https"))
     return {"stomp": Target("stomp", port=stomp),
             "stomps": Target("stomps", port=stomps, tls=True),
             "stomps-handshake": Target("stomps-handshake", port=stomps),
             "amqps": Target("amqps", port=amqps, tls=True),
             "amqps-handshake": Target("amqps-handshake", port=amqps),
             "admin": Target("admin", path=str(own.data_dir / "ctl.sock")),
-            "http": Target("http", port=http)}
+            "http": Target("http", port=http),
+            "https": Target("https", port=https, tls=True)}
 
 
 # completes any body (NULs), then ends a session that is still CONNECTed: over TLS there
@@ -328,7 +339,7 @@ async def one_connection(t: Target, rnd: random.Random, stats: Stats, opts: Opti
     if t.name in ("stomp", "stomps"):
         frames, special, pad, judge = (seeds.stomp_session(tag), seeds.STOMP_SPECIAL,
                                        STOMP_PAD, judge_stomp)
-    elif t.name == "http":
+    elif t.name in ("http", "https"):
         frames, special, pad, judge = (seeds.http_session(tag), seeds.HTTP_SPECIAL,
                                        b"\r\n\r\n", judge_http)
     else:
@@ -344,6 +355,7 @@ async def one_connection(t: Target, rnd: random.Random, stats: Stats, opts: Opti
         else:
             _, s = await loop.create_connection(Stream, t.host, t.port,
                                                 ssl=client_tls() if t.tls else None)
+            s.close_tls = t.name == "https"
         return s
 
     await run_stream(connect, data, pad, judge, stats, opts.settle, opts.bound)
@@ -440,6 +452,7 @@ async def run(listeners: list[str], opts: Options, work_dir: Path | None,
     own = OwnBroker(extra, work_dir, stomp=True)
     cert, key = make_cert(own.log_path.parent)
     own.extra = ["--stomp-port", "0", "--tls-port", "0", "--stomp-tls-port", "0",
+                 "--https-port", "0",
                  "--tls-cert", str(cert), "--tls-key", str(key),
                  "--max-message-size", str(MAX_MESSAGE), *extra]
     results: list[dict[str, object]] = []

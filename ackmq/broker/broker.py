@@ -196,7 +196,8 @@ class BrokerModel:
         """`user`: who logged in (a publish's `user_id` must name them, as RabbitMQ);
         `protocol`: whose message counters it bumps ("amqp091", "stomp")."""
         ch = ChannelModel(vhost, owner, output, self.consumer_timeout_ms, user)
-        ch.stats = self.stats.protocol(protocol)
+        ch.stats = self.stats.protocol(protocol).channel()
+        ch.protocol_stats = self.stats.protocol(protocol)
         return ch
 
     # -- confirms and group commit --------------------------------------------------
@@ -211,6 +212,8 @@ class BrokerModel:
 
     def channel_closed(self, ch: ChannelModel) -> None:
         self._dirty.pop(id(ch), None)
+        if ch.protocol_stats is not None:
+            ch.protocol_stats.retire(ch.stats)
 
     def request_flush(self) -> None:
         self.scheduler.request_flush()

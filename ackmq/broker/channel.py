@@ -33,7 +33,7 @@ from ackmq.broker.errors import (
 )
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue_type import ACK, RECOVER, REJECT, REQUEUE, Queue
-from ackmq.broker.stats import MessageStats
+from ackmq.broker.stats import MessageStats, ProtocolStats
 from ackmq.broker.vhost import REPLY_TO
 from ackmq.protocol.amqp.properties import PropertiesView, properties_edit
 
@@ -124,8 +124,10 @@ class ChannelModel:
         # U3: the user's permission checks for this channel (ackmq.broker.access.
         # ChannelAccess), set by the front end; None = no checks (embedded/internal use)
         self.access: Any = None
-        # RabbitMQ's global counters of this channel's protocol (set by open_channel)
+        # this channel's message counters, summed into its protocol's totals
+        # (RabbitMQ's global counters) by `protocol_stats` (both set by open_channel)
         self.stats = _NO_STATS
+        self.protocol_stats: ProtocolStats | None = None
 
     def queue_name(self, name: str) -> str:
         """Expand RabbitMQ's shortcut: "" is the channel's last declared queue."""
@@ -226,6 +228,7 @@ class ChannelModel:
     def _enqueue(self, x: Any, msg: Message, mandatory: bool) -> tuple[bool, bool]:
         """Route and hand to queues: (written to the store?, refused by a queue?)."""
         queues = self.vhost.route(x, msg)
+        x.stat_in += 1  # the exchange's publish_in and publish_out (management API)
         if not queues:
             if mandatory:
                 self.stats.unroutable_returned += 1
@@ -237,6 +240,7 @@ class ChannelModel:
             return (x.type == EXCHANGE_TYPE and msg.persistent
                     and self.vhost.store is not None), False
         self.stats.routed += 1
+        x.stat_out += len(queues)
         stored = refused = False
         for q in queues:
             q.stat_published += 1

@@ -45,6 +45,10 @@ class Exchange:
         self.internal = internal
         self.arguments = dict(arguments or {})
         self.bindings: dict[tuple, Binding] = {}
+        # publishes to this exchange, and the queue deliveries they routed to (the
+        # management API's publish_in / publish_out; bumped by the publishing channel)
+        self.stat_in = 0
+        self.stat_out = 0
         # RabbitMQ's alternate exchange: where what this exchange cannot route goes
         ae = self.arguments.get("alternate-exchange")
         if isinstance(ae, bytes):

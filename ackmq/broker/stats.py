@@ -1,9 +1,11 @@
 """Message counters and cheap histograms for /metrics, the UI's rates and the API.
 
 RabbitMQ keeps `rabbit_global_counters` per protocol: plain counters bumped on the
-publish, deliver and ack paths. `MessageStats` is the same, one instance per protocol
-("amqp091", "stomp"); a channel holds a reference to its protocol's instance, so a
-count is one attribute increment (no allocation, no lookup). `Histogram` is observed
+publish, deliver and ack paths. `MessageStats` is the same, one instance per open
+channel: a count is one attribute increment on the channel's own instance (no
+allocation, no lookup), and the same counts give the management API's per-channel
+`message_stats`. A protocol's totals (`ProtocolStats`) are its closed channels' counts,
+folded in when each closes, plus its open channels', summed when someone reads them. `Histogram` is observed
 once per fdatasync or per group commit, never per message: `observe(value, n)` books `n`
 events of the same value (the publishes one commit confirmed).
 """
@@ -83,18 +85,47 @@ class Histogram:
         return None
 
 
+class ProtocolStats:
+    """One protocol's counters: its open channels' `MessageStats` and the sum of those
+    it closed. Reading a total is O(open channels), done by readers (the sampler every
+    5 s, a /metrics scrape), never per message."""
+
+    __slots__ = ("closed", "open")
+
+    def __init__(self) -> None:
+        self.closed = MessageStats()
+        self.open: set[MessageStats] = set()
+
+    def channel(self) -> MessageStats:
+        """A new channel's counters, counted in the totals from now on."""
+        m = MessageStats()
+        self.open.add(m)
+        return m
+
+    def retire(self, m: MessageStats) -> None:
+        """A channel closed: its counts go into `closed`, once."""
+        if m in self.open:
+            self.open.remove(m)
+            closed = self.closed
+            for name in MessageStats.__slots__:
+                setattr(closed, name, getattr(closed, name) + getattr(m, name))
+
+    def total(self, counter: str) -> int:
+        return getattr(self.closed, counter) + sum(getattr(m, counter) for m in self.open)
+
+
 class BrokerStats:
     """Everything the broker counts: message counters per protocol, the publish→confirm
     latency of group commits, and channels/connections opened and closed."""
 
     def __init__(self) -> None:
-        self.messages = {p: MessageStats() for p in PROTOCOLS}
+        self.messages = {p: ProtocolStats() for p in PROTOCOLS}
         # publish→confirm: seconds from the end of the loop turn that read the publishes
         # to the turn that sends their confirms, booked once per commit for all of them
         self.confirm_latency = Histogram(LATENCY_BUCKETS)
 
-    def protocol(self, name: str) -> MessageStats:
+    def protocol(self, name: str) -> ProtocolStats:
         return self.messages[name]
 
     def total(self, counter: str) -> int:
-        return sum(getattr(m, counter) for m in self.messages.values())
+        return sum(m.total(counter) for m in self.messages.values())

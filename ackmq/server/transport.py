@@ -43,6 +43,9 @@ class ClientConnection(asyncio.Protocol):
         self.user = ""
         self.out: list[bytes] = []
         self.out_bytes = 0  # in `out`
+        # the management API's recv_oct/recv_cnt/send_oct/send_cnt: bumped once per
+        # read (data_received) and once per write (flush), never per frame
+        self.recv_oct = self.recv_cnt = self.send_oct = self.send_cnt = 0
         self.queued = False
         self.writable = True  # deliveries may go on: neither of the two below
         self.write_paused = False  # the transport's buffer is above WRITE_HIGH
@@ -104,13 +107,15 @@ class ClientConnection(asyncio.Protocol):
 
     def flush(self) -> None:
         self.queued = False
-        self.out_bytes = 0
         if self.out and self.transport is not None and not self.transport.is_closing():
             out, self.out = self.out, []
             self.transport.writelines(out)
+            self.send_oct += self.out_bytes
+            self.send_cnt += 1
             self.last_sent = time.monotonic()
         else:
             self.out.clear()
+        self.out_bytes = 0
         if self.turn_full and self._turn_handle is None:
             # the rest on the next turn, after other clients' input and output
             self._turn_handle = self.ctx.loop.call_soon(self._next_turn)

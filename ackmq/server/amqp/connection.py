@@ -111,6 +111,8 @@ class AMQPConnection(ClientConnection):
 
     def data_received(self, data: bytes) -> None:
         self.last_recv = time.monotonic()
+        self.recv_oct += len(data)
+        self.recv_cnt += 1
         if self.reading_paused and self.transport is not None:
             self.transport.pause_reading()  # the one read a heartbeat tick let through
         if self.state == "closed":

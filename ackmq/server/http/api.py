@@ -28,7 +28,7 @@ from ackmq.server.http.common import (
     user,
     vhost_arg,
 )
-from ackmq.server.http.sampler import SAMPLER_KEY, RateSampler
+from ackmq.server.http.sampler import SAMPLER_KEY, RateSampler, exchange_message_stats
 from ackmq.server.http.views import visible_vhosts
 
 DEFAULT = "amq.default"  # the default exchange's name in paths
@@ -140,8 +140,10 @@ async def queue_bindings(request: web.Request) -> web.Response:
 # -- exchanges -----------------------------------------------------------------------
 async def list_exchanges(request: web.Request) -> web.StreamResponse:
     vhs = [_vh(request)] if "vhost" in request.match_info else _vhosts(request)
-    return await alisting(request, (views.exchange(vh.name, x) for vh in vhs
-                                    for x in list(vh.exchanges.values())))
+    sampler = request.app.get(SAMPLER_KEY)
+    return await alisting(request, (
+        views.exchange(vh.name, x, exchange_message_stats(sampler, x))
+        for vh in vhs for x in list(vh.exchanges.values())))
 
 
 def _exchange(request: web.Request) -> Any:
@@ -153,8 +155,9 @@ def _exchange(request: web.Request) -> Any:
 
 async def get_exchange(request: web.Request) -> web.Response:
     vhost = vhost_arg(request)
-    return one(request, {**views.exchange(vhost, _exchange(request)), "incoming": [],
-                         "outgoing": []})
+    x = _exchange(request)
+    stats = exchange_message_stats(request.app.get(SAMPLER_KEY), x)
+    return one(request, {**views.exchange(vhost, x, stats), "incoming": [], "outgoing": []})
 
 
 async def put_exchange(request: web.Request) -> web.Response:

@@ -13,7 +13,7 @@ from aiohttp import web
 from ackmq.server.http import views
 from ackmq.server.http.app import json_response, not_found, public, requires
 from ackmq.server.http.common import listing, no_content, one, sees_all, server, user, vhost_arg
-from ackmq.server.http.sampler import SAMPLER_KEY
+from ackmq.server.http.sampler import SAMPLER_KEY, channel_message_stats, connection_rates
 
 CLOSED_VIA_MGMT = "Closed via management plugin"
 
@@ -157,7 +157,9 @@ def _connections(request: web.Request, vhost: str | None = None) -> list[Any]:
 
 async def list_connections(request: web.Request) -> web.Response:
     vhost = vhost_arg(request) if "vhost" in request.match_info else None
-    return listing(request, [views.connection(c) for c in _connections(request, vhost)])
+    sampler = request.app.get(SAMPLER_KEY)
+    return listing(request, [views.connection(c, connection_rates(sampler, c))
+                             for c in _connections(request, vhost)])
 
 
 def _connection(request: web.Request) -> Any:
@@ -169,7 +171,8 @@ def _connection(request: web.Request) -> Any:
 
 
 async def get_connection(request: web.Request) -> web.Response:
-    return one(request, views.connection(_connection(request)))
+    c = _connection(request)
+    return one(request, views.connection(c, connection_rates(request.app.get(SAMPLER_KEY), c)))
 
 
 async def close_connection(request: web.Request) -> web.Response:
@@ -184,12 +187,15 @@ async def close_connection(request: web.Request) -> web.Response:
 
 async def connection_channels(request: web.Request) -> web.Response:
     conn = _connection(request)
-    return listing(request, [views.channel(conn, n, ch) for n, ch in views.channels_of(conn)])
+    sampler = request.app.get(SAMPLER_KEY)
+    return listing(request, [views.channel(conn, n, ch, channel_message_stats(sampler, ch))
+                             for n, ch in views.channels_of(conn)])
 
 
 def _channels(request: web.Request, vhost: str | None = None) -> list[dict[str, Any]]:
-    return [views.channel(c, n, ch) for c in _connections(request, vhost)
-            for n, ch in views.channels_of(c)]
+    sampler = request.app.get(SAMPLER_KEY)
+    return [views.channel(c, n, ch, channel_message_stats(sampler, ch))
+            for c in _connections(request, vhost) for n, ch in views.channels_of(c)]
 
 
 async def list_channels(request: web.Request) -> web.Response:
@@ -199,9 +205,16 @@ async def list_channels(request: web.Request) -> web.Response:
 
 async def get_channel(request: web.Request) -> web.Response:
     name = request.match_info["name"]
-    for ch in _channels(request):
-        if ch["name"] == name:
-            return one(request, ch)
+    sampler = request.app.get(SAMPLER_KEY)
+    for c in _connections(request):
+        for n, ch in views.channels_of(c):
+            shown = views.channel(c, n, ch, channel_message_stats(sampler, ch))
+            if shown["name"] == name:
+                # RabbitMQ's details: the consumers; publishes and deliveries per
+                # exchange/queue need rates_mode detailed (empty there too)
+                return one(request, {**shown, "publishes": [], "deliveries": [],
+                                     "consumer_details": [views.consumer(k) for k in
+                                                          list(ch.consumers.values())]})
     raise not_found()
 
 

@@ -166,7 +166,7 @@ def collect(server: Server, per_object: bool) -> Iterator[Metric]:
         labels = ["protocol", "queue_type"] if typed else ["protocol"]
         fam = CounterMetricFamily(f"rabbitmq_global_messages_{counter}", doc, labels=labels)
         for proto, ms in stats.messages.items():
-            fam.add_metric([proto, CLASSIC] if typed else [proto], getattr(ms, counter))
+            fam.add_metric([proto, CLASSIC] if typed else [proto], ms.total(counter))
         yield fam
 
     # -- ackmq's own: the disk and the confirms ---------------------------------------------

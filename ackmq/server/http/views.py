@@ -189,10 +189,16 @@ def queue(q: Any, details: bool = False, message_stats: dict[str, Any] | None = 
     return out
 
 
-def exchange(vhost: str, x: Any) -> dict[str, Any]:
-    return {"arguments": jsonable(x.arguments), "auto_delete": x.auto_delete,
-            "durable": x.durable, "internal": x.internal, "name": x.name, "type": x.type,
-            "user_who_performed_action": "", "vhost": vhost, "message_stats": {}}
+def exchange(vhost: str, x: Any, message_stats: dict[str, Any] | None = None
+             ) -> dict[str, Any]:
+    """One exchange; `message_stats` (publish_in, publish_out) only once it moved, as
+    RabbitMQ leaves the key out for an exchange nobody published to."""
+    out = {"arguments": jsonable(x.arguments), "auto_delete": x.auto_delete,
+           "durable": x.durable, "internal": x.internal, "name": x.name, "type": x.type,
+           "user_who_performed_action": "", "vhost": vhost}
+    if message_stats:
+        out["message_stats"] = message_stats
+    return out
 
 
 def properties_key(routing_key: str, arguments: dict[str, Any]) -> str:
@@ -268,7 +274,8 @@ def channels_of(conn: Any) -> list[tuple[int, Any]]:
     return [(n, c.model) for n, c in list(getattr(conn, "channels", {}).items())]
 
 
-def connection(conn: Any) -> dict[str, Any]:
+def connection(conn: Any, octet_rates: tuple[float, ...] = (0.0, 0.0)) -> dict[str, Any]:
+    """One connection; `octet_rates`: (recv_oct, send_oct) per second."""
     ph, pp = _hostport(conn.peer)
     t = conn.transport
     h, p = _hostport(t.get_extra_info("sockname") if t is not None else None)
@@ -285,27 +292,36 @@ def connection(conn: Any) -> dict[str, Any]:
         "ssl": ssl, "state": "blocked" if getattr(conn, "alarm_blocked", False) else "running",
         "timeout": getattr(conn, "heartbeat", 0), "type": "network", "user": conn.user,
         "user_who_performed_action": conn.user, "vhost": conn.vhost_name,
-        "recv_oct": 0, "send_oct": 0, "send_pend": 0,
+        "recv_cnt": conn.recv_cnt, "recv_oct": conn.recv_oct,
+        "recv_oct_details": {"rate": round(octet_rates[0], 1)},
+        "send_cnt": conn.send_cnt, "send_oct": conn.send_oct,
+        "send_oct_details": {"rate": round(octet_rates[1], 1)}, "send_pend": 0,
         **({"user_provided_name": props["connection_name"]}
            if isinstance(props.get("connection_name"), str) else {}),
     }
 
 
-def channel(conn: Any, number: int, ch: Any) -> dict[str, Any]:
+def channel(conn: Any, number: int, ch: Any, message_stats: dict[str, Any] | None = None
+            ) -> dict[str, Any]:
+    """One channel; `message_stats` only once it published or delivered (RabbitMQ
+    leaves the key out for an idle channel)."""
     ph, pp = _hostport(conn.peer)
     name = connection_name(conn)
     confirm = ch.confirms is not None
-    return {
+    out = {
         "acks_uncommitted": 0, "confirm": confirm,
         "connection_details": {"name": name, "peer_host": ph, "peer_port": pp},
         "consumer_count": len(ch.consumers), "global_prefetch_count": ch.global_prefetch,
-        "message_stats": {}, "messages_unacknowledged": len(ch.unacked),
+        "messages_unacknowledged": len(ch.unacked),
         "messages_uncommitted": 0, "messages_unconfirmed": 0,
         "name": f"{name} ({number})", "node": node_name(), "number": number,
         "prefetch_count": ch.prefetch_count, "state": "running",
         "transactional": ch.tx is not None, "user": conn.user,
         "user_who_performed_action": conn.user, "vhost": ch.vhost.name,
     }
+    if message_stats:
+        out["message_stats"] = message_stats
+    return out
 
 
 def consumer(c: Any) -> dict[str, Any]:

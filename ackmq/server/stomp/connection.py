@@ -94,6 +94,8 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
 
     def data_received(self, data: bytes) -> None:
         self.last_recv = time.monotonic()
+        self.recv_oct += len(data)
+        self.recv_cnt += 1
         if self.reading_paused and self.transport is not None:
             self.transport.pause_reading()  # the one read a heart-beat tick let through
         if self.state not in ("connect", "open"):
