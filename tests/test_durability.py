@@ -70,6 +70,27 @@ def drain(ch, queue: str) -> list[tuple[bytes, bool]]:
 
 
 @pytest.mark.parametrize("how", ["stop", "kill"])
+def test_durable_server_named_queue_survives_restart_with_its_messages(
+        broker: BrokerProcess, how: str) -> None:
+    """queue.declare("", durable=True) names the queue amq.gen-…; RabbitMQ recovers it
+    like any durable queue. The reserved-prefix rule is for clients' declares, not for
+    recovery: once it refused the stored queue and the broker would not start."""
+    conn = connect(broker)
+    ch = conn.channel()
+    name = ch.queue_declare("", durable=True).method.queue
+    assert name.startswith("amq.gen-")
+    ch.confirm_delivery()
+    ch.basic_publish("", name, b"kept", PERSISTENT)
+    conn.close()
+    restart(broker, how)
+    conn = connect(broker)
+    try:
+        assert drain(conn.channel(), name) == [(b"kept", False)]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
 def test_durable_definitions_survive_restart_and_transient_ones_do_not(
         broker: BrokerProcess, how: str) -> None:
     conn = connect(broker)

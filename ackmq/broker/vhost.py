@@ -202,7 +202,7 @@ class VHost:
                 raise SoftError(PRECONDITION_FAILED, "Cannot declare a server-named queue "
                                                      f"for type rabbit_{cls.kind}_queue")
             name = "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
-        elif name.startswith("amq."):
+        elif check and name.startswith("amq."):  # recovery brings back amq.gen-… ones
             raise SoftError(ACCESS_REFUSED,
                                f"queue name '{name}' contains reserved prefix 'amq.*'")
         if access is not None:
