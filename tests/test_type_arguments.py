@@ -234,3 +234,38 @@ def test_redeclare_compares_the_types_own_arguments(conn: pika.BlockingConnectio
                  f"vhost '/': {want[1]}")
     finally:
         conn.channel().queue_delete(q)
+
+
+@pytest.mark.parametrize("qtype,args,want", [
+    ("quorum", {"x-stream-offset": "first"}, other_type("x-stream-offset", "quorum")),
+    ("quorum", {"x-cancel-on-ha-failover": True}, other_type("x-cancel-on-ha-failover", "quorum")),
+    ("quorum", {"x-cancel-on-ha-failover": "a"}, other_type("x-cancel-on-ha-failover", "quorum")),
+    ("quorum", {"x-priority": "a"}, bad_value("x-priority", '"expected integer, got longstr"')),
+    ("quorum", {"x-priority": 1, "x-stream-offset": 5}, other_type("x-stream-offset", "quorum")),
+    ("quorum", {"x-credit": {"credit": 5, "drain": False}}, None),
+    ("classic", {"x-stream-offset": "first"}, other_type("x-stream-offset", "classic")),
+    ("classic", {"x-priority": "a", "x-stream-offset": 1},
+     bad_value("x-priority", '"expected integer, got longstr"')),
+    ("classic", {"x-credit": {"credit": 5, "drain": False}}, None),
+])
+def test_consume_arguments_by_queue_type(conn: pika.BlockingConnection, qtype: str,
+                                         args: dict, want: tuple | None) -> None:
+    q = f"t.ta.{uuid.uuid4().hex[:10]}"
+    conn.channel().queue_declare(q, durable=True, arguments=TYPES[qtype])
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=10)
+    try:
+        if want is None:
+            ch.basic_consume(q, lambda *a: None, arguments=args)
+            conn.process_data_events(0.2)
+            ch.basic_qos(prefetch_count=5)  # a round trip: a late close arrives first
+            assert ch.is_open
+            return
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
+            ch.basic_consume(q, lambda *a: None, arguments=args)
+            conn.process_data_events(0.2)
+            ch.basic_qos(prefetch_count=5)
+        assert ("channel", e.value.reply_code,
+                e.value.reply_text.replace(f"'{q}'", "'Q'")) == want
+    finally:
+        conn.channel().queue_delete(q)

@@ -309,21 +309,32 @@ def _int(v: Any, args: dict[str, Any]) -> str | None:
 
 
 _CONSUME_CHECKS = (("x-priority", _int), ("x-cancel-on-ha-failover", _bool))
+# basic.consume's arguments each type takes (its capabilities' consumer_arguments)
+_CONSUMER_ARGS = {"classic": ("x-cancel-on-ha-failover", "x-priority", "x-credit"),
+                  "quorum": ("x-priority", "x-credit"),
+                  "stream": ("x-stream-offset", "x-credit")}
+_ALL_CONSUMER_ARGS = frozenset(k for keys in _CONSUMER_ARGS.values() for k in keys)
 
 
-def check_consume_arguments(args: dict[str, Any], qname: str, vhost: str) -> None:
-    """basic.consume's arguments as RabbitMQ 3.10's rabbit_amqqueue checks them (others
-    are ignored): 406 on the first bad one."""
+def check_consume_arguments(args: dict[str, Any], qname: str, vhost: str,
+                            qtype: str = "classic") -> None:
+    """basic.consume's arguments on a classic or quorum queue as RabbitMQ 3.10's
+    rabbit_amqqueue checks them (others are ignored): 406 on the first bad value, then
+    on the first argument only another type takes."""
+    if qtype not in _CONSUMER_ARGS:
+        qtype = "classic"
+    keys = _CONSUMER_ARGS[qtype]
     for key, check in _CONSUME_CHECKS:
-        if key in args:
+        if key in args and key in keys:
             err = check(args[key], args)
             if err is not None:
                 raise SoftError(PRECONDITION_FAILED, f"invalid arg '{key}' for queue "
                                                      f"'{qname}' in vhost '{vhost}': {err}")
-    if "x-stream-offset" in args:
-        raise SoftError(PRECONDITION_FAILED, f"invalid arg 'x-stream-offset' for queue "
-                                             f"'{qname}' in vhost '{vhost}' of queue type "
-                                             "rabbit_classic_queue")
+    for key in args:
+        if key in _ALL_CONSUMER_ARGS and key not in keys:
+            raise SoftError(PRECONDITION_FAILED, f"invalid arg '{key}' for queue '{qname}' "
+                                                 f"in vhost '{vhost}' of queue type "
+                                                 f"{type_module(qtype)}")
 
 
 def _run(checks: tuple[tuple[str, Any], ...], args: dict[str, Any], qname: str,

@@ -116,7 +116,8 @@ class Queue:
         """basic.consume's arguments and flags before consume-ok (the consumer's own
         prefetch given): ReplyError when the type refuses them."""
         if arguments:
-            check_consume_arguments(arguments, self.name, self.vhost.name)
+            check_consume_arguments(arguments, self.name, self.vhost.name,
+                                    declared_type(self.arguments))
         if any(c.exclusive for c in self.consumers.values()) or (exclusive and self.consumers):
             raise SoftError(ACCESS_REFUSED, f"queue '{self.name}' in vhost "
                                             f"'{self.vhost.name}' in exclusive use")
