@@ -64,8 +64,9 @@ def publish(url: str, name: str, a: int, b: int) -> None:
 
 
 def _probe(url: str, name: str) -> tuple[int | None, int | None]:
-    """(first, last) offsets; (None, None) when RabbitMQ's reader fails while retention
-    deletes a segment under it (541, or nothing delivered)."""
+    """(first, last) offsets; None when the stream holds no message (RabbitMQ's
+    retention can leave only a segment without messages) or when RabbitMQ's reader
+    fails while retention deletes a segment under it (541)."""
     try:
         return first_offset(url, name, 3.0), last_offset(url, name, 3.0)
     except ConsumerError:
@@ -73,29 +74,25 @@ def _probe(url: str, name: str) -> tuple[int | None, int | None]:
 
 
 def drop_past(url: str, name: str, offset: int, start: int) -> int:
-    """Publish until retention removed every offset up to `offset`, then wait until the
-    stream settles (RabbitMQ applies retention asynchronously, and a reader attaching
-    while it deletes a segment may fail): the stream's first offset then."""
-    deadline = time.monotonic() + 30
+    """Publish until retention removed every offset up to `offset`, then until the
+    stream settles with messages in it (RabbitMQ applies retention asynchronously): the
+    stream's first offset then."""
+    deadline = time.monotonic() + 40
     n = start
+    seen: tuple[int | None, int | None] = (None, None)
     while time.monotonic() < deadline:
-        publish(url, name, n, n + 40)
-        n += 40
-        first, _last = _probe(url, name)
-        if first is not None and first > offset:
-            break
-        time.sleep(0.3)
-    else:
-        raise AssertionError(f"retention did not pass offset {offset}")
-    seen = None
-    while time.monotonic() < deadline:
-        time.sleep(0.5)
         now = _probe(url, name)
-        if None not in now and now == seen:
-            assert now[0] is not None
+        if now[0] is None or now[0] <= offset:
+            publish(url, name, n, n + 40 if now[0] is not None else n + 2)
+            n += 40 if now[0] is not None else 2
+            seen = (None, None)
+            continue
+        if now == seen:
             return now[0]
         seen = now
-    raise AssertionError("the stream did not settle")
+        time.sleep(0.5)
+    raise AssertionError(f"retention did not pass offset {offset}, or the stream did not "
+                         "settle")
 
 
 def options(url: str, name: str, **extra: str) -> dict[str, str]:

@@ -46,15 +46,18 @@ class NotAStream(ConsumerError):
 
 class DataLoss(ConsumerError):
     """Offsets [start, end) of a planned range are no longer in the stream (retention
-    removed them before they were read); `first` is its oldest message's offset now."""
+    removed them before they were read); `first` is its oldest message's offset now
+    (None: it holds none)."""
 
-    def __init__(self, stream: str, start: int, end: int, first: int,
+    def __init__(self, stream: str, start: int, end: int, first: int | None,
                  planned: tuple[int, int]) -> None:
         self.stream, self.start, self.end, self.first = stream, start, end, first
+        now = "it holds no message now" if first is None else \
+            f"its oldest message is at offset {first} now"
         self.what = (f"data loss on stream {stream!r}: offsets [{start}, {end}) of the range "
-                     f"[{planned[0]}, {planned[1]}) are no longer in the stream (its oldest "
-                     f"message is at offset {first} now): retention (x-max-length-bytes / "
-                     "x-max-age) removed them before they were read")
+                     f"[{planned[0]}, {planned[1]}) are no longer in the stream ({now}): "
+                     "retention (x-max-length-bytes / x-max-age) removed them before they "
+                     "were read")
         super().__init__(f"{self.what}. Set the source option failOnDataLoss=false to go on "
                          "from what the stream still holds.")
 
@@ -63,12 +66,16 @@ def data_loss(url: str, stream: str, start: int, end: int, seen: int | None) -> 
     """Whether [start, end) lost its head: None when offset `start` may still be read.
     `seen` is the first offset a consumer from `start` got (None: not known). A stream's
     offsets have gaps (RabbitMQ's tracking chunks take offsets), so a consumer starting
-    past `start` is a loss only when the stream's oldest message is past `start` too."""
+    past `start` is a loss only when the stream's oldest message is past `start` too. A
+    stream holding no message at all (RabbitMQ's retention can leave only a segment
+    without messages) lost the whole range."""
     if seen is not None and seen <= start:
         return None
     first = first_offset(url, stream, 3.0)
-    if first is None or first <= start:
+    if first is not None and first <= start:
         return None
+    if first is None:
+        return DataLoss(stream, start, end, None, (start, end))
     upto = min(end, first if seen is None else min(seen, first))
     return DataLoss(stream, start, max(upto, start + 1), first, (start, end))
 
