@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,7 +37,7 @@ from ackmq.spark.stream_source import (  # noqa: E402
     AckmqStreamSourceReader,
     StreamRange,
 )
-from ackmq.spark.streamwire import DataLoss, first_offset, last_offset  # noqa: E402
+from ackmq.spark.streamwire import DataLossError, first_offset, last_offset  # noqa: E402
 
 stream_url = streamhelp.stream_url  # fixtures: ackmq and RabbitMQ, skipped without streams
 
@@ -115,7 +117,7 @@ def test_R4_task_fails_when_retention_removed_its_planned_range(stream_url: str,
     assert parts[0].start == 0 and len(parts) == 2
     drop_past(stream_url, small, parts[-1].end, 5)
     for p in parts:
-        with pytest.raises(DataLoss) as e:
+        with pytest.raises(DataLossError) as e:
             rows(reader, p)  # type: ignore[arg-type]
         assert e.value.start == p.start and e.value.end == p.end  # the whole range
         assert str(e.value).startswith(
@@ -142,7 +144,7 @@ def test_R4_task_goes_on_from_what_is_left_without_failOnDataLoss(
         f"data loss on stream '{small}': offsets [0, {first}) of the range [0, {last + 1})")
     assert "going on from offset" in warned[0]
     # the same range, failing by default
-    with pytest.raises(DataLoss):
+    with pytest.raises(DataLossError):
         rows(AckmqStreamBatchReader(options(stream_url, small)), StreamRange(0, last + 1))
 
 
@@ -155,11 +157,11 @@ def test_R4_planning_finds_a_start_older_than_the_stream(stream_url: str, small:
     assert last is not None
     # a checkpoint's start (offset 1) the stream no longer holds
     src = AckmqStreamSourceReader(options(stream_url, small))
-    with pytest.raises(DataLoss) as e:
+    with pytest.raises(DataLossError) as e:
         src.partitions({"offset": 1}, {"offset": last + 1})
     assert (e.value.start, e.value.end, e.value.first) == (1, first, first)
     # a numeric startingOffsets of a batch read, likewise
-    with pytest.raises(DataLoss):
+    with pytest.raises(DataLossError):
         AckmqStreamBatchReader(options(stream_url, small, startingOffsets="1")).partitions()
     # without failOnDataLoss the plan starts at the oldest message, with a warning
     src = AckmqStreamSourceReader(options(stream_url, small, failOnDataLoss="false"))
@@ -245,3 +247,33 @@ def test_R4_spark_query_fails_or_goes_on_after_data_loss(stream_url: str, small:
     assert t is not None
     offs = sorted(t.column("stream_offset").to_pylist())
     assert offs[0] == first and offs[-1] == last
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_R4_pipeline_land_fail_on_data_loss_flag(stream_url: str, small: str,
+                                                 tmp_path: Path) -> None:
+    """`pipeline land --stream` from a start retention removed: one line and exit 1;
+    with --fail-on-data-loss false it lands what is left."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java (no java on PATH, no JAVA_HOME)")
+    publish(stream_url, small, 0, 5)
+    first = drop_past(stream_url, small, 2, 5)
+
+    def land(*extra: str) -> subprocess.CompletedProcess[str]:
+        name = "ok" if extra else "fail"
+        return subprocess.run(
+            [sys.executable, "-m", "ackmq.spark", "pipeline", "land", "--url", stream_url,
+             "--stream", small, "--starting-offsets", "1", "--available-now",
+             "--to", str(tmp_path / name), "--checkpoint", str(tmp_path / f"chk-{name}"),
+             *extra], capture_output=True, text=True, timeout=240)
+
+    r = land()
+    assert r.returncode == 1, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if "pipeline land failed" in ln]
+    assert len(lines) == 1 and f"data loss on stream '{small}': offsets [1, {first})" in lines[0]
+    r = land("--fail-on-data-loss", "false")
+    assert r.returncode == 0, r.stderr[-2000:]
+    t = read_committed(tmp_path / "ok", ["stream_offset"])
+    assert t is not None and min(t.column("stream_offset").to_pylist()) == first

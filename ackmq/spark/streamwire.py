@@ -44,7 +44,7 @@ class NotAStream(ConsumerError):
     broker does not support streams). Nothing was acked."""
 
 
-class DataLoss(ConsumerError):
+class DataLossError(ConsumerError):
     """Offsets [start, end) of a planned range are no longer in the stream (retention
     removed them before they were read); `first` is its oldest message's offset now
     (None: it holds none)."""
@@ -62,7 +62,7 @@ class DataLoss(ConsumerError):
                          "from what the stream still holds.")
 
 
-def data_loss(url: str, stream: str, start: int, end: int, seen: int | None) -> DataLoss | None:
+def data_loss(url: str, stream: str, start: int, end: int, seen: int | None) -> DataLossError | None:
     """Whether [start, end) lost its head: None when offset `start` may still be read.
     `seen` is the first offset a consumer from `start` got (None: not known). A stream's
     offsets have gaps (RabbitMQ's tracking chunks take offsets), so a consumer starting
@@ -75,12 +75,12 @@ def data_loss(url: str, stream: str, start: int, end: int, seen: int | None) -> 
     if first is not None and first <= start:
         return None
     if first is None:
-        return DataLoss(stream, start, end, None, (start, end))
+        return DataLossError(stream, start, end, None, (start, end))
     upto = min(end, first if seen is None else min(seen, first))
-    return DataLoss(stream, start, max(upto, start + 1), first, (start, end))
+    return DataLossError(stream, start, max(upto, start + 1), first, (start, end))
 
 
-def report_loss(loss: DataLoss, fail: bool) -> None:
+def report_loss(loss: DataLossError, fail: bool) -> None:
     """failOnDataLoss: raise the loss, or log it and go on."""
     if fail:
         raise loss
@@ -292,7 +292,7 @@ def read_range(url: str, stream: str, start: int, end: int, *, prefetch: int = 2
     the first offset >= end - 1 (offsets may have gaps; end - 1 is always one the driver
     saw). Fails if nothing arrives for `stall` seconds (stream deleted or truncated past
     the range). When retention removed the range's head before this read (the consumer
-    starts past `start`, and so does the stream), raises DataLoss, or with
+    starts past `start`, and so does the stream), raises DataLossError, or with
     `fail_on_data_loss` false logs a warning and yields what is left."""
     if end <= start:
         return
