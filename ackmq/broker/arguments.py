@@ -1,17 +1,27 @@
 """Queue and exchange arguments: RabbitMQ 3.10's checks, error texts and equivalence keys.
 
 Checks run when a queue or exchange is created (not on redeclare, not on recovery), in
-RabbitMQ's order, and the first failure is reported. On redeclare only the arguments
-RabbitMQ knows are compared (plus ackmq's own); any other `x-` argument may differ.
+RabbitMQ's order (rabbit_amqqueue:check_declare_arguments), and the first failure is
+reported: `x-queue-type`'s value; the values of the arguments the queue's type takes;
+then any argument only another type takes (`x-max-age` on a classic queue, …). On
+redeclare only the arguments the queue's type takes are compared (plus ackmq's own); any
+other `x-` argument may differ.
 """
 
 from __future__ import annotations
 
 import datetime
 import decimal
+import re
 from typing import Any
 
-from ackmq.broker.errors import PRECONDITION_FAILED, SoftError, erl_string
+from ackmq.broker.errors import (
+    INTERNAL_ERROR,
+    PRECONDITION_FAILED,
+    HardError,
+    SoftError,
+    erl_string,
+)
 from ackmq.protocol.amqp.constants import SEQ_HEADER
 
 MAX_EXPIRY_MS = 315_360_000_000  # ten years: RabbitMQ's bound for TTLs and expiration
@@ -21,16 +31,53 @@ MAX_PRIORITY = 255
 SEQ_ARG = SEQ_HEADER                   # every delivery carries x-ackmq-seq (S2)
 DELIVERY_COUNT_ARG = "x-ackmq-delivery-count"  # redeliveries carry x-delivery-count (D10)
 
-# compared on queue redeclare, in this order (RabbitMQ's declare_args, then ackmq's own)
-QUEUE_EQUIVALENCE_KEYS = (
+# each type's arguments (RabbitMQ 3.10's capabilities, queue_arguments), in its order,
+# which is also the order a redeclare compares them in
+CLASSIC_ARGS = (
     "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
-    "x-max-length", "x-max-length-bytes", "x-max-in-memory-length", "x-max-in-memory-bytes",
-    "x-max-priority", "x-overflow", "x-queue-mode", "x-single-active-consumer",
-    "x-queue-type", "x-quorum-initial-group-size", "x-max-age",
-    "x-stream-max-segment-size-bytes", "x-initial-cluster-size", "x-queue-leader-locator",
-    "x-queue-master-locator", "x-dead-letter-strategy", "x-delivery-limit",
-    "x-consumer-timeout", SEQ_ARG, DELIVERY_COUNT_ARG,
-)
+    "x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
+    "x-queue-version", "x-single-active-consumer", "x-queue-type", "x-queue-master-locator")
+QUORUM_ARGS = (
+    "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy",
+    "x-expires", "x-max-length", "x-max-length-bytes", "x-max-in-memory-length",
+    "x-max-in-memory-bytes", "x-overflow", "x-single-active-consumer", "x-queue-type",
+    "x-quorum-initial-group-size", "x-delivery-limit", "x-message-ttl",
+    "x-queue-leader-locator")
+STREAM_ARGS = (
+    "x-max-length-bytes", "x-queue-type", "x-max-age", "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size", "x-queue-leader-locator")
+TYPE_ARGS = {"classic": CLASSIC_ARGS, "quorum": QUORUM_ARGS, "stream": STREAM_ARGS}
+ALL_TYPE_ARGS = frozenset(CLASSIC_ARGS + QUORUM_ARGS + STREAM_ARGS)
+# ackmq's own arguments on classic and quorum queues, checked and compared after
+# RabbitMQ's: a delivery limit on every such queue (D10), the consumer timeout (H2), the
+# opt-in delivery headers
+ACKMQ_ARGS = ("x-delivery-limit", "x-consumer-timeout", SEQ_ARG, DELIVERY_COUNT_ARG)
+# the master locators a classic queue starts with; RabbitMQ 3.10 crashes on others
+MASTER_LOCATORS = ("min-masters", "client-local", "random")
+LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
+DLX_STRATEGIES = ("at-most-once", "at-least-once")
+UNIT_MS = {"Y": 365 * 86_400_000, "M": 30 * 86_400_000, "D": 86_400_000,
+           "h": 3_600_000, "m": 60_000, "s": 1000}
+_AGE = re.compile(r"([0-9]*)(.*)", re.S)
+
+
+def declared_type(args: dict[str, Any]) -> str:
+    """The `x-queue-type` a declaration names ("classic" when none)."""
+    return as_text(args.get("x-queue-type")) or "classic"
+
+
+def type_module(qtype: str) -> str:
+    """RabbitMQ's module for a queue type, as its texts name it."""
+    return f"rabbit_{qtype}_queue"
+
+
+def equivalence_keys(qtype: str) -> tuple[str, ...]:
+    """What a redeclare of a classic or quorum queue compares, in order."""
+    own = ACKMQ_ARGS if qtype == "classic" else ACKMQ_ARGS[1:]
+    return TYPE_ARGS.get(qtype, CLASSIC_ARGS) + own
+
+
+QUEUE_EQUIVALENCE_KEYS = equivalence_keys("classic")
 EXCHANGE_EQUIVALENCE_KEYS = ("alternate-exchange",)
 
 
@@ -90,6 +137,27 @@ def check_alternate_exchange_type(args: dict[str, Any], xname: str, vhost: str) 
         raise SoftError(PRECONDITION_FAILED,
                            f"invalid type '{type_name(args['alternate-exchange'])}' for arg "
                            f"'alternate-exchange' in exchange '{xname}' in vhost '{vhost}'")
+
+
+def internal_error() -> HardError:
+    """What a client sees when RabbitMQ's channel crashes: 541, the bare code name."""
+    e = HardError(INTERNAL_ERROR, "")
+    e.text = "INTERNAL_ERROR"
+    return e
+
+
+def max_age_ms(text: str) -> int | None:
+    """RabbitMQ's check_max_age: "7D", "12h", "1Y"… in ms; None when invalid; a value
+    with no leading digits crashes RabbitMQ (541)."""
+    m = _AGE.match(text)
+    assert m is not None
+    digits, unit = m.groups()
+    if not digits:
+        raise internal_error()
+    n = int(digits)
+    if n <= 0 or unit not in UNIT_MS:
+        return None
+    return n * UNIT_MS[unit]
 
 
 def _int_error(v: Any) -> str | None:
@@ -169,25 +237,71 @@ def _bool(v: Any, args: dict[str, Any]) -> str | None:
     return None if isinstance(v, bool) else f"{{unacceptable_type,{type_name(v)}}}"
 
 
+def _one_of(choices: tuple[str, ...], error: str) -> Any:
+    def check(v: Any, args: dict[str, Any]) -> str | None:
+        s = as_text(v)
+        if s is None:
+            return f"{{unacceptable_type,{type_name(v)}}}"
+        return None if s in choices else error
+    return check
+
+
+def _queue_version(v: Any, args: dict[str, Any]) -> str | None:
+    err = _non_neg_int(v, args)
+    if err is None and v not in (1, 2):
+        return erl_string(f"unsupported queue version '{v}'")
+    return err
+
+
+def _cluster_size(v: Any, args: dict[str, Any]) -> str | None:
+    err = _non_neg_int(v, args)
+    return err if err is not None else ("{value_zero,0}" if v == 0 else None)
+
+
+def _max_age(v: Any, args: dict[str, Any]) -> str | None:
+    s = as_text(v)
+    if s is None:
+        return f"{{unacceptable_type,{type_name(v)}}}"
+    return "invalid_max_age" if max_age_ms(s) is None else None
+
+
+# RabbitMQ 3.10's declare_args, in its order; each type checks the ones it takes
 _QUEUE_CHECKS = (
     ("x-expires", _expires),
     ("x-message-ttl", _message_ttl),
     ("x-dead-letter-exchange", _dlx_name),
     ("x-dead-letter-routing-key", _dlx_routing_key),
+    ("x-dead-letter-strategy", _one_of(DLX_STRATEGIES, "invalid_dlx_strategy")),
     ("x-max-length", _non_neg_int),
     ("x-max-length-bytes", _non_neg_int),
+    ("x-max-in-memory-length", _non_neg_int),
+    ("x-max-in-memory-bytes", _non_neg_int),
     ("x-max-priority", _max_priority),
     ("x-overflow", _overflow),
     ("x-queue-mode", _queue_mode),
+    ("x-queue-version", _queue_version),
     ("x-single-active-consumer", _bool),
     ("x-queue-type", _queue_type),
-    # ackmq's own (RabbitMQ has x-delivery-limit on quorum queues only)
+    ("x-quorum-initial-group-size", _cluster_size),
+    ("x-max-age", _max_age),
+    ("x-stream-max-segment-size-bytes", _non_neg_int),
+    ("x-initial-cluster-size", _cluster_size),
+    ("x-queue-leader-locator", _one_of(LEADER_LOCATORS, "invalid_queue_locator_arg")),
+)
+_TYPE_CHECKS = {t: tuple(c for c in _QUEUE_CHECKS if c[0] in keys)
+                for t, keys in TYPE_ARGS.items()}
+# ackmq's own, on classic and quorum queues (RabbitMQ has no checks for them)
+_ACKMQ_CHECKS = (
     ("x-delivery-limit", _non_neg_int),
     ("x-consumer-timeout", _non_neg_int),
     (SEQ_ARG, _bool),
     (DELIVERY_COUNT_ARG, _bool),
     ("x-message-deduplication", _bool),  # the message-deduplication plugin's (dedup.py)
 )
+# what each type refuses: the arguments only other types take (a classic queue takes
+# ackmq's delivery limit, D10)
+_INVALID = {t: ALL_TYPE_ARGS - set(keys) - ({"x-delivery-limit"} if t == "classic" else set())
+            for t, keys in TYPE_ARGS.items()}
 
 
 def _int(v: Any, args: dict[str, Any]) -> str | None:
@@ -195,31 +309,71 @@ def _int(v: Any, args: dict[str, Any]) -> str | None:
 
 
 _CONSUME_CHECKS = (("x-priority", _int), ("x-cancel-on-ha-failover", _bool))
+# basic.consume's arguments each type takes (its capabilities' consumer_arguments)
+_CONSUMER_ARGS = {"classic": ("x-cancel-on-ha-failover", "x-priority", "x-credit"),
+                  "quorum": ("x-priority", "x-credit"),
+                  "stream": ("x-stream-offset", "x-credit")}
+_ALL_CONSUMER_ARGS = frozenset(k for keys in _CONSUMER_ARGS.values() for k in keys)
 
 
-def check_consume_arguments(args: dict[str, Any], qname: str, vhost: str) -> None:
-    """basic.consume's arguments as RabbitMQ 3.10's rabbit_amqqueue checks them (others
-    are ignored): 406 on the first bad one."""
+def check_consume_arguments(args: dict[str, Any], qname: str, vhost: str,
+                            qtype: str = "classic") -> None:
+    """basic.consume's arguments on a classic or quorum queue as RabbitMQ 3.10's
+    rabbit_amqqueue checks them (others are ignored): 406 on the first bad value, then
+    on the first argument only another type takes."""
+    if qtype not in _CONSUMER_ARGS:
+        qtype = "classic"
+    keys = _CONSUMER_ARGS[qtype]
     for key, check in _CONSUME_CHECKS:
+        if key in args and key in keys:
+            err = check(args[key], args)
+            if err is not None:
+                raise SoftError(PRECONDITION_FAILED, f"invalid arg '{key}' for queue "
+                                                     f"'{qname}' in vhost '{vhost}': {err}")
+    for key in args:
+        if key in _ALL_CONSUMER_ARGS and key not in keys:
+            raise SoftError(PRECONDITION_FAILED, f"invalid arg '{key}' for queue '{qname}' "
+                                                 f"in vhost '{vhost}' of queue type "
+                                                 f"{type_module(qtype)}")
+
+
+def _run(checks: tuple[tuple[str, Any], ...], args: dict[str, Any], qname: str,
+         vhost: str) -> None:
+    for key, check in checks:
         if key in args:
             err = check(args[key], args)
             if err is not None:
                 raise SoftError(PRECONDITION_FAILED, f"invalid arg '{key}' for queue "
                                                      f"'{qname}' in vhost '{vhost}': {err}")
-    if "x-stream-offset" in args:
-        raise SoftError(PRECONDITION_FAILED, f"invalid arg 'x-stream-offset' for queue "
-                                             f"'{qname}' in vhost '{vhost}' of queue type "
-                                             "rabbit_classic_queue")
+
+
+def check_declare_arguments(args: dict[str, Any], qname: str, vhost: str) -> str:
+    """A new queue's arguments as RabbitMQ 3.10 checks them for its type (406 on the
+    first bad one): the dead-letter exchange's type, `x-queue-type`, the values of the
+    arguments the type takes, then any argument only another type takes. Returns the
+    type."""
+    check_dlx_type(args, qname, vhost)
+    _run((("x-queue-type", _queue_type),), args, qname, vhost)  # first, to pick the type
+    qtype = declared_type(args)
+    _run(_TYPE_CHECKS[qtype], args, qname, vhost)
+    if qtype != "stream":
+        _run(_ACKMQ_CHECKS, args, qname, vhost)
+    invalid = _INVALID[qtype]
+    for key in args:
+        if key in invalid:
+            raise SoftError(PRECONDITION_FAILED, f"invalid arg '{key}' for queue '{qname}' "
+                                                 f"in vhost '{vhost}' of queue type "
+                                                 f"{type_module(qtype)}")
+    return qtype
 
 
 def check_queue_arguments(args: dict[str, Any], qname: str, vhost: str) -> None:
-    """A new queue's arguments, as RabbitMQ 3.10 checks them: 406 on the first bad one."""
+    """A new classic or quorum queue's arguments (see `check_declare_arguments`); a
+    classic queue's master locator RabbitMQ 3.10 has no module for crashes its channel
+    (541), after every check."""
     if not args:
         return
-    check_dlx_type(args, qname, vhost)
-    for key, check in _QUEUE_CHECKS:
-        if key in args:
-            err = check(args[key], args)
-            if err is not None:
-                raise SoftError(PRECONDITION_FAILED, f"invalid arg '{key}' for queue "
-                                                        f"'{qname}' in vhost '{vhost}': {err}")
+    qtype = check_declare_arguments(args, qname, vhost)
+    if qtype == "classic" and "x-queue-master-locator" in args \
+            and as_text(args["x-queue-master-locator"]) not in MASTER_LOCATORS:
+        raise internal_error()

@@ -13,7 +13,16 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from ackmq.broker.arguments import DELIVERY_COUNT_ARG, SEQ_ARG, as_text, opt_in
+from ackmq.broker.arguments import (
+    DELIVERY_COUNT_ARG,
+    SEQ_ARG,
+    as_text,
+    declared_type,
+    opt_in,
+)
+from ackmq.broker.arguments import (
+    equivalence_keys as type_equivalence_keys,
+)
 from ackmq.broker.consumer import Consumer
 from ackmq.broker.dedup import QUEUE_ARG, DedupExchange, QueueIds, message_id
 from ackmq.broker.message import Message, QueueEntry
@@ -97,6 +106,12 @@ class ClassicQueue(Queue):
         self.touch()
 
     # -- identity -----------------------------------------------------------------
+    @property  # type: ignore[override]
+    def equivalence_keys(self) -> tuple[str, ...]:
+        """Compared on redeclare: the declared type's arguments (a quorum queue's are not a
+        classic queue's), read only then."""
+        return type_equivalence_keys(declared_type(self.arguments))
+
     def __repr__(self) -> str:
         return f"<Queue {self.name!r}>"
 

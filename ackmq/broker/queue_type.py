@@ -14,6 +14,7 @@ from ackmq.broker.arguments import (
     QUEUE_EQUIVALENCE_KEYS,
     check_consume_arguments,
     check_queue_arguments,
+    declared_type,
 )
 from ackmq.broker.errors import ACCESS_REFUSED, PRECONDITION_FAILED, SoftError
 
@@ -82,11 +83,20 @@ class Queue:
         """A new queue's arguments and properties, as RabbitMQ checks them for the type
         (not on redeclare, not on recovery): SoftError on the first bad one."""
         check_queue_arguments(arguments, name, vhost)
-        qtype = arguments.get("x-queue-type")
-        if qtype in ("quorum", b"quorum") and (not durable or exclusive):
-            raise SoftError(PRECONDITION_FAILED,
-                            f"invalid property '{'non-durable' if not durable else 'exclusive'}'"
-                            f" for queue '{name}' in vhost '{vhost}'")
+        if declared_type(arguments) != "quorum":
+            return
+        for bad, prop in ((auto_delete, "auto-delete"), (exclusive, "exclusive-owner"),
+                          (not durable, "non-durable")):
+            if bad:  # rabbit_quorum_queue:declare's checks, in its order
+                raise SoftError(PRECONDITION_FAILED,
+                                f"invalid property '{prop}' for queue '{name}' in vhost "
+                                f"'{vhost}'")
+
+    @classmethod
+    def server_named_ok(cls, arguments: dict[str, Any]) -> bool:
+        """May be declared with an empty name (amq.gen-…): not a quorum queue (RabbitMQ's
+        server_named capability), even though ackmq serves it with the classic type."""
+        return cls.server_named and declared_type(arguments) != "quorum"
 
     def declared(self, new: bool) -> None:
         """Created: by a client's declare (`new`) or by recovery at start."""
@@ -106,7 +116,8 @@ class Queue:
         """basic.consume's arguments and flags before consume-ok (the consumer's own
         prefetch given): ReplyError when the type refuses them."""
         if arguments:
-            check_consume_arguments(arguments, self.name, self.vhost.name)
+            check_consume_arguments(arguments, self.name, self.vhost.name,
+                                    declared_type(self.arguments))
         if any(c.exclusive for c in self.consumers.values()) or (exclusive and self.consumers):
             raise SoftError(ACCESS_REFUSED, f"queue '{self.name}' in vhost "
                                             f"'{self.vhost.name}' in exclusive use")

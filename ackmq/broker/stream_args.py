@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import calendar
 import datetime
-import re
 import time
 from typing import Any
 
-from ackmq.broker.arguments import as_text, check_dlx_type, type_name
+from ackmq.broker.arguments import (  # noqa: F401 - internal_error: for stream.py
+    STREAM_ARGS,
+    as_text,
+    check_declare_arguments,
+    internal_error,
+    max_age_ms,
+)
 from ackmq.broker.errors import (
-    INTERNAL_ERROR,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     HardError,
@@ -27,30 +31,9 @@ from ackmq.broker.errors import (
 
 TYPE_NAME = "rabbit_stream_queue"
 MAX_SEGMENT_SIZE = 3_000_000_000
-LEADER_LOCATORS = ("client-local", "random", "least-leaders", "balanced")
-# what other queue types take and a stream refuses (3.10's capabilities, all types
-# together, minus the stream's own)
-INVALID_DECLARE_ARGS = frozenset((
-    "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
-    "x-max-length", "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-version",
-    "x-single-active-consumer", "x-queue-master-locator", "x-dead-letter-strategy",
-    "x-max-in-memory-length", "x-max-in-memory-bytes", "x-quorum-initial-group-size",
-    "x-delivery-limit"))
 INVALID_CONSUME_ARGS = frozenset(("x-priority", "x-cancel-on-ha-failover"))
 # compared on redeclare, in RabbitMQ's order (the stream type's queue_arguments)
-EQUIVALENCE_KEYS = ("x-max-length-bytes", "x-queue-type", "x-max-age",
-                    "x-stream-max-segment-size-bytes", "x-initial-cluster-size",
-                    "x-queue-leader-locator")
-UNIT_MS = {"Y": 365 * 86_400_000, "M": 30 * 86_400_000, "D": 86_400_000,
-           "h": 3_600_000, "m": 60_000, "s": 1000}
-_AGE = re.compile(r"([0-9]*)(.*)", re.S)
-
-
-def internal_error() -> HardError:
-    """What a client sees when RabbitMQ's channel crashes: 541, the bare code name."""
-    e = HardError(INTERNAL_ERROR, "")
-    e.text = "INTERNAL_ERROR"
-    return e
+EQUIVALENCE_KEYS = STREAM_ARGS
 
 
 def rs(qname: str, vhost: str) -> str:
@@ -58,70 +41,16 @@ def rs(qname: str, vhost: str) -> str:
     return f"queue '{qname}' in vhost '{vhost}'"
 
 
-def max_age_ms(text: str) -> int | None:
-    """RabbitMQ's check_max_age: "7D", "12h", "1Y"… in ms; None when invalid; a value
-    with no leading digits crashes RabbitMQ (541)."""
-    m = _AGE.match(text)
-    assert m is not None
-    digits, unit = m.groups()
-    if not digits:
-        raise internal_error()
-    n = int(digits)
-    if n <= 0 or unit not in UNIT_MS:
-        return None
-    return n * UNIT_MS[unit]
-
-
 def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _non_neg(v: Any) -> str | None:
-    if not _int(v):
-        return erl_string(f"expected integer, got {type_name(v)}")
-    return f"{{value_negative,{v}}}" if v < 0 else None
-
-
-def _max_age(v: Any) -> str | None:
-    s = as_text(v)
-    if s is None:
-        return f"{{unacceptable_type,{type_name(v)}}}"
-    return "invalid_max_age" if max_age_ms(s) is None else None
-
-
-def _cluster_size(v: Any) -> str | None:
-    err = _non_neg(v)
-    return err if err is not None else ("{value_zero,0}" if v == 0 else None)
-
-
-def _locator(v: Any) -> str | None:
-    s = as_text(v)
-    if s is None:
-        return f"{{unacceptable_type,{type_name(v)}}}"
-    return None if s in LEADER_LOCATORS else "invalid_queue_locator_arg"
-
-
-_VALIDATORS = (("x-max-length-bytes", _non_neg), ("x-max-age", _max_age),
-               ("x-stream-max-segment-size-bytes", _non_neg),
-               ("x-initial-cluster-size", _cluster_size),
-               ("x-queue-leader-locator", _locator))
 
 
 def check_declare(args: dict[str, Any], qname: str, vhost: str, durable: bool,
                   exclusive: bool, auto_delete: bool) -> None:
     """A new stream's declaration, in RabbitMQ's order: argument values, arguments other
-    types take, then auto-delete / exclusive / non-durable, then the segment size cap."""
-    check_dlx_type(args, qname, vhost)
-    for key, check in _VALIDATORS:
-        if key in args:
-            err = check(args[key])
-            if err is not None:
-                raise SoftError(PRECONDITION_FAILED,
-                                f"invalid arg '{key}' for {rs(qname, vhost)}: {err}")
-    for key in args:
-        if key in INVALID_DECLARE_ARGS:
-            raise SoftError(PRECONDITION_FAILED, f"invalid arg '{key}' for "
-                                                 f"{rs(qname, vhost)} of queue type {TYPE_NAME}")
+    types take (arguments.check_declare_arguments), then auto-delete / exclusive /
+    non-durable, then the segment size cap."""
+    check_declare_arguments(args, qname, vhost)
     for bad, prop in ((auto_delete, "auto-delete"), (exclusive, "exclusive-owner"),
                       (not durable, "non-durable")):
         if bad:

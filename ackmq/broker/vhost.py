@@ -13,6 +13,8 @@ from ackmq.broker import dedup
 from ackmq.broker.arguments import (
     EXCHANGE_EQUIVALENCE_KEYS,
     check_alternate_exchange_type,
+    declared_type,
+    type_module,
     type_name,
 )
 from ackmq.broker.dead_letter import dead_letter_properties
@@ -198,9 +200,9 @@ class VHost:
             check_shortstr("queue name", name)
         cls = queue_class(arguments)
         if name == "":
-            if check and not cls.server_named:
+            if check and not cls.server_named_ok(arguments):
                 raise SoftError(PRECONDITION_FAILED, "Cannot declare a server-named queue "
-                                                     f"for type rabbit_{cls.kind}_queue")
+                                f"for type {type_module(declared_type(arguments))}")
             name = "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
         elif check and name.startswith("amq."):  # recovery brings back amq.gen-… ones
             raise SoftError(ACCESS_REFUSED,

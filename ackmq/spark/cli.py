@@ -27,6 +27,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     land.add_argument("--starting-offsets", default="earliest",
                       help="--stream, new checkpoint: earliest (default), latest, an offset "
                            "or an ISO timestamp")
+    land.add_argument("--fail-on-data-loss", choices=("true", "false"), default="true",
+                      help="--stream: fail (default) or warn and go on when retention removed "
+                           "offsets before they were read (Kafka's failOnDataLoss)")
     land.add_argument("--to", required=True, help="Parquet directory")
     land.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
     land.add_argument("--max-per-trigger", type=int, default=10000)
@@ -52,7 +55,8 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
 #: Spark's own ERROR log repeats every failed task's stack trace (Java and Python); the
 #: command prints one line per failure instead. ACKMQ_SPARK_LOG_LEVEL=ERROR shows it.
 _LOG_LEVEL = "ACKMQ_SPARK_LOG_LEVEL"
-_ACKMQ_ERROR = re.compile(r"(?:ConsumerError|SinkPublishError|PipelineError): ([^\n]+)")
+_ACKMQ_ERROR = re.compile(
+    r"(?:ConsumerError|SinkPublishError|PipelineError|DataLossError): ([^\n]+)")
 _PY_ERROR = re.compile(r"^((?!java\.|org\.|py4j\.)[\w.]*(?:Error|Exception): [^\n]+)$",
                        re.MULTILINE)
 
@@ -102,7 +106,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
                      checkpoint=args.checkpoint, max_per_trigger=args.max_per_trigger,
                      available_now=args.available_now, num_partitions=parts,
                      progress=log, stream=args.stream,
-                     starting_offsets=args.starting_offsets)
+                     starting_offsets=args.starting_offsets,
+                     fail_on_data_loss=args.fail_on_data_loss == "true")
             log(f"landed {s.rows} messages in {s.batches} batches, {s.seconds:.1f}s")
         else:
             n = publish(spark, source=args.source, url=args.url, exchange=args.exchange,

@@ -204,16 +204,18 @@ def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint:
          staging: str | None = None, num_partitions: int = 2,
          progress: Callable[[str], None] | None = None,
          stop_when: Callable[[LandStats], bool] | None = None,
-         stream: str | None = None, starting_offsets: str = "earliest") -> LandStats:
+         stream: str | None = None, starting_offsets: str = "earliest",
+         fail_on_data_loss: bool = True) -> LandStats:
     """Land `queue` (staged batches live with the checkpoint) or `stream` (offset ranges,
-    `num_partitions` read tasks per batch, from `starting_offsets` on a new checkpoint)
-    into Parquet at `to`."""
+    `num_partitions` read tasks per batch, from `starting_offsets` on a new checkpoint,
+    failing on data loss unless told not to) into Parquet at `to`."""
     clear_unlogged_start(checkpoint)
     r = spark.readStream.format("ackmq").option("url", url) \
         .option("maxMessagesPerTrigger", max_per_trigger)
     if stream is not None:
         df = (r.option("stream", stream).option("startingOffsets", starting_offsets)
-              .option("minPartitions", num_partitions).load())
+              .option("minPartitions", num_partitions)
+              .option("failOnDataLoss", str(fail_on_data_loss).lower()).load())
         name = stream
     else:
         assert queue is not None, "land() needs queue or stream"

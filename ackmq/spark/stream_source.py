@@ -9,7 +9,12 @@ a stream keeps its messages, so a micro-batch is just an offset range `[start, e
 * `partitions(start, end)` splits the range into `minPartitions` sub-ranges; each
   executor task opens its own consumer at its sub-range's start (`x-stream-offset`) and
   stops at its end - no state is shared, a failed task simply reads its range again;
-* nothing is acked but prefetch credit, nothing is staged, `commit` has nothing to do.
+* nothing is acked but prefetch credit, nothing is staged, `commit` has nothing to do;
+* `failOnDataLoss` (Kafka's option, default true): when retention removed offsets a
+  batch was to read - found when the batch is planned (its start is older than the
+  stream's oldest message) or when a task reads its range (its consumer starts past the
+  range's start, and so does the stream) - the query fails naming the lost offsets;
+  with false a warning is logged and the batch goes on with what the stream holds.
 
 Exactly-once then rests on the sink: Spark's file sink names a batch's files in its
 `_spark_metadata` log only when the batch commits, and a replayed batch (same range,
@@ -33,7 +38,14 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ackmq.spark.streamrows import stream_batch
-from ackmq.spark.streamwire import first_offset, last_offset, offset_at, read_range
+from ackmq.spark.streamwire import (
+    data_loss,
+    first_offset,
+    last_offset,
+    offset_at,
+    read_range,
+    report_loss,
+)
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 _TRACE = os.environ.get("ACKMQ_SPARK_TRACE")
@@ -66,6 +78,13 @@ def parse_position(text: str, what: str) -> str | int | dt.datetime:
     return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
 
 
+def parse_bool(text: str, what: str) -> bool:
+    t = str(text).strip().lower()
+    if t not in ("true", "false"):
+        raise ValueError(f"{what} must be true or false, got {text!r}")
+    return t == "true"
+
+
 class StreamRange(InputPartition):
     """Stream offsets [start, end) for one executor task."""
 
@@ -91,6 +110,21 @@ class _StreamOptions:
         # where the answer is kept (the initial offset, AvailableNow's end, a batch read)
         self.probe_timeout = float(options.get("probeTimeout") or 0.5)
         self.plan_timeout = float(options.get("planTimeout") or 3.0)
+        self.fail_on_data_loss = parse_bool(options.get("failOnDataLoss") or "true",
+                                            "failOnDataLoss")
+
+    def check_start(self, start: int, end: int) -> int:
+        """Planning a range [start, end): when retention already removed its head (the
+        stream's oldest message is past `start`), fail (failOnDataLoss) or warn and
+        start at what is left."""
+        if end <= start:
+            return start
+        loss = data_loss(self.url, self.stream, start, end, None)
+        if loss is None:
+            return start
+        _trace("dataloss-plan", loss.start, loss.end)
+        report_loss(loss, self.fail_on_data_loss)
+        return loss.end
 
     def resolve(self, where: str | int | dt.datetime) -> int:
         """An offset for a position: `latest` is one past the last offset (so a start at
@@ -123,7 +157,8 @@ class _StreamOptions:
         _trace("read", p.start, p.end)
         _kill_hook(p)
         for items in read_range(self.url, self.stream, p.start, p.end,
-                                prefetch=self.prefetch):
+                                prefetch=self.prefetch,
+                                fail_on_data_loss=self.fail_on_data_loss):
             yield stream_batch(items)
 
 
@@ -189,7 +224,7 @@ class AckmqStreamSourceReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         b, e = int(start["offset"]), int(end["offset"])
         _trace("partitions", b, e)
-        return self.o.split(b, e, self.o.min_partitions)
+        return self.o.split(self.o.check_start(b, e), e, self.o.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return self.o.read(partition)
@@ -214,6 +249,7 @@ class AckmqStreamBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         start = self.o.resolve(self.o.starting)
         end = self.o.resolve(self.ending)
+        start = self.o.check_start(start, end)
         k = max(self.o.min_partitions, math.ceil(max(0, end - start) / self.MAX_SPAN))
         return self.o.split(start, end, k) or [StreamRange(0, 0)]
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -35,11 +36,55 @@ from ackmq.spark.schema import properties_columns
 OFFSET_HEADER = "x-stream-offset"
 #: a probe ends when no delivery came for this long after the last one
 SETTLE = 0.05
+log = logging.getLogger("ackmq.spark.stream")
 
 
 class NotAStream(ConsumerError):
     """The queue's deliveries carry no x-stream-offset: it is not a stream queue (or the
     broker does not support streams). Nothing was acked."""
+
+
+class DataLossError(ConsumerError):
+    """Offsets [start, end) of a planned range are no longer in the stream (retention
+    removed them before they were read); `first` is its oldest message's offset now
+    (None: it holds none)."""
+
+    def __init__(self, stream: str, start: int, end: int, first: int | None,
+                 planned: tuple[int, int]) -> None:
+        self.stream, self.start, self.end, self.first = stream, start, end, first
+        now = "it holds no message now" if first is None else \
+            f"its oldest message is at offset {first} now"
+        self.what = (f"data loss on stream {stream!r}: offsets [{start}, {end}) of the range "
+                     f"[{planned[0]}, {planned[1]}) are no longer in the stream ({now}): "
+                     "retention (x-max-length-bytes / x-max-age) removed them before they "
+                     "were read")
+        super().__init__(f"{self.what}. Set the source option failOnDataLoss=false to go on "
+                         "from what the stream still holds.")
+
+
+def data_loss(url: str, stream: str, start: int, end: int, seen: int | None) -> DataLossError | None:
+    """Whether [start, end) lost its head: None when offset `start` may still be read.
+    `seen` is the first offset a consumer from `start` got (None: not known). A stream's
+    offsets have gaps (RabbitMQ's tracking chunks take offsets), so a consumer starting
+    past `start` is a loss only when the stream's oldest message is past `start` too. A
+    stream holding no message at all (RabbitMQ's retention can leave only a segment
+    without messages) lost the whole range."""
+    if seen is not None and seen <= start:
+        return None
+    first = first_offset(url, stream, 3.0)
+    if first is not None and first <= start:
+        return None
+    if first is None:
+        return DataLossError(stream, start, end, None, (start, end))
+    upto = min(end, first if seen is None else min(seen, first))
+    return DataLossError(stream, start, max(upto, start + 1), first, (start, end))
+
+
+def report_loss(loss: DataLossError, fail: bool) -> None:
+    """failOnDataLoss: raise the loss, or log it and go on."""
+    if fail:
+        raise loss
+    log.warning("%s; failOnDataLoss=false: going on from offset %d", loss.what, loss.end)
 
 
 class Delivered:
@@ -73,6 +118,7 @@ class _Reader:
         self.error: BaseException | None = None
         self.last_at = time.monotonic()
         self.seen = 0
+        self.first_seen: int | None = None  # the offset of the first delivery
         self.waiter: asyncio.Future[None] | None = None
         self.want = 1
 
@@ -92,6 +138,8 @@ class _Reader:
             self._wake()
             return
         self.seen += 1
+        if self.first_seen is None:
+            self.first_seen = off
         self.last_at = time.monotonic()
         self.unacked += 1
         end = self.end
@@ -238,20 +286,30 @@ def offset_at(url: str, stream: str, when: dt.datetime, timeout: float = 0.5) ->
 
 
 def read_range(url: str, stream: str, start: int, end: int, *, prefetch: int = 2000,
-               rows: int = 4096, stall: float = 60.0) -> Iterator[list[Delivered]]:
+               rows: int = 4096, stall: float = 60.0,
+               fail_on_data_loss: bool = True) -> Iterator[list[Delivered]]:
     """Deliveries with start <= offset < end, in offset order, `rows` at a time. Ends at
     the first offset >= end - 1 (offsets may have gaps; end - 1 is always one the driver
     saw). Fails if nothing arrives for `stall` seconds (stream deleted or truncated past
-    the range)."""
+    the range). When retention removed the range's head before this read (the consumer
+    starts past `start`, and so does the stream), raises DataLossError, or with
+    `fail_on_data_loss` false logs a warning and yields what is left."""
     if end <= start:
         return
     s = _Session(url, stream)
     try:
         reader = s.consume(start, start, end, max(1, min(prefetch, end - start)))
+        checked = False
         while True:
             s.run(reader.wait(rows, 1.0))
             if reader.error is not None:
                 raise reader.error
+            if not checked and reader.first_seen is not None:
+                checked = True
+                if reader.first_seen > start:
+                    loss = data_loss(url, stream, start, end, reader.first_seen)
+                    if loss is not None:
+                        report_loss(loss, fail_on_data_loss)
             got = reader.take()
             if got:
                 yield got
