@@ -111,26 +111,34 @@ def compact_prefix(st: SegmentStore, prefix: list[int]) -> None:
             path = st.segment_path(s)
             data = path.read_bytes()
             end = valid_length(data, str(path), s, newest=False)
+            # candidates are checked LIVE_CHUNK at a time while the segment is read, so
+            # the working set stays a chunk of tuples, not one per ADD of the segment
+            # (hundreds of thousands for small messages, whose memory the allocator kept)
             cands: list[tuple[int, int, int, int, int]] = []
-            for off, rec in iter_records(data, 16, end):
-                if rec[0] == ADD:
-                    _, qid, seq = ADD_HDR.unpack_from(rec)[:3]
-                    cands.append((qid, seq, (s << 32) | off, off, len(rec)))
-                elif rec[0] == DELIVERED:
-                    _, qid, seq, c = DELIVERED_REC.unpack_from(rec)
-                    if c > counts.get((qid, seq), 0):
-                        counts[(qid, seq)] = c
-            live = []
-            for i in range(0, len(cands), LIVE_CHUNK):  # the broker thread gets in between
-                live += st.live_adds(cands[i:i + LIVE_CHUNK])
-            for qid, seq, old, off, size in live:
-                new = (k << 32) | (pos + fw.begin_record())
-                fw.out += data[off:off + REC_HDR.size + size]
-                moved.append((qid, seq, old, new))
-                copied += REC_HDR.size + size
-                if len(fw.out) >= FLUSH_BYTES:
-                    pos += fileio.write_all(fd, fw.finish())
-                    fw = FrameWriter()
+            records = iter_records(data, 16, end)
+            while True:
+                for off, rec in records:
+                    if rec[0] == ADD:
+                        _, qid, seq = ADD_HDR.unpack_from(rec)[:3]
+                        cands.append((qid, seq, (s << 32) | off, off, len(rec)))
+                        if len(cands) >= LIVE_CHUNK:
+                            break
+                    elif rec[0] == DELIVERED:
+                        _, qid, seq, c = DELIVERED_REC.unpack_from(rec)
+                        if c > counts.get((qid, seq), 0):
+                            counts[(qid, seq)] = c
+                if not cands:
+                    break
+                # the broker thread gets in between the chunks
+                for qid, seq, old, off, size in st.live_adds(cands):
+                    new = (k << 32) | (pos + fw.begin_record())
+                    fw.out += data[off:off + REC_HDR.size + size]
+                    moved.append((qid, seq, old, new))
+                    copied += REC_HDR.size + size
+                    if len(fw.out) >= FLUSH_BYTES:
+                        pos += fileio.write_all(fd, fw.finish())
+                        fw = FrameWriter()
+                cands = []
         keys = {(qid, seq) for qid, seq, _, _ in moved}
         for key, c in counts.items():
             if key in keys:
