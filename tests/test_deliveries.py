@@ -810,13 +810,15 @@ def test_Q6_same_consumer_tag_on_two_channels_both_served(connection, qname: str
     deadline = time.monotonic() + WAIT
     while len(got[1]) + len(got[2]) < 10 and time.monotonic() < deadline:
         connection.process_data_events(time_limit=0.05)
-    assert len(got[1]) == len(got[2]) == 5
+    # both served (exactly 5/5 depends on when each ack arrives: 6/4 seen under load)
+    n1, n2 = len(got[1]), len(got[2])
+    assert n1 + n2 == 10 and n1 >= 2 and n2 >= 2, (n1, n2)
     c2.basic_cancel("same")
     assert c1.queue_declare(qname, passive=True).method.consumer_count == 1
     publish_n(c1, qname, 4)
-    while len(got[1]) < 9 and time.monotonic() < deadline:
+    while len(got[1]) < n1 + 4 and time.monotonic() < deadline:
         connection.process_data_events(time_limit=0.05)
-    assert (len(got[1]), len(got[2])) == (9, 5)
+    assert (len(got[1]), len(got[2])) == (n1 + 4, n2)
 
 
 
