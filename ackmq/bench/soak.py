@@ -380,8 +380,10 @@ def plot(result: dict[str, object], path: Path) -> None:
         for k in result["kill_times"]:  # type: ignore[union-attr]
             ax.axvline(k / 60, color="red", lw=0.8, ls="--")
     axes[2].set_xlabel("minutes (red: kill -9 and restart)")
-    fig.suptitle(f"ackmq soak: {result['minutes']} min, kill -9 every "
-                 f"{result['kill_every_s']} s, {result['confirmed_amqp']:,} confirmed + "
+    kills = (f"kill -9 every {result['kill_every_s']} s" if result["kill_every_s"]
+             else "no kill")
+    fig.suptitle(f"ackmq soak: {result['minutes']} min, {kills}, "
+                 f"{result['confirmed_amqp']:,} confirmed + "
                  f"{result['receipted_stomp']:,} receipted, lost {result['lost']}")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
