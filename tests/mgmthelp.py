@@ -13,8 +13,9 @@ import base64
 import http.client
 import json
 import os
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -139,3 +140,15 @@ def mgmt(request: pytest.FixtureRequest) -> Iterator[Target]:
             "ACKMQ_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/"))
     yield t
     t.forget()
+
+
+def poll(mgmt: Target, path: str, ok: Callable[[Any], bool], timeout: float = 20.0) -> Any:
+    """GET `path` until `ok(body)` or the timeout: RabbitMQ refreshes its statistics
+    every 5 s (ackmq's sampler too)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = mgmt.call("GET", path)
+        assert r.status == 200, r
+        if ok(r.body) or time.monotonic() > deadline:
+            return r.body
+        time.sleep(0.5)

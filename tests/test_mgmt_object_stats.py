@@ -12,16 +12,13 @@ from typing import Any
 import pika
 import pytest
 from mgmthelp import Target, q
+from mgmthelp import poll as _mgmt_poll
 
 
-def _poll(mgmt: Target, path: str, ok: Callable[[Any], bool], timeout: float = 25.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        r = mgmt.call("GET", path)
-        assert r.status == 200, r
-        if ok(r.body) or time.monotonic() > deadline:
-            return r.body
-        time.sleep(0.5)
+def _poll(mgmt: Target, path: str, ok: Callable[[Any], bool]) -> Any:
+    return _mgmt_poll(mgmt, path, ok, timeout=25.0)
+
+
 
 
 def _counts(ms: dict[str, Any]) -> dict[str, int]:

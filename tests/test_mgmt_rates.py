@@ -3,22 +3,11 @@ dashboards read from /api/overview and /api/queues, as RabbitMQ 3.10 reports the
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pika
 from mgmthelp import Target, q
-
-
-def _poll(mgmt: Target, path: str, ok: Any, timeout: float = 20.0) -> dict[str, Any]:
-    """RabbitMQ refreshes its statistics every 5 s (ackmq's sampler too): poll."""
-    deadline = time.monotonic() + timeout
-    while True:
-        r = mgmt.call("GET", path)
-        assert r.status == 200, r
-        if ok(r.body) or time.monotonic() > deadline:
-            return r.body
-        time.sleep(0.5)
+from mgmthelp import poll as _poll
 
 
 def test_M1_message_stats_count_publishes_deliveries_and_acks(mgmt: Target) -> None:
