@@ -21,8 +21,8 @@ from typing import Any
 
 from pamqp import commands as C
 
-from ackmq.bench.brokers import Target, local_rabbitmq, start_ackmq
-from ackmq.bench.streams import delete, publish
+from ackmq.bench.brokers import Target
+from ackmq.bench.streams import add_broker_args, broker_targets, delete, publish
 from ackmq.client.lowlevel import open_connection
 
 
@@ -141,20 +141,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--seconds", type=float, default=15.0, help="each latency phase")
     ap.add_argument("--prefetch", type=int, default=1000)
-    ap.add_argument("--ackmq", default="", help="an ackmq URL (default: start one)")
-    ap.add_argument("--rabbitmq", default="", help="RabbitMQ's URL (default: local 5672)")
-    ap.add_argument("--no-rabbitmq", action="store_true")
+    add_broker_args(ap)
     ap.add_argument("--warm", action="store_true",
                     help="keep the page cache (the reader's cost without disk waits)")
     a = ap.parse_args(argv)
-    targets: list[Target] = []
-    ack = Target(a.ackmq, label="ackmq") if a.ackmq else start_ackmq()
-    ack.label = "ackmq"
-    targets.append(ack)
-    if not a.no_rabbitmq:
-        rmq = local_rabbitmq(url=a.rabbitmq or None)
-        rmq.label = "RabbitMQ"
-        targets.append(rmq)
+    targets = broker_targets(a)
     try:
         for t in targets:
             r = run(t, a.gib, a.size, a.seconds, a.prefetch, a.warm)

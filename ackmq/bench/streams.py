@@ -110,19 +110,16 @@ async def run(target: Target, n: int, size: int, window: int, prefetch: int,
     return {"publish": n / pub, "consume": n / con, "rss": (rss0, rss1, rss2)}
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m ackmq.bench.streams", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--messages", type=int, default=200_000)
-    ap.add_argument("--size", type=int, default=1024)
-    ap.add_argument("--window", type=int, default=1000, help="unconfirmed publishes at most")
-    ap.add_argument("--prefetch", type=int, default=1000)
+def add_broker_args(ap: argparse.ArgumentParser) -> None:
+    """--ackmq / --rabbitmq / --no-rabbitmq, shared by the stream benches."""
     ap.add_argument("--ackmq", default="", help="an ackmq URL (default: start one)")
     ap.add_argument("--rabbitmq", default="", help="RabbitMQ's URL (default: local 5672)")
     ap.add_argument("--no-rabbitmq", action="store_true")
-    ap.add_argument("--queue-type", default="stream", choices=("stream", "classic"),
-                    help="classic: the same run on a classic queue, for comparison")
-    a = ap.parse_args(argv)
+
+
+def broker_targets(a: argparse.Namespace) -> list[Target]:
+    """ackmq (the given URL, or one started here), then the local RabbitMQ unless
+    --no-rabbitmq."""
     targets: list[Target] = []
     ack = Target(a.ackmq, label="ackmq") if a.ackmq else start_ackmq()
     ack.label = "ackmq"
@@ -131,6 +128,21 @@ def main(argv: list[str] | None = None) -> None:
         rmq = local_rabbitmq(url=a.rabbitmq or None)
         rmq.label = "RabbitMQ"
         targets.append(rmq)
+    return targets
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m ackmq.bench.streams", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--window", type=int, default=1000, help="unconfirmed publishes at most")
+    ap.add_argument("--prefetch", type=int, default=1000)
+    add_broker_args(ap)
+    ap.add_argument("--queue-type", default="stream", choices=("stream", "classic"),
+                    help="classic: the same run on a classic queue, for comparison")
+    a = ap.parse_args(argv)
+    targets = broker_targets(a)
     results = {}
     try:
         for t in targets:
