@@ -35,24 +35,34 @@ def _plant_segment_dirsync() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _plant_access_dirsync() -> Iterator[None]:
-    """access.json is renamed into place without an fsync of the directory."""
-    real = AccessFile.save
+def _patched(owner: Any, name: str, new: Any) -> Iterator[None]:
+    """`owner.name` is `new` inside the block (the planted bug), the real one after."""
+    real = getattr(owner, name)
+    setattr(owner, name, new)
+    try:
+        yield
+    finally:
+        setattr(owner, name, real)
 
+
+def _access_save(fsync: bool) -> Any:
+    """AccessFile.save without the directory fsync (and without the file's, unless
+    `fsync`)."""
     def save(self: AccessFile, snapshot: dict[str, Any]) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
         fd = fileio.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
                          0o600)
         fileio.write_all(fd, json.dumps(snapshot).encode())
-        fileio.fsync(fd)
+        if fsync:
+            fileio.fsync(fd)
         fileio.close(fd)
         fileio.replace(tmp, self.path)
+    return save
 
-    AccessFile.save = save  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        AccessFile.save = real  # type: ignore[method-assign]
+
+def _plant_access_dirsync() -> contextlib.AbstractContextManager[None]:
+    """access.json is renamed into place without an fsync of the directory."""
+    return _patched(AccessFile, "save", _access_save(fsync=True))
 
 
 @contextlib.contextmanager
@@ -74,25 +84,10 @@ def _plant_early_confirm() -> Iterator[None]:
         SegmentStore._sync_to = real  # type: ignore[method-assign]
 
 
-@contextlib.contextmanager
-def _plant_access_nofsync() -> Iterator[None]:
+def _plant_access_nofsync() -> contextlib.AbstractContextManager[None]:
     """The bug of issue 23: access.json written without fsync when fsync is off (run
     it with --no-fsync)."""
-    real_save = AccessFile.save
-
-    def save(self: AccessFile, snapshot: dict[str, Any]) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = fileio.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                         0o600)
-        fileio.write_all(fd, json.dumps(snapshot).encode())
-        fileio.close(fd)
-        fileio.replace(tmp, self.path)
-
-    AccessFile.save = save  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        AccessFile.save = real_save  # type: ignore[method-assign]
+    return _patched(AccessFile, "save", _access_save(fsync=False))
 
 
 @contextlib.contextmanager
