@@ -204,8 +204,8 @@ def test_client_acknowledge_scans_the_delivered_not_the_prefetched() -> None:
     from collections import OrderedDict
     from types import SimpleNamespace
 
-    from ackmq.client.base import BaseSession
     from ackmq.client.message import BUFFERED, DELIVERED, SETTLED
+    from ackmq.client.session import BaseSession
 
     written: list[bytes] = []
     unsettled: OrderedDict[int, Any] = OrderedDict(

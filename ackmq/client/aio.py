@@ -1,5 +1,5 @@
 """The asyncio API: the same sessions, consumers and producers as the sync one (the
-behaviour lives in base.py), driven by an asyncio.Protocol. Output queued during one
+behaviour lives in session.py, consumer.py, producer.py, connection.py), driven by an asyncio.Protocol. Output queued during one
 loop turn is written once at its end."""
 
 from __future__ import annotations
@@ -15,23 +15,15 @@ from typing import Any
 
 from ackmq.protocol.amqp import HEARTBEAT
 
-from .base import (
-    CALL,
-    IDLE,
-    OPEN,
-    RECONNECT,
-    SLEEP,
-    BaseConnection,
-    BaseConsumer,
-    BaseProducer,
-    BaseSession,
-    Step,
-    deadline_in,
-)
+from .connection import BaseConnection
+from .consumer import BaseConsumer
 from .core import Core
 from .errors import ClientError, ConfirmTimeout, ConnectionLost, IllegalStateError
 from .message import Message, OutboundMessage
 from .options import AckMode, Destination, Options, RedeliveryPolicy, parse_url
+from .producer import BaseProducer
+from .session import BaseSession
+from .steps import CALL, IDLE, OPEN, RECONNECT, SLEEP, Step, deadline_in
 
 log = logging.getLogger("ackmq.client")
 
@@ -142,7 +134,7 @@ class AsyncConnection(BaseConnection):
         self._listener_event.set()
 
     async def _drive(self, gen: Step) -> Any:
-        """Run a base-layer generator: its waits are awaits."""
+        """Run a step generator (steps.py): its waits are awaits."""
         value: Any = None
         error: BaseException | None = None
         while True:
@@ -154,7 +146,7 @@ class AsyncConnection(BaseConnection):
             self._flush()
             fut, deadline = step
             value, error = None, None
-            if type(fut) is object:  # an I/O step (base.py)
+            if type(fut) is object:  # an I/O step (steps.py)
                 try:
                     await self._io_step(fut, deadline)
                 except ClientError as err:
@@ -333,7 +325,7 @@ class AsyncConnection(BaseConnection):
         self._listener_event.set()
 
     async def _dispatch_loop(self) -> None:
-        """The dispatch task (base.dispatch_loop_g)."""
+        """The dispatch task (BaseConnection.dispatch_loop_g)."""
         try:
             await self._drive(self.dispatch_loop_g(self._listener_consumers))
         except ClientError:

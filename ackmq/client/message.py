@@ -12,7 +12,7 @@ from ackmq.protocol.amqp.client_codec import encode_basic_properties, properties
 from ackmq.protocol.amqp.constants import DELIVERY_COUNT_HEADER, SEQ_HEADER
 
 if TYPE_CHECKING:
-    from .base import BaseConsumer
+    from .consumer import BaseConsumer
 
 DLQ_CAUSE_HEADER = "x-ackmq-dlq-cause"
 

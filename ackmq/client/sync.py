@@ -21,23 +21,15 @@ from typing import Any
 
 from ackmq.protocol.amqp import HEARTBEAT
 
-from .base import (
-    CALL,
-    IDLE,
-    OPEN,
-    RECONNECT,
-    SLEEP,
-    BaseConnection,
-    BaseConsumer,
-    BaseProducer,
-    BaseSession,
-    Step,
-    deadline_in,
-)
+from .connection import BaseConnection
+from .consumer import BaseConsumer
 from .core import Core
 from .errors import ClientError, ConfirmTimeout, ConnectionLost, IllegalStateError
 from .message import Message, OutboundMessage
 from .options import AckMode, Destination, Options, RedeliveryPolicy, parse_url
+from .producer import BaseProducer
+from .session import BaseSession
+from .steps import CALL, IDLE, OPEN, RECONNECT, SLEEP, Step, deadline_in
 
 log = logging.getLogger("ackmq.client")
 
@@ -170,7 +162,7 @@ class Connection(BaseConnection):
         return ClientFuture(self)
 
     def _drive(self, gen: Step) -> Any:
-        """Run a base-layer generator to completion: its steps under the lock, its waits
+        """Run a step generator (steps.py) to completion: its steps under the lock, its waits
         by reading the socket (or waiting for the thread that reads it)."""
         value: Any = None
         error: BaseException | None = None
@@ -187,7 +179,7 @@ class Connection(BaseConnection):
             fut, deadline = step
             value, error = None, None
             try:
-                if type(fut) is object:  # an I/O step (base.py)
+                if type(fut) is object:  # an I/O step (steps.py)
                     self._io_step(fut, deadline)
                     continue
                 self._flush(self.rpc_deadline())
@@ -588,7 +580,7 @@ class Connection(BaseConnection):
         self._listener_ready = True  # under the lock; the reader notifies after feeding
 
     def _dispatch_loop(self) -> None:
-        """The dispatch thread (base.dispatch_loop_g); while no listener has work it is
+        """The dispatch thread (BaseConnection.dispatch_loop_g); while no listener has work it is
         the socket reader."""
         try:
             self._drive(self.dispatch_loop_g(self._listener_consumers))

@@ -41,7 +41,7 @@ from ackmq.client import (
     RedeliveryPolicy,
     connect,
 )
-from ackmq.client.base import CONSUME_ARGUMENTS
+from ackmq.client.consumer import CONSUME_ARGUMENTS
 from ackmq.client.message import DEDUP_HEADER
 from ackmq.protocol.amqp.constants import (
     ACCESS_REFUSED,

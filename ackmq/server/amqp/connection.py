@@ -2,7 +2,8 @@
 and the output buffer written once per event-loop turn.
 
 States: header -> start (start sent, waiting start-ok) -> tune (waiting tune-ok) ->
-open-wait (waiting connection.open) -> open -> closing (we sent connection.close) -> closed.
+open-wait (waiting connection.open) -> open -> closing (we sent connection.close) -> closed;
+the transition table is in states.py, checked at every change (`_to`).
 Errors: a SoftError closes one channel; a HardError or a FrameError closes the
 connection with connection.close (reply code, text, class and method of the culprit).
 """
@@ -44,6 +45,9 @@ from ackmq.protocol.amqp.constants import (
 from ackmq.server import admission
 from ackmq.server.admission import LOOPBACK_ONLY, VHOST_LIMIT, Refusal
 from ackmq.server.amqp.channel import HANDLERS, AMQPChannel
+from ackmq.server.amqp.states import TRANSITIONS, AMQPState
+from ackmq.server.amqp.states import AMQPState as S
+from ackmq.server.states import check_transition
 from ackmq.server.tls import certificate_user
 from ackmq.server.transport import CLOSING_TIMEOUT, ClientConnection, events_from
 
@@ -93,7 +97,7 @@ class AMQPConnection(ClientConnection):
         super().__init__(ctx)
         self.decoder = Decoder(frame_max=FRAME_MAX_DEFAULT,
                                max_message_size=ctx.config.max_message_size)
-        self.state = "header"
+        self.state: AMQPState = S.HEADER
         self.frame_max = FRAME_MAX_DEFAULT
         self.channel_max = CHANNEL_MAX
         self.heartbeat = 0
@@ -108,6 +112,9 @@ class AMQPConnection(ClientConnection):
         self.held_cancels: list[tuple[Any, str]] | None = None
         self.sent_blocked = False  # connection.blocked sent, connection.unblocked owed
 
+    def _to(self, new: AMQPState) -> None:
+        """Change state; one the table (states.py) does not allow is a bug (raises)."""
+        self.state = check_transition(TRANSITIONS, self.state, new)
 
     def data_received(self, data: bytes) -> None:
         self.last_recv = time.monotonic()
@@ -115,7 +122,7 @@ class AMQPConnection(ClientConnection):
         self.recv_cnt += 1
         if self.reading_paused and self.transport is not None:
             self.transport.pause_reading()  # the one read a heartbeat tick let through
-        if self.state == "closed":
+        if self.state == S.CLOSED:
             return
         try:
             events = self.decoder.feed(data)
@@ -134,8 +141,8 @@ class AMQPConnection(ClientConnection):
     def _events(self, events: list[Any]) -> None:
         blocking = self.ctx.blocking  # U5: alarms change between reads, never within
         for ev in events:
-            if self.state in ("closing", "closed"):
-                if self.state == "closing" and isinstance(ev, Method) and ev.channel == 0:
+            if self.state in (S.CLOSING, S.CLOSED):
+                if self.state == S.CLOSING and isinstance(ev, Method) and ev.channel == 0:
                     self._closing_method(ev.method)
                 continue
             try:
@@ -181,7 +188,7 @@ class AMQPConnection(ClientConnection):
 
     # -- method dispatch ------------------------------------------------------------
     def _method(self, number: int, m: Any) -> None:
-        if self.state != "open":
+        if self.state != S.OPEN:
             self._handshake(number, m)
             return
         if number == 0:
@@ -251,7 +258,7 @@ class AMQPConnection(ClientConnection):
     # -- handshake ----------------------------------------------------------------------
     def _start(self) -> None:
         from ackmq.version import VERSION
-        self.state = "start"
+        self._to(S.START)
         props = {
             "product": "ackmq", "version": VERSION, "platform": "Python",
             "information": "https://pypi.org/project/ackmq/",
@@ -274,17 +281,17 @@ class AMQPConnection(ClientConnection):
     def _handshake(self, number: int, m: Any) -> None:
         if number != 0:
             raise HardError(CHANNEL_ERROR, "expected 'channel.open'" if self.state
-                                   == "open" else "unexpected method before connection.open")
-        if self.state == "start" and isinstance(m, C.Connection.StartOk):
+                                   == S.OPEN else "unexpected method before connection.open")
+        if self.state == S.START and isinstance(m, C.Connection.StartOk):
             self.client_properties = m.client_properties or {}
             self.client_capabilities = self.client_properties.get("capabilities") or {}
             user = self._login(m)
             self.user = user
-            self.state = "tune"
+            self._to(S.TUNE)
             self.write(encode_method(0, M(C.Connection.Tune,
                 channel_max=CHANNEL_MAX, frame_max=FRAME_MAX_DEFAULT,
                 heartbeat=self.ctx.config.heartbeat)))
-        elif self.state == "tune" and isinstance(m, C.Connection.TuneOk):
+        elif self.state == S.TUNE and isinstance(m, C.Connection.TuneOk):
             # the client may lower what connection.tune proposed, never raise it or ask
             # for "no limit" (RabbitMQ checks frame_max first, then channel_max)
             problem = (_negotiation_error("frame_max", m.frame_max, FRAME_MIN_SIZE, FRAME_MAX_DEFAULT)
@@ -296,17 +303,17 @@ class AMQPConnection(ClientConnection):
             self.frame_max = m.frame_max
             self.decoder.frame_max = self.frame_max
             self.heartbeat = m.heartbeat
-            self.state = "open-wait"
+            self._to(S.OPEN_WAIT)
             if self.heartbeat:
                 self._hb_timer = self.ctx.loop.call_later(self.heartbeat / 2,
                                                              self._heartbeat_tick)
-        elif self.state == "open-wait" and isinstance(m, C.Connection.Open):
+        elif self.state == S.OPEN_WAIT and isinstance(m, C.Connection.Open):
             vhost = self.ctx.broker.vhost(m.virtual_host or "/")  # 530 vhost not found
             refusal = admission.open_vhost(self.ctx, self, self.user, vhost.name)  # U6, U3
             if refusal is not None:
                 raise self._vhost_refused(refusal, vhost.name)
             self.vhost = vhost
-            self.state = "open"
+            self._to(S.OPEN)
             if self._close_timer is not None:
                 self._close_timer.cancel()
                 self._close_timer = None
@@ -351,17 +358,17 @@ class AMQPConnection(ClientConnection):
     # -- resource alarms (U5) ------------------------------------------------------------
     def _notify_blocked(self, reason: str) -> None:
         if self.client_capabilities.get("connection.blocked") is True and \
-                self.state == "open":
+                self.state == S.OPEN:
             self.sent_blocked = True
             self.write(encode_method(0, M(C.Connection.Blocked, reason=reason)))
 
     def _notify_unblocked(self) -> None:
-        if self.sent_blocked and self.state == "open":
+        if self.sent_blocked and self.state == S.OPEN:
             self.write(encode_method(0, M(C.Connection.Unblocked)))
         self.sent_blocked = False
 
     def _handle_held(self, held: list[Any]) -> None:
-        if self.state not in ("closing", "closed"):
+        if self.state not in (S.CLOSING, S.CLOSED):
             self._events(held)
 
     def _wake(self) -> None:
@@ -372,7 +379,7 @@ class AMQPConnection(ClientConnection):
     def close_connection(self, code: int, text: str, class_id: int = 0,
                          method_id: int = 0) -> None:
         """Hard error or shutdown: send connection.close, wait briefly for close-ok."""
-        if self.state in ("closing", "closed"):
+        if self.state in (S.CLOSING, S.CLOSED):
             return
         log.info("closing connection %s: %s %s", self.peer, code, text)
         # The broker coalesces confirms until the end of the loop turn, but the channels
@@ -382,7 +389,7 @@ class AMQPConnection(ClientConnection):
         for ch in self.channels.values():
             ch.model.flush_confirms()
         self._release()
-        self.state = "closing"
+        self._to(S.CLOSING)
         self.write(encode_method(0, M(C.Connection.Close,
             reply_code=code, reply_text=fit_shortstr(text), class_id=class_id, method_id=method_id)))
         self.ctx.request_flush()
@@ -393,7 +400,7 @@ class AMQPConnection(ClientConnection):
         read nothing more, and close the socket after SILENT_CLOSE_DELAY."""
         log.error("closing connection %s: %s", self.peer, reason)
         self._release()
-        self.state = "closed"
+        self._to(S.CLOSED)
         self._close_timer = self.ctx.loop.call_later(SILENT_CLOSE_DELAY, self._shutdown)
 
     def _closing_method(self, m: Any) -> None:
@@ -409,7 +416,7 @@ class AMQPConnection(ClientConnection):
         heartbeats, RabbitMQ's closing timeout) is cut off, so it cannot hold the socket
         and its buffered output forever."""
         self._release()
-        self.state = "closed"
+        self._to(S.CLOSED)
         self.flush()
         t = self.transport
         if t is not None and not t.is_closing():
@@ -441,20 +448,20 @@ class AMQPConnection(ClientConnection):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._release()
-        self.state = "closed"
+        self._to(S.CLOSED)
         self.out.clear()
         self.ctx.connections.discard(self)
 
     def _handshake_timeout(self) -> None:
         self._close_timer = None
-        if self.state != "open":
+        if self.state != S.OPEN:
             log.info("handshake timeout from %s", self.peer)
             self._shutdown()
 
     def _heartbeat_tick(self) -> None:
         """H1: send when quiet for half an interval; a peer silent for two is dead."""
         self._hb_timer = None
-        if self.state in ("closing", "closed") or self.transport is None:
+        if self.state in (S.CLOSING, S.CLOSED) or self.transport is None:
             return
         now = time.monotonic()
         if self.reading_paused and not self.alarm_blocked:
@@ -468,7 +475,7 @@ class AMQPConnection(ClientConnection):
         if now - self.last_recv > 2 * self.heartbeat and not self.alarm_blocked:
             log.info("missed heartbeats from %s, closing", self.peer)
             self._release()
-            self.state = "closed"
+            self._to(S.CLOSED)
             self.transport.abort()
             return
         if now - self.last_sent >= self.heartbeat / 2:
@@ -478,7 +485,7 @@ class AMQPConnection(ClientConnection):
 
     def force_close(self, text: str) -> None:
         """Broker shutdown: 320 CONNECTION_FORCED."""
-        if self.state == "open":
+        if self.state == S.OPEN:
             self.close_connection(CONNECTION_FORCED, f"CONNECTION_FORCED - {text}")
         else:
             self._shutdown()

@@ -44,7 +44,10 @@ from ackmq.protocol.stomp.destinations import QUEUE, TEMP_QUEUE, TOPIC
 from ackmq.server import admission
 from ackmq.server.admission import LOOPBACK_ONLY, VHOST_ACCESS, Refusal
 from ackmq.server.delivery import delivery_properties
+from ackmq.server.states import check_transition
 from ackmq.server.stomp.refusal import Refused, quoted
+from ackmq.server.stomp.states import TRANSITIONS, StompState
+from ackmq.server.stomp.states import StompState as S
 from ackmq.server.stomp.subscriptions import Subscription, Subscriptions
 from ackmq.server.stomp.transactions import Receipt, Transactions
 from ackmq.server.tls import certificate_user
@@ -79,7 +82,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
     def __init__(self, ctx: FrontEnd) -> None:
         super().__init__(ctx)
         self.decoder = Decoder(max_body=ctx.config.max_message_size)
-        self.state = "connect"  # connect -> open -> (disconnecting) -> closed
+        self.state: StompState = S.CONNECT  # transitions: states.py
         self.version: str | None = None
         self.session = ""
         self.channel: ChannelModel | None = None
@@ -92,13 +95,17 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         self._returned = False
         self._resume = False  # the decoder waited for the version after CONNECT
 
+    def _to(self, new: StompState) -> None:
+        """Change state; one the table (states.py) does not allow is a bug (raises)."""
+        self.state = check_transition(TRANSITIONS, self.state, new)
+
     def data_received(self, data: bytes) -> None:
         self.last_recv = time.monotonic()
         self.recv_oct += len(data)
         self.recv_cnt += 1
         if self.reading_paused and self.transport is not None:
             self.transport.pause_reading()  # the one read a heart-beat tick let through
-        if self.state not in ("connect", "open"):
+        if self.state not in (S.CONNECT, S.OPEN):
             return
         while True:
             error = None
@@ -108,7 +115,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
                 events, error = e.frames, e
             if self._frames(events, error):
                 break  # a SEND during a resource alarm: the rest waits in `held` (U5)
-            if not (self._resume and self.state == "open"):
+            if not (self._resume and self.state == S.OPEN):
                 break
             self._resume = False  # CONNECTED is out: parse what waited, as `version`
             data = b""
@@ -120,20 +127,20 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         frames after it and the error are held until the alarm clears."""
         blocking = self.ctx.blocking
         for ev in events:
-            if self.state not in ("connect", "open"):
+            if self.state not in (S.CONNECT, S.OPEN):
                 break
             if type(ev) is Frame:
                 self._frame(ev)
-                if blocking and ev.command == "SEND" and self.state == "open":
+                if blocking and ev.command == "SEND" and self.state == S.OPEN:
                     self.block_for_alarm(events_from(events + [error], ev)[1:])
                     return True
-        if error is not None and self.state in ("connect", "open"):
+        if error is not None and self.state in (S.CONNECT, S.OPEN):
             self._error(error.message, error.detail)
         return False
 
     def _handle_held(self, held: list[Any]) -> None:
         *frames, error = held
-        if self.state in ("connect", "open"):
+        if self.state in (S.CONNECT, S.OPEN):
             self._frames(frames, error)
 
     @property
@@ -142,7 +149,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._release()
-        self.state = "closed"
+        self._to(S.CLOSED)
         self.out.clear()
         self.ctx.connections.discard(self)
 
@@ -150,7 +157,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
     def _frame(self, f: Frame) -> None:
         cmd = f.command
         try:
-            if self.state == "connect":
+            if self.state == S.CONNECT:
                 if cmd not in ("CONNECT", "STOMP"):
                     raise Refused("Illegal command", "You must log in using CONNECT first\n")
                 self._connect(f)
@@ -237,7 +244,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         self.write(encode_frame("CONNECTED", [
             ("server", f"ackmq/{VERSION}"), ("session", self.session),
             ("heart-beat", f"{self.send_ms},{self.recv_ms}"), ("version", version)]))
-        self.state = "open"
+        self._to(S.OPEN)
         if self._close_timer is not None:
             self._close_timer.cancel()
             self._close_timer = None
@@ -316,7 +323,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
             self.channel.flush_confirms()
         if self.receipts:
             self.disconnect_receipt = receipt
-            self.state = "disconnecting"
+            self._to(S.DISCONNECTING)
             return
         self._write_receipt(receipt)
         self._shutdown()
@@ -344,7 +351,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         self._returned = True  # _send turns it into an ERROR naming the destination
 
     def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None:
-        if self.state == "closed":
+        if self.state == S.CLOSED:
             return
         receipts = self.receipts
         owed: list[Receipt] = []
@@ -366,7 +373,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
             r.remaining -= 1
             if r.remaining == 0 and r.id is not None:
                 self._write_receipt(r.id)
-        if self.state == "disconnecting" and not receipts:
+        if self.state == S.DISCONNECTING and not receipts:
             assert self.disconnect_receipt is not None
             self._write_receipt(self.disconnect_receipt)
             self._shutdown()
@@ -375,7 +382,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         """The queue went away under a subscription: RabbitMQ's ERROR, and, as RabbitMQ,
         the connection stays open for the other subscriptions."""
         sub = self.subs.pop(consumer_tag, None)
-        if sub is None or self.state != "open":
+        if sub is None or self.state != S.OPEN:
             return
         self.write(encode_frame("ERROR", [
             ("message", "Server cancelled subscription"), ("content-type", "text/plain"),
@@ -399,11 +406,11 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
     def _error(self, message: str, detail: str, frame: Frame | None = None,
                receipt: str | None = None) -> None:
         """ERROR, then close (W9). Receipts already settled go out first."""
-        if self.state == "closed":
+        if self.state == S.CLOSED:
             return
         log.info("STOMP error to %s: %s: %r", self.peer, message, detail.strip()[:300])
-        if self.channel is not None and self.channel.open and self.state != "disconnecting":
-            self.state = "closing"
+        if self.channel is not None and self.channel.open and self.state != S.DISCONNECTING:
+            self._to(S.CLOSING)
             self.channel.flush_confirms()
         headers = [("message", message), ("content-type", "text/plain"), ("version", SUPPORTED)]
         if receipt is None and frame is not None:
@@ -417,7 +424,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         """Write what is queued and close the socket; a peer that reads none of it is
         cut off after the closing timeout."""
         self._release()
-        self.state = "closed"
+        self._to(S.CLOSED)
         self.flush()
         t = self.transport
         if t is not None and not t.is_closing():
@@ -441,14 +448,14 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
 
     def force_close(self, text: str) -> None:
         """Broker shutdown."""
-        if self.state in ("open", "disconnecting"):
+        if self.state in (S.OPEN, S.DISCONNECTING):
             self._error("connection_forced", f"CONNECTION_FORCED - {text}")
         else:
             self._shutdown()
 
     def _handshake_timeout(self) -> None:
         self._close_timer = None
-        if self.state == "connect":
+        if self.state == S.CONNECT:
             log.info("STOMP handshake timeout from %s", self.peer)
             self._shutdown()
 
@@ -460,7 +467,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         """Send an EOL when quiet for half our interval; a peer silent for two of its
         intervals is dead (W2, as H1) and its deliveries go back (D8)."""
         self._hb_timer = None
-        if self.state not in ("open", "disconnecting") or self.transport is None:
+        if self.state not in (S.OPEN, S.DISCONNECTING) or self.transport is None:
             return
         now = time.monotonic()
         if self.reading_paused and not self.alarm_blocked:
@@ -469,7 +476,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
                 and not self.alarm_blocked:  # blocked (U5): the silence is ours
             log.info("missed STOMP heart-beats from %s, closing", self.peer)
             self._release()
-            self.state = "closed"
+            self._to(S.CLOSED)
             self.transport.abort()
             return
         if self.send_ms and now - self.last_sent >= self.send_ms / 2000.0:
