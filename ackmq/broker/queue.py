@@ -106,8 +106,8 @@ class ClassicQueue(Queue):
         self.touch()
 
     # -- identity -----------------------------------------------------------------
-    @property  # type: ignore[override]
-    def equivalence_keys(self) -> tuple[str, ...]:
+    @property
+    def equivalence_keys(self) -> tuple[str, ...]:  # type: ignore[override]
         """Compared on redeclare: the declared type's arguments (a quorum queue's are not a
         classic queue's), read only then."""
         return type_equivalence_keys(declared_type(self.arguments))

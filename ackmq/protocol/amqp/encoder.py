@@ -51,7 +51,7 @@ def _arguments(method: Frame) -> bytes:
     out: list[bytes] = []
     byte = offset = 0
     in_bits = False
-    for name in method.__slots__:  # type: ignore[attr-defined]
+    for name in method.__slots__:
         kind = method.amqp_type(name)
         value = getattr(method, name, 0)
         if kind == "bit":
