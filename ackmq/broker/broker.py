@@ -71,7 +71,8 @@ class _Join:
     __slots__ = ("n", "fn", "exc")
 
     def __init__(self, n: int, fn: Callable[[BaseException | None], None]) -> None:
-        self.n, self.fn, self.exc = n, fn, None
+        self.n, self.fn = n, fn
+        self.exc: BaseException | None = None
 
     def __call__(self, exc: BaseException | None) -> None:
         self.exc = self.exc or exc
@@ -149,9 +150,9 @@ class BrokerModel:
             for qname in list(rec.messages):
                 msgs = rec.messages.pop(qname)
                 vh, name = where(qname)
-                q = vh.queues.get(name) if vh is not None else None
-                if q is not None:
-                    count += self._restore_queue(q, msgs)
+                held = vh.queues.get(name) if vh is not None else None
+                if held is not None:
+                    count += self._restore_queue(held, msgs)
         finally:
             self.store = store
         if skipped:

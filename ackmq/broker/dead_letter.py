@@ -52,7 +52,7 @@ def dead_letter_properties(msg: Message, queue: str, reason: str,
         "time": datetime.datetime.now(tz=datetime.UTC).replace(microsecond=0),
         "exchange": msg.exchange, "routing-keys": msg.routing_keys,
     }
-    expiration = msg.view.expiration
+    expiration = msg.view.expiration  # type: ignore[attr-defined]  # TODO(issue 26): PropertiesView's fields are set by setattr (properties.py)
     if expiration is not None:
         info["original-expiration"] = _text(expiration)
     old = (msg.headers or {}).get("x-death") if b"x-death" in entries else None
@@ -65,6 +65,7 @@ def dead_letter_properties(msg: Message, queue: str, reason: str,
         entries[b"x-death"] = encode_entry("x-death", deaths)
     else:
         # decoded to find the matching entry, written back from the bytes that came
+        assert isinstance(old, list)  # raw_old is not None only then
         pairs = list(zip(old, raw_old, strict=True))
         match = next((i for i, (d, _raw) in enumerate(pairs) if isinstance(d, dict)
                       and _text(d.get("queue")) == queue and _text(d.get("reason")) == reason),

@@ -8,6 +8,7 @@ headers. A message routed to several queues is one `Message` and several `QueueE
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from ackmq.broker.arguments import MAX_EXPIRY_MS, type_name
 from ackmq.broker.errors import PRECONDITION_FAILED, SoftError, erl_bytes
@@ -17,6 +18,9 @@ from ackmq.protocol.amqp.properties import (
     peek_routing_fields,
     properties_edit,
 )
+
+if TYPE_CHECKING:
+    from ackmq.broker.queue_type import Queue
 
 _LEADING_INT = re.compile(rb"[+-]?[0-9]+")
 
@@ -89,7 +93,7 @@ class Message:
     def _sender_selected(self, trusted: bool) -> None:
         """RabbitMQ's CC/BCC headers: extra routing keys; BCC is removed before delivery
         (the other entries keep their order and encoding, as RabbitMQ's keydelete)."""
-        headers = self.view.headers or {}
+        headers = self.view.headers or {}  # type: ignore[attr-defined]  # TODO(issue 26): PropertiesView's fields are set by setattr (properties.py)
 
         def keys(name: str) -> list[str]:
             v = headers.get(name)
@@ -130,7 +134,7 @@ class Message:
 
     @property
     def headers(self) -> dict:
-        return self.view.headers
+        return self.view.headers  # type: ignore[attr-defined]  # TODO(issue 26): PropertiesView's fields are set by setattr (properties.py)
 
     @property
     def size(self) -> int:
@@ -147,7 +151,7 @@ class QueueEntry:
     __slots__ = ("message", "seq", "delivery_count", "redelivered", "expires_at", "persisted",
                  "queue", "size", "priority")
 
-    def __init__(self, message: Message | None, seq: int, queue: object, size: int = 0,
+    def __init__(self, message: Message | None, seq: int, queue: Queue, size: int = 0,
                  priority: int = 0) -> None:
         self.message = message
         if message is not None:

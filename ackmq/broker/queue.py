@@ -106,8 +106,8 @@ class ClassicQueue(Queue):
         self.touch()
 
     # -- identity -----------------------------------------------------------------
-    @property  # type: ignore[override]
-    def equivalence_keys(self) -> tuple[str, ...]:
+    @property
+    def equivalence_keys(self) -> tuple[str, ...]:  # type: ignore[override]
         """Compared on redeclare: the declared type's arguments (a quorum queue's are not a
         classic queue's), read only then."""
         return type_equivalence_keys(declared_type(self.arguments))
@@ -159,8 +159,8 @@ class ClassicQueue(Queue):
             if not self._active or len(self.ready):
                 self._dead_letter(entry, "expired")
                 return True
-            if key is not None:
-                ids.add(key, entry.seq)  # type: ignore[union-attr]
+            if ids is not None and key is not None:
+                ids.add(key, entry.seq)
             self.ready.append(entry)
             self.dispatch()
             if self.ready.peek() is entry:
@@ -173,8 +173,8 @@ class ClassicQueue(Queue):
             store.add(self.name, entry.seq, message.exchange, message.routing_key,
                       message.properties, message.body)
             entry.persisted = True
-        if key is not None:
-            ids.add(key, entry.seq)  # type: ignore[union-attr]
+        if ids is not None and key is not None:
+            ids.add(key, entry.seq)
         self.ready.append(entry)
         if self._active:
             self.dispatch()
@@ -325,8 +325,9 @@ class ClassicQueue(Queue):
             self.settled(entry)  # D3: gone once written to the socket
             return
         self._unacked += 1
-        if entry.persisted and not self.deleted:
-            self.persistent_store.delivered(self.name, entry.seq, entry.delivery_count + 1)  # type: ignore[union-attr]
+        store = self.persistent_store
+        if entry.persisted and not self.deleted and store is not None:
+            store.delivered(self.name, entry.seq, entry.delivery_count + 1)
 
     def settle(self, entry: QueueEntry, action: str) -> bool:
         self._unacked -= 1
@@ -343,8 +344,9 @@ class ClassicQueue(Queue):
         """An ack (or no-ack delivery): the message leaves the queue for good."""
         if self.dedup is not None:
             self.dedup.discard_seq(entry.seq)
-        if entry.persisted and not self.deleted:
-            self.persistent_store.remove(self.name, entry.seq)  # type: ignore[union-attr]
+        store = self.persistent_store
+        if entry.persisted and not self.deleted and store is not None:
+            store.remove(self.name, entry.seq)
 
     def requeue(self, entry: QueueEntry, dispatch: bool = True) -> None:
         """Back at its original position (D6, D8), or dead-lettered past x-delivery-limit (D10)."""

@@ -60,6 +60,15 @@ class Queue:
     stat_published = 0
     stat_delivered = 0
     stat_acked = 0
+    # D6: the queue's dead-letter exchange and routing key (None: none); a type without
+    # dead-lettering keeps these defaults
+    dlx: str | None = None
+    dlrk: str | None = None
+
+    if TYPE_CHECKING:  # every type is made so (VHost.declare_queue, reply_queue)
+        def __init__(self, vhost: VHost, name: str, durable: bool = False,
+                     exclusive_owner: Any = None, auto_delete: bool = False,
+                     arguments: dict[str, Any] | None = None, epoch: int = 0) -> None: ...
 
     # -- counters -----------------------------------------------------------------
     @property

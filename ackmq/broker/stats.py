@@ -26,6 +26,19 @@ class MessageStats:
                  "delivered_consume_auto_ack", "delivered_consume_manual_ack",
                  "delivered_get_auto_ack", "delivered_get_manual_ack", "get_empty",
                  "redelivered", "acknowledged")
+    received: int
+    received_confirm: int
+    confirmed: int
+    routed: int
+    unroutable_dropped: int
+    unroutable_returned: int
+    delivered_consume_auto_ack: int
+    delivered_consume_manual_ack: int
+    delivered_get_auto_ack: int
+    delivered_get_manual_ack: int
+    get_empty: int
+    redelivered: int
+    acknowledged: int
 
     def __init__(self) -> None:
         for name in self.__slots__:

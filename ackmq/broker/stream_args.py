@@ -56,7 +56,7 @@ def check_declare(args: dict[str, Any], qname: str, vhost: str, durable: bool,
         if bad:
             raise SoftError(PRECONDITION_FAILED,
                             f"invalid property '{prop}' for {rs(qname, vhost)}")
-    seg = args.get("x-stream-max-segment-size-bytes")
+    seg: Any = args.get("x-stream-max-segment-size-bytes")
     if _int(seg) and seg > MAX_SEGMENT_SIZE:
         raise SoftError(PRECONDITION_FAILED,
                         "Exceeded max value for x-stream-max-segment-size-bytes")

@@ -313,7 +313,7 @@ class VHost:
         b = x.bindings.get((id(dest), routing_key, args_key(arguments)))
         if b is None:
             return
-        if kind == "queue":
+        if isinstance(dest, Queue):
             self.check_exclusive(dest, owner)
         self._unbind(b, check_auto_delete=True)
 
@@ -391,6 +391,7 @@ class VHost:
         if x is None or dlx is None:
             return
         msg = entry.message
+        assert msg is not None  # only a purge's spilled entries come without one
         dlrk = queue.dlrk if exchange is None else routing_key
         rk = dlrk if dlrk is not None else msg.routing_key
         props, deaths = dead_letter_properties(msg, queue.name, reason,

@@ -17,7 +17,9 @@ def delivery_properties(entry: QueueEntry, seq_header: bool, count_header: bool)
     """The raw properties plus `x-ackmq-seq` (S2) when asked and, on a redelivery,
     `x-delivery-count` (D10) when asked. Clients compare and sign headers: nothing
     unasked is added."""
-    props = entry.message.properties
+    message = entry.message
+    assert message is not None  # only a purge's spilled entries come without one
+    props = message.properties
     count = entry.delivery_count if count_header else 0
     if not seq_header:
         return properties_with_headers(props, {DELIVERY_COUNT_HEADER: count}) if count \

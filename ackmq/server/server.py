@@ -62,7 +62,7 @@ class Listener:
     port: int  # as asked; 0 picks a free one
     connection: Callable[[FrontEnd], ClientConnection]
     tls: bool = False
-    server: asyncio.AbstractServer | None = None
+    server: asyncio.Server | None = None
     bound_port: int = 0
     bound: list[str] = field(default_factory=list)  # host:port of each socket
     url: str = ""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from ackmq.server.context import FrontEnd
@@ -63,7 +63,7 @@ class ClientConnection(asyncio.Protocol):
 
     # -- asyncio.Protocol -----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport = cast(asyncio.Transport, transport)  # a stream's
         self.peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
@@ -71,7 +71,7 @@ class ClientConnection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
-        transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)  # type: ignore[attr-defined]
+        transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)
         self.ctx.connections.add(self)
         # a client that never completes the handshake is dropped (RabbitMQ: 10 s)
         self._close_timer = self.ctx.loop.call_later(

@@ -18,7 +18,7 @@ class CompactionMixin(StoreState):
         self._compact_wake.clear()
         return not self._closing
 
-    def closed_segments(self) -> list[tuple[int, int, int]]:
+    def closed_segments(self) -> list[tuple[int, int, float]]:
         """(segment, size, estimated live bytes) of every segment no longer written to."""
         with self._lock:
             closed = sorted(s for s in self._segs if s < self._active)

@@ -80,13 +80,13 @@ class DefsState:
             self.epoch = max(self.epoch, op["epoch"])
             self.next_qid = max(self.next_qid, op["next_qid"])
         elif kind == "exchange":
-            d = ExchangeDef(**_dec(op["def"]))
-            self.exchanges[d.name] = d
+            x = ExchangeDef(**_dec(op["def"]))
+            self.exchanges[x.name] = x
         elif kind == "del_exchange":
             self.exchanges.pop(op["name"], None)
         elif kind == "queue":
-            d = QueueDef(**_dec(op["def"]))
-            self.queues[d.name] = (op["qid"], d)
+            q = QueueDef(**_dec(op["def"]))
+            self.queues[q.name] = (op["qid"], q)
             self.next_qid = max(self.next_qid, op["qid"] + 1)
         elif kind == "del_queue":
             self.queues.pop(op["name"], None)

@@ -76,7 +76,7 @@ class ReadsMixin(StoreState):
         """One object per distinct exchange name / routing key / property blob (they
         repeat across millions of messages); bounded so unique keys cannot grow it."""
         b = bytes(raw)
-        d = self._interned if text else self._interned_props
+        d: dict[bytes | memoryview, Any] = self._interned if text else self._interned_props
         v = b.decode() if text else b
         if len(d) < 4096:
             d[b] = v

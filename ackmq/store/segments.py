@@ -29,6 +29,7 @@ from ackmq.broker.storage import (
     CorruptStore,
     ExchangeDef,
     QueueDef,
+    QueuedMessages,
     Recovered,
     StoreError,
 )
@@ -88,8 +89,9 @@ class SegmentStore(RecoveryMixin, WriterMixin, ReadsMixin, CompactionMixin):
         self._counts = {qid: {} for qid in names}
         for s in seg_ids:
             self._load_segment(s, s == seg_ids[-1])
-        out = {names[qid]: RecoveredQueue(qid, self._index[qid], self._counts[qid], self._lock)
-               for qid in names}
+        out: dict[str, QueuedMessages] = {
+            names[qid]: RecoveredQueue(qid, self._index[qid], self._counts[qid], self._lock)
+            for qid in names}
         self._active = (seg_ids[-1] if seg_ids else 0) + 1
         self._new_segment(self._active)
         self._closed = False

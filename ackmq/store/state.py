@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.stats import BATCH_BUCKETS, LATENCY_BUCKETS, Histogram
 from ackmq.broker.storage import StoreError
@@ -96,6 +96,9 @@ class SegInfo:
 class StoreState:
     """The fields of a `SegmentStore` (see segments.py for the threads and locks)."""
 
+    if TYPE_CHECKING:  # one mixin's method the others call (ReadsMixin)
+        def _forget_read_ahead(self) -> None: ...
+
     def __init__(self, data_dir: str | Path, *, fsync: bool = True,
                  call_soon_threadsafe: Callable[..., Any] | None = None,
                  segment_bytes: int = 64 << 20, compact_interval: float = 5.0,
@@ -117,8 +120,9 @@ class StoreState:
         self._index: dict[int, QueueIndex] = {}
         # qid -> {seq: delivery count} as recovered, only counts > 0 (RecoveredQueue)
         self._counts: dict[int, dict[int, int]] = {}
-        self._interned: dict[bytes, str] = {}  # exchange names and routing keys (read_message)
-        self._interned_props: dict[bytes, bytes] = {}  # property blobs
+        # keys are bytes, looked up by memoryview slices (they hash and compare alike)
+        self._interned: dict[bytes | memoryview, str] = {}  # exchange names, routing keys
+        self._interned_props: dict[bytes | memoryview, bytes] = {}  # property blobs
         self._pending = WriteBatch()
         # written batches waiting for an fsync: (write generation, callbacks, failure)
         self._syncq: deque[tuple[int, list[Callback], StoreError | None]] = deque()

@@ -19,6 +19,7 @@ whole segments, oldest first, when a segment is rolled: by total bytes
 from __future__ import annotations
 
 import bisect
+import builtins
 import hashlib
 import logging
 import os
@@ -30,8 +31,9 @@ import zlib
 from array import array
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, cast
 
+from ackmq.broker.storage import StreamLogLike
 from ackmq.store.format import REC_HDR
 
 log = logging.getLogger("ackmq.stream")
@@ -51,7 +53,12 @@ READ_AHEAD = 1 << 20  # asked of the kernel (posix_fadvise) past each batch read
 # a record as `read` returns it: a plain tuple (no per-record class instance), indexed
 # by these names
 StreamRecord = tuple[int, int, str, str, bytes, bytes]
-OFFSET, TIMESTAMP, EXCHANGE, ROUTING_KEY, PROPERTIES, BODY = range(6)
+OFFSET: Final = 0
+TIMESTAMP: Final = 1
+EXCHANGE: Final = 2
+ROUTING_KEY: Final = 3
+PROPERTIES: Final = 4
+BODY: Final = 5
 
 
 _names: dict[bytes, str] = {}  # exchange and routing-key texts, decoded once
@@ -232,7 +239,8 @@ class StreamLog:
         return seg
 
     # -- append ---------------------------------------------------------------------
-    def append(self, exchange: str, routing_key: str, properties: bytes, body: bytes) -> int:
+    def append(self, exchange: str, routing_key: str, properties: builtins.bytes,
+               body: builtins.bytes) -> int:  # (`bytes` in this class is the property)
         """Buffer one record; it is on disk after `flush`, durable after `sync`."""
         offset = self._pending_first + len(self._pending)
         ts = int(time.time() * 1000)
@@ -499,16 +507,8 @@ class StreamStore:
         self.logs[(vhost, name)] = lg
         return lg
 
-    def appended(self, vhost: str, name: str, lg: StreamLog) -> None:
-        self._dirty[(vhost, name)] = lg
-
-    @property
-    def last_chunk(self) -> int:
-        """The first offset of the newest batch written together (one turn's appends):
-        where RabbitMQ's `last` starts (osiris' last chunk)."""
-        if self._pending and self._pending_first == self.first_offset:
-            return self._pending_first  # nothing written yet
-        return max(self._last_chunk, self.first_offset)
+    def appended(self, vhost: str, name: str, log: StreamLogLike) -> None:
+        self._dirty[(vhost, name)] = cast(StreamLog, log)  # one this store opened
 
     @property
     def pending(self) -> bool:

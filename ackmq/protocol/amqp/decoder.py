@@ -214,7 +214,7 @@ class Decoder:
         try:
             pos = self._parse(buf, events)
         except FrameError as err:
-            err.events = events  # type: ignore[attr-defined]
+            err.events = events
             self._dead = err
             self._buf = bytearray()
             raise
@@ -541,7 +541,7 @@ def _method(buf: bytes | bytearray, start: int, end: int) -> Any:
     fast = _FAST.get(method_index)
     if fast is not None:
         return fast(buf, start, end)
-    cls = commands.INDEX_MAPPING.get(method_index)
+    cls: Any = commands.INDEX_MAPPING.get(method_index)  # a pamqp Frame class
     if cls is None:
         class_id, method_id = divmod(method_index, 0x10000)
         raise FrameError(

@@ -4,7 +4,7 @@ are compared with RabbitMQ's to the byte, so both the codec and the model use th
 from __future__ import annotations
 
 
-def erlang_binary(data: bytes, limit: int = 48) -> str:
+def erlang_binary(data: bytes | bytearray | memoryview, limit: int = 48) -> str:
     """Render bytes the way RabbitMQ's error texts do (<<"abc">> or <<0,20>>), capped."""
     data = bytes(data)
     more = len(data) > limit

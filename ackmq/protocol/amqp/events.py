@@ -77,6 +77,8 @@ class FrameError(Exception):
     After raising it the Decoder is dead (every later feed raises it again).
     """
 
+    events: list[Event]  # set by Decoder.feed: the good events decoded before the error
+
     def __init__(
         self, reply_code: int, detail: str, class_id: int = 0, method_id: int = 0
     ) -> None:
