@@ -19,8 +19,8 @@ from typing import Any
 
 from pamqp import commands
 
+from ackmq.protocol.amqp.table import MAX_TABLE_DEPTH as MAX_TABLE_DEPTH  # tests import it here
 from ackmq.protocol.amqp.table import (
-    MAX_TABLE_DEPTH,
     encode_entries,
     find_value,
     read_table,
@@ -29,8 +29,6 @@ from ackmq.protocol.amqp.table import (
     skip_table,
     table_entries,
 )
-
-__all__ = ["MAX_TABLE_DEPTH"]  # re-exported: tests/test_decoder_hostile.py imports it here
 
 EMPTY_PROPERTIES = b"\x00\x00"
 

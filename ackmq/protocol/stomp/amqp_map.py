@@ -26,16 +26,17 @@ import time
 from typing import Any
 
 from ackmq.protocol.amqp.properties import PropertiesView, encode_fields
+from ackmq.protocol.amqp.property_names import RABBIT_TO_PAMQP
 from ackmq.protocol.stomp.codec import StompError
 from ackmq.protocol.stomp.destinations import DEST_PREFIXES
 
-# STOMP header -> the shortstr property (pamqp's name) it sets; the wire order and flag
-# bits are protocol/amqp/properties.py's
+# STOMP header -> the shortstr property it sets (RabbitMQ's name, `_` for `-`, except
+# amqp-message-id), under pamqp's name; wire order and flag bits are properties.py's
 _SHORTSTR_PROPS = {
-    "content-type": "content_type", "content-encoding": "content_encoding",
-    "correlation-id": "correlation_id", "reply-to": "reply_to", "expiration": "expiration",
-    "amqp-message-id": "message_id", "type": "message_type", "user-id": "user_id",
-    "app-id": "app_id"}
+    header: RABBIT_TO_PAMQP["message_id" if header == "amqp-message-id"
+                            else header.replace("-", "_")]
+    for header in ("content-type", "content-encoding", "correlation-id", "reply-to",
+                   "expiration", "amqp-message-id", "type", "user-id", "app-id")}
 
 # headers that become properties (or are the frame's own), never application headers
 NOT_APPLICATION = frozenset((
