@@ -247,10 +247,11 @@ def test_encode_method_equals_pamqp_and_decodes_back(method):
 @settings(max_examples=300, deadline=None)
 @given(props=pamqp_properties, seq=st.integers(0, 2**63 - 1))
 def test_properties_with_seq_equals_the_general_splice(props, seq) -> None:
-    from ackmq.protocol.amqp.properties import properties_with_seq
+    from ackmq.protocol.amqp.properties import properties_with_header
 
     raw = encode_properties(props)
-    assert properties_with_seq(raw, seq) == properties_with_headers(raw, {"x-ackmq-seq": seq})
+    assert properties_with_header(raw, "x-ackmq-seq", seq) == \
+        properties_with_headers(raw, {"x-ackmq-seq": seq})
 
 
 publishes = st.tuples(channels, exchange_names, short_text, st.booleans(), st.booleans(),

@@ -35,7 +35,7 @@ from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue_type import ACK, RECOVER, REJECT, REQUEUE, Queue
 from ackmq.broker.stats import MessageStats, ProtocolStats
 from ackmq.broker.vhost import REPLY_TO
-from ackmq.protocol.amqp.properties import PropertiesView, properties_edit
+from ackmq.protocol.amqp.properties import FLAGS, PropertiesView, properties_edit
 
 if TYPE_CHECKING:
     from ackmq.broker.vhost import VHost
@@ -56,8 +56,8 @@ Taken = list[tuple[int, Delivery]]  # deliveries taken out of `unacked`, to be s
 QUEUE_DLX = (None, None)  # the queue's own dead-letter exchange
 
 
-USER_ID_FLAG = 0x10  # user-id's bit in the low byte of the property flags
-REPLY_TO_FLAG = 0x02  # reply-to's bit in the high byte
+USER_ID_FLAG = FLAGS["user_id"]  # in the low byte of the property flags
+REPLY_TO_FLAG = FLAGS["reply_to"] >> 8  # in the high byte
 
 
 class ChannelOutput(Protocol):

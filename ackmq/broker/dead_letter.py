@@ -18,13 +18,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from ackmq.broker.message import Message
-from ackmq.protocol.amqp.properties import (
+from ackmq.protocol.amqp.properties import header_entries, properties_edit
+from ackmq.protocol.amqp.table import (
     array_items,
     encode_array,
     encode_entry,
     encode_value,
-    header_entries,
-    properties_edit,
     table_items,
 )
 

@@ -28,56 +28,12 @@ from typing import Any
 from ackmq.broker.errors import PRECONDITION_FAILED, SoftError
 from ackmq.broker.exchange import EXCHANGE_CLASSES, Exchange
 from ackmq.broker.message import Message
+from ackmq.protocol.amqp.properties import header_value
 
 EXCHANGE_TYPE = "x-message-deduplication"
 HEADER = "x-deduplication-header"   # the message's id
 TTL_HEADER = "x-cache-ttl"          # per message: how long its id is remembered (ms)
 QUEUE_ARG = "x-message-deduplication"
-
-
-# AMQP field-table value sizes by type tag, after the tag (RabbitMQ's table types)
-_FIXED = {ord(t): n for t, n in (("t", 1), ("b", 1), ("B", 1), ("s", 2), ("u", 2),
-                                 ("I", 4), ("i", 4), ("f", 4), ("l", 8), ("L", 8),
-                                 ("d", 8), ("T", 8), ("D", 5), ("V", 0))}
-_SIZED = frozenset(b"SxAF")  # a 32-bit length, then that many bytes
-_HEADER_KEY = HEADER.encode()
-_SLOW = object()
-
-
-def _string_id(raw: bytes) -> Any:
-    """The id when it is a string in the top-level headers table (the common case),
-    found by stepping over the entries before it without decoding them; None when the
-    table has no such entry; `_SLOW` for anything else (the full parse decides)."""
-    try:
-        flags = raw[0] << 8 | raw[1]
-        if not flags & 0x2000:
-            return None
-        pos = 2
-        if flags & 0x8000:  # content-type, content-encoding come first
-            pos += 1 + raw[pos]
-        if flags & 0x4000:
-            pos += 1 + raw[pos]
-        end = pos + 4 + int.from_bytes(raw[pos:pos + 4], "big")
-        pos += 4
-        while pos < end:
-            klen = raw[pos]
-            key = raw[pos + 1:pos + 1 + klen]
-            tag = raw[pos + 1 + klen]
-            pos += 2 + klen
-            if key == _HEADER_KEY:
-                if tag != 0x53:  # not a longstr
-                    return _SLOW
-                n = int.from_bytes(raw[pos:pos + 4], "big")
-                return bytes(raw[pos + 4:pos + 4 + n])
-            size = _FIXED.get(tag)
-            if size is None:
-                if tag not in _SIZED:
-                    return _SLOW
-                size = 4 + int.from_bytes(raw[pos:pos + 4], "big")
-            pos += size
-        return None
-    except IndexError:
-        return _SLOW
 
 
 def message_id(message: Message) -> Any:
@@ -87,10 +43,7 @@ def message_id(message: Message) -> Any:
     raw = message.properties
     if b"x-deduplication-header" not in raw:
         return None  # the common case: no parse of the headers table
-    v = _string_id(raw)
-    if v is not _SLOW:
-        return v
-    v = message.headers.get(HEADER)
+    v = header_value(raw, HEADER)  # the first such entry, nothing else decoded
     if isinstance(v, str):
         return v.encode("utf-8", "surrogateescape")
     if v is None or isinstance(v, (dict, list)):

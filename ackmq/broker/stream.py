@@ -11,7 +11,6 @@ for many records), so a stream's length costs no broker memory.
 
 from __future__ import annotations
 
-import struct
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker import stream_args
@@ -20,32 +19,13 @@ from ackmq.broker.consumer import Consumer
 from ackmq.broker.errors import NOT_IMPLEMENTED, HardError
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue_type import ACK, QUEUE_TYPES, RECOVER, Queue
-from ackmq.protocol.amqp.properties import properties_with_headers
+from ackmq.protocol.amqp.properties import properties_with_header
 
 if TYPE_CHECKING:
     from ackmq.broker.storage import QueuedMessages, StreamLogLike
     from ackmq.broker.vhost import VHost
 
 OFFSET_HEADER = "x-stream-offset"
-_HEADERS_FLAG = 0x2000
-_OFFSET_TABLE = struct.Struct(">IB15scq")  # table size, the one entry: key, 'l', value
-_U16 = struct.Struct(">H")
-
-
-def with_offset(raw: bytes, offset: int) -> bytes:
-    """The raw properties with `x-stream-offset` (AMQP 'l') in their headers: a splice
-    when there are no headers (every delivery pays for this), else the general edit."""
-    flags = (raw[0] << 8) | raw[1]
-    if flags & _HEADERS_FLAG:
-        return properties_with_headers(raw, {OFFSET_HEADER: offset})
-    pos = 2
-    if flags & 0x8000:  # content-type
-        pos += 1 + raw[pos]
-    if flags & 0x4000:  # content-encoding
-        pos += 1 + raw[pos]
-    return b"".join((_U16.pack(flags | _HEADERS_FLAG), raw[2:pos],
-                     _OFFSET_TABLE.pack(25, 15, b"x-stream-offset", b"l", offset), raw[pos:]))
-
 
 READ_BATCH = 256  # records read from the log at once for one consumer
 
@@ -204,8 +184,9 @@ class StreamQueue(Queue):
                 return
             for off, _ts, exchange, routing_key, props, body in records:
                 offsets[key] = off + 1
-                deliver(c, QueueEntry(Message(exchange, routing_key, with_offset(props, off),
-                                              body, trusted=True), off, self))
+                props = properties_with_header(props, OFFSET_HEADER, off)
+                deliver(c, QueueEntry(Message(exchange, routing_key, props, body, trusted=True),
+                                      off, self))
                 if key not in consumers or not c.has_room():
                     break
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ackmq.protocol.amqp.constants import DELIVERY_COUNT_HEADER, SEQ_HEADER
-from ackmq.protocol.amqp.properties import properties_with_headers, properties_with_seq
+from ackmq.protocol.amqp.properties import properties_with_header, properties_with_headers
 
 if TYPE_CHECKING:
     from ackmq.broker.message import QueueEntry
@@ -25,5 +25,5 @@ def delivery_properties(entry: QueueEntry, seq_header: bool, count_header: bool)
         return properties_with_headers(props, {DELIVERY_COUNT_HEADER: count}) if count \
             else props
     if not count:
-        return properties_with_seq(props, entry.seq)
+        return properties_with_header(props, SEQ_HEADER, entry.seq)
     return properties_with_headers(props, {SEQ_HEADER: entry.seq, DELIVERY_COUNT_HEADER: count})

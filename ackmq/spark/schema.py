@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import datetime as _dt
-import struct
 from typing import Any
 
 import pyarrow as pa
 
 from ackmq.protocol.amqp.constants import DELIVERY_COUNT_HEADER, SEQ_HEADER
-from ackmq.protocol.amqp.properties import read_table
+from ackmq.protocol.amqp.properties import read_into, read_plan
+from ackmq.protocol.amqp.property_names import RABBIT_TO_PAMQP
 from ackmq.spark.amqp import Delivery
 
 BROKER_HEADERS = (SEQ_HEADER, DELIVERY_COUNT_HEADER)  # asked for by amqp.DELIVERY_HEADERS
@@ -35,6 +35,7 @@ ARROW_TYPES = {"string": pa.string(), "int": pa.int32(), "timestamp": TIMESTAMP_
 PROPS_TYPE = pa.struct([(n, ARROW_TYPES[t]) for n, t in PROPERTY_FIELDS])
 PROPERTY_NAMES = [n for n, _ in PROPERTY_FIELDS]
 MESSAGE_ID = PROPERTY_NAMES.index("message_id")
+_TIMESTAMP = PROPERTY_NAMES.index("timestamp")
 ARROW_SCHEMA = pa.schema([
     ("offset", pa.int64()), ("seq", pa.int64()), ("body", pa.binary()),
     ("routing_key", pa.string()), ("exchange", pa.string()),
@@ -107,47 +108,22 @@ def _ts(v: Any) -> _dt.datetime | None:
     return v if isinstance(v, _dt.datetime) else None
 
 
-_U64 = struct.Struct(">Q")
-_U16 = struct.Struct(">H")
-# (flag, column index in PROPERTY_FIELDS or -1 for headers, kind): AMQP's property order
-_WIRE = [(0x8000, 0, "s"), (0x4000, 1, "s"), (0x2000, -1, "t"), (0x1000, 2, "o"),
-         (0x0800, 3, "o"), (0x0400, 4, "s"), (0x0200, 5, "s"), (0x0100, 6, "s"),
-         (0x0080, 7, "s"), (0x0040, 8, "ts"), (0x0020, 9, "s"), (0x0010, 10, "s"),
-         (0x0008, 11, "s"), (0x0004, -2, "s")]
+# the 12 columns, then the headers, by pamqp's names (RabbitMQ's `type` is `message_type`)
+_PLAN = read_plan(tuple(RABBIT_TO_PAMQP[n] for n in PROPERTY_NAMES) + ("headers",))
 _NO_PROPS = (None,) * len(PROPERTY_FIELDS)
-_DM2 = 0x1000  # delivery-mode only
+_N = len(PROPERTY_FIELDS)
 
 
 def properties_columns(raw: bytes) -> tuple[tuple[Any, ...], dict[str, Any] | None]:
     """(the 12 property columns, headers) from raw content-header properties, in one
     pass. Why not PropertiesView: its per-field lookups cost more than the whole row."""
-    flags = _U16.unpack_from(raw, 0)[0] if len(raw) >= 2 else 0
-    if flags == 0:
+    if len(raw) < 2 or not (raw[0] or raw[1]):
         return _NO_PROPS, None
-    pos = 2
-    out: list[Any] = [None] * len(PROPERTY_FIELDS)
-    headers = None
-    for flag, col, kind in _WIRE:
-        if not flags & flag:
-            continue
-        if kind == "s":
-            end = pos + 1 + raw[pos]
-            if col >= 0:
-                out[col] = bytes(raw[pos + 1:end]).decode("utf-8", "surrogateescape")
-            pos = end
-        elif kind == "o":
-            out[col] = raw[pos]
-            pos += 1
-        elif kind == "t":
-            headers, pos = read_table(raw, pos, lenient=True)
-        else:
-            stamp = _U64.unpack_from(raw, pos)[0]
-            pos += 8
-            try:
-                out[col] = _dt.datetime.fromtimestamp(stamp, tz=_dt.UTC)
-            except (ValueError, OverflowError, OSError):
-                out[col] = None  # out of range: left null
-    return tuple(out), headers
+    out = read_into(raw, _PLAN, [None] * (_N + 1))
+    ts = out[_TIMESTAMP]
+    if ts is not None and not isinstance(ts, _dt.datetime):
+        out[_TIMESTAMP] = None  # a timestamp out of datetime's range: left null
+    return tuple(out[:_N]), out[_N]
 
 
 def to_arrow(deliveries: list[Delivery], first_offset: int) -> pa.Table:

@@ -32,11 +32,10 @@ from .properties import (
     PropertiesView,
     check_properties,
     decode_properties,
-    decode_table,
     encode_properties,
-    encode_table,
     properties_with_headers,
 )
+from .table import decode_table, encode_table
 
 __all__ = [
     "BadProtocolHeader",

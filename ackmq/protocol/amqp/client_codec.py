@@ -8,7 +8,8 @@ import datetime
 import struct
 from typing import Any
 
-from .properties import PropertiesView, encode_table
+from .properties import PropertiesView
+from .table import encode_table
 
 _U16 = struct.Struct(">H").pack
 _U64 = struct.Struct(">Q").pack

@@ -100,7 +100,8 @@ from .events import (
     Publish,
     reply_text,
 )
-from .properties import TableTooDeep, check_properties, read_table
+from .properties import check_properties
+from .table import TableTooDeep, read_table
 
 _FRAME_HEAD = struct.Struct(">BHI")
 _U32 = struct.Struct(">I")

@@ -22,20 +22,21 @@ properties -> MESSAGE headers (after subscription, destination, message-id,
 
 from __future__ import annotations
 
-import struct
 import time
 from typing import Any
 
-from ackmq.protocol.amqp.properties import PropertiesView, encode_table
+from ackmq.protocol.amqp.properties import PropertiesView, encode_fields
+from ackmq.protocol.amqp.property_names import RABBIT_TO_PAMQP
 from ackmq.protocol.stomp.codec import StompError
 from ackmq.protocol.stomp.destinations import DEST_PREFIXES
 
-_SHORTSTR_FIELDS = (  # (flag, STOMP header) in wire order, before/after the octets
-    (0x8000, "content-type"), (0x4000, "content-encoding"))
-_LATE_FIELDS = (
-    (0x0400, "correlation-id"), (0x0200, "reply-to"), (0x0100, "expiration"),
-    (0x0080, "amqp-message-id"))
-_TAIL_FIELDS = ((0x0020, "type"), (0x0010, "user-id"), (0x0008, "app-id"))
+# STOMP header -> the shortstr property it sets (RabbitMQ's name, `_` for `-`, except
+# amqp-message-id), under pamqp's name; wire order and flag bits are properties.py's
+_SHORTSTR_PROPS = {
+    header: RABBIT_TO_PAMQP["message_id" if header == "amqp-message-id"
+                            else header.replace("-", "_")]
+    for header in ("content-type", "content-encoding", "correlation-id", "reply-to",
+                   "expiration", "amqp-message-id", "type", "user-id", "app-id")}
 
 # headers that become properties (or are the frame's own), never application headers
 NOT_APPLICATION = frozenset((
@@ -43,15 +44,12 @@ NOT_APPLICATION = frozenset((
     "reply-to", "expiration", "amqp-message-id", "timestamp", "type", "user-id", "app-id",
     "destination", "receipt", "transaction", "content-length"))
 
-_U64 = struct.Struct(">Q")
 
-
-def _shortstr(name: str, value: str) -> bytes:
-    data = value.encode("utf-8")
-    if len(data) > 255:
+def _shortstr(name: str, value: str) -> str:
+    if len(value.encode("utf-8")) > 255:
         raise StompError("Bad header", f"'{name}' is longer than 255 bytes, the most an "
                                        "AMQP property holds")
-    return bytes((len(data),)) + data
+    return value
 
 
 def _integer(name: str, value: str, low: int, high: int) -> int:
@@ -67,15 +65,17 @@ def _integer(name: str, value: str, low: int, high: int) -> int:
 
 
 def properties_from_headers(headers: dict[str, str], now_ms: int | None = None) -> bytes:
-    """Raw AMQP basic properties for a SEND frame's headers (see the module doc)."""
-    flags = 0
-    parts: list[bytes] = []
+    """Raw AMQP basic properties for a SEND frame's headers (see the module doc).
+    Headers are checked in the properties' wire order (the first bad one is reported)."""
+    props: dict[str, Any] = {}
     get = headers.get
-    for flag, name in _SHORTSTR_FIELDS:
-        v = get(name)
-        if v is not None:
-            flags |= flag
-            parts.append(_shortstr(name, v))
+
+    def shortstr(name: str, value: str | None) -> None:
+        if value is not None:
+            props[_SHORTSTR_PROPS[name]] = _shortstr(name, value)
+
+    shortstr("content-type", get("content-type"))
+    shortstr("content-encoding", get("content-encoding"))
     app: dict[str, Any] = {}
     for k, v in headers.items():
         if k not in NOT_APPLICATION:
@@ -84,36 +84,28 @@ def properties_from_headers(headers: dict[str, str], now_ms: int | None = None) 
                                                f"{k[:40]!r}...")
             app[k] = v
     if app:
-        flags |= 0x2000
-        parts.append(encode_table(app))
+        props["headers"] = app
     if get("persistent") in ("true", "True"):
-        flags |= 0x1000
-        parts.append(b"\x02")
+        props["delivery_mode"] = 2
     v = get("priority")
     if v is not None:
-        flags |= 0x0800
-        parts.append(bytes((_integer("priority", v, 0, 255),)))
+        props["priority"] = _integer("priority", v, 0, 255)
     expiration = get("expiration")
     if expiration is None:
         expires = get("expires")
         if expires is not None and expires.strip().isdigit() and int(expires) > 0:
             now = int(time.time() * 1000) if now_ms is None else now_ms
             expiration = str(max(0, int(expires) - now))
-    for flag, name in _LATE_FIELDS:
-        v = expiration if name == "expiration" else get(name)
-        if v is not None:
-            flags |= flag
-            parts.append(_shortstr(name, v))
+    shortstr("correlation-id", get("correlation-id"))
+    shortstr("reply-to", get("reply-to"))
+    shortstr("expiration", expiration)
+    shortstr("amqp-message-id", get("amqp-message-id"))
     v = get("timestamp")
     if v is not None:
-        flags |= 0x0040
-        parts.append(_U64.pack(_integer("timestamp", v, 0, (1 << 63) - 1)))
-    for flag, name in _TAIL_FIELDS:
-        v = get(name)
-        if v is not None:
-            flags |= flag
-            parts.append(_shortstr(name, v))
-    return struct.pack(">H", flags) + b"".join(parts)
+        props["timestamp"] = _integer("timestamp", v, 0, (1 << 63) - 1)
+    for name in ("type", "user-id", "app-id"):
+        shortstr(name, get(name))
+    return encode_fields(props)
 
 
 def _text(v: Any) -> str | None:
