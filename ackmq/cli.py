@@ -120,7 +120,7 @@ def _with_config(parser: argparse.ArgumentParser, serve: argparse.ArgumentParser
 # At CPython's default pace (a young-generation pass every 700 allocations, each pass
 # counting towards the full ones) the collector took 10-20% of the broker's CPU per
 # message; a pass every 10,000 allocations still bounds cyclic garbage and keeps each
-# pause to a fraction of a millisecond. Measured with `python -m ackmq.bench.cpu`
+# pause to a fraction of a millisecond. Measured with `python -m tools.perf.cpu`
 # (docs/performance.md): publish 7.3 -> 5.9 µs/msg, confirm 13.2 -> 11.2, fanout 10.8 -> 9.6.
 GC_THRESHOLDS = (10_000, 10, 100)
 

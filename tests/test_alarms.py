@@ -535,7 +535,7 @@ def test_B3_unconfirmed_flood_is_bounded(tmp_path: Path) -> None:
     """The flood command's short run: 150 MB unconfirmed at an ackmq with a 160 MiB
     watermark. Every message is taken and the broker's RSS never passes the watermark +
     32 MiB (queues page to the spill past half of it; the alarm blocks the rest)."""
-    from ackmq.bench.flood import flood
+    from tools.robustness.flood import flood
     b = BrokerProcess(tmp_path / "data", "--no-stomp", "--memory-high-watermark", "160MiB")
     b.start()
     try:

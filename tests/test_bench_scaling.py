@@ -1,4 +1,4 @@
-"""`python -m ackmq.bench.cpu` and `python -m ackmq.bench.scaling`: the per-message CPU
+"""`python -m tools.perf.cpu` and `python -m tools.perf.scaling`: the per-message CPU
 figure, the profile summary, the sweeps' report and the core pinning, on a real broker."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from ackmq.bench.brokers import start_ackmq
-from ackmq.bench.cpu import summarize, top_costs
-from ackmq.bench.scaling import Point, pin, table
+from tools import python_env
+from tools.perf.cpu import summarize, top_costs
+from tools.perf.scaling import Point, pin, table
 
 
 def test_top_costs_by_function_self_and_inclusive(tmp_path: Path) -> None:
@@ -45,9 +46,9 @@ def test_scaling_table_rates_and_ratio() -> None:
 
 def test_cpu_bench_measures_broker_microseconds_per_message(tmp_path: Path) -> None:
     out = tmp_path / "cpu.json"
-    proc = subprocess.run([sys.executable, "-m", "ackmq.bench.cpu", "--no-rabbitmq",
+    proc = subprocess.run([sys.executable, "-m", "tools.perf.cpu", "--no-rabbitmq",
                            "--rounds", "1", "--scale", "0.2", "publish", "--json", str(out)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env=python_env())
     assert proc.returncode == 0, proc.stderr
     (run,) = json.loads(out.read_text())["runs"]
     assert run["messages"] == 20_000 and run["broker"] == "ackmq"
@@ -57,9 +58,9 @@ def test_cpu_bench_measures_broker_microseconds_per_message(tmp_path: Path) -> N
 
 
 def test_scaling_quick_sweep_writes_plot_and_json(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "ackmq.bench.scaling", "consumers",
+    proc = subprocess.run([sys.executable, "-m", "tools.perf.scaling", "consumers",
                            "--quick", "--no-rabbitmq", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=python_env())
     assert proc.returncode == 0, proc.stderr + proc.stdout
     data = json.loads((tmp_path / "scaling.json").read_text())
     assert [p["x"] for p in data["points"]] == [1, 10, 100]

@@ -36,8 +36,6 @@ from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 from rawamqp import PROTOCOL_HEADER, RawConnection, body_frame, method_frame, raw_frame
 
-from ackmq.bench.fuzz import KINDS, every_type_table, mutate, nested_tables
-from ackmq.bench.fuzz import every_property as _every_property
 from ackmq.protocol.amqp import (
     Content,
     Decoder,
@@ -57,6 +55,8 @@ from ackmq.protocol.amqp.properties import (
     check_properties,
     peek_routing_fields,
 )
+from tools.robustness.fuzz import KINDS, every_type_table, mutate, nested_tables
+from tools.robustness.fuzz import every_property as _every_property
 
 DEEP_TEXT = f"SYNTAX_ERROR - field table nested deeper than {MAX_TABLE_DEPTH} levels"
 _U32 = struct.Struct(">I")

@@ -1,4 +1,4 @@
-"""B1 audit: every case of `python -m ackmq.bench.frame_probe` (malformed frames on an
+"""B1 audit: every case of `python -m tools.robustness.frame_probe` (malformed frames on an
 open channel) against ackmq and the reference RabbitMQ; the answers (close method, code,
 text, class and method ids) must be equal, so the decoder's texts cannot drift from
 RabbitMQ's unnoticed. The few cases where ackmq answers differently on purpose are
@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 from conftest import rabbitmq_url
 
-from ackmq.bench.frame_probe import Outcome, bad_protocol_header, cases, probe
+from tools.robustness.frame_probe import Outcome, bad_protocol_header, cases, probe
 
 pytestmark = pytest.mark.rabbitmq
 

@@ -1,4 +1,4 @@
-"""B1 on every listener: `python -m ackmq.bench.fuzz_listeners` in miniature (the long
+"""B1 on every listener: `python -m tools.robustness.fuzz_listeners` in miniature (the long
 runs are in docs/robustness.md). STOMP, AMQPS and STOMP over TLS (inside the session
 and against the TLS handshake), the admin socket and the management HTTP listener
 (plain and over TLS) get
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from ackmq.bench import fuzz_listeners as fl
-from ackmq.bench import fuzz_seeds as seeds
-from ackmq.bench.ownbroker import OwnBroker
+from tools.harness.ownbroker import OwnBroker
+from tools.robustness import fuzz_listeners as fl
+from tools.robustness import fuzz_seeds as seeds
 
 pytestmark = [
     pytest.mark.skipif(bool(os.environ.get("ACKMQ_TEST_URL")),

@@ -70,3 +70,9 @@ def test_no_module_imports_another_modules_private_name() -> None:
     """Names with a leading underscore stay in their module: a second user means the
     name is shared, and then it gets a public name (and a docstring)."""
     assert private_imports(Path(ackmq.__file__).parent) == []
+
+
+def test_tools_import_no_private_name() -> None:
+    """The harnesses in tools/ (outside the wheel) use ackmq's public names too."""
+    import tools
+    assert private_imports(tools.ROOT / "tools") == []

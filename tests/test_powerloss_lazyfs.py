@@ -1,5 +1,5 @@
 """Power loss on a real file system that drops unsynced writes: `ackmq serve` on LazyFS,
-kill -9 + clear-cache under confirm-each publishers (ackmq/bench/powerloss.py; the
+kill -9 + clear-cache under confirm-each publishers (tools/robustness/powerloss.py; the
 100-cycle runs are in docs/robustness.md). Skipped where LazyFS cannot be built."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 @pytest.fixture(scope="module")
 def lazyfs() -> None:
-    from ackmq.bench.powerloss import lazyfs_unavailable
+    from tools.robustness.powerloss import lazyfs_unavailable
     why = lazyfs_unavailable()
     if why:
         pytest.skip(why)
 
 
 def test_P9_lazyfs_power_cuts_lose_nothing_confirmed(lazyfs: None) -> None:
-    from ackmq.bench.powerloss import run
+    from tools.robustness.powerloss import run
     rep = run(cycles=6, seed=7)
     assert rep.refused == 0, rep.lines
     assert rep.cycles == 6
@@ -32,7 +32,7 @@ def test_P9_lazyfs_power_cuts_lose_nothing_confirmed(lazyfs: None) -> None:
 def test_P9_lazyfs_no_fsync_loses_messages_but_always_comes_back(lazyfs: None) -> None:
     """--no-fsync: confirmed messages are lost at a power cut (LazyFS shows it), but the
     broker's metadata is synced, so it starts again every time (issue 23)."""
-    from ackmq.bench.powerloss import run
+    from tools.robustness.powerloss import run
     rep = run(cycles=6, fsync=False, seed=7)
     assert rep.refused == 0, rep.lines
     assert rep.cycles == 6
@@ -44,7 +44,7 @@ def test_P9_lazyfs_torn_write_loses_nothing_confirmed(lazyfs: None) -> None:
     """LazyFS's torn-op fault: the next write to the active segment is split in three,
     parts 1 and 3 persisted, LazyFS dies (all else unsynced is gone): the torn frame is
     cut at recovery, nothing confirmed is lost, the broker starts."""
-    from ackmq.bench.powerloss import run
+    from tools.robustness.powerloss import run
     rep = run(cycles=3, seed=11, torn=True)
     assert rep.refused == 0, rep.lines
     assert rep.cycles == 3

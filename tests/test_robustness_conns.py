@@ -1,4 +1,4 @@
-"""B2 and B3 over real sockets, short versions of `python -m ackmq.bench.conns` (the
+"""B2 and B3 over real sockets, short versions of `python -m tools.robustness.conns` (the
 report's figures, ackmq beside RabbitMQ, are in docs/robustness.md).
 
 Why: a broker on a small machine must serve a thousand mostly idle consumers and must
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import BrokerProcess
 
-from ackmq.bench.conns import consumers, halfopen, raise_fd_limit
+from tools.robustness.conns import consumers, halfopen, raise_fd_limit
 
 pytestmark = pytest.mark.skipif(bool(os.environ.get("ACKMQ_TEST_URL")),
                                 reason="needs brokers of its own (their options and logs)")
@@ -95,8 +95,8 @@ def test_B3_no_ack_consumer_on_a_deep_paged_queue_is_fed_a_turn_at_a_time(
     next one, after TCP has taken it: broker memory stays near the paging bound."""
     from pamqp import commands
 
-    from ackmq.bench.rawpeer import open_peer, rss_of
     from ackmq.protocol.amqp import encode_method, encode_publish
+    from tools.harness.rawpeer import open_peer, rss_of
 
     broker = BrokerProcess(tmp_path, "--no-stomp", "--queue-memory-mb", "4")
     broker.start()

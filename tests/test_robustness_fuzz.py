@@ -1,4 +1,4 @@
-"""B1 against a live broker: the mutation fuzzer of ackmq.bench.fuzz in a short run (the
+"""B1 against a live broker: the mutation fuzzer of tools.robustness.fuzz in a short run (the
 10^6-frame run is in docs/robustness.md), the seed session it mutates, and a confirm
 defect the fuzzer's seed showed.
 
@@ -20,9 +20,9 @@ import pytest
 from conftest import BrokerProcess, rabbitmq_url
 from pamqp import commands
 
-from ackmq.bench import fuzz
-from ackmq.bench.rawpeer import Peer, connect, handshake_bytes
 from ackmq.protocol.amqp import encode_method, encode_publish
+from tools.harness.rawpeer import Peer, connect, handshake_bytes
+from tools.robustness import fuzz
 
 pytestmark = pytest.mark.skipif(bool(os.environ.get("ACKMQ_TEST_URL")),
                                 reason="needs brokers of its own (their logs)")
@@ -128,7 +128,7 @@ def test_B1_U3_user_id_not_utf8_is_a_406_quoting_its_octets(any_port: int) -> No
 
 
 def test_B1_short_live_fuzz(tmp_path: Path) -> None:
-    """`python -m ackmq.bench.fuzz` in miniature (3,000 mutated frames, ~700
+    """`python -m tools.robustness.fuzz` in miniature (3,000 mutated frames, ~700
     connections, 50 at once): the broker stays up with a clean log, every mutated
     connection ends (close, header reply or dropped socket) within the bound, the
     broker's output stays well framed, and every confirmed message of the parallel

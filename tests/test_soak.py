@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ackmq.bench import soak
+from tools.robustness import soak
 
 pytestmark = pytest.mark.skipif(bool(os.environ.get("ACKMQ_TEST_URL")),
                                 reason="needs a broker of its own to kill")

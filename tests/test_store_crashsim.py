@@ -1,5 +1,5 @@
-"""Power cuts simulated under the store's file operations (ackmq/store/faultfs.py,
-ackmq/store/crashsim.py): seeds run in CI, each planted bug is caught, and the issue-23
+"""Power cuts simulated under the store's file operations (tools/crashsim/faultfs.py,
+tools/crashsim/crashsim.py): seeds run in CI, each planted bug is caught, and the issue-23
 bug (a --no-fsync broker on a fresh data dir that would not come back) is gone."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from ackmq.broker.access import AccessModel
-from ackmq.store import QueueDef, crashsim, faultfs, fileio
+from ackmq.store import QueueDef, fileio
 from ackmq.store.accessfile import AccessFile
 from ackmq.store.segments import SegmentStore
+from tools.crashsim import crashsim, faultfs
 
 
 def test_P9_power_cuts_keep_every_promise() -> None:

@@ -519,9 +519,9 @@ def test_U3_topic_permission_verbs_same_as_rabbitmqctl(ackmq_broker: BrokerProce
 
 
 def test_U3_access_cost_bench_runs() -> None:
-    """`python -m ackmq.bench.access_cost` (the figures in docs/security.md) measures its
+    """`python -m tools.perf.access_cost` (the figures in docs/security.md) measures its
     three configurations; a tiny run here keeps it working."""
-    from ackmq.bench.access_cost import measure
+    from tools.perf.access_cost import measure
     res = measure(rounds=3, per_round=200)
     assert set(res) == {"no checks", "checks", "checks + topic permission elsewhere"}
     assert all(len(v) == 3 and all(x > 0 for x in v) for v in res.values())

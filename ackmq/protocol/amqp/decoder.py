@@ -1,7 +1,7 @@
 """Sans-IO AMQP 0-9-1 decoder: bytes in, events out.
 
 The rules of the wire, as this decoder enforces them (RabbitMQ 3.10's answer to each
-violation, observed with `python -m ackmq.bench.frame_probe`, is quoted):
+violation, observed with `python -m tools.robustness.frame_probe`, is quoted):
 
 1. A server-side connection starts with the 8-byte protocol header
    b"AMQP\\x00\\x00\\x09\\x01". Anything else: BadProtocolHeader; the server writes its

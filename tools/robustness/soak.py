@@ -2,7 +2,7 @@
 of the broker every N seconds and a restart on the same data dir, RSS / open fds / disk
 use sampled, their slopes reported, and at the end every confirmed message accounted for.
 
-    python -m ackmq.bench.soak --minutes 60 --kill-every 600 --plot docs/soak.png
+    python -m tools.robustness.soak --minutes 60 --kill-every 600 --plot docs/soak.png
 
 The load, all at once and each part reconnecting after a kill:
 - a confirm-each publisher and an async publisher (confirms pipelined, 100 in flight):
@@ -38,8 +38,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ackmq.bench.ownbroker import OwnBroker, log_trouble
-from ackmq.bench.rawpeer import rss_of
+from tools.harness.ownbroker import OwnBroker, log_trouble
+from tools.harness.rawpeer import rss_of
 
 CHURN = 100
 
@@ -390,7 +390,7 @@ def plot(result: dict[str, object], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ackmq.bench.soak", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m tools.robustness.soak", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--minutes", type=float, default=60.0)
     p.add_argument("--kill-every", type=float, default=600.0,

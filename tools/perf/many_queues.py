@@ -1,7 +1,7 @@
 """10,000 durable queues with a consumer each (issue 23): the broker's memory with them,
 and its start-up time when it restarts with them on disk.
 
-    python -m ackmq.bench.many_queues --queues 10000 --connections 100
+    python -m tools.perf.many_queues --queues 10000 --connections 100
 
 Steps: an `ackmq serve` of our own (fsync on); RSS after start; `--connections`
 connections declare the durable queues (each holding one persistent message) and
@@ -18,8 +18,8 @@ import json
 import sys
 import time
 
-from ackmq.bench.ownbroker import OwnBroker
-from ackmq.bench.rawpeer import rss_of
+from tools.harness.ownbroker import OwnBroker
+from tools.harness.rawpeer import rss_of
 
 
 async def load(url: str, queues: int, connections: int) -> tuple[float, int]:
@@ -69,7 +69,7 @@ def rss_quiet(pid: int, seconds: float = 3.0) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ackmq.bench.many_queues", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m tools.perf.many_queues", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--queues", type=int, default=10_000)
     p.add_argument("--connections", type=int, default=100)

@@ -1,9 +1,9 @@
 """Figures for docs/storage.md, measured through the real store API.
 
-    python -m ackmq.store.bench DIR publish [-n 50000] [--size 1024]
-    python -m ackmq.store.bench DIR recover [-n 1000000] [--size 1024] [--read 300000]
-    python -m ackmq.store.bench DIR fsync [-n 2000] [--size 150] [--gap-us 200]
-    python -m ackmq.store.bench DIR cpu [-n 20000] [--size 100]
+    python -m tools.perf.storebench DIR publish [-n 50000] [--size 1024]
+    python -m tools.perf.storebench DIR recover [-n 1000000] [--size 1024] [--read 300000]
+    python -m tools.perf.storebench DIR fsync [-n 2000] [--size 150] [--gap-us 200]
+    python -m tools.perf.storebench DIR cpu [-n 20000] [--size 100]
 
 publish: persistent adds committed in batches of 1, 100, 1000, waiting for each batch's
 callback (a publisher confirming one-by-one or per batch), then "pipelined": one commit
@@ -35,7 +35,8 @@ import threading
 import time
 from pathlib import Path
 
-from . import QueueDef, open_store
+from ackmq.store import QueueDef, open_store
+from tools import python_env
 
 PROPS = b"\x10\x00\x02"
 
@@ -171,8 +172,9 @@ def _open_and_read(path: Path, nread: int) -> str:
 
 def _recover(path: Path, n: int, size: int, nread: int) -> str:
     disk = _fill(path, n, size)
-    out = subprocess.run([sys.executable, "-m", "ackmq.store.bench", str(path), "open",
-                          "--read", str(nread)], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "tools.perf.storebench", str(path), "open",
+                          "--read", str(nread)], capture_output=True, text=True, check=True,
+                         env=python_env())
     return f"recover n={n} size={size}, on disk {disk / 2**20:.0f} MiB\n{out.stdout.rstrip()}"
 
 

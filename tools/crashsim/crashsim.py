@@ -1,6 +1,6 @@
 """Power-cut simulation of the broker model + store, one reproducible run per seed.
 
-    python -m ackmq.store.crashsim --seeds 1000 [--seed-start N] [--plant NAME] [-v]
+    python -m tools.crashsim.crashsim --seeds 1000 [--seed-start N] [--plant NAME] [-v]
 
 Each seed drives a `BrokerModel` over a `SegmentStore` and the access file, with the
 store's file operations on a `FaultFS` (faultfs.py): durable queues and exchanges
@@ -39,12 +39,12 @@ from typing import Any
 from ackmq.broker import BrokerModel, NullScheduler
 from ackmq.broker.access import AccessModel
 from ackmq.broker.storage import CorruptStore
-
-from . import compact, faultfs, fileio
-from .accessfile import AccessFile
-from .crashplants import PLANTS
-from .defs import DefsLog
-from .segments import SegmentStore
+from ackmq.store import compact, fileio
+from ackmq.store.accessfile import AccessFile
+from ackmq.store.defs import DefsLog
+from ackmq.store.segments import SegmentStore
+from tools.crashsim import faultfs
+from tools.crashsim.crashplants import PLANTS
 
 __all__ = ["PLANTS", "run_damage_seed", "run_seed", "run_seeds"]
 
@@ -481,7 +481,7 @@ def run_seeds(start: int, count: int, plant: str | None = None, workdir: Path | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ackmq.store.crashsim",
+    ap = argparse.ArgumentParser(prog="python -m tools.crashsim.crashsim",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=1000)
     ap.add_argument("--seed-start", type=int, default=0)

@@ -1,5 +1,5 @@
 """Known bugs to put into the store, one at a time, to show the power-cut simulator
-(crashsim.py) catches each: `python -m ackmq.store.crashsim --plant NAME`."""
+(crashsim.py) catches each: `python -m tools.crashsim.crashsim --plant NAME`."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import fileio
-from .accessfile import AccessFile
-from .defs import DefsLog
-from .segments import SegmentStore
+from ackmq.store import fileio
+from ackmq.store.accessfile import AccessFile
+from ackmq.store.defs import DefsLog
+from ackmq.store.segments import SegmentStore
 
 
 @contextlib.contextmanager

@@ -3,8 +3,8 @@ broker's RSS over time. Bounded means: the RSS stays near the watermark however 
 sent, because the broker pages queues out and blocks the publisher (connection.blocked,
 then no more reads) instead of buffering.
 
-    python -m ackmq.bench.flood --bytes 1GB --watermark 256MiB       # starts its own ackmq
-    python -m ackmq.bench.flood --url amqp://guest:guest@127.0.0.1:5672/ \\
+    python -m tools.robustness.flood --bytes 1GB --watermark 256MiB       # starts its own ackmq
+    python -m tools.robustness.flood --url amqp://guest:guest@127.0.0.1:5672/ \\
         --pid $(/work/shared/tools/rabbitmq-local pid) --bytes 1GB  # a running broker
 
 With --url the watermark is the broker's own (RabbitMQ: `rabbitmqctl
@@ -220,7 +220,7 @@ def report(res: Result, watermark: int | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ackmq.bench.flood", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m tools.robustness.flood", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", help="a running broker (default: start an ackmq)")
     ap.add_argument("--pid", type=int, help="that broker's process id, for its RSS")

@@ -3,7 +3,7 @@
 moves one message per millisecond through another queue; the largest gap between two
 deliveries during the listings is reported next to the gap with no listing running.
 
-    python -m ackmq.bench.mgmt_listing [--queues 10000] [--rounds 5] [--rabbitmq]
+    python -m tools.perf.mgmt_listing [--queues 10000] [--rounds 5] [--rabbitmq]
 
 `--rabbitmq` runs the same against the RabbitMQ on 127.0.0.1 (5672, 15672, guest) in
 a vhost of its own, removed afterwards. Figures only; nothing here asserts a time.

@@ -4,7 +4,7 @@ Why: the decoder's error codes and texts are copied from RabbitMQ 3.10's answers
 script is how they were (and can be re-) observed, and tests/test_frame_probe.py runs
 every case against ackmq and RabbitMQ to keep them equal. Usage:
 
-    python -m ackmq.bench.frame_probe [host] [port]
+    python -m tools.robustness.frame_probe [host] [port]
 
 Each case opens a connection and channel 1 with ackmq.client.lowlevel, writes its bytes
 with `conn.write`, and reports the broker's answer from the client's error: the

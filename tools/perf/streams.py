@@ -3,7 +3,7 @@ publish with confirms (a window of unconfirmed publishes), then consume the whol
 stream from `first` with a prefetch and multiple acks; plus the broker's RSS before
 and after filling the stream (a stream must cost no memory per message).
 
-    python -m ackmq.bench.streams [--messages 200000] [--size 1024] [--window 1000]
+    python -m tools.perf.streams [--messages 200000] [--size 1024] [--window 1000]
                                   [--prefetch 1000] [--rabbitmq URL | --no-rabbitmq]
 """
 
@@ -132,7 +132,7 @@ def broker_targets(a: argparse.Namespace) -> list[Target]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m ackmq.bench.streams", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m tools.perf.streams", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--size", type=int, default=1024)

@@ -1,6 +1,6 @@
 """Power loss on LazyFS: `kill -9` + LazyFS's clear-cache under confirmed load, N cycles.
 
-    python -m ackmq.bench.powerloss --cycles 100 [--no-fsync] [--torn] [--work DIR]
+    python -m tools.robustness.powerloss --cycles 100 [--no-fsync] [--torn] [--work DIR]
 
 LazyFS (github dsrhaslab/lazyfs, the FUSE file system Jepsen uses) keeps every write in
 its own cache until it is fsynced; `lazyfs::clear-cache` drops what was not. So
@@ -13,7 +13,7 @@ to the active segment is split in three, parts 1 and 3 reach the disk, LazyFS ki
 itself (everything else unsynced is gone), the broker is killed, LazyFS mounted again.
 LazyFS passes create/rename/unlink straight to the disk below and has no
 fallocate and no statfs (so --disk-free-limit 0); the in-process simulator
-(ackmq/store/crashsim.py) covers lost directory entries.
+(tools/crashsim/crashsim.py) covers lost directory entries.
 
 Needs root, /dev/fuse and a LazyFS build: `lazyfs-local install` (tests/lazyfs-local,
 with LAZYFS_SRC pointing to a clone of dsrhaslab/lazyfs).
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pika
 
-from .ownbroker import OwnBroker, log_trouble
+from tools.harness.ownbroker import OwnBroker, log_trouble
 
 TOOL = Path(__file__).resolve().parents[2] / "tests" / "lazyfs-local"
 QUEUE = "powerloss"
@@ -234,7 +234,7 @@ def run(cycles: int, fsync: bool = True, work: Path | None = None, seed: int = 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ackmq.bench.powerloss",
+    ap = argparse.ArgumentParser(prog="python -m tools.robustness.powerloss",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--cycles", type=int, default=100)
     ap.add_argument("--no-fsync", action="store_true")

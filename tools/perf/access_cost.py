@@ -1,4 +1,4 @@
-"""What the permission checks cost a publish, in process: `python -m ackmq.bench.access_cost`.
+"""What the permission checks cost a publish, in process: `python -m tools.perf.access_cost`.
 
 `ChannelModel.basic_publish` to the default exchange (the path of `ackmq bench publish`)
 on three channels of one model: no checks (access None), checks for a user with `.*`

@@ -1,6 +1,6 @@
 """Codec throughput: fast paths vs pure pamqp (not a test; prints figures).
 
-    python -m ackmq.bench.codec [count]
+    python -m tools.perf.codec [count]
 
 Decode: `count` back-to-back basic.publish + header + 100-byte body with typical
 properties (content-type, delivery-mode 2, message-id, timestamp), fed in 64 KiB chunks.

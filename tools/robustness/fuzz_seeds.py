@@ -13,8 +13,8 @@ import base64
 import json
 import random
 
-from ackmq.bench.fuzz import KINDS, mutate
 from ackmq.protocol.amqp import PROTOCOL_HEADER
+from tools.robustness.fuzz import KINDS, mutate
 
 SLOTS = 16
 _AUTH = b"Authorization: Basic " + base64.b64encode(b"guest:guest") + b"\r\n"

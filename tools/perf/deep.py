@@ -1,6 +1,6 @@
 """A durable queue far deeper than memory: publish, crash, recover, drain.
 
-    python -m ackmq.bench.deep --messages 5000000 --body-size 1024 --memory-limit 2G
+    python -m tools.perf.deep --messages 5000000 --body-size 1024 --memory-limit 2G
 
 Starts `ackmq serve` with its address space capped (RLIMIT_AS), publishes persistent
 messages with confirms (each body starts with its index), kills the broker with SIGKILL,
@@ -162,7 +162,7 @@ async def _drain(broker: DeepBroker, n: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ackmq.bench.deep", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m tools.perf.deep", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", type=int, default=5_000_000)
     p.add_argument("--body-size", type=int, default=1024)

@@ -3,8 +3,8 @@ STOMP, AMQPS and STOMP over TLS (inside the TLS session, and against the TLS han
 itself), the admin socket (<data dir>/ctl.sock, JSON lines) and the management HTTP
 listener, plain and over TLS (`https`: the `http` sessions inside the TLS session), each with fuzz.py's confirmed durable publisher alongside.
 
-    python -m ackmq.bench.fuzz_listeners --listener stomp --frames 1000000
-    python -m ackmq.bench.fuzz_listeners --listener all --frames 3000
+    python -m tools.robustness.fuzz_listeners --listener stomp --frames 1000000
+    python -m tools.robustness.fuzz_listeners --listener all --frames 3000
 
 Per mutated connection: write the mutated session at once; if the broker has not
 closed the connection after `settle` seconds, write the listener's padding (bytes that
@@ -32,10 +32,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ackmq.bench import fuzz
-from ackmq.bench import fuzz_seeds as seeds
-from ackmq.bench.ownbroker import OwnBroker, log_trouble
-from ackmq.bench.rawpeer import Peer, host_port, rss_of
+from tools.harness.ownbroker import OwnBroker, log_trouble
+from tools.harness.rawpeer import Peer, host_port, rss_of
+from tools.robustness import fuzz
+from tools.robustness import fuzz_seeds as seeds
 
 LISTENERS = ("stomp", "amqps", "amqps-handshake", "stomps", "stomps-handshake", "admin",
              "http", "https")
@@ -504,7 +504,7 @@ async def run(listeners: list[str], opts: Options, work_dir: Path | None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ackmq.bench.fuzz_listeners",
+    p = argparse.ArgumentParser(prog="python -m tools.robustness.fuzz_listeners",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--listener", action="append", required=True,

@@ -2,8 +2,8 @@
 over many concurrent connections while a durable publisher publishes persistent
 messages with confirms the whole time.
 
-    python -m ackmq.bench.fuzz --frames 1000000          # starts its own ackmq
-    python -m ackmq.bench.fuzz --url amqp://... --broker-pid PID --broker-log FILE
+    python -m tools.robustness.fuzz --frames 1000000          # starts its own ackmq
+    python -m tools.robustness.fuzz --url amqp://... --broker-pid PID --broker-log FILE
 
 Criteria (exit 1 if one fails): the broker process stays alive with no traceback in its
 log; every mutated connection ends with a connection.close, a protocol-header reply or
@@ -40,8 +40,9 @@ from pamqp import commands, frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from ackmq.bench.ownbroker import OwnBroker, log_trouble
-from ackmq.bench.rawpeer import (
+from ackmq.protocol.amqp import encode_method, encode_publish
+from tools.harness.ownbroker import OwnBroker, log_trouble
+from tools.harness.rawpeer import (
     FRAME_MAX,
     PROTOCOL_HEADER,
     Peer,
@@ -50,7 +51,6 @@ from ackmq.bench.rawpeer import (
     open_peer,
     rss_of,
 )
-from ackmq.protocol.amqp import encode_method, encode_publish
 
 _U32 = struct.Struct(">I")
 TAG = b"@@@@@@@@"  # replaced per connection by 8 hex digits (names stay the same length)
@@ -607,7 +607,7 @@ async def _main_async(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ackmq.bench.fuzz", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m tools.robustness.fuzz", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", help="a running broker (default: start an ackmq of our own)")
     p.add_argument("--broker-pid", type=int, help="its pid (RSS samples, alive check)")

@@ -1,6 +1,6 @@
 """How long the web UI's and /metrics' pages take with many queues (they are built on
 the broker's loop, so this is also the longest pause they cause):
-`python -m ackmq.bench.ui_scale --queues 10000`. An embedded broker, N queues declared
+`python -m tools.perf.ui_scale --queues 10000`. An embedded broker, N queues declared
 over AMQP, then each path fetched a few times; the best time is printed."""
 
 from __future__ import annotations

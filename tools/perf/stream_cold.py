@@ -6,7 +6,7 @@ reads the big stream from `first` (cold segment files, prefetch `--prefetch`, mu
 acks). ackmq reads segment files on its event loop; this says what that costs a
 publisher on the same broker. The same run against RabbitMQ when it is up.
 
-    python -m ackmq.bench.stream_cold [--gib 1] [--seconds 15] [--size 1024]
+    python -m tools.perf.stream_cold [--gib 1] [--seconds 15] [--size 1024]
                                       [--rabbitmq URL | --no-rabbitmq]
 """
 
@@ -22,8 +22,8 @@ from typing import Any
 from pamqp import commands as C
 
 from ackmq.bench.brokers import Target
-from ackmq.bench.streams import add_broker_args, broker_targets, delete, publish
 from ackmq.client.lowlevel import open_connection
+from tools.perf.streams import add_broker_args, broker_targets, delete, publish
 
 
 def drop_caches() -> bool:
@@ -135,7 +135,7 @@ def run(target: Target, gib: float, size: int, seconds: float, prefetch: int,
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m ackmq.bench.stream_cold", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m tools.perf.stream_cold", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gib", type=float, default=1.0, help="the stream's size")
     ap.add_argument("--size", type=int, default=1024)

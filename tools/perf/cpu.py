@@ -10,7 +10,7 @@ and `net` subtracts that rate × the run's wall time (`raw` keeps it in). With
 `--pyspy DIR`, one extra run per workload records ackmq under py-spy (never a measured
 run: sampling costs the broker CPU) and prints its top functions.
 
-    python -m ackmq.bench.cpu --rounds 3 --pyspy /tmp/prof
+    python -m tools.perf.cpu --rounds 3 --pyspy /tmp/prof
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def summarize(runs: list[dict[str, Any]], labels: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ackmq.bench.cpu", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m tools.perf.cpu", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("workloads", nargs="*", help="default: " + ", ".join(CPU_WORKLOADS))
     ap.add_argument("--rounds", type=int, default=3)

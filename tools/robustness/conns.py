@@ -1,7 +1,7 @@
 """SPEC B2 and B3 against a live broker (ackmq or RabbitMQ), figures for docs/robustness.md.
 
-    python -m ackmq.bench.conns consumers [--url URL --pid PID] --connections 1000
-    python -m ackmq.bench.conns halfopen  [--url URL --pid PID] --per-kind 200
+    python -m tools.robustness.conns consumers [--url URL --pid PID] --connections 1000
+    python -m tools.robustness.conns halfopen  [--url URL --pid PID] --per-kind 200
 
 `consumers` (B2): N connections with one channel each (idle), then on each an exclusive
 queue bound to one fanout exchange and a consumer; a publisher's messages must reach
@@ -31,8 +31,10 @@ from pathlib import Path
 
 from pamqp import commands
 
-from ackmq.bench.ownbroker import OwnBroker, log_trouble
-from ackmq.bench.rawpeer import (
+from ackmq.protocol.amqp import encode_method, encode_publish
+from ackmq.protocol.amqp.constants import FRAME_MAX_DEFAULT
+from tools.harness.ownbroker import OwnBroker, log_trouble
+from tools.harness.rawpeer import (
     PROTOCOL_HEADER,
     Peer,
     connect,
@@ -40,8 +42,6 @@ from ackmq.bench.rawpeer import (
     open_peer,
     rss_of,
 )
-from ackmq.protocol.amqp import encode_method, encode_publish
-from ackmq.protocol.amqp.constants import FRAME_MAX_DEFAULT
 
 MiB = 2**20
 
@@ -254,7 +254,7 @@ async def _main_async(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ackmq.bench.conns", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m tools.robustness.conns", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=("consumers", "halfopen"))
     p.add_argument("--url", help="a running broker (default: start an ackmq of our own)")

@@ -1,5 +1,5 @@
 """What the message counters (broker/stats.py, /metrics, the UI's rates) cost the
-model, in process: `python -m ackmq.bench.stats_cost`.
+model, in process: `python -m tools.perf.stats_cost`.
 
 One cycle is `ChannelModel.basic_publish` to the default exchange, `basic_get` and
 `basic_ack` of a 100-byte message: every counter of the publish, get and ack paths.
