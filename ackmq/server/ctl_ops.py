@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import AccessError
 from ackmq.broker.errors import ReplyError
-from ackmq.server.http import views
+from ackmq.server import ops, views
 
 if TYPE_CHECKING:
     from ackmq.server.server import Server
@@ -54,17 +54,14 @@ def items(server: Server, kind: str, vhost: str | None) -> list[dict[str, Any]]:
 def node(server: Server) -> dict[str, Any]:
     """What `status` shows: the overview and the node, as GET /api/overview and
     /api/nodes/{node} answer them."""
-    from ackmq.server.http.api_node import node_json
-    return {"overview": views.overview(server, _Admin()), "node": node_json(server)}
+    return {"overview": views.overview(server, _Admin()), "node": views.node(server)}
 
 
 def purge_queue(server: Server, vhost: str, name: str) -> int:
     q = _vhost(server, vhost).queues.get(name)
     if q is None:
         raise AccessError(f"Queue '{name}' in vhost '{vhost}' not found", 69)
-    n = q.purge()
-    server.request_flush()
-    return n
+    return ops.purge(server, None, q)
 
 
 def delete_queue(server: Server, vhost: str, name: str, if_empty: bool, if_unused: bool
@@ -74,18 +71,15 @@ def delete_queue(server: Server, vhost: str, name: str, if_empty: bool, if_unuse
     if q is None:
         raise AccessError("Queue not found", 64)
     try:
-        n = vh.delete_queue(q, if_unused=if_unused, if_empty=if_empty)
+        return ops.delete_queue(server, None, q, if_unused, if_empty)
     except ReplyError as e:
         raise AccessError(e.text, 70) from None
-    server.request_flush()
-    return n
 
 
 def close_connection(server: Server, name: str, reason: str) -> None:
     for c in list(server.connections):
         if views.connection_name(c) == name:
-            c.force_close(reason)
-            server.request_flush()
+            ops.close_connection(server, c, reason)
             return
     raise AccessError(f"connection '{name}' not found (the name as list_connections "
                       "name shows it)", 69)
