@@ -140,7 +140,11 @@ def encode_properties(props: Any) -> bytes:
                                                               datetime.UTC)
         if "headers" in kw and not isinstance(kw["headers"], dict):
             raise bad_request("headers must be a JSON object")
-        return encode(Basic.Properties(**to_pamqp(kw)))
+        cluster_id = kw.pop("cluster_id", None)
+        p = Basic.Properties(**to_pamqp(kw))
+        if cluster_id is not None:  # deprecated in 0-9-1: pamqp refuses it in its
+            p.cluster_id = str(cluster_id)  # constructor, RabbitMQ carries it
+        return encode(p)
     except (TypeError, ValueError) as e:
         raise bad_request(f"invalid properties: {e}") from e
 
@@ -195,10 +199,10 @@ async def publish_json(server: HttpContext, user: str, vhost: str, exchange: str
     try:
         routed = await publish(server, user, vhost, exchange, rk, props, payload)
     except ReplyError as e:
-        err = http_error(e)
-        if err.status == 404:  # RabbitMQ: a publish's failure is a 400 with the code
-            raise bad_request(f"{e.code} {e.text}") from None
-        raise err from None
+        if e.code == ACCESS_REFUSED:
+            raise http_error(e) from None
+        # RabbitMQ: a publish's failure is a 400 with the code and the channel's text
+        raise bad_request(f"{e.code} {e.text}") from None
     return {"routed": routed}
 
 
