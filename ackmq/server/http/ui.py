@@ -69,8 +69,6 @@ def _vhosts(request: web.Request) -> list[str]:
     return views.visible_vhosts(_server(request), request["user"])
 
 
-
-
 def _connections(request: web.Request) -> list[Any]:
     server, user = _server(request), request["user"]
     vhosts = set(_vhosts(request))
