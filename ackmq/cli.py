@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             loaded = got
             getattr(loaded, cmd.add_arguments)(p)
-    from ackmq import ctl
+    from ackmq.ctl import command as ctl
     ctl.add_arguments(sub.add_parser("ctl", help=ctl.HELP, description=ctl.DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter))
     args = parser.parse_args(argv)

@@ -25,7 +25,7 @@ from cutproxy import CutProxy
 from pikahelp import uniq
 
 from ackmq.client import connect
-from ackmq.ctl import request
+from ackmq.ctl.socket_client import request
 
 CUTS = 50
 BODY = 1000  # bytes: the sync client looks at its socket every 64 KiB of publishes

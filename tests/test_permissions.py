@@ -18,7 +18,7 @@ import pika.exceptions
 import pytest
 from conftest import BrokerProcess, rabbitmq_url
 
-from ackmq.ctl import request
+from ackmq.ctl.socket_client import request
 
 VHOST = "ackU_matrix"
 # user -> (configure, write, read): each lacks one permission ("" = nothing, as RabbitMQ)

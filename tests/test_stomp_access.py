@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from stomphelp import RABBITMQ_STOMP, Raw, _reachable
 
-from ackmq.ctl import request
+from ackmq.ctl.socket_client import request
 
 PW = "stomp-pw"
 # user -> (configure, write, read)

@@ -27,7 +27,7 @@ import trustme
 from conftest import BrokerProcess
 from tlshelp import cert_broker, port_in_log, server_files
 
-from ackmq.ctl import request
+from ackmq.ctl.socket_client import request
 
 STOMP_TLS_URL = re.compile(r"stomp\+ssl://\S+:(\d+)")
 

@@ -29,7 +29,7 @@ from conftest import BrokerProcess, rabbitmq_url
 from stomphelp import RABBITMQ_STOMP, Raw, _reachable
 
 from ackmq.broker.access import hash_password
-from ackmq.ctl import request
+from ackmq.ctl.socket_client import request
 
 VHOST = "ackU_topic"
 PW = "topic-pw"

@@ -4,7 +4,7 @@ bindings, as `rabbitmqctl export_definitions` writes them, so a RabbitMQ 3.10 ex
 imports here and an ackmq export imports into RabbitMQ.
 
 Used by `GET/POST /api/definitions` (server/http/api_defs.py) and by `ackmq ctl
-export_definitions / import_definitions` (server/admin.py). Import applies the access
+export_definitions / import_definitions` (server/ctl/). Import applies the access
 model first (vhosts before what lives in them), then exchanges, queues, bindings; a
 definition the broker refuses is named with the broker's text (`refused`) and the
 others are still imported.
@@ -29,8 +29,8 @@ UNSUPPORTED = ("policies", "global_parameters")
 
 
 class Server(Protocol):
-    """What import and export reach: the Server (ackmq ctl) and the management API's
-    HttpContext both have it; typed here so server/http/ does not import server.py."""
+    """What import and export reach: the management context (HttpContext) of the HTTP
+    API and of the ctl socket has it; typed here so neither imports server.py."""
 
     @property
     def broker(self) -> BrokerModel: ...

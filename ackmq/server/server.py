@@ -93,7 +93,7 @@ class Server:
         self._spill_tmp: str | None = None
         self._streams_tmp: str | None = None
         self.access: AccessModel = None  # type: ignore[assignment]  # users, vhosts (U1-U3)
-        self.admin: Any = None  # the `ackmq ctl` socket (server/admin.py)
+        self.admin: Any = None  # the `ackmq ctl` socket (server/ctl/)
         self.alarms: Any = None  # server/alarms.ResourceMonitor
         self.http: Any = None  # server/http.HttpListener (management API, M1)
 
@@ -168,11 +168,14 @@ class Server:
         self.broker.start(list(self.access.vhosts))
         self.access.listeners.append(self._access_changed)
         host = await self._start_listeners()
+        # what the management front ends (server/http/, server/ctl/) reach
+        mgmt = HttpContext(self.ctx, self.alarms, self.port, self.tls_port, self.stomp_port,
+                           self.stomp_tls_port)
         if cfg.http_port is not None or cfg.https_port is not None:
-            await self._start_http(host)  # the management API (M1), on the same loop
+            await self._start_http(host, mgmt)  # the management API (M1), on the same loop
         if cfg.data_dir is not None and cfg.admin_socket:
-            from ackmq.server.admin import AdminServer
-            admin = AdminServer(self)
+            from ackmq.server.ctl.listener import CtlListener
+            admin = CtlListener(mgmt)
             try:
                 await admin.start(cfg.data_dir / ADMIN_SOCKET)
                 self.admin = admin
@@ -290,11 +293,10 @@ class Server:
             if listener.server is not None:
                 listener.server.close()
 
-    async def _start_http(self, host: str) -> None:
+    async def _start_http(self, host: str, mgmt: HttpContext) -> None:
         """The management API (M1) on the broker's loop (server/http/)."""
         from ackmq.server.http import HttpListener
-        http = HttpListener(HttpContext(self.ctx, self.alarms, self.port, self.tls_port,
-                                        self.stomp_port, self.stomp_tls_port))
+        http = HttpListener(mgmt)
         ctx = self._tls_context() if self.config.https_port is not None else None
         try:
             await http.start(host, self.config.http_port, self.config.https_port, ctx)

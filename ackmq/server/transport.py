@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
+    from ackmq.broker.channel import ChannelModel
     from ackmq.server.context import FrontEnd
 
 WRITE_HIGH = 4 * 1024 * 1024   # pause_writing above this much unsent output
@@ -35,6 +36,9 @@ class ClientConnection(asyncio.Protocol):
     deliveries again)."""
 
     state: str  # each protocol's states; "open" once logged in and on a vhost (U6 counts)
+    # what the management plane shows as the connection's protocol, RabbitMQ's spelling
+    # ("AMQP 0-9-1", "STOMP 1.2"): each connection class states its own
+    protocol: str = ""
 
     def __init__(self, ctx: FrontEnd) -> None:
         self.ctx = ctx
@@ -86,6 +90,11 @@ class ClientConnection(asyncio.Protocol):
     def channel_count(self) -> int:
         """Open channels, for the user's max-channels (U6)."""
         return 0
+
+    def open_channels(self) -> list[tuple[int, ChannelModel]]:
+        """(number, model channel) of each channel open now, by number: what the
+        management views list (a channel closed by its client is not there)."""
+        return []
 
     def force_close(self, text: str) -> None:
         """Close with 320 CONNECTION_FORCED (shutdown, the vhost or user deleted)."""

@@ -93,6 +93,11 @@ def _class_method(m: Any) -> tuple[int, int]:
 
 
 class AMQPConnection(ClientConnection):
+    protocol = "AMQP 0-9-1"
+
+    def open_channels(self) -> list[tuple[int, Any]]:
+        return [(n, c.model) for n, c in sorted(self.channels.items())]
+
     def __init__(self, ctx: FrontEnd) -> None:
         super().__init__(ctx)
         self.decoder = Decoder(frame_max=FRAME_MAX_DEFAULT,

@@ -16,7 +16,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ackmq.server.context import HttpContext as Server
+    from ackmq.server.context import HttpContext
 
 log = logging.getLogger("ackmq.http")
 
@@ -61,7 +61,7 @@ def _host_port(host: str, port: int) -> str:
 class HttpListener:
     """The HTTP (and/or HTTPS) listener of one broker, on its HttpContext."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: HttpContext) -> None:
         self.server = server
         server.http = self  # its ports, for /api/overview's listeners
         self._runner: Any = None

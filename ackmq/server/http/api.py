@@ -15,8 +15,8 @@ from aiohttp import web
 
 from ackmq.broker.errors import ReplyError
 from ackmq.broker.queue_type import Queue
-from ackmq.server.http import ops, views
-from ackmq.server.http.app import bad_request, json_response, not_found
+from ackmq.server import ops, views
+from ackmq.server.http.app import json_response
 from ackmq.server.http.common import (
     alisting,
     body_object,
@@ -29,7 +29,7 @@ from ackmq.server.http.common import (
     vhost_arg,
 )
 from ackmq.server.http.sampler import SAMPLER_KEY, RateSampler, exchange_message_stats
-from ackmq.server.http.views import visible_vhosts
+from ackmq.server.views import visible_vhosts
 
 DEFAULT = "amq.default"  # the default exchange's name in paths
 
@@ -67,7 +67,7 @@ def _queue_stats(sampler: RateSampler | None, q: Any) -> dict[str, Any] | None:
 def _queue(request: web.Request) -> Queue:
     q = _vh(request).queues.get(request.match_info["name"])
     if q is None:
-        raise not_found()
+        raise ops.not_found()
     return q
 
 
@@ -83,7 +83,7 @@ async def put_queue(request: web.Request) -> web.Response:
     body = await body_object(request)
     args = body.get("arguments") or {}
     if not isinstance(args, dict):
-        raise bad_request("arguments must be a JSON object")
+        raise ops.bad_request("arguments must be a JSON object")
     durable, auto_delete = flag(body.get("durable")), flag(body.get("auto_delete"))
     srv = server(request)
     existed = name in srv.broker.vhosts[vhost].queues
@@ -97,36 +97,29 @@ async def put_queue(request: web.Request) -> web.Response:
 
 
 async def delete_queue(request: web.Request) -> web.Response:
-    vhost = vhost_arg(request)
     q = _queue(request)
     qs = request.query
-    with ops.MgmtChannel(server(request), user(request).name, vhost) as ch:
-        try:
-            ch.access.configure("queue", q.name)
-            ch.vhost.delete_queue(q, if_unused=flag(qs.get("if-unused")),
-                                  if_empty=flag(qs.get("if-empty")))
-        except ReplyError as e:
-            raise ops.http_error(e) from None
+    try:
+        ops.delete_queue(server(request), user(request).name, q,
+                         if_unused=flag(qs.get("if-unused")), if_empty=flag(qs.get("if-empty")))
+    except ReplyError as e:
+        raise ops.http_error(e) from None
     return no_content()
 
 
 async def purge_queue(request: web.Request) -> web.Response:
-    vhost = vhost_arg(request)
     q = _queue(request)
-    with ops.MgmtChannel(server(request), user(request).name, vhost) as ch:
-        try:
-            ch.access.read("queue", q.name)
-            ch.vhost.check_exclusive(q, None)
-            q.purge()
-        except ReplyError as e:
-            raise ops.http_error(e) from None
+    try:
+        ops.purge(server(request), user(request).name, q)
+    except ReplyError as e:
+        raise ops.http_error(e) from None
     return no_content()
 
 
 async def get_messages(request: web.Request) -> web.Response:
     vhost = vhost_arg(request)
     body = await body_object(request)
-    return json_response(ops.get(server(request), user(request).name, vhost,
+    return json_response(ops.get_json(server(request), user(request).name, vhost,
                                  request.match_info["name"], body))
 
 
@@ -149,7 +142,7 @@ async def list_exchanges(request: web.Request) -> web.StreamResponse:
 def _exchange(request: web.Request) -> Any:
     x = _vh(request).exchanges.get(_xname(request))
     if x is None:
-        raise not_found()
+        raise ops.not_found()
     return x
 
 
@@ -166,7 +159,7 @@ async def put_exchange(request: web.Request) -> web.Response:
     body = await body_object(request)
     args = body.get("arguments") or {}
     if not isinstance(args, dict):
-        raise bad_request("arguments must be a JSON object")
+        raise ops.bad_request("arguments must be a JSON object")
     type_ = body.get("type") or "direct"
     srv = server(request)
     existed = name in srv.broker.vhosts[vhost].exchanges
@@ -196,7 +189,7 @@ async def delete_exchange(request: web.Request) -> web.Response:
 async def publish(request: web.Request) -> web.Response:
     vhost = vhost_arg(request)
     body = await body_object(request)
-    return json_response(await ops.publish(server(request), user(request).name, vhost,
+    return json_response(await ops.publish_json(server(request), user(request).name, vhost,
                                            _xname(request), body))
 
 
@@ -228,7 +221,7 @@ def _pair(request: web.Request) -> tuple[Any, str, str, str]:
     if kind == "exchange" and dest == DEFAULT:
         dest = ""
     if src not in vh.exchanges or dest not in (vh.queues if kind == "queue" else vh.exchanges):
-        raise not_found()
+        raise ops.not_found()
     return vh, src, kind, dest
 
 
@@ -247,7 +240,7 @@ async def create_binding(request: web.Request) -> web.Response:
     key = body.get("routing_key", "")
     args = body.get("arguments") or {}
     if not isinstance(key, str) or not isinstance(args, dict):
-        raise bad_request("routing_key must be a string and arguments an object")
+        raise ops.bad_request("routing_key must be a string and arguments an object")
     with ops.MgmtChannel(server(request), user(request).name, vh.name) as ch:
         try:
             a = ch.access
@@ -269,7 +262,7 @@ def _binding(request: web.Request) -> tuple[Any, str, str, str, dict[str, Any]]:
     for b in _between(vh, src, kind, dest):
         if b["properties_key"] == props:
             return vh, src, kind, dest, b
-    raise not_found()
+    raise ops.not_found()
 
 
 async def get_binding(request: web.Request) -> web.Response:

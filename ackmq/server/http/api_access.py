@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from ackmq.broker.access import SHA256, AccessError, compile_check
-from ackmq.server.http.app import HTTPError, bad_request, not_found, requires
+from ackmq.server.http.app import requires
 from ackmq.server.http.common import (
     body_object,
     listing,
@@ -20,10 +20,11 @@ from ackmq.server.http.common import (
     user,
     vhost_arg,
 )
-from ackmq.server.http.views import node_name, visible_vhosts
+from ackmq.server.ops import OpError, bad_request, not_found
+from ackmq.server.views import node_name, visible_vhosts
 
 
-def key_missing(keys: list[str]) -> HTTPError:
+def key_missing(keys: list[str]) -> OpError:
     """RabbitMQ's text for absent keys: an Erlang list as `~p` prints it (one line
     while it fits in 80 columns)."""
     items = [f"{{key_missing,{k}}}" for k in keys]

@@ -6,8 +6,9 @@ from __future__ import annotations
 from aiohttp import web
 
 from ackmq.server import definitions
-from ackmq.server.http.app import bad_request, json_response, requires
+from ackmq.server.http.app import json_response, requires
 from ackmq.server.http.common import body_json, no_content, server, vhost_arg
+from ackmq.server.ops import bad_request
 
 
 def _download(request: web.Request, data: dict) -> web.Response:

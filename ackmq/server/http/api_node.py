@@ -4,14 +4,12 @@ connections and channels, monitoring and administrator users everyone's."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from typing import Any
 
 from aiohttp import web
 
-from ackmq.server.http import views
-from ackmq.server.http.app import json_response, not_found, public, requires
+from ackmq.server import ops, views
+from ackmq.server.http.app import json_response, public, requires
 from ackmq.server.http.common import listing, no_content, one, sees_all, server, user, vhost_arg
 from ackmq.server.http.sampler import SAMPLER_KEY, channel_message_stats, connection_rates
 
@@ -37,55 +35,16 @@ async def extensions(request: web.Request) -> web.Response:
     return json_response([])
 
 
-def node_json(srv: Any) -> dict[str, Any]:
-    mon = srv.alarms
-    lim = mon.limits if mon is not None else None
-    active = set(lim.active) if lim is not None else set()
-    disk_free = 0
-    if srv.config.data_dir is not None:
-        try:
-            disk_free = shutil.disk_usage(srv.config.data_dir).free
-        except OSError:
-            pass
-    return {
-        "name": views.node_name(), "type": "disc", "running": True,
-        "os_pid": views.os_pid(), "uptime": views.uptime_ms(), "processors": os.cpu_count(),
-        "rates_mode": "basic", "partitions": [], "run_queue": 0,
-        "mem_used": getattr(mon, "rss", 0) or 0,
-        "mem_limit": getattr(lim, "memory_limit", 0) or 0, "mem_alarm": "memory" in active,
-        "mem_calculation_strategy": "rss",
-        "disk_free": getattr(mon, "disk_free", None) or disk_free,
-        "disk_free_limit": getattr(lim, "disk_free_limit", 0) or 0,
-        "disk_free_alarm": "disk" in active,
-        "fd_total": _fd_limit(), "sockets_total": _fd_limit(),
-        "sockets_used": len(srv.connections), "proc_total": 0, "proc_used": 0,
-        "exchange_types": views.EXCHANGE_TYPES,
-        "auth_mechanisms": [{"name": m, "description": m, "enabled": True}
-                            for m in ("PLAIN", "AMQPLAIN")],
-        "applications": [], "contexts": views.contexts(srv),
-        "enabled_plugins": ["rabbitmq_management"], "log_files": [], "config_files": [],
-        "db_dir": str(srv.config.data_dir or ""), "net_ticktime": 60, "cluster_links": [],
-    }
-
-
-def _fd_limit() -> int:
-    try:
-        import resource
-        return int(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    except (ImportError, ValueError, OSError):
-        return 0
-
-
 @requires("monitoring")
 async def nodes(request: web.Request) -> web.Response:
-    return listing(request, [node_json(server(request))])
+    return listing(request, [views.node(server(request))])
 
 
 @requires("monitoring")
 async def node(request: web.Request) -> web.Response:
     if request.match_info["node"] != views.node_name():
-        raise not_found()
-    return one(request, node_json(server(request)))
+        raise ops.not_found()
+    return one(request, views.node(server(request)))
 
 
 # -- health checks (rabbit_mgmt_wm_health_check_*) --------------------------------------
@@ -167,7 +126,7 @@ def _connection(request: web.Request) -> Any:
     for c in _connections(request):
         if views.connection_name(c) == name:
             return c
-    raise not_found()
+    raise ops.not_found()
 
 
 async def get_connection(request: web.Request) -> web.Response:
@@ -180,8 +139,7 @@ async def close_connection(request: web.Request) -> web.Response:
     via management plugin"."""
     conn = _connection(request)
     reason = request.headers.get("X-Reason", CLOSED_VIA_MGMT)[:200]
-    conn.force_close(reason)
-    server(request).request_flush()
+    ops.close_connection(server(request), conn, reason)
     return no_content()
 
 
@@ -215,7 +173,7 @@ async def get_channel(request: web.Request) -> web.Response:
                 return one(request, {**shown, "publishes": [], "deliveries": [],
                                      "consumer_details": [views.consumer(k) for k in
                                                           list(ch.consumers.values())]})
-    raise not_found()
+    raise ops.not_found()
 
 
 async def list_consumers(request: web.Request) -> web.Response:

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from ackmq.server import admission
+from ackmq.server.ops import OpError
 
 if TYPE_CHECKING:
-    from ackmq.server.context import HttpContext as Server
+    from ackmq.server.context import HttpContext
 
 log = logging.getLogger("ackmq.http")
 
@@ -83,24 +84,6 @@ def error(status: int, err: str, reason: str, headers: dict[str, str] | None = N
     return json_response({"error": err, "reason": reason}, status, headers)
 
 
-class HTTPError(Exception):
-    """Raised by a handler: answered as RabbitMQ's JSON error."""
-
-    def __init__(self, status: int, err: str, reason: str, shown: Any = None) -> None:
-        """`shown`: the reason as RabbitMQ's JSON has it when that is not a string
-        (["not_boolean", "yes"])."""
-        super().__init__(reason)
-        self.status, self.err, self.reason, self.shown = status, err, reason, shown
-
-
-def not_found() -> HTTPError:
-    return HTTPError(404, "Object Not Found", "Not Found")
-
-
-def bad_request(reason: str) -> HTTPError:
-    return HTTPError(400, "bad_request", reason)
-
-
 def _credentials(request: web.Request) -> tuple[str, str]:
     """RabbitMQ's answers: no Authorization -> 401 with an empty body; a Basic header
     that does not decode to user:password -> 400 with an empty body; another scheme
@@ -125,7 +108,7 @@ def _login_failed() -> _Refused:
     return _Refused(error(401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM}))
 
 
-def authenticate(server: Server, request: web.Request) -> Any:
+def authenticate(server: HttpContext, request: web.Request) -> Any:
     """The user named by the Authorization header (the same check as the AMQP login:
     the broker's users, guest from loopback only), or a _Refused with RabbitMQ's reply:
     a failed login is 401 "not_authorized"/"Login failed" (RabbitMQ's spelling there)."""
@@ -170,7 +153,7 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except _Refused as e:
         return e.response
-    except HTTPError as e:
+    except OpError as e:
         resp = json_response({"error": e.err, "reason": e.reason if e.shown is None
                               else e.shown}, e.status)
         if e.status == 413:  # the body is not read: this connection cannot go on
@@ -184,7 +167,7 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error(400, "bad_request", str(e) or type(e).__name__)
 
 
-def build_app(server: Server) -> web.Application:
+def build_app(server: HttpContext) -> web.Application:
     app = web.Application(middlewares=[_auth], client_max_size=MAX_BODY)
     app[SERVER_KEY] = server
     for name in FEATURES:

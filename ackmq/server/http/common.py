@@ -13,14 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ackmq.server.http.app import (
-    SERVER_KEY,
-    USER_KEY,
-    HTTPError,
-    bad_request,
-    json_response,
-    not_found,
-)
+from ackmq.server.http.app import SERVER_KEY, USER_KEY, json_response
+from ackmq.server.ops import OpError, bad_request, not_found
 
 
 def server(request: web.Request) -> Any:
@@ -49,7 +43,7 @@ def vhost_arg(request: web.Request, key: str = "vhost") -> str:
     if not is_admin(u) and not srv.access.vhost_access(u.name, name):
         # RabbitMQ: even a monitoring user, who lists every vhost, needs permissions
         # on one to read its objects by path
-        raise HTTPError(401, "not_authorised", "User not authorised to access virtual host")
+        raise OpError(401, "not_authorised", "User not authorised to access virtual host")
     return name
 
 
@@ -59,11 +53,11 @@ async def body_json(request: web.Request, default: Any = None) -> Any:
     from ackmq.server.http.app import MAX_BODY
     if request.content_length is not None and request.content_length > MAX_BODY:
         # refused before reading: a client announcing 1 GB gets its answer at once
-        raise HTTPError(413, "Payload Too Large", f"request body above {MAX_BODY} bytes")
+        raise OpError(413, "Payload Too Large", f"request body above {MAX_BODY} bytes")
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        raise HTTPError(413, "Payload Too Large", f"request body above {MAX_BODY} bytes"
+        raise OpError(413, "Payload Too Large", f"request body above {MAX_BODY} bytes"
                         ) from None
     if not raw.strip():
         return {} if default is None else default
@@ -87,7 +81,7 @@ def flag(value: Any, default: bool = False) -> bool:
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise HTTPError(400, "bad_request", f"not_boolean: {value!r}", ["not_boolean", value])
+    raise OpError(400, "bad_request", f"not_boolean: {value!r}", ["not_boolean", value])
 
 
 def _pick(item: dict[str, Any], path: list[str]) -> Any:
@@ -192,7 +186,7 @@ def _paginate(qs: Any, items: list[dict[str, Any]], page: str) -> dict[str, Any]
     """rabbit_mgmt_util:paginate with its answers: unparsable -> "Pagination parameters
     are invalid"; page < 1 or a page size outside 1..500 -> invalid_pagination_parameters;
     a page past the end -> page_out_of_range."""
-    invalid = HTTPError(400, "bad_request", "Pagination parameters are invalid")
+    invalid = OpError(400, "bad_request", "Pagination parameters are invalid")
     size_text = qs.get("page_size")
     try:
         pageno = int(page)
@@ -200,7 +194,7 @@ def _paginate(qs: Any, items: list[dict[str, Any]], page: str) -> dict[str, Any]
     except ValueError:
         raise invalid from None
     if pageno < 1 or not 1 <= size <= 500:
-        raise HTTPError(400, "invalid_pagination_parameters",
+        raise OpError(400, "invalid_pagination_parameters",
                         f"Invalid pagination parameters: page number {pageno}, page size "
                         f"{size_text if size_text is not None else 'undefined'}")
     total = len(items)
@@ -216,7 +210,7 @@ def _paginate(qs: Any, items: list[dict[str, Any]], page: str) -> dict[str, Any]
             items = [i for i in items if name.lower() in str(i.get("name", "")).lower()]
     filtered = len(items)
     if (pageno - 1) * size >= filtered and pageno > 1:
-        raise HTTPError(400, "page_out_of_range", f"Page out of range, page: {pageno} page "
+        raise OpError(400, "page_out_of_range", f"Page out of range, page: {pageno} page "
                         f"size: {size}, len: {filtered}")
     chunk = items[(pageno - 1) * size: pageno * size]
     return {"filtered_count": filtered, "item_count": len(chunk), "items": chunk,

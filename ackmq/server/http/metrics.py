@@ -36,7 +36,7 @@ from ackmq.server.http.app import SERVER_KEY, public
 log = logging.getLogger("ackmq.http.metrics")
 
 if TYPE_CHECKING:
-    from ackmq.server.context import HttpContext as Server
+    from ackmq.server.context import HttpContext
 
 # the text format generate_latest writes (prometheus_client >= 0.22 names 1.0.0 its
 # default; RabbitMQ 3.10 and every Prometheus server read 0.0.4)
@@ -100,9 +100,9 @@ def _fds() -> tuple[int, int]:
     return open_fds, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def collect(server: Server, per_object: bool) -> Iterator[Metric]:
+def collect(server: HttpContext, per_object: bool) -> Iterator[Metric]:
     """Every metric family of one scrape."""
-    from ackmq.server.http.views import node_name  # the API's node name
+    from ackmq.server.views import node_name  # the API's node name
     from ackmq.version import VERSION as __version__
     node = node_name()
     info = UnknownMetricFamily("rabbitmq_identity_info", "RabbitMQ node & cluster identity info",
@@ -268,14 +268,14 @@ async def per_queue_text_chunked(queues: list[Any]) -> str:
 class _Scrape:
     """What generate_latest wants: something with collect()."""
 
-    def __init__(self, server: Server, per_object: bool) -> None:
+    def __init__(self, server: HttpContext, per_object: bool) -> None:
         self.server, self.per_object = server, per_object
 
     def collect(self) -> Iterator[Metric]:
         return collect(self.server, self.per_object)
 
 
-def render(server: Server, per_object: bool = False, queues: bool = True) -> bytes:
+def render(server: HttpContext, per_object: bool = False, queues: bool = True) -> bytes:
     """The whole scrape (`queues=False`: without /metrics/per-object's queue lines)."""
     text = generate_latest(_Scrape(server, per_object))  # type: ignore[arg-type]
     if per_object and queues:
@@ -306,7 +306,7 @@ class PrometheusListener:
     as RabbitMQ's prometheus plugin (15692), started and stopped with the management
     app (on the same loop, no login)."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: HttpContext) -> None:
         self.server = server
         self.port = 0
         self.url = ""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 if TYPE_CHECKING:
-    from ackmq.server.context import HttpContext as Server
+    from ackmq.server.context import HttpContext
 
 INTERVAL = 5.0  # seconds between samples (RabbitMQ's collect_statistics_interval)
 HISTORY = 120   # samples kept for the chart: 10 minutes
@@ -102,7 +102,7 @@ class Sample:
 
 
 class RateSampler:
-    def __init__(self, server: Server, interval: float = INTERVAL) -> None:
+    def __init__(self, server: HttpContext, interval: float = INTERVAL) -> None:
         self.server = server
         self.interval = interval
         self.history: deque[Sample] = deque(maxlen=HISTORY)

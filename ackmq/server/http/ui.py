@@ -8,8 +8,10 @@ API. ackmq.js re-fetches the page every few seconds and swaps its `#live` part. 
 are POSTed forms that run the operation an AMQP client would, under the user's
 permissions (a ChannelAccess, as a channel of that user): purge needs read, delete
 configure, publish write, get read; closing another user's connection needs the
-administrator tag, as RabbitMQ. A POST from another origin is refused (the browser
-sends basic credentials with any request to us).
+administrator tag, as RabbitMQ. The operations are the management plane's own
+(server/ops.py), the same the API and `ackmq ctl` call: a publish answers once it is
+confirmed, a purge is refused on another connection's exclusive queue. A POST from
+another origin is refused (the browser sends basic credentials with any request to us).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from ackmq.broker.access import AccessError, ChannelAccess
+from ackmq.broker.access import AccessError
 from ackmq.broker.errors import ReplyError
-from ackmq.server.http import views
+from ackmq.protocol.amqp.property_names import RABBIT_NAMES
+from ackmq.server import ops, views
 from ackmq.server.http.app import SERVER_KEY, has_tag
 from ackmq.server.http.sampler import SAMPLER_KEY, RateSampler
 from ackmq.server.http.ui_html import (
@@ -43,7 +46,7 @@ from ackmq.server.http.ui_html import (
 )
 
 if TYPE_CHECKING:
-    from ackmq.server.context import HttpContext as Server
+    from ackmq.server.context import HttpContext
 
 log = logging.getLogger("ackmq.http.ui")
 
@@ -58,34 +61,12 @@ class UIError(Exception):
 
 
 # -- snapshots of the model -----------------------------------------------------------
-def _server(request: web.Request) -> Server:
+def _server(request: web.Request) -> HttpContext:
     return request.app[SERVER_KEY]
 
 
 def _vhosts(request: web.Request) -> list[str]:
     return views.visible_vhosts(_server(request), request["user"])
-
-
-def conn_name(conn: Any) -> str:
-    """RabbitMQ's connection name: "peer_host:port -> local_host:port"."""
-    peer = conn.peer or ("?", 0)
-    t = conn.transport
-    local = t.get_extra_info("sockname") if t is not None else None
-    local = local or ("?", 0)
-    return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
-
-
-def protocol(conn: Any) -> str:
-    return "STOMP 1.2" if type(conn).__name__.startswith("Stomp") else "AMQP 0-9-1"
-
-
-def _channels(conn: Any) -> list[tuple[int, Any]]:
-    """(number, ChannelModel) of a connection: AMQP's channels, STOMP's one."""
-    chans = getattr(conn, "channels", None)
-    if chans is not None:
-        return [(n, ch.model) for n, ch in sorted(chans.items())]
-    ch = getattr(conn, "channel", None)
-    return [(1, ch)] if ch is not None else []
 
 
 def _connections(request: web.Request) -> list[Any]:
@@ -94,7 +75,7 @@ def _connections(request: web.Request) -> list[Any]:
     all_ = views.sees_all_connections(user)
     conns = [c for c in server.connections if c.vhost_name in vhosts
              and (all_ or c.user == user.name)]
-    return sorted(conns, key=conn_name)
+    return sorted(conns, key=views.connection_name)
 
 
 def _queues(request: web.Request) -> list[Any]:
@@ -139,7 +120,7 @@ def _qtype(q: Any) -> str:
     return str(q.arguments.get("x-queue-type") or getattr(q, "kind", "") or "classic")
 
 
-def _latency(server: Server) -> dict[str, float | None]:
+def _latency(server: HttpContext) -> dict[str, float | None]:
     st = getattr(server.broker.store, "stats", None)
     cl = server.broker.stats.confirm_latency
     out: dict[str, float | None] = {"confirm_p50": cl.quantile(0.5),
@@ -155,7 +136,7 @@ def _latency(server: Server) -> dict[str, float | None]:
     return out
 
 
-def _alarms(server: Server) -> list[str]:
+def _alarms(server: HttpContext) -> list[str]:
     return sorted(server.alarms.limits.active) if server.alarms is not None else []
 
 
@@ -198,7 +179,7 @@ async def overview(request: web.Request) -> web.Response:
                    "deliver": sampler.series("delivered"),
                    "ack": sampler.series("acknowledged")})
     objects = table(["Connections", "Channels", "Exchanges", "Queues", "Consumers"],
-                    [[num(len(conns)), num(sum(len(_channels(c)) for c in conns)),
+                    [[num(len(conns)), num(sum(len(views.channels_of(c)) for c in conns)),
                       num(sum(len(broker.vhosts[v].exchanges) for v in vhosts
                               if v in broker.vhosts)),
                       f'<span id="total-queues">{num(len(queues))}</span>',
@@ -297,8 +278,8 @@ async def queue_page(request: web.Request, flash: str = "", error: bool = False,
                       f'<span id="q-unacked">{num(q.unacked_count)}</span>',
                       num(q.message_count + q.unacked_count), num(q.consumer_count),
                       rate(inc), rate(dlv), rate(ack)]], "queue")
-    names = {id(ch): (conn_name(c), n) for c in _server(request).connections
-             for n, ch in _channels(c)}
+    names = {id(ch): (views.connection_name(c), n) for c in _server(request).connections
+             for n, ch in views.channels_of(c)}
     consumers = table(["Channel", "Consumer tag", "Ack required", "Prefetch", "Unacked",
                        "Exclusive"],
                       [[e(f"{names.get(id(c.channel), ('?', 0))[0]} "
@@ -349,16 +330,16 @@ async def queue_page(request: web.Request, flash: str = "", error: bool = False,
 async def connections_page(request: web.Request) -> web.Response:
     rows, chans = [], []
     for c in _connections(request):
-        name = conn_name(c)
+        name = views.connection_name(c)
         props = getattr(c, "client_properties", None) or {}
         client = " ".join(str(props.get(k, "")) for k in ("product", "version")).strip()
-        rows.append([e(name), e(c.user), e(c.vhost_name), e(protocol(c)),
-                     e(client), num(len(_channels(c))),
+        rows.append([e(name), e(c.user), e(c.vhost_name), e(c.protocol),
+                     e(client), num(len(views.channels_of(c))),
                      '<span class="badge red">blocked</span>'
                      if getattr(c, "alarm_blocked", False) else "running",
                      form("/connections/close", hidden(name=name), "Close",
                           f"Close the connection {name}?", cls="close danger")])
-        for n, ch in _channels(c):
+        for n, ch in views.channels_of(c):
             mode = "confirm" if ch.confirms is not None else (
                 "transactional" if ch.tx is not None else "")
             chans.append([e(f"{name} ({n})"), e(c.user), e(ch.vhost.name), e(mode),
@@ -439,10 +420,6 @@ def _same_origin(request: web.Request) -> None:
             return
 
 
-def _access(request: web.Request, vhost: str) -> ChannelAccess:
-    return ChannelAccess(_server(request).access, request["user"].name, vhost)
-
-
 def _back(path: str, msg: str, error: bool = False, **params: str) -> web.HTTPSeeOther:
     params = {**params, "msg": msg}
     if error:
@@ -457,22 +434,22 @@ async def queue_action(request: web.Request) -> web.StreamResponse:
     vhost, name = str(data.get("vhost", "/")), str(data.get("name", ""))
     q = _queue(request, vhost, name)
     server = _server(request)
+    who = request["user"].name
     try:
         if action == "purge":
-            _access(request, vhost).read("queue", name)
-            n = q.purge()
+            n = ops.purge(server, who, q)
             msg = f"Queue purged ({n} messages)"
         elif action == "delete":
-            _access(request, vhost).configure("queue", name)
-            q.vhost.delete_queue(q)
-            server.request_flush()
+            ops.delete_queue(server, who, q)
             raise _back("/queues", f"Queue {name} deleted")
         elif action == "publish":
-            msg = _publish(request, q, data)
+            msg = await _publish(request, q, data)
         elif action == "get":
             return await queue_page(request, got=_get(request, q, data))
         else:
             raise web.HTTPNotFound()
+    except ops.OpError as err:
+        raise _back("/queue", err.reason, True, vhost=vhost, name=name) from None
     except (ReplyError, AccessError, UIError) as err:
         text = getattr(err, "text", None) or str(err)
         raise _back("/queue", text, True, vhost=vhost, name=name) from None
@@ -491,103 +468,61 @@ def _pairs(text: str) -> dict[str, str]:
     return out
 
 
-class _Output:
-    """The channel output of a UI publish or get: nothing goes to a socket."""
-
-    writable = True
-
-    def deliver(self, *a: Any) -> None: ...
-
-    def unroutable(self, *a: Any) -> None: ...
-
-    def confirm(self, *a: Any) -> None: ...
-
-    def consumer_cancelled(self, *a: Any) -> None: ...
-
-    def close(self, *a: Any) -> None: ...
+# the publish form's own fields: the delivery mode and the headers
+FORM_PROPERTIES = tuple(n for n in RABBIT_NAMES if n not in ("headers", "delivery_mode"))
 
 
-def _channel(request: web.Request, q: Any) -> Any:
-    """A channel of the logged-in user on the queue's vhost, with their permissions."""
-    server, user = _server(request), request["user"].name
-    ch = server.broker.open_channel(q.vhost, object(), _Output(), user)
-    ch.access = _access(request, q.vhost.name)
-    return ch
-
-
-def _publish(request: web.Request, q: Any, data: Any) -> str:
-    from pamqp import commands
-
-    from ackmq.protocol.amqp.properties import encode_properties
-    props = _pairs(str(data.get("properties", "")))
+async def _publish(request: web.Request, q: Any, data: Any) -> str:
+    """The form's message to the default exchange with the queue's name, answered once
+    confirmed (on disk if persistent and the queue durable), as the API's publish."""
+    props: dict[str, Any] = _pairs(str(data.get("properties", "")))
     headers = _pairs(str(data.get("headers", "")))
     mode = 2 if str(data.get("delivery_mode", "2")) == "2" else 1
-    allowed = {"content_type", "content_encoding", "priority", "correlation_id",
-               "reply_to", "expiration", "message_id", "type", "user_id", "app_id"}
-    bad = sorted(set(props) - allowed)
+    bad = sorted(set(props) - set(FORM_PROPERTIES))
     if bad:
         raise UIError(f"unknown properties {', '.join(bad)} (known: "
-                      f"{', '.join(sorted(allowed))})")
-    if "priority" in props:
-        try:
-            props["priority"] = int(props["priority"])  # type: ignore[assignment]
-        except ValueError:
-            raise UIError("priority: a number from 0 to 255") from None
-    try:
-        p = commands.Basic.Properties(delivery_mode=mode, headers=headers or None, **props)
-        blob = encode_properties(p)
-    except (TypeError, ValueError) as err:
-        raise UIError(f"bad properties: {err}") from None
+                      f"{', '.join(sorted(FORM_PROPERTIES))})")
+    for k in ("priority", "timestamp"):
+        if k in props:
+            try:
+                props[k] = int(props[k])
+            except ValueError:
+                raise UIError(f"{k}: a number" + (" from 0 to 255" if k == "priority"
+                                                   else " (seconds since 1970)")) from None
+    blob = ops.encode_properties({**props, "delivery_mode": mode,
+                                  "headers": headers or None})
     payload = str(data.get("payload", "")).encode()
-    ch = _channel(request, q)
-    try:
-        ch.basic_publish("", q.name, False, False, blob, payload)
-    finally:
-        ch.close()
+    await ops.publish(_server(request), request["user"].name, q.vhost.name, "", q.name,
+                      blob, payload, mandatory=False)
     return "Message published."
 
 
 def _get(request: web.Request, q: Any, data: Any) -> str:
-    from ackmq.protocol.amqp.properties import PropertiesView
     try:
         count = max(1, min(GET_LIMIT, int(str(data.get("count", "1")))))
     except ValueError:
         count = 1
-    requeue = str(data.get("ackmode", "ack_requeue_true")) == "ack_requeue_true"
-    ch = _channel(request, q)
-    got = []
-    try:
-        for _ in range(count):
-            r = ch.basic_get(q.name, no_ack=not requeue)
-            if r is None:
-                break
-            tag, entry, left = r
-            msg = entry.message
-            got.append((msg, left, entry.redelivered, PropertiesView(msg.properties)))
-        # requeue: close() puts the unacked ones back in place, in order
-    finally:
-        ch.close()
-        _server(request).request_flush()
+    ackmode = str(data.get("ackmode", "ack_requeue_true"))
+    if ackmode != "ack_requeue_false":
+        ackmode = "ack_requeue_true"  # put back in place, in order
+    got = ops.get(_server(request), request["user"].name, q.vhost.name, q.name, count,
+                  ackmode)
     if not got:
         return '<p class="flash" id="got">Queue is empty</p>'
     parts = []
-    for i, (msg, left, redelivered, pv) in enumerate(got, 1):
-        headers = getattr(pv, "headers", None)
-        body = bytes(msg.body)
-        try:
-            shown, enc = body.decode("utf-8"), "string"
-        except UnicodeDecodeError:
-            import base64
-            shown, enc = base64.b64encode(body).decode(), "base64"
+    for i, m in enumerate(got, 1):
+        props = m["properties"]
+        shown = ", ".join(f"{k}: {v}" for k, v in props.items() if k != "headers")
         parts.append(table(["Message", str(i)], [
-            ["Exchange", e(msg.exchange or "(AMQP default)")],
-            ["Routing key", e(msg.routing_key)],
-            ["Redelivered", e(redelivered)],
-            ["Remaining", e(left)],
-            ["Properties", e(f"delivery_mode: {msg.delivery_mode}")
-             + (e(f" · headers: {headers}") if headers else "")],
-            ["Payload", f'<pre class="payload">{e(shown)}</pre> '
-                        f'<span class="hint">{len(body)} bytes, {enc}</span>']]))
+            ["Exchange", e(m["exchange"] or "(AMQP default)")],
+            ["Routing key", e(m["routing_key"])],
+            ["Redelivered", e(m["redelivered"])],
+            ["Remaining", e(m["message_count"])],
+            ["Properties", e(shown or "–")
+             + (e(f" · headers: {props['headers']}") if props.get("headers") else "")],
+            ["Payload", f'<pre class="payload">{e(m["payload"])}</pre> '
+                        f'<span class="hint">{m["payload_bytes"]} bytes, '
+                        f'{m["payload_encoding"]}</span>']]))
     return f'<div id="got">{"".join(parts)}</div>'
 
 
@@ -597,11 +532,10 @@ async def close_connection(request: web.Request) -> web.StreamResponse:
     name = str(data.get("name", ""))
     user = request["user"]
     for c in _connections(request):
-        if conn_name(c) == name:
+        if views.connection_name(c) == name:
             if c.user != user.name and "administrator" not in user.tags:
                 raise _back("/connections", "Not administrator user", True)
-            c.force_close(CLOSE_REASON)
-            _server(request).request_flush()
+            ops.close_connection(_server(request), c, CLOSE_REASON)
             log.info("connection %s closed from the web UI by %s", name, user.name)
             raise _back("/connections", f"Connection {name} closed")
     raise _back("/connections", f"no connection {name}", True)

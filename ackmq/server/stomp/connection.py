@@ -147,6 +147,14 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
     def vhost_name(self) -> str | None:
         return None if self.channel is None else self.channel.vhost.name
 
+    @property
+    def protocol(self) -> str:  # type: ignore[override]
+        return f"STOMP {self.version or '1.2'}"  # the negotiated version
+
+    def open_channels(self) -> list[tuple[int, Any]]:
+        ch = self.channel
+        return [(1, ch)] if ch is not None and ch.open else []
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._release()
         self._to(S.CLOSED)

@@ -1,11 +1,11 @@
-"""`ackmq ctl VERB ...`: rabbitmqctl's user, vhost and permission verbs against a running
-broker, over its admin socket (`<data dir>/ctl.sock`, mode 0600)."""
+"""`ackmq ctl VERB ...`: rabbitmqctl's verbs against a running broker, over its admin
+socket (`<data dir>/ctl.sock`, mode 0600: socket_client.py) or a management API
+(`--url`: http_client.py); the parser, the verbs' info lines and the printing."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -112,8 +112,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(the list_*/purge/delete/close/status/environment, definitions, "
                         "user, vhost and permission verbs), instead of the admin socket")
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
-    from ackmq import ctl_topology
-    ctl_topology.add_parsers(sub)
+    from ackmq.ctl import topology
+    topology.add_parsers(sub)
     for verb, (names, _info) in VERBS.items():
         vp = sub.add_parser(verb)
         if verb in VHOST_VERBS:
@@ -129,43 +129,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 vp.add_argument(n)
 
 
-def request(path: Path, verb: str, args: list[str], vhost: str = "/",
-            timeout: float = 30.0, **extra: Any) -> dict[str, Any]:
-    """One request to the admin socket; raises OSError if no broker listens there."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(str(path))
-        s.sendall(json.dumps({"verb": verb, "args": args, "vhost": vhost, **extra}).encode()
-                  + b"\n")
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                raise OSError("the broker closed the admin socket without answering")
-            buf += chunk
-    reply: dict[str, Any] = json.loads(buf)
-    return reply
-
-
 def run(args: argparse.Namespace) -> int:
-    from ackmq import ctl_topology
+    from ackmq.ctl import topology
+    from ackmq.ctl.errors import CtlError
+    from ackmq.ctl.http_client import HttpSource
+    from ackmq.ctl.socket_client import SocketSource, request
     path = args.socket or args.data_dir / "ctl.sock"
-    if args.verb in ctl_topology.VERBS or (args.url and args.verb in (
+    if args.verb in topology.VERBS or (args.url and args.verb in (
             "export_definitions", "import_definitions")):
         try:
-            src: Any = (ctl_topology.HttpSource(args.url) if args.url
-                        else ctl_topology.SocketSource(path, request))
-        except ctl_topology.CtlError as e:
+            src: Any = HttpSource(args.url) if args.url else SocketSource(path)
+        except CtlError as e:
             print(f"Error:\n{e.text}", file=sys.stderr)
             return e.code
-        if args.verb in ctl_topology.VERBS:
+        if args.verb in topology.VERBS:
             try:
-                return ctl_topology.run(args, src)
+                return topology.run(args, src)
             except (OSError, ValueError) as e:
                 return _unreachable(path, e)
         return _definitions_http(args, src)
-    from ackmq import ctl_access
-    if args.url and args.verb not in ctl_access.VERBS:
+    from ackmq.ctl import access
+    if args.url and args.verb not in access.VERBS:
         print(f"Error:\n{args.verb} is not available with --url (the admin socket only)",
               file=sys.stderr)
         return 64
@@ -191,11 +175,10 @@ def run(args: argparse.Namespace) -> int:
             return 66
     try:
         if args.url:
-            reply = ctl_access.handle(ctl_topology.HttpSource(args.url), args.verb, values,
-                                      vhost)
+            reply = access.handle(HttpSource(args.url), args.verb, values, vhost)
         else:
             reply = request(path, args.verb, values, vhost, **extra)
-    except ctl_topology.CtlError as e:
+    except CtlError as e:
         print(f"Error:\n{e.text}", file=sys.stderr)
         return e.code
     except (OSError, ValueError) as e:
@@ -241,7 +224,7 @@ def _unreachable(path: Path, e: BaseException) -> int:
 
 def _definitions_http(args: argparse.Namespace, src: Any) -> int:
     """export/import_definitions with --url: GET/POST /api/definitions."""
-    from ackmq import ctl_topology
+    from ackmq.ctl.errors import CtlError
     try:
         if args.verb == "export_definitions":
             text = json.dumps(src.call("GET", "/api/definitions"), indent=2, sort_keys=True)
@@ -257,7 +240,7 @@ def _definitions_http(args: argparse.Namespace, src: Any) -> int:
         defs = json.loads(Path(args.file).read_text("utf-8"))
         src.call("POST", "/api/definitions", defs)
         return 0
-    except ctl_topology.CtlError as e:
+    except CtlError as e:
         print(f"Error:\n{e.text}", file=sys.stderr)
         return e.code
     except (OSError, ValueError) as e:

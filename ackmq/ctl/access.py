@@ -1,5 +1,5 @@
 """`ackmq ctl --url ...` for rabbitmqctl's user, vhost and permission verbs: the same
-replies the admin socket gives (server/admin.py: `{"ok", "columns", "rows"}` or
+replies the admin socket gives (server/ctl/: `{"ok", "columns", "rows"}` or
 `{"ok": false, "code", "error"}`), made from a broker's management API, so `ackmq ctl`
 prints them the same way (and can manage a remote ackmq or RabbitMQ)."""
 
@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from ackmq.ctl_topology import CtlError, HttpSource
+from ackmq.ctl.errors import CtlError
+from ackmq.ctl.http_client import HttpSource
 
 VERBS = ("add_user", "delete_user", "change_password", "set_user_tags", "list_users",
          "add_vhost", "delete_vhost", "list_vhosts", "set_permissions", "clear_permissions",

@@ -1,6 +1,7 @@
 """The M4 verbs' broker side for the local admin socket (`ackmq ctl list_queues`, ...):
-the same JSON the management API answers (server/http/views.py), so `ackmq ctl` formats
-one shape whether it asked the socket or, with `--url`, a remote broker's HTTP API."""
+the same JSON the management API answers (server/views.py) and the same operations
+(server/ops.py), so `ackmq ctl` formats one shape whether it asked the socket or, with
+`--url`, a remote broker's HTTP API."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import AccessError
 from ackmq.broker.errors import ReplyError
-from ackmq.server.http import views
+from ackmq.server import ops, views
+from ackmq.server.ctl.errors import USAGE, nargs
 
 if TYPE_CHECKING:
-    from ackmq.server.server import Server
+    from ackmq.server.context import HttpContext
 
 
 class _Admin:
@@ -21,14 +23,14 @@ class _Admin:
     tags = ["administrator"]
 
 
-def _vhost(server: Server, name: str) -> Any:
+def _vhost(server: HttpContext, name: str) -> Any:
     vh = server.broker.vhosts.get(name)
     if vh is None:
         raise AccessError(f"Virtual host '{name}' does not exist", 65)
     return vh
 
 
-def items(server: Server, kind: str, vhost: str | None) -> list[dict[str, Any]]:
+def items(server: HttpContext, kind: str, vhost: str | None) -> list[dict[str, Any]]:
     """`kind`: queues, exchanges, bindings, connections, channels, consumers; `vhost`
     None: every vhost (connections and channels are listed broker-wide, as
     rabbitmqctl does)."""
@@ -51,41 +53,60 @@ def items(server: Server, kind: str, vhost: str | None) -> list[dict[str, Any]]:
     raise AccessError(f"unknown listing '{kind}'", 64)
 
 
-def node(server: Server) -> dict[str, Any]:
+def node(server: HttpContext) -> dict[str, Any]:
     """What `status` shows: the overview and the node, as GET /api/overview and
     /api/nodes/{node} answer them."""
-    from ackmq.server.http.api_node import node_json
-    return {"overview": views.overview(server, _Admin()), "node": node_json(server)}
+    return {"overview": views.overview(server, _Admin()), "node": views.node(server)}
 
 
-def purge_queue(server: Server, vhost: str, name: str) -> int:
+def purge_queue(server: HttpContext, vhost: str, name: str) -> int:
     q = _vhost(server, vhost).queues.get(name)
     if q is None:
         raise AccessError(f"Queue '{name}' in vhost '{vhost}' not found", 69)
-    n = q.purge()
-    server.request_flush()
-    return n
+    return ops.purge(server, None, q)
 
 
-def delete_queue(server: Server, vhost: str, name: str, if_empty: bool, if_unused: bool
+def delete_queue(server: HttpContext, vhost: str, name: str, if_empty: bool, if_unused: bool
                  ) -> int:
     vh = _vhost(server, vhost)
     q = vh.queues.get(name)
     if q is None:
         raise AccessError("Queue not found", 64)
     try:
-        n = vh.delete_queue(q, if_unused=if_unused, if_empty=if_empty)
+        return ops.delete_queue(server, None, q, if_unused, if_empty)
     except ReplyError as e:
         raise AccessError(e.text, 70) from None
-    server.request_flush()
-    return n
 
 
-def close_connection(server: Server, name: str, reason: str) -> None:
+def close_connection(server: HttpContext, name: str, reason: str) -> None:
     for c in list(server.connections):
         if views.connection_name(c) == name:
-            c.force_close(reason)
-            server.request_flush()
+            ops.close_connection(server, c, reason)
             return
     raise AccessError(f"connection '{name}' not found (the name as list_connections "
                       "name shows it)", 69)
+
+
+def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str, Any]:
+    """M4's verbs: listings in the management API's JSON, which `ackmq ctl` turns into
+    rabbitmqctl's columns; purge, delete, close."""
+    if verb == "list_items":  # args: [kind] or [kind, "all"] for every vhost
+        if not args:  # (found by the admin-socket fuzzer: was an IndexError)
+            raise AccessError("wrong number of arguments: usage: list_items <kind> "
+                              "[all]", USAGE)
+        return {"ok": True, "items": items(
+            ctx, args[0], None if args[1:] == ["all"] else vhost)}
+    if verb == "node_status":
+        return {"ok": True, **node(ctx)}
+    if verb == "purge_queue":
+        nargs(args, 1, "purge_queue [-p <vhost>] <queue>")
+        return {"ok": True, "count": purge_queue(ctx, vhost, args[0])}
+    if verb == "delete_queue":
+        if not args:
+            raise AccessError("wrong number of arguments: usage: delete_queue [-p "
+                              "<vhost>] <queue> [--if-empty] [--if-unused]", USAGE)
+        return {"ok": True, "count": delete_queue(
+            ctx, vhost, args[0], "if-empty" in args[1:], "if-unused" in args[1:])}
+    nargs(args, 2, "close_connection <connection name> <explanation>")
+    close_connection(ctx, args[0], args[1])
+    return {"ok": True}

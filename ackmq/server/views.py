@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import socket
 import sys
 import time
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ackmq.server.context import HttpContext as Server
+    from ackmq.server.context import HttpContext
 
 _STARTED = time.monotonic()
 EXCHANGE_TYPES = [
@@ -37,7 +38,7 @@ def product() -> dict[str, str]:
             "product_name": "ackmq", "rabbitmq_version": "3.10.8"}
 
 
-def visible_vhosts(server: Server, user: Any) -> list[str]:
+def visible_vhosts(server: HttpContext, user: Any) -> list[str]:
     """RabbitMQ: administrator and monitoring users see every vhost; others the vhosts
     they have permissions on."""
     access = server.access
@@ -57,7 +58,7 @@ def _rate(n: int) -> dict[str, Any]:
 _NO_RATE: dict[str, Any] = {"rate": 0.0}
 
 
-def listeners(server: Server) -> list[dict[str, Any]]:
+def listeners(server: HttpContext) -> list[dict[str, Any]]:
     node = node_name()
     out = []
     cfg = server.config
@@ -72,7 +73,7 @@ def listeners(server: Server) -> list[dict[str, Any]]:
     return out
 
 
-def overview(server: Server, user: Any, message_stats: dict[str, Any] | None = None
+def overview(server: HttpContext, user: Any, message_stats: dict[str, Any] | None = None
              ) -> dict[str, Any]:
     """GET /api/overview. Totals cover the vhosts `user` may see; message rates are not
     sampled yet (0.0)."""
@@ -116,9 +117,49 @@ def overview(server: Server, user: Any, message_stats: dict[str, Any] | None = N
     }
 
 
-def contexts(server: Server) -> list[dict[str, Any]]:
+def contexts(server: HttpContext) -> list[dict[str, Any]]:
     return [{"node": node_name(), "description": "ackmq management", "path": "/",
              "port": str(server.http.port if server.http else 0)}]
+
+
+def node(srv: HttpContext) -> dict[str, Any]:
+    """GET /api/nodes/{node}: the node and its resource monitor."""
+    mon = srv.alarms
+    lim = mon.limits if mon is not None else None
+    active = set(lim.active) if lim is not None else set()
+    disk_free = 0
+    if srv.config.data_dir is not None:
+        try:
+            disk_free = shutil.disk_usage(srv.config.data_dir).free
+        except OSError:
+            pass
+    return {
+        "name": node_name(), "type": "disc", "running": True,
+        "os_pid": os_pid(), "uptime": uptime_ms(), "processors": os.cpu_count(),
+        "rates_mode": "basic", "partitions": [], "run_queue": 0,
+        "mem_used": getattr(mon, "rss", 0) or 0,
+        "mem_limit": getattr(lim, "memory_limit", 0) or 0, "mem_alarm": "memory" in active,
+        "mem_calculation_strategy": "rss",
+        "disk_free": getattr(mon, "disk_free", None) or disk_free,
+        "disk_free_limit": getattr(lim, "disk_free_limit", 0) or 0,
+        "disk_free_alarm": "disk" in active,
+        "fd_total": _fd_limit(), "sockets_total": _fd_limit(),
+        "sockets_used": len(srv.connections), "proc_total": 0, "proc_used": 0,
+        "exchange_types": EXCHANGE_TYPES,
+        "auth_mechanisms": [{"name": m, "description": m, "enabled": True}
+                            for m in ("PLAIN", "AMQPLAIN")],
+        "applications": [], "contexts": contexts(srv),
+        "enabled_plugins": ["rabbitmq_management"], "log_files": [], "config_files": [],
+        "db_dir": str(srv.config.data_dir or ""), "net_ticktime": 60, "cluster_links": [],
+    }
+
+
+def _fd_limit() -> int:
+    try:
+        import resource
+        return int(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    except (ImportError, ValueError, OSError):
+        return 0
 
 
 def uptime_ms() -> int:
@@ -262,16 +303,9 @@ def connection_name(conn: Any) -> str:
     return f"{ph}:{pp} -> {h}:{p}"
 
 
-def is_stomp(conn: Any) -> bool:
-    return hasattr(conn, "session")
-
-
 def channels_of(conn: Any) -> list[tuple[int, Any]]:
-    """(number, ChannelModel) of a connection: AMQP's open channels, STOMP's one."""
-    if is_stomp(conn):
-        ch = getattr(conn, "channel", None)
-        return [(1, ch)] if ch is not None and getattr(ch, "open", False) else []
-    return [(n, c.model) for n, c in list(getattr(conn, "channels", {}).items())]
+    """(number, ChannelModel) of a connection's open channels (it lists its own)."""
+    return conn.open_channels()
 
 
 def connection(conn: Any, octet_rates: tuple[float, ...] = (0.0, 0.0)) -> dict[str, Any]:
@@ -280,15 +314,14 @@ def connection(conn: Any, octet_rates: tuple[float, ...] = (0.0, 0.0)) -> dict[s
     t = conn.transport
     h, p = _hostport(t.get_extra_info("sockname") if t is not None else None)
     ssl = t is not None and t.get_extra_info("ssl_object") is not None
-    stomp = is_stomp(conn)
-    props = {} if stomp else jsonable(getattr(conn, "client_properties", {}) or {})
+    props = jsonable(getattr(conn, "client_properties", {}) or {})
     return {
         "auth_mechanism": "PLAIN", "channel_max": getattr(conn, "channel_max", 1),
         "channels": len(channels_of(conn)), "client_properties": props,
         "connected_at": None, "frame_max": getattr(conn, "frame_max", 0),
         "host": h, "name": connection_name(conn), "node": node_name(),
         "peer_host": ph, "peer_port": pp, "port": p,
-        "protocol": f"STOMP {getattr(conn, 'version', '1.2')}" if stomp else "AMQP 0-9-1",
+        "protocol": conn.protocol,
         "ssl": ssl, "state": "blocked" if getattr(conn, "alarm_blocked", False) else "running",
         "timeout": getattr(conn, "heartbeat", 0), "type": "network", "user": conn.user,
         "user_who_performed_action": conn.user, "vhost": conn.vhost_name,

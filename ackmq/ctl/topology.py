@@ -4,21 +4,19 @@ and named), `--formatter json`, purge_queue, delete_queue, close_connection, sta
 environment.
 
 Both ways to a broker answer in the management API's JSON: the local admin socket
-(server/ctl_ops.py) and, with `--url http://user:pass@host:15672`, a remote broker's
-HTTP API (this module's `HttpSource`, RabbitMQ's paths, so it also reads a RabbitMQ).
-This module turns that JSON into rabbitmqctl's rows.
+(socket_client.py, served by server/ctl/) and, with `--url http://user:pass@host:15672`,
+a remote broker's HTTP API (http_client.py, RabbitMQ's paths, so it also reads a
+RabbitMQ). This module turns that JSON into rabbitmqctl's rows.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote, urlsplit
+
+from ackmq.ctl.errors import CtlError
 
 Item = dict[str, Any]
 
@@ -91,12 +89,6 @@ OTHER_VERBS = ("purge_queue", "delete_queue", "close_connection", "status", "env
 VERBS = tuple(LISTS) + OTHER_VERBS
 
 
-class CtlError(Exception):
-    def __init__(self, text: str, code: int) -> None:
-        super().__init__(text)
-        self.text, self.code = text, code
-
-
 # -- values as rabbitmqctl prints them ---------------------------------------------------
 def _erl(v: Any) -> str:
     """rabbitmqctl's table text: [{"key",value}, ...], in the table's order."""
@@ -140,97 +132,6 @@ def _triples(v: Any) -> Any:
     if isinstance(v, list):
         return [[_amqp_type(x), _triples(x)] for x in v]
     return v
-
-
-# -- the two ways to a broker ----------------------------------------------------------
-class SocketSource:
-    """The local admin socket (server/admin.py)."""
-
-    def __init__(self, path: Any, request: Callable[..., dict[str, Any]]) -> None:
-        self.path, self.request = path, request
-
-    def _ok(self, verb: str, args: list[str], vhost: str) -> dict[str, Any]:
-        reply = self.request(self.path, verb, args, vhost)
-        if not reply.get("ok"):
-            raise CtlError(str(reply.get("error")), int(reply.get("code") or 1))
-        return reply
-
-    def items(self, kind: str, vhost: str | None) -> list[Item]:
-        return self._ok("list_items", [kind] + (["all"] if vhost is None else []),
-                        vhost or "/")["items"]
-
-    def node(self) -> dict[str, Any]:
-        return self._ok("node_status", [], "/")
-
-    def purge(self, vhost: str, name: str) -> None:
-        self._ok("purge_queue", [name], vhost)
-
-    def delete_queue(self, vhost: str, name: str, if_empty: bool, if_unused: bool) -> int:
-        flags = (["if-empty"] if if_empty else []) + (["if-unused"] if if_unused else [])
-        return int(self._ok("delete_queue", [name, *flags], vhost)["count"])
-
-    def close(self, name: str, reason: str) -> None:
-        self._ok("close_connection", [name, reason], "/")
-
-
-class HttpSource:
-    """A broker's management API (ackmq's or RabbitMQ's): `http://user:pass@host:port`."""
-
-    def __init__(self, url: str, timeout: float = 30.0) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise CtlError(f"--url must be http(s)://user:pass@host:port, got {url!r}", 64)
-        port = f":{parts.port}" if parts.port else ""
-        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-        self.base = f"{parts.scheme}://{host}{port}{parts.path.rstrip('/')}"
-        creds = f"{parts.username or 'guest'}:{parts.password or 'guest'}"
-        self.auth = "Basic " + base64.b64encode(creds.encode()).decode()
-        self.timeout = timeout
-
-    def call(self, method: str, path: str, body: Any = None,
-             headers: dict[str, str] | None = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.base + path, data=data, method=method, headers={
-            "Authorization": self.auth, "Content-Type": "application/json", **(headers or {})})
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                raw = r.read()
-        except urllib.error.HTTPError as e:
-            try:
-                reason = json.loads(e.read()).get("reason") or e.reason
-            except ValueError:
-                reason = e.reason
-            code = 69 if e.code == 404 else 77 if e.code == 401 else 70
-            raise CtlError(f"{method} {path}: {e.code} {reason}", code) from None
-        except OSError as e:
-            raise CtlError(f"cannot reach {self.base}: {getattr(e, 'reason', e)}", 69) from None
-        return json.loads(raw) if raw.strip() else None
-
-    def items(self, kind: str, vhost: str | None) -> list[Item]:
-        path = f"/api/{kind}" if vhost is None else f"/api/{kind}/{quote(vhost, safe='')}"
-        if vhost is not None and kind in ("connections", "channels"):
-            path = f"/api/vhosts/{quote(vhost, safe='')}/{kind}"
-        return list(self.call("GET", path))
-
-    def node(self) -> dict[str, Any]:
-        overview = self.call("GET", "/api/overview")
-        node = self.call("GET", f"/api/nodes/{quote(overview['node'], safe='')}")
-        return {"overview": overview, "node": node}
-
-    def purge(self, vhost: str, name: str) -> None:
-        self.call("DELETE", f"/api/queues/{quote(vhost, safe='')}/{quote(name, safe='')}"
-                            "/contents")
-
-    def delete_queue(self, vhost: str, name: str, if_empty: bool, if_unused: bool) -> int:
-        path = f"/api/queues/{quote(vhost, safe='')}/{quote(name, safe='')}"
-        before = self.call("GET", path)
-        q = [f"if-{k}=true" for k, on in (("empty", if_empty), ("unused", if_unused)) if on]
-        self.call("DELETE", path + ("?" + "&".join(q) if q else ""))
-        return int(before.get("messages") or 0)
-
-    def close(self, name: str, reason: str) -> None:
-        self.call("DELETE", f"/api/connections/{quote(name, safe='')}",
-                  headers={"X-Reason": reason})
 
 
 # -- the verbs -----------------------------------------------------------------------------
