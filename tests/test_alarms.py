@@ -23,9 +23,9 @@ import pika
 import pytest
 from conftest import BrokerProcess, rabbitmq_url
 from pamqp import commands
-from pikahelp import drain_ints
-from rawamqp import RawConnection
-from stomphelp import RABBITMQ_STOMP, Raw
+from support.pikahelp import drain_ints
+from support.rawamqp import RawConnection
+from support.stomphelp import RABBITMQ_STOMP, Raw
 
 from ackmq.server.alarms import Limit, Limits, parse_disk_limit, parse_watermark
 

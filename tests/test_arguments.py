@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
-from pikahelp import closed_with
+from support.pikahelp import closed_with
 
 LOCKED = ("RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{q}' in vhost "
           "'/'. It could be originally declared on another connection or the exclusive "

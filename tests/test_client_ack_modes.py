@@ -13,9 +13,9 @@ from ackmq.client import AckMode, IllegalStateError, RedeliveryPolicy, connect, 
 from ackmq.client.options import parse_destination
 
 if TYPE_CHECKING:
-    from clienthelp import Witness
+    from support.clienthelp import Witness
 
-pytest_plugins = ["clienthelp"]
+pytest_plugins = ["support.clienthelp"]
 
 NO_DELAY = "jms.redeliveryPolicy.initialRedeliveryDelay=0&jms.redeliveryPolicy.redeliveryDelay=0"
 

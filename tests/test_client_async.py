@@ -24,9 +24,9 @@ from ackmq.client import (
 )
 
 if TYPE_CHECKING:
-    from clienthelp import Witness
+    from support.clienthelp import Witness
 
-pytest_plugins = ["clienthelp"]
+pytest_plugins = ["support.clienthelp"]
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ import pytest
 from ackmq.client import AckMode, ChannelClosed, Destination, OutboundMessage, connect
 
 if TYPE_CHECKING:
-    from clienthelp import Witness
+    from support.clienthelp import Witness
 
-pytest_plugins = ["clienthelp"]
+pytest_plugins = ["support.clienthelp"]
 
 
 def _received(url: str, q: str, witness: Witness, n: int) -> tuple[Any, Any, list[Any]]:

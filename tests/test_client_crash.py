@@ -18,9 +18,9 @@ import pytest
 from ackmq.client import connect
 
 if TYPE_CHECKING:
-    from clienthelp import Witness
+    from support.clienthelp import Witness
 
-pytest_plugins = ["clienthelp"]
+pytest_plugins = ["support.clienthelp"]
 
 N = 300
 POISON = {37, 150, 263}

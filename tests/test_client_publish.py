@@ -26,9 +26,9 @@ from ackmq.client.options import Options
 from ackmq.protocol.amqp import encode_ack, encode_method, encode_nack, encode_return
 
 if TYPE_CHECKING:
-    from clienthelp import Witness
+    from support.clienthelp import Witness
 
-pytest_plugins = ["clienthelp"]
+pytest_plugins = ["support.clienthelp"]
 
 FULL = {"x-max-length": 3, "x-overflow": "reject-publish"}
 

@@ -22,9 +22,9 @@ from ackmq.client import (
 )
 
 if TYPE_CHECKING:
-    from clienthelp import Witness
+    from support.clienthelp import Witness
 
-pytest_plugins = ["clienthelp"]
+pytest_plugins = ["support.clienthelp"]
 
 NO_DELAY = RedeliveryPolicy(initial_redelivery_delay=0, redelivery_delay=0)
 

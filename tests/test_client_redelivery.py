@@ -12,9 +12,9 @@ import pytest
 from ackmq.client import AckMode, Message, RedeliveryPolicy, connect
 
 if TYPE_CHECKING:
-    from clienthelp import Witness
+    from support.clienthelp import Witness
 
-pytest_plugins = ["clienthelp"]
+pytest_plugins = ["support.clienthelp"]
 
 NO_DELAY = RedeliveryPolicy(initial_redelivery_delay=0, redelivery_delay=0)
 
@@ -183,7 +183,7 @@ def test_J6_rollback_counts_as_a_redelivery(url: str, q: str, witness: Witness) 
 def test_J6_the_count_survives_a_consumer_crash_on_ackmq(ackmq_url: str, q: str) -> None:
     """ackmq keeps x-delivery-count: a crash loop ends in the DLQ (ActiveMQ's
     pre-dispatch check), however many consumer processes died on the message."""
-    from clienthelp import Witness
+    from support.clienthelp import Witness
     witness = Witness(ackmq_url)
     try:
         dlq = dlq_setup(witness, q)

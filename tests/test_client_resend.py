@@ -21,8 +21,8 @@ from pathlib import Path
 import pika
 import pytest
 from conftest import BrokerProcess, rabbitmq_url
-from cutproxy import CutProxy
-from pikahelp import uniq
+from support.cutproxy import CutProxy
+from support.pikahelp import uniq
 
 from ackmq.client import connect
 from ackmq.ctl.socket_client import request

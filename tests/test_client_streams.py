@@ -13,7 +13,7 @@ import pytest
 from ackmq.client import connect
 from ackmq.client.options import parse_destination
 
-pytest_plugins = ["clienthelp"]
+pytest_plugins = ["support.clienthelp"]
 
 
 @pytest.fixture

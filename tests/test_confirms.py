@@ -16,7 +16,7 @@ import pika
 import pika.exceptions
 import pytest
 from pamqp import commands
-from rawamqp import Message, RawConnection, ack_frame, nack_frame, safe_name
+from support.rawamqp import Message, RawConnection, ack_frame, nack_frame, safe_name
 
 PERSISTENT = commands.Basic.Properties(delivery_mode=2)
 

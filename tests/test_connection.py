@@ -10,7 +10,12 @@ import pika
 import pika.exceptions
 import pytest
 from pamqp import commands
-from rawamqp import PROTOCOL_HEADER, ConnectionClosedByPeer, RawConnection, amqplain_response
+from support.rawamqp import (
+    PROTOCOL_HEADER,
+    ConnectionClosedByPeer,
+    RawConnection,
+    amqplain_response,
+)
 
 CAPABILITIES = [
     "publisher_confirms",

@@ -22,7 +22,7 @@ import psutil
 import pytest
 from conftest import BrokerProcess
 from pamqp import commands
-from rawamqp import (
+from support.rawamqp import (
     ConnectionClosedByPeer,
     Message,
     RawConnection,

@@ -11,7 +11,7 @@ import time
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
-from pikahelp import WAIT, ready_count, take, wait_ready
+from support.pikahelp import WAIT, ready_count, take, wait_ready
 
 
 def reject_one(ch: BlockingChannel, queue: str) -> None:

@@ -9,7 +9,7 @@ decoded earlier in the same read. ackmq now bounds nesting at MAX_TABLE_DEPTH (1
 levels and answers deeper with 502 "SYNTAX_ERROR - field table nested deeper than 100
 levels" (class and method of the frame that carried it).
 
-RabbitMQ 3.10 (observed on 127.0.0.1:5672 with tests/rawamqp.py) has no bound but
+RabbitMQ 3.10 (observed on 127.0.0.1:5672 with tests/support/rawamqp.py) has no bound but
 frame-max: it accepts queue.declare arguments 18,000 tables deep (and arrays 20,000 deep)
 and takes and delivers a message whose headers nest 18,000 deep, which pamqp, pika and
 aio-pika consumers then cannot decode (RecursionError past ~450 levels). That is the one
@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from pamqp import commands, frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
-from rawamqp import PROTOCOL_HEADER, RawConnection, body_frame, method_frame, raw_frame
+from support.rawamqp import PROTOCOL_HEADER, RawConnection, body_frame, method_frame, raw_frame
 
 from ackmq.protocol.amqp import (
     Content,

@@ -15,7 +15,7 @@ import pika
 import pika.exceptions
 import pytest
 from conftest import BrokerProcess, rabbitmq_url
-from pikahelp import closed_with, drain_ints, uniq, wait_ready
+from support.pikahelp import closed_with, drain_ints, uniq, wait_ready
 
 from ackmq.broker.dedup import DedupCache, QueueIds
 

@@ -14,7 +14,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
-from pikahelp import WAIT, ready_count, wait_ready
+from support.pikahelp import WAIT, ready_count, wait_ready
 
 Got = tuple[int, bytes, bool, dict]  # (delivery_tag, body, redelivered, headers)
 

@@ -12,7 +12,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import ConnectionClosedByBroker, UnroutableError
-from pikahelp import WAIT, closed_with, uniq
+from support.pikahelp import WAIT, closed_with, uniq
 
 
 def bodies(ch: BlockingChannel, queue: str, settle: float = 0.0) -> list[bytes]:

@@ -15,7 +15,7 @@ import pika
 import pika.exceptions
 import pytest
 from conftest import BrokerProcess, rabbitmq_url
-from stomphelp import RABBITMQ_STOMP
+from support.stomphelp import RABBITMQ_STOMP
 from test_access import PW, connect_error, params
 
 VHOST, USER = "ackU_limits", "ackU_limuser"

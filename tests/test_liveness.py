@@ -16,7 +16,7 @@ import pytest
 from conftest import BrokerProcess
 from pamqp import commands
 from pamqp.heartbeat import Heartbeat
-from rawamqp import Message, RawConnection, safe_name
+from support.rawamqp import Message, RawConnection, safe_name
 
 
 @pytest.fixture

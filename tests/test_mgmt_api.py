@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mgmthelp import REALM_HEADER, Target, q
+from support.mgmthelp import REALM_HEADER, Target, q
 
 
 def test_M1_overview_keys(mgmt: Target) -> None:
@@ -376,7 +376,7 @@ def test_M1_https_listener(ca: Any, tmp_path: Path) -> None:
     import ssl
     import urllib.request
 
-    from tlshelp import server_files
+    from support.tlshelp import server_files
 
     import ackmq
     files = server_files(ca, tmp_path)
@@ -490,7 +490,7 @@ _ERLANG_ONLY = {"garbage_collection", "memory", "reductions", "reductions_detail
 def test_M1_same_keys_as_rabbitmq(ackmq_mgmt: Any) -> None:
     """Each object's JSON keys in ackmq and RabbitMQ, for the same objects made the same
     way: ackmq misses none but the Erlang/statistics ones listed above."""
-    from mgmthelp import rabbit_http
+    from support.mgmthelp import rabbit_http
     rabbit = Target("rabbitmq", rabbit_http(), "")
     ours = Target("ackmq", ackmq_mgmt.http_url, ackmq_mgmt.url)
     try:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pika
 import pytest
-from mgmthelp import Target, q
+from support.mgmthelp import Target, q
 
 
 def _poll(mgmt: Target, path: str, pick: Any, timeout: float = 20.0) -> Any:
@@ -105,7 +105,7 @@ _STATS_ONLY = {"garbage_collection", "reductions", "reductions_details", "recv_c
 
 @pytest.mark.rabbitmq
 def test_M1_connection_channel_consumer_keys_as_rabbitmq(ackmq_mgmt: Any) -> None:
-    from mgmthelp import rabbit_http
+    from support.mgmthelp import rabbit_http
     targets = [Target("rabbitmq", rabbit_http(), "amqp://guest:guest@127.0.0.1:5672/"),
                Target("ackmq", ackmq_mgmt.http_url, ackmq_mgmt.url)]
     keys: dict[str, dict[str, set[str]]] = {}

@@ -20,7 +20,7 @@ from pathlib import Path
 import pika
 import pytest
 from conftest import BrokerProcess
-from mgmthelp import Target, q, rabbit_http
+from support.mgmthelp import Target, q, rabbit_http
 
 from ackmq.cli import main
 

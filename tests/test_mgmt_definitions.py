@@ -11,7 +11,7 @@ from typing import Any
 
 import pika
 import pytest
-from mgmthelp import Target, q, rabbit_http
+from support.mgmthelp import Target, q, rabbit_http
 
 pytestmark = pytest.mark.rabbitmq
 

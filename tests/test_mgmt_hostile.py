@@ -15,7 +15,7 @@ import pika
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mgmthelp import Target
+from support.mgmthelp import Target
 
 AUTH = b"Authorization: Basic " + base64.b64encode(b"guest:guest")
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pika
 import pytest
-from mgmthelp import Target, q
-from mgmthelp import poll as _mgmt_poll
+from support.mgmthelp import Target, q
+from support.mgmthelp import poll as _mgmt_poll
 
 
 def _poll(mgmt: Target, path: str, ok: Callable[[Any], bool]) -> Any:

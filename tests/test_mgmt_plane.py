@@ -19,8 +19,8 @@ from urllib.parse import urlencode
 
 import pika
 import pytest
-from mgmthelp import Target, q
-from stomphelp import Raw
+from support.mgmthelp import Target, q
+from support.stomphelp import Raw
 
 import ackmq
 

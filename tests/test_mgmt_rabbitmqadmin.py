@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mgmthelp import RABBIT_HTTP
+from support.mgmthelp import RABBIT_HTTP
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pika
-from mgmthelp import Target, q
-from mgmthelp import poll as _poll
+from support.mgmthelp import Target, q
+from support.mgmthelp import poll as _poll
 
 
 def test_M1_message_stats_count_publishes_deliveries_and_acks(mgmt: Target) -> None:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from conftest import BrokerProcess
-from mgmthelp import Target
+from support.mgmthelp import Target
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pika
 import pytest
 from conftest import BrokerProcess
-from pikahelp import drain_ints
+from support.pikahelp import drain_ints
 
 from ackmq.store.spill import Spill
 

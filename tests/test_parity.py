@@ -22,7 +22,7 @@ import pika
 import pytest
 from conftest import rabbitmq_url
 from pamqp import commands as C
-from rawamqp import Message, RawConnection
+from support.rawamqp import Message, RawConnection
 
 
 @pytest.fixture(params=["ackmq", "rabbitmq"])

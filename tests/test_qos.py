@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from pamqp import commands
-from rawamqp import Message, RawConnection, safe_name
+from support.rawamqp import Message, RawConnection, safe_name
 
 QUIET = 0.5  # seconds without frames after which "nothing more comes"
 

@@ -15,8 +15,8 @@ import pytest
 from pamqp import commands
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import ChannelClosedByBroker, NackError, UnroutableError
-from pikahelp import WAIT, closed_with, ready_count, uniq, wait_ready
-from rawamqp import RawConnection
+from support.pikahelp import WAIT, closed_with, ready_count, uniq, wait_ready
+from support.rawamqp import RawConnection
 
 
 def bodies(ch: BlockingChannel, queue: str) -> list[bytes]:

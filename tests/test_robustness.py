@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import pika
 import pytest
 from pamqp import commands
-from rawamqp import (
+from support.rawamqp import (
     PROTOCOL_HEADER,
     ConnectionClosedByPeer,
     RawConnection,

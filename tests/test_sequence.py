@@ -17,7 +17,7 @@ import pika
 import pytest
 from conftest import BrokerProcess
 from pika.adapters.blocking_connection import BlockingChannel
-from pikahelp import WAIT, take, wait_ready
+from support.pikahelp import WAIT, take, wait_ready
 
 SEQ = "x-ackmq-seq"
 SEQ_ARGS = {SEQ: True}  # the queue argument that turns the header on
@@ -286,7 +286,7 @@ def test_delivery_count_only_when_asked(channel: BlockingChannel, qname: str) ->
 
 
 def test_seq_argument_checked_at_declare(channel: BlockingChannel, qname: str) -> None:
-    from pikahelp import closed_with
+    from support.pikahelp import closed_with
     closed_with(lambda: channel.queue_declare(qname, arguments={SEQ: "yes"}), 406,
                 f"PRECONDITION_FAILED - invalid arg '{SEQ}' for queue '{qname}' in vhost '/': "
                 "{unacceptable_type,longstr}")

@@ -300,7 +300,7 @@ def test_S3_sink_cut_mid_batch_and_retried_lands_each_row_once_in_a_dedup_queue(
     Spark retries the task, which publishes every row again with the same message ids,
     now also in x-deduplication-header; the queue (x-message-deduplication) keeps one copy
     of each. The same into a plain queue keeps the copies (the contrast)."""
-    from cutproxy import CutProxy
+    from support.cutproxy import CutProxy
 
     n = 1000
     df = spark.createDataFrame([(str(i).encode().ljust(100),) for i in range(n)],

@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs Java (no java on PATH, no JAVA_HOME)", allow_module_level=True)
 
-import streamhelp  # noqa: E402
+from support import streamhelp  # noqa: E402
 from test_spark_pipeline import Publisher  # noqa: E402
 
 from ackmq.spark.lake import read_committed  # noqa: E402

@@ -28,7 +28,7 @@ import pytest
 pytest.importorskip("pyarrow", reason="the Spark connector needs pyarrow (extra 'spark')")
 pytest.importorskip("pyspark", reason="the Spark stream source needs pyspark (extra 'spark')")
 
-import streamhelp  # noqa: E402
+from support import streamhelp  # noqa: E402
 
 from ackmq.spark.amqp import ConsumerError  # noqa: E402
 from ackmq.spark.lake import read_committed  # noqa: E402

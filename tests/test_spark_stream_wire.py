@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("pyarrow", reason="the Spark connector needs pyarrow (extra 'spark')")
 
-import streamhelp  # noqa: E402
-from streamhelp import publish  # noqa: E402
+from support import streamhelp  # noqa: E402
+from support.streamhelp import publish  # noqa: E402
 
 from ackmq.spark.amqp import ConsumerError  # noqa: E402
 from ackmq.spark.streamwire import (  # noqa: E402

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from stomphelp import RABBITMQ_STOMP, Raw, _reachable
+from support.stomphelp import RABBITMQ_STOMP, Raw, _reachable
 
 from ackmq.ctl.socket_client import request
 

@@ -7,7 +7,7 @@ import time
 
 import pika
 import pytest
-from stomphelp import Raw, Target, queue_depth, wait_depth
+from support.stomphelp import Raw, Target, queue_depth, wait_depth
 
 
 def fill(r: Raw, queue: str, *bodies: bytes) -> None:

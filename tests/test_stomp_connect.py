@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import stomp
 from conftest import BrokerProcess
-from stomphelp import Raw, Target
+from support.stomphelp import Raw, Target
 
 import ackmq
 

@@ -8,7 +8,7 @@ import uuid
 import pika
 import pika.exceptions
 import pytest
-from stomphelp import Target, queue_depth, wait_depth
+from support.stomphelp import Target, queue_depth, wait_depth
 
 
 def test_W3_queue_destination_creates_a_durable_queue_on_first_send(

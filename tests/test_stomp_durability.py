@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BrokerProcess
-from stomphelp import Closed, Raw
+from support.stomphelp import Closed, Raw
 
 pytestmark = pytest.mark.slow
 

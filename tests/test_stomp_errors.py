@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BrokerProcess
-from stomphelp import Raw, Target
+from support.stomphelp import Raw, Target
 
 MAX_MESSAGE = 4096
 

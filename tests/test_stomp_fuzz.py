@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import BrokerProcess
-from stomphelp import Closed, Raw
+from support.stomphelp import Closed, Raw
 
 # STOMP_FUZZ_SESSIONS=20000 for the longer run of docs/robustness.md
 SESSIONS = int(os.environ.get("STOMP_FUZZ_SESSIONS", "240"))

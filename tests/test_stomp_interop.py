@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime
 
 import pika
-from stomphelp import Target, wait_depth
+from support.stomphelp import Target, wait_depth
 
 SEND_HEADERS = {
     "content-type": "application/json", "content-encoding": "utf-8", "persistent": "true",

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from stomphelp import Closed, Raw, Target, queue_depth, wait_depth
+from support.stomphelp import Closed, Raw, Target, queue_depth, wait_depth
 
 import ackmq
 

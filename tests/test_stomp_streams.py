@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pika
 import pytest
-from stomphelp import Target
+from support.stomphelp import Target
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import stomp
 import stomp.exception
 import trustme
 from conftest import BrokerProcess
-from tlshelp import cert_broker, port_in_log, server_files
+from support.tlshelp import cert_broker, port_in_log, server_files
 
 from ackmq.ctl.socket_client import request
 

@@ -16,7 +16,7 @@ import pika
 import pytest
 import trustme
 from conftest import BrokerProcess
-from tlshelp import cert_broker, port_in_log, server_files
+from support.tlshelp import cert_broker, port_in_log, server_files
 
 TLS_URL = re.compile(r"(amqps://\S+?)/?[ )]")
 

@@ -26,7 +26,7 @@ import pika
 import pika.exceptions
 import pytest
 from conftest import BrokerProcess, rabbitmq_url
-from stomphelp import RABBITMQ_STOMP, Raw, _reachable
+from support.stomphelp import RABBITMQ_STOMP, Raw, _reachable
 
 from ackmq.broker.access import hash_password
 from ackmq.ctl.socket_client import request

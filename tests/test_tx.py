@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from pamqp import commands
-from rawamqp import Message, RawConnection, safe_name
+from support.rawamqp import Message, RawConnection, safe_name
 
 TX, OBS = 1, 2  # the transactional channel and an observer channel
 
