@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ackmq.broker.channel import ChannelModel
+from ackmq.broker.delayed import HOLDER_PREFIX
 from ackmq.broker.errors import NOT_ALLOWED, HardError
 from ackmq.broker.exchange import EXCHANGE_CLASSES
 from ackmq.broker.queue_type import Queue
@@ -115,6 +116,7 @@ class BrokerModel:
         self.epoch = rec.epoch
         store, self.store = self.store, None  # recovery must not write back
         skipped: set[str] = set()
+        orphans: list[str] = []
 
         def where(stored: str) -> tuple[VHost | None, str]:
             vname, name = split(stored)
@@ -134,6 +136,14 @@ class BrokerModel:
                 vh, name = where(qd.name)
                 if vh is None:
                     continue
+                if name.startswith(HOLDER_PREFIX):  # a delaying exchange's timer store
+                    timers = vh.hidden.get(name)
+                    if timers is None:
+                        orphans.append(qd.name)
+                    else:
+                        timers.persistent_store = store if vh.name == "/" else \
+                            VHostStore(store, vh.name)
+                    continue
                 q = vh.declare_queue(name, False, True, False, qd.auto_delete, qd.arguments,
                                      None, check=False)
                 q.persistent_store = store if vh.name == "/" else VHostStore(store, vh.name)
@@ -150,11 +160,17 @@ class BrokerModel:
             for qname in list(rec.messages):
                 msgs = rec.messages.pop(qname)
                 vh, name = where(qname)
-                held = vh.queues.get(name) if vh is not None else None
+                held = None if vh is None else vh.queues.get(name) or vh.hidden.get(name)
                 if held is not None:
                     count += self._restore_queue(held, msgs)
         finally:
             self.store = store
+        for orphan in orphans:  # its exchange was deleted before its timer store
+            store.delete_queue(orphan)
+        for vh in self.vhosts.values():
+            for timers in vh.hidden.values():
+                if timers.persistent_store is None:
+                    timers.save()  # type: ignore[attr-defined]
         if skipped:
             log.warning("stored definitions of deleted vhosts %s were not recovered",
                         sorted(skipped))

@@ -239,6 +239,9 @@ def exchange(vhost: str, x: Any, message_stats: dict[str, Any] | None = None
            "user_who_performed_action": "", "vhost": vhost}
     if message_stats:
         out["message_stats"] = message_stats
+    delayed = getattr(x, "messages_delayed", None)  # the delayed-message plugin's key (L8)
+    if delayed is not None:
+        out["messages_delayed"] = delayed
     return out
 
 
