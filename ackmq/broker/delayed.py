@@ -77,8 +77,8 @@ def delay_ms(message: Message) -> int:
         n = v
     elif isinstance(v, float):
         n = int(v) if v == v and abs(v) != float("inf") else None
-    elif isinstance(v, str | bytes):
-        s = v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+    elif isinstance(v, str | bytes | bytearray):
+        s = v if isinstance(v, str) else bytes(v).decode("utf-8", "replace")
         try:
             n = int(s.strip(), 10)
         except ValueError:
