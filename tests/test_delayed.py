@@ -292,3 +292,55 @@ def test_L8_pending_count_in_api_exchanges_ui_and_metrics(ch: Any, broker: Any) 
     assert f'ackmq_exchange_messages_delayed{{exchange="{x}",vhost="/"}} 3.0' in metrics
     assert "<th>Delayed</th>" in _http(broker, "/exchanges")
     ch.exchange_delete(x)
+
+
+def test_L1_x_delay_on_the_default_exchange_when_the_queue_opts_in(ch: Any) -> None:
+    """Queue argument `x-delayed-delivery: true`: a positive x-delay on any route to the
+    queue (here the default exchange) waits in the queue's timer store."""
+    plain, opted = uniq("plainq"), uniq("optedq")
+    ch.queue_declare(plain, durable=True)
+    ch.queue_declare(opted, durable=True, arguments={"x-delayed-delivery": True})
+    t0 = time.time()
+    ch.basic_publish("", plain, b"p", props(700))
+    ch.basic_publish("", opted, b"o", props(700))
+    _m, _p, _b, at1 = get_within(ch, plain, 2.0)
+    assert at1 < t0 + 0.7
+    m, p2, _b, at2 = get_within(ch, opted)
+    assert at2 >= t0 + 0.7 - EARLY and p2.headers["x-delay"] == -700
+    assert m.exchange == "" and m.routing_key == opted
+    ch.queue_delete(opted)
+
+
+def test_L1_queue_opt_in_argument_must_be_a_bool(broker: Any) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    closed_with(lambda: conn.channel().queue_declare(
+        uniq("bad"), arguments={"x-delayed-delivery": "yes"}), 406)
+    conn.close()
+
+
+def test_L1_client_delivery_delay_on_ackmq(broker: Any, ch: Any) -> None:
+    """ackmq.client producer.send(..., delivery_delay=s) (JMS 2.0 setDeliveryDelay)."""
+    from ackmq.client import connect
+    q = uniq("clientq")
+    ch.queue_declare(q, durable=True, arguments={"x-delayed-delivery": True})
+    with connect(broker.url) as conn:
+        s = conn.session()
+        t0 = time.time()
+        s.producer(q).send(b"later", delivery_delay=0.8)
+        m = s.consumer(q).receive(timeout=LATE)
+        assert m is not None and m.body == b"later" and time.time() >= t0 + 0.8 - EARLY
+
+
+def test_L1_client_delivery_delay_refused_against_rabbitmq() -> None:
+    """RabbitMQ (no plugin, and the client publishes to the default exchange) would
+    deliver at once: the client refuses instead of delivering early."""
+    from ackmq.client import ClientError, connect
+    url = rabbitmq_url()
+    q = uniq("rq")
+    with connect(url) as conn:
+        p = conn.session().producer(q)
+        with pytest.raises(ClientError, match="delivery_delay needs ackmq"):
+            p.send(b"x", delivery_delay=1)
+    rabbit = pika.BlockingConnection(pika.URLParameters(url))
+    rabbit.channel().queue_delete(q)
+    rabbit.close()

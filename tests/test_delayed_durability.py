@@ -91,7 +91,8 @@ def test_L2_kill_9_with_delayed_messages_pending_delivers_each_once_never_early(
 def test_L2_pending_delayed_messages_survive_a_clean_restart_in_another_vhost(
         tmp_path: Path) -> None:
     """A vhost other than "/" (its store names are qualified) and a restart by SIGTERM;
-    an exchange deleted before the restart leaves nothing behind."""
+    an exchange deleted before the restart leaves nothing behind; a queue's own timer
+    store (x-delayed-delivery) comes back too."""
     b = BrokerProcess(tmp_path / "data")
     b.start()
     try:
@@ -113,6 +114,9 @@ def test_L2_pending_delayed_messages_survive_a_clean_restart_in_another_vhost(
             ch.basic_publish(x, "", x.encode(),
                              pika.BasicProperties(delivery_mode=2, headers={"x-delay": 3000}))
         ch.exchange_delete("gone")
+        ch.queue_declare("q-opt", durable=True, arguments={"x-delayed-delivery": True})
+        ch.basic_publish("", "q-opt", b"opt",
+                         pika.BasicProperties(delivery_mode=2, headers={"x-delay": 3000}))
         conn.close()
         b.stop()
         b.start()
@@ -125,6 +129,11 @@ def test_L2_pending_delayed_messages_survive_a_clean_restart_in_another_vhost(
             m, _p, body = ch.basic_get("q-keep", auto_ack=True)
             time.sleep(0.05)
         assert m is not None and body == b"keep"
+        m = None
+        while m is None and time.monotonic() < deadline:
+            m, _p, body = ch.basic_get("q-opt", auto_ack=True)
+            time.sleep(0.05)
+        assert m is not None and body == b"opt"
         time.sleep(0.5)
         assert ch.basic_get("q-gone", auto_ack=True)[0] is None
         conn.close()

@@ -297,6 +297,7 @@ _ACKMQ_CHECKS = (
     (SEQ_ARG, _bool),
     (DELIVERY_COUNT_ARG, _bool),
     ("x-message-deduplication", _bool),  # the message-deduplication plugin's (dedup.py)
+    ("x-delayed-delivery", _bool),  # x-delay honoured on any route to it (delayed.py)
 )
 # what each type refuses: the arguments only other types take (a classic queue takes
 # ackmq's delivery limit, D10)

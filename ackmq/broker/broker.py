@@ -117,6 +117,7 @@ class BrokerModel:
         store, self.store = self.store, None  # recovery must not write back
         skipped: set[str] = set()
         orphans: list[str] = []
+        holders: list[tuple[VHost, str, str]] = []
 
         def where(stored: str) -> tuple[VHost | None, str]:
             vname, name = split(stored)
@@ -136,17 +137,19 @@ class BrokerModel:
                 vh, name = where(qd.name)
                 if vh is None:
                     continue
-                if name.startswith(HOLDER_PREFIX):  # a delaying exchange's timer store
-                    timers = vh.hidden.get(name)
-                    if timers is None:
-                        orphans.append(qd.name)
-                    else:
-                        timers.persistent_store = store if vh.name == "/" else \
-                            VHostStore(store, vh.name)
+                if name.startswith(HOLDER_PREFIX):  # a timer store (broker/delayed.py)
+                    holders.append((vh, name, qd.name))
                     continue
                 q = vh.declare_queue(name, False, True, False, qd.auto_delete, qd.arguments,
                                      None, check=False)
                 q.persistent_store = store if vh.name == "/" else VHostStore(store, vh.name)
+            for vh, name, stored in holders:  # once their owners exist
+                timers = vh.hidden.get(name)
+                if timers is None:
+                    orphans.append(stored)
+                else:
+                    timers.persistent_store = store if vh.name == "/" else \
+                        VHostStore(store, vh.name)
             for b in rec.bindings:
                 vh, source = where(b.source)
                 if vh is None or source not in vh.exchanges:

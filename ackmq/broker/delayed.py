@@ -109,10 +109,13 @@ class TimerStore(Queue):
 
     kind = "timer"
 
-    def __init__(self, vhost: VHost, exchange: Exchange, durable: bool) -> None:
+    def __init__(self, vhost: VHost, owner: Exchange | Queue, durable: bool) -> None:
+        """`owner`: a delaying exchange (a due message is routed by it) or a queue that
+        opted in (a due message goes to it alone)."""
         self.vhost = vhost
-        self.exchange = exchange
-        self.name = HOLDER_PREFIX + exchange.name
+        self.owner = owner
+        self.target = owner if isinstance(owner, Queue) else None
+        self.name = HOLDER_PREFIX + ("q." if self.target is not None else "x.") + owner.name
         self.durable = durable
         self.exclusive_owner = None
         self.auto_delete = False
@@ -166,14 +169,13 @@ class TimerStore(Queue):
         for seq, _loc, _count in messages:
             try:
                 sm = store.read_queued(self.name, seq)
-                due = int(sm.exchange)
+                due, msg = self._stored(sm)
             except Exception as e:  # a damaged record: logged, the rest go on
                 log.error("delayed message %d of %s unreadable: %s", seq, self.name, e)
                 continue
             heapq.heappush(self._heap, (due << 64) | seq)
             if len(self._hot) < HOT_MAX:
-                self._hot[seq] = Message(self.exchange.name, sm.routing_key, sm.properties,
-                                         sm.body, trusted=True)
+                self._hot[seq] = msg
             self._next = max(self._next, seq + 1)
             n += 1
         self._arm()
@@ -186,8 +188,8 @@ class TimerStore(Queue):
         self._next = seq + 1
         store = self.persistent_store
         if store is not None and message.persistent:
-            store.add(self.name, seq, str(due), message.routing_key, message.properties,
-                      message.body)
+            store.add(self.name, seq, self._record_exchange(due, message),
+                      message.routing_key, message.properties, message.body)
             if len(self._hot) < HOT_MAX:
                 self._hot[seq] = message
         else:
@@ -236,12 +238,10 @@ class TimerStore(Queue):
             if store is None:
                 return
             try:
-                sm = store.read_queued(self.name, seq)
+                msg = self._stored(store.read_queued(self.name, seq))[1]
             except Exception as e:
                 log.error("delayed message %d of %s unreadable: %s", seq, self.name, e)
                 return
-            msg = Message(self.exchange.name, sm.routing_key, sm.properties, sm.body,
-                          trusted=True)
         if stored and store is not None:
             store.remove(self.name, seq)
         self.fired += 1
@@ -250,12 +250,31 @@ class TimerStore(Queue):
                       properties_with_header(msg.properties, HEADER, -delay), msg.body,
                       trusted=True)
         out.cc, out.cc_visible = msg.cc, msg.cc_visible
-        x = self.exchange
-        queues = self.vhost.route(x, out)  # x-delay <= 0 now: routed at once
-        x.stat_out += len(queues)
+        if self.target is not None:
+            queues = [] if self.target.deleted else [self.target]
+        else:
+            x = self.owner
+            queues = self.vhost.route(x, out)  # type: ignore[arg-type]  # x-delay <= 0: at once
+            x.stat_out += len(queues)  # type: ignore[union-attr]
         for q in queues:
             q.stat_published += 1
             q.publish(out)
+
+
+    def _record_exchange(self, due: int, message: Message) -> str:
+        """The stored record's exchange field: the due time; for a queue's timer store
+        also the exchange it was published to (the queue does not know it)."""
+        if self.target is None:
+            return str(due)
+        text = f"{due} {message.exchange}"
+        return text if len(text.encode("utf-8")) <= 255 else str(due)
+
+    def _stored(self, sm: Any) -> tuple[int, Message]:
+        due, _, exchange = sm.exchange.partition(" ")
+        if self.target is None:
+            exchange = self.owner.name
+        return int(due), Message(exchange, sm.routing_key, sm.properties, sm.body,
+                                 trusted=True)
 
 
 def _delay_or_zero(msg: Message) -> int:
@@ -357,6 +376,23 @@ def exchange_class(cls: type[Exchange], arguments: dict[str, Any]) -> type[Excha
     if opted is None:
         opted = _OPTED[cls] = type("Delaying" + cls.__name__, (Delaying, cls), {})
     return opted
+
+
+def queue_declared(vhost: VHost, q: Queue) -> None:
+    """A new (or recovered) queue with `x-delayed-delivery: true` gets its timer store:
+    a message routed to it with a positive `x-delay` waits there (L1, any exchange)."""
+    if opts_in(q.arguments) and q.timers is None:
+        t = q.timers = TimerStore(vhost, q, q.durable and q.exclusive_owner is None)
+        t.save()
+        vhost.hidden[t.name] = t
+
+
+def queue_deleted(vhost: VHost, q: Queue) -> None:
+    t = q.timers
+    if t is not None:
+        vhost.hidden.pop(t.name, None)
+        t.destroy()
+        q.timers = None
 
 
 EXCHANGE_CLASSES[EXCHANGE_TYPE] = DelayedExchange

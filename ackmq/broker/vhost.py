@@ -248,6 +248,7 @@ class VHost:
         self.queues[name] = q
         if durable and not exclusive and self.store is not None:
             self.store.save_queue(QueueDef(name, True, auto_delete, dict(arguments)))
+        delayed.queue_declared(self, q)
         return q
 
     def reply_queue(self, owner: Any) -> Queue:
@@ -273,6 +274,7 @@ class VHost:
             self._unbind(b, check_auto_delete=True)
         self._inbound.pop(id(q), None)
         was_stored = q.persistent_store is not None
+        delayed.queue_deleted(self, q)
         q.destroy()
         if was_stored and self.store is not None:
             self.store.delete_queue(q.name)
