@@ -24,8 +24,8 @@ from ackmq.broker.arguments import (
     equivalence_keys as type_equivalence_keys,
 )
 from ackmq.broker.consumer import Consumer
-from ackmq.broker.delayed import delay_ms
 from ackmq.broker.dedup import QUEUE_ARG, DedupExchange, QueueIds, message_id
+from ackmq.broker.delayed import delay_ms
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue_type import ACK, QUEUE_TYPES, REQUEUE, Queue
 from ackmq.broker.readylist import ReadyList
