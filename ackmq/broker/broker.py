@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ackmq.broker import scheduled
 from ackmq.broker.channel import ChannelModel
 from ackmq.broker.delayed import HOLDER_PREFIX
 from ackmq.broker.errors import NOT_ALLOWED, HardError
@@ -145,6 +146,8 @@ class BrokerModel:
                 q.persistent_store = store if vh.name == "/" else VHostStore(store, vh.name)
             for vh, name, stored in holders:  # once their owners exist
                 timers = vh.hidden.get(name)
+                if timers is None and name == scheduled.STORE_NAME:
+                    timers = scheduled.store_of(vh)
                 if timers is None:
                     orphans.append(stored)
                 else:

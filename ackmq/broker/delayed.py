@@ -109,13 +109,17 @@ class TimerStore(Queue):
 
     kind = "timer"
 
-    def __init__(self, vhost: VHost, owner: Exchange | Queue, durable: bool) -> None:
+    def __init__(self, vhost: VHost, owner: Exchange | Queue | None, durable: bool,
+                 name: str = "") -> None:
         """`owner`: a delaying exchange (a due message is routed by it) or a queue that
-        opted in (a due message goes to it alone)."""
+        opted in (a due message goes to it alone); None for a subclass that says where
+        a due message goes (`_deliver`) and gives its own `name`."""
         self.vhost = vhost
         self.owner = owner
         self.target = owner if isinstance(owner, Queue) else None
-        self.name = HOLDER_PREFIX + ("q." if self.target is not None else "x.") + owner.name
+        if owner is not None:
+            name = HOLDER_PREFIX + ("q." if self.target is not None else "x.") + owner.name
+        self.name = name
         self.durable = durable
         self.exclusive_owner = None
         self.auto_delete = False
@@ -183,12 +187,19 @@ class TimerStore(Queue):
 
     # -- publish --------------------------------------------------------------------
     def publish(self, message: Message) -> bool:
-        due = now_ms() + delay_ms(message)
+        self.enqueue(self.next_seq(), now_ms() + delay_ms(message), message)
+        return True
+
+    def next_seq(self) -> int:
         seq = self._next
         self._next = seq + 1
+        return seq
+
+    def enqueue(self, seq: int, due: int, message: Message) -> None:
+        """Hold `message` until `due` (ms since the epoch): stored when persistent."""
         store = self.persistent_store
         if store is not None and message.persistent:
-            store.add(self.name, seq, self._record_exchange(due, message),
+            store.add(self.name, seq, self._record_exchange(due, message, seq),
                       message.routing_key, message.properties, message.body)
             if len(self._hot) < HOT_MAX:
                 self._hot[seq] = message
@@ -197,7 +208,6 @@ class TimerStore(Queue):
         heapq.heappush(self._heap, (due << 64) | seq)
         if not self._armed or due < self._armed:
             self._arm()
-        return True
 
     def _arm(self) -> None:
         if self._timer is not None:
@@ -219,9 +229,9 @@ class TimerStore(Queue):
             return
         heap, now, n = self._heap, now_ms(), 0
         while heap and heap[0] >> 64 <= now and n < FIRE_BATCH:
-            seq = heapq.heappop(heap) & MASK64
+            key = heapq.heappop(heap)
             n += 1
-            self._route(seq)
+            self._route(key & MASK64, key >> 64)
         if n:
             self.vhost.broker.request_flush()
         if heap and n >= FIRE_BATCH and heap[0] >> 64 <= now:
@@ -230,7 +240,7 @@ class TimerStore(Queue):
         else:
             self._arm()
 
-    def _route(self, seq: int) -> None:
+    def _route(self, seq: int, due: int) -> None:
         msg = self._hot.pop(seq, None)
         store = self.persistent_store
         stored = store is not None and (msg is None or msg.persistent)
@@ -245,6 +255,11 @@ class TimerStore(Queue):
         if stored and store is not None:
             store.remove(self.name, seq)
         self.fired += 1
+        self._deliver(seq, due, msg)
+
+    def _deliver(self, seq: int, due: int, msg: Message) -> None:
+        """Due now: route it (x-delay swapped to -delay, as the plugin) or hand it to the
+        queue that opted in."""
         delay = _delay_or_zero(msg)
         out = Message(msg.exchange, msg.routing_key,
                       properties_with_header(msg.properties, HEADER, -delay), msg.body,
@@ -261,7 +276,7 @@ class TimerStore(Queue):
             q.publish(out)
 
 
-    def _record_exchange(self, due: int, message: Message) -> str:
+    def _record_exchange(self, due: int, message: Message, seq: int) -> str:
         """The stored record's exchange field: the due time; for a queue's timer store
         also the exchange it was published to (the queue does not know it)."""
         if self.target is None:
@@ -271,7 +286,7 @@ class TimerStore(Queue):
 
     def _stored(self, sm: Any) -> tuple[int, Message]:
         due, _, exchange = sm.exchange.partition(" ")
-        if self.target is None:
+        if self.target is None and self.owner is not None:
             exchange = self.owner.name
         return int(due), Message(exchange, sm.routing_key, sm.properties, sm.body,
                                  trusted=True)
