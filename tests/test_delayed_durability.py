@@ -139,3 +139,40 @@ def test_L2_pending_delayed_messages_survive_a_clean_restart_in_another_vhost(
         conn.close()
     finally:
         b.stop()
+
+
+def test_L5_a_scheduled_series_survives_kill_9(tmp_path: Path) -> None:
+    """A persistent STOMP SEND with delay, period and repeat, receipted (fsynced), then
+    kill -9 before its first copy: all three copies arrive after the restart."""
+    import stomp
+
+    b = BrokerProcess(tmp_path / "data")
+    b.start()
+    try:
+        c = stomp.Connection12([("127.0.0.1", b.stomp_port)])
+        c.connect("guest", "guest", wait=True)
+        t0 = time.time()
+        c.send("/queue/sched.kill", "s", headers={
+            "persistent": "true", "AMQ_SCHEDULED_DELAY": "3000",
+            "AMQ_SCHEDULED_PERIOD": "500", "AMQ_SCHEDULED_REPEAT": "2", "receipt": "r"})
+        time.sleep(0.5)  # the receipt has come back by now
+        b.kill()
+        b.start()
+        conn = pika.BlockingConnection(pika.URLParameters(b.url))
+        ch = conn.channel()
+        got: list[tuple[float, dict]] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 3 and time.monotonic() < deadline:
+            m, p, _body = ch.basic_get("sched.kill", auto_ack=True)
+            if m is None:
+                time.sleep(0.05)
+                continue
+            got.append((time.time() - t0, p.headers or {}))
+        time.sleep(1.0)
+        assert ch.basic_get("sched.kill", auto_ack=True)[0] is None  # no fourth copy
+        conn.close()
+        assert len(got) == 3 and got[0][0] >= 3.0 - 0.005
+        assert len({h["scheduledJobId"] for _t, h in got}) == 1
+        assert not any(k.startswith("AMQ_SCHEDULED_") for _t, h in got for k in h)
+    finally:
+        b.stop()
