@@ -200,6 +200,9 @@ class BrokerModel:
         for x in list(vh.exchanges.values()):
             if x.name and not x.name.startswith("amq.") and vh.exchanges.get(x.name) is x:
                 vh._remove_exchange(x)
+        for timers in list(vh.hidden.values()):  # the vhost's STOMP schedules
+            timers.destroy()
+        vh.hidden.clear()
 
     def _restore_queue(self, q: Queue, msgs: QueuedMessages) -> int:
         """Messages of one recovered queue: the first few thousand are read back now; the
