@@ -344,3 +344,28 @@ def test_L1_client_delivery_delay_refused_against_rabbitmq() -> None:
     rabbit = pika.BlockingConnection(pika.URLParameters(url))
     rabbit.channel().queue_delete(q)
     rabbit.close()
+
+
+def test_L3_paged_messages_fire_in_due_order_never_early(
+        ch: Any, broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stored messages due beyond NEAR_MS wait as 8-byte seqs in due-time buckets (no
+    body, no heap entry) and are read back LEAD_MS before their bucket: here nearly
+    all of them are paged, and they still fire in due order, none early."""
+    from ackmq.broker import delayed
+    monkeypatch.setattr(delayed, "NEAR_MS", 100)
+    monkeypatch.setattr(delayed, "LEAD_MS", 300)
+    x = delayed_exchange(ch)
+    q = queue_bound(ch, x)
+    t0 = time.time()
+    delays = (2500, 700, 1800, 1200, 1200, 3100)
+    for d in delays:
+        ch.basic_publish(x, "k", str(d).encode(), props(d))
+    ch.queue_declare(q, passive=True)  # a round trip: the publishes are in
+    timers = broker.server.broker.vhosts["/"].exchanges[x].timers
+    assert timers._far_count >= 4 and timers.message_count == len(delays)
+    got = []
+    for _ in delays:
+        _m, _p, body, at = get_within(ch, q)
+        assert at >= t0 + int(body) / 1000 - EARLY
+        got.append(int(body))
+    assert got == sorted(delays)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import heapq
 import logging
 import time
+from array import array
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.errors import COMMAND_INVALID, PRECONDITION_FAILED, HardError, SoftError
@@ -53,7 +54,10 @@ OPT_IN_ARG = "x-delayed-delivery"  # any exchange: honour x-delay (docs/delays.m
 HEADER = "x-delay"
 MAX_DELAY_MS = 4294967295  # the plugin's (Erlang's largest timer): ~49.7 days
 HOLDER_PREFIX = "amq.ackmq.delayed."  # hidden store queues; clients cannot declare amq.*
-HOT_MAX = 4096      # messages per exchange kept in memory; the rest read back when due
+HOT_MAX = 4096      # near messages per store kept with their bodies; others read back
+NEAR_MS = 4096      # a stored message due later than this is paged: 8 bytes in a bucket
+BUCKET_SHIFT = 10   # paged messages are kept by the ~1 s (1024 ms) bucket of their due time
+LEAD_MS = 2048      # a bucket is read back into the heap this long before it is due
 FIRE_BATCH = 2048   # messages routed per loop turn; then the loop runs other work
 MASK64 = (1 << 64) - 1
 
@@ -131,6 +135,10 @@ class TimerStore(Queue):
         self.persistent_store: Store | None = vhost.store if durable else None
         self._heap: list[int] = []
         self._hot: dict[int, Message] = {}
+        # paged (far) messages: seqs by due-time bucket, the buckets in a heap
+        self._far: dict[int, array[int]] = {}
+        self._far_keys: list[int] = []
+        self._far_count = 0
         self._next = (vhost.broker.epoch << 40) + 1
         self._timer: Any = None
         self._armed = 0  # due time (ms) the timer is set for; 0: none
@@ -139,7 +147,7 @@ class TimerStore(Queue):
     # -- counters -----------------------------------------------------------------
     @property
     def message_count(self) -> int:
-        return len(self._heap)
+        return len(self._heap) + self._far_count
 
     @property
     def unacked_count(self) -> int:
@@ -159,13 +167,16 @@ class TimerStore(Queue):
             self._timer = None
         self._heap.clear()
         self._hot.clear()
+        self._far.clear()
+        self._far_keys.clear()
+        self._far_count = 0
         store = self.vhost.store
         if self.durable and store is not None:
             store.delete_queue(self.name)
 
     def recover(self, messages: QueuedMessages, hot: int | None) -> int:
-        """Every stored message is read back once (its due time is in the record); the
-        first HOT_MAX keep their bodies in memory."""
+        """Every stored message is read back once (its due time is in the record): those
+        due soon go in the heap, the rest are paged (`_hold`)."""
         store = self.persistent_store
         if store is None:
             return 0
@@ -177,9 +188,7 @@ class TimerStore(Queue):
             except Exception as e:  # a damaged record: logged, the rest go on
                 log.error("delayed message %d of %s unreadable: %s", seq, self.name, e)
                 continue
-            heapq.heappush(self._heap, (due << 64) | seq)
-            if len(self._hot) < HOT_MAX:
-                self._hot[seq] = msg
+            self._hold(seq, due, msg, True)
             self._next = max(self._next, seq + 1)
             n += 1
         self._arm()
@@ -198,28 +207,63 @@ class TimerStore(Queue):
     def enqueue(self, seq: int, due: int, message: Message) -> None:
         """Hold `message` until `due` (ms since the epoch): stored when persistent."""
         store = self.persistent_store
+        stored = False
         if store is not None and message.persistent:
             store.add(self.name, seq, self._record_exchange(due, message, seq),
                       message.routing_key, message.properties, message.body)
-            if len(self._hot) < HOT_MAX:
-                self._hot[seq] = message
-        else:
-            self._hot[seq] = message
-        heapq.heappush(self._heap, (due << 64) | seq)
-        if not self._armed or due < self._armed:
+            stored = True
+        wake = self._hold(seq, due, message, stored)
+        if not self._armed or wake < self._armed:
             self._arm()
+
+    def _hold(self, seq: int, due: int, message: Message, stored: bool) -> int:
+        """Keep a pending message: in the heap when due within NEAR_MS (its body too,
+        while HOT_MAX allows, or always when it is not stored), else paged — its seq in
+        the bucket of its due time, read back LEAD_MS before that bucket starts. Returns
+        when the store must wake for it."""
+        if stored and due - now_ms() > NEAR_MS:
+            b = due >> BUCKET_SHIFT
+            seqs = self._far.get(b)
+            if seqs is None:
+                seqs = self._far[b] = array("Q")
+                heapq.heappush(self._far_keys, b)
+            seqs.append(seq)
+            self._far_count += 1
+            return (b << BUCKET_SHIFT) - LEAD_MS
+        heapq.heappush(self._heap, (due << 64) | seq)
+        if not stored or len(self._hot) < HOT_MAX:
+            self._hot[seq] = message
+        return due
+
+    def _load_far(self, now: int) -> None:
+        """Buckets starting within LEAD_MS go into the heap, bodies read back now."""
+        store = self.persistent_store
+        keys = self._far_keys
+        while keys and store is not None and (keys[0] << BUCKET_SHIFT) - LEAD_MS <= now:
+            seqs = self._far.pop(heapq.heappop(keys))
+            self._far_count -= len(seqs)
+            for seq in seqs:
+                try:
+                    due, msg = self._stored(store.read_queued(self.name, seq))
+                except Exception as e:  # a damaged record: logged, the rest go on
+                    log.error("delayed message %d of %s unreadable: %s", seq, self.name, e)
+                    continue
+                heapq.heappush(self._heap, (due << 64) | seq)
+                self._hot[seq] = msg  # due within seconds: held until then
 
     def _arm(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         self._armed = 0
-        if not self._heap or self.deleted:
+        if self.deleted or not (self._heap or self._far_keys):
             return
-        due = self._heap[0] >> 64
-        self._armed = due
+        wake = self._heap[0] >> 64 if self._heap else 1 << 62
+        if self._far_keys:
+            wake = min(wake, (self._far_keys[0] << BUCKET_SHIFT) - LEAD_MS)
+        self._armed = wake
         self._timer = self.vhost.broker.scheduler.call_later(
-            max(0.0, (due - now_ms()) / 1000.0), self.fire)
+            max(0.0, (wake - now_ms()) / 1000.0), self.fire)
 
     def fire(self) -> None:
         """Route what is due (at most FIRE_BATCH now; the rest next turn), then re-arm."""
@@ -228,6 +272,7 @@ class TimerStore(Queue):
         if self.deleted:
             return
         heap, now, n = self._heap, now_ms(), 0
+        self._load_far(now)
         while heap and heap[0] >> 64 <= now and n < FIRE_BATCH:
             key = heapq.heappop(heap)
             n += 1
