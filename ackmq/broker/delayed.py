@@ -21,10 +21,13 @@ decimal text): the exchange is the queue's owner, and the properties stay byte f
 as published. Why not a new file format: the log already has group commit, checksums,
 recovery, compaction and the power-cut simulator's coverage.
 
-In memory: one heap of ints `(due_ms << 64) | seq` (about 48 bytes each, O(log n) per
-publish and per firing), the first `HOT_MAX` messages' bodies (the rest are read back
-from the log when due), and one loop timer per exchange for the earliest due time —
-no task and no timer per message, nothing done for a message until it is due.
+In memory: a stored message due within NEAR_MS is one heap int `(due_ms << 64) | seq`
+(O(log n) per publish and per firing), with its body while HOT_MAX allows; one due
+later is paged: its seq (8 bytes) in an array for its ~1 s due-time bucket, read back
+into the heap LEAD_MS before the bucket starts (so a million pending cost ~32 bytes each,
+store index included: tools/perf/delayed_memory.py). One loop timer per store, set for
+the earliest heap entry or bucket: no task and no timer per message, nothing done for a
+message until it is (nearly) due.
 Transient messages (and every message of a non-durable exchange) stay in memory.
 """
 
