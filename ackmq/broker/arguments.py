@@ -51,7 +51,8 @@ ALL_TYPE_ARGS = frozenset(CLASSIC_ARGS + QUORUM_ARGS + STREAM_ARGS)
 # ackmq's own arguments on classic and quorum queues, checked and compared after
 # RabbitMQ's: a delivery limit on every such queue (D10), the consumer timeout (H2), the
 # opt-in delivery headers
-ACKMQ_ARGS = ("x-delivery-limit", "x-consumer-timeout", SEQ_ARG, DELIVERY_COUNT_ARG)
+ACKMQ_ARGS = ("x-delivery-limit", "x-consumer-timeout", SEQ_ARG, DELIVERY_COUNT_ARG,
+              "x-delayed-delivery")  # the last: delays (broker/delayed.py), compared too
 # the master locators a classic queue starts with; RabbitMQ 3.10 crashes on others
 MASTER_LOCATORS = ("min-masters", "client-local", "random")
 LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
@@ -78,7 +79,7 @@ def equivalence_keys(qtype: str) -> tuple[str, ...]:
 
 
 QUEUE_EQUIVALENCE_KEYS = equivalence_keys("classic")
-EXCHANGE_EQUIVALENCE_KEYS = ("alternate-exchange",)
+EXCHANGE_EQUIVALENCE_KEYS = ("alternate-exchange", "x-delayed-delivery")  # 2nd: ackmq's
 
 
 def type_name(v: Any) -> str:
