@@ -187,3 +187,27 @@ def test_L5_cron_next_time(entry: str, after: tuple, expect: tuple) -> None:
 def test_L5_cron_bad_fields(entry: str) -> None:
     with pytest.raises(CronError):
         Cron(entry)
+
+
+def test_L5_scheduled_send_in_a_transaction_is_scheduled_at_commit(ackmq_stomp: Any) -> None:
+    """A SEND with a delay inside BEGIN/COMMIT: nothing before COMMIT, then one copy
+    once the delay (counted from COMMIT) has passed; ABORT schedules nothing."""
+    c, lst = _connect(("127.0.0.1", ackmq_stomp.stomp_port, ("guest", "guest")))
+    q = f"/queue/sched.tx.{time.time_ns()}"
+    c.subscribe(q, id="1", ack="auto")
+    time.sleep(0.2)
+    c.begin("t1")
+    c.send(q, "aborted", headers={"AMQ_SCHEDULED_DELAY": "300"}, transaction="t1")
+    c.abort("t1")
+    c.begin("t2")
+    c.send(q, "committed", headers={"AMQ_SCHEDULED_DELAY": "800"}, transaction="t2")
+    time.sleep(0.5)
+    t0 = time.time()
+    c.commit("t2")
+    deadline = time.monotonic() + LATE
+    while not lst.msgs and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.5)
+    c.disconnect()
+    assert [m[2] for m in lst.msgs] == ["committed"]
+    assert lst.msgs[0][0] >= t0 + 0.8 - EARLY
