@@ -291,6 +291,12 @@ def test_L8_pending_count_in_api_exchanges_ui_and_metrics(ch: Any, broker: Any) 
     metrics = _http(broker, "/metrics")
     assert f'ackmq_exchange_messages_delayed{{exchange="{x}",vhost="/"}} 3.0' in metrics
     assert "<th>Delayed</th>" in _http(broker, "/exchanges")
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "ackmq", "ctl", "--data-dir",
+                          str(broker.server.config.data_dir), "list_exchanges", "name",
+                          "messages_delayed"], capture_output=True, text=True, check=True)
+    assert f"{x}\t3" in out.stdout.splitlines()
     ch.exchange_delete(x)
 
 

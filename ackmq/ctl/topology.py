@@ -46,7 +46,8 @@ LISTS: dict[str, tuple[str, str, list[str], dict[str, Callable[[Item], Any]]]] =
                              "exclusive_consumer_tag", "node")}),
     "list_exchanges": ("exchanges", "Listing exchanges for vhost {vhost} ...", ["name", "type"],
                        {k: _get(k) for k in ("name", "type", "durable", "auto_delete",
-                                             "internal", "arguments", "vhost")}
+                                             "internal", "arguments", "vhost",
+                                             "messages_delayed")}  # the plugin's (L8)
                        | {"policy": _const("")}),
     "list_bindings": ("bindings", "Listing bindings for vhost {vhost}...",
                       ["source_name", "source_kind", "destination_name", "destination_kind",
