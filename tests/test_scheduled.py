@@ -211,3 +211,44 @@ def test_L5_scheduled_send_in_a_transaction_is_scheduled_at_commit(ackmq_stomp: 
     c.disconnect()
     assert [m[2] for m in lst.msgs] == ["committed"]
     assert lst.msgs[0][0] >= t0 + 0.8 - EARLY
+
+
+class _Output:
+    writable = True
+    number = 1
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *a, **kw: None
+
+
+def test_L5_cron_with_delay_period_repeat_is_a_series_at_every_cron_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ActiveMQ's JmsCronSchedulerTest: cron `* * * * *` + delay + period + repeat →
+    repeat+1 copies from each cron time + delay, `period` apart. The model on a fake
+    clock (a live run would wait for minute boundaries)."""
+    from ackmq.broker import BrokerModel, NullScheduler, delayed, scheduled
+    from ackmq.protocol.amqp.properties import encode_fields
+
+    clock = [_ms(2026, 11, 27, 7, 44, 27)]
+    monkeypatch.setattr(delayed, "now_ms", lambda: clock[0])
+    monkeypatch.setattr(scheduled, "now_ms", lambda: clock[0])
+    broker = BrokerModel(NullScheduler())
+    broker.start()
+    vh = broker.vhosts["/"]
+    q = vh.declare_queue("q", False, False, False, False, {}, None)
+    ch = broker.open_channel(vh, object(), _Output(), "guest")
+    props = encode_fields({"headers": {
+        "AMQ_SCHEDULED_CRON": "* * * * *", "AMQ_SCHEDULED_DELAY": "1000",
+        "AMQ_SCHEDULED_PERIOD": "500", "AMQ_SCHEDULED_REPEAT": "2"}})
+    ch.basic_publish("", "q", False, False, props, b"m", True)
+    store = scheduled.store_of(vh)
+    fired: list[int] = []
+    while len(fired) < 6:
+        clock[0] = store._heap[0] >> 64
+        before = q.message_count
+        store.fire()
+        fired += [clock[0]] * (q.message_count - before)
+    minute = _ms(2026, 11, 27, 7, 45)
+    assert fired == [minute + 1000, minute + 1500, minute + 2000,
+                     minute + 61000, minute + 61500, minute + 62000]
+    assert store.message_count == 1  # the next series' first copy, forever

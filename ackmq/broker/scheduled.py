@@ -7,7 +7,9 @@ ActiveMQ's rules, as observed:
   included); `AMQ_SCHEDULED_REPEAT` alone is not a schedule (sent at once, header kept);
 - first delivery: at the next cron time (when a cron entry is given), plus the delay if
   > 0, else plus the period; then `repeat` more, `period` apart (0 apart without one);
-  a cron entry fires again at every later matching minute, forever;
+  with a cron entry the whole series starts again at every later matching minute,
+  forever (ActiveMQ's JmsCronSchedulerTest: cron + delay + period + repeat 9 = 10
+  messages per cron time);
 - values are Java longs (`Long.parseLong`: no spaces, no fraction); a negative delay,
   period or repeat, a non-number or a cron entry that is not five fields is refused
   (ActiveMQ drops the connection without an ERROR frame; ackmq sends ERROR and closes);
@@ -44,7 +46,6 @@ DELAY, PERIOD, REPEAT, CRON = ("AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_PERIOD",
 HEADERS = (DELAY, PERIOD, REPEAT, CRON)
 JOB_ID = "scheduledJobId"
 STORE_NAME = HOLDER_PREFIX + "s"
-FOREVER = -1  # repeats left of a cron schedule
 _LONG = re.compile(r"[+-]?[0-9]+\Z")
 
 
@@ -106,7 +107,7 @@ def parse(headers: Mapping[str, Any]) -> Schedule | None:
 
 class ScheduledStore(TimerStore):
     """The vhost's scheduled STOMP sends: routed by their exchange when due, again and
-    again while repeats are left."""
+    again while repeats are left, and again at each cron time."""
 
     kind = "scheduled"
 
@@ -124,7 +125,7 @@ class ScheduledStore(TimerStore):
         if sched is None:
             self.enqueue(seq, now_ms(), msg)
             return True
-        left = FOREVER if sched.cron is not None else sched.repeat
+        left = sched.repeat
         if left:
             self._left[seq] = left
         self.enqueue(seq, sched.first_due(now_ms()), msg)
@@ -153,16 +154,13 @@ class ScheduledStore(TimerStore):
             for q in queues:
                 q.stat_published += 1
                 q.publish(out)
-        if left:
-            sched = _schedule_of(msg)
-            if sched is None:
-                return
-            if sched.cron is not None:
-                nxt = sched.cron.next_after(due)
-            else:
-                nxt = due + sched.period
-                left -= 1
-            self.schedule_at(nxt, msg, left)
+        sched = _schedule_of(msg) if left or CRON.encode() in msg.properties else None
+        if sched is None:
+            return
+        if left:  # the series goes on: `period` later
+            self.schedule_at(due + sched.period, msg, left - 1)
+        elif sched.cron is not None:  # the next cron time starts a new series
+            self.schedule_at(sched.first_due(due), msg, sched.repeat)
 
     def schedule_at(self, due: int, msg: Message, left: int) -> None:
         seq = self.next_seq()
