@@ -16,6 +16,7 @@ from ackmq.broker import stream_args
 from ackmq.broker.access import READ
 from ackmq.broker.arguments import DELIVERY_COUNT_ARG, SEQ_ARG
 from ackmq.broker.errors import ReplyError
+from ackmq.broker.queue_type import RETURN
 from ackmq.protocol.stomp import Destination, Frame
 from ackmq.protocol.stomp.destinations import (
     AMQQUEUE,
@@ -67,6 +68,7 @@ class Subscriptions:
 
     channel: ChannelModel | None
     subs: dict[str, Subscription]  # by consumer tag
+    timed_out: set[str]  # L7: subscriptions a consumer timeout ended
     reply_queues: dict[str, str]  # temp-queue id -> queue name
     version: str | None
     session: str
@@ -251,7 +253,7 @@ class Subscriptions:
         if consumer is not None:  # its unacked deliveries go back now, not at disconnect
             mine = ch.unacked_of(tag)
             if mine:
-                ch.settle("requeue", ch.take_for_consumer(tag, mine[-1], True))
+                ch.settle(RETURN, ch.take_for_consumer(tag, mine[-1], True))
         if sub.dest is not None and sub.dest.kind == TOPIC and \
                 (h.get("durable") == "true" or h.get("persistent") == "true"):
             q = ch.vhost.queues.get(sub.queue)
@@ -277,6 +279,8 @@ class Subscriptions:
                            f"{quoted(cmd)} must include a valid {quoted(header)} header\n")
         ctag, session, tag = parts[0], parts[1], int(parts[2])
         sub = self.subs.get(ctag)
+        if sub is None and ctag in self.timed_out and session == self.session:
+            return  # L7: its messages went back to the queue when it timed out
         if sub is None or session != self.session:
             raise Refused("Subscription not found",
                            f"Message with id {quoted(ack_id)} has no subscription\n")
