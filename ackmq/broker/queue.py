@@ -75,9 +75,10 @@ class ClassicQueue(Queue):
         self._retry: RetryHeap | None = None
         # ackmq's delivery headers, off unless asked (clients see what was published):
         # x-ackmq-seq on every delivery, x-delivery-count on redeliveries (always with a
-        # delivery limit, as RabbitMQ's quorum queues)
+        # delivery limit or a back-off, as RabbitMQ's quorum queues)
         self.seq_header = opt_in(a, SEQ_ARG)
-        self.count_header = opt_in(a, DELIVERY_COUNT_ARG) or self.delivery_limit is not None
+        self.count_header = opt_in(a, DELIVERY_COUNT_ARG) or self.delivery_limit is not None \
+            or self.backoff is not None
         self.max_priority = min(_int_arg(a, "x-max-priority") or 0, 255)
         overflow = _str_arg(a, "x-overflow")
         self.overflow = overflow if overflow in ("reject-publish", "reject-publish-dlx") \

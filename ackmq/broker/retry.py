@@ -23,6 +23,7 @@ restart every such message is ready at once.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,9 +59,12 @@ class Backoff:
             d = self.min_ms * n
         else:
             m = self.multiplier
-            d = self.min_ms * (m ** (n - 1)) if m > 1 else self.min_ms
-            if d > MAX_DELAY_MS:  # before int(): m ** n overflows nothing but grows fast
-                d = MAX_DELAY_MS
+            if m <= 1:
+                d = self.min_ms
+            elif (n - 1) * math.log(m) >= math.log(MAX_DELAY_MS / self.min_ms):
+                d = MAX_DELAY_MS  # m ** (n - 1) would overflow a float soon after
+            else:
+                d = self.min_ms * m ** (n - 1)
         if self.max_ms is not None and d > self.max_ms:
             d = self.max_ms
         return int(min(d, MAX_DELAY_MS))
