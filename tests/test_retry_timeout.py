@@ -497,3 +497,27 @@ async def test_L7_aio_pika_cancelled_consumer_messages_return(ackmq_only: None,
             await q2.delete()
         finally:
             await conn.close()
+
+
+@pytest.mark.slow
+def test_L7_close_channel_response_closes_even_capable_clients(own_broker: BrokerProcess,
+                                                               tmp_path: Path) -> None:
+    """`consumer_timeout_response = close_channel` in the config file (RabbitMQ 4.3.7's
+    key): RabbitMQ 3.x's channel close for every client, with the global timeout."""
+    conf = tmp_path / "ackmq.conf"
+    conf.write_text("consumer_timeout = 400\nconsumer_timeout_response = close_channel\n")
+    own_broker.extra = ("--config", str(conf), "--no-fsync")
+    url = own_broker.start()
+    conn = RawConnection.open(url)  # advertises consumer_cancel_notify
+    q = uniq("l7.closeall")
+    try:
+        conn.open_channel(1)
+        _fill(conn, q, 1)
+        conn.rpc(1, commands.Basic.Consume(queue=q, consumer_tag="slow"),
+                 commands.Basic.ConsumeOk)
+        _take(conn, 1)
+        close = conn.wait_close(10)
+        assert isinstance(close, commands.Channel.Close)
+        assert (close.reply_code, close.reply_text) == (406, TIMEOUT_TEXT.format(ch=1, ms=400))
+    finally:
+        conn.close()

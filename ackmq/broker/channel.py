@@ -314,7 +314,7 @@ class ChannelModel:
         now = time.monotonic()
         soonest = None
         expired: dict[int, Consumer] = {}
-        notify = getattr(self.output, "cancel_notify", False)
+        notify = self.broker.notify_on_timeout and getattr(self.output, "cancel_notify", False)
         for d in self.unacked.values():
             deadline = d.deadline
             if deadline is None or (d.consumer is not None and id(d.consumer) in expired):

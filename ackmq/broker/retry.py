@@ -55,6 +55,7 @@ class Backoff:
         if self.kind != "all" and (self.kind == "failed") != failed:
             return 0
         n = max(1, count)
+        d: float
         if self.multiplier is None:
             d = self.min_ms * n
         else:
