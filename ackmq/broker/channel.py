@@ -595,7 +595,11 @@ class ChannelModel:
                 self.global_unacked -= 1
                 if not consumer.active and not consumer.parked:
                     self.park(consumer)  # it may have been at its own prefetch
-            if q.settle(entry, action, consumer.backoff if consumer is not None else None):
+            # L6: a consumer's own back-off covers what it fails while subscribed; what a
+            # cancelled consumer hands back (prefetched, never seen) gets the queue's
+            backoff = consumer.backoff if consumer is not None and consumer.backoff is not None \
+                and self.consumers.get(consumer.tag) is consumer else None
+            if q.settle(entry, action, backoff):
                 touched[id(q)] = q
         for q in touched.values():
             q.dispatch()
