@@ -385,6 +385,38 @@ def test_L7_consumer_timeout_cancels_capable_consumer(ackmq_only: None, broker_u
         conn.close()
 
 
+def test_L7_a_consumer_already_cancelled_loses_its_deliveries_quietly(
+        ackmq_only: None, broker_url: str) -> None:
+    """The client cancelled its consumer but still holds a delivery past the timeout:
+    the delivery goes back, no basic.cancel for a consumer the client no longer has, the
+    channel stays open (RabbitMQ 4.4 closes it: rabbitmq-server discussion 18207 calls
+    that an oversight), and the late ack is ignored."""
+    conn = RawConnection.open(broker_url)
+    q = uniq("l7.gone")
+    try:
+        conn.open_channel(1)
+        _fill(conn, q, 1)
+        conn.rpc(1, commands.Basic.Consume(queue=q, consumer_tag="c",
+                                           arguments={"x-consumer-timeout": 300}),
+                 commands.Basic.ConsumeOk)
+        [m] = _take(conn, 1)
+        conn.rpc(1, commands.Basic.Cancel(consumer_tag="c"), commands.Basic.CancelOk)
+        deadline = time.monotonic() + 10
+        while True:  # basic.get until the message is back (redelivered)
+            conn.send(1, commands.Basic.Get(queue=q, no_ack=True))
+            _, frame = conn.recv(5)
+            assert not isinstance(frame, (commands.Basic.Cancel, commands.Channel.Close)), frame
+            if isinstance(frame, Message):
+                assert frame.redelivered and frame.body == b"0"
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        conn.send(1, commands.Basic.Ack(m.delivery_tag))  # late: ignored
+        conn.rpc(1, commands.Basic.Qos(0, 0), commands.Basic.QosOk)
+    finally:
+        conn.close()
+
+
 def test_L7_consumer_timeout_closes_channel_for_other_clients(ackmq_only: None,
                                                               broker_url: str) -> None:
     """A client without consumer_cancel_notify keeps RabbitMQ 3.10's behaviour: 406 on

@@ -286,7 +286,10 @@ class ChannelModel:
         return ms if ms is not None else self.consumer_timeout_ms
 
     def _deadline(self, queue: Queue, consumer: Consumer | None) -> float | None:
-        ms = self.timeout_ms(queue, consumer)
+        # `timeout_ms`, inlined: this runs for every delivery that needs an ack
+        ms = consumer.timeout_ms if consumer is not None and consumer.timeout_ms is not None \
+            else queue.consumer_timeout if queue.consumer_timeout is not None \
+            else self.consumer_timeout_ms
         if not ms:
             return None
         deadline = time.monotonic() + ms / 1000.0
@@ -340,20 +343,21 @@ class ChannelModel:
 
     def _time_out(self, c: Consumer) -> None:
         """L7 (RabbitMQ 4.3): cancel `c`, tell its client, and return its unacked
-        deliveries to their queues (delivery count +1, as any return)."""
-        ms = None
-        tags = self.unacked_of(c.tag)
-        if tags:
-            ms = self.timeout_ms(c.queue, c)
-        if self.consumers.get(c.tag) is c:
+        deliveries to their queues (delivery count +1, as any return). A consumer its
+        client already cancelled only loses its deliveries: there is no one to tell."""
+        tags = [t for t, d in self.unacked.items() if d.consumer is c]
+        subscribed = self.consumers.get(c.tag) is c
+        if subscribed:
             del self.consumers[c.tag]
             c.queue.remove_consumer(c)
         taken = [(t, self.unacked.pop(t)) for t in tags]
         self._reclaimed.update(tags)
         self._settle(RETURN, taken)
         self._unpark(c)
-        self.output.consumer_cancelled(
-            c.tag, f"consumer timeout: a delivery was not acknowledged within {ms} ms")
+        if subscribed:
+            ms = self.timeout_ms(c.queue, c)
+            self.output.consumer_cancelled(
+                c.tag, f"consumer timeout: a delivery was not acknowledged within {ms} ms")
 
     # -- consume ----------------------------------------------------------------------
     def basic_consume(self, queue_name: str, consumer_tag: str, no_ack: bool, exclusive: bool,
