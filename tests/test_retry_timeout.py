@@ -553,3 +553,64 @@ def test_L7_close_channel_response_closes_even_capable_clients(own_broker: Broke
         assert (close.reply_code, close.reply_text) == (406, TIMEOUT_TEXT.format(ch=1, ms=400))
     finally:
         conn.close()
+
+
+# ---- kombu (Celery's transport, py-amqp) ---------------------------------------------------
+
+def test_L6_kombu_requeue_waits_out_the_queue_backoff(ackmq_only: None, broker_url: str) -> None:
+    """kombu, as Celery declares and consumes (`queue_arguments`, `message.requeue()`,
+    what `Reject(requeue=True)` and a lost worker do under acks_late): the requeued
+    message comes back after the queue's delay, with x-delivery-count."""
+    import kombu
+    name = uniq("l6.kombu")
+    queue = kombu.Queue(name, routing_key=name, queue_arguments={"x-delayed-retry-min": 600})
+    with kombu.Connection(broker_url) as conn:
+        producer = conn.Producer()
+        producer.publish(b"task", exchange="", routing_key=name, declare=[queue])
+        seen: list[tuple[float, Any]] = []
+
+        def on_message(body: Any, message: Any) -> None:
+            seen.append((time.monotonic(), message.headers.get("x-delivery-count")))
+            if len(seen) == 1:
+                message.requeue()
+            else:
+                message.ack()
+
+        with conn.Consumer(queue, callbacks=[on_message], accept=None):
+            deadline = time.monotonic() + 10
+            while len(seen) < 2 and time.monotonic() < deadline:
+                try:
+                    conn.drain_events(timeout=0.2)
+                except TimeoutError:
+                    pass
+        assert len(seen) == 2 and seen[1][1] == 1
+        assert seen[1][0] - seen[0][0] >= 0.55
+        queue(conn.default_channel).delete()
+
+
+def test_L7_kombu_sees_consumer_cancelled(ackmq_only: None, broker_url: str) -> None:
+    """kombu/py-amqp advertise consumer_cancel_notify; with no cancel callback py-amqp
+    raises `ConsumerCancelled` (a RecoverableConnectionError: Celery then reconnects)
+    from drain_events; the held message is back in the queue, redelivered."""
+    import amqp.exceptions
+    import kombu
+    name = uniq("l7.kombu")
+    queue = kombu.Queue(name, routing_key=name,
+                        consumer_arguments={"x-consumer-timeout": 300})
+    with kombu.Connection(broker_url) as conn:
+        conn.Producer().publish(b"long task", exchange="", routing_key=name, declare=[queue])
+        held: list[Any] = []
+        with pytest.raises(amqp.exceptions.ConsumerCancelled):  # noqa: PT012
+            with conn.Consumer(queue, callbacks=[lambda b, m: held.append(m)], accept=None):
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    try:
+                        conn.drain_events(timeout=0.2)
+                    except TimeoutError:
+                        pass
+        assert len(held) == 1
+    with kombu.Connection(broker_url) as conn:
+        ch = conn.default_channel
+        m = ch.basic_get(name, no_ack=True)
+        assert m is not None and m.body == b"long task" and m.delivery_info["redelivered"]
+        queue(ch).delete()
