@@ -18,6 +18,7 @@ by test_liveness.py's H2 tests).
 from __future__ import annotations
 
 import asyncio
+import decimal
 import os
 import time
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ from pamqp import commands
 from support.pikahelp import closed_with, uniq
 from support.rawamqp import Message, RawConnection
 
-from ackmq.broker.retry import Backoff
+from ackmq.broker.retry import Backoff, backoff_of, check_retry_argument
 
 # RabbitMQ 3.10's text (rabbit_channel:handle_consumer_timed_out)
 TIMEOUT_TEXT = ("PRECONDITION_FAILED - delivery acknowledgement on channel {ch} timed out. "
@@ -82,6 +83,11 @@ def test_L6_backoff_formula_linear_exponential_capped() -> None:
     assert failed.delay_ms(1, True) == 100 and failed.delay_ms(1, False) == 0
     returned = Backoff("returned", 100, None, None)
     assert returned.delay_ms(1, True) == 0 and returned.delay_ms(1, False) == 100
+    # pika sends 1.5 as a decimal; a NaN (STOMP "nan") is refused, not a broken timer
+    assert backoff_of({"x-delayed-retry-min": 10, "x-delayed-retry-multiplier":
+                       decimal.Decimal("1.5")}).delay_ms(3, True) == 22
+    assert check_retry_argument("x-delayed-retry-multiplier", float("nan"), {}) == \
+        "{value_not_finite,nan}"
 
 
 # ---- L6: on the wire ---------------------------------------------------------------------
@@ -330,6 +336,52 @@ def test_L6_stomp_nack_waits_out_backoff(ackmq_only: None, ackmq_target: Any) ->
         assert time.monotonic() - t0 >= 0.55
         assert again.body == b"m" and again.headers.get("redelivered") == "true"
         r.send("ACK", {"id": again.headers["ack"]})
+    finally:
+        r.close()
+        ch.queue_delete(q)
+        c.close()
+
+
+def test_L6_L7_stomp_subscription_headers(ackmq_only: None, ackmq_target: Any) -> None:
+    """STOMP SUBSCRIBE headers `x-delayed-retry-min` and `x-consumer-timeout` are that
+    subscription's consume arguments: its NACK waits out the delay; a message it then
+    holds past the timeout ends it with an ERROR naming it, the connection stays."""
+    c = ackmq_target.pika()
+    ch = c.channel()
+    q = uniq("l67.stomp")
+    _declare(ch, q)
+    ch.basic_publish("", q, b"m")
+    r = ackmq_target.raw()
+    try:
+        r.subscribe(f"/amq/queue/{q}", "s1", ack="client-individual",
+                    **{"x-delayed-retry-min": "500", "x-consumer-timeout": "1500"})
+        msg = r.expect("MESSAGE")
+        r.send("NACK", {"id": msg.headers["ack"]})
+        t0 = time.monotonic()
+        again = r.expect("MESSAGE", timeout=10)
+        assert time.monotonic() - t0 >= 0.45 and again.headers.get("redelivered") == "true"
+        err = r.expect("ERROR", timeout=10)  # held past 1.5 s
+        assert err.headers["subscription"] == "s1" and b"consumer timeout" in err.body
+        r.send("ACK", {"id": again.headers["ack"]})  # late: ignored
+        r.send("SEND", {"destination": f"/amq/queue/{q}", "receipt": "r1"}, b"n")
+        assert r.expect("RECEIPT").headers["receipt-id"] == "r1"
+    finally:
+        r.close()
+        ch.queue_delete(q)
+        c.close()
+
+
+def test_L7_stomp_bad_timeout_header_refused(ackmq_only: None, ackmq_target: Any) -> None:
+    c = ackmq_target.pika()
+    ch = c.channel()
+    q = uniq("l7.stomp.bad")
+    _declare(ch, q)
+    r = ackmq_target.raw()
+    try:
+        r.subscribe(f"/amq/queue/{q}", "s1", ack="client", receipt=False,
+                    **{"x-consumer-timeout": "soon"})
+        err = r.expect("ERROR")
+        assert b"x-consumer-timeout" in err.body + err.headers.get("message", "").encode()
     finally:
         r.close()
         ch.queue_delete(q)

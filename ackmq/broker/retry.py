@@ -22,6 +22,7 @@ restart every such message is ready at once.
 
 from __future__ import annotations
 
+import decimal
 import heapq
 import math
 import time
@@ -72,6 +73,9 @@ class Backoff:
 
 
 def _num(v: Any) -> float | None:
+    """An AMQP number: int, double, or decimal (pika sends a Decimal for 1.5)."""
+    if isinstance(v, decimal.Decimal):
+        return float(v)
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
@@ -102,6 +106,8 @@ def check_retry_argument(key: str, v: Any, args: dict[str, Any]) -> str | None:
         n = _num(v)
         if n is None:
             return f"{{unacceptable_type,{type_name(v)}}}"
+        if not math.isfinite(n):
+            return f"{{value_not_finite,{v}}}"
         return f"{{value_too_small,{v}}}" if n < 1 else None
     if not isinstance(v, int) or isinstance(v, bool):
         return f"{{unacceptable_type,{type_name(v)}}}"
