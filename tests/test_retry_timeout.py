@@ -666,3 +666,17 @@ def test_L7_kombu_sees_consumer_cancelled(ackmq_only: None, broker_url: str) -> 
         m = ch.basic_get(name, no_ack=True)
         assert m is not None and m.body == b"long task" and m.delivery_info["redelivered"]
         queue(ch).delete()
+
+
+def test_L6_redeclare_with_another_backoff_is_inequivalent(ackmq_only: None,
+                                                          connection: Any) -> None:
+    """The back-off arguments are compared on redeclare, as RabbitMQ compares a queue
+    type's own arguments (406 inequivalent arg)."""
+    ch = connection.channel()
+    q = uniq("l6.redeclare")
+    _declare(ch, q, **{"x-delayed-retry-min": 500})
+    _declare(ch, q, **{"x-delayed-retry-min": 500})  # the same: fine
+    text = closed_with(lambda: ch.queue_declare(q, arguments={"x-delayed-retry-min": 600}),
+                       406)
+    assert "inequivalent arg 'x-delayed-retry-min'" in text
+    connection.channel().queue_delete(q)
