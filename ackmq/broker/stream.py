@@ -72,7 +72,7 @@ class StreamQueue(Queue):
         streams = self.vhost.broker.streams
         if streams is None:
             raise HardError(NOT_IMPLEMENTED, "stream queues need the broker's stream storage")
-        a = self.arguments
+        a = self.vhost.broker.policies.queue_arguments(self)  # its policy when opened
         age = as_text(a.get("x-max-age"))
         age_ms = None
         if age is not None:
