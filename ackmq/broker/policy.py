@@ -197,13 +197,15 @@ class PolicyBook:
         pol, op = self.in_force(q.vhost.name, "queue", q.name, declared_type(q.arguments))
         return effective_arguments(q.arguments, merged_definition(pol, op))
 
-    def exchange_alternate(self, vhost: str, x: Exchange) -> str | None:
-        """An exchange's alternate exchange: its argument's, else its policy's."""
+    def apply_exchange(self, vhost: str, x: Exchange) -> None:
+        """THE effective settings of an exchange: its alternate exchange is its
+        argument's, else its policy's; `x.policy` names the policy in force."""
+        pol = self.match(vhost, "exchange", x.name) if x.name else None
         ae = as_text(x.arguments.get("alternate-exchange"))
-        if ae is None:
-            pol = self.match(vhost, "exchange", x.name) if x.name else None
-            ae = as_text(pol.definition.get("alternate-exchange")) if pol else None
-        return ae or None
+        if ae is None and pol is not None:
+            ae = as_text(pol.definition.get("alternate-exchange"))
+        x.alternate = ae or None
+        x.policy = pol.name if pol is not None else None
 
     # -- changing -----------------------------------------------------------------
     def set(self, policy: Policy, operator: bool = False) -> None:
@@ -247,12 +249,14 @@ class PolicyBook:
 
     def reapply(self, vhost: str | None = None) -> None:
         """Recompute the effective settings of every queue and exchange (of one vhost)."""
+        if vhost is None and not any(self._books.values()):
+            return  # at start with no policies: nothing to do
         vhosts: Iterable[VHost] = self.broker.vhosts.values() if vhost is None else \
             [v for v in (self.broker.vhosts.get(vhost),) if v is not None]
         for vh in vhosts:
             for x in list(vh.exchanges.values()):
                 if x.name:
-                    x.alternate = self.exchange_alternate(vh.name, x)
+                    self.apply_exchange(vh.name, x)
             for q in list(vh.queues.values()):
                 apply = getattr(q, "apply_policy", None)
                 if apply is not None and not q.deleted:
