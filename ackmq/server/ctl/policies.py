@@ -38,7 +38,7 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str
     if verb.startswith("list_"):
         nargs(args, 0, f"{verb} [-p <vhost>]")
         rows = [[p["vhost"], p["name"], p["pattern"], p["apply-to"],
-                 json.dumps(p["definition"], separators=(",", ":")), str(p["priority"])]
+                 json.dumps(p["definition"], separators=(",", ":"), sort_keys=True), str(p["priority"])]
                 for p in policy_ops.list_policies(broker, vhost, operator)]
         return {"ok": True, "columns": COLUMNS, "rows": rows}
     if verb.startswith("clear_"):
