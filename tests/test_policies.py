@@ -417,3 +417,71 @@ def test_M7_new_dlx_takes_the_next_dead_letter(mgmt: Target, pol: Any, amqp: Any
     amqp.basic_reject(m[0].delivery_tag, requeue=False)
     assert _until(lambda: _depth(amqp, two) == 1)
     assert _depth(amqp, one) == 1
+
+
+# -- M5/M6: definitions both ways with RabbitMQ ----------------------------------------------
+def _vhost_topology(t: Target, vh: str, qname: str) -> None:
+    """A policy, an operator policy and a queue they match, in vhost `vh` of `t`."""
+    for path, body in ((f"/api/policies/{q(vh)}/cap", {
+            "pattern": "^capped", "apply-to": "queues", "priority": 1,
+            "definition": {"max-length": 2, "dead-letter-exchange": "dlx"}}),
+            (f"/api/operator-policies/{q(vh)}/ttl", {
+                "pattern": "^capped", "definition": {"message-ttl": 60000}}),
+            (f"/api/queues/{q(vh)}/{q(qname)}", {"durable": True})):
+        r = t.call("PUT", path, body)
+        assert r.status in (201, 204), (path, r)
+
+
+def _in_force(t: Target, vh: str, qname: str) -> None:
+    """The imported policies are in force: the queue names them, and keeps 2 of 4."""
+    body = _until(lambda: (b := t.call("GET", f"/api/queues/{q(vh)}/{q(qname)}").body
+                           ).get("operator_policy") and b)
+    assert (body["policy"], body["operator_policy"]) == ("cap", "ttl")
+    assert body["effective_policy_definition"] == {
+        "max-length": 2, "dead-letter-exchange": "dlx", "message-ttl": 60000}
+    host, port = t.amqp_url.split("@", 1)[1].rstrip("/").split(":")
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        host, int(port), vh, pika.PlainCredentials("guest", "guest")))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for i in range(4):
+        ch.basic_publish("", qname, str(i).encode())
+    assert _until(lambda: _depth(ch, qname) == 2)
+    conn.close()
+
+
+def _move_vhost(src: Target, dst: Target, vh: str) -> None:
+    defs = src.call("GET", f"/api/definitions/{q(vh)}").body
+    assert [p["name"] for p in defs["policies"]] == ["cap"]
+    assert [p["name"] for p in defs["parameters"] if p["component"] == "operator_policy"] \
+        == ["ttl"]
+    r = dst.call("PUT", f"/api/vhosts/{q(vh)}")
+    assert r.status in (201, 204)
+    dst.cleanup.append(("vhost", vh))
+    assert dst.call("PUT", f"/api/permissions/{q(vh)}/guest",
+                    {"configure": ".*", "write": ".*", "read": ".*"}).status in (201, 204)
+    r = dst.call("POST", f"/api/definitions/{q(vh)}", defs)
+    assert r.status in (200, 201, 204), r
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.parametrize("direction", ["ackmq->rabbitmq", "rabbitmq->ackmq"])
+def test_M5_M6_definitions_move_both_ways_with_policies(ackmq_mgmt: Any, direction: str
+                                                        ) -> None:
+    """A vhost's export (GET /api/definitions/{vhost}) with a policy and an operator
+    policy, imported by the other broker (POST): both in force there."""
+    from support.mgmthelp import rabbit_http
+    rabbit = Target("rabbitmq", rabbit_http(), "amqp://guest:guest@127.0.0.1:5672/")
+    mine = Target("ackmq", ackmq_mgmt.http_url, ackmq_mgmt.url, ackmq_mgmt.server)
+    src, dst = (mine, rabbit) if direction.startswith("ackmq") else (rabbit, mine)
+    vh = src.vhost()
+    try:
+        assert src.call("PUT", f"/api/permissions/{q(vh)}/guest",
+                        {"configure": ".*", "write": ".*", "read": ".*"}).status in (201, 204)
+        _vhost_topology(src, vh, "capped-q")
+        _in_force(src, vh, "capped-q")
+        _move_vhost(src, dst, vh)
+        _in_force(dst, vh, "capped-q")
+    finally:
+        src.forget()
+        dst.forget()
