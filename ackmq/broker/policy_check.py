@@ -95,8 +95,8 @@ _AGE_OK = re.compile(r"[0-9]+")
 def _ha_mode(v: Any, d: dict[str, Any]) -> str | None:
     if v not in ("all", "exactly", "nodes"):
         return f"{erl_term(v)} is not a valid ha-mode value"
-    p = d.get("ha-params")
-    if v == "exactly" and not (_int(p) and p > 0):
+    p: Any = d.get("ha-params")
+    if v == "exactly" and not (isinstance(p, int) and not isinstance(p, bool) and p > 0):
         return ('ha-mode="exactly" takes an integer, '
                 f"{'none' if p is None else erl_term(p)} given")
     if v == "nodes" and not (isinstance(p, list) and p and all(isinstance(n, str) for n in p)):
