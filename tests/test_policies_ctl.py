@@ -215,3 +215,31 @@ def test_M5_load_definitions_at_start(tmp_path: Path) -> None:
         conn.close()
     finally:
         b.stop()
+
+
+@pytest.mark.rabbitmq
+def test_M5_ctl_url_policy_verbs_against_rabbitmq_and_ackmq(proc: BrokerProcess) -> None:
+    """`ackmq ctl --url` drives /api/policies of RabbitMQ 3.10 and of ackmq alike: the
+    same lines, texts and exit codes as over the admin socket."""
+    from support.mgmthelp import rabbit_http
+    from test_mgmt_ctl import http_of
+    rabbit = rabbit_http().replace("http://", "http://guest:guest@")
+    name = f"ctl-url-{time.monotonic_ns()}"
+    for url in (rabbit, http_of(proc)):
+        u = ["--url", url]
+        try:
+            ok(*u, "set_policy", name, "^ctl-url-none$", '{"max-length":3}', "--priority",
+               "5", "--apply-to", "queues")
+            assert f'/\t{name}\t^ctl-url-none$\tqueues\t{{"max-length":3}}\t5\n' in ok(
+                *u, "-q", "list_policies")
+            r = ctl(*u, "set_policy", name, "^x", '{"bogus":3}')
+            assert (r.returncode, r.stderr) == (69, 'Error:\nValidation failed\n\n'
+                                                    '[{<<"bogus">>,3}] are not recognised '
+                                                    "policy settings\n\n")
+            ok(*u, "set_operator_policy", name, "^ctl-url-none$", '{"expires":1000}')
+            assert f"/\t{name}\t^ctl-url-none$\tall\t" in ok(*u, "list_operator_policies")
+            ok(*u, "clear_operator_policy", name)
+        finally:
+            ctl(*u, "clear_policy", name)
+        r = ctl(*u, "clear_policy", name)
+        assert (r.returncode, r.stderr) == (69, "Error:\nParameter does not exist\n"), url

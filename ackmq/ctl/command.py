@@ -172,8 +172,8 @@ def run(args: argparse.Namespace) -> int:
             except (OSError, ValueError) as e:
                 return _unreachable(path, e)
         return _definitions_http(args, src)
-    from ackmq.ctl import access
-    if args.url and args.verb not in access.VERBS:
+    from ackmq.ctl import access, policies
+    if args.url and args.verb not in access.VERBS + policies.VERBS:
         print(f"Error:\n{args.verb} is not available with --url (the admin socket only)",
               file=sys.stderr)
         return 64
@@ -201,7 +201,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"Error:\ncannot read definitions from {values[0]}: {e}", file=sys.stderr)
             return 66
     try:
-        if args.url:
+        if args.url and args.verb in policies.VERBS:
+            reply = policies.handle(HttpSource(args.url), args.verb, values, vhost)
+        elif args.url:
             reply = access.handle(HttpSource(args.url), args.verb, values, vhost)
         else:
             reply = request(path, args.verb, values, vhost, **extra)
