@@ -485,3 +485,35 @@ def test_M5_M6_definitions_move_both_ways_with_policies(ackmq_mgmt: Any, directi
     finally:
         src.forget()
         dst.forget()
+
+
+def test_M5_policies_go_with_their_vhost(mgmt: Target) -> None:
+    """Deleting a vhost deletes its policies: the vhost made again has none."""
+    vh = mgmt.vhost()
+    for base in ("/api/policies/", "/api/operator-policies/"):
+        r = mgmt.call("PUT", f"{base}{q(vh)}/p", {"pattern": ".*",
+                                                  "definition": {"max-length": 1}})
+        assert r.status == 201
+    assert mgmt.call("DELETE", f"/api/vhosts/{q(vh)}").status == 204
+    assert mgmt.call("PUT", f"/api/vhosts/{q(vh)}").status == 201
+    for base in ("/api/policies/", "/api/operator-policies/"):
+        assert mgmt.call("GET", f"{base}{q(vh)}").body == []
+
+
+def test_M5_who_may_change_policies(mgmt: Target) -> None:
+    """policymaker (or administrator) for policies, administrator for operator policies;
+    a management user may list but not change; a policymaker needs access to the vhost."""
+    body = {"pattern": "^zz-none", "definition": {"max-length": 1}}
+    name = mgmt.name("who")
+    for tags, path, status in (("management", POLICIES, 401), ("policymaker", POLICIES, 201),
+                               ("policymaker", OPERATOR, 401), ("administrator", OPERATOR, 201)):
+        who = mgmt.user(tags)
+        try:
+            assert mgmt.call("PUT", path + q(name), body, auth=who).status == status, tags
+            assert mgmt.call("GET", path[:-5], auth=who).status == 200
+        finally:
+            mgmt.call("DELETE", path + q(name))
+    outsider = mgmt.user("policymaker", vhost=None)
+    r = mgmt.call("PUT", POLICIES + q(name), body, auth=outsider)
+    mgmt.call("DELETE", POLICIES + q(name))
+    assert r.status == 401

@@ -47,6 +47,8 @@ async def _put(request: web.Request) -> web.Response:
     srv = server(request)
     vhost, name, operator = request.match_info["vhost"], request.match_info["name"], \
         _operator(request)
+    if vhost in srv.broker.vhosts:
+        vhost_arg(request)  # a user without access to the vhost: 401, as RabbitMQ
     body = await body_json(request)
     try:
         new = policy_ops.set_policy(srv.broker, vhost, name, body, operator)
