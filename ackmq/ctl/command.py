@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-HELP = ("manage users, vhosts, permissions and resource limits of a running broker "
-        "(rabbitmqctl's verbs)")
+HELP = ("manage users, vhosts, permissions, resource limits and policies of a running "
+        "broker (rabbitmqctl's verbs)")
 DESCRIPTION = """\
 Manage a running ackmq broker with rabbitmqctl's verbs and output (tab-separated, with a
 header line). `ackmq ctl` talks to the broker over
