@@ -155,6 +155,23 @@ REFUSED = [
      'ha-mode="exactly" takes an integer, none given'),
     ({"pattern": "^zz", "definition": {"ha-mode": "exactly", "ha-params": "a"}},
      'ha-mode="exactly" takes an integer, <<"a">> given'),
+    ({"pattern": "^zz", "definition": {"ha-mode": "exactly", "ha-params": 0}},
+     'ha-mode="exactly" takes an integer, 0 given'),
+    ({"pattern": "^zz", "definition": {"ha-mode": "all", "ha-params": 1}},
+     'ha-mode="all" does not take parameters'),
+    ({"pattern": "^zz", "definition": {"ha-mode": "nodes"}},
+     'ha-mode="nodes" takes a list, none given'),
+    ({"pattern": "^zz", "definition": {"ha-mode": "nodes", "ha-params": "a"}},
+     'ha-mode="nodes" takes a list, <<"a">> given'),
+    ({"pattern": "^zz", "definition": {"ha-mode": "nodes", "ha-params": []}},
+     'ha-mode="nodes" list must be non-empty'),
+    ({"pattern": "^zz", "definition": {"ha-mode": "all", "ha-sync-batch-size": 0}},
+     "ha-sync-batch-size takes an integer greater than 0, 0 given"),
+    ({"pattern": "^zz", "definition": {"ha-mode": "all", "ha-promote-on-failure": "x"}},
+     'ha-promote-on-failure must be "always" or "when-synced", got <<"x">>'),
+    ({"pattern": "^zz", "definition": {"expires": "7"}}, '<<"7">> is not a valid queue expiry'),
+    ({"pattern": "^zz", "definition": {"max-length": 1}, "apply-to": None},
+     "apply-to 'null' unrecognised; should be 'queues', 'exchanges' or 'all'"),
     ({"pattern": "^zz", "definition": {"ha-sync-mode": "automatic"}},
      "ha-mode must be specified to specify ha-params, ha-sync-mode or "
      "ha-promote-on-shutdown"),
@@ -205,7 +222,7 @@ def test_M5_refused_without_keys(mgmt: Target, pol: Any) -> None:
 
 def test_M5_accepted_keys(mgmt: Target, pol: Any) -> None:
     """Every key RabbitMQ 3.10 takes in a policy is taken (ha-* too: no effect on one
-    node); `max-age` is left out: RabbitMQ 3.10 answers 500 to any value."""
+    node)."""
     for definition in ({"dead-letter-exchange": "dlx", "dead-letter-routing-key": "k",
                         "message-ttl": 315360000001, "expires": 1, "max-length": 0,
                         "max-length-bytes": 10, "overflow": "reject-publish-dlx",
@@ -214,7 +231,7 @@ def test_M5_accepted_keys(mgmt: Target, pol: Any) -> None:
                         "queue-version": 2, "queue-master-locator": "random",
                         "queue-leader-locator": "balanced", "initial-cluster-size": 0,
                         "max-in-memory-length": 1, "max-in-memory-bytes": 1,
-                        "dead-letter-strategy": "at-least-once"},
+                        "dead-letter-strategy": "at-least-once", "max-age": "7D"},
                        {"ha-mode": "exactly", "ha-params": 2},
                        {"ha-mode": "nodes", "ha-params": ["a"]},
                        {"ha-mode": "all", "ha-sync-mode": "manual", "ha-sync-batch-size": 5,
@@ -227,7 +244,8 @@ def test_M5_accepted_keys(mgmt: Target, pol: Any) -> None:
 
 def test_M5_ackmq_extensions(mgmt: Target, pol: Any) -> None:
     """Where ackmq takes more than RabbitMQ 3.10, on purpose: RabbitMQ 4's apply-to
-    values, `consumer-timeout` (RabbitMQ 3.12+), a checked `max-age` (3.10: 500)."""
+    values, `consumer-timeout` (RabbitMQ 3.12+), an invalid `max-age` refused with a
+    text (3.10: 500)."""
     if mgmt.kind == "rabbitmq":
         r = pol(mgmt.name("ext"), {"pattern": "^zz", "definition": {"max-length": 1},
                                    "apply-to": "classic_queues"})

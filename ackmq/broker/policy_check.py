@@ -4,8 +4,8 @@ rabbit_policies, rabbit_mirror_queue_misc), with its texts: the management API a
 as Erlang's ~p renders the JSON RabbitMQ decoded (<<"a">>, #{...}, true, null).
 
 Differences, on purpose: apply-to also takes RabbitMQ 4's `classic_queues`,
-`quorum_queues` and `streams`; `consumer-timeout` is taken (RabbitMQ 3.12+); `max-age`
-is checked (3.10 crashes: 500); patterns are Python `re` (see `compile_pattern`).
+`quorum_queues` and `streams`; `consumer-timeout` is taken (RabbitMQ 3.12+); an invalid
+`max-age` is refused with a text (3.10 crashes on it: 500); patterns are Python `re` (see `compile_pattern`).
 """
 
 from __future__ import annotations
@@ -99,9 +99,13 @@ def _ha_mode(v: Any, d: dict[str, Any]) -> str | None:
     if v == "exactly" and not (isinstance(p, int) and not isinstance(p, bool) and p > 0):
         return ('ha-mode="exactly" takes an integer, '
                 f"{'none' if p is None else erl_term(p)} given")
-    if v == "nodes" and not (isinstance(p, list) and p and all(isinstance(n, str) for n in p)):
-        return ('ha-mode="nodes" takes a list of strings, '
-                f"{'none' if p is None else erl_term(p)} given")
+    if v == "nodes":
+        if not isinstance(p, list):
+            return f'ha-mode="nodes" takes a list, {"none" if p is None else erl_term(p)} given'
+        if not p:
+            return 'ha-mode="nodes" list must be non-empty'
+        if not all(isinstance(n, str) for n in p):
+            return f'ha-mode="nodes" takes a list of strings, {erl_term(p)} given'
     if v == "all" and p is not None:
         return 'ha-mode="all" does not take parameters'
     return None
