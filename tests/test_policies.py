@@ -535,3 +535,31 @@ def test_M5_who_may_change_policies(mgmt: Target) -> None:
     r = mgmt.call("PUT", POLICIES + q(name), body, auth=outsider)
     mgmt.call("DELETE", POLICIES + q(name))
     assert r.status == 401
+
+
+def test_M7_stream_retention_from_a_policy_set_later(ackmq_mgmt: Any) -> None:
+    """A stream takes a policy's max-length-bytes when the policy comes after it: the
+    oldest segments go as new ones roll (ackmq only: RabbitMQ applies stream retention
+    on its own schedule)."""
+    t = Target("ackmq", ackmq_mgmt.http_url, ackmq_mgmt.url, ackmq_mgmt.server)
+    name = t.name("stream")
+    conn = pika.BlockingConnection(pika.URLParameters(t.amqp_url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream",
+                                                    "x-stream-max-segment-size-bytes": 4000})
+    t.cleanup.append(("queue", name))
+    try:
+        for _ in range(100):
+            ch.basic_publish("", name, b"x" * 500)
+        assert _depth(ch, name) == 100
+        assert t.call("PUT", POLICIES + q(name), {
+            "pattern": _anchored(name), "apply-to": "streams",
+            "definition": {"max-length-bytes": 8000}}).status == 201
+        for _ in range(20):
+            ch.basic_publish("", name, b"x" * 500)
+        assert _until(lambda: _depth(ch, name) < 40)
+    finally:
+        t.call("DELETE", POLICIES + q(name))
+        conn.close()
+        t.forget()
