@@ -79,6 +79,11 @@ def test_M5_ctl_set_list_clear_as_rabbitmqctl(proc: BrokerProcess) -> None:
     assert ok(*d, "list_policies") == 'Listing policies for vhost "/" ...\n'
     r = ctl(*d, "list_policies", "-p", "nov")
     assert (r.returncode, r.stderr) == (65, "Error:\nVirtual host 'nov' does not exist\n")
+    # rabbitmqctl checks the policy before the vhost
+    r = ctl(*d, "set_policy", "-p", "nov", "pc3", "^yy", "{}")
+    assert (r.returncode, r.stderr) == (69, "Error:\nValidation failed\n\nno policy provided\n\n")
+    r = ctl(*d, "set_policy", "-p", "nov", "pc3", "^yy", '{"max-length":1}')
+    assert (r.returncode, r.stderr) == (65, "Error:\nVirtual host 'nov' does not exist\n")
 
 
 def test_M5_ctl_ha_keys_accepted_with_a_note(proc: BrokerProcess) -> None:

@@ -9,6 +9,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import AccessError
+from ackmq.broker.policy import policy_from_json
 from ackmq.broker.policy_check import PolicyError
 from ackmq.server import policy_ops
 from ackmq.server.ctl.errors import nargs
@@ -33,12 +34,15 @@ def _number(text: str) -> int | float:
 def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str, Any]:
     broker = ctx.broker
     operator = "operator" in verb
+    if verb.startswith("set_"):
+        return _set(ctx, verb, args, vhost, operator)
     if vhost not in broker.vhosts:
         raise AccessError(f"Virtual host '{vhost}' does not exist", NO_SUCH_VHOST)
     if verb.startswith("list_"):
         nargs(args, 0, f"{verb} [-p <vhost>]")
         rows = [[p["vhost"], p["name"], p["pattern"], p["apply-to"],
-                 json.dumps(p["definition"], separators=(",", ":"), sort_keys=True), str(p["priority"])]
+                 json.dumps(p["definition"], separators=(",", ":"), sort_keys=True),
+                 str(p["priority"])]
                 for p in policy_ops.list_policies(broker, vhost, operator)]
         return {"ok": True, "columns": COLUMNS, "rows": rows}
     if verb.startswith("clear_"):
@@ -46,6 +50,12 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str
         if not policy_ops.clear_policy(broker, vhost, args[0], operator):
             raise AccessError("Parameter does not exist", REFUSED)
         return {"ok": True}
+    raise AccessError(f"unknown verb '{verb}'", REFUSED)
+
+
+def _set(ctx: HttpContext, verb: str, args: list[str], vhost: str,
+         operator: bool) -> dict[str, Any]:
+    """rabbitmqctl checks the policy first, then the vhost (the API the other way)."""
     nargs(args, 5, f"{verb} [-p <vhost>] [--priority <priority>] [--apply-to <apply-to>] "
                    "<name> <pattern> <definition>")
     name, pattern, text, priority, apply_to = args
@@ -53,11 +63,14 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str
         definition = json.loads(text)
     except ValueError:
         raise AccessError("JSON decoding error. Reason: badarg", REFUSED) from None
+    body = {"pattern": pattern, "definition": definition, "priority": _number(priority),
+            "apply-to": apply_to}
     try:
-        policy_ops.set_policy(broker, vhost, name, {
-            "pattern": pattern, "definition": definition, "priority": _number(priority),
-            "apply-to": apply_to}, operator)
+        policy_from_json(vhost, name, body, operator)
+        policy_ops.set_policy(ctx.broker, vhost, name, body, operator)
     except PolicyError as e:
         raise AccessError(e.text, REFUSED) from None
+    except policy_ops.NoVhost:
+        raise AccessError(f"Virtual host '{vhost}' does not exist", NO_SUCH_VHOST) from None
     note = policy_ops.no_effect_note({"definition": definition})
     return {"ok": True, "notes": [note] if note else []}
