@@ -98,6 +98,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="also serve /metrics (no login) on this port, as RabbitMQ's "
                         "prometheus plugin on 15692 (off unless given; /metrics is on the "
                         "management port anyway); needs the management listener")
+    p.add_argument("--load-definitions", type=Path, default=None, metavar="FILE",
+                   help="import a definitions file (RabbitMQ's export layout: policies, "
+                        "queues, ...) at every start, as RabbitMQ's load_definitions")
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--config", type=Path, metavar="FILE",
                    help="read options from FILE, in rabbitmq.conf style (key = value; "
@@ -203,7 +206,8 @@ def serve(args: argparse.Namespace) -> int:
                  disk_free_limit=args.disk_free_limit,
                  http_port=None if args.no_http else args.http_port,
                  https_port=args.https_port,
-                 prometheus_port=None if args.no_http else args.prometheus_port)
+                 prometheus_port=None if args.no_http else args.prometheus_port,
+                 load_definitions=args.load_definitions)
     try:
         import uvloop
         uvloop.install()

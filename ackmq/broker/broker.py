@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from ackmq.broker.channel import ChannelModel
 from ackmq.broker.errors import NOT_ALLOWED, HardError
 from ackmq.broker.exchange import EXCHANGE_CLASSES
+from ackmq.broker.policy import PolicyBook
 from ackmq.broker.queue_type import Queue
 from ackmq.broker.readylist import QUEUE_HOT_MESSAGES, QUEUE_MEMORY_MB, HotBudget
 from ackmq.broker.stats import BrokerStats
@@ -103,6 +104,7 @@ class BrokerModel:
         self._waiters_avg = 0.0  # waiters per commit that had any (moving average)
         self.store_failures = 0
         self.stats = BrokerStats()  # /metrics, the UI (broker/stats.py)
+        self.policies = PolicyBook(self)  # policies, operator policies (M5-M7)
 
     # -- start-up -----------------------------------------------------------------
     def start(self, vhosts: tuple[str, ...] | list[str] = ("/",)) -> None:
@@ -171,6 +173,7 @@ class BrokerModel:
     def delete_vhost(self, name: str) -> None:
         """U2: the vhost's queues go (their stored messages with them), then its
         exchanges and bindings. Its connections are closed by the server first."""
+        self.policies.forget_vhost(name)
         vh = self.vhosts.pop(name, None)
         if vh is None:
             return

@@ -65,26 +65,9 @@ class ClassicQueue(Queue):
         self.auto_delete = auto_delete
         self.arguments = dict(arguments or {})
         a = self.arguments
-        self.message_ttl = _int_arg(a, "x-message-ttl")
-        self.expires = _int_arg(a, "x-expires") or None
-        self.max_length = _int_arg(a, "x-max-length")
-        self.max_length_bytes = _int_arg(a, "x-max-length-bytes")
-        self.delivery_limit = _int_arg(a, "x-delivery-limit")
-        self.consumer_timeout = _int_arg(a, "x-consumer-timeout")
-        self.backoff = backoff_of(a)  # L6: requeued messages wait this out (retry.py)
-        self._retry: RetryHeap | None = None
-        # ackmq's delivery headers, off unless asked (clients see what was published):
-        # x-ackmq-seq on every delivery, x-delivery-count on redeliveries (always with a
-        # delivery limit or a back-off, as RabbitMQ's quorum queues)
-        self.seq_header = opt_in(a, SEQ_ARG)
-        self.count_header = opt_in(a, DELIVERY_COUNT_ARG) or self.delivery_limit is not None \
-            or self.backoff is not None
+        self._retry: RetryHeap | None = None  # L6: messages waiting out a back-off
+        self._settings(vhost.broker.policies.queue_arguments(self))
         self.max_priority = min(_int_arg(a, "x-max-priority") or 0, 255)
-        overflow = _str_arg(a, "x-overflow")
-        self.overflow = overflow if overflow in ("reject-publish", "reject-publish-dlx") \
-            else "drop-head"
-        self.dlx = _str_arg(a, "x-dead-letter-exchange")
-        self.dlrk = _str_arg(a, "x-dead-letter-routing-key")
         broker = vhost.broker
         self.ready = ReadyList(self.max_priority, broker.spill, self, broker.queue_hot_messages,
                                broker.hot_budget)
@@ -108,6 +91,46 @@ class ClassicQueue(Queue):
         # x-message-deduplication: the ids of the messages held (broker/dedup.py)
         self.dedup: QueueIds | None = QueueIds() if opt_in(a, QUEUE_ARG) else None
         self.touch()
+
+    def _settings(self, a: dict[str, Any]) -> None:
+        """What the effective arguments (declared ⊕ policy ⊕ operator policy, from
+        broker/policy.py) set; read at creation and on every policy change (M7)."""
+        self.message_ttl = _int_arg(a, "x-message-ttl")
+        self.expires = _int_arg(a, "x-expires") or None
+        self.max_length = _int_arg(a, "x-max-length")
+        self.max_length_bytes = _int_arg(a, "x-max-length-bytes")
+        self.delivery_limit = _int_arg(a, "x-delivery-limit")
+        self.consumer_timeout = _int_arg(a, "x-consumer-timeout")
+        self.backoff = backoff_of(a)  # L6: requeued messages wait this out (retry.py)
+        # ackmq's delivery headers, off unless asked (clients see what was published):
+        # x-ackmq-seq on every delivery, x-delivery-count on redeliveries (always with a
+        # delivery limit or a back-off, as RabbitMQ's quorum queues)
+        self.seq_header = opt_in(a, SEQ_ARG)
+        self.count_header = opt_in(a, DELIVERY_COUNT_ARG) or self.delivery_limit is not None \
+            or self.backoff is not None
+        overflow = _str_arg(a, "x-overflow")
+        self.overflow = overflow if overflow in ("reject-publish", "reject-publish-dlx") \
+            else "drop-head"
+        self.dlx = _str_arg(a, "x-dead-letter-exchange")
+        self.dlrk = _str_arg(a, "x-dead-letter-routing-key")
+
+    def apply_policy(self) -> None:
+        """A policy changed (M7): new settings at once. A lower max-length drops (or
+        dead-letters) from the head as a publish would (drop-head; RabbitMQ keeps the
+        excess under reject-publish); a new TTL applies to messages published from now
+        on, as RabbitMQ's per-message expiry; the x-expires countdown restarts."""
+        expires = self.expires
+        self._settings(self.vhost.broker.policies.queue_arguments(self))
+        if self.expires != expires:
+            if self._expiry_timer is not None:
+                self._expiry_timer.cancel()
+                self._expiry_timer = None
+            self.touch()
+        if self.overflow == "drop-head":
+            ml, mlb, ready = self.max_length, self.max_length_bytes, self.ready
+            while len(ready) and ((ml is not None and len(ready) > ml)
+                                  or (mlb is not None and ready.bytes > mlb)):
+                self._drop(ready.pop_oldest(), "maxlen")
 
     # -- identity -----------------------------------------------------------------
     @property

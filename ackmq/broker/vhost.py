@@ -155,6 +155,7 @@ class VHost:
             cls.validate(arguments)
         x = cls(name, durable=durable, auto_delete=auto_delete, internal=internal,
                 arguments=arguments)
+        self.broker.policies.apply_exchange(self.name, x)  # its policy (M5)
         self.exchanges[name] = x
         if durable and self.store is not None:
             self.store.save_exchange(

@@ -173,6 +173,7 @@ SHARED: dict[str, Callable[[str], dict[str, Any]]] = {
     "ssl_options.verify": lambda v: {"tls_verify_peer": _verify(v)},
     "ssl_options.fail_if_no_peer_cert": lambda v: {"tls_fail_if_no_peer_cert": boolean(v)},
     "log.console.level": lambda v: {"log_level": v.upper()},
+    "load_definitions": lambda v: {"load_definitions": Path(v)},
 }
 # rabbitmq.conf keys whose setting ackmq does not offer: refused, not silently ignored
 # (accepted when they name ackmq's fixed value, RabbitMQ's default)

@@ -59,6 +59,8 @@ class Config:
     # /metrics alone, no login, on its own port as RabbitMQ's prometheus plugin (15692);
     # off unless asked (/metrics is on the management listener too); 0: a free port
     prometheus_port: int | None = None
+    # a definitions file imported at every start (RabbitMQ's load_definitions)
+    load_definitions: Path | None = None
 
     def seed_users(self) -> dict[str, str]:
         if self.default_user:

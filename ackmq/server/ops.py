@@ -257,7 +257,11 @@ def get_json(server: HttpContext, user: str, vhost: str, queue: str,
     try:
         return get(server, user, vhost, queue, count, ackmode, encoding, truncate)
     except ReplyError as e:
-        raise http_error(e) from None
+        if e.code in (NOT_FOUND, ACCESS_REFUSED):
+            raise http_error(e) from None
+        # RabbitMQ's get (unlike purge and delete) keeps the close's code and name
+        reason = http_error(e).reason
+        raise bad_request(f"{e.code} {REPLY_TEXT.get(e.code, '')} - {reason}") from None
 
 
 def get(server: HttpContext, user: str, vhost: str, queue: str, count: int,
@@ -306,6 +310,7 @@ def delete_queue(server: HttpContext, user: str | None, q: Any, if_unused: bool 
     with MgmtChannel(server, user, q.vhost.name) as ch:
         if user is not None:
             ch.access.configure("queue", q.name)
+            ch.vhost.check_exclusive(q, None)
         return int(ch.vhost.delete_queue(q, if_unused=if_unused, if_empty=if_empty))
 
 

@@ -201,6 +201,16 @@ def queue_type(q: Any) -> str:
     return str(t or q.kind or "classic")
 
 
+def policy_fields(q: Any) -> dict[str, Any]:
+    """`policy`, `operator_policy`, `effective_policy_definition` (broker/policy.py)."""
+    from ackmq.broker.arguments import declared_type
+    from ackmq.broker.policy import merged_definition
+    pol, op = q.vhost.broker.policies.in_force(q.vhost.name, "queue", q.name,
+                                               declared_type(q.arguments))
+    return {"effective_policy_definition": merged_definition(pol, op),
+            "policy": pol.name if pol else None, "operator_policy": op.name if op else None}
+
+
 def queue(q: Any, details: bool = False, message_stats: dict[str, Any] | None = None
           ) -> dict[str, Any]:
     """One queue as GET /api/queues lists it (`details`: as GET /api/queues/v/name,
@@ -212,7 +222,7 @@ def queue(q: Any, details: bool = False, message_stats: dict[str, Any] | None = 
         "consumers": q.consumer_count, "durable": q.durable,
         "exclusive": q.exclusive_owner is not None,
         "exclusive_consumer_tag": exclusive_tag,
-        "effective_policy_definition": {}, "policy": None, "operator_policy": None,
+        **policy_fields(q),
         "message_stats": message_stats or {},
         **_counts(q.message_count, q.unacked_count),
         "name": q.name, "node": node_name(), "state": "running", "type": queue_type(q),
@@ -241,6 +251,8 @@ def exchange(vhost: str, x: Any, message_stats: dict[str, Any] | None = None
     out = {"arguments": jsonable(x.arguments), "auto_delete": x.auto_delete,
            "durable": x.durable, "internal": x.internal, "name": x.name, "type": x.type,
            "user_who_performed_action": "", "vhost": vhost}
+    if x.policy is not None:  # only when one applies, as RabbitMQ 3.10
+        out["policy"] = x.policy
     if message_stats:
         out["message_stats"] = message_stats
     return out

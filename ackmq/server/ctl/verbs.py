@@ -8,7 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import AccessError
-from ackmq.server.ctl import alarms, topology
+from ackmq.server.ctl import alarms, policies, topology
 from ackmq.server.ctl.errors import USAGE, nargs
 
 if TYPE_CHECKING:
@@ -126,6 +126,8 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str
         return topology.handle(ctx, verb, args, vhost)
     elif verb in ("set_vm_memory_high_watermark", "set_disk_free_limit", "alarms"):
         return alarms.handle(ctx, verb, args)
+    elif verb in policies.VERBS:
+        return policies.handle(ctx, verb, args, vhost)
     else:
         raise AccessError(f"unknown verb '{verb}'", USAGE)
     return ok

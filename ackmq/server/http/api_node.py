@@ -195,7 +195,7 @@ async def auth_settings(request: web.Request) -> web.Response:
 
 
 async def none_here(request: web.Request) -> web.Response:
-    """Policies, operator policies, runtime parameters: ackmq has none (vhost limits
+    """Runtime parameters: ackmq has none (policies are api_policies.py's; vhost limits
     are under /api/vhost-limits), so their listings are empty, never a 404 that would
     break a tool listing everything."""
     if "vhost" in request.match_info:
@@ -206,11 +206,8 @@ async def none_here(request: web.Request) -> web.Response:
 def register(app: web.Application) -> None:
     r = app.router
     r.add_get("/api/auth", auth_settings)
-    for path in ("/api/policies", "/api/operator-policies", "/api/parameters",
-                 "/api/global-parameters"):
+    for path in ("/api/parameters", "/api/global-parameters"):  # policies: api_policies
         r.add_get(path, none_here)
-    r.add_get("/api/policies/{vhost}", none_here)
-    r.add_get("/api/operator-policies/{vhost}", none_here)
     r.add_get("/api/overview", overview)
     r.add_get("/api/whoami", whoami)
     r.add_get("/api/cluster-name", cluster_name)

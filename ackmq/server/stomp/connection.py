@@ -53,6 +53,11 @@ from ackmq.server.stomp.transactions import Receipt, Transactions
 from ackmq.server.tls import certificate_user
 from ackmq.server.transport import CLOSING_TIMEOUT, ClientConnection, events_from
 
+# per-frame state reads as module globals (an enum class attribute lookup costs ~75 ns
+# on Python 3.11, a global ~15)
+_CONNECT, _OPEN = S.CONNECT, S.OPEN
+_LIVE = (_CONNECT, _OPEN)
+
 if TYPE_CHECKING:
     from ackmq.broker.channel import ChannelModel
     from ackmq.broker.consumer import Consumer
@@ -107,7 +112,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         self.recv_cnt += 1
         if self.reading_paused and self.transport is not None:
             self.transport.pause_reading()  # the one read a heart-beat tick let through
-        if self.state not in (S.CONNECT, S.OPEN):
+        if self.state not in _LIVE:
             return
         while True:
             error = None
@@ -129,11 +134,11 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         frames after it and the error are held until the alarm clears."""
         blocking = self.ctx.blocking
         for ev in events:
-            if self.state not in (S.CONNECT, S.OPEN):
+            if self.state not in _LIVE:
                 break
             if type(ev) is Frame:
                 self._frame(ev)
-                if blocking and ev.command == "SEND" and self.state == S.OPEN:
+                if blocking and ev.command == "SEND" and self.state == _OPEN:
                     self.block_for_alarm(events_from(events + [error], ev)[1:])
                     return True
         if error is not None and self.state in (S.CONNECT, S.OPEN):
@@ -167,7 +172,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
     def _frame(self, f: Frame) -> None:
         cmd = f.command
         try:
-            if self.state == S.CONNECT:
+            if self.state == _CONNECT:
                 if cmd not in ("CONNECT", "STOMP"):
                     raise Refused("Illegal command", "You must log in using CONNECT first\n")
                 self._connect(f)
