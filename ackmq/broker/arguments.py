@@ -22,6 +22,7 @@ from ackmq.broker.errors import (
     SoftError,
     erl_string,
 )
+from ackmq.broker.retry import RETRY_ARGS, check_retry_argument
 from ackmq.protocol.amqp.constants import SEQ_HEADER
 
 MAX_EXPIRY_MS = 315_360_000_000  # ten years: RabbitMQ's bound for TTLs and expiration
@@ -51,7 +52,8 @@ ALL_TYPE_ARGS = frozenset(CLASSIC_ARGS + QUORUM_ARGS + STREAM_ARGS)
 # ackmq's own arguments on classic and quorum queues, checked and compared after
 # RabbitMQ's: a delivery limit on every such queue (D10), the consumer timeout (H2), the
 # opt-in delivery headers
-ACKMQ_ARGS = ("x-delivery-limit", "x-consumer-timeout", SEQ_ARG, DELIVERY_COUNT_ARG)
+ACKMQ_ARGS = ("x-delivery-limit", "x-consumer-timeout", SEQ_ARG, DELIVERY_COUNT_ARG,
+              *RETRY_ARGS)
 # the master locators a classic queue starts with; RabbitMQ 3.10 crashes on others
 MASTER_LOCATORS = ("min-masters", "client-local", "random")
 LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
@@ -297,7 +299,11 @@ _ACKMQ_CHECKS = (
     (SEQ_ARG, _bool),
     (DELIVERY_COUNT_ARG, _bool),
     ("x-message-deduplication", _bool),  # the message-deduplication plugin's (dedup.py)
+    *((k, lambda v, a, k=k: check_retry_argument(k, v, a)) for k in RETRY_ARGS),  # L6
 )
+# ackmq's own basic.consume arguments on classic and quorum queues: the consumer's
+# timeout (L7) and back-off (L6), which override the queue's
+_ACKMQ_CONSUME_CHECKS = _ACKMQ_CHECKS[1:2] + _ACKMQ_CHECKS[-len(RETRY_ARGS):]
 # what each type refuses: the arguments only other types take (a classic queue takes
 # ackmq's delivery limit, D10)
 _INVALID = {t: ALL_TYPE_ARGS - set(keys) - ({"x-delivery-limit"} if t == "classic" else set())
@@ -320,7 +326,7 @@ def check_consume_arguments(args: dict[str, Any], qname: str, vhost: str,
                             qtype: str = "classic") -> None:
     """basic.consume's arguments on a classic or quorum queue as RabbitMQ 3.10's
     rabbit_amqqueue checks them (others are ignored): 406 on the first bad value, then
-    on the first argument only another type takes."""
+    on the first argument only another type takes; then ackmq's own (L6, L7)."""
     if qtype not in _CONSUMER_ARGS:
         qtype = "classic"
     keys = _CONSUMER_ARGS[qtype]
@@ -335,6 +341,8 @@ def check_consume_arguments(args: dict[str, Any], qname: str, vhost: str,
             raise SoftError(PRECONDITION_FAILED, f"invalid arg '{key}' for queue '{qname}' "
                                                  f"in vhost '{vhost}' of queue type "
                                                  f"{type_module(qtype)}")
+    if qtype != "stream":
+        _run(_ACKMQ_CONSUME_CHECKS, args, qname, vhost)
 
 
 def _run(checks: tuple[tuple[str, Any], ...], args: dict[str, Any], qname: str,

@@ -95,6 +95,7 @@ class BrokerModel:
         self.queue_hot_messages = queue_hot_messages  # per queue, at most
         self.hot_budget = HotBudget(queue_memory)     # all queues together
         self.consumer_timeout_ms = consumer_timeout_ms
+        self.notify_on_timeout = True  # L7: cancel a consumer that can be told (else close)
         self.epoch = 0
         self.vhosts: dict[str, VHost] = {}
         self._dirty: dict[int, ChannelModel] = {}

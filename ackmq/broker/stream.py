@@ -215,7 +215,7 @@ class StreamQueue(Queue):
             raise HardError(NOT_IMPLEMENTED, "basic.nack and basic.reject not supported by "
                                              f"stream queues {stream_args.rs(self.name, self.vhost.name)}")
 
-    def settle(self, entry: QueueEntry, action: str) -> bool:
+    def settle(self, entry: QueueEntry, action: str, backoff: Any = None) -> bool:
         return False  # an ack, or a requeue on close: only the consumer's credit comes back
 
     # -- admin ----------------------------------------------------------------------------

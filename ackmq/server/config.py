@@ -18,6 +18,9 @@ class Config:
     fsync: bool = True
     heartbeat: int = 60
     consumer_timeout_ms: int | None = None
+    # L7, as RabbitMQ 4.3's: notify_consumer (basic.cancel to a client that takes it, the
+    # channel closed for others) or close_channel (always, RabbitMQ 3.x)
+    consumer_timeout_response: str = "notify_consumer"
     max_message_size: int = 128 * 1024 * 1024
     handshake_timeout: float = 10.0
     spill: bool = True  # deep queues keep their tails on disk (bounded memory)

@@ -81,7 +81,9 @@ class _Output:
         if self.confirmed is not None and not self.confirmed.done():
             self.confirmed.set_result(ack)
 
-    def consumer_cancelled(self, consumer_tag: str) -> None:
+    cancel_notify = False
+
+    def consumer_cancelled(self, consumer_tag: str, reason: str = "") -> None:
         pass
 
     def close(self, code: int, text: str) -> None:

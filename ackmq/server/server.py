@@ -161,6 +161,7 @@ class Server:
         self.broker = BrokerModel(self, store, consumer_timeout_ms=cfg.consumer_timeout_ms,
                              spill=spill, queue_hot_messages=cfg.queue_hot_messages,
                              queue_memory=cfg.queue_memory_mb << 20, streams=streams)
+        self.broker.notify_on_timeout = cfg.consumer_timeout_response != "close_channel"
         self.access = self._open_access()
         from ackmq.server import policy_ops
         policy_ops.attach(self.broker, cfg.data_dir)  # before the queues come back

@@ -233,6 +233,10 @@ def queue(q: Any, details: bool = False, message_stats: dict[str, Any] | None = 
         ph, pp = _hostport(owner.peer)
         out["owner_pid_details"] = {"name": connection_name(owner), "peer_host": ph,
                                     "peer_port": pp}
+    delayed = getattr(q, "delayed_retry_count", 0)  # L6: waiting out a back-off
+    if delayed:
+        out["messages"] += delayed
+    out["messages_delayed_retry"] = delayed
     if details:
         out["consumer_details"] = [consumer(c) for c in consumers]
         out["incoming"] = []

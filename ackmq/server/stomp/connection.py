@@ -83,6 +83,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
     """Implements the model's ChannelOutput for the connection's one channel."""
 
     number = 1  # the channel's number in texts the model writes (consumer timeout)
+    cancel_notify = True  # L7: a timed-out subscription gets its ERROR; the others stay
 
     def __init__(self, ctx: FrontEnd) -> None:
         super().__init__(ctx)
@@ -92,6 +93,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         self.session = ""
         self.channel: ChannelModel | None = None
         self.subs: dict[str, Subscription] = {}          # by consumer tag
+        self.timed_out: set[str] = set()  # L7: subscriptions a consumer timeout ended
         self.reply_queues: dict[str, str] = {}   # temp-queue id -> queue name
         self.txs: dict[str, list[tuple[Any, ...]]] = {}
         self.receipts: OrderedDict[int, list[Receipt]] = OrderedDict()  # confirm seq ->
@@ -391,17 +393,21 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
             self._write_receipt(self.disconnect_receipt)
             self._shutdown()
 
-    def consumer_cancelled(self, consumer_tag: str) -> None:
-        """The queue went away under a subscription: RabbitMQ's ERROR, and, as RabbitMQ,
-        the connection stays open for the other subscriptions."""
+    def consumer_cancelled(self, consumer_tag: str, reason: str = "") -> None:
+        """The queue went away under a subscription, or (`reason`) it overran its consumer
+        timeout (L7): RabbitMQ's ERROR, and, as RabbitMQ, the connection stays open for
+        the other subscriptions."""
         sub = self.subs.pop(consumer_tag, None)
         if sub is None or self.state != S.OPEN:
             return
+        if reason:  # its late ACKs/NACKs are ignored, as the channel ignores them
+            self.timed_out.add(consumer_tag)
         self.write(encode_frame("ERROR", [
             ("message", "Server cancelled subscription"), ("content-type", "text/plain"),
             ("version", SUPPORTED), ("subscription", sub.id or sub.dest_text)],
             (f"The server has canceled a subscription.\nNo more messages will be delivered "
-             f"for {sub.dest_text!r}.\n").encode(), self.version or "1.2"))
+             f"for {sub.dest_text!r}.\n" + (f"Reason: {reason}.\n" if reason else "")
+             ).encode(), self.version or "1.2"))
 
     def close(self, code: int, text: str) -> None:
         """The model closes the channel on its own (consumer timeout, H2)."""
