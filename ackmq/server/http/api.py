@@ -49,6 +49,15 @@ def _vh(request: web.Request) -> Any:
     return server(request).broker.vhosts[vhost_arg(request)]
 
 
+def _vhost_to_write(request: web.Request) -> str:
+    """A PUT's or binding POST's vhost: RabbitMQ answers a missing one with 404
+    "not_found"/"vhost_not_found" there (a GET's is "Object Not Found")."""
+    name = request.match_info["vhost"]
+    if name not in server(request).broker.vhosts:
+        raise ops.OpError(404, "not_found", "vhost_not_found")
+    return vhost_arg(request)
+
+
 # -- queues --------------------------------------------------------------------------
 async def list_queues(request: web.Request) -> web.StreamResponse:
     if "vhost" in request.match_info:
@@ -78,7 +87,7 @@ async def get_queue(request: web.Request) -> web.Response:
 
 
 async def put_queue(request: web.Request) -> web.Response:
-    vhost = vhost_arg(request)
+    vhost = _vhost_to_write(request)
     name = request.match_info["name"]
     body = await body_object(request)
     args = body.get("arguments") or {}
@@ -154,7 +163,7 @@ async def get_exchange(request: web.Request) -> web.Response:
 
 
 async def put_exchange(request: web.Request) -> web.Response:
-    vhost = vhost_arg(request)
+    vhost = _vhost_to_write(request)
     name = _xname(request)
     body = await body_object(request)
     args = body.get("arguments") or {}
@@ -234,7 +243,24 @@ async def pair_bindings(request: web.Request) -> web.Response:
     return listing(request, _between(*_pair(request)))
 
 
+def _missing_end(request: web.Request) -> None:
+    """A binding POST's missing end as RabbitMQ names it (source first): 404
+    "not_found", "no exchange 'x' in vhost '/'"."""
+    vh = server(request).broker.vhosts[_vhost_to_write(request)]
+    src = _xname(request, "source")
+    dest = request.match_info["dest"]
+    is_queue = request.match_info["dtype"] == "q"
+    if not is_queue and dest == DEFAULT:
+        dest = ""
+    for kind, name, there in (("exchange", src, vh.exchanges),
+                              ("queue" if is_queue else "exchange", dest,
+                               vh.queues if is_queue else vh.exchanges)):
+        if name not in there:
+            raise ops.OpError(404, "not_found", f"no {kind} '{name}' in vhost '{vh.name}'")
+
+
 async def create_binding(request: web.Request) -> web.Response:
+    _missing_end(request)
     vh, src, kind, dest = _pair(request)
     body = await body_object(request)
     key = body.get("routing_key", "")
