@@ -317,7 +317,8 @@ def get(server: HttpContext, user: str, vhost: str, queue: str, count: int,
             out.append({"payload_bytes": len(m.body), "redelivered": entry.redelivered,
                         "exchange": m.exchange, "routing_key": m.routing_key,
                         "message_count": remaining,
-                        "properties": _properties_json(m.properties),
+                        # none: [] as RabbitMQ (Erlang's empty list)
+                        "properties": _properties_json(m.properties) or [],
                         **_payload(m.body, encoding, truncate)})
         if tags:
             if ackmode == "ack_requeue_false":

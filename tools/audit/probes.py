@@ -10,10 +10,12 @@ ackmq on a free port compare equal. Names are fixed (`audit-…`) and removed af
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import re
 import urllib.parse
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +23,9 @@ from typing import Any
 QUEUE = "audit-probe"  # the queue every publish probe routes to (vhost "/")
 VHOST = "audit-vh"  # a vhost made to see what a new vhost holds
 GUEST = ("guest", "guest")
+# a name no broker has seen (RabbitMQ's text for an exchange type differs once the name
+# is an Erlang atom: "unknown exchange type" first, "invalid exchange type" after)
+UNIQUE = f"audit{uuid.uuid4().hex[:10]}"
 
 
 @dataclass
@@ -70,7 +75,10 @@ Keep = Callable[[Target, int, Any, str], Any]
 
 
 def _ports(t: Target, v: Any) -> Any:
-    """The answer with the target's AMQP port written as {amqp_port}."""
+    """The answer with the target's AMQP port written as {amqp_port} (and this run's
+    unique name as {unique})."""
+    if isinstance(v, str) and UNIQUE in v:
+        return v.replace(UNIQUE, "{unique}")
     if isinstance(v, dict):
         return {k: _ports(t, x) for k, x in v.items()}
     if isinstance(v, list):
@@ -130,6 +138,18 @@ ERRORS: list[Call] = [
     Call("404 vhost: publish", "POST", "/api/exchanges/audit-none/amq.default/publish",
          _publish({})),
     Call("404 vhost: put queue", "PUT", "/api/queues/audit-none/q", {}),
+    Call("404 vhost: put exchange", "PUT", "/api/exchanges/audit-none/x", {"type": "direct"}),
+    Call("404 vhost: create binding", "POST", "/api/bindings/audit-none/e/amq.direct/q/x", {}),
+    Call("404 binding: no destination queue", "POST",
+         "/api/bindings/%2F/e/amq.direct/q/audit-none", {}),
+    Call("404 binding: no destination exchange", "POST",
+         "/api/bindings/%2F/e/amq.direct/e/audit-none", {}),
+    Call("404 binding: no source exchange", "POST",
+         "/api/bindings/%2F/e/audit-none/e/amq.direct", {}),
+    Call("404 binding: delete unknown", "DELETE",
+         f"/api/bindings/%2F/e/amq.direct/q/{QUEUE}/audit-none"),
+    Call("404 vhost: get queue", "GET", "/api/queues/audit-none/x"),
+    Call("404 vhost: delete queue", "DELETE", "/api/queues/audit-none/x"),
     Call("404 vhost: put permission", "PUT", "/api/permissions/audit-none/guest",
          {"configure": ".*", "write": ".*", "read": ".*"}),
     Call("404 queue: get", "GET", "/api/queues/%2F/audit-none"),
@@ -161,6 +181,14 @@ ERRORS: list[Call] = [
     Call("400 bad JSON: definitions", "POST", "/api/definitions", raw=b"{nope"),
     Call("400 bad JSON: bindings", "POST", f"/api/bindings/%2F/e/amq.direct/q/{QUEUE}",
          raw=b"{nope"),
+    Call("400 user: no tags", "PUT", "/api/users/audit-u", {}),
+    Call("400 vhost: tracing not boolean", "PUT", "/api/vhosts/audit-vh2", {"tracing": "x"}),
+    Call("400 permission: unknown user", "PUT", "/api/permissions/%2F/audit-none",
+         {"configure": ".*", "write": ".*", "read": ".*"}),
+    Call("400 permission: keys missing", "PUT", "/api/permissions/%2F/guest", {}),
+    Call("401 exchange: redeclare amq.default", "PUT", "/api/exchanges/%2F/amq.default",
+         {"type": "direct"}),
+    Call("401 exchange: delete amq.direct", "DELETE", "/api/exchanges/%2F/amq.direct"),
     Call("400 not boolean: durable", "PUT", f"/api/queues/%2F/{QUEUE}-x",
          {"durable": "yes"}),
     Call("400 argument: x-max-length not int", "PUT", f"/api/queues/%2F/{QUEUE}-x",
@@ -174,7 +202,7 @@ ERRORS: list[Call] = [
     Call("400 argument: inequivalent", "PUT", f"/api/queues/%2F/{QUEUE}",
          {"arguments": {"x-max-length": 5}}),
     Call("400 exchange type unknown", "PUT", "/api/exchanges/%2F/audit-x",
-         {"type": "bogus"}),
+         {"type": UNIQUE}),
     Call("400 exchange: amq. prefix", "PUT", "/api/exchanges/%2F/amq.audit",
          {"type": "direct"}),
     Call("400 publish: keys missing", "POST", PUB, {"payload": "x"}),
@@ -191,6 +219,15 @@ ERRORS: list[Call] = [
          _publish({"content_type": 5})),
     Call("400 publish: user_id not the user", "POST", PUB, _publish({"user_id": "other"})),
     Call("400 publish: header null", "POST", PUB, _publish({"headers": {"n": None}})),
+    Call("400 publish: nested header null", "POST", PUB,
+         _publish({"headers": {"a": [None]}})),
+    Call("400 publish: priority null", "POST", PUB, _publish({"priority": None})),
+    Call("400 publish: content_type null", "POST", PUB, _publish({"content_type": None})),
+    Call("400 publish: priority float", "POST", PUB, _publish({"priority": 1.5})),
+    Call("400 publish: priority boolean", "POST", PUB, _publish({"priority": True})),
+    Call("400 publish: first refusal in name order", "POST", PUB,
+         _publish({"priority": "x", "content_type": 5})),
+    Call("400 publish: payload not string", "POST", PUB, {**_publish({}), "payload": 5}),
     Call("400 get: ackmode", "POST", f"/api/queues/%2F/{QUEUE}/get",
          {"count": 1, "ackmode": "bogus", "encoding": "auto"}),
     Call("400 get: encoding", "POST", f"/api/queues/%2F/{QUEUE}/get",
@@ -212,6 +249,12 @@ HEALTH: list[Call] = [
          H + "certificate-expiration/1/fortnights"),
     Call("health certificate-expiration bad value", "GET",
          H + "certificate-expiration/x/days"),
+    Call("health certificate-expiration both bad", "GET",
+         H + "certificate-expiration/x/fortnights"),
+    Call("health certificate-expiration negative", "GET",
+         H + "certificate-expiration/-1/days"),
+    Call("health certificate-expiration unit in capitals", "GET",
+         H + "certificate-expiration/2/MONTHS"),
     Call("health port-listener amqp", "GET", H + "port-listener/{amqp_port}"),
     Call("health port-listener none", "GET", H + "port-listener/1", keep=keep_keys),
     Call("health port-listener not a port", "GET", H + "port-listener/abc"),
@@ -219,6 +262,18 @@ HEALTH: list[Call] = [
     Call("health protocol-listener amqp", "GET", H + "protocol-listener/amqp"),
     Call("health protocol-listener AMQP 0.9.1", "GET", H + "protocol-listener/amqp0-9-1"),
     Call("health protocol-listener stomp", "GET", H + "protocol-listener/stomp"),
+    Call("health protocol-listener amqp0.9.1", "GET", H + "protocol-listener/amqp0.9.1"),
+    Call("health protocol-listener AMQP091", "GET", H + "protocol-listener/AMQP091"),
+    Call("health protocol-listener amqp10", "GET", H + "protocol-listener/amqp10"),
+    Call("health protocol-listener stomp1.2", "GET", H + "protocol-listener/stomp1.2"),
+    Call("health protocol-listener management", "GET",
+         H + "protocol-listener/management"),
+    Call("health protocol-listener amqps", "GET", H + "protocol-listener/amqps",
+         keep=keep_keys),
+    Call("health protocol-listener stomps", "GET", H + "protocol-listener/stomps",
+         keep=keep_keys),
+    Call("health protocol-listener mqtt", "GET", H + "protocol-listener/mqtt",
+         keep=keep_keys),
     Call("health protocol-listener http", "GET", H + "protocol-listener/http"),
     Call("health protocol-listener none", "GET", H + "protocol-listener/nope",
          keep=keep_keys),
@@ -294,7 +349,7 @@ def new_vhost_exchanges(t: Target) -> Any:
     try:
         s, body, _ = t.call("GET", f"/api/exchanges/{VHOST}?columns=name,type,durable,"
                                    "auto_delete,internal,arguments")
-        return [status, s, sorted(body, key=lambda x: x["name"]) if s == 200 else body]
+        return [status, s, {x.pop("name"): x for x in body} if s == 200 else body]
     finally:
         t.call("DELETE", f"/api/vhosts/{VHOST}")
 
@@ -343,6 +398,27 @@ def metrics_probe(t: Target, path: str) -> Any:
     return [status, metric_families(text) if status == 200 else text.strip()[:200]]
 
 
+@contextlib.contextmanager
+def amqp_session(t: Target, settle: float) -> Iterator[None]:
+    """An AMQP connection with a confirm channel, a consumer and an unacked delivery
+    while the metrics are read, so the per-connection, per-channel and per-queue
+    families have samples (and so their label names) on both brokers. `settle`:
+    seconds to wait for the broker's statistics (RabbitMQ emits them every 5 s)."""
+    import pika  # the bench/test extras
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", t.amqp_port, credentials=pika.PlainCredentials(*t.auth)))
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_qos(prefetch_count=5)
+        ch.basic_publish("", QUEUE, b"x")
+        ch.basic_consume(QUEUE, lambda *a: None)
+        conn.process_data_events(settle)
+        yield
+    finally:
+        conn.close()
+
+
 def run(t: Target, only: str | None = None) -> dict[str, Any]:
     """Every probe against `t`: {id: answer}. `only`: a regex on the ids."""
     rx = re.compile(only) if only else None
@@ -350,9 +426,15 @@ def run(t: Target, only: str | None = None) -> dict[str, Any]:
     t.call("DELETE", f"/api/queues/%2F/{QUEUE}")
     t.call("PUT", f"/api/queues/%2F/{QUEUE}", {"durable": False})
     try:
-        for pid, fn in _probes(t):
-            if rx is None or rx.search(pid):
+        todo = [(pid, fn) for pid, fn in _probes(t) if rx is None or rx.search(pid)]
+        for pid, fn in todo:
+            if not pid.startswith("metrics "):
                 out[pid] = fn()
+        metrics = [(pid, fn) for pid, fn in todo if pid.startswith("metrics ")]
+        if metrics:
+            with amqp_session(t, 7.0 if t.kind == "rabbitmq" else 0.5):
+                for pid, fn in metrics:
+                    out[pid] = fn()
     finally:
         t.call("DELETE", f"/api/queues/%2F/{QUEUE}")
         for c in ERRORS:  # anything a refused call may have made after all
@@ -373,6 +455,8 @@ def _probes(t: Target) -> Iterator[tuple[str, Callable[[], Any]]]:
     yield "property all at once (API)", lambda: property_probe(t, dict(PROPERTY_VALUES))
     yield "property unknown name (API)", lambda: property_probe(t, {"bogus": "1"})
     yield "property none, as []", lambda: property_probe(t, [])
+    yield "property none, as {}", lambda: property_probe(t, {})
+    yield "property headers empty, as []", lambda: property_probe(t, {"headers": []})
     if t.kind == "rabbitmq":
         yield "UI publish form's property names", lambda: sorted(ui_property_names(t))
     else:

@@ -8,6 +8,7 @@ channel (ops.py); none of them touches a queue's internals.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import quote
 
@@ -101,8 +102,16 @@ async def put_queue(request: web.Request) -> web.Response:
             ch.vhost.declare_queue(name, False, durable, False, auto_delete, args, None,
                                    access=ch.access)
         except ReplyError as e:
-            raise ops.http_error(e) from None
+            raise ops.http_error(_from_json(e)) from None
     return no_content(204 if existed else 201)
+
+
+def _from_json(e: ReplyError) -> ReplyError:
+    """RabbitMQ's management API makes every JSON integer argument a 'long': its
+    inequivalent-argument text says so of the received value (the model names the
+    type an AMQP client would have sent)."""
+    e.text = re.sub(r"(received the value '-?\d+' of type )'signedint'", r"\1'long'", e.text)
+    return e
 
 
 async def delete_queue(request: web.Request) -> web.Response:
@@ -240,7 +249,12 @@ def _between(vh: Any, src: str, kind: str, dest: str) -> list[dict[str, Any]]:
 
 
 async def pair_bindings(request: web.Request) -> web.Response:
-    return listing(request, _between(*_pair(request)))
+    try:
+        found = _between(*_pair(request))
+    except ops.OpError:  # an end missing: none between them, as RabbitMQ answers
+        vhost_arg(request)  # (a missing vhost is still a 404)
+        found = []
+    return listing(request, found)
 
 
 def _missing_end(request: web.Request) -> None:
