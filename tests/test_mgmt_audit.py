@@ -1,0 +1,167 @@
+"""The operations-surface audit (SPEC M8, issue 28): ackmq's answers to the calls of
+tools/audit/probes.py against RabbitMQ 3.10's, recorded in
+tools/audit/rabbitmq-3.10.json (so this runs without RabbitMQ; the live half checks
+that the recording is still what RabbitMQ answers, and is skipped without it).
+
+A test fails on a difference that is neither fixed nor listed, with its reason, in
+tools/audit/compare.py's KNOWN (documented in docs/management.md / docs/metrics.md),
+and on a KNOWN entry that no longer matches any difference (a fix removes its entry).
+The M1/M3 tests below are slices of the same audit, one per kind of fix.
+"""
+
+from __future__ import annotations
+
+import datetime
+import http.client
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+from support.mgmthelp import rabbit_http
+
+import ackmq
+from tools.audit import compare, probes
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ackmq.EmbeddedBroker]:
+    """With a data dir, as a deployment (its disk metrics need one)."""
+    with ackmq.EmbeddedBroker(data_dir=tmp_path_factory.mktemp("audit")) as b:
+        yield b
+
+
+def _target(b: ackmq.EmbeddedBroker) -> probes.Target:
+    return probes.Target("ackmq", b.http_url, b.http_url, b.port)
+
+
+def _audit(b: ackmq.EmbeddedBroker, only: str | None = None) -> list[compare.Difference]:
+    diffs = compare.differences(compare.load(), probes.run(_target(b), only))
+    bad = compare.unexplained(diffs)
+    assert not bad, "differences from RabbitMQ 3.10 neither fixed nor known:\n" + \
+        "\n".join(map(str, bad))
+    return diffs
+
+
+def test_M8_operations_surface_matches_rabbitmq(broker: ackmq.EmbeddedBroker) -> None:
+    diffs = _audit(broker)
+    assert not compare.stale_known(diffs), "KNOWN entries that match nothing any more " \
+        "(fixed: remove them and their lines in the docs)"
+    recorded = compare.load()
+    # the audit covers what issue 28 lists
+    assert {f"property {n} (API)" for n in probes.PROPERTY_VALUES} <= set(recorded)
+    assert sum(k.startswith("health ") for k in recorded) >= 20
+    assert sum(k[:3] in ("400", "404") for k in recorded) >= 60
+    assert "metrics /metrics/detailed?vhost=%2F&family=queue_coarse_metrics" in recorded
+
+
+@pytest.mark.rabbitmq
+def test_M8_the_recording_is_rabbitmqs_answer() -> None:
+    """Live half: RabbitMQ answers now what the recording says (else re-record:
+    `python -m tools.audit record`)."""
+    rabbit_http()
+    t = probes.Target("rabbitmq", probes_base(), "http://127.0.0.1:15692", 5672)
+    try:
+        got = probes.run(t)
+    except OSError as e:  # the Prometheus port of a RabbitMQ without the plugin
+        pytest.skip(f"RabbitMQ's management or Prometheus port not there: {e!r}")
+    diffs = compare.differences(compare.load(), got)
+    assert not diffs, "\n".join(map(str, diffs))
+
+
+def probes_base() -> str:
+    from support.mgmthelp import RABBIT_HTTP
+    return RABBIT_HTTP
+
+
+# -- slices of the audit, one per kind of fix (each fails without its fix) --------------
+def test_M1_health_checks_as_rabbitmq(broker: ackmq.EmbeddedBroker) -> None:
+    """Protocol aliases (amqp091, AMQP091, stomp1.2, management, amqps), the
+    certificate-expiration window's texts, deprecated /api/healthchecks/node."""
+    _audit(broker, r"^health ")
+
+
+def test_M1_publish_properties_as_rabbitmq(broker: ackmq.EmbeddedBroker) -> None:
+    """Every basic property through the API's publish and the UI's form; RabbitMQ's
+    refusals (["not_int", "priority"], null_not_allowed, payload_not_string, …); unknown
+    names ignored; no properties shown as []."""
+    _audit(broker, r"^(property |400 publish)|UI publish")
+
+
+def test_M1_error_reasons_as_rabbitmq(broker: ackmq.EmbeddedBroker) -> None:
+    """404/400/401 codes and reasons: vhost_not_found on writes, a binding's missing
+    end, failed_to_parse_json, tags_not_present, the get's encoding text, 'long'."""
+    _audit(broker, r"^(40[014] )")
+
+
+def test_M3_metrics_families_as_rabbitmq(broker: ackmq.EmbeddedBroker) -> None:
+    _audit(broker, r"^metrics ")
+
+
+def _scrape(b: ackmq.EmbeddedBroker, path: str) -> str:
+    conn = http.client.HTTPConnection(b.http_url.split("//", 1)[1], timeout=30)
+    try:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        assert r.status == 200
+        return r.read().decode()
+    finally:
+        conn.close()
+
+
+def test_M3_metrics_detailed_families_and_vhost_filter(broker: ackmq.EmbeddedBroker
+                                                       ) -> None:
+    """RabbitMQ's semantics: no family, no object metrics; `family` and `vhost` repeat;
+    values are the queue's."""
+    assert _target(broker).call("PUT", "/api/vhosts/audit-detailed", {})[0] in (201, 204)
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    try:
+        ch = conn.channel()
+        ch.queue_declare("audit-detailed-q")
+        for _ in range(3):
+            ch.basic_publish("", "audit-detailed-q", b"x")
+        ch.queue_declare("audit-detailed-q")  # a round trip: the publishes are in
+        bare = _scrape(broker, "/metrics/detailed")
+        assert "rabbitmq_identity_info" in bare and "rabbitmq_detailed_" not in bare
+        text = _scrape(broker, "/metrics/detailed?family=queue_coarse_metrics"
+                               "&family=queue_consumer_count&vhost=%2F")
+        # (prometheus_client writes the labels in name order)
+        assert ('rabbitmq_detailed_queue_messages_ready{queue="audit-detailed-q",vhost="/"}'
+                ' 3.0') in text
+        assert 'rabbitmq_detailed_queue_consumers{queue="audit-detailed-q",vhost="/"} 0.0' \
+            in text
+        other = _scrape(broker, "/metrics/detailed?family=queue_coarse_metrics"
+                                "&vhost=audit-detailed&family=vhost_status")
+        assert "audit-detailed-q" not in other
+        assert 'rabbitmq_cluster_vhost_status{vhost="audit-detailed"} 1.0' in other
+        chans = _scrape(broker, "/metrics/detailed?family=channel_metrics"
+                                "&family=connection_metrics")
+        assert "rabbitmq_detailed_channel_consumers{channel=" in chans
+        assert "rabbitmq_detailed_connection_channels{channel=" in chans
+    finally:
+        conn.close()
+
+
+def test_M1_certificate_expiration_checks_the_tls_certificate(tmp_path: Path) -> None:
+    """A TLS listener's certificate expiring within the window: 503, as RabbitMQ."""
+    import trustme
+    ca = trustme.CA()
+    now = datetime.datetime.now(datetime.UTC)
+    leaf = ca.issue_cert("localhost", "127.0.0.1", not_after=now + datetime.timedelta(days=10))
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    with ackmq.EmbeddedBroker(persistent=False, tls_port=0, tls_cert=cert, tls_key=key,
+                              tls_ca=tmp_path / "ca.pem") as b:
+        t = _target(b)
+        status, body, _ = t.call("GET", "/api/health/checks/certificate-expiration/1/weeks")
+        assert (status, body) == (200, {"status": "ok"})
+        status, body, _ = t.call("GET", "/api/health/checks/certificate-expiration/2/weeks")
+        assert status == 503, body
+        assert body["status"] == "failed" and body["reason"] == "Certificates expiring"
+        entry: dict[str, Any] = body["expired"][0]
+        assert entry["protocol"] == "amqp/ssl" and entry["certfile"] == str(cert)
+        assert entry["certfile_expires_on"].startswith(
+            (now + datetime.timedelta(days=10)).strftime("%Y-%m-%d")[:7])
