@@ -165,3 +165,44 @@ def test_M1_certificate_expiration_checks_the_tls_certificate(tmp_path: Path) ->
         assert entry["protocol"] == "amqp/ssl" and entry["certfile"] == str(cert)
         assert entry["certfile_expires_on"].startswith(
             (now + datetime.timedelta(days=10)).strftime("%Y-%m-%d")[:7])
+
+
+def _values(b: ackmq.EmbeddedBroker, path: str = "/metrics") -> dict[str, float]:
+    out = {}
+    for line in _scrape(b, path).splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def test_M3_churn_and_channel_counters(broker: ackmq.EmbeddedBroker) -> None:
+    """RabbitMQ's churn counters and /metrics' channel message counters move with a
+    client's connection, channel, queue and publish."""
+    import time
+    before = _values(broker)
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    ch.queue_declare("audit-churn")
+    ch.queue_declare("audit-churn")  # a redeclare: declared, not created
+    ch.basic_publish("", "audit-churn", b"x")
+    ch.queue_delete("audit-churn")
+    conn.close()
+    deadline = time.monotonic() + 30
+    while True:  # the broker sees the close after the client
+        after = _values(broker)
+        if after["rabbitmq_connections_closed_total"] > \
+                before["rabbitmq_connections_closed_total"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    delta = {k: after[k] - before[k] for k in before if k in after}
+    assert delta["rabbitmq_connections_opened_total"] == 1
+    assert delta["rabbitmq_connections_closed_total"] == 1
+    assert delta["rabbitmq_channels_opened_total"] >= 1
+    assert delta["rabbitmq_channels_closed_total"] >= 1
+    assert delta["rabbitmq_queues_declared_total"] == 2
+    assert delta["rabbitmq_queues_created_total"] == 1
+    assert delta["rabbitmq_queues_deleted_total"] == 1
+    assert delta["rabbitmq_channel_messages_published_total"] == 1
+    detailed = _values(broker, "/metrics/detailed?family=connection_churn_metrics")
+    assert detailed["rabbitmq_detailed_queues_created_total"] >= 1

@@ -33,13 +33,10 @@ KNOWN: list[tuple[str, str]] = [
      r"rabbitmq_schema_db_|rabbitmq_process_(max|open)_tcp_sockets|"
      r"rabbitmq_(detailed_)?\w+_process_(reductions_total|memory_bytes))", VM),
     (r"^metrics .* missing rabbitmq_auth_attempts_", NOT_COUNTED + ": login attempts"),
-    (r"^metrics .* missing rabbitmq_(detailed_)?(channel_messages_\w+_total|"
-     r"channel_get\w*_total|queue_messages_published_total)",
+    (r"^metrics /metrics/(per-object|detailed).* missing rabbitmq_(detailed_)?"
+     r"(channel_messages_\w+_total|channel_get\w*_total|queue_messages_published_total)",
      NOT_COUNTED + ": message counts per channel x exchange and channel x queue (ackmq "
-     "counts per protocol, rabbitmq_global_*, and per queue)"),
-    (r"^metrics .* missing rabbitmq_(detailed_)?(connections|channels)_(opened|closed)_total"
-     r"|^metrics .* missing rabbitmq_(detailed_)?queues_(declared|created|deleted)_total",
-     NOT_COUNTED + ": connection, channel and queue churn"),
+     "counts per protocol, rabbitmq_global_*, and per queue; /metrics has their sums)"),
     (r"^metrics .* missing rabbitmq_global_messages_dead_lettered_",
      NOT_COUNTED + ": dead-lettered messages per reason"),
     (r"^metrics .* missing rabbitmq_global_(publishers|consumers)$",

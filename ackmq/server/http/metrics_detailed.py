@@ -109,7 +109,58 @@ VHOST: dict[str, Spec] = {
         ("rabbitmq_cluster_vhost_status", "Whether a given vhost is running", "gauge",
          ["vhost"], lambda vh: 1)],
 }
-FAMILIES = (*QUEUE, *CONNECTION, *CHANNEL, *EXCHANGE, *VHOST)
+# connection_churn_metrics: (metric without "rabbitmq_detailed_", HELP, the count)
+CHURN: list[tuple[str, str, Callable[[Any], int]]] = [
+    ("connections_opened_total", "Total number of connections opened",
+     lambda s: getattr(s.connections, "opened", 0)),
+    ("connections_closed_total", "Total number of connections closed or terminated",
+     lambda s: getattr(s.connections, "closed", 0)),
+    ("channels_opened_total", "Total number of channels opened",
+     lambda s: s.broker.stats.churn.channels_opened),
+    ("channels_closed_total", "Total number of channels closed",
+     lambda s: s.broker.stats.churn.channels_closed),
+    ("queues_declared_total", "Total number of queues declared",
+     lambda s: s.broker.stats.churn.queues_declared),
+    ("queues_created_total", "Total number of queues created",
+     lambda s: s.broker.stats.churn.queues_created),
+    ("queues_deleted_total", "Total number of queues deleted",
+     lambda s: s.broker.stats.churn.queues_deleted),
+]
+# /metrics' channel message counters (RabbitMQ sums its channels' there, no labels):
+# ackmq's global counters of every protocol, which never go down when a channel closes
+CHANNEL_COUNTERS = [
+    ("rabbitmq_channel_messages_published_total", "received",
+     "Total number of messages published into an exchange on a channel"),
+    ("rabbitmq_channel_messages_confirmed_total", "confirmed",
+     "Total number of messages published into an exchange and confirmed on the channel"),
+    ("rabbitmq_channel_messages_unroutable_returned_total", "unroutable_returned",
+     "Total number of messages published as mandatory into an exchange and returned to "
+     "the publisher as unroutable"),
+    ("rabbitmq_channel_messages_unroutable_dropped_total", "unroutable_dropped",
+     "Total number of messages published as non-mandatory into an exchange and dropped "
+     "as unroutable"),
+    ("rabbitmq_channel_get_ack_total", "delivered_get_manual_ack",
+     "Total number of messages fetched with basic.get in manual acknowledgement mode"),
+    ("rabbitmq_channel_get_total", "delivered_get_auto_ack",
+     "Total number of messages fetched with basic.get in automatic acknowledgement mode"),
+    ("rabbitmq_channel_messages_delivered_ack_total", "delivered_consume_manual_ack",
+     "Total number of messages delivered to consumers in manual acknowledgement mode"),
+    ("rabbitmq_channel_messages_delivered_total", "delivered_consume_auto_ack",
+     "Total number of messages delivered to consumers in automatic acknowledgement mode"),
+    ("rabbitmq_channel_messages_redelivered_total", "redelivered",
+     "Total number of messages redelivered to consumers"),
+    ("rabbitmq_channel_messages_acked_total", "acknowledged",
+     "Total number of messages acknowledged by consumers"),
+    ("rabbitmq_channel_get_empty_total", "get_empty",
+     "Total number of times basic.get operations fetched no message"),
+]
+FAMILIES = (*QUEUE, *CONNECTION, *CHANNEL, *EXCHANGE, *VHOST, "connection_churn_metrics")
+
+
+def churn(server: HttpContext, prefix: str) -> Iterator[Metric]:
+    for name, doc, value in CHURN:
+        yield CounterMetricFamily(prefix + name.removesuffix("_total"), doc,
+                                  value=value(server))
 
 
 def _family(spec: Spec, objects: list[tuple[list[str], Any]]) -> Iterator[Metric]:
@@ -143,6 +194,8 @@ def collect(server: HttpContext, families: Iterable[str], vhosts: set[str] | Non
             xs = [([vh.name, x.name, x.type], x) for vh in vhs
                   for x in sorted(vh.exchanges.values(), key=lambda x: x.name)]
             yield from _family(EXCHANGE[fam], xs)
+        elif fam == "connection_churn_metrics":
+            yield from churn(server, "rabbitmq_detailed_")
         elif fam in VHOST:
             yield from _family(VHOST[fam], [([vh.name], vh) for vh in vhs])
         elif fam in CONNECTION or fam in CHANNEL:
@@ -213,7 +266,12 @@ def object_families(server: HttpContext, per_object: bool) -> Iterator[Metric]:
             else:
                 fam.add_metric([], sum(value(o) for o in objs))
             yield fam
+    yield from churn(server, "rabbitmq_")
     if not per_object:
+        stats = server.broker.stats
+        for name, counter, doc in CHANNEL_COUNTERS:
+            yield CounterMetricFamily(name.removesuffix("_total"), doc,
+                                      value=stats.total(counter))
         yield GaugeMetricFamily("process_start_time_seconds",
                                 "Start time of the process since unix epoch in seconds.",
                                 value=STARTED)
