@@ -206,3 +206,20 @@ def test_M3_churn_and_channel_counters(broker: ackmq.EmbeddedBroker) -> None:
     assert delta["rabbitmq_channel_messages_published_total"] == 1
     detailed = _values(broker, "/metrics/detailed?family=connection_churn_metrics")
     assert detailed["rabbitmq_detailed_queues_created_total"] >= 1
+
+
+def test_M3_global_publishers_and_consumers(broker: ackmq.EmbeddedBroker) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    try:
+        ch = conn.channel()
+        ch.queue_declare("audit-pubcons")
+        ch.basic_consume("audit-pubcons", lambda *a: None)
+        ch.basic_publish("", "audit-pubcons-none", b"x")
+        ch.queue_declare("audit-pubcons")  # a round trip: the publish is in
+        text = _scrape(broker, "/metrics")
+        assert 'rabbitmq_global_consumers{protocol="amqp091"} 1.0' in text
+        assert 'rabbitmq_global_publishers{protocol="amqp091"} 1.0' in text
+        assert 'rabbitmq_global_publishers{protocol="stomp"} 0.0' in text
+        ch.queue_delete("audit-pubcons")
+    finally:
+        conn.close()

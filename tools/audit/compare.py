@@ -39,9 +39,6 @@ KNOWN: list[tuple[str, str]] = [
      "counts per protocol, rabbitmq_global_*, and per queue; /metrics has their sums)"),
     (r"^metrics .* missing rabbitmq_global_messages_dead_lettered_",
      NOT_COUNTED + ": dead-lettered messages per reason"),
-    (r"^metrics .* missing rabbitmq_global_(publishers|consumers)$",
-     NOT_COUNTED + ": publishers and consumers per protocol (rabbitmq_consumers counts "
-     "consumers)"),
     (r"^metrics .* missing rabbitmq_(detailed_)?queue_(messages_(bytes|ready_bytes|"
      r"unacked_bytes|ram|ram_bytes|ready_ram|unacked_ram|persistent|persistent_bytes|"
      r"paged_out|paged_out_bytes)|disk_(reads|writes)_total|head_message_timestamp|"

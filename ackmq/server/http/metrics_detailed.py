@@ -218,6 +218,26 @@ def _connection_row(c: Any) -> dict[str, Any]:
             "channels": len(views.channels_of(c))}
 
 
+def _publishers_consumers(server: HttpContext) -> Iterator[Metric]:
+    """rabbitmq_global_publishers / _consumers per protocol: open channels that have
+    published (RabbitMQ counts a channel as a publisher from its first publish), and
+    consumers on open channels."""
+    consumers: dict[int, int] = {}
+    for c in list(server.connections):
+        for _n, ch in views.channels_of(c):
+            key = id(getattr(ch, "protocol_stats", None))
+            consumers[key] = consumers.get(key, 0) + len(ch.consumers)
+    pubs = GaugeMetricFamily("rabbitmq_global_publishers", "Current number of publishers",
+                             labels=["protocol"])
+    cons = GaugeMetricFamily("rabbitmq_global_consumers", "Current number of consumers",
+                             labels=["protocol"])
+    for proto, ps in server.broker.stats.messages.items():
+        pubs.add_metric([proto], sum(1 for m in list(ps.open) if m.received))
+        cons.add_metric([proto], consumers.get(id(ps), 0))
+    yield pubs
+    yield cons
+
+
 class _Scrape:
     def __init__(self, server: HttpContext, families: list[str], vhosts: set[str] | None
                  ) -> None:
@@ -267,6 +287,7 @@ def object_families(server: HttpContext, per_object: bool) -> Iterator[Metric]:
                 fam.add_metric([], sum(value(o) for o in objs))
             yield fam
     yield from churn(server, "rabbitmq_")
+    yield from _publishers_consumers(server)
     if not per_object:
         stats = server.broker.stats
         for name, counter, doc in CHANNEL_COUNTERS:
