@@ -223,3 +223,25 @@ def test_M3_global_publishers_and_consumers(broker: ackmq.EmbeddedBroker) -> Non
         ch.queue_delete("audit-pubcons")
     finally:
         conn.close()
+
+
+def _labelled(b: ackmq.EmbeddedBroker, name: str, protocol: str) -> float:
+    for line in _scrape(b, "/metrics").splitlines():
+        if line.startswith(f'{name}{{protocol="{protocol}"}} '):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_M3_auth_attempts(broker: ackmq.EmbeddedBroker) -> None:
+    failed = _labelled(broker, "rabbitmq_auth_attempts_failed_total", "amqp091")
+    ok = _labelled(broker, "rabbitmq_auth_attempts_succeeded_total", "amqp091")
+    bad = broker.url.replace("guest:guest@", "guest:wrong@")
+    with pytest.raises(pika.exceptions.AMQPError):
+        pika.BlockingConnection(pika.URLParameters(bad))
+    pika.BlockingConnection(pika.URLParameters(broker.url)).close()
+    assert _labelled(broker, "rabbitmq_auth_attempts_failed_total", "amqp091") == failed + 1
+    assert _labelled(broker, "rabbitmq_auth_attempts_succeeded_total", "amqp091") == ok + 1
+    http_ok = _labelled(broker, "rabbitmq_auth_attempts_succeeded_total", "http")
+    assert _target(broker).call("GET", "/api/whoami")[0] == 200
+    assert _labelled(broker, "rabbitmq_auth_attempts_succeeded_total", "http") == http_ok + 1
+    assert _labelled(broker, "rabbitmq_auth_attempts_total", "http") >= http_ok + 1

@@ -140,6 +140,20 @@ class Churn:
         self.queues_declared = self.queues_created = self.queues_deleted = 0
 
 
+class AuthAttempts:
+    """Login attempts per protocol ("amqp091", "stomp", "http"): [succeeded, failed]
+    (RabbitMQ's rabbitmq_auth_attempts_*); counted by the front ends."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts: dict[str, list[int]] = {}
+
+    def count(self, protocol: str, ok: bool) -> None:
+        c = self.counts.setdefault(protocol, [0, 0])
+        c[0 if ok else 1] += 1
+
+
 class BrokerStats:
     """Everything the broker counts: message counters per protocol, the publish→confirm
     latency of group commits, and channels/connections opened and closed."""
@@ -150,6 +164,7 @@ class BrokerStats:
         # to the turn that sends their confirms, booked once per commit for all of them
         self.confirm_latency = Histogram(LATENCY_BUCKETS)
         self.churn = Churn()
+        self.auth = AuthAttempts()
 
     def protocol(self, name: str) -> ProtocolStats:
         return self.messages[name]

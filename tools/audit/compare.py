@@ -32,7 +32,6 @@ KNOWN: list[tuple[str, str]] = [
      r"rabbitmq_io_|rabbitmq_mnesia_|rabbitmq_msg_store_|rabbitmq_queue_index_|"
      r"rabbitmq_schema_db_|rabbitmq_process_(max|open)_tcp_sockets|"
      r"rabbitmq_(detailed_)?\w+_process_(reductions_total|memory_bytes))", VM),
-    (r"^metrics .* missing rabbitmq_auth_attempts_", NOT_COUNTED + ": login attempts"),
     (r"^metrics /metrics/(per-object|detailed).* missing rabbitmq_(detailed_)?"
      r"(channel_messages_\w+_total|channel_get\w*_total|queue_messages_published_total)",
      NOT_COUNTED + ": message counts per channel x exchange and channel x queue (ackmq "

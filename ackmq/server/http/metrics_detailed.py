@@ -218,6 +218,24 @@ def _connection_row(c: Any) -> dict[str, Any]:
             "channels": len(views.channels_of(c))}
 
 
+def _auth_attempts(server: HttpContext, per_object: bool) -> Iterator[Metric]:
+    """rabbitmq_auth_attempts_* per protocol; on /metrics/per-object also RabbitMQ's
+    _detailed_ families (per user and source), empty as in RabbitMQ by default."""
+    counts = server.broker.stats.auth.counts
+    for what, doc, pick in (
+            ("", "Total number of authorization attempts", lambda c: c[0] + c[1]),
+            ("_succeeded", "Total number of successful authentication attempts",
+             lambda c: c[0]),
+            ("_failed", "Total number of failed authentication attempts", lambda c: c[1])):
+        fam = CounterMetricFamily(f"rabbitmq_auth_attempts{what}", doc, labels=["protocol"])
+        for proto, c in sorted(counts.items()):
+            fam.add_metric([proto], pick(c))
+        yield fam
+        if per_object:
+            yield CounterMetricFamily(f"rabbitmq_auth_attempts_detailed{what}", doc,
+                                      labels=["protocol", "user", "source"])
+
+
 def _publishers_consumers(server: HttpContext) -> Iterator[Metric]:
     """rabbitmq_global_publishers / _consumers per protocol: open channels that have
     published (RabbitMQ counts a channel as a publisher from its first publish), and
@@ -288,6 +306,7 @@ def object_families(server: HttpContext, per_object: bool) -> Iterator[Metric]:
             yield fam
     yield from churn(server, "rabbitmq_")
     yield from _publishers_consumers(server)
+    yield from _auth_attempts(server, per_object)
     if not per_object:
         stats = server.broker.stats
         for name, counter, doc in CHANNEL_COUNTERS:
