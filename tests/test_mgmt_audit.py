@@ -245,3 +245,30 @@ def test_M3_auth_attempts(broker: ackmq.EmbeddedBroker) -> None:
     assert _target(broker).call("GET", "/api/whoami")[0] == 200
     assert _labelled(broker, "rabbitmq_auth_attempts_succeeded_total", "http") == http_ok + 1
     assert _labelled(broker, "rabbitmq_auth_attempts_total", "http") >= http_ok + 1
+
+
+# every metric RabbitMQ's own Grafana dashboard "RabbitMQ-Overview" (rabbitmq-server,
+# deps/rabbitmq_prometheus/docker/grafana/dashboards/RabbitMQ-Overview.json) queries
+OVERVIEW_DASHBOARD = """
+rabbitmq_identity_info rabbitmq_build_info rabbitmq_queue_messages_ready
+rabbitmq_queue_messages_unacked rabbitmq_connections rabbitmq_channels rabbitmq_queues
+rabbitmq_channel_consumers rabbitmq_channel_messages_published_total
+rabbitmq_channel_messages_confirmed_total rabbitmq_channel_messages_unconfirmed
+rabbitmq_queue_messages_published_total rabbitmq_channel_messages_unroutable_dropped_total
+rabbitmq_channel_messages_unroutable_returned_total rabbitmq_channel_messages_delivered_total
+rabbitmq_channel_messages_delivered_ack_total rabbitmq_channel_messages_redelivered_total
+rabbitmq_channel_messages_acked_total rabbitmq_channel_get_total rabbitmq_channel_get_ack_total
+rabbitmq_channel_get_empty_total rabbitmq_resident_memory_limit_bytes
+rabbitmq_process_resident_memory_bytes rabbitmq_disk_space_available_bytes
+rabbitmq_process_max_fds rabbitmq_process_open_fds rabbitmq_process_max_tcp_sockets
+rabbitmq_process_open_tcp_sockets rabbitmq_queues_declared_total rabbitmq_queues_created_total
+rabbitmq_queues_deleted_total rabbitmq_channels_opened_total rabbitmq_channels_closed_total
+rabbitmq_connections_opened_total rabbitmq_connections_closed_total
+""".split()
+
+
+def test_M3_rabbitmq_overview_dashboard_is_served(broker: ackmq.EmbeddedBroker) -> None:
+    served = set(probes.metric_families(_scrape(broker, "/metrics")))
+    missing = [m for m in OVERVIEW_DASHBOARD
+               if m not in served and m.removesuffix("_total") not in served]
+    assert not missing

@@ -30,7 +30,7 @@ RABBIT_500 = ("RabbitMQ 3.10 answers 500 (a crash in its handler); ackmq answers
 KNOWN: list[tuple[str, str]] = [
     (r"^metrics .* (missing|differs) (erlang_|telemetry_|rabbitmq_erlang_|rabbitmq_raft_|"
      r"rabbitmq_io_|rabbitmq_mnesia_|rabbitmq_msg_store_|rabbitmq_queue_index_|"
-     r"rabbitmq_schema_db_|rabbitmq_process_(max|open)_tcp_sockets|"
+     r"rabbitmq_schema_db_|"
      r"rabbitmq_(detailed_)?\w+_process_(reductions_total|memory_bytes))", VM),
     (r"^metrics /metrics/(per-object|detailed).* missing rabbitmq_(detailed_)?"
      r"(channel_messages_\w+_total|channel_get\w*_total|queue_messages_published_total)",

@@ -14,6 +14,7 @@ queue process, per channel x exchange counters, churn) is left out: docs/metrics
 
 from __future__ import annotations
 
+import resource
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -307,6 +308,12 @@ def object_families(server: HttpContext, per_object: bool) -> Iterator[Metric]:
     yield from churn(server, "rabbitmq_")
     yield from _publishers_consumers(server)
     yield from _auth_attempts(server, per_object)
+    # RabbitMQ's TCP socket limit follows the file descriptors; a client connection is
+    # one socket (the RabbitMQ-Overview dashboard's "TCP sockets available")
+    yield GaugeMetricFamily("rabbitmq_process_max_tcp_sockets", "Open TCP sockets limit",
+                            value=resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    yield GaugeMetricFamily("rabbitmq_process_open_tcp_sockets", "Open TCP sockets",
+                            value=len(server.connections))
     if not per_object:
         stats = server.broker.stats
         for name, counter, doc in CHANNEL_COUNTERS:
