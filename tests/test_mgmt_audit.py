@@ -272,3 +272,18 @@ def test_M3_rabbitmq_overview_dashboard_is_served(broker: ackmq.EmbeddedBroker) 
     missing = [m for m in OVERVIEW_DASHBOARD
                if m not in served and m.removesuffix("_total") not in served]
     assert not missing
+
+
+def test_M1_node_churn_counts(broker: ackmq.EmbeddedBroker) -> None:
+    """/api/nodes has RabbitMQ 3.10's churn keys (connection_created … queue_deleted,
+    each with `_details`) and fd_used, counting as the churn metrics do."""
+    t = _target(broker)
+    before = t.call("GET", "/api/nodes")[1][0]
+    pika.BlockingConnection(pika.URLParameters(broker.url)).close()
+    after = t.call("GET", "/api/nodes")[1][0]
+    for key in ("connection_created", "connection_closed", "channel_created",
+                "channel_closed", "queue_declared", "queue_created", "queue_deleted",
+                "fd_used"):
+        assert key in after and after[f"{key}_details"] == {"rate": 0.0}, key
+    assert after["connection_created"] == before["connection_created"] + 1
+    assert after["fd_used"] > 0

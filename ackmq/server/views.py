@@ -151,7 +151,29 @@ def node(srv: HttpContext) -> dict[str, Any]:
         "applications": [], "contexts": contexts(srv),
         "enabled_plugins": ["rabbitmq_management"], "log_files": [], "config_files": [],
         "db_dir": str(srv.config.data_dir or ""), "net_ticktime": 60, "cluster_links": [],
+        **_node_counts(srv),
     }
+
+
+def _node_counts(srv: HttpContext) -> dict[str, Any]:
+    """RabbitMQ's node churn counts and fd_used, each with its `_details` (rates are
+    not sampled: 0.0), and the `_details` of the gauges above (issue 28's audit)."""
+    churn = srv.broker.stats.churn
+    conns = srv.connections
+    counts = {"connection_created": getattr(conns, "opened", 0),
+              "connection_closed": getattr(conns, "closed", 0),
+              "channel_created": churn.channels_opened, "channel_closed": churn.channels_closed,
+              "queue_declared": churn.queues_declared, "queue_created": churn.queues_created,
+              "queue_deleted": churn.queues_deleted, "fd_used": _fds_used()}
+    details = ("mem_used", "disk_free", "sockets_used", "proc_used", *counts)
+    return {**counts, **{f"{k}_details": _NO_RATE for k in details}}
+
+
+def _fds_used() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
 
 
 def _fd_limit() -> int:
