@@ -287,3 +287,39 @@ def test_M1_node_churn_counts(broker: ackmq.EmbeddedBroker) -> None:
         assert key in after and after[f"{key}_details"] == {"rate": 0.0}, key
     assert after["connection_created"] == before["connection_created"] + 1
     assert after["fd_used"] > 0
+
+
+def test_M1_connection_tls_keys(tmp_path: Path) -> None:
+    """A connection's ssl_* and peer_cert_* keys: null on a plain connection (as
+    RabbitMQ), filled on a TLS one with a client certificate."""
+    import time
+
+    import trustme
+    from test_tls import client_params
+    ca = trustme.CA()
+    leaf = ca.issue_cert("localhost", "127.0.0.1")
+    cert, key, cafile = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    ca.cert_pem.write_to_path(str(cafile))
+    with ackmq.EmbeddedBroker(persistent=False, tls_port=0, tls_cert=cert, tls_key=key,
+                              tls_ca=cafile, tls_verify_peer=True) as b:
+        plain = pika.BlockingConnection(pika.URLParameters(b.url))
+        tls_port = int(b.tls_url.rsplit(":", 1)[1].split("/")[0])
+        secure = pika.BlockingConnection(client_params(tls_port, ca, cert_for="audit-client"))
+        try:
+            t = _target(b)
+            deadline = time.monotonic() + 30
+            while len(conns := t.call("GET", "/api/connections")[1]) < 2 \
+                    and time.monotonic() < deadline:
+                time.sleep(0.2)
+            by_tls = {c["ssl"]: c for c in conns}
+            assert by_tls[False]["ssl_protocol"] is None
+            assert by_tls[False]["peer_cert_subject"] is None
+            c = by_tls[True]
+            assert c["ssl_protocol"].startswith("tlsv1."), c["ssl_protocol"]
+            assert c["ssl_cipher"] and c["peer_cert_subject"].startswith("CN=audit-client,")
+            assert c["peer_cert_issuer"] and " - " in c["peer_cert_validity"]
+        finally:
+            plain.close()
+            secure.close()

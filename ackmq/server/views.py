@@ -353,7 +353,37 @@ def connection(conn: Any, octet_rates: tuple[float, ...] = (0.0, 0.0)) -> dict[s
         "send_oct_details": {"rate": round(octet_rates[1], 1)}, "send_pend": 0,
         **({"user_provided_name": props["connection_name"]}
            if isinstance(props.get("connection_name"), str) else {}),
+        **_tls_keys(t.get_extra_info("ssl_object") if t is not None else None),
     }
+
+
+_RDN = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
+        "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST",
+        "domainComponent": "DC", "emailAddress": "emailAddress"}
+
+
+def _tls_keys(so: Any) -> dict[str, Any]:
+    """RabbitMQ's TLS keys of a connection, null on a plain one: the protocol as
+    RabbitMQ writes it ("tlsv1.3"), the cipher in OpenSSL's name, the client
+    certificate's subject, issuer and validity (the key exchange and hash are in the
+    OpenSSL cipher name: null)."""
+    out: dict[str, Any] = dict.fromkeys(
+        ("ssl_protocol", "ssl_key_exchange", "ssl_cipher", "ssl_hash", "peer_cert_subject",
+         "peer_cert_issuer", "peer_cert_validity"))
+    if so is None:
+        return out
+    version, cipher = so.version(), so.cipher()
+    out["ssl_protocol"] = version.lower() if version else None
+    out["ssl_cipher"] = cipher[0] if cipher else None
+    cert = so.getpeercert() or {}
+    if cert:
+        def name(rdns: Any) -> str:  # RFC 4514, as RabbitMQ: last RDN first, short keys
+            return ",".join(f"{_RDN.get(k, k)}={v}" for rdn in reversed(rdns)
+                            for k, v in rdn)
+        out["peer_cert_subject"] = name(cert.get("subject", ()))
+        out["peer_cert_issuer"] = name(cert.get("issuer", ()))
+        out["peer_cert_validity"] = f"{cert.get('notBefore')} - {cert.get('notAfter')}"
+    return out
 
 
 def channel(conn: Any, number: int, ch: Any, message_stats: dict[str, Any] | None = None
