@@ -203,6 +203,7 @@ class BrokerModel:
         ch = ChannelModel(vhost, owner, output, self.consumer_timeout_ms, user)
         ch.stats = self.stats.protocol(protocol).channel()
         ch.protocol_stats = self.stats.protocol(protocol)
+        self.stats.churn.channels_opened += 1
         return ch
 
     # -- confirms and group commit --------------------------------------------------
@@ -217,6 +218,7 @@ class BrokerModel:
 
     def channel_closed(self, ch: ChannelModel) -> None:
         self._dirty.pop(id(ch), None)
+        self.stats.churn.channels_closed += 1
         if ch.protocol_stats is not None:
             ch.protocol_stats.retire(ch.stats)
 

@@ -230,6 +230,7 @@ class VHost:
             for k in q.equivalence_keys:  # other arguments may differ (RabbitMQ)
                 self._equivalent_arg("queue", name, k, arguments.get(k), q.arguments.get(k))
             q.touch()
+            self.broker.stats.churn.queues_declared += 1
             return q
         if check:
             cls.check_declare(arguments, name, self.name, durable, exclusive, auto_delete)
@@ -241,6 +242,9 @@ class VHost:
             q.persistent_store = None
         q.declared(new=check)
         self.queues[name] = q
+        if check:  # not a recovered one (churn counts since start, as RabbitMQ)
+            self.broker.stats.churn.queues_declared += 1
+            self.broker.stats.churn.queues_created += 1
         if durable and not exclusive and self.store is not None:
             self.store.save_queue(QueueDef(name, True, auto_delete, dict(arguments)))
         return q
@@ -261,6 +265,7 @@ class VHost:
         count = q.deletion(if_unused, if_empty)
         if self.queues.get(q.name) is q:
             del self.queues[q.name]
+            self.broker.stats.churn.queues_deleted += 1
         for c in list(q.consumers.values()):
             q.consumers.pop(id(c), None)
             c.channel.consumer_gone(c, notify=notify)

@@ -30,6 +30,8 @@ management HTTP API, ackmq's or RabbitMQ's):
   purge_queue [-p <vhost>] <queue>          delete_queue [-p <vhost>] <queue> [--if-empty] [--if-unused]
   close_connection <connection name> <explanation>
   status [--formatter json]                 environment
+  await_startup [-t <seconds>]              wait until the broker answers (default 300 s)
+  await_online_nodes <count> [-t <seconds>] the same; ackmq is one node (count 1)
   add_user <user> <password>          delete_user <user>
   change_password <user> <password>   set_user_tags <user> [<tag> ...]
   list_users
@@ -133,6 +135,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     from ackmq.ctl import topology
     topology.add_parsers(sub)
+    from ackmq.ctl import awaiting
+    awaiting.add_parsers(sub)
     for verb, (names, _info) in VERBS.items():
         vp = sub.add_parser(verb)
         if verb in VHOST_VERBS:
@@ -159,6 +163,9 @@ def run(args: argparse.Namespace) -> int:
     from ackmq.ctl.http_client import HttpSource
     from ackmq.ctl.socket_client import SocketSource, request
     path = args.socket or args.data_dir / "ctl.sock"
+    from ackmq.ctl import awaiting
+    if args.verb in awaiting.VERBS:
+        return awaiting.run(args, path)
     if args.verb in topology.VERBS or (args.url and args.verb in (
             "export_definitions", "import_definitions")):
         try:

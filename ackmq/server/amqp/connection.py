@@ -347,8 +347,9 @@ class AMQPConnection(ClientConnection):
 
     def _login(self, m: C.Connection.StartOk) -> str:
         """The user start-ok names, checked (403 with RabbitMQ's texts otherwise)."""
-        got = admission.sasl_login(self.ctx, m.mechanism, m.response, self.peer,
-                                   self._peer_user() if m.mechanism == "EXTERNAL" else None)
+        got = admission.counted(self.ctx.broker.stats, "amqp091", admission.sasl_login(
+            self.ctx, m.mechanism, m.response, self.peer,
+            self._peer_user() if m.mechanism == "EXTERNAL" else None))
         if not isinstance(got, Refusal):
             return got
         if m.mechanism == "EXTERNAL":  # U4: the verified client certificate names the user

@@ -100,6 +100,8 @@ async def put_user(request: web.Request) -> web.Response:
     a = _access(request)
     name = request.match_info["user"]
     body = await body_object(request)
+    if "tags" not in body:  # RabbitMQ 3.10 asks for it ("" for none)
+        raise bad_request("tags_not_present")
     tags = parse_tags(body.get("tags"))
     existed = name in a.users
     if "password" in body:

@@ -512,7 +512,7 @@ def _get(request: web.Request, q: Any, data: Any) -> str:
         return '<p class="flash" id="got">Queue is empty</p>'
     parts = []
     for i, m in enumerate(got, 1):
-        props = m["properties"]
+        props = m["properties"] or {}
         shown = ", ".join(f"{k}: {v}" for k, v in props.items() if k != "headers")
         parts.append(table(["Message", str(i)], [
             ["Exchange", e(m["exchange"] or "(AMQP default)")],

@@ -219,8 +219,8 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         ctx = self.ctx
         cert_user = self._cert_user() if login is None else None
         if cert_user is not None:  # U4, stomp.ssl_cert_login: the certificate names the user
-            got = admission.certificate_login(ctx.access, ctx.config.loopback_users,
-                                              cert_user, self.peer)
+            got = admission.counted(ctx.broker.stats, "stomp", admission.certificate_login(
+                ctx.access, ctx.config.loopback_users, cert_user, self.peer))
             if isinstance(got, Refusal):
                 log.warning("STOMP certificate login refused for user %r from %s", got.user,
                             self.peer)
@@ -229,8 +229,8 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
             # no login at all: RabbitMQ's default user (guest), still loopback-only
             user, password = ("guest", "guest") if login is None \
                 else (login, h.get("passcode", ""))
-            got = admission.password_login(ctx.access, ctx.config.loopback_users, user,
-                                           password, self.peer)
+            got = admission.counted(ctx.broker.stats, "stomp", admission.password_login(
+                ctx.access, ctx.config.loopback_users, user, password, self.peer))
             if isinstance(got, Refusal):
                 log.warning("STOMP login refused for user %r from %s", user, self.peer)
                 if got.kind == LOOPBACK_ONLY:
