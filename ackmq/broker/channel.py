@@ -213,6 +213,8 @@ class ChannelModel:
         seq = confirms.publish() if confirms is not None else 0
         stored, refused = self._enqueue(x, msg, mandatory)
         if confirms is not None:
+            if self.vhost.trace is not None:
+                self.vhost.trace.confirm_owed(self, seq, x, msg, stored, refused)
             stats.received_confirm += 1
             if refused:
                 confirms.nack(seq)
@@ -228,6 +230,8 @@ class ChannelModel:
     def _enqueue(self, x: Any, msg: Message, mandatory: bool) -> tuple[bool, bool]:
         """Route and hand to queues: (written to the store?, refused by a queue?)."""
         queues = self.vhost.route(x, msg)
+        if self.vhost.trace is not None:
+            self.vhost.trace.published(self, x, msg, queues)
         x.stat_in += 1  # the exchange's publish_in and publish_out (management API)
         if not queues:
             if mandatory:
@@ -267,6 +271,8 @@ class ChannelModel:
         else:
             stats.delivered_consume_auto_ack += 1
         queue.delivered(entry, not consumer.no_ack)
+        if self.vhost.trace is not None:
+            self.vhost.trace.delivered(self, entry)
         self.output.deliver(consumer, tag, entry)
 
     def _deadline(self, queue: Queue) -> float | None:
@@ -376,6 +382,8 @@ class ChannelModel:
         else:
             stats.delivered_get_auto_ack += 1
         q.delivered(entry, not no_ack)
+        if self.vhost.trace is not None:
+            self.vhost.trace.delivered(self, entry)
         return tag, entry, q.message_count
 
     # -- acks (D4-D7) -------------------------------------------------------------------
@@ -495,19 +503,22 @@ class ChannelModel:
             return
         self._settle(ACK, taken)
 
-    def basic_nack(self, tag: int, multiple: bool, requeue: bool) -> None:
+    def basic_nack(self, tag: int, multiple: bool, requeue: bool, verb: str = "nack") -> None:
         taken = self._take(tag, multiple)
         action = REQUEUE if requeue else REJECT
         self._check_settle(action, taken)
         if self.tx is not None:
             self.tx.settles.append((action, taken))
             return
-        self._settle(action, taken)
+        self._settle(action, taken, verb)
 
     def basic_reject(self, tag: int, requeue: bool) -> None:
-        self.basic_nack(tag, False, requeue)
+        self.basic_nack(tag, False, requeue, "reject")
 
-    def _settle(self, action: str, taken: Taken) -> None:
+    def _settle(self, action: str, taken: Taken, verb: str = "nack") -> None:
+        """`verb`: what the client said, for the lifecycle events (nack or reject)."""
+        if self.vhost.trace is not None:
+            self.vhost.trace.settled("ack" if action == ACK else verb, action, taken)
         ack = action == ACK
         if ack:
             self.stats.acknowledged += len(taken)

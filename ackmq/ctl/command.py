@@ -53,6 +53,8 @@ management HTTP API, ackmq's or RabbitMQ's):
                                       permissions, topic permissions, limits, exchanges,
                                       queues, bindings (policies are skipped, and named)
   export_definitions <file.json>      the same, in that layout ("-" for stdout)
+  trace_on [-p <vhost>] [--lifecycle] trace_off [-p <vhost>]   the firehose tracer:
+                                      copies to amq.rabbitmq.trace (docs/management.md)
 """
 
 # verb -> (argument names, rabbitmqctl's info line)
@@ -95,10 +97,13 @@ VERBS: dict[str, tuple[list[str], str]] = {
     "import_definitions": (["file"], 'Importing definitions in JSON from a file at '
                                      '"{0}" ...'),
     "export_definitions": (["file"], 'Exporting definitions in JSON to a file at "{0}" ...'),
+    "trace_on": ([], 'Starting tracing for vhost "{vhost}" ...'),
+    "trace_off": ([], 'Stopping tracing for vhost "{vhost}" ...'),
 }
 VHOST_VERBS = {"set_permissions", "clear_permissions", "list_permissions",
                "set_vhost_limits", "clear_vhost_limits", "list_vhost_limits",
-               "set_topic_permissions", "clear_topic_permissions", "list_topic_permissions"}
+               "set_topic_permissions", "clear_topic_permissions", "list_topic_permissions",
+               "trace_on", "trace_off"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -120,6 +125,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             vp.add_argument("-p", "--vhost", default="/", help="virtual host (default /)")
         if verb == "list_user_limits":
             vp.add_argument("--user", required=True, help="the user whose limits to list")
+        if verb == "trace_on":
+            vp.add_argument("--lifecycle", action="store_true",
+                            help="also ackmq's own lifecycle events (docs/management.md)")
         for n in names:
             if n.endswith("*"):
                 vp.add_argument(n[:-1], nargs="*")
@@ -162,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
     vhost = getattr(args, "vhost", "/")
     if args.verb == "list_user_limits":
         values = [args.user]
+    if getattr(args, "lifecycle", False):
+        values = ["lifecycle"]
     if not args.quiet and not (args.verb == "export_definitions" and values[0] == "-"):
         on = f' on "{values[1]}"' if len(values) > 1 else ""  # clear_topic_permissions
         print(info.format(*values, vhost=vhost, tags=", ".join(values[1:]),
@@ -197,6 +207,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"Error:\ncannot write definitions to {values[0]}: {e}", file=sys.stderr)
                 return 73
         return 0
+    if reply.get("message"):  # trace_on/off: printed with -q too, as rabbitmqctl
+        print(reply["message"])
     if reply.get("skipped"):
         print("not imported (ackmq has no model for them so far): "
               + ", ".join(reply["skipped"]))

@@ -21,6 +21,7 @@ from ackmq.server.http.common import (
     vhost_arg,
 )
 from ackmq.server.ops import OpError, bad_request, not_found
+from ackmq.server.tracing import trace_off, trace_on, tracing
 from ackmq.server.views import node_name, visible_vhosts
 
 
@@ -138,7 +139,7 @@ def _vhost_json(srv: Any, name: str) -> dict[str, Any]:
     desc = meta.get("description", "")
     tags = list(meta.get("tags", []))
     return {"name": name, "description": desc, "tags": tags,
-            "metadata": {"description": desc, "tags": tags}, "tracing": False,
+            "metadata": {"description": desc, "tags": tags}, "tracing": tracing(srv, name),
             "default_queue_type": "undefined",
             "cluster_state": {node_name(): "running"},
             "messages": ready + unacked, "messages_details": {"rate": 0.0},
@@ -173,6 +174,8 @@ async def put_vhost(request: web.Request) -> web.Response:
         meta["tags"] = parse_tags(body.get("tags", meta.get("tags", [])))
     if created:
         _change(a.set_permissions, user(request).name, name, ".*", ".*", ".*")
+    if "tracing" in body:  # M9: the firehose, as RabbitMQ's PUT
+        (trace_on if body["tracing"] is True else trace_off)(server(request), name)
     return no_content(201 if created else 204)
 
 
