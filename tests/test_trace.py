@@ -258,3 +258,84 @@ def test_M9_off_means_no_copies(proc: BrokerProcess) -> None:
         ch.queue_delete("tr.off")
     finally:
         conn.close()
+
+
+# -- S10: lifecycle events ------------------------------------------------------------
+def events_by_message(url: str, sink: str, n: int) -> dict[str, list[dict[str, Any]]]:
+    """The events on `sink`, as header dicts (plus `key`), grouped by message_id."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for key, hdrs, _body in read_copies(url, sink, n):
+        ev = {k: v for k, _t, v in hdrs}
+        ev["key"] = key
+        props = ev.get("properties")
+        mid = ev.get("message_id") or next(
+            (v for k, _t, v in (props or []) if k == "message_id"), None)
+        out.setdefault(mid, []).append(ev)
+    return out
+
+
+def test_S10_lifecycle_events_join_on_one_id(proc: BrokerProcess) -> None:
+    """publish, route, confirm (with fsync time), deliver, ack, nack, reject,
+    deadletter, expire: each once, all of one message under one x-ackmq-id (its
+    dead-lettered copy's too); consuming the events adds none."""
+    d = str(proc.data_dir)
+    assert ctl("--data-dir", d, "trace_on", "--lifecycle").returncode == 0
+    conn = pika.BlockingConnection(pika.URLParameters(proc.url))
+    try:
+        ch = conn.channel()
+        sink = "lc.sink"
+        ch.queue_declare(sink)
+        ch.queue_bind(sink, TRACE, "#")
+        ch.exchange_declare("lc.dlx", "fanout")
+        ch.queue_declare("lc.dlq", durable=True)
+        ch.queue_bind("lc.dlq", "lc.dlx")
+        ch.queue_declare("lc.q", durable=True, arguments={"x-dead-letter-exchange": "lc.dlx"})
+        ch.queue_declare("lc.ttl", durable=True, arguments={"x-message-ttl": 200})
+        ch.confirm_delivery()
+        for mid, queue in (("m-ack", "lc.q"), ("m-nack", "lc.q"), ("m-reject", "lc.q"),
+                           ("m-exp", "lc.ttl")):
+            ch.basic_publish("", queue, mid.encode(),
+                             pika.BasicProperties(message_id=mid, delivery_mode=2))
+        tags = {}
+        for _ in range(3):
+            m, p, _b = ch.basic_get("lc.q")
+            tags[p.message_id] = m.delivery_tag
+        ch.basic_ack(tags["m-ack"])
+        ch.basic_nack(tags["m-nack"], requeue=False)  # -> lc.dlx -> lc.dlq
+        ch.basic_reject(tags["m-reject"], requeue=True)
+        m, p, _b = ch.basic_get("lc.q")
+        assert p.message_id == "m-reject" and m.redelivered
+        ch.basic_ack(m.delivery_tag)
+        m, p, _b = ch.basic_get("lc.dlq")
+        assert p.message_id == "m-nack"
+        ch.basic_ack(m.delivery_tag)
+        deadline = time.monotonic() + 30  # m-exp expires (200 ms TTL)
+        while ch.queue_declare("lc.ttl", passive=True).method.message_count and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
+        ev = events_by_message(proc.url, sink, 24)
+        for name in ("lc.q", "lc.dlq", "lc.ttl", sink):
+            ch.queue_delete(name)
+        ch.exchange_delete("lc.dlx")
+    finally:
+        conn.close()
+        ctl("--data-dir", d, "trace_off")
+    assert set(ev) == {"m-ack", "m-nack", "m-reject", "m-exp"}, ev.keys()
+    keys = {mid: sorted(e["key"] for e in es) for mid, es in ev.items()}
+    common = ["confirm.", "publish.", "route."]
+    assert keys["m-ack"] == sorted([*common, "deliver.lc.q", "ack.lc.q"])
+    assert keys["m-nack"] == sorted([*common, "deliver.lc.q", "nack.lc.q",
+                                     "deadletter.lc.q", "deliver.lc.dlq", "ack.lc.dlq"])
+    assert keys["m-reject"] == sorted([*common, "deliver.lc.q", "reject.lc.q",
+                                       "deliver.lc.q", "ack.lc.q"])
+    assert keys["m-exp"] == sorted([*common, "expire.lc.ttl"])
+    for mid, es in ev.items():
+        assert len({e["x-ackmq-id"] for e in es}) == 1, (mid, es)  # one identity
+        assert all(e["x-ackmq-time-us"] > 0 for e in es)
+        confirm = next(e for e in es if e["key"] == "confirm.")
+        assert confirm["ack"] is True and confirm["fsync_us"] > 0, confirm
+    dl = next(e for e in ev["m-nack"] if e["key"] == "deadletter.lc.q")
+    assert (dl["reason"], dl["exchange_name"], dl["routed_queues"]) == (
+        "rejected", "lc.dlx", [["S", "lc.dlq"]])
+    rej = next(e for e in ev["m-reject"] if e["key"] == "reject.lc.q")
+    assert rej["requeue"] is True
