@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.message import Message
 from ackmq.protocol.amqp.firehose import copy_properties, event_properties
+from ackmq.protocol.amqp.properties import FLAGS
 
 if TYPE_CHECKING:
     from ackmq.broker.channel import ChannelModel, Taken
@@ -39,8 +40,9 @@ if TYPE_CHECKING:
 TRACE_EXCHANGE = "amq.rabbitmq.trace"
 ID_HEADER = "x-ackmq-id"
 TIME_HEADER = "x-ackmq-time-us"
-SEQ_HEADER = "x-ackmq-seq"
+SEQ_HEADER = "seq"  # the message's seq in the queue (x-ackmq-seq is the reader's own)
 
+MESSAGE_ID_FLAG = FLAGS["message_id"]  # in the low byte of the property flags
 _BOOT = os.urandom(4).hex()  # ids stay unique across restarts without a store
 _COUNTER = itertools.count(1)
 
@@ -93,7 +95,7 @@ class Tracer:
         head: list[tuple[str, Any]] = [("event", kind), ("vhost", self.vhost.name),
                                        ("node", self.node), (ID_HEADER, trace_id(msg)),
                                        (TIME_HEADER, _now_us())]
-        mid = msg.view.message_id if msg.properties[1] & 0x80 else None  # type: ignore[attr-defined]  # PropertiesView's fields are set by setattr
+        mid = self._message_id(msg)
         if mid is not None:
             head.append(("message_id", mid))
         self._emit(f"{kind}.{name}", event_properties(head + entries))
@@ -107,8 +109,20 @@ class Tracer:
                 ("channel", getattr(ch.output, "number", 0)), ("user", ch.user or "")]
 
     def _ids(self, msg: Message) -> list[tuple[str, Any]]:
-        return [(ID_HEADER, trace_id(msg)), (TIME_HEADER, _now_us())] if self.lifecycle \
-            else []
+        """What lifecycle tracing adds to a publish or deliver copy (after RabbitMQ's)."""
+        if not self.lifecycle:
+            return []
+        out: list[tuple[str, Any]] = [(ID_HEADER, trace_id(msg)), (TIME_HEADER, _now_us())]
+        mid = self._message_id(msg)
+        if mid is not None:
+            out.append(("message_id", mid))
+        return out
+
+    @staticmethod
+    def _message_id(msg: Message) -> str | None:
+        if not msg.properties[1] & MESSAGE_ID_FLAG:
+            return None
+        return msg.view.message_id  # type: ignore[attr-defined]  # PropertiesView's fields are set by setattr
 
     # -- the firehose (M9) ------------------------------------------------------------
     def published(self, ch: ChannelModel, x: Exchange, msg: Message,
