@@ -174,8 +174,10 @@ async def put_vhost(request: web.Request) -> web.Response:
         meta["tags"] = parse_tags(body.get("tags", meta.get("tags", [])))
     if created:
         _change(a.set_permissions, user(request).name, name, ".*", ".*", ".*")
-    if "tracing" in body:  # M9: the firehose, as RabbitMQ's PUT
-        (trace_on if body["tracing"] is True else trace_off)(server(request), name)
+    if body.get("tracing") is True:  # M9: the firehose, as RabbitMQ's PUT (S10: lifecycle)
+        trace_on(server(request), name, lifecycle=body.get("lifecycle") is True)
+    elif "tracing" in body:
+        trace_off(server(request), name)
     return no_content(201 if created else 204)
 
 
