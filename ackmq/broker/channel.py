@@ -494,7 +494,8 @@ class ChannelModel:
             q = d.entry.queue
             if not q.deleted:
                 q.vhost.dead_letter(q, d.entry, reason, target[0], target[1])
-        self._settle(ACK, taken)  # the copy is dead-lettered: the original is settled
+        self._settle(ACK, taken, "nack")  # the copy is dead-lettered: the original is
+        # settled (a NACK for the lifecycle events, not an ack)
 
     def basic_ack(self, tag: int, multiple: bool) -> None:
         taken = self._take(tag, multiple)
@@ -515,10 +516,11 @@ class ChannelModel:
     def basic_reject(self, tag: int, requeue: bool) -> None:
         self.basic_nack(tag, False, requeue, "reject")
 
-    def _settle(self, action: str, taken: Taken, verb: str = "nack") -> None:
+    def _settle(self, action: str, taken: Taken, verb: str = "") -> None:
         """`verb`: what the client said, for the lifecycle events (nack or reject)."""
         if self.vhost.trace is not None:
-            self.vhost.trace.settled("ack" if action == ACK else verb, action, taken)
+            self.vhost.trace.settled(verb or ("ack" if action == ACK else "nack"), action,
+                                     taken)
         ack = action == ACK
         if ack:
             self.stats.acknowledged += len(taken)

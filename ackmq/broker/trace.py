@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.message import Message
+from ackmq.broker.queue_type import REQUEUE
 from ackmq.protocol.amqp.firehose import copy_properties, event_properties
 from ackmq.protocol.amqp.properties import FLAGS
 
@@ -186,7 +187,7 @@ class Tracer:
         """ack / nack / reject of deliveries (`action`: the queue's ACK, REQUEUE, REJECT)."""
         if not self.lifecycle:
             return
-        requeue = action == "requeue"
+        requeue = action == REQUEUE
         for _tag, d in taken:
             entry = d.entry
             msg = entry.message
