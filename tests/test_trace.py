@@ -339,3 +339,22 @@ def test_S10_lifecycle_events_join_on_one_id(proc: BrokerProcess) -> None:
         "rejected", "lc.dlx", [["S", "lc.dlq"]])
     rej = next(e for e in ev["m-reject"] if e["key"] == "reject.lc.q")
     assert rej["requeue"] is True
+
+
+def test_M9_tracing_flag_checked_as_rabbitmq(mgmt: Target) -> None:
+    """PUT /api/vhosts: "true"/"false" strings count; anything else is RabbitMQ's 400
+    ["not_boolean", value], and the vhost is not created; without the key the state
+    stays."""
+    vhost = mgmt.vhost()
+    path = f"/api/vhosts/{q(vhost)}"
+    r = mgmt.call("PUT", path, {"tracing": "x"})
+    assert (r.status, r.body) == (400, {"error": "bad_request",
+                                        "reason": ["not_boolean", "x"]})
+    assert mgmt.call("PUT", path, {"tracing": "true"}).status == 204
+    assert mgmt.call("PUT", path, {}).status == 204
+    assert mgmt.call("GET", path).body["tracing"] is True
+    assert mgmt.call("PUT", path, {"tracing": False}).status == 204
+    assert mgmt.call("GET", path).body["tracing"] is False
+    fresh = f"/api/vhosts/{q(mgmt.name('vh'))}"
+    assert mgmt.call("PUT", fresh, {"tracing": 1}).status == 400
+    assert mgmt.call("GET", fresh).status == 404

@@ -13,6 +13,7 @@ from ackmq.broker.access import SHA256, AccessError, compile_check
 from ackmq.server.http.app import requires
 from ackmq.server.http.common import (
     body_object,
+    flag,
     listing,
     no_content,
     one,
@@ -167,6 +168,8 @@ async def put_vhost(request: web.Request) -> web.Response:
     a = _access(request)
     name = request.match_info["vhost"]
     body = await body_object(request)
+    trace = flag(body["tracing"]) if "tracing" in body else None  # 400 before creating
+    lifecycle = flag(body.get("lifecycle"))
     created = _change(a.add_vhost, name)
     meta = a.vhosts[name]
     if "description" in body or "tags" in body:
@@ -174,9 +177,9 @@ async def put_vhost(request: web.Request) -> web.Response:
         meta["tags"] = parse_tags(body.get("tags", meta.get("tags", [])))
     if created:
         _change(a.set_permissions, user(request).name, name, ".*", ".*", ".*")
-    if body.get("tracing") is True:  # M9: the firehose, as RabbitMQ's PUT (S10: lifecycle)
-        trace_on(server(request), name, lifecycle=body.get("lifecycle") is True)
-    elif "tracing" in body:
+    if trace:  # M9: the firehose, as RabbitMQ's PUT (S10: ackmq's "lifecycle" too)
+        trace_on(server(request), name, lifecycle=lifecycle)
+    elif trace is not None:
         trace_off(server(request), name)
     return no_content(201 if created else 204)
 
