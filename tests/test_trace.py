@@ -358,3 +358,42 @@ def test_M9_tracing_flag_checked_as_rabbitmq(mgmt: Target) -> None:
     fresh = f"/api/vhosts/{q(mgmt.name('vh'))}"
     assert mgmt.call("PUT", fresh, {"tracing": 1}).status == 400
     assert mgmt.call("GET", fresh).status == 404
+
+
+def test_S10_stomp_nack_dead_lettered_is_a_nack_not_an_ack(ackmq_target: Any,
+                                                            ackmq_stomp: BrokerProcess,
+                                                            queue: str) -> None:
+    """A STOMP NACK that dead-letters to ActiveMQ.DLQ (W6) settles the original as an
+    ack inside the model; its lifecycle events say nack (requeue false) and
+    deadletter, never ack."""
+    d = str(ackmq_stomp.data_dir)
+    conn = ackmq_target.pika()
+    try:
+        ch = conn.channel()
+        sink = ch.queue_declare("", exclusive=True).method.queue
+        ch.queue_bind(sink, TRACE, f"*.{queue}")
+        ch.queue_bind(sink, TRACE, "*.ActiveMQ.DLQ")
+        assert ctl("--data-dir", d, "trace_on", "--lifecycle").returncode == 0
+        try:
+            with ackmq_target.raw() as r:
+                r.receipt("SEND", {"destination": f"queue://{queue}"}, b"rejected")
+                r.subscribe(f"queue://{queue}", "s", ack="client-individual")
+                r.ack(r.expect("MESSAGE"), "NACK", requeue="false")
+                deadline = time.monotonic() + 30
+                while not ch.queue_declare("ActiveMQ.DLQ", passive=True).method \
+                        .message_count and time.monotonic() < deadline:
+                    time.sleep(0.1)
+        finally:
+            ctl("--data-dir", d, "trace_off")
+        keys = []
+        while True:
+            m, p, _b = ch.basic_get(sink, auto_ack=True)
+            if m is None:
+                break
+            keys.append((m.routing_key, p.headers.get("requeue")))
+        ch.queue_purge("ActiveMQ.DLQ")
+    finally:
+        conn.close()
+    assert sorted(keys) == sorted([(f"deliver.{queue}", None),
+                                   (f"nack.{queue}", False),
+                                   (f"deadletter.{queue}", None)]), keys
