@@ -272,10 +272,9 @@ class BrokerModel:
             log.error("store commit failed, nacking %d publishes: %s", len(waiters), exc)
         if waiters and exc is None:
             self.stats.confirm_latency.observe(time.monotonic() - t0, len(waiters))
-        fsync_s = time.monotonic() - t0 if t0 else None
         for ch, seq in waiters:
             if ch.vhost.trace is not None:  # S10: confirm.<exchange> events
-                ch.vhost.trace.committed(ch, seq, fsync_s, exc is not None)
+                ch.vhost.trace.committed(ch, seq, t0, exc is not None)
             if ch.open and ch.confirms is not None:
                 if exc is None:
                     ch.confirms.ack(seq)

@@ -168,14 +168,17 @@ class Tracer:
         else:
             self._confirm(x.name, msg, not refused, 0, 0)
 
-    def committed(self, ch: ChannelModel, seq: int, fsync_s: float | None,
+    def committed(self, ch: ChannelModel, seq: int, commit_t0: float,
                   failed: bool) -> None:
+        """The store's commit that started at `commit_t0` (monotonic; 0: unknown) is
+        synced (or failed): the confirm owed for `seq` goes out."""
         owed = self._owed.pop((id(ch), seq), None)
         if owed is None:
             return
         xname, msg, t0 = owed
-        self._confirm(xname, msg, not failed, int((fsync_s or 0.0) * 1e6),
-                      int((time.monotonic() - t0) * 1e6))
+        now = time.monotonic()
+        self._confirm(xname, msg, not failed, int((now - commit_t0) * 1e6) if commit_t0
+                      else 0, int((now - t0) * 1e6))
 
     def _confirm(self, xname: str, msg: Message, ack: bool, fsync_us: int,
                  latency_us: int) -> None:
