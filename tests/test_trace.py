@@ -397,3 +397,21 @@ def test_S10_stomp_nack_dead_lettered_is_a_nack_not_an_ack(ackmq_target: Any,
     assert sorted(keys) == sorted([(f"deliver.{queue}", None),
                                    (f"nack.{queue}", False),
                                    (f"deadletter.{queue}", None)]), keys
+
+
+def test_M9_ctl_trace_on_off_with_url(mgmt: Target) -> None:
+    """`ackmq ctl --url` turns a broker's tracing on and off through its management API
+    (ackmq's or RabbitMQ's), with rabbitmqctl's lines; a missing vhost is not made."""
+    vhost = mgmt.vhost()
+    url = mgmt.base.replace("http://", "http://guest:guest@")
+    path = f"/api/vhosts/{q(vhost)}"
+    r = ctl("--url", url, "trace_on", "-p", vhost)
+    assert (r.returncode, r.stdout) == (0, f'Starting tracing for vhost "{vhost}" ...\n'
+                                           f"Trace enabled for vhost {vhost}\n"), r
+    assert mgmt.call("GET", path).body["tracing"] is True
+    r = ctl("--url", url, "-q", "trace_off", "-p", vhost)
+    assert (r.returncode, r.stdout) == (0, f"Trace disabled for vhost {vhost}\n"), r
+    assert mgmt.call("GET", path).body["tracing"] is False
+    missing = mgmt.name("vh")
+    assert ctl("--url", url, "trace_on", "-p", missing).returncode == 0
+    assert mgmt.call("GET", f"/api/vhosts/{q(missing)}").status == 404

@@ -54,7 +54,8 @@ management HTTP API, ackmq's or RabbitMQ's):
                                       queues, bindings (policies are skipped, and named)
   export_definitions <file.json>      the same, in that layout ("-" for stdout)
   trace_on [-p <vhost>] [--lifecycle] trace_off [-p <vhost>]   the firehose tracer:
-                                      copies to amq.rabbitmq.trace (docs/management.md)
+                                      copies to amq.rabbitmq.trace (docs/management.md;
+                                      --url too)
 """
 
 # verb -> (argument names, rabbitmqctl's info line)
