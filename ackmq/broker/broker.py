@@ -279,6 +279,8 @@ class BrokerModel:
         if waiters and exc is None:
             self.stats.confirm_latency.observe(time.monotonic() - t0, len(waiters))
         for ch, seq in waiters:
+            if ch.vhost.trace is not None:  # S10: confirm.<exchange> events
+                ch.vhost.trace.committed(ch, seq, t0, exc is not None)
             if ch.open and ch.confirms is not None:
                 if exc is None:
                     ch.confirms.ack(seq)

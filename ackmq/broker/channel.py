@@ -222,6 +222,8 @@ class ChannelModel:
         seq = confirms.publish() if confirms is not None else 0
         stored, refused = self._enqueue(x, msg, mandatory)
         if confirms is not None:
+            if self.vhost.trace is not None:
+                self.vhost.trace.confirm_owed(self, seq, x, msg, stored, refused)
             stats.received_confirm += 1
             if refused:
                 confirms.nack(seq)
@@ -237,6 +239,8 @@ class ChannelModel:
     def _enqueue(self, x: Any, msg: Message, mandatory: bool) -> tuple[bool, bool]:
         """Route and hand to queues: (written to the store?, refused by a queue?)."""
         queues = self.vhost.route(x, msg)
+        if self.vhost.trace is not None:
+            self.vhost.trace.published(self, x, msg, queues)
         x.stat_in += 1  # the exchange's publish_in and publish_out (management API)
         if not queues:
             if mandatory:
@@ -276,6 +280,8 @@ class ChannelModel:
         else:
             stats.delivered_consume_auto_ack += 1
         queue.delivered(entry, not consumer.no_ack)
+        if self.vhost.trace is not None:
+            self.vhost.trace.delivered(self, entry)
         self.output.deliver(consumer, tag, entry)
 
     def timeout_ms(self, queue: Queue, consumer: Consumer | None) -> int | None:
@@ -432,6 +438,8 @@ class ChannelModel:
         else:
             stats.delivered_get_auto_ack += 1
         q.delivered(entry, not no_ack)
+        if self.vhost.trace is not None:
+            self.vhost.trace.delivered(self, entry)
         return tag, entry, q.message_count
 
     # -- acks (D4-D7) -------------------------------------------------------------------
@@ -563,7 +571,8 @@ class ChannelModel:
             q = d.entry.queue
             if not q.deleted:
                 q.vhost.dead_letter(q, d.entry, reason, target[0], target[1])
-        self._settle(ACK, taken)  # the copy is dead-lettered: the original is settled
+        self._settle(ACK, taken, "nack")  # the copy is dead-lettered: the original is
+        # settled (a NACK for the lifecycle events, not an ack)
 
     def basic_ack(self, tag: int, multiple: bool) -> None:
         taken = self._take(tag, multiple)
@@ -572,19 +581,23 @@ class ChannelModel:
             return
         self._settle(ACK, taken)
 
-    def basic_nack(self, tag: int, multiple: bool, requeue: bool) -> None:
+    def basic_nack(self, tag: int, multiple: bool, requeue: bool, verb: str = "nack") -> None:
         taken = self._take(tag, multiple)
         action = REQUEUE if requeue else REJECT
         self._check_settle(action, taken)
         if self.tx is not None:
             self.tx.settles.append((action, taken))
             return
-        self._settle(action, taken)
+        self._settle(action, taken, verb)
 
     def basic_reject(self, tag: int, requeue: bool) -> None:
-        self.basic_nack(tag, False, requeue)
+        self.basic_nack(tag, False, requeue, "reject")
 
-    def _settle(self, action: str, taken: Taken) -> None:
+    def _settle(self, action: str, taken: Taken, verb: str = "") -> None:
+        """`verb`: what the client said, for the lifecycle events (nack or reject)."""
+        if self.vhost.trace is not None:
+            self.vhost.trace.settled(verb or ("ack" if action == ACK else "nack"), action,
+                                     taken)
         ack = action == ACK
         if ack:
             self.stats.acknowledged += len(taken)

@@ -429,6 +429,8 @@ class ClassicQueue(Queue):
         self.settled(entry)
 
     def _dead_letter(self, entry: QueueEntry, reason: str) -> None:
+        if self.vhost.trace is not None:
+            self.vhost.trace.dropped(self, entry, reason)
         if self.dlx is not None:
             self.vhost.dead_letter(self, entry, reason)
 

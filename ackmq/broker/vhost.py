@@ -40,6 +40,7 @@ from ackmq.broker.queue import ClassicQueue  # noqa: F401 - registers classic
 from ackmq.broker.queue_type import Queue, queue_class
 from ackmq.broker.storage import BindingDef, ExchangeDef, QueueDef
 from ackmq.broker.stream import StreamQueue  # noqa: F401 - registers stream
+from ackmq.broker.trace import TRACE_EXCHANGE, Tracer
 from ackmq.broker.vhost_store import VHostStore
 
 if TYPE_CHECKING:
@@ -73,6 +74,9 @@ class VHost:
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues)}
         for xname, xtype in DEFAULT_EXCHANGES:
             self.exchanges[xname] = EXCHANGE_CLASSES[xtype](xname, durable=True)
+        self.exchanges[TRACE_EXCHANGE] = EXCHANGE_CLASSES["topic"](  # M9, as RabbitMQ's
+            TRACE_EXCHANGE, durable=True, internal=True)
+        self.trace: Tracer | None = None  # the firehose, while on (broker/trace.py)
         # destination id -> bindings that point at it (for delete)
         self._inbound: dict[int, dict[tuple, Binding]] = {}
         self._store: VHostStore | None = None
@@ -403,6 +407,8 @@ class VHost:
         props, deaths = dead_letter_properties(msg, queue.name, reason,
                                                drop_cc=dlrk is not None)
         new = Message(x.name, rk, props, msg.body)
+        if self.trace is not None:
+            self.trace.dead_lettered(queue, entry, reason, x, new)
         automatic = all(_norm(d.get("reason")) != "rejected" for d in deaths)
         for target in self.route(x, new):
             if automatic and any(_norm(d.get("queue")) == target.name for d in deaths):

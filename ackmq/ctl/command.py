@@ -60,6 +60,9 @@ management HTTP API, ackmq's or RabbitMQ's):
                                       permissions, topic permissions, limits, policies,
                                       operator policies, exchanges, queues, bindings
   export_definitions <file.json>      the same, in that layout ("-" for stdout)
+  trace_on [-p <vhost>] [--lifecycle] trace_off [-p <vhost>]   the firehose tracer:
+                                      copies to amq.rabbitmq.trace (docs/management.md;
+                                      --url too)
 """
 
 # verb -> (argument names, rabbitmqctl's info line)
@@ -113,12 +116,15 @@ VERBS: dict[str, tuple[list[str], str]] = {
     "import_definitions": (["file"], 'Importing definitions in JSON from a file at '
                                      '"{0}" ...'),
     "export_definitions": (["file"], 'Exporting definitions in JSON to a file at "{0}" ...'),
+    "trace_on": ([], 'Starting tracing for vhost "{vhost}" ...'),
+    "trace_off": ([], 'Stopping tracing for vhost "{vhost}" ...'),
 }
 VHOST_VERBS = {"set_permissions", "clear_permissions", "list_permissions",
                "set_vhost_limits", "clear_vhost_limits", "list_vhost_limits",
                "set_topic_permissions", "clear_topic_permissions", "list_topic_permissions",
                "set_policy", "clear_policy", "list_policies", "set_operator_policy",
-               "clear_operator_policy", "list_operator_policies"}
+               "clear_operator_policy", "list_operator_policies",
+               "trace_on", "trace_off"}
 SET_POLICY_VERBS = ("set_policy", "set_operator_policy")
 
 
@@ -148,6 +154,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             vp.add_argument("--apply-to", default="all",
                             help="queues, exchanges, all (default), classic_queues, "
                                  "quorum_queues, streams")
+        if verb == "trace_on":
+            vp.add_argument("--lifecycle", action="store_true",
+                            help="also ackmq's own lifecycle events (docs/management.md)")
         for n in names:
             if n.endswith("*"):
                 vp.add_argument(n[:-1], nargs="*")
@@ -193,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
     vhost = getattr(args, "vhost", "/")
     if args.verb == "list_user_limits":
         values = [args.user]
+    if getattr(args, "lifecycle", False):
+        values = ["lifecycle"]
     if not args.quiet and not (args.verb == "export_definitions" and values[0] == "-"):
         on = f' on "{values[1]}"' if len(values) > 1 else ""  # clear_topic_permissions
         print(info.format(*values, vhost=vhost, tags=", ".join(values[1:]),
@@ -233,6 +244,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"Error:\ncannot write definitions to {values[0]}: {e}", file=sys.stderr)
                 return 73
         return 0
+    if reply.get("message"):  # trace_on/off: printed with -q too, as rabbitmqctl
+        print(reply["message"])
     if reply.get("skipped"):
         print("not imported (ackmq has no model for them so far): "
               + ", ".join(reply["skipped"]))

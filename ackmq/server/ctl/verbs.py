@@ -124,6 +124,8 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str
     elif verb in ("list_items", "node_status", "purge_queue", "delete_queue",
                   "close_connection"):
         return topology.handle(ctx, verb, args, vhost)
+    elif verb in ("trace_on", "trace_off"):  # M9, S10
+        return topology.trace(ctx, verb, args, vhost)
     elif verb in ("set_vm_memory_high_watermark", "set_disk_free_limit", "alarms"):
         return alarms.handle(ctx, verb, args)
     elif verb in policies.VERBS:
