@@ -51,13 +51,9 @@ KNOWN: list[tuple[str, str]] = [
     (r"^404 vhost: publish$", "RabbitMQ checks the user's permissions before the vhost "
      "exists (401 Access refused.); ackmq answers 404 for the missing vhost"),
 ]
-# differences another issue removes (30b: the firehose tracer): not "stale" when gone
-PENDING: list[tuple[str, str]] = [
-    (r"^new vhost's exchanges missing amq\.rabbitmq\.trace$",
-     "amq.rabbitmq.trace comes with the firehose tracer (issue 30b)"),
-    (r"^400 vhost: tracing not boolean$", "a vhost's `tracing` flag comes with the "
-     "firehose tracer (issue 30b)"),
-]
+# differences another issue removes: not "stale" when gone (none left: the firehose
+# tracer landed with amq.rabbitmq.trace and the vhost's `tracing` flag)
+PENDING: list[tuple[str, str]] = []
 
 
 @dataclass
