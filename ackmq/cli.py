@@ -32,7 +32,13 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="keep nothing on disk: every queue is transient")
     p.add_argument("--heartbeat", type=int, default=D.heartbeat, help="heartbeat proposed in tune (s)")
     p.add_argument("--consumer-timeout-ms", type=int, default=D.consumer_timeout_ms,
-                   help="close a channel whose delivery stays unacked this long (H2)")
+                   help="a delivery unacked this long cancels its consumer or closes its "
+                        "channel (H2, L7)")
+    p.add_argument("--consumer-timeout-response", default=D.consumer_timeout_response,
+                   choices=("notify_consumer", "close_channel"),
+                   help="notify_consumer: basic.cancel to clients with "
+                        "consumer_cancel_notify (STOMP: an ERROR for the subscription), "
+                        "channel closed for others; close_channel: always close (L7)")
     p.add_argument("--max-message-size", type=int, default=D.max_message_size,
                    help="larger messages are refused with 406 (default 128 MiB)")
     p.add_argument("--queue-hot-messages", type=int, default=D.queue_hot_messages,
@@ -92,6 +98,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="also serve /metrics (no login) on this port, as RabbitMQ's "
                         "prometheus plugin on 15692 (off unless given; /metrics is on the "
                         "management port anyway); needs the management listener")
+    p.add_argument("--load-definitions", type=Path, default=None, metavar="FILE",
+                   help="import a definitions file (RabbitMQ's export layout: policies, "
+                        "queues, ...) at every start, as RabbitMQ's load_definitions")
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--config", type=Path, metavar="FILE",
                    help="read options from FILE, in rabbitmq.conf style (key = value; "
@@ -181,6 +190,7 @@ def serve(args: argparse.Namespace) -> int:
                  data_dir=None if args.no_persistence else args.data_dir,
                  fsync=not args.no_fsync, heartbeat=args.heartbeat,
                  consumer_timeout_ms=args.consumer_timeout_ms,
+                 consumer_timeout_response=args.consumer_timeout_response,
                  max_message_size=args.max_message_size,
                  handshake_timeout=args.handshake_timeout,
                  queue_hot_messages=max(1, args.queue_hot_messages),
@@ -196,7 +206,8 @@ def serve(args: argparse.Namespace) -> int:
                  disk_free_limit=args.disk_free_limit,
                  http_port=None if args.no_http else args.http_port,
                  https_port=args.https_port,
-                 prometheus_port=None if args.no_http else args.prometheus_port)
+                 prometheus_port=None if args.no_http else args.prometheus_port,
+                 load_definitions=args.load_definitions)
     try:
         import uvloop
         uvloop.install()

@@ -165,8 +165,13 @@ def _expect_timeout_close(conn: RawConnection, limit_ms: int, within: float) -> 
     return waited
 
 
+# L7: a client that advertises consumer_cancel_notify gets basic.cancel instead (RabbitMQ
+# 4.3, tests/test_retry_timeout.py); these clients do not, and keep RabbitMQ 3.10's close
+NO_CANCEL_NOTIFY = {"consumer_cancel_notify": False}
+
+
 def test_H2_unacked_delivery_times_out_channel(timeout_broker: str, qname: str) -> None:
-    conn = RawConnection.open(timeout_broker)
+    conn = RawConnection.open(timeout_broker, capabilities=NO_CANCEL_NOTIFY)
     try:
         conn.open_channel(1)
         conn.open_channel(2)
@@ -221,7 +226,7 @@ def test_H2_queue_argument_x_consumer_timeout(broker_url: str, is_rabbitmq: bool
     """ackmq honours `x-consumer-timeout` (ms) per queue, as RabbitMQ 3.12+ does."""
     if is_rabbitmq:
         pytest.skip("x-consumer-timeout queue argument needs RabbitMQ 3.12+ (here 3.10)")
-    conn = RawConnection.open(broker_url)
+    conn = RawConnection.open(broker_url, capabilities=NO_CANCEL_NOTIFY)
     try:
         conn.open_channel(1)
         conn.open_channel(2)

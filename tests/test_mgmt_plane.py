@@ -157,6 +157,31 @@ def test_M1_purge_of_another_connections_exclusive_queue_refused(mgmt: Target) -
         owner.close()
 
 
+def test_M1_delete_of_another_connections_exclusive_queue_refused(mgmt: Target) -> None:
+    """RabbitMQ 3.10: 400 with the lock's text (no code), and the queue stays."""
+    owner, name = _exclusive_queue(mgmt.amqp_url, 1)
+    try:
+        r = mgmt.call("DELETE", f"/api/queues/%2F/{q(name)}")
+        assert (r.status, r.body) == (400, {"error": "bad_request",
+                                            "reason": LOCKED.format(name)})
+        assert mgmt.call("GET", f"/api/queues/%2F/{q(name)}").status == 200
+    finally:
+        owner.close()
+
+
+def test_M1_get_from_another_connections_exclusive_queue_refused(mgmt: Target) -> None:
+    """RabbitMQ 3.10's get answers the channel's close with its code and name in the
+    reason ("405 RESOURCE_LOCKED - …"), unlike purge and delete."""
+    owner, name = _exclusive_queue(mgmt.amqp_url, 1)
+    try:
+        r = mgmt.call("POST", f"/api/queues/%2F/{q(name)}/get",
+                      {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"})
+        assert (r.status, r.body) == (400, {"error": "bad_request", "reason":
+                                            "405 RESOURCE_LOCKED - " + LOCKED.format(name)})
+    finally:
+        owner.close()
+
+
 def test_M2_ui_purge_of_another_connections_exclusive_queue_refused(
         plane: ackmq.EmbeddedBroker) -> None:
     owner, name = _exclusive_queue(plane.url, 2)

@@ -22,6 +22,7 @@ from ackmq.broker.errors import (
     SoftError,
     erl_string,
 )
+from ackmq.broker.retry import RETRY_ARGS, check_retry_argument
 from ackmq.protocol.amqp.constants import SEQ_HEADER
 
 MAX_EXPIRY_MS = 315_360_000_000  # ten years: RabbitMQ's bound for TTLs and expiration
@@ -52,7 +53,7 @@ ALL_TYPE_ARGS = frozenset(CLASSIC_ARGS + QUORUM_ARGS + STREAM_ARGS)
 # RabbitMQ's: a delivery limit on every such queue (D10), the consumer timeout (H2), the
 # opt-in delivery headers
 ACKMQ_ARGS = ("x-delivery-limit", "x-consumer-timeout", SEQ_ARG, DELIVERY_COUNT_ARG,
-              "x-delayed-delivery")  # the last: delays (broker/delayed.py), compared too
+              *RETRY_ARGS, "x-delayed-delivery")  # last: delays (delayed.py)
 # the master locators a classic queue starts with; RabbitMQ 3.10 crashes on others
 MASTER_LOCATORS = ("min-masters", "client-local", "random")
 LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
@@ -299,7 +300,11 @@ _ACKMQ_CHECKS = (
     (DELIVERY_COUNT_ARG, _bool),
     ("x-message-deduplication", _bool),  # the message-deduplication plugin's (dedup.py)
     ("x-delayed-delivery", _bool),  # x-delay honoured on any route to it (delayed.py)
+    *((k, lambda v, a, k=k: check_retry_argument(k, v, a)) for k in RETRY_ARGS),  # L6 (last)
 )
+# ackmq's own basic.consume arguments on classic and quorum queues: the consumer's
+# timeout (L7) and back-off (L6), which override the queue's
+_ACKMQ_CONSUME_CHECKS = _ACKMQ_CHECKS[1:2] + _ACKMQ_CHECKS[-len(RETRY_ARGS):]
 # what each type refuses: the arguments only other types take (a classic queue takes
 # ackmq's delivery limit, D10)
 _INVALID = {t: ALL_TYPE_ARGS - set(keys) - ({"x-delivery-limit"} if t == "classic" else set())
@@ -322,7 +327,7 @@ def check_consume_arguments(args: dict[str, Any], qname: str, vhost: str,
                             qtype: str = "classic") -> None:
     """basic.consume's arguments on a classic or quorum queue as RabbitMQ 3.10's
     rabbit_amqqueue checks them (others are ignored): 406 on the first bad value, then
-    on the first argument only another type takes."""
+    on the first argument only another type takes; then ackmq's own (L6, L7)."""
     if qtype not in _CONSUMER_ARGS:
         qtype = "classic"
     keys = _CONSUMER_ARGS[qtype]
@@ -337,6 +342,8 @@ def check_consume_arguments(args: dict[str, Any], qname: str, vhost: str,
             raise SoftError(PRECONDITION_FAILED, f"invalid arg '{key}' for queue '{qname}' "
                                                  f"in vhost '{vhost}' of queue type "
                                                  f"{type_module(qtype)}")
+    if qtype != "stream":
+        _run(_ACKMQ_CONSUME_CHECKS, args, qname, vhost)
 
 
 def _run(checks: tuple[tuple[str, Any], ...], args: dict[str, Any], qname: str,

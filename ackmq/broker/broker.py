@@ -17,6 +17,7 @@ from ackmq.broker.channel import ChannelModel
 from ackmq.broker.delayed import HOLDER_PREFIX
 from ackmq.broker.errors import NOT_ALLOWED, HardError
 from ackmq.broker.exchange import EXCHANGE_CLASSES
+from ackmq.broker.policy import PolicyBook
 from ackmq.broker.queue_type import Queue
 from ackmq.broker.readylist import QUEUE_HOT_MESSAGES, QUEUE_MEMORY_MB, HotBudget
 from ackmq.broker.stats import BrokerStats
@@ -96,6 +97,7 @@ class BrokerModel:
         self.queue_hot_messages = queue_hot_messages  # per queue, at most
         self.hot_budget = HotBudget(queue_memory)     # all queues together
         self.consumer_timeout_ms = consumer_timeout_ms
+        self.notify_on_timeout = True  # L7: cancel a consumer that can be told (else close)
         self.epoch = 0
         self.vhosts: dict[str, VHost] = {}
         self._dirty: dict[int, ChannelModel] = {}
@@ -104,6 +106,7 @@ class BrokerModel:
         self._waiters_avg = 0.0  # waiters per commit that had any (moving average)
         self.store_failures = 0
         self.stats = BrokerStats()  # /metrics, the UI (broker/stats.py)
+        self.policies = PolicyBook(self)  # policies, operator policies (M5-M7)
 
     # -- start-up -----------------------------------------------------------------
     def start(self, vhosts: tuple[str, ...] | list[str] = ("/",)) -> None:
@@ -192,6 +195,7 @@ class BrokerModel:
     def delete_vhost(self, name: str) -> None:
         """U2: the vhost's queues go (their stored messages with them), then its
         exchanges and bindings. Its connections are closed by the server first."""
+        self.policies.forget_vhost(name)
         vh = self.vhosts.pop(name, None)
         if vh is None:
             return
@@ -224,6 +228,7 @@ class BrokerModel:
         ch = ChannelModel(vhost, owner, output, self.consumer_timeout_ms, user)
         ch.stats = self.stats.protocol(protocol).channel()
         ch.protocol_stats = self.stats.protocol(protocol)
+        self.stats.churn.channels_opened += 1
         return ch
 
     # -- confirms and group commit --------------------------------------------------
@@ -238,6 +243,7 @@ class BrokerModel:
 
     def channel_closed(self, ch: ChannelModel) -> None:
         self._dirty.pop(id(ch), None)
+        self.stats.churn.channels_closed += 1
         if ch.protocol_stats is not None:
             ch.protocol_stats.retire(ch.stats)
 
@@ -298,6 +304,8 @@ class BrokerModel:
         if waiters and exc is None:
             self.stats.confirm_latency.observe(time.monotonic() - t0, len(waiters))
         for ch, seq in waiters:
+            if ch.vhost.trace is not None:  # S10: confirm.<exchange> events
+                ch.vhost.trace.committed(ch, seq, t0, exc is not None)
             if ch.open and ch.confirms is not None:
                 if exc is None:
                     ch.confirms.ack(seq)

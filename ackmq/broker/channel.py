@@ -32,7 +32,7 @@ from ackmq.broker.errors import (
     check_shortstr,
 )
 from ackmq.broker.message import Message, QueueEntry
-from ackmq.broker.queue_type import ACK, RECOVER, REJECT, REQUEUE, Queue
+from ackmq.broker.queue_type import ACK, RECOVER, REJECT, REQUEUE, RETURN, Queue
 from ackmq.broker.scheduled import store_of
 from ackmq.broker.stats import MessageStats, ProtocolStats
 from ackmq.broker.vhost import REPLY_TO
@@ -67,6 +67,10 @@ class ChannelOutput(Protocol):
 
     writable: bool
     number: int  # the channel's number on its connection, for error texts
+    # L7: a consumer past its timeout is cancelled (`consumer_cancelled` with a reason)
+    # rather than the channel closed: an AMQP client that advertised
+    # consumer_cancel_notify, a STOMP subscription
+    cancel_notify: bool
 
     def deliver(self, consumer: Consumer, delivery_tag: int, entry: QueueEntry) -> None:
         """A push delivery: `entry` carries the message, `redelivered`, `delivery_count`
@@ -77,7 +81,8 @@ class ChannelOutput(Protocol):
 
     def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None: ...
 
-    def consumer_cancelled(self, consumer_tag: str) -> None: ...
+    def consumer_cancelled(self, consumer_tag: str, reason: str = "") -> None:
+        """The broker ended a consumer (queue deleted; `reason`: consumer timeout, L7)."""
 
     def close(self, code: int, text: str) -> None: ...
 
@@ -114,6 +119,10 @@ class ChannelModel:
         self.tx: _Tx | None = None
         self.consumer_timeout_ms = consumer_timeout_ms
         self._timeout_timer: Any = None
+        self._timeout_due: float | None = None
+        # L7: tags of deliveries taken back from timed-out consumers; a late ack or nack
+        # of one is ignored (RabbitMQ 4.3), not a 406 unknown delivery tag
+        self._reclaimed: set[int] = set()
         # consumers with room of their own that stopped because the channel had none
         # (global prefetch, socket full): wake() takes them in order, so an ack costs
         # O(consumers it frees), not O(consumers of the channel)
@@ -216,6 +225,8 @@ class ChannelModel:
         seq = confirms.publish() if confirms is not None else 0
         stored, refused = self._enqueue(x, msg, mandatory, scheduled)
         if confirms is not None:
+            if self.vhost.trace is not None:
+                self.vhost.trace.confirm_owed(self, seq, x, msg, stored, refused)
             stats.received_confirm += 1
             if refused:
                 confirms.nack(seq)
@@ -231,7 +242,10 @@ class ChannelModel:
     def _enqueue(self, x: Any, msg: Message, mandatory: bool,
                  scheduled: bool = False) -> tuple[bool, bool]:
         """Route and hand to queues: (written to the store?, refused by a queue?)."""
-        queues = [store_of(self.vhost)] if scheduled else self.vhost.route(x, msg)
+        queues: list[Queue] = [store_of(self.vhost)] if scheduled else \
+            self.vhost.route(x, msg)
+        if self.vhost.trace is not None:  # a timer store is no routed queue (yet)
+            self.vhost.trace.published(self, x, msg, [q for q in queues if not q.hidden])
         x.stat_in += 1  # the exchange's publish_in and publish_out (management API)
         if not queues:
             if mandatory:
@@ -265,47 +279,96 @@ class ChannelModel:
             stats.redelivered += 1
         if not consumer.no_ack:
             stats.delivered_consume_manual_ack += 1
-            self.unacked[tag] = Delivery(entry, consumer, self._deadline(queue))
+            self.unacked[tag] = Delivery(entry, consumer, self._deadline(queue, consumer))
             consumer.unacked += 1
             self.global_unacked += 1
         else:
             stats.delivered_consume_auto_ack += 1
         queue.delivered(entry, not consumer.no_ack)
+        if self.vhost.trace is not None:
+            self.vhost.trace.delivered(self, entry)
         self.output.deliver(consumer, tag, entry)
 
-    def _deadline(self, queue: Queue) -> float | None:
-        ms = queue.consumer_timeout if queue.consumer_timeout is not None \
+    def timeout_ms(self, queue: Queue, consumer: Consumer | None) -> int | None:
+        """L7: the consumer's x-consumer-timeout, else the queue's, else the broker's."""
+        if consumer is not None and consumer.timeout_ms is not None:
+            return consumer.timeout_ms
+        ms = queue.consumer_timeout
+        return ms if ms is not None else self.consumer_timeout_ms
+
+    def _deadline(self, queue: Queue, consumer: Consumer | None) -> float | None:
+        # `timeout_ms`, inlined: this runs for every delivery that needs an ack
+        ms = consumer.timeout_ms if consumer is not None and consumer.timeout_ms is not None \
+            else queue.consumer_timeout if queue.consumer_timeout is not None \
             else self.consumer_timeout_ms
         if not ms:
             return None
-        if self._timeout_timer is None:
-            self._timeout_timer = self.broker.scheduler.call_later(ms / 1000.0,
-                                                                   self._check_timeout)
-        return time.monotonic() + ms / 1000.0
+        deadline = time.monotonic() + ms / 1000.0
+        due = self._timeout_due
+        if due is None or deadline < due:
+            self._arm_timeout(deadline)
+        return deadline
+
+    def _arm_timeout(self, due: float) -> None:
+        """One timer per channel, at the soonest deadline (not one per delivery)."""
+        if self._timeout_timer is not None:
+            self._timeout_timer.cancel()
+        self._timeout_due = due
+        self._timeout_timer = self.broker.scheduler.call_later(
+            max(0.0, due - time.monotonic()), self._check_timeout)
 
     def _check_timeout(self) -> None:
-        """H2: an unacked delivery older than the consumer timeout closes the channel."""
+        """H2/L7: an unacked delivery older than its timeout cancels its consumer (the
+        front end tells it; its deliveries return) or, for a client that cannot be
+        told and for a basic.get, closes the channel (RabbitMQ 3.10's 406)."""
         self._timeout_timer = None
+        self._timeout_due = None
         if not self.open:
             return
         now = time.monotonic()
         soonest = None
+        expired: dict[int, Consumer] = {}
+        notify = self.broker.notify_on_timeout and getattr(self.output, "cancel_notify", False)
         for d in self.unacked.values():
             deadline = d.deadline
-            if deadline is None:
+            if deadline is None or (d.consumer is not None and id(d.consumer) in expired):
                 continue
             if deadline <= now:
-                ms = d.entry.queue.consumer_timeout or self.consumer_timeout_ms
-                self.output.close(PRECONDITION_FAILED,
-                                  f"PRECONDITION_FAILED - delivery acknowledgement on channel "
-                                  f"{self.output.number} timed out. Timeout value used: {ms} ms. This timeout value "
-                                  "can be configured, see consumers doc guide to learn more")
-                return
-            soonest = deadline if soonest is None else min(soonest, deadline)
-            break
-        if soonest is not None:
-            self._timeout_timer = self.broker.scheduler.call_later(soonest - now,
-                                                                   self._check_timeout)
+                c = d.consumer
+                if c is None or not notify:
+                    ms = self.timeout_ms(d.entry.queue, c)
+                    self.output.close(PRECONDITION_FAILED,
+                                      f"PRECONDITION_FAILED - delivery acknowledgement on channel "
+                                      f"{self.output.number} timed out. Timeout value used: {ms} ms. This timeout value "
+                                      "can be configured, see consumers doc guide to learn more")
+                    return
+                expired[id(c)] = c
+                continue
+            if soonest is None or deadline < soonest:
+                soonest = deadline
+        for c in expired.values():
+            self._time_out(c)
+        if self.open and soonest is not None and (self._timeout_due is None
+                                                  or soonest < self._timeout_due):
+            self._arm_timeout(soonest)
+
+    def _time_out(self, c: Consumer) -> None:
+        """L7 (RabbitMQ 4.3): cancel `c`, tell its client, and return its unacked
+        deliveries to their queues (delivery count +1, as any return). A consumer its
+        client already cancelled only loses its deliveries: there is no one to tell."""
+        tags = [t for t, d in self.unacked.items() if d.consumer is c]
+        subscribed = self.consumers.get(c.tag) is c
+        if subscribed:
+            del self.consumers[c.tag]
+            c.queue.remove_consumer(c)
+        taken = [(t, self.unacked.pop(t)) for t in tags]
+        self._reclaimed.update(tags)
+        self._settle(RETURN, taken)
+        self._unpark(c)
+        if subscribed:
+            ms = self.timeout_ms(c.queue, c)
+            self.output.consumer_cancelled(
+                c.tag, f"consumer timeout: a delivery was not acknowledged within {ms} ms")
 
     # -- consume ----------------------------------------------------------------------
     def basic_consume(self, queue_name: str, consumer_tag: str, no_ack: bool, exclusive: bool,
@@ -376,15 +439,26 @@ class ChannelModel:
             stats.redelivered += 1
         if not no_ack:
             stats.delivered_get_manual_ack += 1
-            self.unacked[tag] = Delivery(entry, None, self._deadline(q))
+            self.unacked[tag] = Delivery(entry, None, self._deadline(q, None))
         else:
             stats.delivered_get_auto_ack += 1
         q.delivered(entry, not no_ack)
+        if self.vhost.trace is not None:
+            self.vhost.trace.delivered(self, entry)
         return tag, entry, q.message_count
 
     # -- acks (D4-D7) -------------------------------------------------------------------
     def _take(self, tag: int, multiple: bool) -> Taken:
         unacked = self.unacked
+        if self._reclaimed and (multiple or tag in self._reclaimed) \
+                and self._forget_reclaimed(tag, multiple):
+            # L7: a late settle of a delivery taken back from a timed-out consumer
+            if not multiple:
+                return []
+            late: Taken = []
+            while unacked and next(iter(unacked)) <= tag:
+                late.append(unacked.popitem(last=False))
+            return late
         if multiple:
             if tag == 0:
                 taken = list(unacked.items())
@@ -403,6 +477,18 @@ class ChannelModel:
         if d is None:
             raise SoftError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
         return [(tag, d)]
+
+    def _forget_reclaimed(self, tag: int, multiple: bool) -> bool:
+        """Drop reclaimed tags a settle covers; True when `tag` itself was one."""
+        r = self._reclaimed
+        late = tag in r
+        if multiple and tag == 0:
+            r.clear()
+        elif multiple:
+            r.difference_update([t for t in r if t <= tag])
+        else:
+            r.discard(tag)
+        return late
 
     def unacked_of(self, consumer_tag: str) -> list[int]:
         """The delivery tags of one consumer's unacked deliveries, oldest first."""
@@ -438,7 +524,7 @@ class ChannelModel:
         return [(t, unacked.pop(t)) for t in tags]
 
     def settle(self, action: str, taken: Taken) -> None:
-        """Apply "ack", "requeue" or "reject" to deliveries from `take_for_consumer`."""
+        """Apply "ack", "requeue", "return" or "reject" to deliveries from `take_for_consumer`."""
         self._check_settle(action, taken)
         self._settle(action, taken)
 
@@ -490,7 +576,8 @@ class ChannelModel:
             q = d.entry.queue
             if not q.deleted:
                 q.vhost.dead_letter(q, d.entry, reason, target[0], target[1])
-        self._settle(ACK, taken)  # the copy is dead-lettered: the original is settled
+        self._settle(ACK, taken, "nack")  # the copy is dead-lettered: the original is
+        # settled (a NACK for the lifecycle events, not an ack)
 
     def basic_ack(self, tag: int, multiple: bool) -> None:
         taken = self._take(tag, multiple)
@@ -499,19 +586,23 @@ class ChannelModel:
             return
         self._settle(ACK, taken)
 
-    def basic_nack(self, tag: int, multiple: bool, requeue: bool) -> None:
+    def basic_nack(self, tag: int, multiple: bool, requeue: bool, verb: str = "nack") -> None:
         taken = self._take(tag, multiple)
         action = REQUEUE if requeue else REJECT
         self._check_settle(action, taken)
         if self.tx is not None:
             self.tx.settles.append((action, taken))
             return
-        self._settle(action, taken)
+        self._settle(action, taken, verb)
 
     def basic_reject(self, tag: int, requeue: bool) -> None:
-        self.basic_nack(tag, False, requeue)
+        self.basic_nack(tag, False, requeue, "reject")
 
-    def _settle(self, action: str, taken: Taken) -> None:
+    def _settle(self, action: str, taken: Taken, verb: str = "") -> None:
+        """`verb`: what the client said, for the lifecycle events (nack or reject)."""
+        if self.vhost.trace is not None:
+            self.vhost.trace.settled(verb or ("ack" if action == ACK else "nack"), action,
+                                     taken)
         ack = action == ACK
         if ack:
             self.stats.acknowledged += len(taken)
@@ -526,7 +617,11 @@ class ChannelModel:
                 self.global_unacked -= 1
                 if not consumer.active and not consumer.parked:
                     self.park(consumer)  # it may have been at its own prefetch
-            if q.settle(entry, action):
+            # L6: a consumer's own back-off covers what it fails while subscribed; what a
+            # cancelled consumer hands back (prefetched, never seen) gets the queue's
+            backoff = consumer.backoff if consumer is not None and consumer.backoff is not None \
+                and self.consumers.get(consumer.tag) is consumer else None
+            if q.settle(entry, action, backoff):
                 touched[id(q)] = q
         for q in touched.values():
             q.dispatch()
@@ -537,7 +632,7 @@ class ChannelModel:
             raise HardError(NOT_IMPLEMENTED, "requeue=false")
         taken = self._take(0, True)
         self._check_settle(RECOVER, taken)
-        self._settle(REQUEUE, taken)
+        self._settle(RETURN, taken)
 
     def _check_settle(self, action: str, taken: Taken) -> None:
         """Each queue type may refuse a settlement (streams: nack, reject, recover); the
@@ -638,7 +733,7 @@ class ChannelModel:
         touched: dict[int, Queue] = {}
         for _tag, d in pending:
             q = d.entry.queue
-            if q.settle(d.entry, REQUEUE):
+            if q.settle(d.entry, RETURN, d.consumer.backoff if d.consumer is not None else None):
                 touched[id(q)] = q
         for q in touched.values():
             q.dispatch()

@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from ackmq.broker.arguments import DELIVERY_COUNT_ARG, SEQ_ARG, opt_in
+from ackmq.broker.retry import backoff_of
 
 
 class Consumer:
     __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "limit", "unacked",
-                 "active", "parked", "arguments", "seq_header", "count_header", "priority")
+                 "active", "parked", "arguments", "seq_header", "count_header", "priority",
+                 "backoff", "timeout_ms")
 
     def __init__(self, tag: str, channel: Any, queue: Any, no_ack: bool, exclusive: bool,
                  limit: int, arguments: dict[str, Any] | None = None) -> None:
@@ -28,6 +30,10 @@ class Consumer:
         self.count_header = queue.count_header or opt_in(self.arguments, DELIVERY_COUNT_ARG)
         p = self.arguments.get("x-priority", 0)  # checked at consume: an integer
         self.priority = p if type(p) is int else 0  # RabbitMQ's consumer priorities
+        # L6: this consumer's back-off for what it requeues (None: the queue's)
+        self.backoff = backoff_of(self.arguments) if self.arguments else None
+        t = self.arguments.get("x-consumer-timeout")  # L7: checked at consume
+        self.timeout_ms: int | None = t if type(t) is int and t >= 0 else None
 
     def own_room(self) -> bool:
         """Below its own prefetch (Q3 global=false); the channel may still be full."""

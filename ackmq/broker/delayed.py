@@ -115,6 +115,7 @@ class TimerStore(Queue):
     destination; it is in no listing and takes no consumers."""
 
     kind = "timer"
+    hidden = True
 
     def __init__(self, vhost: VHost, owner: Exchange | Queue | None, durable: bool,
                  name: str = "") -> None:

@@ -36,6 +36,7 @@ class Exchange:
     """Base: bookkeeping of bindings; subclasses implement `route`."""
 
     type = ""
+    policy: str | None = None  # the policy in force (broker/policy.py sets it)
 
     def __init__(self, name: str, durable: bool = False, auto_delete: bool = False,
                  internal: bool = False, arguments: dict[str, Any] | None = None) -> None:

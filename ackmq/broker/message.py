@@ -63,7 +63,9 @@ def parse_expiration(exp: str) -> int:
 
 class Message:
     __slots__ = ("exchange", "routing_key", "properties", "body", "persistent", "priority",
-                 "expiration_ms", "_view", "cc", "cc_visible", "delivery_mode")
+                 "expiration_ms", "_view", "cc", "cc_visible", "delivery_mode",
+                 "trace_id")
+    trace_id: str  # set only while tracing (broker/trace.py), unset otherwise
 
     def __init__(self, exchange: str, routing_key: str, properties: bytes, body: bytes,
                  trusted: bool = False) -> None:

@@ -27,8 +27,9 @@ from ackmq.broker.consumer import Consumer
 from ackmq.broker.dedup import QUEUE_ARG, DedupExchange, QueueIds, message_id
 from ackmq.broker.delayed import delay_ms
 from ackmq.broker.message import Message, QueueEntry
-from ackmq.broker.queue_type import ACK, QUEUE_TYPES, REQUEUE, Queue
+from ackmq.broker.queue_type import ACK, QUEUE_TYPES, REJECT, REQUEUE, Queue
 from ackmq.broker.readylist import ReadyList
+from ackmq.broker.retry import Backoff, RetryHeap, backoff_of
 
 if TYPE_CHECKING:
     from ackmq.broker.storage import QueuedMessages
@@ -65,23 +66,9 @@ class ClassicQueue(Queue):
         self.auto_delete = auto_delete
         self.arguments = dict(arguments or {})
         a = self.arguments
-        self.message_ttl = _int_arg(a, "x-message-ttl")
-        self.expires = _int_arg(a, "x-expires") or None
-        self.max_length = _int_arg(a, "x-max-length")
-        self.max_length_bytes = _int_arg(a, "x-max-length-bytes")
-        self.delivery_limit = _int_arg(a, "x-delivery-limit")
-        self.consumer_timeout = _int_arg(a, "x-consumer-timeout")
-        # ackmq's delivery headers, off unless asked (clients see what was published):
-        # x-ackmq-seq on every delivery, x-delivery-count on redeliveries (always with a
-        # delivery limit, as RabbitMQ's quorum queues)
-        self.seq_header = opt_in(a, SEQ_ARG)
-        self.count_header = opt_in(a, DELIVERY_COUNT_ARG) or self.delivery_limit is not None
+        self._retry: RetryHeap | None = None  # L6: messages waiting out a back-off
+        self._settings(vhost.broker.policies.queue_arguments(self))
         self.max_priority = min(_int_arg(a, "x-max-priority") or 0, 255)
-        overflow = _str_arg(a, "x-overflow")
-        self.overflow = overflow if overflow in ("reject-publish", "reject-publish-dlx") \
-            else "drop-head"
-        self.dlx = _str_arg(a, "x-dead-letter-exchange")
-        self.dlrk = _str_arg(a, "x-dead-letter-routing-key")
         broker = vhost.broker
         self.ready = ReadyList(self.max_priority, broker.spill, self, broker.queue_hot_messages,
                                broker.hot_budget)
@@ -106,6 +93,46 @@ class ClassicQueue(Queue):
         self.dedup: QueueIds | None = QueueIds() if opt_in(a, QUEUE_ARG) else None
         self.touch()
 
+    def _settings(self, a: dict[str, Any]) -> None:
+        """What the effective arguments (declared ⊕ policy ⊕ operator policy, from
+        broker/policy.py) set; read at creation and on every policy change (M7)."""
+        self.message_ttl = _int_arg(a, "x-message-ttl")
+        self.expires = _int_arg(a, "x-expires") or None
+        self.max_length = _int_arg(a, "x-max-length")
+        self.max_length_bytes = _int_arg(a, "x-max-length-bytes")
+        self.delivery_limit = _int_arg(a, "x-delivery-limit")
+        self.consumer_timeout = _int_arg(a, "x-consumer-timeout")
+        self.backoff = backoff_of(a)  # L6: requeued messages wait this out (retry.py)
+        # ackmq's delivery headers, off unless asked (clients see what was published):
+        # x-ackmq-seq on every delivery, x-delivery-count on redeliveries (always with a
+        # delivery limit or a back-off, as RabbitMQ's quorum queues)
+        self.seq_header = opt_in(a, SEQ_ARG)
+        self.count_header = opt_in(a, DELIVERY_COUNT_ARG) or self.delivery_limit is not None \
+            or self.backoff is not None
+        overflow = _str_arg(a, "x-overflow")
+        self.overflow = overflow if overflow in ("reject-publish", "reject-publish-dlx") \
+            else "drop-head"
+        self.dlx = _str_arg(a, "x-dead-letter-exchange")
+        self.dlrk = _str_arg(a, "x-dead-letter-routing-key")
+
+    def apply_policy(self) -> None:
+        """A policy changed (M7): new settings at once. A lower max-length drops (or
+        dead-letters) from the head as a publish would (drop-head; RabbitMQ keeps the
+        excess under reject-publish); a new TTL applies to messages published from now
+        on, as RabbitMQ's per-message expiry; the x-expires countdown restarts."""
+        expires = self.expires
+        self._settings(self.vhost.broker.policies.queue_arguments(self))
+        if self.expires != expires:
+            if self._expiry_timer is not None:
+                self._expiry_timer.cancel()
+                self._expiry_timer = None
+            self.touch()
+        if self.overflow == "drop-head":
+            ml, mlb, ready = self.max_length, self.max_length_bytes, self.ready
+            while len(ready) and ((ml is not None and len(ready) > ml)
+                                  or (mlb is not None and ready.bytes > mlb)):
+                self._drop(ready.pop_oldest(), "maxlen")
+
     # -- identity -----------------------------------------------------------------
     @property
     def equivalence_keys(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -127,6 +154,11 @@ class ClassicQueue(Queue):
     @property
     def unacked_count(self) -> int:
         return self._unacked
+
+    @property
+    def delayed_retry_count(self) -> int:
+        """Requeued messages waiting out their back-off (L6): neither ready nor unacked."""
+        return len(self._retry) if self._retry is not None else 0
 
     # -- publish ------------------------------------------------------------------
     def publish(self, message: Message) -> bool:
@@ -332,16 +364,16 @@ class ClassicQueue(Queue):
         if entry.persisted and not self.deleted and store is not None:
             store.delivered(self.name, entry.seq, entry.delivery_count + 1)
 
-    def settle(self, entry: QueueEntry, action: str) -> bool:
+    def settle(self, entry: QueueEntry, action: str, backoff: Backoff | None = None) -> bool:
         self._unacked -= 1
         if action == ACK:
             self.settled(entry)
             return False
-        if action == REQUEUE:
-            self.requeue(entry, dispatch=False)
-            return True
-        self.reject(entry)
-        return False
+        if action == REJECT:
+            self.reject(entry)
+            return False
+        self.requeue(entry, dispatch=False, failed=action == REQUEUE, backoff=backoff)
+        return True
 
     def settled(self, entry: QueueEntry) -> None:
         """An ack (or no-ack delivery): the message leaves the queue for good."""
@@ -351,8 +383,11 @@ class ClassicQueue(Queue):
         if entry.persisted and not self.deleted and store is not None:
             store.remove(self.name, entry.seq)
 
-    def requeue(self, entry: QueueEntry, dispatch: bool = True) -> None:
-        """Back at its original position (D6, D8), or dead-lettered past x-delivery-limit (D10)."""
+    def requeue(self, entry: QueueEntry, dispatch: bool = True, failed: bool = True,
+                backoff: Backoff | None = None) -> None:
+        """Back at its original position (D6, D8), or dead-lettered past x-delivery-limit
+        (D10); with a back-off (`backoff`, else the queue's; `failed`: a client's nack or
+        reject, else a return) only once its delay is over (L6)."""
         if self.deleted:
             return
         entry.delivery_count += 1
@@ -360,6 +395,26 @@ class ClassicQueue(Queue):
         if self.delivery_limit is not None and entry.delivery_count > self.delivery_limit:
             self._drop(entry, "delivery_limit")
             return
+        rule = backoff or self.backoff
+        if rule is not None:
+            delay = rule.delay_ms(entry.delivery_count, failed)
+            if delay > 0:
+                if self._retry is None:
+                    self._retry = RetryHeap(self.vhost.broker.scheduler, self._retry_due)
+                self._retry.push(entry, delay)
+                return
+        self._back_in_place(entry, dispatch)
+
+    def _retry_due(self, entries: list[QueueEntry]) -> None:
+        """Back-offs over (L6): the messages return to their places and are delivered."""
+        if self.deleted:
+            return
+        for e in entries:
+            self._back_in_place(e, False)
+        self.dispatch()
+        self.vhost.broker.request_flush()
+
+    def _back_in_place(self, entry: QueueEntry, dispatch: bool) -> None:
         self.ready.requeue(entry)
         if entry.expires_at is not None:
             self._schedule_ttl()
@@ -377,12 +432,16 @@ class ClassicQueue(Queue):
         self.settled(entry)
 
     def _dead_letter(self, entry: QueueEntry, reason: str) -> None:
+        if self.vhost.trace is not None:
+            self.vhost.trace.dropped(self, entry, reason)
         if self.dlx is not None:
             self.vhost.dead_letter(self, entry, reason)
 
     # -- admin --------------------------------------------------------------------
     def purge(self) -> int:
         entries = self.ready.clear()
+        if self._retry is not None:  # waiting out a back-off: in the queue, not with a consumer
+            entries.extend(self._retry.clear())
         for e in entries:
             self.settled(e)
         return len(entries)
@@ -413,6 +472,8 @@ class ClassicQueue(Queue):
             if t is not None:
                 t.cancel()
         self._ttl_timer = self._expiry_timer = None
+        if self._retry is not None:
+            self._retry.clear()
         self.ready.discard()
         self._active.clear()
         if self.dedup is not None:

@@ -21,12 +21,16 @@ from ackmq.broker.errors import ACCESS_REFUSED, PRECONDITION_FAILED, SoftError
 if TYPE_CHECKING:
     from ackmq.broker.consumer import Consumer
     from ackmq.broker.message import Message, QueueEntry
+    from ackmq.broker.retry import Backoff
     from ackmq.broker.storage import QueuedMessages, Store
     from ackmq.broker.vhost import VHost
 
 # what a channel asks a queue to do with a settled delivery
 ACK, REQUEUE, REJECT = "ack", "requeue", "reject"
-RECOVER = "recover"  # basic.recover: asked of `check_settle` only (settled as REQUEUE)
+RECOVER = "recover"  # basic.recover: asked of `check_settle` only (settled as RETURN)
+# a requeue the client did not ask for (channel or connection closed, basic.recover,
+# consumer timeout): as REQUEUE, except for a back-off of type "failed"/"returned" (L6)
+RETURN = "return"
 
 
 class Queue:
@@ -66,6 +70,7 @@ class Queue:
     dlrk: str | None = None
     # a queue with x-delayed-delivery: its timer store (broker/delayed.py), else None
     timers: Any = None
+    hidden = False  # a timer store (broker/delayed.py): in no listing, no trace
 
     if TYPE_CHECKING:  # every type is made so (VHost.declare_queue, reply_queue)
         def __init__(self, vhost: VHost, name: str, durable: bool = False,
@@ -156,10 +161,11 @@ class Queue:
         """A client's basic.ack/nack/reject/recover (`action`) on this queue's delivery,
         before anything is settled: ReplyError when the type does not support it."""
 
-    def settle(self, entry: QueueEntry, action: str) -> bool:
-        """An unacked delivery settled by ACK, REQUEUE (D6/D8: back in place, maybe
-        dead-lettered past a delivery limit) or REJECT (dead-letter or drop). True when
-        the queue should `dispatch()` once the caller's batch is done."""
+    def settle(self, entry: QueueEntry, action: str, backoff: Backoff | None = None) -> bool:
+        """An unacked delivery settled by ACK, REQUEUE or RETURN (D6/D8: back in place,
+        maybe dead-lettered past a delivery limit, maybe after a back-off: `backoff`, the
+        consumer's, else the queue's, L6) or REJECT (dead-letter or drop). True when the
+        queue should `dispatch()` once the caller's batch is done."""
         raise NotImplementedError
 
     def dispatch(self) -> None:

@@ -127,6 +127,33 @@ class ProtocolStats:
         return getattr(self.closed, counter) + sum(getattr(m, counter) for m in self.open)
 
 
+class Churn:
+    """RabbitMQ's churn counters (rabbit_core_metrics): channels opened and closed,
+    queues declared (by a client, redeclares included), created and deleted, since
+    start; the server counts connections (server/context.py)."""
+
+    __slots__ = ("channels_opened", "channels_closed", "queues_declared", "queues_created",
+                 "queues_deleted")
+
+    def __init__(self) -> None:
+        self.channels_opened = self.channels_closed = 0
+        self.queues_declared = self.queues_created = self.queues_deleted = 0
+
+
+class AuthAttempts:
+    """Login attempts per protocol ("amqp091", "stomp", "http"): [succeeded, failed]
+    (RabbitMQ's rabbitmq_auth_attempts_*); counted by the front ends."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts: dict[str, list[int]] = {}
+
+    def count(self, protocol: str, ok: bool) -> None:
+        c = self.counts.setdefault(protocol, [0, 0])
+        c[0 if ok else 1] += 1
+
+
 class BrokerStats:
     """Everything the broker counts: message counters per protocol, the publish→confirm
     latency of group commits, and channels/connections opened and closed."""
@@ -136,6 +163,8 @@ class BrokerStats:
         # publish→confirm: seconds from the end of the loop turn that read the publishes
         # to the turn that sends their confirms, booked once per commit for all of them
         self.confirm_latency = Histogram(LATENCY_BUCKETS)
+        self.churn = Churn()
+        self.auth = AuthAttempts()
 
     def protocol(self, name: str) -> ProtocolStats:
         return self.messages[name]

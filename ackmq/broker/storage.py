@@ -154,6 +154,9 @@ class StreamLogLike(Protocol):
 
     def read(self, offset: int, limit: int) -> list[StreamRecord]: ...
     def offset_for_timestamp(self, ts_ms: int) -> int: ...
+    def retain(self, segment_bytes: int, max_bytes: int | None,
+               max_age_ms: int | None) -> None:
+        """New retention settings (a policy changed), applied as segments roll."""
 
 
 class StreamStorage(Protocol):

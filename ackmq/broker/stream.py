@@ -72,7 +72,12 @@ class StreamQueue(Queue):
         streams = self.vhost.broker.streams
         if streams is None:
             raise HardError(NOT_IMPLEMENTED, "stream queues need the broker's stream storage")
-        a = self.arguments
+        self.log = streams.open(self.vhost.name, self.name, new, *self._retention())
+
+    def _retention(self) -> tuple[int, int | None, int | None]:
+        """(segment size, max bytes, max age in ms) from the effective arguments
+        (declared ⊕ policy ⊕ operator policy, broker/policy.py)."""
+        a = self.vhost.broker.policies.queue_arguments(self)
         age = as_text(a.get("x-max-age"))
         age_ms = None
         if age is not None:
@@ -80,9 +85,13 @@ class StreamQueue(Queue):
                 age_ms = stream_args.max_age_ms(age)
             except HardError:
                 age_ms = None
-        self.log = streams.open(self.vhost.name, self.name, new,
-                                _int(a, "x-stream-max-segment-size-bytes") or 0,  # 0: default
-                                _int(a, "x-max-length-bytes"), age_ms)
+        return (_int(a, "x-stream-max-segment-size-bytes") or 0,  # 0: the default
+                _int(a, "x-max-length-bytes"), age_ms)
+
+    def apply_policy(self) -> None:
+        """A policy changed (M7): the new retention, applied as segments roll."""
+        if self.log is not None:
+            self.log.retain(*self._retention())
 
     def recover(self, messages: QueuedMessages, hot: int | None) -> int:
         return 0  # a stream's records are in its own log, not the main store
@@ -206,7 +215,7 @@ class StreamQueue(Queue):
             raise HardError(NOT_IMPLEMENTED, "basic.nack and basic.reject not supported by "
                                              f"stream queues {stream_args.rs(self.name, self.vhost.name)}")
 
-    def settle(self, entry: QueueEntry, action: str) -> bool:
+    def settle(self, entry: QueueEntry, action: str, backoff: Any = None) -> bool:
         return False  # an ack, or a requeue on close: only the consumer's credit comes back
 
     # -- admin ----------------------------------------------------------------------------

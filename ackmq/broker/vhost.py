@@ -40,6 +40,7 @@ from ackmq.broker.queue import ClassicQueue  # noqa: F401 - registers classic
 from ackmq.broker.queue_type import Queue, queue_class
 from ackmq.broker.storage import BindingDef, ExchangeDef, QueueDef
 from ackmq.broker.stream import StreamQueue  # noqa: F401 - registers stream
+from ackmq.broker.trace import TRACE_EXCHANGE, Tracer
 from ackmq.broker.vhost_store import VHostStore
 
 if TYPE_CHECKING:
@@ -73,6 +74,9 @@ class VHost:
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues)}
         for xname, xtype in DEFAULT_EXCHANGES:
             self.exchanges[xname] = EXCHANGE_CLASSES[xtype](xname, durable=True)
+        self.exchanges[TRACE_EXCHANGE] = EXCHANGE_CLASSES["topic"](  # M9, as RabbitMQ's
+            TRACE_EXCHANGE, durable=True, internal=True)
+        self.trace: Tracer | None = None  # the firehose, while on (broker/trace.py)
         # destination id -> bindings that point at it (for delete)
         self._inbound: dict[int, dict[tuple, Binding]] = {}
         self._store: VHostStore | None = None
@@ -159,6 +163,7 @@ class VHost:
             cls.validate(arguments)
         x = cls(name, durable=durable, auto_delete=auto_delete, internal=internal,
                 arguments=arguments)
+        self.broker.policies.apply_exchange(self.name, x)  # its policy (M5)
         self.exchanges[name] = x
         if durable and self.store is not None:
             self.store.save_exchange(
@@ -235,6 +240,7 @@ class VHost:
             for k in q.equivalence_keys:  # other arguments may differ (RabbitMQ)
                 self._equivalent_arg("queue", name, k, arguments.get(k), q.arguments.get(k))
             q.touch()
+            self.broker.stats.churn.queues_declared += 1
             return q
         if check:
             cls.check_declare(arguments, name, self.name, durable, exclusive, auto_delete)
@@ -246,6 +252,9 @@ class VHost:
             q.persistent_store = None
         q.declared(new=check)
         self.queues[name] = q
+        if check:  # not a recovered one (churn counts since start, as RabbitMQ)
+            self.broker.stats.churn.queues_declared += 1
+            self.broker.stats.churn.queues_created += 1
         if durable and not exclusive and self.store is not None:
             self.store.save_queue(QueueDef(name, True, auto_delete, dict(arguments)))
         delayed.queue_declared(self, q)
@@ -267,6 +276,7 @@ class VHost:
         count = q.deletion(if_unused, if_empty)
         if self.queues.get(q.name) is q:
             del self.queues[q.name]
+            self.broker.stats.churn.queues_deleted += 1
         for c in list(q.consumers.values()):
             q.consumers.pop(id(c), None)
             c.channel.consumer_gone(c, notify=notify)
@@ -405,6 +415,8 @@ class VHost:
         props, deaths = dead_letter_properties(msg, queue.name, reason,
                                                drop_cc=dlrk is not None)
         new = Message(x.name, rk, props, msg.body)
+        if self.trace is not None:
+            self.trace.dead_lettered(queue, entry, reason, x, new)
         automatic = all(_norm(d.get("reason")) != "rejected" for d in deaths)
         for target in self.route(x, new):
             if automatic and any(_norm(d.get("queue")) == target.name for d in deaths):

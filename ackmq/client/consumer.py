@@ -64,6 +64,7 @@ class BaseConsumer:
         self.listener = listener
         self.mode = "listener" if listener is not None else None
         self.policy = policy or o.redelivery_policy
+        self.broker_backoff = False  # L6: ackmq holds redeliveries back for this consumer
         self.optimize = o.optimize_acknowledge and session.ack_mode == AckMode.AUTO  # J3
         self.optimize_timeout = o.optimize_acknowledge_timeout / 1000.0
         self.tag = ""
@@ -126,13 +127,18 @@ class BaseConsumer:
         if not self.tag:
             self.tag = f"ackmq.{s.id}.{next(s._consumer_ids)}"
         s.consumers[self.tag] = self
+        arguments: dict[str, Any] = dict(CONSUME_ARGUMENTS)
+        if stream:
+            arguments["x-stream-offset"] = dest.stream_offset
+        backoff = None if stream or not conn.core.is_ackmq else self.policy.broker_arguments()
+        if backoff:
+            arguments.update(backoff)
         try:
             yield from wait(chan.rpc(build_method(
                 C.Basic.Consume, queue=self.queue, consumer_tag=self.tag,
-                exclusive=dest.exclusive, arguments=dict(
-                    CONSUME_ARGUMENTS, **({"x-stream-offset": dest.stream_offset}
-                                          if stream else {}))),
+                exclusive=dest.exclusive, arguments=arguments),
                 (C.Basic.ConsumeOk,)), deadline)
+            self.broker_backoff = bool(backoff)
         except BaseException:
             s.consumers.pop(self.tag, None)
             raise
@@ -140,7 +146,7 @@ class BaseConsumer:
     # -- arrivals (called while the socket is read) ------------------------------------
     def arrived(self, m: Message) -> None:
         count = m.redelivery_count
-        if count and not self.policy.exceeded(count):
+        if count and not self.broker_backoff and not self.policy.exceeded(count):
             delay = self.policy.delay_for(count)
             if delay > 0:
                 m.state = DELAYED

@@ -66,6 +66,19 @@ class IllegalStateError(ClientError):
     """The call does not fit the object's state (J4, J5, closed session, wrong mode)."""
 
 
+class ConsumerCancelled(IllegalStateError):
+    """The broker cancelled this consumer (basic.cancel): its queue was deleted, or (L7)
+    a delivery stayed unacknowledged past its consumer timeout — then, on ackmq and
+    RabbitMQ 4.3, its unacknowledged messages went back to the queue (acks of them are
+    ignored). receive() raises it; the session and its other consumers go on.
+    `unacked`: how many of its messages the application held unacknowledged."""
+
+    def __init__(self, text: str, consumer_tag: str, unacked: int) -> None:
+        self.consumer_tag = consumer_tag
+        self.unacked = unacked
+        super().__init__(text)
+
+
 class TransactionRolledBack(ClientError):
     """commit() could not complete (connection lost mid-transaction): nothing of the
     transaction took effect; consumed messages come back redelivered."""

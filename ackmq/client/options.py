@@ -74,6 +74,27 @@ class RedeliveryPolicy:
             delay = self.next_delay(delay)
         return max(0, delay) / 1000.0
 
+    def broker_arguments(self) -> dict[str, int | float] | None:
+        """L6: the same delays as basic.consume arguments for ackmq's broker-side
+        back-off (x-delayed-retry-*, type all: a nack or a lost connection), so a failed
+        message waits at the broker, not in this consumer's prefetch. None when the policy
+        has no delay, or one the broker's rule cannot express (then the client holds
+        redeliveries back itself, as against RabbitMQ)."""
+        first, cap = self.initial_redelivery_delay, self.maximum_redelivery_delay
+        if self.use_exponential_back_off and self.back_off_multiplier > 1:
+            if first <= 0 or (cap != -1 and max(cap, self.redelivery_delay) < first):
+                return None
+            args: dict[str, int | float] = {
+                "x-delayed-retry-type": "all", "x-delayed-retry-min": first,
+                "x-delayed-retry-multiplier": self.back_off_multiplier}
+            if cap != -1:
+                args["x-delayed-retry-max"] = max(cap, self.redelivery_delay)
+            return args
+        if first != self.redelivery_delay or first <= 0:
+            return None
+        return {"x-delayed-retry-type": "all", "x-delayed-retry-min": first,
+                "x-delayed-retry-multiplier": 1}
+
     def exceeded(self, redelivery_count: int) -> bool:
         """True when a message with this many redeliveries must be poisoned."""
         return 0 <= self.maximum_redeliveries < redelivery_count

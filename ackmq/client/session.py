@@ -19,6 +19,7 @@ from .core import Chan, Pending
 from .errors import (
     ClientError,
     ConnectionLost,
+    ConsumerCancelled,
     IllegalStateError,
     ReturnedError,
     TransactionRolledBack,
@@ -177,9 +178,12 @@ class BaseSession:
     def on_cancel(self, consumer_tag: str) -> None:
         consumer = self.consumers.pop(consumer_tag, None)
         if consumer is not None:
-            consumer.error = IllegalStateError(
-                f"the broker cancelled consumer {consumer_tag} (its queue "
-                f"{consumer.queue!r} was deleted)")
+            held = sum(1 for m in self.unsettled.values() if m.consumer is consumer)
+            why = (f"a delivery stayed unacknowledged past the consumer timeout, or its "
+                   f"queue {consumer.queue!r} was deleted") if held else \
+                f"its queue {consumer.queue!r} was deleted"
+            consumer.error = ConsumerCancelled(
+                f"the broker cancelled consumer {consumer_tag} ({why})", consumer_tag, held)
             consumer.wake()
 
     def on_failed(self, error: ClientError) -> None:

@@ -13,7 +13,7 @@ from ackmq.ctl.http_client import HttpSource
 
 VERBS = ("add_user", "delete_user", "change_password", "set_user_tags", "list_users",
          "add_vhost", "delete_vhost", "list_vhosts", "set_permissions", "clear_permissions",
-         "list_permissions", "list_user_permissions")
+         "list_permissions", "list_user_permissions", "trace_on", "trace_off")
 
 
 def _q(s: str) -> str:
@@ -94,4 +94,17 @@ def _handle(src: HttpSource, verb: str, a: list[str], vhost: str) -> dict[str, A
         return {**ok, "columns": ["vhost", "configure", "write", "read"],
                 "rows": [[p["vhost"], p["configure"], p["write"], p["read"]] for p in
                          src.call("GET", f"/api/users/{_q(a[0])}/permissions")]}
+    elif verb in ("trace_on", "trace_off"):  # M9: RabbitMQ's PUT of the vhost's flag
+        on = verb == "trace_on"
+        try:
+            src.call("GET", f"/api/vhosts/{_q(vhost)}")
+        except CtlError as e:  # no such vhost: answered the same, nothing made
+            if e.code != 69:
+                raise
+        else:
+            flags: dict[str, Any] = {"tracing": on}
+            if on and a == ["lifecycle"]:
+                flags["lifecycle"] = True  # ackmq's (S10); RabbitMQ ignores the key
+            src.call("PUT", f"/api/vhosts/{_q(vhost)}", flags)
+        return {**ok, "message": f"Trace {'enabled' if on else 'disabled'} for vhost {vhost}"}
     return ok

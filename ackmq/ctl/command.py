@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-HELP = ("manage users, vhosts, permissions and resource limits of a running broker "
-        "(rabbitmqctl's verbs)")
+HELP = ("manage users, vhosts, permissions, resource limits and policies of a running "
+        "broker (rabbitmqctl's verbs)")
 DESCRIPTION = """\
 Manage a running ackmq broker with rabbitmqctl's verbs and output (tab-separated, with a
 header line). `ackmq ctl` talks to the broker over
@@ -30,6 +30,8 @@ management HTTP API, ackmq's or RabbitMQ's):
   purge_queue [-p <vhost>] <queue>          delete_queue [-p <vhost>] <queue> [--if-empty] [--if-unused]
   close_connection <connection name> <explanation>
   status [--formatter json]                 environment
+  await_startup [-t <seconds>]              wait until the broker answers (default 300 s)
+  await_online_nodes <count> [-t <seconds>] the same; ackmq is one node (count 1)
   add_user <user> <password>          delete_user <user>
   change_password <user> <password>   set_user_tags <user> [<tag> ...]
   list_users
@@ -48,11 +50,19 @@ management HTTP API, ackmq's or RabbitMQ's):
   set_topic_permissions [-p <vhost>] <user> <exchange> <write> <read>
   clear_topic_permissions [-p <vhost>] <user> [<exchange>]
   list_topic_permissions [-p <vhost>] list_user_topic_permissions <user>
+  set_policy [-p <vhost>] [--priority N] [--apply-to queues|exchanges|all|...]
+             <name> <pattern> '{"max-length": N, "dead-letter-exchange": "x", ...}'
+  clear_policy [-p <vhost>] <name>    list_policies [-p <vhost>]
+  set_operator_policy [-p <vhost>] [--priority N] [--apply-to ...] <name> <pattern> <json>
+  clear_operator_policy [-p <vhost>] <name>  list_operator_policies [-p <vhost>]
   import_definitions <file.json>      a `rabbitmqctl export_definitions` file: users
                                       (RabbitMQ's sha256/sha512/md5 hashes), vhosts,
-                                      permissions, topic permissions, limits, exchanges,
-                                      queues, bindings (policies are skipped, and named)
+                                      permissions, topic permissions, limits, policies,
+                                      operator policies, exchanges, queues, bindings
   export_definitions <file.json>      the same, in that layout ("-" for stdout)
+  trace_on [-p <vhost>] [--lifecycle] trace_off [-p <vhost>]   the firehose tracer:
+                                      copies to amq.rabbitmq.trace (docs/management.md;
+                                      --url too)
 """
 
 # verb -> (argument names, rabbitmqctl's info line)
@@ -92,13 +102,30 @@ VERBS: dict[str, tuple[list[str], str]] = {
     "set_vm_memory_high_watermark": (["value*"], "Setting memory threshold to {all} ..."),
     "set_disk_free_limit": (["value*"], "Setting disk free limit to {all} ..."),
     "alarms": ([], "Listing resource alarms ..."),
+    "set_policy": (["name", "pattern", "definition"],
+                   'Setting policy "{0}" for pattern "{1}" to "{2}" with priority '
+                   '"{priority}" for vhost "{vhost}" ...'),
+    "clear_policy": (["name"], 'Clearing policy "{0}" on vhost "{vhost}" ...'),
+    "list_policies": ([], 'Listing policies for vhost "{vhost}" ...'),
+    "set_operator_policy": (["name", "pattern", "definition"],
+                            'Setting operator policy override "{0}" for pattern "{1}" to '
+                            '"{2}" with priority "{priority}" for vhost "{vhost}" ...'),
+    "clear_operator_policy": (["name"],
+                              'Clearing operator policy "{0}" on vhost "{vhost}" ...'),
+    "list_operator_policies": ([], 'Listing operator policy overrides for vhost "{vhost}" ...'),
     "import_definitions": (["file"], 'Importing definitions in JSON from a file at '
                                      '"{0}" ...'),
     "export_definitions": (["file"], 'Exporting definitions in JSON to a file at "{0}" ...'),
+    "trace_on": ([], 'Starting tracing for vhost "{vhost}" ...'),
+    "trace_off": ([], 'Stopping tracing for vhost "{vhost}" ...'),
 }
 VHOST_VERBS = {"set_permissions", "clear_permissions", "list_permissions",
                "set_vhost_limits", "clear_vhost_limits", "list_vhost_limits",
-               "set_topic_permissions", "clear_topic_permissions", "list_topic_permissions"}
+               "set_topic_permissions", "clear_topic_permissions", "list_topic_permissions",
+               "set_policy", "clear_policy", "list_policies", "set_operator_policy",
+               "clear_operator_policy", "list_operator_policies",
+               "trace_on", "trace_off"}
+SET_POLICY_VERBS = ("set_policy", "set_operator_policy")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -114,12 +141,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     from ackmq.ctl import topology
     topology.add_parsers(sub)
+    from ackmq.ctl import awaiting
+    awaiting.add_parsers(sub)
     for verb, (names, _info) in VERBS.items():
         vp = sub.add_parser(verb)
         if verb in VHOST_VERBS:
             vp.add_argument("-p", "--vhost", default="/", help="virtual host (default /)")
         if verb == "list_user_limits":
             vp.add_argument("--user", required=True, help="the user whose limits to list")
+        if verb in SET_POLICY_VERBS:
+            vp.add_argument("--priority", default="0", help="higher wins (default 0)")
+            vp.add_argument("--apply-to", default="all",
+                            help="queues, exchanges, all (default), classic_queues, "
+                                 "quorum_queues, streams")
+        if verb == "trace_on":
+            vp.add_argument("--lifecycle", action="store_true",
+                            help="also ackmq's own lifecycle events (docs/management.md)")
         for n in names:
             if n.endswith("*"):
                 vp.add_argument(n[:-1], nargs="*")
@@ -135,6 +172,9 @@ def run(args: argparse.Namespace) -> int:
     from ackmq.ctl.http_client import HttpSource
     from ackmq.ctl.socket_client import SocketSource, request
     path = args.socket or args.data_dir / "ctl.sock"
+    from ackmq.ctl import awaiting
+    if args.verb in awaiting.VERBS:
+        return awaiting.run(args, path)
     if args.verb in topology.VERBS or (args.url and args.verb in (
             "export_definitions", "import_definitions")):
         try:
@@ -148,8 +188,8 @@ def run(args: argparse.Namespace) -> int:
             except (OSError, ValueError) as e:
                 return _unreachable(path, e)
         return _definitions_http(args, src)
-    from ackmq.ctl import access
-    if args.url and args.verb not in access.VERBS:
+    from ackmq.ctl import access, policies
+    if args.url and args.verb not in access.VERBS + policies.VERBS:
         print(f"Error:\n{args.verb} is not available with --url (the admin socket only)",
               file=sys.stderr)
         return 64
@@ -162,10 +202,15 @@ def run(args: argparse.Namespace) -> int:
     vhost = getattr(args, "vhost", "/")
     if args.verb == "list_user_limits":
         values = [args.user]
+    if getattr(args, "lifecycle", False):
+        values = ["lifecycle"]
     if not args.quiet and not (args.verb == "export_definitions" and values[0] == "-"):
         on = f' on "{values[1]}"' if len(values) > 1 else ""  # clear_topic_permissions
         print(info.format(*values, vhost=vhost, tags=", ".join(values[1:]),
-                          user=getattr(args, "user", ""), on=on, all=" ".join(values)))
+                          user=getattr(args, "user", ""), on=on, all=" ".join(values),
+                          priority=getattr(args, "priority", "")))
+    if args.verb in SET_POLICY_VERBS:
+        values += [args.priority, args.apply_to]
     extra: dict[str, Any] = {}
     if args.verb == "import_definitions":
         try:
@@ -174,7 +219,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"Error:\ncannot read definitions from {values[0]}: {e}", file=sys.stderr)
             return 66
     try:
-        if args.url:
+        if args.url and args.verb in policies.VERBS:
+            reply = policies.handle(HttpSource(args.url), args.verb, values, vhost)
+        elif args.url:
             reply = access.handle(HttpSource(args.url), args.verb, values, vhost)
         else:
             reply = request(path, args.verb, values, vhost, **extra)
@@ -197,11 +244,15 @@ def run(args: argparse.Namespace) -> int:
                 print(f"Error:\ncannot write definitions to {values[0]}: {e}", file=sys.stderr)
                 return 73
         return 0
+    if reply.get("message"):  # trace_on/off: printed with -q too, as rabbitmqctl
+        print(reply["message"])
     if reply.get("skipped"):
         print("not imported (ackmq has no model for them so far): "
               + ", ".join(reply["skipped"]))
     for refused in reply.get("refused") or []:
         print(f"not imported: {refused}")
+    for note in reply.get("notes") or []:  # e.g. ha-* policy keys: no effect on one node
+        print(note, file=sys.stderr)
     # list_*_limits: one JSON object, as rabbitmqctl prints it (nothing for a vhost
     # without limits, "{}" for a user without)
     if "json" in reply and (reply["json"] or args.verb == "list_user_limits"):

@@ -52,6 +52,12 @@ def is_loopback(peer: Any) -> bool:
     return address.is_loopback
 
 
+def counted(stats: Any, protocol: str, got: str | Refusal) -> str | Refusal:
+    """`got`, a login's outcome, counted in the broker's login attempts (/metrics)."""
+    stats.auth.count(protocol, not isinstance(got, Refusal))
+    return got
+
+
 def password_login(access: AccessModel, loopback_users: Iterable[str], user: str,
                    password: str, peer: Any) -> str | Refusal:
     """A user name and password from a peer address: the user, or why not. Users in

@@ -24,6 +24,8 @@ from typing import Any
 
 from ackmq.server.alarms import parse_bytes, parse_disk_limit, parse_watermark
 
+TIMEOUT_RESPONSES = ("notify_consumer", "close_channel")  # consumer_timeout_response (L7)
+
 
 class ConfigFileError(ValueError):
     pass
@@ -87,6 +89,12 @@ def _nonneg(v: str) -> int:
     if n < 0:
         raise ValueError(f"{n} must not be negative")
     return n
+
+
+def _response(v: str) -> str:
+    if v not in TIMEOUT_RESPONSES:
+        raise ValueError(f"{v!r}: {' or '.join(TIMEOUT_RESPONSES)}")
+    return v
 
 
 def _float(v: str) -> float:
@@ -155,6 +163,7 @@ SHARED: dict[str, Callable[[str], dict[str, Any]]] = {
     "default_user": lambda v: {"default_user": v},
     "default_pass": lambda v: {"default_pass": v},
     "consumer_timeout": lambda v: {"consumer_timeout_ms": _nonneg(v)},
+    "consumer_timeout_response": lambda v: {"consumer_timeout_response": _response(v)},
     "heartbeat": lambda v: {"heartbeat": _nonneg(v)},
     "handshake_timeout": lambda v: {"handshake_timeout": _ms_to_s(v)},
     "max_message_size": lambda v: {"max_message_size": _nonneg(v)},
@@ -164,6 +173,7 @@ SHARED: dict[str, Callable[[str], dict[str, Any]]] = {
     "ssl_options.verify": lambda v: {"tls_verify_peer": _verify(v)},
     "ssl_options.fail_if_no_peer_cert": lambda v: {"tls_fail_if_no_peer_cert": boolean(v)},
     "log.console.level": lambda v: {"log_level": v.upper()},
+    "load_definitions": lambda v: {"load_definitions": Path(v)},
 }
 # rabbitmq.conf keys whose setting ackmq does not offer: refused, not silently ignored
 # (accepted when they name ackmq's fixed value, RabbitMQ's default)

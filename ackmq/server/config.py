@@ -18,6 +18,9 @@ class Config:
     fsync: bool = True
     heartbeat: int = 60
     consumer_timeout_ms: int | None = None
+    # L7, as RabbitMQ 4.3's: notify_consumer (basic.cancel to a client that takes it, the
+    # channel closed for others) or close_channel (always, RabbitMQ 3.x)
+    consumer_timeout_response: str = "notify_consumer"
     max_message_size: int = 128 * 1024 * 1024
     handshake_timeout: float = 10.0
     spill: bool = True  # deep queues keep their tails on disk (bounded memory)
@@ -56,6 +59,8 @@ class Config:
     # /metrics alone, no login, on its own port as RabbitMQ's prometheus plugin (15692);
     # off unless asked (/metrics is on the management listener too); 0: a free port
     prometheus_port: int | None = None
+    # a definitions file imported at every start (RabbitMQ's load_definitions)
+    load_definitions: Path | None = None
 
     def seed_users(self) -> dict[str, str]:
         if self.default_user:

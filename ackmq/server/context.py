@@ -24,6 +24,24 @@ if TYPE_CHECKING:
     from ackmq.server.transport import ClientConnection
 
 
+class ConnectionSet(set["ClientConnection"]):
+    """The open connections, counting those opened and closed since start (RabbitMQ's
+    rabbitmq_connections_opened_total / _closed_total)."""
+
+    opened = 0
+    closed = 0
+
+    def add(self, c: ClientConnection) -> None:
+        if c not in self:
+            self.opened += 1
+        super().add(c)
+
+    def discard(self, c: object) -> None:
+        if c in self:
+            self.closed += 1
+        super().discard(c)
+
+
 @dataclass(eq=False, slots=True)
 class FrontEnd:
     broker: BrokerModel
@@ -36,7 +54,7 @@ class FrontEnd:
     # the reason text of the resource alarms set now (connection.blocked's reason)
     alarm_reason: Callable[[], str]
     # every open connection, whatever its protocol (U6 limits, vhost/user deletion)
-    connections: set[ClientConnection] = field(default_factory=set)
+    connections: set[ClientConnection] = field(default_factory=lambda: ConnectionSet())
     # connections with output gathered this turn: written by the server's flush
     dirty: list[ClientConnection] = field(default_factory=list)
     # U5: True while a resource alarm is set; read once per read by each connection

@@ -13,19 +13,24 @@ others are still imported.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ackmq.broker.access import SHA256, AccessError
 from ackmq.broker.errors import ReplyError
+from ackmq.broker.policy_check import PolicyError
+from ackmq.server import policy_ops
 
 if TYPE_CHECKING:
     from ackmq.broker import BrokerModel
     from ackmq.broker.access import AccessModel
 
+log = logging.getLogger("ackmq.definitions")
 RABBIT_VERSION = "3.10.8"  # the format's version the export claims (RabbitMQ reads it)
 # what ackmq has no model for: named in the import's answer, not silently dropped
-UNSUPPORTED = ("policies", "global_parameters")
+UNSUPPORTED = ("global_parameters",)
 
 
 class Server(Protocol):
@@ -98,6 +103,7 @@ def export(server: Server) -> dict[str, Any]:
     """The whole broker, as `rabbitmqctl export_definitions` / GET /api/definitions."""
     a = server.access
     snap = a.snapshot()
+    policies, op_params = policy_ops.export_entries(server.broker)
     vhost_limits = [{"value": dict(v["limits"]), "vhost": v["name"],
                      "component": "vhost-limits", "name": "limits"}
                     for v in snap["vhosts"] if v.get("limits")]
@@ -110,8 +116,9 @@ def export(server: Server) -> dict[str, Any]:
                                       "tags": list(meta.get("tags", []))}
     return {**_header(), "users": snap["users"], "vhosts": vhosts,
             "permissions": snap["permissions"],
-            "topic_permissions": snap["topic_permissions"], "parameters": vhost_limits,
-            "global_parameters": [], "policies": [], **topology(server)}
+            "topic_permissions": snap["topic_permissions"],
+            "parameters": vhost_limits + op_params, "global_parameters": [],
+            "policies": policies, **topology(server)}
 
 
 def export_vhost(server: Server, vhost: str) -> dict[str, Any]:
@@ -120,7 +127,8 @@ def export_vhost(server: Server, vhost: str) -> dict[str, Any]:
     limits = a.vhosts.get(vhost, {}).get("limits", {})
     params = ([{"value": dict(limits), "vhost": vhost, "component": "vhost-limits",
                 "name": "limits"}] if limits else [])
-    return {**_header(), "parameters": params, "policies": [],
+    policies, op_params = policy_ops.export_entries(server.broker, vhost, with_vhost=False)
+    return {**_header(), "parameters": params + op_params, "policies": policies,
             **topology(server, vhost, with_vhost=False)}
 
 
@@ -157,7 +165,7 @@ def import_(server: Server, defs: Any, vhost: str | None = None) -> dict[str, An
             try:
                 apply(item)
                 done += 1
-            except (AccessError, ReplyError, DefinitionsError) as e:
+            except (AccessError, ReplyError, DefinitionsError, PolicyError) as e:
                 refused.append(f"{what(item)}: {getattr(e, 'text', None) or e}")
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 refused.append(f"{key[:-1]} {json.dumps(item, default=str)[:200]}: "
@@ -175,15 +183,51 @@ def import_(server: Server, defs: Any, vhost: str | None = None) -> dict[str, An
              f"vhost '{t.get('vhost')}'", lambda t: a.set_topic_permissions(
                  str(t["user"]), str(t["vhost"]), str(t["exchange"]), str(t["write"]),
                  str(t["read"])))
-    each("parameters", lambda p: f"vhost limits of '{vhost or p.get('vhost')}'",
-         lambda p: a.set_vhost_limits(vhost or str(p["vhost"]), p.get("value") or {})
-         if p.get("component") == "vhost-limits" else None)
+    each("parameters", lambda p: _parameter_what(p, vhost),
+         lambda p: _parameter(server, p, vhost))
+    # policies before the objects, so a queue is made with its policy in force
+    each("policies", lambda p: f"policy '{p.get('name')}' in vhost "
+         f"'{vhost or p.get('vhost', '/')}'",
+         lambda p: policy_ops.import_policy(server.broker, p, vhost))
     _objects(server, defs, vhost, each)
     server.request_flush()
     skipped = [k for k in UNSUPPORTED if defs.get(k)]
     skipped += [f"parameters ({p.get('component')})" for p in _list(defs, "parameters")
-                if p.get("component") != "vhost-limits"]
+                if p.get("component") not in _PARAMETERS]
     return {"imported": counts, "refused": refused, "skipped": skipped}
+
+
+_PARAMETERS = ("vhost-limits", policy_ops.OPERATOR_COMPONENT)
+
+
+def _parameter_what(p: dict[str, Any], vhost: str | None) -> str:
+    where = vhost or p.get("vhost")
+    if p.get("component") == policy_ops.OPERATOR_COMPONENT:
+        return f"operator policy '{p.get('name')}' in vhost '{where}'"
+    return f"vhost limits of '{where}'"
+
+
+def _parameter(server: Server, p: dict[str, Any], vhost: str | None) -> None:
+    """A `parameters` entry: vhost limits, an operator policy; others are skipped."""
+    if p.get("component") == "vhost-limits":
+        server.access.set_vhost_limits(vhost or str(p["vhost"]), p.get("value") or {})
+    elif p.get("component") == policy_ops.OPERATOR_COMPONENT:
+        policy_ops.import_operator_policy(server.broker, p, vhost)
+
+
+def load_file(server: Server, path: Path) -> None:
+    """`--load-definitions` / `load_definitions = FILE` (RabbitMQ's): imported at start;
+    an unreadable file stops the start, a refused definition is logged."""
+    try:
+        defs = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError) as e:
+        raise DefinitionsError(f"load_definitions: cannot read {path}: {e}") from None
+    done = import_(server, defs)
+    for text in done["refused"]:
+        log.error("load_definitions %s: not imported: %s", path, text)
+    if done["skipped"]:
+        log.warning("load_definitions %s: skipped (no model for them): %s", path,
+                    ", ".join(done["skipped"]))
 
 
 def _vhost(a: Any, v: dict[str, Any]) -> None:

@@ -81,7 +81,9 @@ class _Output:
         if self.confirmed is not None and not self.confirmed.done():
             self.confirmed.set_result(ack)
 
-    def consumer_cancelled(self, consumer_tag: str) -> None:
+    cancel_notify = False
+
+    def consumer_cancelled(self, consumer_tag: str, reason: str = "") -> None:
         pass
 
     def close(self, code: int, text: str) -> None:
@@ -157,15 +159,56 @@ def decode_payload(body: dict[str, Any]) -> bytes:
         raise bad_request("[" + ",\n ".join(f"{{key_missing,{k}}}" for k in missing) + "]")
     enc, payload = body["payload_encoding"], body["payload"]
     if not isinstance(payload, str):
-        raise bad_request("payload must be a string")
+        raise bad_request("payload_not_string")
     if enc == "string":
         return payload.encode("utf-8")
     if enc == "base64":
         try:
             return base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError):
-            raise bad_request("not_base64") from None
-    raise bad_request(f"payload_encoding must be string or base64, got {enc!r}")
+            raise _refused("not_base64", payload) from None
+    raise _refused("unsupported_encoding", enc)
+
+
+def _refused(what: str, value: Any) -> OpError:
+    """RabbitMQ's two-element reason: ["not_int", "priority"]."""
+    return OpError(400, "bad_request", f"{what}: {value}", [what, value])
+
+
+_INTEGERS = ("delivery_mode", "priority", "timestamp")
+
+
+def rabbit_properties(props: Any) -> Any:
+    """The API's `properties` as RabbitMQ's to_basic_properties takes them: unknown
+    names ignored; delivery_mode, priority and timestamp JSON integers (else
+    ["not_int", name]), the others strings (["not_string", name]), no null in the
+    headers ("null_not_allowed"); names checked in order, the first refusal answered."""
+    if not isinstance(props, dict):
+        return props
+    known = {k: v for k, v in props.items() if k in PROPERTY_FIELDS}
+    for k in sorted(known):
+        v = known[k]
+        if k == "headers":
+            if v == []:  # JSON's empty object as Erlang writes it
+                known[k] = {}
+            elif _has_null(v):
+                raise bad_request("null_not_allowed")
+        elif k in _INTEGERS:
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise _refused("not_int", k)
+        elif not isinstance(v, str):
+            raise _refused("not_string", k)
+    return known
+
+
+def _has_null(v: Any) -> bool:
+    if v is None:
+        return True
+    if isinstance(v, dict):
+        return any(_has_null(x) for x in v.values())
+    if isinstance(v, list):
+        return any(_has_null(x) for x in v)
+    return False
 
 
 async def publish(server: HttpContext, user: str, vhost: str, exchange: str,
@@ -192,7 +235,7 @@ async def publish_json(server: HttpContext, user: str, vhost: str, exchange: str
                        body: dict[str, Any]) -> dict[str, bool]:
     """POST /api/exchanges/v/x/publish: RabbitMQ's body in, `{"routed": …}` out."""
     payload = decode_payload(body)
-    props = encode_properties(body["properties"])
+    props = encode_properties(rabbit_properties(body["properties"]))
     rk = body["routing_key"]
     if not isinstance(rk, str):
         raise bad_request("routing_key must be a string")
@@ -246,7 +289,7 @@ def get_json(server: HttpContext, user: str, vhost: str, queue: str,
     if ackmode not in ACKMODES:
         raise bad_request(f"ackmode must be one of {', '.join(ACKMODES)}")
     if encoding not in ("auto", "base64"):
-        raise bad_request("encoding must be auto or base64")
+        raise bad_request("Unsupported encoding. Please use auto or base64.")
     truncate = body.get("truncate")
     if truncate in ("", None):
         truncate = None
@@ -255,7 +298,11 @@ def get_json(server: HttpContext, user: str, vhost: str, queue: str,
     try:
         return get(server, user, vhost, queue, count, ackmode, encoding, truncate)
     except ReplyError as e:
-        raise http_error(e) from None
+        if e.code in (NOT_FOUND, ACCESS_REFUSED):
+            raise http_error(e) from None
+        # RabbitMQ's get (unlike purge and delete) keeps the close's code and name
+        reason = http_error(e).reason
+        raise bad_request(f"{e.code} {REPLY_TEXT.get(e.code, '')} - {reason}") from None
 
 
 def get(server: HttpContext, user: str, vhost: str, queue: str, count: int,
@@ -276,7 +323,8 @@ def get(server: HttpContext, user: str, vhost: str, queue: str, count: int,
             out.append({"payload_bytes": len(m.body), "redelivered": entry.redelivered,
                         "exchange": m.exchange, "routing_key": m.routing_key,
                         "message_count": remaining,
-                        "properties": _properties_json(m.properties),
+                        # none: [] as RabbitMQ (Erlang's empty list)
+                        "properties": _properties_json(m.properties) or [],
                         **_payload(m.body, encoding, truncate)})
         if tags:
             if ackmode == "ack_requeue_false":
@@ -304,6 +352,7 @@ def delete_queue(server: HttpContext, user: str | None, q: Any, if_unused: bool 
     with MgmtChannel(server, user, q.vhost.name) as ch:
         if user is not None:
             ch.access.configure("queue", q.name)
+            ch.vhost.check_exclusive(q, None)
         return int(ch.vhost.delete_queue(q, if_unused=if_unused, if_empty=if_empty))
 
 

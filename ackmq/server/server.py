@@ -161,12 +161,19 @@ class Server:
         self.broker = BrokerModel(self, store, consumer_timeout_ms=cfg.consumer_timeout_ms,
                              spill=spill, queue_hot_messages=cfg.queue_hot_messages,
                              queue_memory=cfg.queue_memory_mb << 20, streams=streams)
+        self.broker.notify_on_timeout = cfg.consumer_timeout_response != "close_channel"
         self.access = self._open_access()
+        from ackmq.server import policy_ops
+        policy_ops.attach(self.broker, cfg.data_dir)  # before the queues come back
         self.ctx = FrontEnd(self.broker, self.access, cfg, self.loop, self.request_flush,
                             self.alarm_reason)
         self._start_alarms()
         self.broker.start(list(self.access.vhosts))
+        self.broker.policies.reapply()  # the amq.* exchanges too
         self.access.listeners.append(self._access_changed)
+        if cfg.load_definitions is not None:
+            from ackmq.server import definitions
+            definitions.load_file(self.ctx, cfg.load_definitions)
         host = await self._start_listeners()
         # what the management front ends (server/http/, server/ctl/) reach
         mgmt = HttpContext(self.ctx, self.alarms, self.port, self.tls_port, self.stomp_port,

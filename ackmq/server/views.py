@@ -151,7 +151,29 @@ def node(srv: HttpContext) -> dict[str, Any]:
         "applications": [], "contexts": contexts(srv),
         "enabled_plugins": ["rabbitmq_management"], "log_files": [], "config_files": [],
         "db_dir": str(srv.config.data_dir or ""), "net_ticktime": 60, "cluster_links": [],
+        **_node_counts(srv),
     }
+
+
+def _node_counts(srv: HttpContext) -> dict[str, Any]:
+    """RabbitMQ's node churn counts and fd_used, each with its `_details` (rates are
+    not sampled: 0.0), and the `_details` of the gauges above (issue 28's audit)."""
+    churn = srv.broker.stats.churn
+    conns = srv.connections
+    counts = {"connection_created": getattr(conns, "opened", 0),
+              "connection_closed": getattr(conns, "closed", 0),
+              "channel_created": churn.channels_opened, "channel_closed": churn.channels_closed,
+              "queue_declared": churn.queues_declared, "queue_created": churn.queues_created,
+              "queue_deleted": churn.queues_deleted, "fd_used": _fds_used()}
+    details = ("mem_used", "disk_free", "sockets_used", "proc_used", *counts)
+    return {**counts, **{f"{k}_details": _NO_RATE for k in details}}
+
+
+def _fds_used() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
 
 
 def _fd_limit() -> int:
@@ -201,6 +223,16 @@ def queue_type(q: Any) -> str:
     return str(t or q.kind or "classic")
 
 
+def policy_fields(q: Any) -> dict[str, Any]:
+    """`policy`, `operator_policy`, `effective_policy_definition` (broker/policy.py)."""
+    from ackmq.broker.arguments import declared_type
+    from ackmq.broker.policy import merged_definition
+    pol, op = q.vhost.broker.policies.in_force(q.vhost.name, "queue", q.name,
+                                               declared_type(q.arguments))
+    return {"effective_policy_definition": merged_definition(pol, op),
+            "policy": pol.name if pol else None, "operator_policy": op.name if op else None}
+
+
 def queue(q: Any, details: bool = False, message_stats: dict[str, Any] | None = None
           ) -> dict[str, Any]:
     """One queue as GET /api/queues lists it (`details`: as GET /api/queues/v/name,
@@ -212,7 +244,7 @@ def queue(q: Any, details: bool = False, message_stats: dict[str, Any] | None = 
         "consumers": q.consumer_count, "durable": q.durable,
         "exclusive": q.exclusive_owner is not None,
         "exclusive_consumer_tag": exclusive_tag,
-        "effective_policy_definition": {}, "policy": None, "operator_policy": None,
+        **policy_fields(q),
         "message_stats": message_stats or {},
         **_counts(q.message_count, q.unacked_count),
         "name": q.name, "node": node_name(), "state": "running", "type": queue_type(q),
@@ -223,6 +255,10 @@ def queue(q: Any, details: bool = False, message_stats: dict[str, Any] | None = 
         ph, pp = _hostport(owner.peer)
         out["owner_pid_details"] = {"name": connection_name(owner), "peer_host": ph,
                                     "peer_port": pp}
+    delayed = getattr(q, "delayed_retry_count", 0)  # L6: waiting out a back-off
+    if delayed:
+        out["messages"] += delayed
+    out["messages_delayed_retry"] = delayed
     if details:
         out["consumer_details"] = [consumer(c) for c in consumers]
         out["incoming"] = []
@@ -237,6 +273,8 @@ def exchange(vhost: str, x: Any, message_stats: dict[str, Any] | None = None
     out = {"arguments": jsonable(x.arguments), "auto_delete": x.auto_delete,
            "durable": x.durable, "internal": x.internal, "name": x.name, "type": x.type,
            "user_who_performed_action": "", "vhost": vhost}
+    if x.policy is not None:  # only when one applies, as RabbitMQ 3.10
+        out["policy"] = x.policy
     if message_stats:
         out["message_stats"] = message_stats
     delayed = getattr(x, "messages_delayed", None)  # the delayed-message plugin's key (L8)
@@ -334,7 +372,37 @@ def connection(conn: Any, octet_rates: tuple[float, ...] = (0.0, 0.0)) -> dict[s
         "send_oct_details": {"rate": round(octet_rates[1], 1)}, "send_pend": 0,
         **({"user_provided_name": props["connection_name"]}
            if isinstance(props.get("connection_name"), str) else {}),
+        **_tls_keys(t.get_extra_info("ssl_object") if t is not None else None),
     }
+
+
+_RDN = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
+        "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST",
+        "domainComponent": "DC", "emailAddress": "emailAddress"}
+
+
+def _tls_keys(so: Any) -> dict[str, Any]:
+    """RabbitMQ's TLS keys of a connection, null on a plain one: the protocol as
+    RabbitMQ writes it ("tlsv1.3"), the cipher in OpenSSL's name, the client
+    certificate's subject, issuer and validity (the key exchange and hash are in the
+    OpenSSL cipher name: null)."""
+    out: dict[str, Any] = dict.fromkeys(
+        ("ssl_protocol", "ssl_key_exchange", "ssl_cipher", "ssl_hash", "peer_cert_subject",
+         "peer_cert_issuer", "peer_cert_validity"))
+    if so is None:
+        return out
+    version, cipher = so.version(), so.cipher()
+    out["ssl_protocol"] = version.lower() if version else None
+    out["ssl_cipher"] = cipher[0] if cipher else None
+    cert = so.getpeercert() or {}
+    if cert:
+        def name(rdns: Any) -> str:  # RFC 4514, as RabbitMQ: last RDN first, short keys
+            return ",".join(f"{_RDN.get(k, k)}={v}" for rdn in reversed(rdns)
+                            for k, v in rdn)
+        out["peer_cert_subject"] = name(cert.get("subject", ()))
+        out["peer_cert_issuer"] = name(cert.get("issuer", ()))
+        out["peer_cert_validity"] = f"{cert.get('notBefore')} - {cert.get('notAfter')}"
+    return out
 
 
 def channel(conn: Any, number: int, ch: Any, message_stats: dict[str, Any] | None = None

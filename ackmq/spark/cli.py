@@ -39,6 +39,17 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
                       help="read tasks per batch (default 2 for a queue, 4 for a stream)")
     land.add_argument("--master", default=None,
                       help="Spark master (default local[2,4]: 2 cores, a task tried 4 times)")
+    audit = sub.add_parser("audit", help="land the broker's lifecycle events (ackmq ctl "
+                           "trace_on --lifecycle) into a table, exactly once")
+    audit.add_argument("--url", default=DEFAULT_URL)
+    audit.add_argument("--queue", default="ackmq.audit",
+                       help="the durable queue bound to amq.rabbitmq.trace (declared)")
+    audit.add_argument("--to", required=True, help="Parquet directory (the table)")
+    audit.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
+    audit.add_argument("--max-per-trigger", type=int, default=10000)
+    audit.add_argument("--available-now", action="store_true",
+                       help="land the events queued now, then stop")
+    audit.add_argument("--master", default=None)
     pub = sub.add_parser("publish", help="publish a Parquet table with publisher confirms")
     pub.add_argument("--from", dest="source", required=True)
     pub.add_argument("--url", default=DEFAULT_URL)
@@ -80,13 +91,19 @@ def run_pipeline(args: argparse.Namespace) -> int:
     """Run `land`/`publish`; a failure prints one line (what failed, what to fix), exit 1."""
     import os
 
+    from ackmq.client import ClientError
     from ackmq.spark.pipeline import PipelineError, check_broker, land, log, publish, spark_session
 
     cmd = args.pipeline_command
     write_id = getattr(args, "write_id", None) or uuid.uuid4().hex
     again = f"; re-run with --write-id {write_id} to give rows the same message ids"
     try:
-        if cmd == "land":
+        if cmd == "audit":
+            from ackmq.spark.audit import prepare
+
+            check_broker(args.url)
+            prepare(args.url, args.queue)
+        elif cmd == "land":
             check_broker(args.url, queue=args.queue, stream=args.stream)
             if args.stream is not None:
                 from ackmq.spark.stream_source import parse_position
@@ -94,7 +111,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
                 parse_position(args.starting_offsets, "--starting-offsets")
         else:
             check_broker(args.url, exchange=args.exchange)
-    except (PipelineError, ValueError) as exc:
+    except (PipelineError, ValueError, ClientError) as exc:
         log(f"ackmq pipeline {cmd}: {exc}")
         return 1
     spark = spark_session(f"ackmq-{cmd}", args.master,
@@ -109,6 +126,13 @@ def run_pipeline(args: argparse.Namespace) -> int:
                      starting_offsets=args.starting_offsets,
                      fail_on_data_loss=args.fail_on_data_loss == "true")
             log(f"landed {s.rows} messages in {s.batches} batches, {s.seconds:.1f}s")
+        elif cmd == "audit":
+            from ackmq.spark.audit import events
+
+            s = land(spark, url=args.url, queue=args.queue, to=args.to,
+                     checkpoint=args.checkpoint, max_per_trigger=args.max_per_trigger,
+                     available_now=args.available_now, progress=log, transform=events)
+            log(f"landed {s.rows} events in {s.batches} batches, {s.seconds:.1f}s")
         else:
             n = publish(spark, source=args.source, url=args.url, exchange=args.exchange,
                         routing_key=args.routing_key,

@@ -205,10 +205,12 @@ def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint:
          progress: Callable[[str], None] | None = None,
          stop_when: Callable[[LandStats], bool] | None = None,
          stream: str | None = None, starting_offsets: str = "earliest",
-         fail_on_data_loss: bool = True) -> LandStats:
+         fail_on_data_loss: bool = True,
+         transform: Callable[[Any], Any] | None = None) -> LandStats:
     """Land `queue` (staged batches live with the checkpoint) or `stream` (offset ranges,
     `num_partitions` read tasks per batch, from `starting_offsets` on a new checkpoint,
-    failing on data loss unless told not to) into Parquet at `to`."""
+    failing on data loss unless told not to) into Parquet at `to`; `transform` maps the
+    message rows first (the audit's lifecycle columns: spark/audit.py)."""
     clear_unlogged_start(checkpoint)
     r = spark.readStream.format("ackmq").option("url", url) \
         .option("maxMessagesPerTrigger", max_per_trigger)
@@ -225,6 +227,8 @@ def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint:
         df = (r.option("queue", queue).option("numPartitions", num_partitions)
               .option("stagingLocation", staging).load())
         name = queue
+    if transform is not None:
+        df = transform(df)
     w = (df.writeStream.format("parquet").option("path", to)
          .option("checkpointLocation", checkpoint).queryName(f"land-{name}"))
     w = w.trigger(availableNow=True) if available_now else w.trigger(processingTime="0 seconds")

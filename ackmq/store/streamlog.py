@@ -364,6 +364,11 @@ class StreamLog:
             while len(segs) > 1 and segs[0].last_ts < horizon:
                 self._drop_oldest()
 
+    def retain(self, segment_bytes: int, max_bytes: int | None,
+               max_age_ms: int | None) -> None:
+        self.segment_bytes = segment_bytes or DEFAULT_SEGMENT_BYTES
+        self.max_bytes, self.max_age_ms = max_bytes, max_age_ms
+
     def _drop_oldest(self) -> None:
         seg = self.segments.pop(0)
         self._firsts.pop(0)

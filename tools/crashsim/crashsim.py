@@ -15,8 +15,8 @@ checked:
 - the broker starts (no refusal because of a torn unsynced tail);
 - every confirmed message not acked is there, no message whose ack was synced is;
 - every message served is one that was published, once;
-- every definition, user, vhost and permission whose call returned is there (and what
-  was durably deleted is not), in every mode, --no-fsync included;
+- every definition, user, vhost, permission and policy whose call returned is there
+  (and what was durably deleted or cleared is not), in every mode, --no-fsync included;
 - the epoch went up.
 
 `--plant` puts a known bug in, to show the simulator catches it (see PLANTS).
@@ -38,10 +38,12 @@ from typing import Any
 
 from ackmq.broker import BrokerModel, NullScheduler
 from ackmq.broker.access import AccessModel
+from ackmq.broker.policy import policy_from_json
 from ackmq.broker.storage import CorruptStore
 from ackmq.store import compact, fileio
 from ackmq.store.accessfile import AccessFile
 from ackmq.store.defs import DefsLog
+from ackmq.store.policyfile import PolicyFile
 from ackmq.store.segments import SegmentStore
 from tools.crashsim import faultfs
 from tools.crashsim.crashplants import PLANTS
@@ -84,6 +86,8 @@ class _Oracle:
         self.users_out: set[str] = set()
         self.vhosts_in: set[str] = set()
         self.perms_in: dict[tuple[str, str], tuple[str, str, str]] = {}
+        self.policies_in: dict[str, dict[str, Any]] = {}  # set, the call returned
+        self.policies_out: set[str] = set()  # cleared, the call returned
         self.epoch = 0
 
     def copy(self) -> _Oracle:
@@ -95,6 +99,8 @@ class _Oracle:
                      "vhosts_in"):
             setattr(o, name, set(getattr(self, name)))
         o.perms_in = dict(self.perms_in)
+        o.policies_in = dict(self.policies_in)
+        o.policies_out = set(self.policies_out)
         o.epoch = self.epoch
         return o
 
@@ -125,6 +131,7 @@ class _Run:
         self.unacked: list[tuple[int, str, int]] = []  # (delivery tag, queue, id)
         self.next_id = 0
         self.store: SegmentStore | None = None
+        self.broker: Any = None
 
     # -- oracle updates ---------------------------------------------------------------
     def confirmed(self, ack: bool, tag: int, multiple: bool) -> None:
@@ -153,8 +160,10 @@ class _Run:
         self.oracle.users_in.add("guest")
         self.oracle.vhosts_in.add("/")
         broker = BrokerModel(NullScheduler(), store)
+        broker.policies.save = PolicyFile(self.root).save
         broker.start(list(access.vhosts))
         self.oracle.epoch = broker.epoch
+        self.broker = broker
         return broker, access
 
     def run(self, broker: BrokerModel, access: AccessModel) -> None:
@@ -246,11 +255,27 @@ class _Run:
             vhost = f"v{rng.randrange(2)}"
             if access.add_vhost(vhost):
                 o.vhosts_in.add(vhost)
+        elif what < 0.9:
+            self._policy_change()
         elif user in access.users:
             perm = (rng.choice((".*", "^q")), ".*", rng.choice((".*", "")))
             o.perms_in.pop((user, "/"), None)
             access.set_permissions(user, "/", *perm)
             o.perms_in[(user, "/")] = perm
+
+
+    def _policy_change(self) -> None:
+        """Set or clear a policy (policies.json, written as access.json is)."""
+        rng, o, book = self.rng, self.oracle, self.broker.policies
+        name = f"p{rng.randrange(3)}"
+        if rng.random() < 0.7:
+            definition = {"message-ttl": rng.randrange(1000, 10**6)}
+            book.set(policy_from_json("/", name, {"pattern": "^q", "definition": definition}))
+            o.policies_out.discard(name)
+            o.policies_in[name] = definition
+        elif book.clear("/", name):
+            o.policies_in.pop(name, None)
+            o.policies_out.add(name)
 
 
 def _check(root: Path, promise: _Oracle, fsync: bool, seg: int, crash_at: int | None,
@@ -296,6 +321,11 @@ def _open(root: Path, fsync: bool, seg: int) -> tuple[BrokerModel, AccessModel]:
     store = SegmentStore(root, fsync=fsync, auto_compact=False, sync_thread=False,
                          segment_bytes=seg)
     broker = BrokerModel(NullScheduler(), store)
+    pf = PolicyFile(root)
+    saved = pf.load()
+    if saved:
+        broker.policies.load(saved)
+    broker.policies.save = pf.save
     broker.start(list(access.vhosts))
     return broker, access
 
@@ -323,6 +353,12 @@ def _verify(root: Path, p: _Oracle, fsync: bool, seg: int) -> str | None:
         problems += [f"queue {q} lost" for q in sorted(p.queues_in - set(vh.queues))]
         problems += [f"deleted queue {q} is back" for q in sorted(p.queues_out & set(vh.queues))]
         problems += [f"exchange {x} lost" for x in sorted(p.exchanges_in - set(vh.exchanges))]
+        for name, definition in sorted(p.policies_in.items()):
+            pol = broker.policies.get("/", name)
+            if pol is None or pol.definition != definition:
+                problems.append(f"policy {name} lost: {pol}")
+        problems += [f"cleared policy {n} is back" for n in sorted(p.policies_out)
+                     if broker.policies.get("/", n) is not None]
         ch = broker.open_channel(vh, object(), _Output(None))  # type: ignore[arg-type]
         for q in sorted(vh.queues):
             seen: set[int] = set()

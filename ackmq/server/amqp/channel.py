@@ -98,7 +98,13 @@ class AMQPChannel:
         else:
             self.conn.write(encode_nack(self.number, delivery_tag, multiple, False))
 
-    def consumer_cancelled(self, consumer_tag: str) -> None:
+    @property
+    def cancel_notify(self) -> bool:
+        """The client takes basic.cancel from the broker (L7: a consumer timeout cancels
+        its consumer instead of closing the channel, RabbitMQ 4.3)."""
+        return bool(self.conn.client_capabilities.get("consumer_cancel_notify"))
+
+    def consumer_cancelled(self, consumer_tag: str, reason: str = "") -> None:
         if not self.conn.client_capabilities.get("consumer_cancel_notify"):
             return
         held = self.conn.held_cancels

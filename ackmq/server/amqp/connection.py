@@ -57,6 +57,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ackmq.connection")
 
+# the states read per frame, as module globals: an enum class attribute costs ~75 ns a
+# lookup on Python 3.11, a global ~15 (measured; the publish path reads two per event)
+_OPEN, _CLOSING, _CLOSED = S.OPEN, S.CLOSING, S.CLOSED
+_ENDING = (_CLOSING, _CLOSED)
+
 CHANNEL_MAX = 2047
 # A client that fails the handshake (tune-ok outside the limits) is not trusted: as
 # RabbitMQ, say nothing, wait this long, then drop the socket.
@@ -127,7 +132,7 @@ class AMQPConnection(ClientConnection):
         self.recv_cnt += 1
         if self.reading_paused and self.transport is not None:
             self.transport.pause_reading()  # the one read a heartbeat tick let through
-        if self.state == S.CLOSED:
+        if self.state == _CLOSED:
             return
         try:
             events = self.decoder.feed(data)
@@ -146,8 +151,8 @@ class AMQPConnection(ClientConnection):
     def _events(self, events: list[Any]) -> None:
         blocking = self.ctx.blocking  # U5: alarms change between reads, never within
         for ev in events:
-            if self.state in (S.CLOSING, S.CLOSED):
-                if self.state == S.CLOSING and isinstance(ev, Method) and ev.channel == 0:
+            if self.state in _ENDING:
+                if self.state == _CLOSING and isinstance(ev, Method) and ev.channel == 0:
                     self._closing_method(ev.method)
                 continue
             try:
@@ -193,7 +198,7 @@ class AMQPConnection(ClientConnection):
 
     # -- method dispatch ------------------------------------------------------------
     def _method(self, number: int, m: Any) -> None:
-        if self.state != S.OPEN:
+        if self.state != _OPEN:
             self._handshake(number, m)
             return
         if number == 0:
@@ -342,8 +347,9 @@ class AMQPConnection(ClientConnection):
 
     def _login(self, m: C.Connection.StartOk) -> str:
         """The user start-ok names, checked (403 with RabbitMQ's texts otherwise)."""
-        got = admission.sasl_login(self.ctx, m.mechanism, m.response, self.peer,
-                                   self._peer_user() if m.mechanism == "EXTERNAL" else None)
+        got = admission.counted(self.ctx.broker.stats, "amqp091", admission.sasl_login(
+            self.ctx, m.mechanism, m.response, self.peer,
+            self._peer_user() if m.mechanism == "EXTERNAL" else None))
         if not isinstance(got, Refusal):
             return got
         if m.mechanism == "EXTERNAL":  # U4: the verified client certificate names the user

@@ -110,3 +110,17 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str
     nargs(args, 2, "close_connection <connection name> <explanation>")
     close_connection(ctx, args[0], args[1])
     return {"ok": True}
+
+
+def trace(server: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str, Any]:
+    """trace_on [--lifecycle] / trace_off, with rabbitmqctl's answer (a vhost that does
+    not exist is answered the same, as RabbitMQ does)."""
+    from ackmq.server.tracing import trace_off, trace_on
+    if verb == "trace_on":
+        if args not in ([], ["lifecycle"]):
+            raise AccessError("usage: trace_on [-p <vhost>] [--lifecycle]", USAGE)
+        trace_on(server, vhost, lifecycle=bool(args))
+        return {"ok": True, "message": f"Trace enabled for vhost {vhost}"}
+    nargs(args, 0, "trace_off [-p <vhost>]")
+    trace_off(server, vhost)
+    return {"ok": True, "message": f"Trace disabled for vhost {vhost}"}

@@ -8,7 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import AccessError
-from ackmq.server.ctl import alarms, topology
+from ackmq.server.ctl import alarms, policies, topology
 from ackmq.server.ctl.errors import USAGE, nargs
 
 if TYPE_CHECKING:
@@ -124,8 +124,12 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str
     elif verb in ("list_items", "node_status", "purge_queue", "delete_queue",
                   "close_connection"):
         return topology.handle(ctx, verb, args, vhost)
+    elif verb in ("trace_on", "trace_off"):  # M9, S10
+        return topology.trace(ctx, verb, args, vhost)
     elif verb in ("set_vm_memory_high_watermark", "set_disk_free_limit", "alarms"):
         return alarms.handle(ctx, verb, args)
+    elif verb in policies.VERBS:
+        return policies.handle(ctx, verb, args, vhost)
     else:
         raise AccessError(f"unknown verb '{verb}'", USAGE)
     return ok

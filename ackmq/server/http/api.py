@@ -8,6 +8,7 @@ channel (ops.py); none of them touches a queue's internals.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import quote
 
@@ -49,6 +50,15 @@ def _vh(request: web.Request) -> Any:
     return server(request).broker.vhosts[vhost_arg(request)]
 
 
+def _vhost_to_write(request: web.Request) -> str:
+    """A PUT's or binding POST's vhost: RabbitMQ answers a missing one with 404
+    "not_found"/"vhost_not_found" there (a GET's is "Object Not Found")."""
+    name = request.match_info["vhost"]
+    if name not in server(request).broker.vhosts:
+        raise ops.OpError(404, "not_found", "vhost_not_found")
+    return vhost_arg(request)
+
+
 # -- queues --------------------------------------------------------------------------
 async def list_queues(request: web.Request) -> web.StreamResponse:
     if "vhost" in request.match_info:
@@ -78,7 +88,7 @@ async def get_queue(request: web.Request) -> web.Response:
 
 
 async def put_queue(request: web.Request) -> web.Response:
-    vhost = vhost_arg(request)
+    vhost = _vhost_to_write(request)
     name = request.match_info["name"]
     body = await body_object(request)
     args = body.get("arguments") or {}
@@ -92,8 +102,16 @@ async def put_queue(request: web.Request) -> web.Response:
             ch.vhost.declare_queue(name, False, durable, False, auto_delete, args, None,
                                    access=ch.access)
         except ReplyError as e:
-            raise ops.http_error(e) from None
+            raise ops.http_error(_from_json(e)) from None
     return no_content(204 if existed else 201)
+
+
+def _from_json(e: ReplyError) -> ReplyError:
+    """RabbitMQ's management API makes every JSON integer argument a 'long': its
+    inequivalent-argument text says so of the received value (the model names the
+    type an AMQP client would have sent)."""
+    e.text = re.sub(r"(received the value '-?\d+' of type )'signedint'", r"\1'long'", e.text)
+    return e
 
 
 async def delete_queue(request: web.Request) -> web.Response:
@@ -154,7 +172,7 @@ async def get_exchange(request: web.Request) -> web.Response:
 
 
 async def put_exchange(request: web.Request) -> web.Response:
-    vhost = vhost_arg(request)
+    vhost = _vhost_to_write(request)
     name = _xname(request)
     body = await body_object(request)
     args = body.get("arguments") or {}
@@ -231,10 +249,32 @@ def _between(vh: Any, src: str, kind: str, dest: str) -> list[dict[str, Any]]:
 
 
 async def pair_bindings(request: web.Request) -> web.Response:
-    return listing(request, _between(*_pair(request)))
+    try:
+        found = _between(*_pair(request))
+    except ops.OpError:  # an end missing: none between them, as RabbitMQ answers
+        vhost_arg(request)  # (a missing vhost is still a 404)
+        found = []
+    return listing(request, found)
+
+
+def _missing_end(request: web.Request) -> None:
+    """A binding POST's missing end as RabbitMQ names it (source first): 404
+    "not_found", "no exchange 'x' in vhost '/'"."""
+    vh = server(request).broker.vhosts[_vhost_to_write(request)]
+    src = _xname(request, "source")
+    dest = request.match_info["dest"]
+    is_queue = request.match_info["dtype"] == "q"
+    if not is_queue and dest == DEFAULT:
+        dest = ""
+    for kind, name, there in (("exchange", src, vh.exchanges),
+                              ("queue" if is_queue else "exchange", dest,
+                               vh.queues if is_queue else vh.exchanges)):
+        if name not in there:
+            raise ops.OpError(404, "not_found", f"no {kind} '{name}' in vhost '{vh.name}'")
 
 
 async def create_binding(request: web.Request) -> web.Response:
+    _missing_end(request)
     vh, src, kind, dest = _pair(request)
     body = await body_object(request)
     key = body.get("routing_key", "")
@@ -291,7 +331,7 @@ async def delete_binding(request: web.Request) -> web.Response:
 
 
 def register(app: web.Application) -> None:
-    from ackmq.server.http import api_access, api_defs, api_node
+    from ackmq.server.http import api_access, api_defs, api_node, api_policies
     r = app.router
     r.add_get("/api/queues", list_queues)
     r.add_get("/api/queues/{vhost}", list_queues)
@@ -319,3 +359,4 @@ def register(app: web.Application) -> None:
     api_access.register(app)
     api_node.register(app)
     api_defs.register(app)
+    api_policies.register(app)

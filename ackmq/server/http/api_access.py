@@ -13,6 +13,7 @@ from ackmq.broker.access import SHA256, AccessError, compile_check
 from ackmq.server.http.app import requires
 from ackmq.server.http.common import (
     body_object,
+    flag,
     listing,
     no_content,
     one,
@@ -21,6 +22,7 @@ from ackmq.server.http.common import (
     vhost_arg,
 )
 from ackmq.server.ops import OpError, bad_request, not_found
+from ackmq.server.tracing import trace_off, trace_on, tracing
 from ackmq.server.views import node_name, visible_vhosts
 
 
@@ -100,6 +102,8 @@ async def put_user(request: web.Request) -> web.Response:
     a = _access(request)
     name = request.match_info["user"]
     body = await body_object(request)
+    if "tags" not in body:  # RabbitMQ 3.10 asks for it ("" for none)
+        raise bad_request("tags_not_present")
     tags = parse_tags(body.get("tags"))
     existed = name in a.users
     if "password" in body:
@@ -138,7 +142,7 @@ def _vhost_json(srv: Any, name: str) -> dict[str, Any]:
     desc = meta.get("description", "")
     tags = list(meta.get("tags", []))
     return {"name": name, "description": desc, "tags": tags,
-            "metadata": {"description": desc, "tags": tags}, "tracing": False,
+            "metadata": {"description": desc, "tags": tags}, "tracing": tracing(srv, name),
             "default_queue_type": "undefined",
             "cluster_state": {node_name(): "running"},
             "messages": ready + unacked, "messages_details": {"rate": 0.0},
@@ -166,6 +170,8 @@ async def put_vhost(request: web.Request) -> web.Response:
     a = _access(request)
     name = request.match_info["vhost"]
     body = await body_object(request)
+    trace = flag(body["tracing"]) if "tracing" in body else None  # 400 before creating
+    lifecycle = flag(body.get("lifecycle"))
     created = _change(a.add_vhost, name)
     meta = a.vhosts[name]
     if "description" in body or "tags" in body:
@@ -173,6 +179,10 @@ async def put_vhost(request: web.Request) -> web.Response:
         meta["tags"] = parse_tags(body.get("tags", meta.get("tags", [])))
     if created:
         _change(a.set_permissions, user(request).name, name, ".*", ".*", ".*")
+    if trace:  # M9: the firehose, as RabbitMQ's PUT (S10: ackmq's "lifecycle" too)
+        trace_on(server(request), name, lifecycle=lifecycle)
+    elif trace is not None:
+        trace_off(server(request), name)
     return no_content(201 if created else 204)
 
 

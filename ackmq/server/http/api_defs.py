@@ -8,7 +8,9 @@ from aiohttp import web
 from ackmq.server import definitions
 from ackmq.server.http.app import json_response, requires
 from ackmq.server.http.common import body_json, no_content, server, vhost_arg
-from ackmq.server.ops import bad_request
+from ackmq.server.ops import OpError, bad_request
+
+NOT_PARSED = "failed_to_parse_json"  # RabbitMQ's reason here (elsewhere "not_json")
 
 
 def _download(request: web.Request, data: dict) -> web.Response:
@@ -39,9 +41,14 @@ async def post_definitions(request: web.Request) -> web.Response:
         try:
             defs = json.loads(raw)
         except ValueError:
-            raise bad_request("not_json") from None
+            raise bad_request(NOT_PARSED) from None
     else:
-        defs = await body_json(request)
+        try:
+            defs = await body_json(request)
+        except OpError as e:
+            if e.reason != "not_json":
+                raise
+            raise bad_request(NOT_PARSED) from None
     vhost = vhost_arg(request) if "vhost" in request.match_info else None
     try:
         done = definitions.import_(server(request), defs, vhost)

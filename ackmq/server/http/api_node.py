@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from ackmq.server import ops, views
+from ackmq.server.http import health
 from ackmq.server.http.app import json_response, public, requires
 from ackmq.server.http.common import listing, no_content, one, sees_all, server, user, vhost_arg
 from ackmq.server.http.sampler import SAMPLER_KEY, channel_message_stats, connection_rates
@@ -79,7 +80,7 @@ async def check_port(request: web.Request) -> web.Response:
 
 
 async def check_protocol(request: web.Request) -> web.Response:
-    proto = request.match_info["protocol"]
+    proto = health.normalize_protocol(request.match_info["protocol"])  # "amqp091": amqp
     ports = _ports(server(request))
     if proto in ports:
         return json_response({"status": "ok", "protocol": proto})
@@ -88,6 +89,28 @@ async def check_protocol(request: web.Request) -> web.Response:
 
 
 async def check_ok(request: web.Request) -> web.Response:
+    return json_response({"status": "ok"})
+
+
+async def check_certificates(request: web.Request) -> web.Response:
+    """503 when a TLS listener's certificate expires within the window (RabbitMQ's)."""
+    try:
+        window = health.expiration_window(request.match_info["within"],
+                                          request.match_info["unit"])
+    except ValueError as e:
+        return json_response({"error": "bad_request", "reason": str(e)}, 400)
+    srv = server(request)
+    expired = health.expiring(srv.config, views.listeners(srv), window)
+    if expired:
+        return _failed({"reason": "Certificates expiring", "expired": expired})
+    return json_response({"status": "ok"})
+
+
+async def check_node(request: web.Request) -> web.Response:
+    """The deprecated /api/healthchecks/node[/{node}] of RabbitMQ 3.10 (a node is
+    healthy when it answers; another node's name is a 404)."""
+    if request.match_info.get("node", views.node_name()) != views.node_name():
+        raise ops.not_found()
     return json_response({"status": "ok"})
 
 
@@ -195,7 +218,7 @@ async def auth_settings(request: web.Request) -> web.Response:
 
 
 async def none_here(request: web.Request) -> web.Response:
-    """Policies, operator policies, runtime parameters: ackmq has none (vhost limits
+    """Runtime parameters: ackmq has none (policies are api_policies.py's; vhost limits
     are under /api/vhost-limits), so their listings are empty, never a 404 that would
     break a tool listing everything."""
     if "vhost" in request.match_info:
@@ -206,11 +229,8 @@ async def none_here(request: web.Request) -> web.Response:
 def register(app: web.Application) -> None:
     r = app.router
     r.add_get("/api/auth", auth_settings)
-    for path in ("/api/policies", "/api/operator-policies", "/api/parameters",
-                 "/api/global-parameters"):
+    for path in ("/api/parameters", "/api/global-parameters"):  # policies: api_policies
         r.add_get(path, none_here)
-    r.add_get("/api/policies/{vhost}", none_here)
-    r.add_get("/api/operator-policies/{vhost}", none_here)
     r.add_get("/api/overview", overview)
     r.add_get("/api/whoami", whoami)
     r.add_get("/api/cluster-name", cluster_name)
@@ -223,7 +243,9 @@ def register(app: web.Application) -> None:
     r.add_get(h + "port-listener/{port}", check_port)
     r.add_get(h + "protocol-listener/{protocol}", check_protocol)
     r.add_get(h + "virtual-hosts", check_ok)
-    r.add_get(h + "certificate-expiration/{within}/{unit}", check_ok)
+    r.add_get(h + "certificate-expiration/{within}/{unit}", check_certificates)
+    r.add_get("/api/healthchecks/node", check_node)
+    r.add_get("/api/healthchecks/node/{node}", check_node)
     r.add_get(h + "node-is-quorum-critical", check_single_node)
     r.add_get(h + "node-is-mirror-sync-critical", check_single_node)
     r.add_get("/api/aliveness-test/{vhost}", aliveness)

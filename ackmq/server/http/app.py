@@ -114,8 +114,9 @@ def authenticate(server: HttpContext, request: web.Request) -> Any:
     a failed login is 401 "not_authorized"/"Login failed" (RabbitMQ's spelling there)."""
     name, password = _credentials(request)
     peer = request.transport.get_extra_info("peername") if request.transport else None
-    got = admission.password_login(server.access, server.config.loopback_users, name,
-                                   password, peer or ("", 0))  # no peer: not loopback
+    got = admission.counted(server.broker.stats, "http", admission.password_login(
+        server.access, server.config.loopback_users, name, password,
+        peer or ("", 0)))  # no peer: not loopback
     if isinstance(got, admission.Refusal):
         if got.kind == admission.LOOPBACK_ONLY:  # guest, from afar
             raise _Refused(error(401, "not_authorised", "User can only log in via localhost"))

@@ -159,6 +159,8 @@ def collect(server: HttpContext, per_object: bool) -> Iterator[Metric]:
                             value=sum(q.consumer_count for q in queues))
     yield GaugeMetricFamily("rabbitmq_queues", "Queues available", value=len(queues))
     yield from _queue_metrics(queues, per_object)
+    from ackmq.server.http.metrics_detailed import object_families
+    yield from object_families(server, per_object)  # connections, channels (M8)
     yield _delayed(server)
 
     # -- message counters, per protocol (rabbit_global_counters) ------------------------
@@ -334,6 +336,7 @@ class PrometheusListener:
         papp[SERVER_KEY] = self.server
         papp.router.add_get("/metrics", metrics)
         papp.router.add_get("/metrics/per-object", metrics_per_object)
+        papp.router.add_get("/metrics/detailed", metrics_detailed)
         runner = web.AppRunner(papp, access_log=None, handle_signals=False)
         await runner.setup()
         host = self.server.config.host or None
@@ -357,6 +360,8 @@ class PrometheusListener:
             self._runner = None
 
 
+from ackmq.server.http.metrics_detailed import metrics_detailed  # noqa: E402
+
 PROMETHEUS_KEY: web.AppKey[PrometheusListener] = web.AppKey("ackmq_prometheus",
                                                               PrometheusListener)
 
@@ -364,6 +369,7 @@ PROMETHEUS_KEY: web.AppKey[PrometheusListener] = web.AppKey("ackmq_prometheus",
 def register(app: web.Application) -> None:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/metrics/per-object", metrics_per_object)
+    app.router.add_get("/metrics/detailed", metrics_detailed)
     prom = app[PROMETHEUS_KEY] = PrometheusListener(app[SERVER_KEY])
     app.on_startup.append(prom.start)
     app.on_cleanup.append(prom.stop)

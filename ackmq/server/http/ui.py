@@ -402,7 +402,8 @@ async def admin_page(request: web.Request) -> web.Response:
             + "<h2>Permissions</h2>" + table(["User", "Vhost", "Configure", "Write", "Read"],
                                              perms, "permissions")
             + "<h2>Topic permissions</h2>" + table(["User", "Vhost", "Exchange", "Write",
-                                                    "Read"], topics, "topic-permissions"))
+                                                    "Read"], topics, "topic-permissions")
+            + '<h2><a href="/policies" id="policies-link">Policies</a></h2>')
     return _render(request, "Users, virtual hosts, permissions", "/admin", live)
 
 
@@ -513,7 +514,7 @@ def _get(request: web.Request, q: Any, data: Any) -> str:
         return '<p class="flash" id="got">Queue is empty</p>'
     parts = []
     for i, m in enumerate(got, 1):
-        props = m["properties"]
+        props = m["properties"] or {}
         shown = ", ".join(f"{k}: {v}" for k, v in props.items() if k != "headers")
         parts.append(table(["Message", str(i)], [
             ["Exchange", e(m["exchange"] or "(AMQP default)")],
@@ -580,4 +581,11 @@ def register(app: web.Application) -> None:
     app.router.add_get("/exchanges", exchanges_page)
     app.router.add_get("/admin", admin_page)
     app.router.add_get("/static/{file}", static)
+    from ackmq.server.http import ui_policies
+    ui_policies.register(app)
+
+
+# what the policies page (ui_policies.py) shares: the page frame, the form checks
+render, same_origin, back, user_vhosts, ui_server = _render, _same_origin, _back, _vhosts, \
+    _server
 

@@ -16,6 +16,8 @@ from ackmq.broker import stream_args
 from ackmq.broker.access import READ
 from ackmq.broker.arguments import DELIVERY_COUNT_ARG, SEQ_ARG
 from ackmq.broker.errors import ReplyError
+from ackmq.broker.queue_type import RETURN
+from ackmq.broker.retry import RETRY_ARGS
 from ackmq.protocol.stomp import Destination, Frame
 from ackmq.protocol.stomp.destinations import (
     AMQQUEUE,
@@ -41,6 +43,8 @@ QUEUE_ARGUMENTS = {"x-dead-letter-exchange": str, "x-dead-letter-routing-key": s
                    "x-delivery-limit": int}
 # SUBSCRIBE headers passed on as consume arguments: ackmq's opt-in delivery headers
 CONSUMER_ARGUMENTS = (SEQ_ARG, DELIVERY_COUNT_ARG)
+# ... and the subscription's own timeout and back-off (L6, L7): numbers, in header text
+TIMING_ARGUMENTS = ("x-consumer-timeout", *RETRY_ARGS)
 
 
 class Subscription:
@@ -67,6 +71,7 @@ class Subscriptions:
 
     channel: ChannelModel | None
     subs: dict[str, Subscription]  # by consumer tag
+    timed_out: set[str]  # L7: subscriptions a consumer timeout ended
     reply_queues: dict[str, str]  # temp-queue id -> queue name
     version: str | None
     session: str
@@ -118,6 +123,7 @@ class Subscriptions:
         assert ch is not None
         queue = self._source_queue(dest, h, sub_id, durable)
         args: dict[str, Any] = {k: h[k] for k in CONSUMER_ARGUMENTS if k in h}
+        args.update((k, _number(h[k])) for k in TIMING_ARGUMENTS if k in h)
         try:  # R2 over STOMP, as RabbitMQ's plugin
             offset = stream_args.from_stomp(h.get("x-stream-offset"))
         except ValueError:
@@ -251,7 +257,7 @@ class Subscriptions:
         if consumer is not None:  # its unacked deliveries go back now, not at disconnect
             mine = ch.unacked_of(tag)
             if mine:
-                ch.settle("requeue", ch.take_for_consumer(tag, mine[-1], True))
+                ch.settle(RETURN, ch.take_for_consumer(tag, mine[-1], True))
         if sub.dest is not None and sub.dest.kind == TOPIC and \
                 (h.get("durable") == "true" or h.get("persistent") == "true"):
             q = ch.vhost.queues.get(sub.queue)
@@ -277,6 +283,8 @@ class Subscriptions:
                            f"{quoted(cmd)} must include a valid {quoted(header)} header\n")
         ctag, session, tag = parts[0], parts[1], int(parts[2])
         sub = self.subs.get(ctag)
+        if sub is None and ctag in self.timed_out and session == self.session:
+            return  # L7: its messages went back to the queue when it timed out
         if sub is None or session != self.session:
             raise Refused("Subscription not found",
                            f"Message with id {quoted(ack_id)} has no subscription\n")
@@ -303,3 +311,14 @@ class Subscriptions:
         # has no dead-letter exchange of its own
         fallback = ACTIVEMQ_DLQ if sub.dest is not None and sub.dest.activemq else None
         ch.nack_with_limit(taken, requeue, fallback, STOMP_DELIVERY_LIMIT)
+
+
+def _number(text: str) -> int | float | str:
+    """A header's number as the consume argument it stands for; anything else stays
+    text, for the argument's check to refuse (406 -> ERROR)."""
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text

@@ -1,0 +1,180 @@
+"""L6 redelivery back-off kept by the broker: a requeued message waits out its delay
+beside its queue, not in a consumer's prefetch, then returns to its place in the ready
+list (RabbitMQ 4.3's quorum-queue "delayed retry", with LavinMQ's multiplier).
+
+Arguments (queue arguments, or basic.consume arguments that override the queue's for
+the messages that consumer requeues):
+
+    x-delayed-retry-type        disabled | all | failed | returned
+                                (failed: nack/reject with requeue; returned: channel or
+                                connection closed, basic.recover, consumer timeout;
+                                absent with a min: all)
+    x-delayed-retry-min         ms before the first redelivery (> 0 enables)
+    x-delayed-retry-max         ms cap on one delay (absent: no cap)
+    x-delayed-retry-multiplier  absent: linear, min * n (RabbitMQ 4.3); m >= 1:
+                                min * m ** (n - 1) (ActiveMQ's exponential back-off)
+
+n is the message's delivery count after this return (1 for the first redelivery, the
+value `x-delivery-count` carries). A requeued persistent message is already on disk in
+its queue: the wait is in memory only, one heap and one timer per queue; after a
+restart every such message is ready at once.
+"""
+
+from __future__ import annotations
+
+import decimal
+import heapq
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ackmq.broker.message import QueueEntry
+
+TYPE_ARG = "x-delayed-retry-type"
+MIN_ARG = "x-delayed-retry-min"
+MAX_ARG = "x-delayed-retry-max"
+MULTIPLIER_ARG = "x-delayed-retry-multiplier"
+RETRY_ARGS = (TYPE_ARG, MIN_ARG, MAX_ARG, MULTIPLIER_ARG)
+RETRY_TYPES = ("disabled", "all", "failed", "returned")
+MAX_DELAY_MS = 2**32 - 1  # ~49.7 days: any one delay is capped there
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """One back-off rule: which returns it delays and by how much."""
+
+    kind: str  # "all", "failed" or "returned"
+    min_ms: int
+    max_ms: int | None
+    multiplier: float | None  # None: linear
+
+    def delay_ms(self, count: int, failed: bool) -> int:
+        """The wait before redelivery number `count`; 0 when this return is not delayed."""
+        if self.kind != "all" and (self.kind == "failed") != failed:
+            return 0
+        n = max(1, count)
+        d: float
+        if self.multiplier is None:
+            d = self.min_ms * n
+        else:
+            m = self.multiplier
+            if m <= 1:
+                d = self.min_ms
+            elif (n - 1) * math.log(m) >= math.log(MAX_DELAY_MS / self.min_ms):
+                d = MAX_DELAY_MS  # m ** (n - 1) would overflow a float soon after
+            else:
+                d = self.min_ms * m ** (n - 1)
+        if self.max_ms is not None and d > self.max_ms:
+            d = self.max_ms
+        return int(min(d, MAX_DELAY_MS))
+
+
+def _num(v: Any) -> float | None:
+    """An AMQP number: int, double, or decimal (pika sends a Decimal for 1.5)."""
+    if isinstance(v, decimal.Decimal):
+        return float(v)
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def backoff_of(args: dict[str, Any]) -> Backoff | None:
+    """The rule named by `args` (checked at declare/consume), None when off."""
+    if not args or MIN_ARG not in args:
+        return None
+    from ackmq.broker.arguments import as_text  # arguments.py imports this module
+    kind = as_text(args.get(TYPE_ARG)) or "all"
+    lo = _num(args.get(MIN_ARG))
+    if kind == "disabled" or lo is None or lo <= 0:
+        return None
+    hi = _num(args.get(MAX_ARG))
+    mult = _num(args.get(MULTIPLIER_ARG))
+    return Backoff(kind, int(lo), None if hi is None else int(hi),
+                   None if mult is None else float(mult))
+
+
+def check_retry_argument(key: str, v: Any, args: dict[str, Any]) -> str | None:
+    """RabbitMQ's style of complaint for one back-off argument, None when fine."""
+    from ackmq.broker.arguments import as_text, type_name  # it imports this module
+    if key == TYPE_ARG:
+        s = as_text(v)
+        if s is None:
+            return f"{{unacceptable_type,{type_name(v)}}}"
+        return None if s in RETRY_TYPES else "invalid_delayed_retry_type"
+    if key == MULTIPLIER_ARG:
+        n = _num(v)
+        if n is None:
+            return f"{{unacceptable_type,{type_name(v)}}}"
+        if not math.isfinite(n):
+            return f"{{value_not_finite,{v}}}"
+        return f"{{value_too_small,{v}}}" if n < 1 else None
+    if not isinstance(v, int) or isinstance(v, bool):
+        return f"{{unacceptable_type,{type_name(v)}}}"
+    if v < 0:
+        return f"{{value_negative,{v}}}"
+    if v > MAX_DELAY_MS:
+        return f"{{value_too_large,{v}}}"
+    if key == MAX_ARG:
+        lo = args.get(MIN_ARG)
+        if isinstance(lo, int) and not isinstance(lo, bool) and v < lo:
+            return f"{{max_less_than_min,{v},{lo}}}"
+    return None
+
+
+class RetryHeap:
+    """A queue's messages waiting out their back-off, soonest first: O(log n) a push,
+    one loop timer for the soonest, nothing done per message until it is due.
+    `release` takes the due entries (in due order) back into the queue."""
+
+    __slots__ = ("_heap", "_n", "_timer", "_due", "_scheduler", "_release")
+
+    def __init__(self, scheduler: Any, release: Callable[[list[QueueEntry]], None]) -> None:
+        self._heap: list[tuple[float, int, QueueEntry]] = []
+        self._n = 0  # tie-break: equal due times leave in the order they came
+        self._timer: Any = None
+        self._due: float | None = None
+        self._scheduler = scheduler
+        self._release = release
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, entry: QueueEntry, delay_ms: int) -> None:
+        due = time.monotonic() + delay_ms / 1000.0
+        self._n += 1
+        heapq.heappush(self._heap, (due, self._n, entry))
+        self._arm()
+
+    def _arm(self) -> None:
+        if not self._heap:
+            return
+        due = self._heap[0][0]
+        if self._due is not None and self._due <= due:
+            return  # the timer already fires no later
+        if self._timer is not None:
+            self._timer.cancel()
+        self._due = due
+        self._timer = self._scheduler.call_later(max(0.0, due - time.monotonic()), self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._due = None
+        now = time.monotonic()
+        heap = self._heap
+        out = []
+        while heap and heap[0][0] <= now:
+            out.append(heapq.heappop(heap)[2])
+        if out:
+            self._release(out)
+        self._arm()
+
+    def clear(self) -> list[QueueEntry]:
+        """Stop the timer; the entries still waiting (purge, delete)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._due = None
+        out = [e for _due, _n, e in self._heap]
+        self._heap.clear()
+        return out
