@@ -53,7 +53,7 @@ ALL_TYPE_ARGS = frozenset(CLASSIC_ARGS + QUORUM_ARGS + STREAM_ARGS)
 # RabbitMQ's: a delivery limit on every such queue (D10), the consumer timeout (H2), the
 # opt-in delivery headers
 ACKMQ_ARGS = ("x-delivery-limit", "x-consumer-timeout", SEQ_ARG, DELIVERY_COUNT_ARG,
-              *RETRY_ARGS)
+              *RETRY_ARGS, "x-delayed-delivery")  # last: delays (delayed.py)
 # the master locators a classic queue starts with; RabbitMQ 3.10 crashes on others
 MASTER_LOCATORS = ("min-masters", "client-local", "random")
 LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
@@ -80,7 +80,7 @@ def equivalence_keys(qtype: str) -> tuple[str, ...]:
 
 
 QUEUE_EQUIVALENCE_KEYS = equivalence_keys("classic")
-EXCHANGE_EQUIVALENCE_KEYS = ("alternate-exchange",)
+EXCHANGE_EQUIVALENCE_KEYS = ("alternate-exchange", "x-delayed-delivery")  # 2nd: ackmq's
 
 
 def type_name(v: Any) -> str:
@@ -299,7 +299,8 @@ _ACKMQ_CHECKS = (
     (SEQ_ARG, _bool),
     (DELIVERY_COUNT_ARG, _bool),
     ("x-message-deduplication", _bool),  # the message-deduplication plugin's (dedup.py)
-    *((k, lambda v, a, k=k: check_retry_argument(k, v, a)) for k in RETRY_ARGS),  # L6
+    ("x-delayed-delivery", _bool),  # x-delay honoured on any route to it (delayed.py)
+    *((k, lambda v, a, k=k: check_retry_argument(k, v, a)) for k in RETRY_ARGS),  # L6 (last)
 )
 # ackmq's own basic.consume arguments on classic and quorum queues: the consumer's
 # timeout (L7) and back-off (L6), which override the queue's

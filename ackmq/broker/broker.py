@@ -12,7 +12,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ackmq.broker import scheduled
 from ackmq.broker.channel import ChannelModel
+from ackmq.broker.delayed import HOLDER_PREFIX
 from ackmq.broker.errors import NOT_ALLOWED, HardError
 from ackmq.broker.exchange import EXCHANGE_CLASSES
 from ackmq.broker.policy import PolicyBook
@@ -118,6 +120,8 @@ class BrokerModel:
         self.epoch = rec.epoch
         store, self.store = self.store, None  # recovery must not write back
         skipped: set[str] = set()
+        orphans: list[str] = []
+        holders: list[tuple[VHost, str, str]] = []
 
         def where(stored: str) -> tuple[VHost | None, str]:
             vname, name = split(stored)
@@ -137,9 +141,21 @@ class BrokerModel:
                 vh, name = where(qd.name)
                 if vh is None:
                     continue
+                if name.startswith(HOLDER_PREFIX):  # a timer store (broker/delayed.py)
+                    holders.append((vh, name, qd.name))
+                    continue
                 q = vh.declare_queue(name, False, True, False, qd.auto_delete, qd.arguments,
                                      None, check=False)
                 q.persistent_store = store if vh.name == "/" else VHostStore(store, vh.name)
+            for vh, name, stored in holders:  # once their owners exist
+                timers = vh.hidden.get(name)
+                if timers is None and name == scheduled.STORE_NAME:
+                    timers = scheduled.store_of(vh)
+                if timers is None:
+                    orphans.append(stored)
+                else:
+                    timers.persistent_store = store if vh.name == "/" else \
+                        VHostStore(store, vh.name)
             for b in rec.bindings:
                 vh, source = where(b.source)
                 if vh is None or source not in vh.exchanges:
@@ -153,11 +169,17 @@ class BrokerModel:
             for qname in list(rec.messages):
                 msgs = rec.messages.pop(qname)
                 vh, name = where(qname)
-                held = vh.queues.get(name) if vh is not None else None
+                held = None if vh is None else vh.queues.get(name) or vh.hidden.get(name)
                 if held is not None:
                     count += self._restore_queue(held, msgs)
         finally:
             self.store = store
+        for orphan in orphans:  # its exchange was deleted before its timer store
+            store.delete_queue(orphan)
+        for vh in self.vhosts.values():
+            for timers in vh.hidden.values():
+                if timers.persistent_store is None:
+                    timers.save()  # type: ignore[attr-defined]
         if skipped:
             log.warning("stored definitions of deleted vhosts %s were not recovered",
                         sorted(skipped))
@@ -182,6 +204,9 @@ class BrokerModel:
         for x in list(vh.exchanges.values()):
             if x.name and not x.name.startswith("amq.") and vh.exchanges.get(x.name) is x:
                 vh._remove_exchange(x)
+        for timers in list(vh.hidden.values()):  # the vhost's STOMP schedules
+            timers.destroy()
+        vh.hidden.clear()
 
     def _restore_queue(self, q: Queue, msgs: QueuedMessages) -> int:
         """Messages of one recovered queue: the first few thousand are read back now; the

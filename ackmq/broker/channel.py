@@ -33,6 +33,7 @@ from ackmq.broker.errors import (
 )
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue_type import ACK, RECOVER, REJECT, REQUEUE, RETURN, Queue
+from ackmq.broker.scheduled import store_of
 from ackmq.broker.stats import MessageStats, ProtocolStats
 from ackmq.broker.vhost import REPLY_TO
 from ackmq.protocol.amqp.properties import FLAGS, PropertiesView, properties_edit
@@ -182,7 +183,9 @@ class ChannelModel:
 
     # -- publish --------------------------------------------------------------------
     def basic_publish(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool,
-                      properties: bytes, body: bytes) -> None:
+                      properties: bytes, body: bytes, scheduled: bool = False) -> None:
+        """`scheduled`: held by the vhost's scheduled store and routed when due
+        (STOMP's AMQ_SCHEDULED_* headers, broker/scheduled.py)."""
         if immediate:
             raise HardError(NOT_IMPLEMENTED, "immediate=true")
         if len(routing_key) > 63:  # only STOMP and HTTP can send more than a shortstr
@@ -220,7 +223,7 @@ class ChannelModel:
             return
         confirms = self.confirms
         seq = confirms.publish() if confirms is not None else 0
-        stored, refused = self._enqueue(x, msg, mandatory)
+        stored, refused = self._enqueue(x, msg, mandatory, scheduled)
         if confirms is not None:
             if self.vhost.trace is not None:
                 self.vhost.trace.confirm_owed(self, seq, x, msg, stored, refused)
@@ -236,11 +239,13 @@ class ChannelModel:
                 stats.confirmed += 1
             self.broker.mark_dirty(self)
 
-    def _enqueue(self, x: Any, msg: Message, mandatory: bool) -> tuple[bool, bool]:
+    def _enqueue(self, x: Any, msg: Message, mandatory: bool,
+                 scheduled: bool = False) -> tuple[bool, bool]:
         """Route and hand to queues: (written to the store?, refused by a queue?)."""
-        queues = self.vhost.route(x, msg)
-        if self.vhost.trace is not None:
-            self.vhost.trace.published(self, x, msg, queues)
+        queues: list[Queue] = [store_of(self.vhost)] if scheduled else \
+            self.vhost.route(x, msg)
+        if self.vhost.trace is not None:  # a timer store is no routed queue (yet)
+            self.vhost.trace.published(self, x, msg, [q for q in queues if not q.hidden])
         x.stat_in += 1  # the exchange's publish_in and publish_out (management API)
         if not queues:
             if mandatory:

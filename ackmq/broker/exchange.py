@@ -75,6 +75,13 @@ class Exchange:
     def _removed(self, b: Binding) -> None:
         pass
 
+    def declared(self, vhost: Any) -> None:
+        """Made by `vhost` (a declare or recovery): a delaying exchange makes its timer
+        store here (broker/delayed.py)."""
+
+    def removed(self) -> None:
+        """Deleted from its vhost (after its bindings)."""
+
     @staticmethod
     def validate(args: dict[str, Any]) -> None:
         """A new exchange's type-specific arguments (RabbitMQ's exchange-type `validate`):

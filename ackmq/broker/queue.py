@@ -25,6 +25,7 @@ from ackmq.broker.arguments import (
 )
 from ackmq.broker.consumer import Consumer
 from ackmq.broker.dedup import QUEUE_ARG, DedupExchange, QueueIds, message_id
+from ackmq.broker.delayed import delay_ms
 from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue_type import ACK, QUEUE_TYPES, REJECT, REQUEUE, Queue
 from ackmq.broker.readylist import ReadyList
@@ -163,6 +164,8 @@ class ClassicQueue(Queue):
     def publish(self, message: Message) -> bool:
         """Take a message; False when refused (x-overflow=reject-publish, P6). A duplicate
         (x-message-deduplication) is taken and dropped: True, so it is confirmed."""
+        if self.timers is not None and delay_ms(message) > 0:
+            return self.timers.publish(message)  # x-delayed-delivery (broker/delayed.py)
         key = None
         ids = self.dedup
         if ids is not None:

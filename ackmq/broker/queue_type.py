@@ -68,6 +68,9 @@ class Queue:
     # dead-lettering keeps these defaults
     dlx: str | None = None
     dlrk: str | None = None
+    # a queue with x-delayed-delivery: its timer store (broker/delayed.py), else None
+    timers: Any = None
+    hidden = False  # a timer store (broker/delayed.py): in no listing, no trace
 
     if TYPE_CHECKING:  # every type is made so (VHost.declare_queue, reply_queue)
         def __init__(self, vhost: VHost, name: str, durable: bool = False,

@@ -58,6 +58,9 @@ class BaseProducer:
               ) -> OutboundMessage:
         if isinstance(body, OutboundMessage):
             return body
+        if "delivery_delay" in props:
+            props = dict(props)
+            headers = self._delayed(headers, props.pop("delivery_delay"))
         if message_id is None:
             message_id = self._id_prefix + str(next_id())
             if headers is None and not props and type(body) is bytes:
@@ -69,6 +72,21 @@ class BaseProducer:
         return OutboundMessage.build(body, self.exchange, self.routing_key, self.mandatory,
                                      message_id, headers=headers, persistent=persistent,
                                      **props)
+
+    def _delayed(self, headers: dict[str, Any] | None, delay: float | None
+                 ) -> dict[str, Any] | None:
+        """JMS 2.0 setDeliveryDelay: `delivery_delay` seconds, sent as the `x-delay`
+        header (ms), which ackmq honours when the queue (or the exchange) opts in with
+        `x-delayed-delivery: true` (docs/delays.md). RabbitMQ would deliver at once, so
+        the client refuses rather than deliver early."""
+        if not delay:
+            return headers
+        if delay < 0:
+            raise ClientError(f"delivery_delay must be >= 0, got {delay}")
+        if self.session.conn.broker_is_ackmq is False:
+            raise ClientError("delivery_delay needs ackmq: RabbitMQ without the delayed-"
+                              "message exchange would deliver the message at once")
+        return {**(headers or {}), "x-delay": round(delay * 1000)}
 
     def publish_now(self, msg: OutboundMessage, failed: list | None) -> Any:
         s = self.session

@@ -47,7 +47,7 @@ LISTS: dict[str, tuple[str, str, list[str], dict[str, Callable[[Item], Any]]]] =
     "list_exchanges": ("exchanges", "Listing exchanges for vhost {vhost} ...", ["name", "type"],
                        {k: _get(k) for k in ("name", "type", "durable", "auto_delete",
                                              "internal", "arguments", "vhost",
-                                             "policy")}),
+                                             "policy", "messages_delayed")}),  # L8: the plugin's
     "list_bindings": ("bindings", "Listing bindings for vhost {vhost}...",
                       ["source_name", "source_kind", "destination_name", "destination_kind",
                        "routing_key", "arguments"],

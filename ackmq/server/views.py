@@ -277,6 +277,9 @@ def exchange(vhost: str, x: Any, message_stats: dict[str, Any] | None = None
         out["policy"] = x.policy
     if message_stats:
         out["message_stats"] = message_stats
+    delayed = getattr(x, "messages_delayed", None)  # the delayed-message plugin's key (L8)
+    if delayed is not None:
+        out["messages_delayed"] = delayed
     return out
 
 

@@ -161,6 +161,7 @@ def collect(server: HttpContext, per_object: bool) -> Iterator[Metric]:
     yield from _queue_metrics(queues, per_object)
     from ackmq.server.http.metrics_detailed import object_families
     yield from object_families(server, per_object)  # connections, channels (M8)
+    yield _delayed(server)
 
     # -- message counters, per protocol (rabbit_global_counters) ------------------------
     stats = server.broker.stats
@@ -192,6 +193,19 @@ def collect(server: HttpContext, per_object: bool) -> Iterator[Metric]:
     yield CounterMetricFamily("ackmq_store_failed_commits",
                               "Store commits that failed (their publishes were nacked)",
                               value=server.broker.store_failures)
+
+
+def _delayed(server: HttpContext) -> Metric:
+    """Messages waiting in delaying exchanges (L8; the plugin's messages_delayed)."""
+    fam = GaugeMetricFamily("ackmq_exchange_messages_delayed", "Messages waiting in a "
+                            "delaying exchange until their x-delay is due",
+                            labels=["vhost", "exchange"])
+    for vh in server.broker.vhosts.values():
+        for x in vh.exchanges.values():
+            n = getattr(x, "messages_delayed", None)
+            if n is not None:
+                fam.add_metric([vh.name, x.name], n)
+    return fam
 
 
 def _queue_metrics(queues: list[Any], per_object: bool) -> Iterable[Metric]:

@@ -364,14 +364,16 @@ async def exchanges_page(request: web.Request) -> web.Response:
         for name, x in sorted(vh.exchanges.items()):
             feats = " ".join(f for f, on in (("D", x.durable), ("AD", x.auto_delete),
                                              ("I", x.internal)) if on)
+            delayed = getattr(x, "messages_delayed", None)  # L8
             xs.append([e(v), e(name or "(AMQP default)"), e(x.type), e(feats),
-                       e(x.arguments or ""), num(len(x.bindings))])
+                       e(x.arguments or ""), num(len(x.bindings)),
+                       "" if delayed is None else num(delayed)])
             for b in x.bindings.values():
                 d = b.destination
                 kind = "exchange" if hasattr(d, "bindings") else "queue"
                 bs.append([e(v), e(name), e(kind), e(d.name), e(b.routing_key),
                            e(b.arguments or "")])
-    live = (table(["Vhost", "Name", "Type", "Features", "Arguments", "Bindings"], xs,
+    live = (table(["Vhost", "Name", "Type", "Features", "Arguments", "Bindings", "Delayed"], xs,
                   "exchanges")
             + "<h2>Bindings</h2>"
             + table(["Vhost", "Source", "Destination type", "Destination", "Routing key",

@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ackmq.broker import scheduled
 from ackmq.broker.access import ChannelAccess
 from ackmq.broker.errors import ReplyError
 from ackmq.protocol.stomp import (
@@ -307,9 +308,13 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
             self._declare_queue(dest.name, headers, durable=True)
         exchange, routing_key = dest.routing()
         props = properties_from_headers(headers)
+        try:  # ActiveMQ's AMQ_SCHEDULED_* (L5): held by the vhost's scheduled store
+            later = scheduled.parse(headers) is not None
+        except scheduled.ScheduleError as e:
+            raise Refused("Bad header", f"{e}\n") from None
         own = Receipt(receipt, f"SEND to '{text}'") if receipt is not None else None
         if own is None and group is None:
-            ch.basic_publish(exchange, routing_key, False, False, props, f.body)
+            ch.basic_publish(exchange, routing_key, False, False, props, f.body, later)
             return
         if ch.confirms is None:
             ch.confirm_select()
@@ -318,7 +323,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         # a topic with no subscriber is normal pub/sub; anything else unroutable is an error
         mandatory = dest.kind != TOPIC
         self._returned = False
-        ch.basic_publish(exchange, routing_key, mandatory, False, props, f.body)
+        ch.basic_publish(exchange, routing_key, mandatory, False, props, f.body, later)
         if self._returned:
             raise Refused("Unroutable message",
                            f"SEND to '{text}' reached no queue: the message was dropped\n")
