@@ -45,7 +45,7 @@ from pyspark.sql.streaming.datasource import (
 
 from ackmq.spark.amqp import Delivery, QueueConsumer
 from ackmq.spark.schema import SCHEMA_DDL, message_id_of, prepare_row, seq_of, to_arrow
-from ackmq.spark.staging import Staged, StagingDir, read_rows
+from ackmq.spark.staging import Staged, StagingDir, from_ipc, read_table, to_ipc
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 _TRACE = os.environ.get("ACKMQ_SPARK_TRACE")
@@ -69,12 +69,26 @@ def default_staging(url: str, queue: str) -> str:
     return os.path.join(tempfile.gettempdir(), "ackmq-spark", key)
 
 
-class StagedPartition(InputPartition):
-    """Rows [row_from, row_to) of one staged batch file."""
+#: a read task carries its rows (S7); Spark refuses a task over spark.rpc.message.maxSize
+#: (128 MiB) and a batch of big messages is split into more tasks to stay well below it
+MAX_TASK_BYTES = 32 << 20
 
-    def __init__(self, path: str, row_from: int, row_to: int) -> None:
-        super().__init__((path, row_from, row_to))
-        self.path, self.row_from, self.row_to = path, row_from, row_to
+
+class StagedPartition(InputPartition):
+    """Rows [row_from, row_to) of the staged batch that starts at offset `begin`, carried
+    in the partition itself as Arrow IPC bytes: executors need no file the driver wrote,
+    so the source runs on a cluster whose executors share no disk with the driver."""
+
+    def __init__(self, begin: int, row_from: int, row_to: int, data: bytes) -> None:
+        super().__init__((begin, row_from, row_to))
+        self.data = data
+
+
+def split_rows(rows: int, nbytes: int, wanted: int) -> int:
+    """Read tasks for a batch: `wanted` (numPartitions), fewer for a small batch (one per
+    1,000 rows), more when the rows would make a task bigger than MAX_TASK_BYTES."""
+    k = max(1, min(wanted, math.ceil(rows / 1000)))
+    return max(1, min(rows, max(k, math.ceil(nbytes / MAX_TASK_BYTES))))
 
 
 class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -95,6 +109,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                   or default_staging(self.url, self.queue))
         self._consumer: QueueConsumer | None = None
         self._staged: OrderedDict[int, tuple[int, list[Delivery], list[str]]] = OrderedDict()
+        self._tables: dict[int, Any] = {}  # begin -> the staged batch's Arrow table
         self._window: set[str] | None = None
         self._window_files: list[tuple[Staged, int]] = []
         self._remaining: int | None = None  # Trigger.AvailableNow budget
@@ -174,8 +189,10 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not taken:
             return start
         end = n + len(taken)
-        self.staging.write(n, end, to_arrow(taken, n), ids)
+        table = to_arrow(taken, n)
+        self.staging.write(n, end, table, ids)
         self._staged[n] = (end, taken, ids)
+        self._tables[n] = table
         self._staged_changed()
         seqs = [s for s in (seq_of(d) for d in taken) if s is not None]
         return {"n": end, "hwm": max([hwm, *seqs])}
@@ -222,15 +239,19 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         _trace("partitions", b, e)
         if b == e:
             return []
-        path = self.staging.path(b, e)
-        if not path.exists():
-            raise FileNotFoundError(
-                f"staged batch {b}-{e} is missing from {self.staging.root}: the checkpoint "
-                "and stagingLocation must be kept together")
+        table = self._tables.get(b)
+        if table is None:  # a replay after a restart: the driver reads its staged copy
+            path = self.staging.path(b, e)
+            if not path.exists():
+                raise FileNotFoundError(
+                    f"staged batch {b}-{e} is missing from {self.staging.root}: the "
+                    "checkpoint and stagingLocation must be kept together")
+            table = read_table(path)
         rows = e - b
-        k = max(1, min(self.num_partitions, math.ceil(rows / 1000)))
-        step = math.ceil(rows / k)
-        return [StagedPartition(str(path), i, min(rows, i + step)) for i in range(0, rows, step)]
+        step = math.ceil(rows / split_rows(rows, table.nbytes, self.num_partitions))
+        return [StagedPartition(b, i, min(rows, i + step),
+                                to_ipc(table.slice(i, min(rows, i + step) - i)))
+                for i in range(0, rows, step)]
 
     def commit(self, end: dict) -> None:
         _trace("commit", end["n"])
@@ -249,7 +270,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor side --------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[Any]:
         p: StagedPartition = partition  # type: ignore[assignment]
-        yield from read_rows(p.path, p.row_from, p.row_to)
+        yield from from_ipc(p.data)
 
     # -- bookkeeping ----------------------------------------------------------------------
     def _settle(self, n: int) -> None:
@@ -258,6 +279,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         acks: list[Delivery] = []
         for b in done:
             acks.extend(self._staged.pop(b)[1])
+            self._tables.pop(b, None)
         if done:
             self._staged_changed()
         if acks and self._consumer is not None:
@@ -275,6 +297,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         unlogged = [b for b in self._staged if b >= n]
         for b in unlogged:
             _, items, ids = self._staged.pop(b)
+            self._tables.pop(b, None)
             if self._window is not None:
                 self._window.difference_update(ids)
             assert self._consumer is not None

@@ -113,8 +113,20 @@ class StagingDir:
         return text.split("\n") if text else []
 
 
-def read_rows(path: str, row_from: int, row_to: int) -> list[pa.RecordBatch]:
-    """Rows [row_from, row_to) of a staged file, as record batches (executor side)."""
-    with pa.memory_map(path) as src:
-        table = ipc.open_file(src).read_all()
-    return table.slice(row_from, row_to - row_from).combine_chunks().to_batches(4096)
+def read_table(path: str | os.PathLike[str]) -> pa.Table:
+    """A staged batch, read back on the driver side (a replay after a restart)."""
+    with pa.memory_map(str(path)) as src:
+        return ipc.open_file(src).read_all()
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    """Rows as one Arrow IPC stream: what a read task carries to its executor (S7)."""
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table, max_chunksize=4096)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> list[pa.RecordBatch]:
+    """The record batches of `to_ipc`'s bytes, without copying them (executor side)."""
+    return list(ipc.open_stream(pa.py_buffer(data)))
