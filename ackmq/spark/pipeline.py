@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -15,7 +14,7 @@ from typing import Any
 
 from ackmq.client import ClientError, ConnectionLost
 from ackmq.spark.amqp import describe, is_permanent, safe_url, session_on
-from ackmq.spark.staging import StagingDir
+from ackmq.spark.staging import staging_at, under
 
 #: local[N, maxFailures]: plain local[N] never retries a failed task (Spark aborts the job
 #: on the first failure), which would defeat S3's "a nack fails the task, Spark retries it"
@@ -106,7 +105,7 @@ def held_by_reader(staging: str, committed: int) -> int | None:
     """Messages the `ackmq` source holds delivered-but-unacked that are not in a batch
     committed up to offset `committed` (its buffer and the batch being landed), from the
     status the reader leaves in its staging directory; None when there is none."""
-    st = StagingDir(staging).read_status()
+    st = staging_at(staging).read_status()
     if st is None:
         return None
     landed = sum(e - b for b, e in st.get("staged", []) if e <= committed)
@@ -219,9 +218,8 @@ def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint:
         name = stream
     else:
         assert queue is not None, "land() needs queue or stream"
-        staging = staging or str(Path(checkpoint) / "ackmq-staging")
-        with contextlib.suppress(OSError):  # a killed run's: it counts what that run held
-            (Path(staging) / StagingDir.STATUS).unlink()
+        staging = staging or under(checkpoint, "ackmq-staging")
+        staging_at(staging).clear_status()  # a killed run's: it counts what that run held
         df = (r.option("queue", queue).option("numPartitions", num_partitions)
               .option("stagingLocation", staging).load())
         name = queue

@@ -45,7 +45,7 @@ from pyspark.sql.streaming.datasource import (
 
 from ackmq.spark.amqp import Delivery, QueueConsumer
 from ackmq.spark.schema import SCHEMA_DDL, message_id_of, prepare_row, seq_of, to_arrow
-from ackmq.spark.staging import Staged, StagingDir, from_ipc, read_table, to_ipc
+from ackmq.spark.staging import Staged, from_ipc, staging_at, to_ipc
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 _TRACE = os.environ.get("ACKMQ_SPARK_TRACE")
@@ -105,7 +105,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.dedupe_window = int(options.get("dedupeWindow") or 100000)
         self.exclusive = bool_option(options.get("exclusive"), True)
         self.idle_timeout = float(options.get("availableNowIdleTimeout") or 1.0)
-        self.staging = StagingDir(options.get("stagingLocation")
+        self.staging = staging_at(options.get("stagingLocation")
                                   or default_staging(self.url, self.queue))
         self._consumer: QueueConsumer | None = None
         self._staged: OrderedDict[int, tuple[int, list[Delivery], list[str]]] = OrderedDict()
@@ -241,12 +241,11 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         table = self._tables.get(b)
         if table is None:  # a replay after a restart: the driver reads its staged copy
-            path = self.staging.path(b, e)
-            if not path.exists():
+            if not self.staging.exists(b, e):
                 raise FileNotFoundError(
                     f"staged batch {b}-{e} is missing from {self.staging.root}: the "
                     "checkpoint and stagingLocation must be kept together")
-            table = read_table(path)
+            table = self.staging.read(b, e)
         rows = e - b
         step = math.ceil(rows / split_rows(rows, table.nbytes, self.num_partitions))
         return [StagedPartition(b, i, min(rows, i + step),
