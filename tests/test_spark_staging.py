@@ -84,3 +84,29 @@ def test_S7_a_restarted_driver_replays_the_batch_from_the_staging_location(
     finally:
         b.stop()
     assert queue_state(broker_url, queue) == (0, 0)
+
+
+def test_S7_staging_through_pyarrow_fs(tmp_path):
+    """The pyarrow.fs implementation (HDFS, S3, GCS by URI), here on the local file
+    system by URI: write, list, read back, ids, status, remove."""
+    import pyarrow as pa
+
+    from ackmq.spark.staging import FsStagingDir, Staged
+
+    d = FsStagingDir((tmp_path / "st").as_uri())
+    table = pa.table({"body": [b"a", b"b", b"c"]})
+    d.write(0, 3, table, ["m-1", "m-2"])
+    d.write(3, 4, table.slice(0, 1), [])
+    assert d.batches() == [Staged(0, 3), Staged(3, 4)]
+    assert d.batches("ids") == [Staged(0, 3)]
+    assert d.exists(0, 3) and not d.exists(4, 5)
+    assert d.read(0, 3).equals(table) and d.num_rows(3, 4) == 1
+    assert d.ids(Staged(0, 3)) == ["m-1", "m-2"] and d.ids(Staged(3, 4)) == []
+    d.write_status({"unacked": 4})
+    assert d.read_status() == {"unacked": 4}
+    d.clear_status()
+    assert d.read_status() is None
+    d.remove(Staged(0, 3))
+    assert d.batches() == [Staged(3, 4)]
+    assert sorted(p.name for p in (tmp_path / "st").iterdir()) == [
+        f"b-{0:020d}-{3:020d}.ids", f"b-{3:020d}-{4:020d}.arrow"]  # no .tmp left behind

@@ -228,8 +228,13 @@ class FsStagingDir(StagingDir):
 
 
 def staging_at(location: str | os.PathLike[str]) -> StagingDir:
-    """A local path (fsynced writes), or any pyarrow.fs URI (`scheme://...`)."""
+    """A local path or `file://` URI (fsynced writes), or any other pyarrow.fs URI
+    (`hdfs://`, `s3://`, `gs://`, ...)."""
     text = os.fspath(location)
+    if text.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        return StagingDir(unquote(urlparse(text).path))
     return FsStagingDir(text) if "://" in text else StagingDir(text)
 
 
