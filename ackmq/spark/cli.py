@@ -32,7 +32,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
                            "offsets before they were read (Kafka's failOnDataLoss)")
     land.add_argument("--to", required=True, help="Parquet directory")
     land.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
-    land.add_argument("--max-per-trigger", type=int, default=10000)
+    land.add_argument("--max-per-trigger", type=int, default=None,
+                      help="messages per micro-batch (default: what is available, at most "
+                           "half the prefetch window and 256 MiB of bodies; a stream: all)")
     land.add_argument("--available-now", action="store_true",
                       help="land what is in the queue now, then stop")
     land.add_argument("--partitions", type=int, default=None,

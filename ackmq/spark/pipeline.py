@@ -199,7 +199,7 @@ def stream_backlog(url: str, stream: str, committed: int | None) -> str:
 
 
 def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint: str,
-         max_per_trigger: int = 10000, available_now: bool = False,
+         max_per_trigger: int | None = None, available_now: bool = False,
          staging: str | None = None, num_partitions: int = 2,
          progress: Callable[[str], None] | None = None,
          stop_when: Callable[[LandStats], bool] | None = None,
@@ -209,8 +209,9 @@ def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint:
     `num_partitions` read tasks per batch, from `starting_offsets` on a new checkpoint,
     failing on data loss unless told not to) into Parquet at `to`."""
     clear_unlogged_start(checkpoint)
-    r = spark.readStream.format("ackmq").option("url", url) \
-        .option("maxMessagesPerTrigger", max_per_trigger)
+    r = spark.readStream.format("ackmq").option("url", url)
+    if max_per_trigger:  # else the source's default: what is available, memory-bounded
+        r = r.option("maxMessagesPerTrigger", max_per_trigger)
     if stream is not None:
         df = (r.option("stream", stream).option("startingOffsets", starting_offsets)
               .option("minPartitions", num_partitions)

@@ -69,9 +69,24 @@ def default_staging(url: str, queue: str) -> str:
     return os.path.join(tempfile.gettempdir(), "ackmq-spark", key)
 
 
+#: basic.qos prefetch-count is 16 bits: the most a consumer may hold unacked
+MAX_PREFETCH = 65535
+#: the memory bound on one batch's bodies (the reader holds it, its read tasks carry it)
+DEFAULT_MAX_BYTES = 256 << 20
+
 #: a read task carries its rows (S7); Spark refuses a task over spark.rpc.message.maxSize
 #: (128 MiB) and a batch of big messages is split into more tasks to stay well below it
 MAX_TASK_BYTES = 32 << 20
+
+
+def _over_budget(got: list[Delivery], budget: int) -> int:
+    """How many of `got` fit in `budget` bytes of bodies (always at least one)."""
+    total = 0
+    for i, d in enumerate(got):
+        total += len(d.message.body)
+        if total > budget and i > 0:
+            return i
+    return len(got)
 
 
 class StagedPartition(InputPartition):
@@ -99,8 +114,11 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.queue = options.get("queue")
         if not self.queue:
             raise ValueError("the ackmq source needs option('queue', ...)")
-        self.max_per_trigger = int(options.get("maxMessagesPerTrigger") or 10000)
-        self.prefetch = int(options.get("prefetch") or min(65535, 2 * self.max_per_trigger))
+        cap = options.get("maxMessagesPerTrigger")
+        self.max_per_trigger = int(cap) if cap else None  # None: what is there (S5)
+        self.prefetch = int(options.get("prefetch") or min(
+            MAX_PREFETCH, 2 * (self.max_per_trigger or MAX_PREFETCH)))
+        self.max_bytes = int(options.get("maxBytesPerTrigger") or DEFAULT_MAX_BYTES)
         self.num_partitions = int(options.get("numPartitions") or 2)
         self.dedupe_window = int(options.get("dedupeWindow") or 100000)
         self.exclusive = bool_option(options.get("exclusive"), True)
@@ -133,7 +151,12 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"n": 0, "hwm": -1}
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.max_per_trigger)
+        """A set maxMessagesPerTrigger; else what is buffered (as Spark's Kafka source
+        takes what is available), at most half the prefetch window so the next batch
+        keeps arriving while this one lands, and at most maxBytesPerTrigger of bodies."""
+        if self.max_per_trigger:
+            return ReadMaxRows(self.max_per_trigger)
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         c = self._ensure()
@@ -155,9 +178,8 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     limit: ReadLimit) -> dict:
         self._drop_unlogged(n)
         window = self._load_window(n)
-        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else self.prefetch
-        if isinstance(limit, ReadAllAvailable):
-            cap = self.prefetch
+        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else max(1, self.prefetch // 2)
+        budget = self.max_bytes
         wait = 0.0
         if self._remaining is not None:
             cap = min(cap, self._remaining)
@@ -165,12 +187,17 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         taken: list[Delivery] = []
         ids: list[str] = []
         dupes: list[Delivery] = []
-        while len(taken) < cap:
+        while len(taken) < cap and budget > 0:
             got = c.take(cap - len(taken), wait=wait if not taken and not dupes else 0.0)
             if not got and self._remaining is not None and not taken and not dupes:
                 got = self._await_available_now(c, cap)
             if not got:
                 break
+            over = _over_budget(got, budget)
+            if over < len(got):  # the memory bound: the rest waits for the next batch
+                c.push_front(got[over:])
+                got, cap = got[:over], len(taken) + over
+            budget -= sum(len(d.message.body) for d in got)
             if self._remaining is not None:
                 self._remaining -= len(got)
                 cap = min(cap, len(taken) + len(got) + max(self._remaining, 0))
