@@ -32,7 +32,15 @@ SPARK_PIPELINES = Path(sys.executable).with_name("spark-pipelines")
 
 
 def _run(project: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    """`spark-pipelines run` in the project; Spark's defaults from a conf dir of the
+    test's: a Python worker may take more than the default 15 s to connect back to the
+    JVM on a loaded machine (seen at load 20: the flow fails)."""
+    conf = project.parent / "spark-conf"
+    conf.mkdir(exist_ok=True)
+    (conf / "spark-defaults.conf").write_text("spark.python.authenticate.socketTimeout 120s\n"
+                                              "spark.ui.enabled false\n")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1",
+               SPARK_CONF_DIR=str(conf))
     out = open(log, "ab")  # noqa: SIM115 - the child keeps it
     try:
         return subprocess.Popen([str(SPARK_PIPELINES), "run"], cwd=project, stdout=out,
