@@ -13,6 +13,7 @@ run finds them next to its checkpoints.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 SPEC = """\
@@ -81,8 +82,8 @@ def table_name(source: str) -> str:
     return name if not name[0].isdigit() else f"q_{name}"
 
 
-def write_project(directory: str | Path, *, url: str, queues: list[str],
-                  streams: list[str] = (), storage: str | None = None,
+def write_project(directory: str | Path, *, url: str, queues: Sequence[str],
+                  streams: Sequence[str] = (), storage: str | None = None,
                   name: str | None = None, max_per_trigger: int | None = None,
                   sink_exchange: str | None = None) -> list[Path]:
     """Write the spec and the Python definitions into `directory` (which must not hold a
@@ -94,7 +95,7 @@ def write_project(directory: str | Path, *, url: str, queues: list[str],
     if not queues and not streams:
         raise ValueError("name at least one --queue or --stream")
     storage = storage or (root / "storage").as_uri()
-    tables = {}
+    tables: dict[str, tuple[str, str]] = {}
     for kind, names in (("queue", queues), ("stream", streams)):
         for source in names:
             t = table_name(source)
