@@ -139,7 +139,8 @@ class FsStagingDir(StagingDir):
         import pyarrow.fs as pafs
 
         self.uri = uri.rstrip("/")
-        self.fs, base = pafs.FileSystem.from_uri(self.uri)
+        # Hadoop's names for S3 (what a Spark checkpoint URI says) are pyarrow's s3://
+        self.fs, base = pafs.FileSystem.from_uri(re.sub(r"^s3[an]://", "s3://", self.uri))
         self.base = base.rstrip("/")
         self.root = Path(self.base)  # for messages; never opened locally
 
