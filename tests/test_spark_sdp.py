@@ -32,13 +32,17 @@ SPARK_PIPELINES = Path(sys.executable).with_name("spark-pipelines")
 
 
 def _run(project: Path, log: Path) -> subprocess.Popen[bytes]:
-    """`spark-pipelines run` in the project; Spark's defaults from a conf dir of the
-    test's: a Python worker may take more than the default 15 s to connect back to the
-    JVM on a loaded machine (seen at load 20: the flow fails)."""
+    """`spark-pipelines run` in the project, Spark's defaults from the test's conf dir."""
     conf = project.parent / "spark-conf"
     conf.mkdir(exist_ok=True)
-    (conf / "spark-defaults.conf").write_text("spark.python.authenticate.socketTimeout 120s\n"
-                                              "spark.ui.enabled false\n")
+    (conf / "spark-defaults.conf").write_text(
+        "spark.python.authenticate.socketTimeout 120s\n"
+        # Spark waits 10 s (fixed) for a data source's planner worker to connect back; at
+        # load 18 three flows starting their workers at once missed it: one at a time,
+        # and more than SDP's default 2 retries of a failed flow
+        "spark.sql.pipelines.execution.maxConcurrentFlows 1\n"
+        "spark.sql.pipelines.maxFlowRetryAttempts 8\n"
+        "spark.ui.enabled false\n")
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1",
                SPARK_CONF_DIR=str(conf))
     out = open(log, "ab")  # noqa: SIM115 - the child keeps it
