@@ -285,10 +285,10 @@ def _uptime() -> str:
 
 def _query_rates(q: object, seconds: float, rows: int) -> tuple[float, float, int]:
     """(rows/s over the run, rows/s after batch 1 by Spark's batch timestamps, batches)."""
-    from ackmq.spark.pipeline import _batch_end
+    from ackmq.spark.pipeline import batch_end
 
     ps = [p for p in q.recentProgress if int(p.numInputRows)]  # type: ignore[attr-defined]
-    ends = [(_batch_end(p), int(p.numInputRows)) for p in ps]
+    ends = [(batch_end(p), int(p.numInputRows)) for p in ps]
     steady = (sum(r for _, r in ends[1:]) / (ends[-1][0] - ends[0][0])
               if len(ends) > 1 and ends[-1][0] > ends[0][0] else 0.0)
     return rows / seconds, steady, len(ends)

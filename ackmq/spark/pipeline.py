@@ -134,7 +134,7 @@ def _end_offset(p: Any) -> int | None:
         return None
 
 
-def _batch_end(p: Any) -> float:
+def batch_end(p: Any) -> float:
     """When a batch finished: its trigger's start plus its triggerExecution time."""
     import datetime as dt
 
@@ -238,7 +238,7 @@ def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint:
                 rows = int(p.numInputRows)
                 stats.batches += 1
                 stats.rows += rows
-                stats.ends.append((_batch_end(p), rows))
+                stats.ends.append((batch_end(p), rows))
                 if progress:
                     dur = max(p.durationMs.get("triggerExecution", 0), 1) / 1000.0
                     line = (f"batch {p.batchId}: {rows} rows, {rows / dur:,.0f} rows/s; "
