@@ -156,7 +156,7 @@ def run_init(args: argparse.Namespace) -> int:
         return 1
     for f in files:
         log(f"wrote {f}")
-    log(f"run it: cd {args.directory} && spark-pipelines run")
+    log(f"run it: cd {args.directory} && SPARK_CONF_DIR=$PWD/conf spark-pipelines run")
     return 0
 
 

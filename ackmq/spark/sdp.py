@@ -17,12 +17,25 @@ from collections.abc import Sequence
 from pathlib import Path
 
 SPEC = """\
-# written by `ackmq pipeline init`; run with `spark-pipelines run` in this directory
+# written by `ackmq pipeline init`; run in this directory with
+#   SPARK_CONF_DIR=$PWD/conf spark-pipelines run
 name: {name}
 storage: {storage}
 libraries:
   - glob:
       include: transformations/**
+"""
+
+#: Spark's defaults for the run (static settings: the spec's `configuration` cannot set
+#: them). A persistent catalog: with Spark's default in-memory one a run killed after it
+#: created its tables cannot be restarted (the restart finds the tables' directories
+#: but not the tables: LOCATION_ALREADY_EXISTS); a Hive metastore in the project
+#: (embedded Derby) keeps them. Use a shared metastore on a cluster.
+SPARK_DEFAULTS = """\
+spark.sql.catalogImplementation hive
+spark.sql.warehouse.dir {warehouse}
+spark.hadoop.javax.jdo.option.ConnectionURL jdbc:derby:;databaseName={metastore};create=true
+spark.driver.extraJavaOptions -Dderby.system.home={root}
 """
 
 HEADER = '''\
@@ -109,7 +122,11 @@ def write_project(directory: str | Path, *, url: str, queues: Sequence[str],
         first = next(iter(tables))
         code += SINK.format(table=first, exchange=sink_exchange, sink="to_broker", func=first)
     (root / "transformations").mkdir(parents=True, exist_ok=True)
+    (root / "conf").mkdir(exist_ok=True)
     spec.write_text(SPEC.format(name=table_name(name or root.name), storage=storage))
     py = root / "transformations" / "ackmq_sources.py"
     py.write_text(code)
-    return [spec, py]
+    defaults = root / "conf" / "spark-defaults.conf"
+    defaults.write_text(SPARK_DEFAULTS.format(warehouse=root / "spark-warehouse",
+                                              metastore=root / "metastore_db", root=root))
+    return [spec, py, defaults]
