@@ -106,7 +106,7 @@ class Driver:
                  *, available_now: bool = False) -> None:
         cmd = [sys.executable, "-m", "ackmq.spark", "pipeline", "land", "--url", url,
                f"--{kind}", name, "--to", str(work / "lake"), "--checkpoint", str(work / "chk"),
-               "--max-per-trigger", "500", "--partitions", "2", "--master", cluster.url]
+               "--max-per-trigger", "250", "--partitions", "2", "--master", cluster.url]
         if available_now:
             cmd.append("--available-now")
         self.trace = work / "trace.log"
@@ -187,7 +187,7 @@ def _queue_state(url: str, queue: str) -> tuple[int, int]:
 @pytest.mark.parametrize("kind", ["queue", "stream"])
 def test_S8_exactly_once_through_a_worker_kill_and_a_driver_sigkill_on_a_cluster(
         broker_url: str, spark_cluster: SparkCluster, work: Path, kind: str) -> None:
-    """`pipeline land --master spark://...` while 3,000 messages arrive over 30 s:
+    """`pipeline land --master spark://...` while 2,000 messages arrive over 20 s:
     worker 1 (its JVM, executor and Python workers) is SIGKILLed 0-0.3 s after the
     reader planned a batch's read tasks (the batch's tasks rerun on worker 2; the test
     waits for the next landed batch), then the driver is SIGKILLed 0-1 s after it
@@ -197,10 +197,10 @@ def test_S8_exactly_once_through_a_worker_kill_and_a_driver_sigkill_on_a_cluster
     if kind == "stream" and (why := stream_support(broker_url)) is not None:
         pytest.skip(f"the broker has no stream queues: {why}")
     rnd = random.Random(seed := int(os.environ.get("ACKMQ_TEST_SEED", time.time())))
-    name, n = f"cluster.{kind}.{uuid.uuid4().hex[:6]}", 3000
+    name, n = f"cluster.{kind}.{uuid.uuid4().hex[:6]}", 2000
     _declare(broker_url, name, stream=kind == "stream")
     done: dict[str, object] = {}
-    pub = threading.Thread(target=_publish, args=(broker_url, name, n, 30.0, done), daemon=True)
+    pub = threading.Thread(target=_publish, args=(broker_url, name, n, 20.0, done), daemon=True)
     pub.start()
     try:
         d = Driver(spark_cluster, broker_url, kind, name, work)
