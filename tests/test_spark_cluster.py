@@ -71,7 +71,8 @@ def test_S6_S7_source_stream_source_and_sink_used_directly_on_a_cluster(
     the cluster: the sink publishes 3,000 rows to a queue and to a stream, the queue
     source and the stream source land them exactly once.
 
-    Fails on the code before S7 (commit 78f9668): the queue source staged each batch
+    Fails on the code before S7 (commit 78f9668; checked by running this test on a
+    checkout of it): the queue source staged each batch
     under the driver's temp dir (`/tmp/ackmq-spark/<key>/b-...arrow`) and its read tasks
     opened that path on the executors: `FileNotFoundError: [Errno 2] Failed to open local
     file '/tmp/ackmq-spark/027dec4ecf8f2559/b-00000000000000000000-00000000000000001000.arrow'`
