@@ -65,6 +65,27 @@ def _bodies(table: Path) -> list[int]:
     return [] if t is None else [int(b) for b in t.column("body").to_pylist()]
 
 
+def _drain(url: str, queue: str, at_least: int, timeout: float = 60.0) -> list[int]:
+    """Consume the queue's bodies (ints) until `at_least` came and 2 s pass with none."""
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    got: list[int] = []
+    try:
+        ch = conn.channel()
+        ch.basic_qos(prefetch_count=1000)
+        ch.basic_consume(queue, lambda c, m, p, b: got.append(int(b)), auto_ack=True)
+        deadline, quiet = time.monotonic() + timeout, time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            n = len(got)
+            conn.process_data_events(time_limit=0.5)
+            if len(got) != n:
+                quiet = time.monotonic() + 2.0
+            elif len(got) >= at_least and time.monotonic() > quiet:
+                break
+    finally:
+        conn.close()
+    return got
+
+
 def _queue_state(url: str, queue: str) -> tuple[int, int]:
     conn = pika.BlockingConnection(pika.URLParameters(url))
     try:
@@ -81,7 +102,9 @@ def test_S9_spark_pipelines_run_lands_queues_and_a_stream_exactly_once_across_a_
     1,000 per micro-batch); `spark-pipelines run` is SIGKILLed (its whole process group:
     CLI, Spark Connect server, Python workers) 0-1 s after the first batch of the first
     queue's table is committed, then run again: every table holds every message of its
-    source once, and the queues are empty with nothing unacked. Found by it: with Spark's
+    source once, and the queues are empty with nothing unacked; the sink flow
+    (`--sink-exchange amq.direct`) republished every row of the first table at least
+    once (the sink is at-least-once: a killed flow may publish a batch again). Found by it: with Spark's
     default in-memory catalog the restart failed (LOCATION_ALREADY_EXISTS: the tables'
     directories outlive the catalog); the project now keeps a Hive metastore
     (conf/spark-defaults.conf)."""
@@ -100,6 +123,9 @@ def test_S9_spark_pipelines_run_lands_queues_and_a_stream_exactly_once_across_a_
         ch.queue_declare(q, durable=True)
         for i in range(n):
             ch.basic_publish("", q, str(i).encode(), pika.BasicProperties(delivery_mode=2))
+    copy = f"sdp.copy.{tag}"  # the sink flow republishes the first table to amq.direct
+    ch.queue_declare(copy, durable=True)
+    ch.queue_bind(copy, "amq.direct", routing_key=next(iter(queues)))
     if has_streams:
         ch.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
         for i in range(2000):
@@ -107,7 +133,7 @@ def test_S9_spark_pipelines_run_lands_queues_and_a_stream_exactly_once_across_a_
     conn.close()
     project = tmp_path / "landing"
     cmd = [sys.executable, "-m", "ackmq.spark", "pipeline", "init", str(project),
-           "--url", broker_url, "--max-per-trigger", "1000"]
+           "--url", broker_url, "--max-per-trigger", "1000", "--sink-exchange", "amq.direct"]
     for q in queues:
         cmd += ["--queue", q]
     if has_streams:
@@ -140,11 +166,14 @@ def test_S9_spark_pipelines_run_lands_queues_and_a_stream_exactly_once_across_a_
             assert _queue_state(broker_url, q) == (0, 0)
         if has_streams:
             assert sorted(_bodies(wh / stream.replace(".", "_"))) == list(range(2000))
+        copied = _drain(broker_url, copy, 4000)
+        assert set(copied) == set(range(4000)), f"the sink flow published {len(copied)} " \
+            f"messages, {len(set(range(4000)) - set(copied))} bodies missing (seed {seed})"
     finally:
         with contextlib.suppress(Exception):
             _kill(p)
         conn = pika.BlockingConnection(pika.URLParameters(broker_url))
-        for q in [*queues, stream]:
+        for q in [*queues, stream, copy]:
             conn.channel().queue_delete(q)
         conn.close()
         if os.environ.get("ACKMQ_KEEP_SDP"):
