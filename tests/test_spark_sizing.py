@@ -76,3 +76,18 @@ def test_S5_max_bytes_per_trigger_bounds_a_batch(broker_url, queue):
     finally:
         r.stop()
 
+
+
+def test_S5_available_now_first_batch_is_not_what_arrived_first(broker_url, queue):
+    """AvailableNow with default sizing: the first batch is the window's half, not the
+    few deliveries that had arrived when Spark first asked (a small batch costs a
+    whole micro-batch's overhead)."""
+    publish(broker_url, queue, range(3000))
+    r = AckmqStreamReader({"url": broker_url, "queue": queue, "prefetch": "2000"})
+    try:
+        r.prepareForTriggerAvailableNow()
+        start = r.initialOffset()
+        end = r.latestOffset(start, r.getDefaultReadLimit())
+        assert end["n"] == 1000
+    finally:
+        r.stop()

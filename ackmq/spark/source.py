@@ -184,6 +184,8 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._remaining is not None:
             cap = min(cap, self._remaining)
             wait = self.idle_timeout
+            if not isinstance(limit, ReadMaxRows):
+                self._fill(c, cap)
         taken: list[Delivery] = []
         ids: list[str] = []
         dupes: list[Delivery] = []
@@ -247,6 +249,20 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                            "time": time.time()})
             except OSError:
                 pass  # only the progress line reads it
+
+    def _fill(self, c: QueueConsumer, want: int, settle: float = 0.2,
+              most: float = 5.0) -> None:
+        """AvailableNow with batches sized by what is there: the backlog is known and
+        bounded, so let the prefetch window fill (up to `want`, while deliveries keep
+        coming) instead of landing whatever arrived first as a small batch that costs
+        Spark's whole per-batch overhead."""
+        deadline = time.monotonic() + most
+        seen, quiet = c.buffered(), time.monotonic() + settle
+        while seen < want and time.monotonic() < min(deadline, quiet):
+            time.sleep(0.01)
+            now = c.buffered()
+            if now != seen:
+                seen, quiet = now, time.monotonic() + settle
 
     def _await_available_now(self, c: QueueConsumer, cap: int) -> list[Delivery]:
         """AvailableNow found nothing within the idle timeout: end only if the broker holds
