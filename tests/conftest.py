@@ -14,7 +14,8 @@ from pathlib import Path
 import pika
 import pytest
 
-pytest_plugins = ("support.stomphelp", "support.tlshelp", "support.mgmthelp")  # STOMP fixtures (target, queue, ...); TLS: ca; mgmt
+pytest_plugins = ("support.stomphelp", "support.tlshelp", "support.mgmthelp",
+                  "support.sparkcluster")  # STOMP fixtures (target, queue, ...); TLS: ca; mgmt
 # every `ackmq serve` the tests start takes a free management port: RabbitMQ's
 # management plugin holds 15672 on CI
 os.environ.setdefault("ACKMQ_HTTP_PORT", "0")

@@ -1,16 +1,20 @@
-"""Landing throughput into Parquet: the `ackmq` Spark source vs a naive consumer (ackmq.client
-+ pyarrow).
+"""Landing throughput into Parquet, beside Spark's own ceiling on the same machine.
 
-    python -m ackmq.spark.bench --messages 50000 [--rounds 4] [--ackmq-url URL] [--rabbitmq-url URL]
+    python -m ackmq.spark.bench [--messages 200000] [--rounds 1] [--ackmq-url URL]
+                                [--rabbitmq-url URL | --no-rabbitmq] [--naive]
     python -m ackmq.spark.bench backlog --messages 1000000 --max-per-trigger 20000   # S5
     python -m ackmq.spark.bench streams --messages 50000 [--partitions 4]           # R4
 
-For each source broker a durable queue is filled with persistent 1 KiB messages, then
-landed twice: by Spark (local[2,4]: 2 cores; Trigger.AvailableNow, ack after commit, exactly once)
-and by a naive consumer that acks each message as it appends it to an in-memory buffer
-and writes a Parquet file every `--file-rows` rows (fast, and it loses the buffer on a
-crash: the messages are acked before they are on disk). With no --ackmq-url an
-`ackmq serve` subprocess is started.
+The default run (S5) prints `uptime`, then lands a backlog of `--messages` persistent
+1 KiB messages into Parquet (local[2,4], Trigger.AvailableNow, every source option at
+its default) from: ackmq's queue (queue source), ackmq's stream (stream source), and
+RabbitMQ's queue and stream; beside Spark's own ceiling: the same rows from a
+broker-free Python source (ackmq/spark/ceiling.py) at the batch size ackmq's queue
+source chose and in one batch, and the JVM alone writing rows of the same size
+(`spark.range` in SQL, no Python). For each: rows/s over the run and after batch 1,
+batches, CPU per message of the JVM, the Python processes and the broker. `--naive`
+adds a consumer that acks before writing (lossy: a bound, not a competitor). With no
+--ackmq-url an `ackmq serve` subprocess is started.
 """
 
 from __future__ import annotations
@@ -272,6 +276,124 @@ def streams(a: argparse.Namespace) -> None:
         print(f"{name:40} {total:10,.0f} {steady:14,.0f}{ratio}  ({rows} rows)")
 
 
+def _uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return f"load average {os.getloadavg()}"
+
+
+def _query_rates(q: object, seconds: float, rows: int) -> tuple[float, float, int]:
+    """(rows/s over the run, rows/s after batch 1 by Spark's batch timestamps, batches)."""
+    from ackmq.spark.pipeline import batch_end
+
+    ps = [p for p in q.recentProgress if int(p.numInputRows)]  # type: ignore[attr-defined]
+    ends = [(batch_end(p), int(p.numInputRows)) for p in ps]
+    steady = (sum(r for _, r in ends[1:]) / (ends[-1][0] - ends[0][0])
+              if len(ends) > 1 and ends[-1][0] > ends[0][0] else 0.0)
+    return rows / seconds, steady, len(ends)
+
+
+def ceiling_land(spark: object, rows: int, batch: int, body_size: int,
+                 work: Path) -> tuple[float, float, int]:
+    """Spark's ceiling: the broker-free Python source, `batch` rows per micro-batch."""
+    from ackmq.spark.ceiling import CeilingSource
+
+    spark.dataSource.register(CeilingSource)  # type: ignore[attr-defined]
+    df = (spark.readStream.format("ackmq_ceiling")  # type: ignore[attr-defined]
+          .option("rows", rows).option("batchRows", batch).option("bodySize", body_size).load())
+    t0 = time.monotonic()
+    q = (df.writeStream.format("parquet").option("path", str(work / "lake"))
+         .option("checkpointLocation", str(work / "chk")).trigger(availableNow=True).start())
+    q.awaitTermination()
+    return _query_rates(q, time.monotonic() - t0, rows)
+
+
+def jvm_land(spark: object, rows: int, body_size: int, work: Path) -> float:
+    """The JVM alone: rows of the same size generated in SQL, written to Parquet."""
+    df = spark.range(rows, numPartitions=2).selectExpr(  # type: ignore[attr-defined]
+        "id as offset", "id as seq", f"cast(repeat('x', {body_size}) as binary) as body",
+        "'bench' as routing_key", "'' as exchange", "cast(null as string) as message_id",
+        "false as redelivered", "0 as delivery_count", "current_timestamp() as received_at")
+    t0 = time.monotonic()
+    df.write.mode("overwrite").parquet(str(work / "jvm"))
+    return rows / (time.monotonic() - t0)
+
+
+def ceiling(a: argparse.Namespace) -> int:
+    """The default run: ackmq and RabbitMQ landings beside Spark's ceiling (S5)."""
+    from ackmq.spark.pipeline import land, spark_session
+
+    print(f"uptime: {_uptime()}", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="ackmq-spark-bench-"))
+    spark = spark_session("ackmq-spark-bench")
+    master = spark.sparkContext.master
+    out: list[tuple[str, float, float, int, str]] = []
+
+    def report(name: str, total: float, steady: float, batches: int, note: str = "") -> None:
+        out.append((name, total, steady, batches, note))
+        print(f"{name}: {total:,.0f} rows/s whole run, {steady:,.0f} after batch 1, "
+              f"{batches} batches {note}; load {os.getloadavg()[0]:.1f}", flush=True)
+
+    def source(name: str, url: str, queue: str, is_stream: bool, tag: str) -> int:
+        fill(url, queue, a.messages, a.body_size, STREAM if is_stream else None)
+        cpu0, t0 = _cpu_by_kind(url), time.monotonic()
+        s = land(spark, url=url, to=str(work / tag / "lake"), checkpoint=str(work / tag / "chk"),
+                 available_now=True, num_partitions=4 if is_stream else 2,
+                 **({"stream": queue} if is_stream else {"queue": queue}))
+        dt, cpu1 = time.monotonic() - t0, _cpu_by_kind(url)
+        t = read_committed(work / tag / "lake", ["offset"])
+        rows = 0 if t is None else t.num_rows
+        per = {k: (cpu1[k] - cpu0[k]) / max(rows, 1) * 1e6 for k in cpu0}
+        steady = (sum(r for _, r in s.ends[1:]) / (s.ends[-1][0] - s.ends[0][0])
+                  if len(s.ends) > 1 and s.ends[-1][0] > s.ends[0][0] else 0.0)
+        biggest = max((r for _, r in s.ends), default=0)
+        report(name, rows / dt, steady, s.batches,
+               f"(largest {biggest}, {rows} rows; CPU/msg JVM {per['jvm']:.0f} us, "
+               f"Python {per['python']:.0f} us, broker {per['broker']:.0f} us)")
+        return biggest
+
+    try:
+        with ackmq_broker(a.ackmq_url, work) as ackmq_url:
+            # warm-up, not reported: Python workers, JIT of the Arrow -> Parquet path
+            fill(ackmq_url, "bench.spark.warmup", min(a.messages, 30000), a.body_size)
+            land(spark, url=ackmq_url, queue="bench.spark.warmup", to=str(work / "w" / "lake"),
+                 checkpoint=str(work / "w" / "chk"), available_now=True)
+            ceiling_land(spark, min(a.messages, 30000), 10000, a.body_size, work / "wc")
+            for r in range(a.rounds):
+                tag = f"r{r}"
+                batch = source("ackmq queue", ackmq_url, "bench.spark.q", False, f"{tag}aq")
+                try:
+                    source("ackmq stream", ackmq_url, "bench.spark.s", True, f"{tag}as")
+                except Exception as exc:  # noqa: BLE001 - a broker without streams
+                    print(f"ackmq stream: skipped ({str(exc)[:160]})", flush=True)
+                if not a.no_rabbitmq:
+                    source("RabbitMQ queue", a.rabbitmq_url, "bench.spark.q", False, f"{tag}rq")
+                    source("RabbitMQ stream", a.rabbitmq_url, "bench.spark.s", True, f"{tag}rs")
+                total, steady, n = ceiling_land(spark, a.messages, max(batch, 1), a.body_size,
+                                                work / f"{tag}c1")
+                report(f"ceiling: Python source, batches of {batch}", total, steady, n)
+                total, steady, n = ceiling_land(spark, a.messages, a.messages, a.body_size,
+                                                work / f"{tag}c2")
+                report("ceiling: Python source, one batch", total, steady, n)
+                report("ceiling: JVM alone (no Python)",
+                       jvm_land(spark, a.messages, a.body_size, work / f"{tag}j"), 0.0, 1)
+                if a.naive:
+                    fill(ackmq_url, "bench.spark.n", a.messages, a.body_size)
+                    report("naive ackmq.client + pyarrow (acks first)",
+                           naive(ackmq_url, "bench.spark.n", a.messages, work / f"{tag}n",
+                                 a.file_rows), 0.0, 0)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\n{a.messages} persistent messages of {a.body_size} B, {master}, source "
+          f"defaults; uptime: {_uptime()}")
+    print(f"{'landing':44} {'rows/s':>9} {'after b1':>9} {'batches':>8}")
+    for name, total, steady, batches, _ in out:
+        print(f"{name:44} {total:9,.0f} {steady:9,.0f} {batches:8}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
@@ -300,7 +422,20 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return 0
-    ap = argparse.ArgumentParser(prog="python -m ackmq.spark.bench")
+    if argv[:1] != ["naive"]:
+        cp = argparse.ArgumentParser(prog="python -m ackmq.spark.bench")
+        cp.add_argument("--messages", type=int, default=200_000)
+        cp.add_argument("--body-size", type=int, default=1024)
+        cp.add_argument("--rounds", type=int, default=1)
+        cp.add_argument("--file-rows", type=int, default=10000)
+        cp.add_argument("--ackmq-url", default=None)
+        cp.add_argument("--rabbitmq-url", default="amqp://guest:guest@127.0.0.1:5672/")
+        cp.add_argument("--no-rabbitmq", action="store_true")
+        cp.add_argument("--naive", action="store_true",
+                        help="also land with a consumer that acks before writing (lossy)")
+        return ceiling(cp.parse_args(argv))
+    argv = argv[1:]
+    ap = argparse.ArgumentParser(prog="python -m ackmq.spark.bench naive")
     ap.add_argument("--messages", type=int, default=50000)
     ap.add_argument("--body-size", type=int, default=1024)
     ap.add_argument("--max-per-trigger", type=int, default=10000)

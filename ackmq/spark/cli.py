@@ -32,7 +32,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
                            "offsets before they were read (Kafka's failOnDataLoss)")
     land.add_argument("--to", required=True, help="Parquet directory")
     land.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
-    land.add_argument("--max-per-trigger", type=int, default=10000)
+    land.add_argument("--max-per-trigger", type=int, default=None,
+                      help="messages per micro-batch (default: what is available, at most "
+                           "half the prefetch window and 256 MiB of bodies; a stream: all)")
     land.add_argument("--available-now", action="store_true",
                       help="land what is in the queue now, then stop")
     land.add_argument("--partitions", type=int, default=None,
@@ -50,6 +52,19 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     audit.add_argument("--available-now", action="store_true",
                        help="land the events queued now, then stop")
     audit.add_argument("--master", default=None)
+    init = sub.add_parser("init", help="write a Spark Declarative Pipelines project that "
+                          "lands queues and streams as streaming tables (spark-pipelines run)")
+    init.add_argument("directory", help="the project directory (created)")
+    init.add_argument("--url", default=DEFAULT_URL, help="broker ($ACKMQ_URL overrides at run)")
+    init.add_argument("--queue", action="append", default=[], help="a queue (repeatable)")
+    init.add_argument("--stream", action="append", default=[], help="a stream (repeatable)")
+    init.add_argument("--storage", default=None,
+                      help="checkpoints and staging (default: <directory>/storage; any URI "
+                           "Spark and pyarrow.fs read: hdfs://, s3a:// ...)")
+    init.add_argument("--max-per-trigger", type=int, default=None)
+    init.add_argument("--sink-exchange", default=None,
+                      help="also publish the first table's new rows to this exchange "
+                           "(the ackmq sink as a flow target)")
     pub = sub.add_parser("publish", help="publish a Parquet table with publisher confirms")
     pub.add_argument("--from", dest="source", required=True)
     pub.add_argument("--url", default=DEFAULT_URL)
@@ -95,6 +110,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
     from ackmq.spark.pipeline import PipelineError, check_broker, land, log, publish, spark_session
 
     cmd = args.pipeline_command
+    if cmd == "init":
+        return run_init(args)
     write_id = getattr(args, "write_id", None) or uuid.uuid4().hex
     again = f"; re-run with --write-id {write_id} to give rows the same message ids"
     try:
@@ -147,6 +164,24 @@ def run_pipeline(args: argparse.Namespace) -> int:
         return 1
     finally:
         spark.stop()
+
+
+def run_init(args: argparse.Namespace) -> int:
+    from ackmq.spark.pipeline import log
+    from ackmq.spark.sdp import write_project
+
+    try:
+        files = write_project(args.directory, url=args.url, queues=args.queue,
+                              streams=args.stream, storage=args.storage,
+                              max_per_trigger=args.max_per_trigger,
+                              sink_exchange=args.sink_exchange)
+    except (OSError, ValueError) as exc:
+        log(f"ackmq pipeline init: {exc}")
+        return 1
+    for f in files:
+        log(f"wrote {f}")
+    log(f"run it: cd {args.directory} && SPARK_CONF_DIR=$PWD/conf spark-pipelines run")
+    return 0
 
 
 def add_demo_arguments(parser: argparse.ArgumentParser) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -15,7 +14,7 @@ from typing import Any
 
 from ackmq.client import ClientError, ConnectionLost
 from ackmq.spark.amqp import describe, is_permanent, safe_url, session_on
-from ackmq.spark.staging import StagingDir
+from ackmq.spark.staging import staging_at, under
 
 #: local[N, maxFailures]: plain local[N] never retries a failed task (Spark aborts the job
 #: on the first failure), which would defeat S3's "a nack fails the task, Spark retries it"
@@ -106,7 +105,7 @@ def held_by_reader(staging: str, committed: int) -> int | None:
     """Messages the `ackmq` source holds delivered-but-unacked that are not in a batch
     committed up to offset `committed` (its buffer and the batch being landed), from the
     status the reader leaves in its staging directory; None when there is none."""
-    st = StagingDir(staging).read_status()
+    st = staging_at(staging).read_status()
     if st is None:
         return None
     landed = sum(e - b for b, e in st.get("staged", []) if e <= committed)
@@ -135,7 +134,7 @@ def _end_offset(p: Any) -> int | None:
         return None
 
 
-def _batch_end(p: Any) -> float:
+def batch_end(p: Any) -> float:
     """When a batch finished: its trigger's start plus its triggerExecution time."""
     import datetime as dt
 
@@ -200,7 +199,7 @@ def stream_backlog(url: str, stream: str, committed: int | None) -> str:
 
 
 def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint: str,
-         max_per_trigger: int = 10000, available_now: bool = False,
+         max_per_trigger: int | None = None, available_now: bool = False,
          staging: str | None = None, num_partitions: int = 2,
          progress: Callable[[str], None] | None = None,
          stop_when: Callable[[LandStats], bool] | None = None,
@@ -212,8 +211,9 @@ def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint:
     failing on data loss unless told not to) into Parquet at `to`; `transform` maps the
     message rows first (the audit's lifecycle columns: spark/audit.py)."""
     clear_unlogged_start(checkpoint)
-    r = spark.readStream.format("ackmq").option("url", url) \
-        .option("maxMessagesPerTrigger", max_per_trigger)
+    r = spark.readStream.format("ackmq").option("url", url)
+    if max_per_trigger:  # else the source's default: what is available, memory-bounded
+        r = r.option("maxMessagesPerTrigger", max_per_trigger)
     if stream is not None:
         df = (r.option("stream", stream).option("startingOffsets", starting_offsets)
               .option("minPartitions", num_partitions)
@@ -221,9 +221,8 @@ def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint:
         name = stream
     else:
         assert queue is not None, "land() needs queue or stream"
-        staging = staging or str(Path(checkpoint) / "ackmq-staging")
-        with contextlib.suppress(OSError):  # a killed run's: it counts what that run held
-            (Path(staging) / StagingDir.STATUS).unlink()
+        staging = staging or under(checkpoint, "ackmq-staging")
+        staging_at(staging).clear_status()  # a killed run's: it counts what that run held
         df = (r.option("queue", queue).option("numPartitions", num_partitions)
               .option("stagingLocation", staging).load())
         name = queue
@@ -243,7 +242,7 @@ def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint:
                 rows = int(p.numInputRows)
                 stats.batches += 1
                 stats.rows += rows
-                stats.ends.append((_batch_end(p), rows))
+                stats.ends.append((batch_end(p), rows))
                 if progress:
                     dur = max(p.durationMs.get("triggerExecution", 0), 1) / 1000.0
                     line = (f"batch {p.batchId}: {rows} rows, {rows / dur:,.0f} rows/s; "

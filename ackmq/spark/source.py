@@ -45,7 +45,7 @@ from pyspark.sql.streaming.datasource import (
 
 from ackmq.spark.amqp import Delivery, QueueConsumer
 from ackmq.spark.schema import SCHEMA_DDL, message_id_of, prepare_row, seq_of, to_arrow
-from ackmq.spark.staging import Staged, StagingDir, read_rows
+from ackmq.spark.staging import Staged, from_ipc, staging_at, to_ipc
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 _TRACE = os.environ.get("ACKMQ_SPARK_TRACE")
@@ -69,12 +69,41 @@ def default_staging(url: str, queue: str) -> str:
     return os.path.join(tempfile.gettempdir(), "ackmq-spark", key)
 
 
-class StagedPartition(InputPartition):
-    """Rows [row_from, row_to) of one staged batch file."""
+#: basic.qos prefetch-count is 16 bits: the most a consumer may hold unacked
+MAX_PREFETCH = 65535
+#: the memory bound on one batch's bodies (the reader holds it, its read tasks carry it)
+DEFAULT_MAX_BYTES = 256 << 20
 
-    def __init__(self, path: str, row_from: int, row_to: int) -> None:
-        super().__init__((path, row_from, row_to))
-        self.path, self.row_from, self.row_to = path, row_from, row_to
+#: a read task carries its rows (S7); Spark refuses a task over spark.rpc.message.maxSize
+#: (128 MiB) and a batch of big messages is split into more tasks to stay well below it
+MAX_TASK_BYTES = 32 << 20
+
+
+def _over_budget(got: list[Delivery], budget: int) -> int:
+    """How many of `got` fit in `budget` bytes of bodies (always at least one)."""
+    total = 0
+    for i, d in enumerate(got):
+        total += len(d.message.body)
+        if total > budget and i > 0:
+            return i
+    return len(got)
+
+
+class StagedPartition(InputPartition):
+    """Rows [row_from, row_to) of the staged batch that starts at offset `begin`, carried
+    in the partition itself as Arrow IPC bytes: executors need no file the driver wrote,
+    so the source runs on a cluster whose executors share no disk with the driver."""
+
+    def __init__(self, begin: int, row_from: int, row_to: int, data: bytes) -> None:
+        super().__init__((begin, row_from, row_to))
+        self.data = data
+
+
+def split_rows(rows: int, nbytes: int, wanted: int) -> int:
+    """Read tasks for a batch: `wanted` (numPartitions), fewer for a small batch (one per
+    1,000 rows), more when the rows would make a task bigger than MAX_TASK_BYTES."""
+    k = max(1, min(wanted, math.ceil(rows / 1000)))
+    return max(1, min(rows, max(k, math.ceil(nbytes / MAX_TASK_BYTES))))
 
 
 class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -85,16 +114,20 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.queue = options.get("queue")
         if not self.queue:
             raise ValueError("the ackmq source needs option('queue', ...)")
-        self.max_per_trigger = int(options.get("maxMessagesPerTrigger") or 10000)
-        self.prefetch = int(options.get("prefetch") or min(65535, 2 * self.max_per_trigger))
+        cap = options.get("maxMessagesPerTrigger")
+        self.max_per_trigger = int(cap) if cap else None  # None: what is there (S5)
+        self.prefetch = int(options.get("prefetch") or min(
+            MAX_PREFETCH, 2 * (self.max_per_trigger or MAX_PREFETCH)))
+        self.max_bytes = int(options.get("maxBytesPerTrigger") or DEFAULT_MAX_BYTES)
         self.num_partitions = int(options.get("numPartitions") or 2)
         self.dedupe_window = int(options.get("dedupeWindow") or 100000)
         self.exclusive = bool_option(options.get("exclusive"), True)
         self.idle_timeout = float(options.get("availableNowIdleTimeout") or 1.0)
-        self.staging = StagingDir(options.get("stagingLocation")
+        self.staging = staging_at(options.get("stagingLocation")
                                   or default_staging(self.url, self.queue))
         self._consumer: QueueConsumer | None = None
         self._staged: OrderedDict[int, tuple[int, list[Delivery], list[str]]] = OrderedDict()
+        self._tables: dict[int, Any] = {}  # begin -> the staged batch's Arrow table
         self._window: set[str] | None = None
         self._window_files: list[tuple[Staged, int]] = []
         self._remaining: int | None = None  # Trigger.AvailableNow budget
@@ -118,7 +151,12 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"n": 0, "hwm": -1}
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.max_per_trigger)
+        """A set maxMessagesPerTrigger; else what is buffered (as Spark's Kafka source
+        takes what is available), at most half the prefetch window so the next batch
+        keeps arriving while this one lands, and at most maxBytesPerTrigger of bodies."""
+        if self.max_per_trigger:
+            return ReadMaxRows(self.max_per_trigger)
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         c = self._ensure()
@@ -140,22 +178,28 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     limit: ReadLimit) -> dict:
         self._drop_unlogged(n)
         window = self._load_window(n)
-        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else self.prefetch
-        if isinstance(limit, ReadAllAvailable):
-            cap = self.prefetch
+        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else max(1, self.prefetch // 2)
+        budget = self.max_bytes
         wait = 0.0
         if self._remaining is not None:
             cap = min(cap, self._remaining)
             wait = self.idle_timeout
+            if not isinstance(limit, ReadMaxRows):
+                self._fill(c, cap)
         taken: list[Delivery] = []
         ids: list[str] = []
         dupes: list[Delivery] = []
-        while len(taken) < cap:
+        while len(taken) < cap and budget > 0:
             got = c.take(cap - len(taken), wait=wait if not taken and not dupes else 0.0)
             if not got and self._remaining is not None and not taken and not dupes:
                 got = self._await_available_now(c, cap)
             if not got:
                 break
+            over = _over_budget(got, budget)
+            if over < len(got):  # the memory bound: the rest waits for the next batch
+                c.push_front(got[over:])
+                got, cap = got[:over], len(taken) + over
+            budget -= sum(len(d.message.body) for d in got)
             if self._remaining is not None:
                 self._remaining -= len(got)
                 cap = min(cap, len(taken) + len(got) + max(self._remaining, 0))
@@ -174,8 +218,10 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not taken:
             return start
         end = n + len(taken)
-        self.staging.write(n, end, to_arrow(taken, n), ids)
+        table = to_arrow(taken, n)
+        self.staging.write(n, end, table, ids)
         self._staged[n] = (end, taken, ids)
+        self._tables[n] = table
         self._staged_changed()
         seqs = [s for s in (seq_of(d) for d in taken) if s is not None]
         return {"n": end, "hwm": max([hwm, *seqs])}
@@ -204,6 +250,20 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             except OSError:
                 pass  # only the progress line reads it
 
+    def _fill(self, c: QueueConsumer, want: int, settle: float = 0.2,
+              most: float = 5.0) -> None:
+        """AvailableNow with batches sized by what is there: the backlog is known and
+        bounded, so let the prefetch window fill (up to `want`, while deliveries keep
+        coming) instead of landing whatever arrived first as a small batch that costs
+        Spark's whole per-batch overhead."""
+        deadline = time.monotonic() + most
+        seen, quiet = c.buffered(), time.monotonic() + settle
+        while seen < want and time.monotonic() < min(deadline, quiet):
+            time.sleep(0.01)
+            now = c.buffered()
+            if now != seen:
+                seen, quiet = now, time.monotonic() + settle
+
     def _await_available_now(self, c: QueueConsumer, cap: int) -> list[Delivery]:
         """AvailableNow found nothing within the idle timeout: end only if the broker holds
         nothing ready either (a slow broker must not end the run early), 60 s at most."""
@@ -222,15 +282,18 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         _trace("partitions", b, e)
         if b == e:
             return []
-        path = self.staging.path(b, e)
-        if not path.exists():
-            raise FileNotFoundError(
-                f"staged batch {b}-{e} is missing from {self.staging.root}: the checkpoint "
-                "and stagingLocation must be kept together")
+        table = self._tables.get(b)
+        if table is None:  # a replay after a restart: the driver reads its staged copy
+            if not self.staging.exists(b, e):
+                raise FileNotFoundError(
+                    f"staged batch {b}-{e} is missing from {self.staging.root}: the "
+                    "checkpoint and stagingLocation must be kept together")
+            table = self.staging.read(b, e)
         rows = e - b
-        k = max(1, min(self.num_partitions, math.ceil(rows / 1000)))
-        step = math.ceil(rows / k)
-        return [StagedPartition(str(path), i, min(rows, i + step)) for i in range(0, rows, step)]
+        step = math.ceil(rows / split_rows(rows, table.nbytes, self.num_partitions))
+        return [StagedPartition(b, i, min(rows, i + step),
+                                to_ipc(table.slice(i, min(rows, i + step) - i)))
+                for i in range(0, rows, step)]
 
     def commit(self, end: dict) -> None:
         _trace("commit", end["n"])
@@ -249,7 +312,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor side --------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[Any]:
         p: StagedPartition = partition  # type: ignore[assignment]
-        yield from read_rows(p.path, p.row_from, p.row_to)
+        yield from from_ipc(p.data)
 
     # -- bookkeeping ----------------------------------------------------------------------
     def _settle(self, n: int) -> None:
@@ -258,6 +321,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         acks: list[Delivery] = []
         for b in done:
             acks.extend(self._staged.pop(b)[1])
+            self._tables.pop(b, None)
         if done:
             self._staged_changed()
         if acks and self._consumer is not None:
@@ -275,6 +339,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         unlogged = [b for b in self._staged if b >= n]
         for b in unlogged:
             _, items, ids = self._staged.pop(b)
+            self._tables.pop(b, None)
             if self._window is not None:
                 self._window.difference_update(ids)
             assert self._consumer is not None
