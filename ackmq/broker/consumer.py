@@ -9,7 +9,7 @@ from ackmq.broker.arguments import DELIVERY_COUNT_ARG, SEQ_ARG, opt_in
 
 class Consumer:
     __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "limit", "unacked",
-                 "active", "parked", "arguments", "seq_header", "count_header", "priority")
+                 "active", "parked", "arguments", "seq_header", "count_header", "priority", "credit")
 
     def __init__(self, tag: str, channel: Any, queue: Any, no_ack: bool, exclusive: bool,
                  limit: int, arguments: dict[str, Any] | None = None) -> None:
@@ -28,12 +28,19 @@ class Consumer:
         self.count_header = queue.count_header or opt_in(self.arguments, DELIVERY_COUNT_ARG)
         p = self.arguments.get("x-priority", 0)  # checked at consume: an integer
         self.priority = p if type(p) is int else 0  # RabbitMQ's consumer priorities
+        # AMQP 1.0 link credit (A5): when set, at most this many more deliveries, acked or
+        # not; the front end counts it down as it delivers and up on the client's flow
+        self.credit: int | None = None
 
     def own_room(self) -> bool:
         """Below its own prefetch (Q3 global=false); the channel may still be full."""
+        if self.credit is not None and self.credit <= 0:
+            return False
         return self.no_ack or self.limit == 0 or self.unacked < self.limit
 
     def has_room(self) -> bool:
+        if self.credit is not None and self.credit <= 0:
+            return False
         if self.no_ack:
             return self.channel.can_send()
         return (self.limit == 0 or self.unacked < self.limit) and self.channel.has_room()
