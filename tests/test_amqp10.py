@@ -24,7 +24,7 @@ from ackmq.protocol.amqp10.types import UInt
 
 proton = pytest.importorskip("proton")
 from proton import Delivery, Message  # noqa: E402
-from proton.utils import LinkDetached, SendException  # noqa: E402
+from proton.utils import SendException  # noqa: E402
 
 HTTP_URL = re.compile(r"(http://127\.0\.0\.1:\d+)")
 

@@ -52,7 +52,7 @@ class RawPeer:
             self.sock.settimeout(max(0.05, deadline - time.monotonic()))
             try:
                 data = self.sock.recv(65536)
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 break
             except ConnectionResetError:
                 data = b""
