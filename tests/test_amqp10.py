@@ -523,3 +523,33 @@ def test_A1_connections_listed_as_amqp_1_0(ackmq10: Target) -> None:
         assert 'protocol="amqp10"' in text
     finally:
         conn.close()
+
+
+# -- A6 streams ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("spec", ["first", "offset", "next"])
+def test_A6_stream_offset_spec_filter(ackmq10: Target, spec: str) -> None:
+    """RabbitMQ 4 (docs/amqp, "Streams"): the source filter `rabbitmq:stream-offset-spec`
+    (first, last, next, an offset, a timestamp) says where a stream consumer starts."""
+    from proton import Described as PD
+    from proton import symbol, ulong
+    from proton.reactor import Filter
+    q = uniq("a6-stream")
+    _declare(ackmq10, q, **{"x-queue-type": "stream"})
+    conn = connect(ackmq10.port)
+    try:
+        s = conn.create_sender(f"/queues/{q}")
+        for i in range(4):
+            s.send(Message(body=str(i)))
+        value = {"first": "first", "offset": ulong(2), "next": "next"}[spec]
+        f = Filter({symbol("rabbitmq:stream-offset-spec"):
+                    PD(symbol("rabbitmq:stream-offset-spec"), value)})
+        r = conn.create_receiver(f"/queues/{q}", credit=10, options=f)
+        if spec == "next":
+            s.send(Message(body="later"))
+        first = r.receive(timeout=WAIT)
+        r.accept()
+        assert first.body == {"first": "0", "offset": "2", "next": "later"}[spec]
+        assert first.annotations["x-stream-offset"] == {"first": 0, "offset": 2, "next": 4}[spec]
+    finally:
+        conn.close()
+        _delete(ackmq10, q)

@@ -15,6 +15,7 @@ A detached link or a lost connection requeues what the client held unsettled (D8
 
 from __future__ import annotations
 
+import datetime
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,7 @@ from ackmq.protocol.amqp10.addresses import (
 )
 from ackmq.protocol.amqp10.amqp_map import from_amqp091, to_amqp091
 from ackmq.protocol.amqp10.composite import from_described
-from ackmq.protocol.amqp10.types import Described, UInt, ULong
+from ackmq.protocol.amqp10.types import Described, Timestamp, UInt, ULong
 from ackmq.protocol.stomp.destinations import AMQQUEUE, EXCHANGE, QUEUE, TOPIC
 from ackmq.server.amqp10.errors import LinkError
 from ackmq.server.delivery import delivery_properties
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("ackmq.amqp10")
 
 CREDIT = 256  # link credit a client sender gets, topped up below half
+STREAM_PREFETCH = 1 << 20  # a stream consumer's model prefetch: the link credit decides
 ACCEPTED, RELEASED, REJECTED = "accepted", "released", "rejected"
 _CONDITIONS = {404: F.NOT_FOUND, 403: F.UNAUTHORIZED_ACCESS, 405: "amqp:resource-locked",
                406: F.PRECONDITION_FAILED, 530: F.NOT_ALLOWED}
@@ -278,7 +280,8 @@ class Outgoing(_Link):
         try:
             q = self._source_queue(addr)
             tag = f"amqp10-{s.channel_number}-{self.handle}-{self.name}"[:255]
-            self.tag = s.channel.basic_consume(q.name, tag, self.no_ack, False, {}, 0)
+            args, prefetch = self._stream_args(q)
+            self.tag = s.channel.basic_consume(q.name, tag, self.no_ack, False, args, prefetch)
         except ReplyError as e:
             raise LinkError(reply_condition(e), e.text) from None
         c = s.channel.consumers[self.tag]
@@ -289,6 +292,26 @@ class Outgoing(_Link):
                           snd_settle_mode=a.snd_settle_mode, rcv_settle_mode=0,
                           source=a.source, target=a.target, initial_delivery_count=UInt(0)))
         s.channel.start_consumer(self.tag)
+
+    def _stream_args(self, q: Queue) -> tuple[dict[str, Any], int]:
+        """A6: a stream's consumer starts where the source's filter
+        `rabbitmq:stream-offset-spec` says (first, last, next, an offset, a timestamp),
+        as RabbitMQ 4; the link credit is its room (the model's required prefetch is
+        set high so the credit alone decides)."""
+        if q.arguments.get("x-queue-type") != "stream":
+            return {}, 0
+        args: dict[str, Any] = {}
+        filters = self.source.filter if self.source is not None else None
+        for key, v in (filters or {}).items():
+            if str(key) != "rabbitmq:stream-offset-spec":
+                continue
+            value = v.value if isinstance(v, Described) else v
+            if isinstance(value, Timestamp):
+                args["x-stream-offset"] = datetime.datetime.fromtimestamp(
+                    int(value) / 1000, datetime.UTC)
+            elif isinstance(value, (str, int)) and not isinstance(value, bool):
+                args["x-stream-offset"] = value if isinstance(value, str) else int(value)
+        return args, STREAM_PREFETCH
 
     def _source_queue(self, addr: Address) -> Queue:
         s = self.session
