@@ -422,4 +422,6 @@ class Outgoing(_Link):
                 ch.settle(REQUEUE, taken)
             except ReplyError:
                 pass  # a stream keeps nothing to requeue
+        for did in self.unsettled:
+            s.delivered_on.pop(did, None)
         self.unsettled.clear()

@@ -46,6 +46,7 @@ class Session:
         self.channel.confirm_select()
         self.links: dict[int, Incoming | Outgoing] = {}  # by the client's handle
         self.by_tag: dict[str, Outgoing] = {}  # consumer tag -> link
+        self.delivered_on: dict[int, Outgoing] = {}  # unsettled delivery id -> its link
         # outgoing (to the client)
         self.next_outgoing_id = 0
         self.remote_incoming_window = int(begin.incoming_window)
@@ -88,6 +89,7 @@ class Session:
             self.conn.write(fr)
         if not consumer.no_ack:
             link.unsettled[self.next_outgoing_id] = delivery_tag
+            self.delivered_on[self.next_outgoing_id] = link
         self.next_outgoing_id = (self.next_outgoing_id + 1) & 0xFFFFFFFF
         self.remote_incoming_window -= len(frames)
         link.delivery_count = (link.delivery_count + 1) & 0xFFFFFFFF
@@ -251,12 +253,16 @@ class Session:
         if last < first or last - first > 1_000_000:
             raise AmqpError(F.INVALID_FIELD, f"disposition range {first}..{last}")
         by_link: dict[int, list[int]] = {}
-        for did in range(first, last + 1):
-            for link in self.by_tag.values():
-                if did in link.unsettled:
-                    by_link.setdefault(id(link), []).append(did)
-                    break
-        links = {id(lk): lk for lk in self.by_tag.values()}
+        links: dict[int, Outgoing] = {}
+        owner = self.delivered_on
+        if last - first < len(owner):
+            ids = [d for d in range(first, last + 1) if d in owner]
+        else:  # a wide range over few unsettled deliveries: walk those instead
+            ids = sorted(d for d in owner if first <= d <= last)
+        for did in ids:
+            link = owner.pop(did)
+            links[id(link)] = link
+            by_link.setdefault(id(link), []).append(did)
         for key, dids in by_link.items():
             links[key].settle(dids, p.state)
         if not p.settled and by_link:
