@@ -553,3 +553,31 @@ def test_A6_stream_offset_spec_filter(ackmq10: Target, spec: str) -> None:
     finally:
         conn.close()
         _delete(ackmq10, q)
+
+
+def test_A9_bad_outcome_in_a_disposition_ends_the_session(ackmq10: Target) -> None:
+    """Found by the listener fuzzer: a disposition whose state is no outcome ends the
+    session with amqp:decode-error (it names deliveries, not a link); no traceback."""
+    from ackmq.protocol.amqp10.types import Described, ULong
+    q = uniq("a9-disposition")
+    _declare(ackmq10, q)
+    c = ackmq10.pika
+    c.channel().basic_publish("", q, b"x")
+    c.close()
+    p = RawPeer(ackmq10.port)
+    try:
+        p.login()
+        _attach_receiver(p, f"/amq/queue/{q}")
+        _flow(p, 1)
+        p.read(until=lambda g: p.performative("transfer") is not None)
+        p.send(encode_frame(1, Composite("disposition", role=True, first=UInt(0),
+                                         settled=True, state=Described(ULong(0x80), []))))
+        p.read(until=lambda g: p.performative("end") is not None)
+        end = p.performative("end")
+        assert end is not None and end.error.condition == F.DECODE_ERROR
+        assert not p.closed  # the connection stays
+    finally:
+        p.close()
+    method, _props, _body = _get(ackmq10, q)  # the delivery went back (D8)
+    _delete(ackmq10, q)
+    assert method is not None

@@ -166,6 +166,10 @@ class Session:
             else:
                 raise AmqpError(F.ILLEGAL_STATE, f"unexpected {p.kind} on a session")
         except LinkError as e:
+            if p.kind not in ("attach", "detach", "flow", "transfer"):
+                # a disposition names deliveries, not a link: its error ends the session
+                self._end(e)
+                return
             handle = p.handle
             link = self.links.pop(handle, None)
             if link is not None:
@@ -173,9 +177,12 @@ class Session:
             self.write(Composite("detach", handle=UInt(handle), closed=True,
                                  error=error(e.condition, e.description)))
         except SessionError as e:
-            self.conn.sessions.pop(self.channel_number, None)
-            self.write(Composite("end", error=error(e.condition, e.description)))
-            self.close()
+            self._end(e)
+
+    def _end(self, e: AmqpError) -> None:
+        self.conn.sessions.pop(self.channel_number, None)
+        self.write(Composite("end", error=error(e.condition, e.description)))
+        self.close()
 
     def _attach(self, p: Composite) -> None:
         if p.handle in self.links:
