@@ -10,8 +10,9 @@ values, in this order, each optional except the body:
           or one 0x77 amqp-value (any value)
     0x78 footer                  map
 
-`decode_message(payload)` -> `Message10`; `Message10.encode()` -> payload. Sections out of
-order, a second header, mixed body kinds or an unknown descriptor are DecodeErrors.
+`decode_message(payload)` -> `Message10`; `Message10.encode()` -> payload (in the order
+above). A section twice (but data / amqp-sequence), mixed body kinds or an unknown
+descriptor are DecodeErrors; the order is not checked (see decode_message).
 """
 
 from __future__ import annotations
@@ -99,23 +100,21 @@ def decode_sections(payload: Any) -> list[tuple[int, Any]]:
 
 
 def decode_message(payload: Any) -> Message10:
+    """Sections in any order are read (RabbitMQ 4 reads them so, and
+    rabbitmq-amqp-python-client 1.0 writes a null amqp-value ahead of its properties);
+    a section other than data/amqp-sequence twice, or mixed body kinds, is refused."""
     m = Message10()
-    last = 0
+    seen: set[int] = set()
     for code, value in decode_sections(payload):
         if code in BODY_KINDS:
             if m.body and (m.body[0][0] != code or code == AMQP_VALUE):
                 raise DecodeError("mixed or repeated body sections")
-            if last > code and last not in BODY_KINDS:
-                raise DecodeError("message sections out of order")
             _check_kind(code, value)
             m.body.append((code, value))
-            last = code
             continue
-        if code <= last and not (last in BODY_KINDS and code == FOOTER):
-            raise DecodeError("message sections out of order or repeated")
-        if code == FOOTER and not m.body:
-            raise DecodeError("footer before the body")
-        last = code
+        if code in seen:
+            raise DecodeError("a message section repeated")
+        seen.add(code)
         if code == HEADER:
             m.header = from_fields("header", value)
         elif code == PROPERTIES:

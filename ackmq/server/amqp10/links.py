@@ -34,6 +34,7 @@ from ackmq.protocol.amqp10.amqp_map import from_amqp091, to_amqp091
 from ackmq.protocol.amqp10.composite import from_described
 from ackmq.protocol.amqp10.types import Described, Timestamp, UInt, ULong
 from ackmq.protocol.stomp.destinations import AMQQUEUE, EXCHANGE, QUEUE, TOPIC
+from ackmq.server.amqp10 import management
 from ackmq.server.amqp10.errors import LinkError
 from ackmq.server.delivery import delivery_properties
 
@@ -127,7 +128,8 @@ class Incoming(_Link):
 
     def attach(self) -> None:
         s = self.session
-        self.address = _address(self.target)
+        self.management = self.target is not None and self.target.address == management.ADDRESS
+        self.address = None if self.management else _address(self.target)
         if self.address is not None:
             try:
                 self._check_node(self.address)
@@ -212,6 +214,13 @@ class Incoming(_Link):
             msg = decode_message(data)
         except DecodeError as e:
             raise LinkError(F.DECODE_ERROR, f"message: {e}") from None
+        if self.management:  # A7: a request to the management node, answered on the pair
+            if not settled:
+                self._answer(did, outcome(ACCEPTED))
+            reply = management.answer(s, msg)
+            if s.management_link is not None:
+                s.management_link.reply(reply.encode())
+            return
         addr = self.address
         subject = msg.properties.subject if msg.properties is not None else None
         try:
@@ -271,9 +280,29 @@ class Outgoing(_Link):
         self.unsettled: dict[int, int] = {}  # delivery id -> the model's delivery tag
         self.tag = ""
         self.no_ack = attach.snd_settle_mode == 1
+        self.management = False  # the management node's replies (A7), no consumer
+        self.credit = 0  # the management link's own credit
+        self.replies: list[bytes] = []
+
+    def reply(self, payload: bytes) -> None:
+        self.replies.append(payload)
+        self._send_replies()
+
+    def _send_replies(self) -> None:
+        while self.replies and self.credit > 0 and not self.closed:
+            self.credit -= 1
+            self.session.send_transfer(self, self.replies.pop(0))
 
     def attach(self) -> None:
         s = self.session
+        if self.source is not None and self.source.address == management.ADDRESS:
+            self.management = True
+            s.management_link = self
+            a = self.attach_frame
+            s.write(Composite("attach", name=a.name, handle=UInt(self.handle), role=False,
+                              snd_settle_mode=1, rcv_settle_mode=0, source=a.source,
+                              target=a.target, initial_delivery_count=UInt(0)))
+            return
         addr = _address(self.source)
         if addr is None:
             raise LinkError(F.INVALID_FIELD, "a receiving link needs a source address")
@@ -344,6 +373,9 @@ class Outgoing(_Link):
         return m.encode()
 
     def flow_fields(self) -> dict[str, Any]:
+        if self.management:
+            return dict(handle=UInt(self.handle), delivery_count=UInt(self.delivery_count),
+                        link_credit=UInt(self.credit))
         c = self.session.channel.consumers.get(self.tag)
         credit = c.credit if c is not None and c.credit is not None else 0
         q = c.queue if c is not None else None
@@ -354,6 +386,17 @@ class Outgoing(_Link):
 
     def flow(self, p: Composite) -> None:
         s = self.session
+        if self.management:
+            if p.link_credit is not None:
+                base = int(p.delivery_count) if p.delivery_count is not None else 0
+                self.credit = max(0, base + int(p.link_credit) - self.delivery_count)
+            self._send_replies()
+            if p.echo or p.drain:
+                if p.drain:
+                    self.delivery_count += self.credit
+                    self.credit = 0
+                s._session_flow(self)
+            return
         c = s.channel.consumers.get(self.tag)
         if c is None:
             return
@@ -410,6 +453,10 @@ class Outgoing(_Link):
         """D8: what the client held goes back; the consumer goes."""
         super().detached()
         s = self.session
+        if self.management:
+            if s.management_link is self:
+                s.management_link = None
+            return
         ch = s.channel
         s.by_tag.pop(self.tag, None)
         if not ch.open or not self.tag:

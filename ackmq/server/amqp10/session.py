@@ -47,6 +47,7 @@ class Session:
         self.links: dict[int, Incoming | Outgoing] = {}  # by the client's handle
         self.by_tag: dict[str, Outgoing] = {}  # consumer tag -> link
         self.delivered_on: dict[int, Outgoing] = {}  # unsettled delivery id -> its link
+        self.management_link: Outgoing | None = None  # where management replies go (A7)
         # outgoing (to the client)
         self.next_outgoing_id = 0
         self.remote_incoming_window = int(begin.incoming_window)
@@ -90,6 +91,19 @@ class Session:
         if not consumer.no_ack:
             link.unsettled[self.next_outgoing_id] = delivery_tag
             self.delivered_on[self.next_outgoing_id] = link
+        self.next_outgoing_id = (self.next_outgoing_id + 1) & 0xFFFFFFFF
+        self.remote_incoming_window -= len(frames)
+        link.delivery_count = (link.delivery_count + 1) & 0xFFFFFFFF
+
+    def send_transfer(self, link: Outgoing, payload: bytes) -> None:
+        """A pre-settled transfer outside the model (the management node's replies)."""
+        transfer = Composite("transfer", handle=UInt(link.handle),
+                             delivery_id=UInt(self.next_outgoing_id),
+                             delivery_tag=self.next_outgoing_id.to_bytes(8, "big"),
+                             message_format=UInt(0), settled=True)
+        frames = encode_frames(self.channel_number, transfer, payload, self.conn.max_frame_size)
+        for fr in frames:
+            self.conn.write(fr)
         self.next_outgoing_id = (self.next_outgoing_id + 1) & 0xFFFFFFFF
         self.remote_incoming_window -= len(frames)
         link.delivery_count = (link.delivery_count + 1) & 0xFFFFFFFF
