@@ -581,3 +581,69 @@ def test_A9_bad_outcome_in_a_disposition_ends_the_session(ackmq10: Target) -> No
     method, _props, _body = _get(ackmq10, q)  # the delivery went back (D8)
     _delete(ackmq10, q)
     assert method is not None
+
+
+def test_A1_anonymous_when_configured(tmp_path: Path) -> None:
+    """--amqp10-anonymous-user USER offers ANONYMOUS and logs it in as USER (RabbitMQ 4's
+    anonymous_login_user)."""
+    b = BrokerProcess(tmp_path, "--no-stomp", "--amqp10-anonymous-user", "guest")
+    b.start()
+    try:
+        from proton.utils import BlockingConnection
+        conn = BlockingConnection(f"amqp://127.0.0.1:{b.port}", timeout=WAIT,
+                                  allowed_mechs="ANONYMOUS")
+        try:
+            s = conn.create_sender("/queue/a1-anon")
+            assert s.send(Message(body="anon")).remote_state == Delivery.ACCEPTED
+        finally:
+            conn.close()
+    finally:
+        b.stop()
+
+
+def test_A4_modified_counts_toward_the_delivery_limit(ackmq10: Target) -> None:
+    """RabbitMQ 4: `modified` (delivery-failed) requeues and counts toward
+    x-delivery-limit; past it the message is dead-lettered."""
+    q, dlq = uniq("a4-limit"), uniq("a4-limit-dlq")
+    _declare(ackmq10, dlq)
+    _declare(ackmq10, q, **{"x-delivery-limit": 1, "x-dead-letter-exchange": "",
+                            "x-dead-letter-routing-key": dlq})
+    conn = connect(ackmq10.port)
+    try:
+        conn.create_sender(f"/queues/{q}").send(Message(body="m"))
+        r = conn.create_receiver(f"/queues/{q}", credit=1)
+        for _ in range(2):
+            r.receive(timeout=WAIT)
+            r.release(delivered=True)  # modified, delivery-failed
+    finally:
+        conn.close()
+    method, props, _body = _get(ackmq10, dlq)
+    _delete(ackmq10, q)
+    _delete(ackmq10, dlq)
+    assert method is not None and props.headers["x-death"][0]["reason"] == "delivery_limit"
+
+
+def test_A8_amqp10_to_stomp(ackmq_broker: BrokerProcess, ackmq10: Target) -> None:
+    from support.stomphelp import Raw
+    q = uniq("a8-to-stomp")
+    port = int(ackmq_broker.stomp_url.rsplit(":", 1)[1])
+    s = Raw.open("127.0.0.1", port)
+    try:
+        s.connect()
+        s.subscribe(f"/queue/{q}", "s1")
+        time.sleep(0.3)
+        conn = connect(ackmq10.port)
+        try:
+            conn.create_sender(f"/queue/{q}").send(Message(
+                body=b"to stomp", inferred=True, durable=True, content_type="text/plain",
+                correlation_id="c-1", properties={"color": "blue"}))
+        finally:
+            conn.close()
+        f = s.recv(timeout=WAIT)
+        assert f.command == "MESSAGE" and f.body == b"to stomp"
+        h = f.headers
+        assert (h["persistent"], h["content-type"], h["correlation-id"], h["color"]) == (
+            "true", "text/plain", "c-1", "blue")
+    finally:
+        s.close()
+        _delete(ackmq10, q)
