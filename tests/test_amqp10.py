@@ -647,3 +647,22 @@ def test_A8_amqp10_to_stomp(ackmq_broker: BrokerProcess, ackmq10: Target) -> Non
     finally:
         s.close()
         _delete(ackmq10, q)
+
+
+def test_A5_large_messages_span_frames_both_ways(target: Target) -> None:
+    """A 1 MiB message is sent and delivered in many transfer frames (`more`), each
+    within the peer's max-frame-size (OASIS 2.6.14)."""
+    q = uniq("a5-large")
+    _declare(target, q)
+    body = bytes(range(256)) * 4096
+    conn = connect(target.port)
+    try:
+        s = conn.create_sender(f"/amq/queue/{q}")
+        assert s.send(Message(body=body, inferred=True)).remote_state == Delivery.ACCEPTED
+        r = conn.create_receiver(f"/amq/queue/{q}", credit=1)
+        got = r.receive(timeout=WAIT)
+        r.accept()
+        assert bytes(got.body) == body
+    finally:
+        conn.close()
+        _delete(target, q)
