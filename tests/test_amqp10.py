@@ -666,3 +666,23 @@ def test_A5_large_messages_span_frames_both_ways(target: Target) -> None:
     finally:
         conn.close()
         _delete(target, q)
+
+
+def test_A3_missing_queue_is_rejected_not_found(ackmq10: Target) -> None:
+    """RabbitMQ 4: a transfer to a /queues/ node that is gone (deleted after the attach,
+    or named by `to` on the anonymous terminus) is `rejected` with amqp:not-found."""
+    q = uniq("a3-gone")
+    _declare(ackmq10, q)
+    conn = connect(ackmq10.port)
+    try:
+        s = conn.create_sender(f"/queues/{q}")
+        _delete(ackmq10, q)
+        with pytest.raises(SendException) as e:
+            s.send(Message(body="nowhere"))
+        assert e.value.state == Delivery.REJECTED
+        anon = conn.create_sender(None)
+        with pytest.raises(SendException) as e:
+            anon.send(Message(body="nowhere", address=f"/queues/{uniq('never')}"))
+        assert e.value.state == Delivery.REJECTED
+    finally:
+        conn.close()

@@ -233,11 +233,13 @@ class Incoming(_Link):
                     target = parse_address(to)
                 except AddressError as e:
                     raise _Reject(F.INVALID_FIELD, str(e)) from None
-                if target.kind == V2_QUEUE and target.name not in s.channel.vhost.queues:
-                    raise _Reject(F.NOT_FOUND, f"no queue '{target.name}' in vhost "
-                                               f"'{s.channel.vhost.name}'")
             else:
                 target = addr
+            if target.kind == V2_QUEUE and target.name not in s.channel.vhost.queues:
+                # RabbitMQ 4: a /queues/ target that is not there (deleted since the
+                # attach, or named by `to`) is `rejected` with amqp:not-found
+                raise _Reject(F.NOT_FOUND, f"no queue '{target.name}' in vhost "
+                                           f"'{s.channel.vhost.name}'")
             exchange, key = target.routing(subject)
             props, body = to_amqp091(msg)
             ch = s.channel
