@@ -686,3 +686,18 @@ def test_A3_missing_queue_is_rejected_not_found(ackmq10: Target) -> None:
         assert e.value.state == Delivery.REJECTED
     finally:
         conn.close()
+
+
+def test_A2_refused_attach_has_a_null_terminus_then_detach(ackmq10: Target) -> None:
+    """OASIS 2.6.3: a link to a node that is not there is answered with an attach whose
+    terminus (here the source) is null, then a detach with the error (amqp:not-found)."""
+    p = RawPeer(ackmq10.port)
+    try:
+        p.login()
+        _attach_receiver(p, f"/queues/{uniq('nowhere')}")
+        p.read(until=lambda g: p.performative("detach") is not None)
+        attach, detach = p.performative("attach"), p.performative("detach")
+        assert attach is not None and attach.source is None and attach.role is False
+        assert detach.closed and detach.error.condition == F.NOT_FOUND
+    finally:
+        p.close()

@@ -103,10 +103,10 @@ class _Link:
         """Part 2.6.3: an attach whose terminus is null, then (by the caller) detach."""
         a = self.attach_frame
         our_role = not a.role
-        self.session.write(Composite(
+        self.session.write(Composite(  # our terminus null: the node is not there
             "attach", name=a.name, handle=UInt(self.handle), role=our_role,
-            source=a.source if our_role is False else None,
-            target=a.target if our_role is True else None,
+            source=None if our_role is False else a.source,
+            target=None if our_role is True else a.target,
             initial_delivery_count=UInt(0) if our_role is False else None))
 
     def detached(self) -> None:
