@@ -701,3 +701,23 @@ def test_A2_refused_attach_has_a_null_terminus_then_detach(ackmq10: Target) -> N
         assert detach.closed and detach.error.condition == F.NOT_FOUND
     finally:
         p.close()
+
+
+def test_A4_queue_deleted_under_a_receiver_detaches_it(ackmq10: Target) -> None:
+    """RabbitMQ 4: the queue deleted under a receiving link detaches the link with
+    amqp:resource-deleted; the connection and its other links go on."""
+    q = uniq("a4-deleted")
+    _declare(ackmq10, q)
+    conn = connect(ackmq10.port)
+    try:
+        r = conn.create_receiver(f"/queues/{q}", credit=5)
+        _delete(ackmq10, q)
+        with pytest.raises(proton.utils.LinkDetached) as e:
+            r.receive(timeout=WAIT)
+        assert e.value.condition == F.RESOURCE_DELETED
+        q2 = uniq("a4-still")
+        _declare(ackmq10, q2)
+        conn.create_sender(f"/queues/{q2}").send(Message(body="still served"))
+        _delete(ackmq10, q2)
+    finally:
+        conn.close()

@@ -48,6 +48,7 @@ class Session:
         self.by_tag: dict[str, Outgoing] = {}  # consumer tag -> link
         self.delivered_on: dict[int, Outgoing] = {}  # unsettled delivery id -> its link
         self.management_link: Outgoing | None = None  # where management replies go (A7)
+        self.detaching: set[int] = set()  # handles we detached: the client's detach answers
         # outgoing (to the client)
         self.next_outgoing_id = 0
         self.remote_incoming_window = int(begin.incoming_window)
@@ -144,6 +145,8 @@ class Session:
         if link is None or not self.open:
             return
         self.links.pop(link.handle, None)
+        link.detached()
+        self.detaching.add(link.handle)
         self.write(Composite("detach", handle=UInt(link.handle), closed=True,
                              error=error(F.RESOURCE_DELETED, "the queue was deleted")))
 
@@ -188,6 +191,7 @@ class Session:
             link = self.links.pop(handle, None)
             if link is not None:
                 link.detached()
+            self.detaching.add(int(handle))
             self.write(Composite("detach", handle=UInt(handle), closed=True,
                                  error=error(e.condition, e.description)))
         except SessionError as e:
@@ -199,6 +203,7 @@ class Session:
         self.close()
 
     def _attach(self, p: Composite) -> None:
+        self.detaching.discard(int(p.handle))
         if p.handle in self.links:
             raise SessionError(F.HANDLE_IN_USE, f"handle {p.handle} is in use")
         if p.role is False:  # the client sends: our receiving end
@@ -217,6 +222,9 @@ class Session:
             raise
 
     def _detach(self, p: Composite) -> None:
+        if int(p.handle) in self.detaching:  # the answer to ours: the handle is free again
+            self.detaching.discard(int(p.handle))
+            return
         link = self.links.pop(int(p.handle), None)
         if link is None:
             raise SessionError(F.UNATTACHED_HANDLE, f"detach of handle {p.handle}, which is "
@@ -236,6 +244,8 @@ class Session:
         self.incoming_window -= 1
         if self.incoming_window < 0:
             raise AmqpError(F.WINDOW_VIOLATION, "transfer past the session's incoming-window")
+        if int(p.handle) in self.detaching:
+            return  # sent before the client saw our detach
         link = self._link(p.handle)
         if not isinstance(link, Incoming):
             raise AmqpError(F.NOT_ALLOWED, "transfer on a link the client receives on")
@@ -259,6 +269,8 @@ class Session:
         self.remote_incoming_window = nid + int(p.incoming_window) - self.next_outgoing_id
         was_blocked = self.remote_incoming_window <= 0
         if p.handle is not None:
+            if int(p.handle) in self.detaching:
+                return  # sent before the client saw our detach
             link = self._link(p.handle)
             link.flow(p)
         elif p.echo:
