@@ -224,3 +224,14 @@ def test_A9_split_transfer_reassembles():
     got = d.feed(b"".join(frames))
     assert b"".join(f.payload for f in got) == b"z" * 2000
     assert [f.performative.more for f in got] == [True] * (len(got) - 1) + [False]
+
+
+def test_A9_numeric_fields_out_of_their_type_range_are_decode_errors():
+    """Found by the listener fuzzer: an open whose channel-max is a long -1 (not a
+    ushort) must be a decode error, not a value the server later fails to encode."""
+    from ackmq.protocol.amqp10.composite import from_fields
+    with pytest.raises(T.DecodeError):
+        from_fields("open", ["c", None, None, -1])
+    with pytest.raises(T.DecodeError):
+        from_fields("begin", [None, 0, 2 ** 32, 0])
+    assert from_fields("open", ["c", None, T.UInt(512), T.UShort(7)]).channel_max == 7

@@ -257,12 +257,17 @@ def from_fields(name: str, fields: Any) -> Composite:
     return c
 
 
+_RANGE = {"ubyte": 0xFF, "ushort": 0xFFFF, "uint": 0xFFFFFFFF, "ulong": 0xFFFFFFFFFFFFFFFF}
+
+
 def _check(name: str, fname: str, typ: str, items: list[Any]) -> None:
     accept = _ACCEPT.get(typ)
     if accept is None:
         return
+    top = _RANGE.get(typ)
     for v in items:
-        if not isinstance(v, accept) or (typ != "boolean" and isinstance(v, bool)):
+        if not isinstance(v, accept) or (typ != "boolean" and isinstance(v, bool)) or (
+                top is not None and not 0 <= v <= top):  # a long -1 where a ushort goes
             raise DecodeError(f"{name}: field {fname} is not a {typ}")
 
 
