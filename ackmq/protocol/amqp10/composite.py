@@ -266,9 +266,10 @@ def _check(name: str, fname: str, typ: str, items: list[Any]) -> None:
         return
     top = _RANGE.get(typ)
     for v in items:
-        if not isinstance(v, accept) or (typ != "boolean" and isinstance(v, bool)) or (
-                top is not None and not 0 <= v <= top):  # a long -1 where a ushort goes
+        if not isinstance(v, accept) or (typ != "boolean" and isinstance(v, bool)):
             raise DecodeError(f"{name}: field {fname} is not a {typ}")
+        if top is not None and not 0 <= int(v) <= top:  # e.g. a long -1 where a ushort goes
+            raise DecodeError(f"{name}: field {fname} is out of a {typ}'s range")
 
 
 def error(condition: str, description: str | None = None,
