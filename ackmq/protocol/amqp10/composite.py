@@ -268,7 +268,7 @@ def _check(name: str, fname: str, typ: str, items: list[Any]) -> None:
     for v in items:
         if not isinstance(v, accept) or (typ != "boolean" and isinstance(v, bool)):
             raise DecodeError(f"{name}: field {fname} is not a {typ}")
-        if top is not None and not 0 <= int(v) <= top:  # e.g. a long -1 where a ushort goes
+        if top is not None and isinstance(v, int) and not 0 <= v <= top:  # a long -1
             raise DecodeError(f"{name}: field {fname} is out of a {typ}'s range")
 
 
