@@ -721,3 +721,19 @@ def test_A4_queue_deleted_under_a_receiver_detaches_it(ackmq10: Target) -> None:
         _delete(ackmq10, q2)
     finally:
         conn.close()
+
+
+def test_A2_dynamic_source_gets_its_own_queue(ackmq10: Target) -> None:
+    """OASIS 3.5.3 (RabbitMQ 4's reply queues): a receiver asking for a dynamic source
+    gets a server-named exclusive queue, its `/queues/` address in the attach."""
+    conn = connect(ackmq10.port)
+    try:
+        r = conn.create_receiver(None, dynamic=True, credit=1)
+        address = r.link.remote_source.address
+        assert address.startswith("/queues/amq.gen-")
+        conn.create_sender(address).send(Message(body="reply"))
+        m = r.receive(timeout=WAIT)
+        r.accept()
+        assert m.body == "reply"
+    finally:
+        conn.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import logging
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from ackmq.broker.errors import ReplyError
 from ackmq.broker.queue_type import ACK, REJECT, REQUEUE
@@ -305,11 +306,20 @@ class Outgoing(_Link):
                               snd_settle_mode=1, rcv_settle_mode=0, source=a.source,
                               target=a.target, initial_delivery_count=UInt(0)))
             return
-        addr = _address(self.source)
-        if addr is None:
+        dynamic = self.source is not None and bool(self.source.dynamic)
+        addr = None if dynamic else _address(self.source)
+        if addr is None and not dynamic:
             raise LinkError(F.INVALID_FIELD, "a receiving link needs a source address")
         try:
-            q = self._source_queue(addr)
+            if dynamic:  # OASIS 3.5.3: a node made for this link (a server-named exclusive
+                # queue, gone with the link's connection), its address in our attach
+                q = s.channel.vhost.declare_queue("", False, False, True, True, {}, s.conn,
+                                                  access=s.channel.access)
+                assert self.source is not None
+                self.source.address = "/queues/" + quote(q.name, safe="")
+            else:
+                assert addr is not None
+                q = self._source_queue(addr)
             tag = f"amqp10-{s.channel_number}-{self.handle}-{self.name}"[:255]
             args, prefetch = self._stream_args(q)
             self.tag = s.channel.basic_consume(q.name, tag, self.no_ack, False, args, prefetch)
@@ -321,7 +331,8 @@ class Outgoing(_Link):
         a = self.attach_frame
         s.write(Composite("attach", name=a.name, handle=UInt(self.handle), role=False,
                           snd_settle_mode=a.snd_settle_mode, rcv_settle_mode=0,
-                          source=a.source, target=a.target, initial_delivery_count=UInt(0)))
+                          source=self.source if dynamic else a.source, target=a.target,
+                          initial_delivery_count=UInt(0)))
         s.channel.start_consumer(self.tag)
 
     def _stream_args(self, q: Queue) -> tuple[dict[str, Any], int]:
