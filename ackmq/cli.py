@@ -24,6 +24,11 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stomp-port", type=int, default=D.stomp_port,
                    help=f"STOMP port (default {D.stomp_port}); 0 picks a free one")
     p.add_argument("--no-stomp", action="store_true", help="no STOMP listener")
+    p.add_argument("--no-amqp10", action="store_true",
+                   help="AMQP 0-9-1 only on the AMQP port(s): no AMQP 1.0 (docs/amqp10.md)")
+    p.add_argument("--amqp10-anonymous-user", default=D.amqp10_anonymous_user,
+                   help="offer SASL ANONYMOUS to AMQP 1.0 clients, logged in as this user "
+                        "(RabbitMQ 4's anonymous_login_user; default: not offered)")
     p.add_argument("--data-dir", default=D.data_dir, type=Path,
                    help="where durable queues and persistent messages live")
     p.add_argument("--no-fsync", action="store_true",
@@ -187,6 +192,7 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     cfg = Config(host=args.host, port=args.port,
                  stomp_port=None if args.no_stomp else args.stomp_port,
+                 amqp10=not args.no_amqp10, amqp10_anonymous_user=args.amqp10_anonymous_user,
                  data_dir=None if args.no_persistence else args.data_dir,
                  fsync=not args.no_fsync, heartbeat=args.heartbeat,
                  consumer_timeout_ms=args.consumer_timeout_ms,

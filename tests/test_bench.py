@@ -581,3 +581,19 @@ def test_stomp_reference_not_running_says_how_to_start(monkeypatch: pytest.Monke
     port = _closed_port()
     with pytest.raises(brokers.BenchSetupError, match="activemq-local start"):
         brokers.activemq(f"stomp://guest:guest@127.0.0.1:{port}/")
+
+
+@pytest.mark.timeout(180)
+def test_amqp10_workloads_tiny_run(broker_url: str, tmp_path: Path) -> None:
+    """The AMQP 1.0 rows (issue 29) run against the same AMQP port, when named; not in
+    the default set (a 0-9-1-only broker has no 1.0)."""
+    from ackmq.bench.workloads import AMQP_WORKLOADS
+    names = ["amqp10-send-outcome", "amqp10-send-stream", "amqp10-receive"]
+    assert not set(names) & set(AMQP_WORKLOADS)
+    out_json = tmp_path / "a10.json"
+    status = cli.main([*names, "--url", broker_url, "--messages", "100", "--rounds", "1",
+                       "--json", str(out_json)])
+    data = json.loads(out_json.read_text())
+    assert status == 0, [r["error"] for r in data["runs"]]
+    assert {m["name"] for r in data["runs"] for m in r["metrics"]} == set(names)
+    assert all(r["extra"].get("queued", 100) == 100 for r in data["runs"])

@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"unknown workload(s): {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}",
               file=sys.stderr)
         return 2
-    if stomp and any(w in AMQP_WORKLOADS for w in names):
+    if stomp and any(not WORKLOADS[w].stomp for w in names):
         print("AMQP and STOMP workloads cannot share a run (ActiveMQ has no AMQP); "
               "run them separately", file=sys.stderr)
         return 2

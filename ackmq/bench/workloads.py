@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ackmq.bench import clients, confirms, latency, memory, stomp_load, throughput
+from ackmq.bench import amqp10_load, clients, confirms, latency, memory, stomp_load, throughput
 from ackmq.bench.context import RunContext
 
 
@@ -15,6 +15,9 @@ class Workload:
     run: Callable[[RunContext], None]
     summary: str
     stomp: bool = False  # a STOMP workload: runs against the brokers' STOMP listeners
+    # an AMQP 1.0 workload: the AMQP brokers' port, run when named (not by default: a
+    # 0-9-1-only broker has no 1.0)
+    amqp10: bool = False
 
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (
@@ -46,6 +49,15 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              "(msgs/s, higher better)"),
     Workload("client-prefetch-ext", clients.client_prefetch_ext,
              "J8: CLIENT mode acking every P, window 1.5P vs P, n each (msgs/s, higher better)"),
+    Workload("amqp10-send-outcome", amqp10_load.send_outcome,
+             "AMQP 1.0: durable transfers, wait for each outcome (total ms, lower better)",
+             amqp10=True),
+    Workload("amqp10-send-stream", amqp10_load.send_stream,
+             "AMQP 1.0: durable transfers within link credit, outcomes awaited at the end "
+             "(msgs/s, higher better)", amqp10=True),
+    Workload("amqp10-receive", amqp10_load.receive,
+             "AMQP 1.0: drain a pre-filled queue with link credit 500, accepting in ranges "
+             "(msgs/s, higher better)", amqp10=True),
     Workload("stomp-send-receipt", stomp_load.send_receipt,
              "persistent SEND to a durable queue, wait for each RECEIPT (total ms, lower better)",
              stomp=True),
@@ -59,5 +71,5 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              "drain a pre-filled queue with ack:auto (msgs/s, higher better)", stomp=True),
 )}
 
-AMQP_WORKLOADS = [w.name for w in WORKLOADS.values() if not w.stomp]
+AMQP_WORKLOADS = [w.name for w in WORKLOADS.values() if not w.stomp and not w.amqp10]
 STOMP_WORKLOADS = [w.name for w in WORKLOADS.values() if w.stomp]

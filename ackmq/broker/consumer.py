@@ -11,7 +11,7 @@ from ackmq.broker.retry import backoff_of
 class Consumer:
     __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "limit", "unacked",
                  "active", "parked", "arguments", "seq_header", "count_header", "priority",
-                 "backoff", "timeout_ms")
+                 "backoff", "timeout_ms", "credit")
 
     def __init__(self, tag: str, channel: Any, queue: Any, no_ack: bool, exclusive: bool,
                  limit: int, arguments: dict[str, Any] | None = None) -> None:
@@ -34,12 +34,19 @@ class Consumer:
         self.backoff = backoff_of(self.arguments) if self.arguments else None
         t = self.arguments.get("x-consumer-timeout")  # L7: checked at consume
         self.timeout_ms: int | None = t if type(t) is int and t >= 0 else None
+        # AMQP 1.0 link credit (A5): when set, at most this many more deliveries, acked or
+        # not; the front end counts it down as it delivers and up on the client's flow
+        self.credit: int | None = None
 
     def own_room(self) -> bool:
         """Below its own prefetch (Q3 global=false); the channel may still be full."""
+        if self.credit is not None and self.credit <= 0:
+            return False
         return self.no_ack or self.limit == 0 or self.unacked < self.limit
 
     def has_room(self) -> bool:
+        if self.credit is not None and self.credit <= 0:
+            return False
         if self.no_ack:
             return self.channel.can_send()
         return (self.limit == 0 or self.unacked < self.limit) and self.channel.has_room()

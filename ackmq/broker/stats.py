@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-PROTOCOLS = ("amqp091", "stomp")
+PROTOCOLS = ("amqp091", "stomp", "amqp10")
 
 
 class MessageStats:

@@ -14,6 +14,11 @@ class Config:
     host: str = "127.0.0.1"
     port: int = 5672
     stomp_port: int | None = 61613  # None: no STOMP listener; 0: a free port
+    # AMQP 1.0 on the AMQP port(s) beside 0-9-1, picked by the protocol header (SPEC A1);
+    # False: the 0-9-1 listener alone, as before. ANONYMOUS logs in as this user (None:
+    # ANONYMOUS is not offered), as RabbitMQ 4's anonymous_login_user
+    amqp10: bool = True
+    amqp10_anonymous_user: str | None = None
     data_dir: Path | None = Path("./ackmq-data")  # None: nothing on disk (transient broker)
     fsync: bool = True
     heartbeat: int = 60

@@ -43,9 +43,17 @@ def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _amqp(ctx: FrontEnd) -> ClientConnection:
+def _amqp(ctx: FrontEnd) -> Any:
     from ackmq.server.amqp.connection import AMQPConnection
+    if ctx.config.amqp10:  # A1: the protocol header picks 0-9-1 or 1.0 (server/sniff.py)
+        from ackmq.server.sniff import Sniffer
+        return Sniffer(ctx, AMQPConnection, _amqp10)
     return AMQPConnection(ctx)
+
+
+def _amqp10(ctx: FrontEnd) -> ClientConnection:
+    from ackmq.server.amqp10.connection import AMQP10Connection
+    return AMQP10Connection(ctx)
 
 
 def _stomp(ctx: FrontEnd) -> ClientConnection:
@@ -60,7 +68,7 @@ class Listener:
     name: str  # in messages: "AMQP", "STOMP", "AMQPS", "STOMP over TLS"
     scheme: str  # of its URL: amqp, stomp, amqps, stomp+ssl
     port: int  # as asked; 0 picks a free one
-    connection: Callable[[FrontEnd], ClientConnection]
+    connection: Callable[[FrontEnd], Any]  # a ClientConnection (or the AMQP sniffer)
     tls: bool = False
     server: asyncio.Server | None = None
     bound_port: int = 0

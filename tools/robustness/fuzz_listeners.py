@@ -37,7 +37,7 @@ from tools.harness.rawpeer import Peer, host_port, rss_of
 from tools.robustness import fuzz
 from tools.robustness import fuzz_seeds as seeds
 
-LISTENERS = ("stomp", "amqps", "amqps-handshake", "stomps", "stomps-handshake", "admin",
+LISTENERS = ("amqp10", "stomp", "amqps", "amqps-handshake", "stomps", "stomps-handshake", "admin",
              "http", "https")
 MAX_MESSAGE = 65536  # our broker's --max-message-size: STOMP padding completes any body
 OUT_KEEP = 256 * 1024
@@ -116,6 +116,32 @@ def judge_stomp(out: bytes) -> Verdict:
     if out.strip(b"\r\n"):
         return "bad output", f"unexpected STOMP output {out[:200]!r}"
     return "closed, nothing written", ""
+
+
+def judge_amqp10(out: bytes) -> Verdict:
+    """The broker's output read with ackmq's own 1.0 decoder: the close's condition, or
+    the last performative; output it cannot read is a problem (cut at OUT_KEEP is not)."""
+    from ackmq.protocol.amqp10 import Decoder
+    from ackmq.protocol.amqp10 import frames as F
+    if out.startswith(b"AMQP\x00\x00\x09\x01"):  # not a 1.0 header: the port's 0-9-1
+        return "answered as 0-9-1 (not a 1.0 header)", ""  # side answered it (A1)
+    dec = Decoder(max_frame_size=1 << 30)
+    try:
+        events = dec.feed(out)
+    except (F.FramingError, F.BadHeader) as e:
+        return "bad output", f"undecodable AMQP 1.0 output ({e!r}): {out[:200]!r}"
+    last = ""
+    for ev in events:
+        p = getattr(ev, "performative", None)
+        if p is None:
+            continue
+        if p.kind == "close":
+            cond = p.error.condition if p.error is not None else "ok"
+            return f"close {cond}", ""
+        if p.kind == "sasl_outcome" and p.code:
+            return "sasl-outcome auth", ""
+        last = p.kind
+    return (f"closed after {last}" if last else "closed, nothing but headers"), ""
 
 
 def judge_http(out: bytes) -> Verdict:
@@ -297,7 +323,8 @@ def broker_targets(own: OwnBroker) -> dict[str, Target]:
 
     stomp, stomps, amqps, http, https = (port("stomp"), port(r"stomp\+ssl"), port("amqps"),
                                          port("http"), port("https"))
-    return {"stomp": Target("stomp", port=stomp),
+    return {"amqp10": Target("amqp10", port=port("amqp")),
+            "stomp": Target("stomp", port=stomp),
             "stomps": Target("stomps", port=stomps, tls=True),
             "stomps-handshake": Target("stomps-handshake", port=stomps),
             "amqps": Target("amqps", port=amqps, tls=True),
@@ -311,6 +338,9 @@ def broker_targets(own: OwnBroker) -> dict[str, Target]:
 # is no half-close to end it with (asyncio), and a STOMP broker may take NULs between
 # frames for heart-beats
 STOMP_PAD = b"\x00" * (MAX_MESSAGE + 64) + b"\n\nDISCONNECT\n\n\x00"
+# completes any AMQP 1.0 frame (at most max-frame-size, 131072), then zero-sized frames:
+# a framing error that ends the session, whatever state it was in
+AMQP10_PAD = b"\x00" * (131072 + 64)
 STOMP_HELLO = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\x00"
 
 
@@ -339,6 +369,9 @@ async def one_connection(t: Target, rnd: random.Random, stats: Stats, opts: Opti
     if t.name in ("stomp", "stomps"):
         frames, special, pad, judge = (seeds.stomp_session(tag), seeds.STOMP_SPECIAL,
                                        STOMP_PAD, judge_stomp)
+    elif t.name == "amqp10":
+        frames, special, pad, judge = (seeds.amqp10_session(tag), seeds.AMQP10_SPECIAL,
+                                       AMQP10_PAD, judge_amqp10)
     elif t.name in ("http", "https"):
         frames, special, pad, judge = (seeds.http_session(tag), seeds.HTTP_SPECIAL,
                                        b"\r\n\r\n", judge_http)

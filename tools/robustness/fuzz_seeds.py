@@ -202,3 +202,73 @@ def mutate_frames(frames: list[bytes], rnd: random.Random, special: tuple[bytes,
         else:
             out[i] = mutate(out[i], random_ops(rnd, special, text))
     return b"".join(out), count
+
+
+# ---- AMQP 1.0 (on the AMQP port) ------------------------------------------------------------
+
+AMQP10_SPECIAL = (b"\x00", b"\xff", b"\x40", b"\x45", b"\x00\x53\x10", b"\x00\x53\x99",
+                  b"\xd0\xff\xff\xff\xff\x00\x00\x00\x01", b"\xc0\x00\x00", b"\xa1\xff",
+                  b"\xb1\x7f\xff\xff\xff", b"\xe0\x02\x01\x40", b"AMQP\x00\x01\x00\x00",
+                  b"AMQP\x03\x01\x00\x00", b"\x00\x00\x00\x08\x02\x00\x00\x00",
+                  b"\xff\xff\xff\xff\x02\x00\x00\x00", b"\x00\x00\x00\x08\x00\x00\x00\x00")
+
+
+def amqp10_session(tag: str) -> list[bytes]:
+    """SASL PLAIN, open, a session, a sender link (durable transfers, one in two frames),
+    a receiver link (credit, drain, each outcome), detach, end, close; one frame each."""
+    from ackmq.protocol.amqp10 import AMQP_HEADER, SASL_HEADER, Composite, encode_frame
+    from ackmq.protocol.amqp10 import frames as F
+    from ackmq.protocol.amqp10.message import DATA, Message10
+    from ackmq.protocol.amqp10.types import UInt
+    n = slot(tag)
+    q = f"/queue/fz10.{n}"
+
+    def body(text: str) -> bytes:
+        return Message10(header=Composite("header", durable=True),
+                         application_properties={"tag": tag},
+                         body=[(DATA, text.encode())]).encode()
+
+    def transfer(did: int, payload: bytes, more: bool = False, settled: bool = False) -> bytes:
+        return encode_frame(1, Composite("transfer", handle=UInt(0), delivery_id=UInt(did),
+                                         delivery_tag=bytes([did]), message_format=UInt(0),
+                                         more=more, settled=settled or None), payload)
+
+    two = body("split " + tag)
+    flow = dict(next_incoming_id=UInt(0), incoming_window=UInt(1000),
+                next_outgoing_id=UInt(3), outgoing_window=UInt(1000))
+    out = [
+        SASL_HEADER,
+        encode_frame(0, Composite("sasl_init", mechanism="PLAIN",
+                                  initial_response=b"\0guest\0guest"), b"", F.SASL_FRAME),
+        AMQP_HEADER,
+        encode_frame(0, Composite("open", container_id=f"fz-{tag}", hostname="vhost:/",
+                                  idle_time_out=UInt(0))),
+        encode_frame(1, Composite("begin", next_outgoing_id=UInt(0),
+                                  incoming_window=UInt(1000), outgoing_window=UInt(1000))),
+        encode_frame(1, Composite("attach", name="s", handle=UInt(0), role=False,
+                                  source=Composite("source"),
+                                  target=Composite("target", address=q),
+                                  initial_delivery_count=UInt(0))),
+        transfer(0, body("one " + tag)),
+        transfer(1, two[:10], more=True),
+        transfer(1, two[10:]),
+        transfer(2, body("presettled"), settled=True),
+        encode_frame(1, Composite("attach", name="r", handle=UInt(1), role=True,
+                                  source=Composite("source", address=q),
+                                  target=Composite("target"))),
+        encode_frame(1, Composite("flow", handle=UInt(1), delivery_count=UInt(0),
+                                  link_credit=UInt(3), **flow)),
+        encode_frame(1, Composite("disposition", role=True, first=UInt(0), last=UInt(0),
+                                  settled=True, state=Composite("accepted"))),
+        encode_frame(1, Composite("disposition", role=True, first=UInt(1), settled=True,
+                                  state=Composite("modified", delivery_failed=True))),
+        encode_frame(1, Composite("disposition", role=True, first=UInt(2), settled=True,
+                                  state=Composite("released"))),
+        encode_frame(1, Composite("flow", handle=UInt(1), delivery_count=UInt(3),
+                                  link_credit=UInt(5), drain=True, **flow)),
+        encode_frame(1, Composite("detach", handle=UInt(1), closed=True)),
+        encode_frame(1, Composite("detach", handle=UInt(0), closed=True)),
+        encode_frame(1, Composite("end")),
+        encode_frame(0, Composite("close")),
+    ]
+    return out

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as C
 
-from ackmq.broker.access import READ, ChannelAccess
+from ackmq.broker.access import ChannelAccess
+from ackmq.broker.access import bind_access as _bind_access
 from ackmq.broker.errors import SoftError
 from ackmq.broker.vhost import REPLY_TO
 from ackmq.protocol.amqp import build_method as M
@@ -20,7 +21,6 @@ from ackmq.protocol.amqp import (
     encode_return,
 )
 from ackmq.protocol.amqp.constants import (
-    ACCESS_REFUSED,
     CLASS_TX,
     INTERNAL_ERROR,
     NO_ROUTE,
@@ -35,23 +35,6 @@ if TYPE_CHECKING:
 
 def _s(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else (v or "")
-
-
-def _bind_access(access: Any, vhost: Any, kind: str, destination: str, source: str,
-                 key: str) -> None:
-    """U3 for (un)bind, in rabbit_channel's order: write on the destination, then the
-    default exchange refused as either end, then read on the source, then (source an
-    existing topic exchange) the user's topic permission on the binding key."""
-    if access is None:
-        return
-    access.write(kind, destination)
-    if source == "" or (kind == "exchange" and destination == ""):
-        raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
-    access.read("exchange", source)
-    if access.topics:
-        x = vhost.exchanges.get(source)
-        if x is not None:
-            access.check_topic(READ, x, key)
 
 
 def _binding_key(m: C.Queue.Bind | C.Queue.Unbind, queue: str) -> str:

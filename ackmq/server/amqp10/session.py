@@ -1,0 +1,305 @@
+"""One AMQP 1.0 session (SPEC A3-A5): one model channel (as RabbitMQ 4's session is one
+channel), the session windows (part 2.5.6), the links by handle, and the channel's
+`ChannelOutput`: deliveries become transfers on the consumer's link, confirms become
+dispositions on the publisher's link.
+
+Sender settlement (A3): every transfer from a client is published in confirm mode;
+an unsettled one is answered when the model confirms it -- `accepted` once it is stored
+(after fsync for a durable message to a durable queue: P5c), `released` when it reached
+no queue (RabbitMQ 4), `rejected` when a queue refused it; a pre-settled one is never
+answered (at most once).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from ackmq.broker.access import ChannelAccess
+from ackmq.protocol.amqp10 import Composite, Frame, encode_frame, encode_frames, error
+from ackmq.protocol.amqp10 import frames as F
+from ackmq.protocol.amqp10.types import UInt
+from ackmq.server.amqp10.errors import AmqpError, LinkError, SessionError
+from ackmq.server.amqp10.links import ACCEPTED, RELEASED, Incoming, Outgoing, outcome
+
+if TYPE_CHECKING:
+    from ackmq.broker.consumer import Consumer
+    from ackmq.broker.message import Message, QueueEntry
+    from ackmq.server.amqp10.connection import AMQP10Connection
+
+log = logging.getLogger("ackmq.amqp10")
+
+INCOMING_WINDOW = 5000  # transfer frames a client may send before our next flow
+
+
+class Session:
+    def __init__(self, conn: AMQP10Connection, channel: int, begin: Composite) -> None:
+        self.conn = conn
+        self.number = channel  # ChannelOutput: the number the model's texts name
+        self.channel_number = channel
+        vhost = conn.vhost
+        assert vhost is not None
+        ctx = conn.ctx
+        self.channel = ctx.broker.open_channel(vhost, conn, self, conn.user, "amqp10")
+        self.channel.access = ChannelAccess(ctx.access, conn.user, vhost.name)
+        self.channel.confirm_select()
+        self.links: dict[int, Incoming | Outgoing] = {}  # by the client's handle
+        self.by_tag: dict[str, Outgoing] = {}  # consumer tag -> link
+        self.delivered_on: dict[int, Outgoing] = {}  # unsettled delivery id -> its link
+        self.management_link: Outgoing | None = None  # where management replies go (A7)
+        self.detaching: set[int] = set()  # handles we detached: the client's detach answers
+        # outgoing (to the client)
+        self.next_outgoing_id = 0
+        self.remote_incoming_window = int(begin.incoming_window)
+        # incoming (from the client)
+        self.next_incoming_id = int(begin.next_outgoing_id)
+        self.incoming_window = INCOMING_WINDOW
+        self.remote_outgoing_window = int(begin.outgoing_window)
+        # confirm seq -> (link, delivery id, settled by the client already?)
+        self.pending: OrderedDict[int, tuple[Incoming, int]] = OrderedDict()
+        self.released: set[int] = set()  # seqs of unroutable publishes
+        self.returned = False
+        self.open = True
+
+    # -- ChannelOutput ------------------------------------------------------------------------
+    @property
+    def writable(self) -> bool:
+        return self.conn.writable and self.remote_incoming_window > 0
+
+    def begin(self) -> None:
+        self.write(Composite("begin", remote_channel=self.channel_number,
+                             next_outgoing_id=UInt(0), incoming_window=UInt(self.incoming_window),
+                             outgoing_window=UInt(0xFFFFFFFF), handle_max=UInt(255)))
+
+    def write(self, p: Composite, payload: bytes = b"") -> None:
+        self.conn.write(encode_frame(self.channel_number, p, payload))
+
+    def deliver(self, consumer: Consumer, delivery_tag: int, entry: QueueEntry) -> None:
+        link = self.by_tag.get(consumer.tag)
+        if link is None:
+            return
+        if consumer.credit is not None:
+            consumer.credit -= 1
+        payload = link.payload(entry)
+        transfer = Composite("transfer", handle=UInt(link.handle),
+                             delivery_id=UInt(self.next_outgoing_id & 0xFFFFFFFF),
+                             delivery_tag=delivery_tag.to_bytes(8, "big"),
+                             message_format=UInt(0), settled=consumer.no_ack or None)
+        frames = encode_frames(self.channel_number, transfer, payload, self.conn.max_frame_size)
+        for fr in frames:
+            self.conn.write(fr)
+        if not consumer.no_ack:
+            link.unsettled[self.next_outgoing_id] = delivery_tag
+            self.delivered_on[self.next_outgoing_id] = link
+        self.next_outgoing_id = (self.next_outgoing_id + 1) & 0xFFFFFFFF
+        self.remote_incoming_window -= len(frames)
+        link.delivery_count = (link.delivery_count + 1) & 0xFFFFFFFF
+
+    def send_transfer(self, link: Outgoing, payload: bytes) -> None:
+        """A pre-settled transfer outside the model (the management node's replies)."""
+        transfer = Composite("transfer", handle=UInt(link.handle),
+                             delivery_id=UInt(self.next_outgoing_id),
+                             delivery_tag=self.next_outgoing_id.to_bytes(8, "big"),
+                             message_format=UInt(0), settled=True)
+        frames = encode_frames(self.channel_number, transfer, payload, self.conn.max_frame_size)
+        for fr in frames:
+            self.conn.write(fr)
+        self.next_outgoing_id = (self.next_outgoing_id + 1) & 0xFFFFFFFF
+        self.remote_incoming_window -= len(frames)
+        link.delivery_count = (link.delivery_count + 1) & 0xFFFFFFFF
+
+    def unroutable(self, message: Message) -> None:
+        self.returned = True
+
+    def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None:
+        pending = self.pending
+        done: list[tuple[int, tuple[Incoming, int]]] = []
+        if multiple:
+            while pending:
+                seq = next(iter(pending))
+                if seq > delivery_tag:
+                    break
+                done.append(pending.popitem(last=False))
+        elif delivery_tag in pending:
+            done.append((delivery_tag, pending.pop(delivery_tag)))
+        run: list[Any] = []  # (link role, first, last, state) runs to coalesce
+        for seq, (link, did) in done:
+            if seq in self.released:
+                self.released.discard(seq)
+                state = RELEASED
+            else:
+                state = ACCEPTED if ack else "rejected"
+            if run and run[-1][2] == did - 1 and run[-1][3] == state:
+                run[-1][2] = did
+            else:
+                run.append([link, did, did, state])
+        for _link, first, last, state in run:
+            self.write(Composite("disposition", role=True, first=UInt(first),
+                                 last=UInt(last) if last != first else None, settled=True,
+                                 state=outcome(state)))
+
+    def consumer_cancelled(self, consumer_tag: str) -> None:
+        """The queue went away: detach the link with RabbitMQ 4's resource-deleted."""
+        link = self.by_tag.pop(consumer_tag, None)
+        if link is None or not self.open:
+            return
+        self.links.pop(link.handle, None)
+        link.detached()
+        self.detaching.add(link.handle)
+        self.write(Composite("detach", handle=UInt(link.handle), closed=True,
+                             error=error(F.RESOURCE_DELETED, "the queue was deleted")))
+
+    def close(self, code: int = 0, text: str = "") -> None:
+        """The model closed the channel (consumer timeout), or the session ends."""
+        if text and self.open:  # from the model: end the session with the reason
+            self.write(Composite("end", error=error(F.PRECONDITION_FAILED, text)))
+            self.conn.sessions.pop(self.channel_number, None)
+        self.open = False
+        self.by_tag.clear()
+        self.links.clear()
+        self.pending.clear()
+        self.channel.close()
+
+    def alarm_cleared(self) -> None:
+        for link in list(self.links.values()):
+            if isinstance(link, Incoming):
+                link.top_up()
+
+    # -- frames ---------------------------------------------------------------------------------
+    def frame(self, f: Frame) -> None:
+        p = f.performative
+        try:
+            if p.kind == "transfer":
+                self._transfer(f)
+            elif p.kind == "flow":
+                self._flow(p)
+            elif p.kind == "disposition":
+                self._disposition(p)
+            elif p.kind == "attach":
+                self._attach(p)
+            elif p.kind == "detach":
+                self._detach(p)
+            else:
+                raise AmqpError(F.ILLEGAL_STATE, f"unexpected {p.kind} on a session")
+        except LinkError as e:
+            if p.kind not in ("attach", "detach", "flow", "transfer"):
+                # a disposition names deliveries, not a link: its error ends the session
+                self._end(e)
+                return
+            handle = p.handle
+            link = self.links.pop(handle, None)
+            if link is not None:
+                link.detached()
+            self.detaching.add(int(handle))
+            self.write(Composite("detach", handle=UInt(handle), closed=True,
+                                 error=error(e.condition, e.description)))
+        except SessionError as e:
+            self._end(e)
+
+    def _end(self, e: AmqpError) -> None:
+        self.conn.sessions.pop(self.channel_number, None)
+        self.write(Composite("end", error=error(e.condition, e.description)))
+        self.close()
+
+    def _attach(self, p: Composite) -> None:
+        self.detaching.discard(int(p.handle))
+        if p.handle in self.links:
+            raise SessionError(F.HANDLE_IN_USE, f"handle {p.handle} is in use")
+        if p.role is False:  # the client sends: our receiving end
+            link: Incoming | Outgoing = Incoming(self, p)
+        else:
+            link = Outgoing(self, p)
+        self.links[int(p.handle)] = link
+        try:
+            link.attach()
+        except LinkError:
+            self.links.pop(int(p.handle), None)
+            link.refuse_attach()
+            raise
+        except Exception:
+            self.links.pop(int(p.handle), None)
+            raise
+
+    def _detach(self, p: Composite) -> None:
+        if int(p.handle) in self.detaching:  # the answer to ours: the handle is free again
+            self.detaching.discard(int(p.handle))
+            return
+        link = self.links.pop(int(p.handle), None)
+        if link is None:
+            raise SessionError(F.UNATTACHED_HANDLE, f"detach of handle {p.handle}, which is "
+                                                    "not attached")
+        link.detached()
+        self.write(Composite("detach", handle=UInt(link.handle), closed=p.closed or None))
+
+    def _link(self, handle: Any) -> Incoming | Outgoing:
+        link = self.links.get(handle)
+        if link is None:
+            raise SessionError(F.UNATTACHED_HANDLE, f"handle {handle} is not attached")
+        return link
+
+    def _transfer(self, f: Frame) -> None:
+        p = f.performative
+        self.next_incoming_id = (self.next_incoming_id + 1) & 0xFFFFFFFF
+        self.incoming_window -= 1
+        if self.incoming_window < 0:
+            raise AmqpError(F.WINDOW_VIOLATION, "transfer past the session's incoming-window")
+        if int(p.handle) in self.detaching:
+            return  # sent before the client saw our detach
+        link = self._link(p.handle)
+        if not isinstance(link, Incoming):
+            raise AmqpError(F.NOT_ALLOWED, "transfer on a link the client receives on")
+        link.transfer(p, f.payload)
+        if self.incoming_window < INCOMING_WINDOW // 2:
+            self.incoming_window = INCOMING_WINDOW
+            self._session_flow()
+
+    def _session_flow(self, link: Any = None, echo: bool = False) -> None:
+        fields: dict[str, Any] = dict(
+            next_incoming_id=UInt(self.next_incoming_id), incoming_window=UInt(
+                max(0, self.incoming_window)),
+            next_outgoing_id=UInt(self.next_outgoing_id), outgoing_window=UInt(0xFFFFFFFF))
+        if link is not None:
+            fields.update(link.flow_fields())
+        self.write(Composite("flow", **fields))
+        del echo
+
+    def _flow(self, p: Composite) -> None:
+        nid = 0 if p.next_incoming_id is None else int(p.next_incoming_id)
+        self.remote_incoming_window = nid + int(p.incoming_window) - self.next_outgoing_id
+        was_blocked = self.remote_incoming_window <= 0
+        if p.handle is not None:
+            if int(p.handle) in self.detaching:
+                return  # sent before the client saw our detach
+            link = self._link(p.handle)
+            link.flow(p)
+        elif p.echo:
+            self._session_flow()
+        if not was_blocked:
+            self.channel.wake()
+
+    def _disposition(self, p: Composite) -> None:
+        if p.role is not True:  # from a client sender about our receiver links: nothing
+            return  # to do (we settle every transfer we answer)
+        first = int(p.first)
+        last = int(p.last) if p.last is not None else first
+        if last < first or last - first > 1_000_000:
+            raise AmqpError(F.INVALID_FIELD, f"disposition range {first}..{last}")
+        by_link: dict[int, list[int]] = {}
+        links: dict[int, Outgoing] = {}
+        owner = self.delivered_on
+        if last - first < len(owner):
+            ids = [d for d in range(first, last + 1) if d in owner]
+        else:  # a wide range over few unsettled deliveries: walk those instead
+            ids = sorted(d for d in owner if first <= d <= last)
+        for did in ids:
+            link = owner.pop(did)
+            links[id(link)] = link
+            by_link.setdefault(id(link), []).append(did)
+        for key, dids in by_link.items():
+            links[key].settle(dids, p.state)
+        if not p.settled and by_link:
+            self.write(Composite("disposition", role=False, first=UInt(first),
+                                 last=UInt(last) if last != first else None, settled=True,
+                                 state=p.state))
+        self.conn.ctx.request_flush()
