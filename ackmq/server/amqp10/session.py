@@ -139,8 +139,11 @@ class Session:
                                  last=UInt(last) if last != first else None, settled=True,
                                  state=outcome(state)))
 
-    def consumer_cancelled(self, consumer_tag: str) -> None:
-        """The queue went away: detach the link with RabbitMQ 4's resource-deleted."""
+    def consumer_cancelled(self, consumer_tag: str, reason: str = "") -> None:
+        """The queue went away: detach the link with RabbitMQ 4's resource-deleted (the
+        ChannelOutput signature; `reason` is only given for a consumer timeout, which
+        1.0 sessions do not get: they have no `cancel_notify`, so the model ends the
+        session instead, with the timeout's text)."""
         link = self.by_tag.pop(consumer_tag, None)
         if link is None or not self.open:
             return
