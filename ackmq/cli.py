@@ -29,6 +29,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--amqp10-anonymous-user", default=D.amqp10_anonymous_user,
                    help="offer SASL ANONYMOUS to AMQP 1.0 clients, logged in as this user "
                         "(RabbitMQ 4's anonymous_login_user; default: not offered)")
+    p.add_argument("--amqp10-rabbitmq-compat", action="store_true",
+                   help="announce product RabbitMQ 4.0.0+ackmq.<version> to AMQP 1.0 clients "
+                        "(rabbitmq-amqp-python-client refuses any other server)")
     p.add_argument("--data-dir", default=D.data_dir, type=Path,
                    help="where durable queues and persistent messages live")
     p.add_argument("--no-fsync", action="store_true",
@@ -193,6 +196,7 @@ def serve(args: argparse.Namespace) -> int:
     cfg = Config(host=args.host, port=args.port,
                  stomp_port=None if args.no_stomp else args.stomp_port,
                  amqp10=not args.no_amqp10, amqp10_anonymous_user=args.amqp10_anonymous_user,
+                 amqp10_rabbitmq_compat=args.amqp10_rabbitmq_compat,
                  data_dir=None if args.no_persistence else args.data_dir,
                  fsync=not args.no_fsync, heartbeat=args.heartbeat,
                  consumer_timeout_ms=args.consumer_timeout_ms,

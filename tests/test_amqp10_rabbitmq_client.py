@@ -28,15 +28,15 @@ from rabbitmq_amqp_python_client.exceptions import ValidationCodeException  # no
 
 @pytest.fixture(scope="module")
 def ackmq_broker(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    b = BrokerProcess(tmp_path_factory.mktemp("a7"), "--no-stomp")
+    b = BrokerProcess(tmp_path_factory.mktemp("a7"), "--no-stomp", "--amqp10-rabbitmq-compat")
     b.start()
     yield b
     b.stop()
 
 
 @pytest.fixture
-def client(monkeypatch: pytest.MonkeyPatch, ackmq_broker):  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(rconn.Connection, "_validate_server_properties", lambda self: None)
+def client(ackmq_broker):  # type: ignore[no-untyped-def]
+    """The client as its users run it: no patch (the broker announces RabbitMQ 4)."""
     env = Environment(uri=f"amqp://guest:guest@127.0.0.1:{ackmq_broker.port}/")
     conn = env.connection()
     conn.dial()
@@ -72,3 +72,21 @@ def test_A7_management_node_declares_binds_purges_deletes(client) -> None:  # ty
         m.delete_queue(q)
         m.delete_exchange(x)
         m.close()
+
+
+def test_A7_without_the_compat_switch_the_client_refuses_ackmq(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """By default ackmq names itself in the 1.0 open, and rabbitmq-amqp-python-client
+    refuses any server that is not "RabbitMQ" >= 4.0: --amqp10-rabbitmq-compat is what
+    makes it work unchanged (docs/amqp10.md)."""
+    b = BrokerProcess(tmp_path_factory.mktemp("a7-plain"), "--no-stomp")
+    b.start()
+    try:
+        env = Environment(uri=f"amqp://guest:guest@127.0.0.1:{b.port}/")
+        from rabbitmq_amqp_python_client.exceptions import ValidationCodeException
+        with pytest.raises(ValidationCodeException, match="non-RabbitMQ server"):
+            env.connection().dial()
+        env.close()
+        assert rconn.Connection._validate_server_properties  # the check this is about
+    finally:
+        b.stop()

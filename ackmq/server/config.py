@@ -19,6 +19,9 @@ class Config:
     # ANONYMOUS is not offered), as RabbitMQ 4's anonymous_login_user
     amqp10: bool = True
     amqp10_anonymous_user: str | None = None
+    # announce product "RabbitMQ" 4.0.0 (+ackmq.<version>) in the 1.0 open, for clients that
+    # refuse any other server (rabbitmq-amqp-python-client); off: ackmq says who it is
+    amqp10_rabbitmq_compat: bool = False
     data_dir: Path | None = Path("./ackmq-data")  # None: nothing on disk (transient broker)
     fsync: bool = True
     heartbeat: int = 60

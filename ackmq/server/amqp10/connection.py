@@ -279,8 +279,14 @@ class AMQP10Connection(ClientConnection):
             "open", container_id="ackmq", max_frame_size=UInt(F.DEFAULT_MAX_FRAME_SIZE),
             channel_max=self.channel_max, idle_time_out=UInt(hb * 1000) if hb else None,
             offered_capabilities=[Symbol("ANONYMOUS-RELAY")],
-            properties={Symbol("product"): "ackmq", Symbol("version"): VERSION,
-                        Symbol("platform"): "Python"})))
+            properties=self._server_properties(VERSION))))
+
+    def _server_properties(self, version: str) -> dict[Symbol, str]:
+        if self.ctx.config.amqp10_rabbitmq_compat:  # --amqp10-rabbitmq-compat
+            return {Symbol("product"): "RabbitMQ", Symbol("version"): f"4.0.0+ackmq.{version}",
+                    Symbol("platform"): "Python (ackmq)"}
+        return {Symbol("product"): "ackmq", Symbol("version"): version,
+                Symbol("platform"): "Python"}
 
     def _begin(self, channel: int, p: Composite) -> None:
         if p.remote_channel is not None:
