@@ -103,6 +103,16 @@ class ClientConnection(asyncio.Protocol):
     def _handshake_timeout(self) -> None:
         raise NotImplementedError
 
+    def close_transport(self, grace: float = CLOSING_TIMEOUT) -> None:
+        """Close the socket once the output queued in it is written (the caller flushed
+        first); a peer that reads none of it for `grace` seconds is cut off, so it cannot
+        hold the socket and its buffered output forever. Every front end's shutdown."""
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.close()
+            if t.get_write_buffer_size():
+                self._close_timer = self.ctx.loop.call_later(grace, t.abort)
+
     # -- output -----------------------------------------------------------------------
     def write(self, data: bytes) -> None:
         self.out.append(data)

@@ -429,12 +429,7 @@ class AMQPConnection(ClientConnection):
         self._release()
         self._to(S.CLOSED)
         self.flush()
-        t = self.transport
-        if t is not None and not t.is_closing():
-            t.close()
-            if t.get_write_buffer_size():
-                grace = 2 * self.heartbeat if self.heartbeat else CLOSING_TIMEOUT
-                self._close_timer = self.ctx.loop.call_later(grace, t.abort)
+        self.close_transport(2 * self.heartbeat if self.heartbeat else CLOSING_TIMEOUT)
 
     def _release(self) -> None:
         """D8: every channel's unacked deliveries go back; exclusive queues go away."""

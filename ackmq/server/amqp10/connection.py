@@ -40,7 +40,7 @@ from ackmq.server.amqp10.states import TRANSITIONS, AMQP10State
 from ackmq.server.amqp10.states import AMQP10State as S
 from ackmq.server.states import check_transition
 from ackmq.server.tls import certificate_user
-from ackmq.server.transport import CLOSING_TIMEOUT, ClientConnection, events_from
+from ackmq.server.transport import ClientConnection, events_from
 
 if TYPE_CHECKING:
     from ackmq.broker.vhost import VHost
@@ -333,11 +333,7 @@ class AMQP10Connection(ClientConnection):
         self._release()
         self._to(S.CLOSED)
         self.flush()
-        t = self.transport
-        if t is not None and not t.is_closing():
-            t.close()
-            if t.get_write_buffer_size():
-                self._close_timer = self.ctx.loop.call_later(CLOSING_TIMEOUT, t.abort)
+        self.close_transport()
 
     def _release(self) -> None:
         """D8: every session's unsettled deliveries go back; exclusive queues go."""

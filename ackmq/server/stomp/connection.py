@@ -52,7 +52,7 @@ from ackmq.server.stomp.states import StompState as S
 from ackmq.server.stomp.subscriptions import Subscription, Subscriptions
 from ackmq.server.stomp.transactions import Receipt, Transactions
 from ackmq.server.tls import certificate_user
-from ackmq.server.transport import CLOSING_TIMEOUT, ClientConnection, events_from
+from ackmq.server.transport import ClientConnection, events_from
 
 # per-frame state reads as module globals (an enum class attribute lookup costs ~75 ns
 # on Python 3.11, a global ~15)
@@ -450,11 +450,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         self._release()
         self._to(S.CLOSED)
         self.flush()
-        t = self.transport
-        if t is not None and not t.is_closing():
-            t.close()
-            if t.get_write_buffer_size():
-                self._close_timer = self.ctx.loop.call_later(CLOSING_TIMEOUT, t.abort)
+        self.close_transport()
 
     def _release(self) -> None:
         """D8: unacked deliveries go back; open transactions are dropped; exclusive
