@@ -6,21 +6,19 @@ against RabbitMQ too, where the answer is RabbitMQ's)."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import html
-import http.client
 import os
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import pika
 import pytest
 from support.mgmthelp import Target, q
 from support.stomphelp import Raw
+from support.uihelp import ui_call
 
 import ackmq
 
@@ -33,25 +31,9 @@ EVERY_PROPERTY: dict[str, Any] = {
     "user_id": "guest", "app_id": "app", "cluster_id": "cl"}
 
 
-def ui_call(b: ackmq.EmbeddedBroker, method: str, path: str,
-            form: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
-    conn = http.client.HTTPConnection(b.http_url.split("//", 1)[1], timeout=30)
-    h = {"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}
-    body = None
-    if form is not None:
-        body = urlencode(form).encode()
-        h["Content-Type"] = "application/x-www-form-urlencoded"
-    try:
-        conn.request(method, path, body=body, headers=h)
-        r = conn.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read().decode()
-    finally:
-        conn.close()
-
-
 def ui_post(b: ackmq.EmbeddedBroker, path: str, form: dict[str, str]) -> str:
     """The page a form's 303 leads to, its HTML entities decoded."""
-    status, headers, body = ui_call(b, "POST", path, form)
+    status, headers, body = ui_call(b, "POST", path, form=form)
     assert status == 303, (status, body)
     return html.unescape(ui_call(b, "GET", headers["location"])[2])
 
@@ -115,7 +97,7 @@ def test_M2_ui_publish_answers_after_the_fsync(slow_fsync_broker: Any) -> None:
     conn.close()
     slow.done.clear()
     sent = time.monotonic()
-    status, headers, _ = ui_call(b, "POST", "/queue/publish", {
+    status, headers, _ = ui_call(b, "POST", "/queue/publish", form={
         "vhost": "/", "name": "ui-durable", "payload": "kept", "delivery_mode": "2"})
     got = time.monotonic()
     assert status == 303 and "Message+published" in headers["location"], headers

@@ -4,16 +4,14 @@ its actions, cross-origin refusal and escaping, over plain HTTP."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import html
-import http.client
 import time
 import uuid
 from collections.abc import Iterator
-from urllib.parse import urlencode
 
 import pika
 import pytest
+from support.uihelp import ui_call
 
 import ackmq
 
@@ -24,24 +22,7 @@ def broker() -> Iterator[ackmq.EmbeddedBroker]:
         yield b
 
 
-def call(b: ackmq.EmbeddedBroker, method: str, path: str, auth: tuple[str, str] | None = (
-        "guest", "guest"), form: dict[str, str] | None = None,
-         headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
-    conn = http.client.HTTPConnection(b.http_url.split("//", 1)[1], timeout=30)
-    h = dict(headers or {})
-    if auth is not None:
-        h["Authorization"] = "Basic " + base64.b64encode(
-            f"{auth[0]}:{auth[1]}".encode()).decode()
-    body = None
-    if form is not None:
-        body = urlencode(form).encode()
-        h["Content-Type"] = "application/x-www-form-urlencoded"
-    try:
-        conn.request(method, path, body=body, headers=h)
-        r = conn.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read().decode()
-    finally:
-        conn.close()
+call = ui_call  # the UI tests' name for it (test_ui_policies imports it from here)
 
 
 def follow(b: ackmq.EmbeddedBroker, reply: tuple[int, dict[str, str], str],
