@@ -18,6 +18,7 @@ from pamqp import commands
 
 from ackmq.protocol.amqp import FRAME_END, PROTOCOL_HEADER, encode_method
 from ackmq.protocol.amqp.constants import FRAME_MAX_DEFAULT
+from ackmq.protocol.amqp10.frames import AMQP_HEADER, SASL_HEADER
 
 FRAME_MAX = FRAME_MAX_DEFAULT
 _HDR = struct.Struct(">BHI")
@@ -64,6 +65,7 @@ class Peer(asyncio.Protocol):
         self.eof_at: float | None = None
         self.bad_output = ""
         self.protocol_header_reply = False
+        self.amqp10 = False  # the broker answered a 1.0 header in kind
         self.channel_closes: list[tuple[int, int, str]] = []  # (channel, code, text)
         self.methods: list[tuple[int, int, int]] = []  # (channel, class, method) if kept
         self.keep_methods = False
@@ -106,12 +108,20 @@ class Peer(asyncio.Protocol):
         return "socket closed"
 
     def data_received(self, data: bytes) -> None:
+        if self.amqp10:  # AMQP 1.0's frames: not judged by this 0-9-1 peer
+            return
         buf = self.buf
         buf += data
         if not buf:
             return
         if buf[:1] == b"A":  # a protocol header instead of frames: the broker refuses ours
             if len(buf) < 8:
+                return
+            if bytes(buf[:8]) in (SASL_HEADER, AMQP_HEADER):
+                # a mutated header that asked for AMQP 1.0 got it: the AMQP port speaks
+                # both, picked by the header (SPEC A1); what follows is 1.0's, not 0-9-1's
+                self.protocol_header_reply = self.amqp10 = True
+                buf.clear()
                 return
             if bytes(buf[:8]) != PROTOCOL_HEADER and not self.bad_output:
                 self.bad_output = f"bad protocol header reply {bytes(buf[:8])!r}"
