@@ -16,6 +16,7 @@ import pika
 import pika.exceptions
 import pytest
 from conftest import BrokerProcess
+from support.pikahelp import confirmed_publisher
 
 pytestmark = pytest.mark.slow
 
@@ -176,22 +177,6 @@ def test_P9_persistent_messages_survive_in_order_with_redelivered_flags(
         conn.close()
 
 
-def _publisher(url: str, name: str, confirmed: list[str], stop: threading.Event) -> None:
-    """Publish persistent messages one by one in confirm mode until the broker dies."""
-    try:
-        conn = pika.BlockingConnection(pika.URLParameters(url))
-        ch = conn.channel()
-        ch.confirm_delivery()
-        n = 0
-        while not stop.is_set():
-            body = f"{name}-{n}"
-            n += 1
-            ch.basic_publish("", "crash", body.encode(), PERSISTENT)  # raises on nack
-            confirmed.append(body)
-    except Exception:  # the kill: connection lost mid-publish; that message is unconfirmed
-        return
-
-
 def test_P9_kill_9_under_confirmed_load_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     rnd = random.Random(9)
     b = BrokerProcess(tmp_path / "data")
@@ -203,8 +188,8 @@ def test_P9_kill_9_under_confirmed_load_loses_and_duplicates_nothing(tmp_path: P
             conn.channel().queue_declare("crash", durable=True)
             conn.close()
             stop = threading.Event()
-            threads = [threading.Thread(target=_publisher,
-                                        args=(b.url, f"c{cycle}p{i}", confirmed, stop))
+            threads = [threading.Thread(target=confirmed_publisher,
+                                        args=(b.url, "crash", f"c{cycle}p{i}", confirmed, stop))
                        for i in range(4)]
             for t in threads:
                 t.start()

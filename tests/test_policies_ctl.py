@@ -14,11 +14,11 @@ from pathlib import Path
 import pika
 import pytest
 from conftest import BrokerProcess
+from support.pikahelp import confirmed_publisher
 from test_mgmt_ctl import ctl, ok
 
 from ackmq.server.conffile import Option, parse
 
-PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
 @pytest.fixture(scope="module")
@@ -114,21 +114,6 @@ def test_M5_ctl_list_queues_policy_column(proc: BrokerProcess) -> None:
         conn.close()
 
 
-def _publisher(url: str, name: str, confirmed: list[str], stop: threading.Event) -> None:
-    try:
-        conn = pika.BlockingConnection(pika.URLParameters(url))
-        ch = conn.channel()
-        ch.confirm_delivery()
-        n = 0
-        while not stop.is_set():
-            body = f"{name}-{n}"
-            n += 1
-            ch.basic_publish("", "pol-load", body.encode(), PERSISTENT)
-            confirmed.append(body)
-    except Exception:  # the kill: that message is unconfirmed
-        return
-
-
 @pytest.mark.slow
 def test_M7_policies_survive_kill_9_under_confirmed_load(tmp_path: Path) -> None:
     """Policies set, changed and cleared while four publishers wait for confirms; kill -9
@@ -145,8 +130,8 @@ def test_M7_policies_survive_kill_9_under_confirmed_load(tmp_path: Path) -> None
             conn.channel().queue_declare("pol-load", durable=True)
             conn.close()
             stop = threading.Event()
-            threads = [threading.Thread(target=_publisher,
-                                        args=(b.url, f"c{cycle}p{i}", confirmed, stop))
+            threads = [threading.Thread(target=confirmed_publisher,
+                                        args=(b.url, "pol-load", f"c{cycle}p{i}", confirmed, stop))
                        for i in range(4)]
             for t in threads:
                 t.start()

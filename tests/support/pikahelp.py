@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable
 
+import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import ChannelClosedByBroker
@@ -61,3 +63,23 @@ def closed_with(fn: Callable[[], object], code: int, text: str | None = None) ->
     if text is not None:
         assert ei.value.reply_text == text
     return ei.value.reply_text
+
+
+def confirmed_publisher(url: str, queue: str, name: str, confirmed: list[str],
+                        stop: threading.Event) -> None:
+    """Publish persistent messages to `queue` one by one in confirm mode, recording each
+    confirmed body, until `stop` or the broker dies (the kill tests' load: a message
+    whose confirm the kill took is unconfirmed, so it is not recorded)."""
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+        ch = conn.channel()
+        ch.confirm_delivery()
+        n = 0
+        while not stop.is_set():
+            body = f"{name}-{n}"
+            n += 1
+            ch.basic_publish("", queue, body.encode(),
+                             pika.BasicProperties(delivery_mode=2))  # raises on nack
+            confirmed.append(body)
+    except Exception:  # the kill: connection lost mid-publish
+        return
