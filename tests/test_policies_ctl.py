@@ -20,7 +20,6 @@ from test_mgmt_ctl import ctl, ok
 from ackmq.server.conffile import Option, parse
 
 
-
 @pytest.fixture(scope="module")
 def proc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     b = BrokerProcess(tmp_path_factory.mktemp("pol") / "data", "--no-stomp")
