@@ -26,6 +26,22 @@ def test_P9_power_cuts_keep_every_promise() -> None:
     assert failures == []
 
 
+def test_L2_power_cuts_deliver_each_confirmed_delayed_message_once_never_early(
+        tmp_path: Path) -> None:
+    """The simulator's workload publishes through a durable x-delayed-message exchange
+    (delays from 0 to past the paging threshold) and fires its timer store at random
+    steps; after each cut every confirmed delayed message is delivered exactly once,
+    none before its due time (checked at the cut's clock, then past every due time).
+    The plants `delayed-remove-apart` and `delayed-early` (test above) show both checks
+    can fail."""
+    delayed_pending = 0
+    for seed in range(20_000, 20_200):
+        failure, facts = crashsim.run_seed(seed, tmp_path, fsync=True)
+        assert failure is None, f"seed {seed}: {failure}"
+        delayed_pending += facts.get("delayed", 0)
+    assert delayed_pending >= 100  # confirmed delayed messages the checks covered
+
+
 def test_P9_no_fsync_keeps_metadata_and_always_starts() -> None:
     """--no-fsync gives up messages, never definitions, users or permissions, and never
     the ability to start."""

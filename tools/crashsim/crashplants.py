@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ackmq.broker.delayed import TimerStore
 from ackmq.store import fileio
 from ackmq.store.accessfile import AccessFile
 from ackmq.store.defs import DefsLog
@@ -111,10 +112,53 @@ def _plant_defs_nofsync() -> Iterator[None]:
         DefsLog.append = real  # type: ignore[method-assign]
 
 
+@contextlib.contextmanager
+def _plant_delayed_remove_apart() -> Iterator[None]:
+    """A due delayed message's removal from its timer store is written (committed) on
+    its own, before its adds to the target queues: a cut between the two loses it
+    (SPEC L2 wants both in one turn's write)."""
+    real = TimerStore._route
+
+    def route(self: TimerStore, seq: int, due: int) -> None:
+        store = self.persistent_store
+        remove = store.remove if store is not None else None
+
+        def remove_now(queue: str, s: int) -> None:
+            assert remove is not None and store is not None
+            remove(queue, s)
+            store.commit(lambda exc: None)
+
+        if store is not None:
+            store.remove = remove_now  # type: ignore[method-assign,assignment]
+        try:
+            real(self, seq, due)
+        finally:
+            if store is not None:
+                del store.remove  # the class's method again
+
+    TimerStore._route = route  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        TimerStore._route = real  # type: ignore[method-assign]
+
+
+def _plant_delayed_early() -> contextlib.AbstractContextManager[None]:
+    """Delayed messages are held for a second less than their x-delay (fire early)."""
+    real = TimerStore._hold
+
+    def hold(self: TimerStore, seq: int, due: int, message: Any, stored: bool) -> int:
+        return real(self, seq, due - 1000, message, stored)
+
+    return _patched(TimerStore, "_hold", hold)
+
+
 PLANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "segment-dirsync": _plant_segment_dirsync,
     "access-dirsync": _plant_access_dirsync,
     "early-confirm": _plant_early_confirm,
     "access-nofsync": _plant_access_nofsync,
     "defs-nofsync": _plant_defs_nofsync,
+    "delayed-remove-apart": _plant_delayed_remove_apart,
+    "delayed-early": _plant_delayed_early,
 }

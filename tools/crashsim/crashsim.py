@@ -15,6 +15,11 @@ checked:
 - the broker starts (no refusal because of a torn unsynced tail);
 - every confirmed message not acked is there, no message whose ack was synced is;
 - every message served is one that was published, once;
+- every confirmed delayed message (a durable `x-delayed-message` exchange, SPEC L2) is
+  delivered exactly once, none before its due time: the simulator keeps its own
+  millisecond clock (it moves on with each step, and the timer stores fire at random
+  steps, as the loop's timer would), checks what the recovered queues hold at the cut's
+  clock, then runs the clock past every due time and fires the rest;
 - every definition, user, vhost, permission and policy whose call returned is there
   (and what was durably deleted or cleared is not), in every mode, --no-fsync included;
 - the epoch went up.
@@ -32,14 +37,15 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ackmq.broker import BrokerModel, NullScheduler
+from ackmq.broker import BrokerModel, NullScheduler, delayed
 from ackmq.broker.access import AccessModel
 from ackmq.broker.policy import policy_from_json
 from ackmq.broker.storage import CorruptStore
+from ackmq.protocol.amqp.properties import properties_with_header
 from ackmq.store import compact, fileio
 from ackmq.store.accessfile import AccessFile
 from ackmq.store.defs import DefsLog
@@ -51,6 +57,30 @@ from tools.crashsim.crashplants import PLANTS
 __all__ = ["PLANTS", "run_damage_seed", "run_seed", "run_seeds"]
 
 PERSISTENT = b"\x10\x00\x02"  # property flags: delivery-mode present; delivery-mode 2
+DELAYED_X = "xd"  # a durable x-delayed-message exchange, every queue bound by its name
+# x-delay values drawn (ms): 0 routes at once; past NEAR_MS the message is paged (read back
+# from the store when its bucket comes near)
+DELAYS = (0, 1, 40, 300, 1500, delayed.NEAR_MS + 2000, delayed.NEAR_MS + 9000)
+
+
+class _Clock:
+    """The timer stores' clock (`delayed.now_ms`) while a seed runs: a seed's run is the
+    same on any machine at any speed."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[_Clock]:
+        real = delayed.now_ms
+        delayed.now_ms = self
+        try:
+            yield self
+        finally:
+            delayed.now_ms = real
 
 
 class _Output:
@@ -88,6 +118,7 @@ class _Oracle:
         self.perms_in: dict[tuple[str, str], tuple[str, str, str]] = {}
         self.policies_in: dict[str, dict[str, Any]] = {}  # set, the call returned
         self.policies_out: set[str] = set()  # cleared, the call returned
+        self.due: dict[bytes, int] = {}  # delayed message body -> due time (ms)
         self.epoch = 0
 
     def copy(self) -> _Oracle:
@@ -101,6 +132,7 @@ class _Oracle:
         o.perms_in = dict(self.perms_in)
         o.policies_in = dict(self.policies_in)
         o.policies_out = set(self.policies_out)
+        o.due = self.due
         o.epoch = self.epoch
         return o
 
@@ -108,9 +140,11 @@ class _Oracle:
 class _Run:
     """One seed: the workload up to the power cut."""
 
-    def __init__(self, seed: int, root: Path, fsync: bool | None = None) -> None:
+    def __init__(self, seed: int, root: Path, clock: _Clock, fsync: bool | None = None
+                 ) -> None:
         self.rng = random.Random(seed)
         self.root = root
+        self.clock = clock
         rng = self.rng
         mixed = rng.random() < 0.85  # drawn either way: a seed's run is the same
         self.fsync = mixed if fsync is None else fsync
@@ -164,6 +198,9 @@ class _Run:
         broker.start(list(access.vhosts))
         self.oracle.epoch = broker.epoch
         self.broker = broker
+        broker.vhosts["/"].declare_exchange(DELAYED_X, delayed.EXCHANGE_TYPE, False, True,
+                                            False, False, {delayed.TYPE_ARG: "direct"})
+        self.oracle.exchanges_in.add(DELAYED_X)
         return broker, access
 
     def run(self, broker: BrokerModel, access: AccessModel) -> None:
@@ -181,6 +218,7 @@ class _Run:
                 if name not in vh.queues:
                     o.queues_out.discard(name)  # from here on it may be back
                     vh.declare_queue(name, False, True, False, False, {}, None)
+                    vh.bind(DELAYED_X, vh.queues[name], name, {})
                     o.queues_in.add(name)
                     o.must[name] = set()
                     o.gone[name] = set()
@@ -202,7 +240,13 @@ class _Run:
                     o.bodies[body] = (q, mid)
                     assert ch.confirms is not None
                     self.published[ch.confirms.next_seq] = (q, mid, self.incarnation[q])
-                    ch.basic_publish("", q, False, False, PERSISTENT, body)
+                    if rng.random() < 0.3:  # through the delayed exchange (L2)
+                        delay = rng.choice(DELAYS)
+                        o.due[body] = self.clock.now + delay
+                        ch.basic_publish(DELAYED_X, q, False, False, properties_with_header(
+                            PERSISTENT, delayed.HEADER, delay), body)
+                    else:
+                        ch.basic_publish("", q, False, False, PERSISTENT, body)
             elif what < 0.62:
                 q = rng.choice(queues)
                 got = ch.basic_get(q, False)
@@ -230,6 +274,11 @@ class _Run:
                 o.exchanges_in.add(name)
             elif what < 0.82:
                 compact.maybe_compact(store)
+            self.clock.now += rng.randrange(0, 600)
+            if rng.random() < 0.3:  # the store's loop timer, whenever it would have run
+                x = vh.exchanges[DELAYED_X]
+                assert isinstance(x, delayed.Delaying) and x.timers is not None
+                x.timers.fire()
             if rng.random() < 0.6:
                 broker.end_of_turn()
             if rng.random() < 0.5:
@@ -279,7 +328,7 @@ class _Run:
 
 
 def _check(root: Path, promise: _Oracle, fsync: bool, seg: int, crash_at: int | None,
-           rng: random.Random) -> tuple[str | None, int]:
+           rng: random.Random, clock: _Clock) -> tuple[str | None, int]:
     """Recover `root` (a power cut inside that recovery first, at a random point) and
     check the promise; returns (the failure or None, operations recovery made)."""
     # a power cut during recovery: the image of that is recovered again
@@ -303,7 +352,7 @@ def _check(root: Path, promise: _Oracle, fsync: bool, seg: int, crash_at: int | 
     fs = faultfs.FaultFS(root)
     fileio.install(fs)
     try:
-        return _verify(root, promise, fsync, seg), fs.ops
+        return _verify(root, promise, fsync, seg, clock), fs.ops
     except CorruptStore as e:
         return f"refused to start: {e}", fs.ops
     except Exception as e:  # noqa: BLE001
@@ -330,7 +379,7 @@ def _open(root: Path, fsync: bool, seg: int) -> tuple[BrokerModel, AccessModel]:
     return broker, access
 
 
-def _verify(root: Path, p: _Oracle, fsync: bool, seg: int) -> str | None:
+def _verify(root: Path, p: _Oracle, fsync: bool, seg: int, clock: _Clock) -> str | None:
     try:
         data = AccessFile(root).load()
     except ValueError as e:
@@ -360,24 +409,41 @@ def _verify(root: Path, p: _Oracle, fsync: bool, seg: int) -> str | None:
         problems += [f"cleared policy {n} is back" for n in sorted(p.policies_out)
                      if broker.policies.get("/", n) is not None]
         ch = broker.open_channel(vh, object(), _Output(None))  # type: ignore[arg-type]
+        seen: dict[str, set[int]] = {q: set() for q in vh.queues}
+
+        def drain(when: str) -> None:
+            for q in sorted(vh.queues):
+                while (got := ch.basic_get(q, True)) is not None:
+                    body = got[1].message.body  # type: ignore[union-attr]
+                    who = p.bodies.get(body)
+                    if who is None or who[0] != q:
+                        problems.append(f"queue {q}: served a message never published to "
+                                        f"it ({body[:40]!r})")
+                        continue
+                    if who[1] in seen[q]:
+                        problems.append(f"queue {q}: message {who[1]} served twice")
+                    due = p.due.get(body)
+                    if due is not None and due > clock.now:
+                        problems.append(f"queue {q}: delayed message {who[1]} served "
+                                        f"{due - clock.now} ms before its time ({when})")
+                    seen[q].add(who[1])
+
+        drain("at the cut's clock")  # what fired before the cut, or was never delayed
+        x = vh.exchanges.get(DELAYED_X)
+        timers = x.timers if isinstance(x, delayed.Delaying) else None
+        if timers is not None:
+            clock.now += 10 * delayed.NEAR_MS + 60_000  # past every due time
+            for _ in range(1000):
+                timers.fire()
+                if not timers.message_count:
+                    break
+            drain("after every due time")
         for q in sorted(vh.queues):
-            seen: set[int] = set()
-            while (got := ch.basic_get(q, True)) is not None:
-                entry = got[1]
-                assert entry.message is not None
-                who = p.bodies.get(entry.message.body)
-                if who is None or who[0] != q:
-                    problems.append(f"queue {q}: served a message never published to it "
-                                    f"({entry.message.body[:40]!r})")
-                    continue
-                if who[1] in seen:
-                    problems.append(f"queue {q}: message {who[1]} served twice")
-                seen.add(who[1])
             if fsync:
-                lost = p.must.get(q, set()) - seen
+                lost = p.must.get(q, set()) - seen[q]
                 if lost:
                     problems.append(f"queue {q}: confirmed messages lost: {sorted(lost)}")
-            back = p.gone.get(q, set()) & seen
+            back = p.gone.get(q, set()) & seen[q]
             if back:
                 problems.append(f"queue {q}: messages whose ack was synced are back: "
                                 f"{sorted(back)}")
@@ -390,10 +456,16 @@ def run_seed(seed: int, workdir: Path, fsync: bool | None = None
              ) -> tuple[str | None, dict[str, Any]]:
     """One seed: workload, power cut, recovery (with a second cut), checks. `fsync`
     None: the seed picks (85% on). Returns (failure text or None, facts about the run)."""
+    with _Clock().installed() as clock:
+        return _run_seed(seed, workdir, fsync, clock)
+
+
+def _run_seed(seed: int, workdir: Path, fsync: bool | None, clock: _Clock
+              ) -> tuple[str | None, dict[str, Any]]:
     root = workdir / f"s{seed}"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    run = _Run(seed, root, fsync)
+    run = _Run(seed, root, clock, fsync)
     fs = faultfs.FaultFS(root, crash_at=run.crash_at, fallocate=run.fallocate)
     fs.on_crash = run.freeze
     fileio.install(fs)
@@ -421,8 +493,12 @@ def run_seed(seed: int, workdir: Path, fsync: bool | None = None
         shutil.rmtree(image_dir, ignore_errors=True)
         faultfs.materialize(fs.image(run.rng), image_dir)
         failure, facts["recovery_ops"] = _check(image_dir, run.frozen, run.fsync,
-                                                run.segment_bytes, run.crash_at, run.rng)
+                                                run.segment_bytes, run.crash_at, run.rng,
+                                                run.clock)
         facts["confirmed"] = sum(len(s) for s in run.frozen.must.values())
+        facts["delayed"] = sum(1 for body in run.frozen.due
+                               if run.frozen.bodies[body][1] in
+                               run.frozen.must.get(run.frozen.bodies[body][0], ()))
         shutil.rmtree(image_dir, ignore_errors=True)
     shutil.rmtree(root, ignore_errors=True)
     return failure, facts
@@ -433,10 +509,15 @@ def run_damage_seed(seed: int, workdir: Path) -> tuple[str | None, str]:
     workload to its end (no cut), keep everything, flip one byte inside a frame of an
     older segment or of defs.log (not its last frame, the only one that may be torn),
     recover. Returns (failure or None, what was damaged; "" when nothing qualified)."""
+    with _Clock().installed() as clock:
+        return _run_damage_seed(seed, workdir, clock)
+
+
+def _run_damage_seed(seed: int, workdir: Path, clock: _Clock) -> tuple[str | None, str]:
     root = workdir / f"d{seed}"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    run = _Run(seed, root, fsync=True)
+    run = _Run(seed, root, clock, fsync=True)
     fs = faultfs.FaultFS(root, crash_at=None, fallocate=run.fallocate)
     fileio.install(fs)
     try:
