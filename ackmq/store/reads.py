@@ -1,6 +1,8 @@
 """Reads: a message read back by its location handle (`(qid << 64) | seq`), valid while
 the message lives even when compaction moves it; the record's crc, queue and seq are
-checked; a 128 KiB read-ahead serves reads in seq order (= file order)."""
+checked; a 128 KiB read-ahead serves reads in seq order (= file order), cut at the
+active segment's data end (beyond it the file holds preallocated zeros until a later
+write)."""
 
 from __future__ import annotations
 
@@ -104,6 +106,8 @@ class ReadsMixin(StoreState):
             if fd is None:
                 fd = self._rfds[seg] = fileio.open(self._paths[seg], os.O_RDONLY)
             ra = os.pread(fd, READ_AHEAD, off)
+            if seg == self._active:  # past the data end: zeros now, records later
+                ra = ra[:self._segs[seg].size - off]
             self._ra = (seg, off, ra)
             rel = 0
         size, crc = REC_HDR.unpack_from(ra, rel) if len(ra) >= rel + 8 else (0, 0)
