@@ -104,6 +104,10 @@ class BrokerModel:
         self._commit_waiters: list[tuple[ChannelModel, int]] = []
         self._commit_callbacks: list[Callable[[BaseException | None], None]] = []
         self._waiters_avg = 0.0  # waiters per commit that had any (moving average)
+        # inside end_of_turn: a commit synced inline confirms in this same turn (the
+        # _dirty loop below), so it asks for another turn only if it left work behind
+        self._in_turn = False
+        self._again = False
         self.store_failures = 0
         self.stats = BrokerStats()  # /metrics, the UI (broker/stats.py)
         self.policies = PolicyBook(self)  # policies, operator policies (M5-M7)
@@ -251,6 +255,19 @@ class BrokerModel:
         self.scheduler.request_flush()
 
     def end_of_turn(self) -> None:
+        self._in_turn = True
+        try:
+            self._end_of_turn()
+        finally:
+            self._in_turn = False
+        if self._again:
+            self._again = False
+            store = self.store
+            if self._dirty or self._commit_waiters or self._commit_callbacks or (
+                    store is not None and store.pending):
+                self.scheduler.request_flush()
+
+    def _end_of_turn(self) -> None:
         if self.spill is not None:
             try:
                 self.spill.flush()
@@ -315,7 +332,10 @@ class BrokerModel:
                 self._dirty[id(ch)] = ch
         for fn in callbacks:
             fn(exc)
-        self.scheduler.request_flush()
+        if self._in_turn:  # synced inline: end_of_turn confirms these now
+            self._again = True
+        else:
+            self.scheduler.request_flush()
 
     # -- introspection ------------------------------------------------------------------
     def queues(self) -> list[Queue]:
