@@ -45,9 +45,9 @@ def test_P9_lazyfs_torn_write_loses_nothing_confirmed(lazyfs: None) -> None:
     parts 1 and 3 persisted, LazyFS dies (all else unsynced is gone): the torn frame is
     cut at recovery, nothing confirmed is lost, the broker starts."""
     from tools.robustness.powerloss import run
-    rep = run(cycles=3, seed=11, torn=True)
+    rep = run(cycles=3, seed=11, torn=True, stop_untorn=True)
     assert rep.refused == 0, rep.lines
-    assert rep.cycles == 3
+    assert rep.cycles == 3 or rep.tears < rep.cycles
     assert rep.confirmed > 0
     assert rep.lost == 0, rep.lines
     assert rep.tracebacks == []

@@ -34,6 +34,10 @@ import aio_pika
 X, Q = "perf.delayed.x", "perf.delayed.q"
 
 
+def progress(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
 def rss(pid: int | None) -> int:
     if pid is None:
         return 0
@@ -84,7 +88,11 @@ async def run(args: argparse.Namespace, pid: int | None) -> dict:
                     body, headers={"x-delay": ms},
                     delivery_mode=aio_pika.DeliveryMode.PERSISTENT), "k"))
         await asyncio.gather(*batch)
+        if (start + 1000) % 100_000 == 0:
+            progress(f"published {start + 1000:,} ({(start + 1000) / (time.time() - t0):,.0f}/s)")
     publish_s = time.time() - t0
+    progress(f"all {args.n:,} published in {publish_s:.1f} s; the first is due in "
+             f"{start_due - time.time():.0f} s, the last in {start_due + window - time.time():.0f} s")
     rss1 = rss(pid)
     late: list[float] = []
     done = asyncio.Event()
@@ -99,10 +107,18 @@ async def run(args: argparse.Namespace, pid: int | None) -> dict:
             done.set()
 
     await q.consume(on)
+
+    async def report() -> None:
+        while not done.is_set():
+            await asyncio.sleep(10)
+            progress(f"received {len(late):,} of {args.n:,}")
+
+    reporter = asyncio.ensure_future(report())
     try:
         await asyncio.wait_for(done.wait(), start_due + window + 600 - time.time())
     except TimeoutError:
         pass
+    reporter.cancel()
     await conn.close()
     late.sort()
 
