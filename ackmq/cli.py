@@ -29,9 +29,11 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--amqp10-anonymous-user", default=D.amqp10_anonymous_user,
                    help="offer SASL ANONYMOUS to AMQP 1.0 clients, logged in as this user "
                         "(RabbitMQ 4's anonymous_login_user; default: not offered)")
-    p.add_argument("--amqp10-rabbitmq-compat", action="store_true",
+    p.add_argument("--amqp10-rabbitmq-compat", action=argparse.BooleanOptionalAction,
+                   default=D.amqp10_rabbitmq_compat,
                    help="announce product RabbitMQ 4.0.0+ackmq.<version> to AMQP 1.0 clients "
-                        "(rabbitmq-amqp-python-client refuses any other server)")
+                        "(rabbitmq-amqp-python-client refuses any other server; default on; "
+                        "--no-amqp10-rabbitmq-compat: product ackmq)")
     p.add_argument("--data-dir", default=D.data_dir, type=Path,
                    help="where durable queues and persistent messages live")
     p.add_argument("--no-fsync", action="store_true",

@@ -74,12 +74,24 @@ def test_A7_management_node_declares_binds_purges_deletes(client) -> None:  # ty
         m.close()
 
 
-def test_A7_without_the_compat_switch_the_client_refuses_ackmq(
+def test_A7_the_client_works_with_plain_ackmq_serve_and_refuses_without_the_compat(
         tmp_path_factory: pytest.TempPathFactory) -> None:
-    """By default ackmq names itself in the 1.0 open, and rabbitmq-amqp-python-client
-    refuses any server that is not "RabbitMQ" >= 4.0: --amqp10-rabbitmq-compat is what
-    makes it work unchanged (docs/amqp10.md)."""
-    b = BrokerProcess(tmp_path_factory.mktemp("a7-plain"), "--no-stomp")
+    """rabbitmq-amqp-python-client refuses any server that is not "RabbitMQ" >= 4.0:
+    `ackmq serve` as the quick start runs it announces RabbitMQ 4.0.0+ackmq (the client
+    dials), and with --no-amqp10-rabbitmq-compat ackmq names itself and the client
+    refuses it (docs/amqp10.md)."""
+    b = BrokerProcess(tmp_path_factory.mktemp("a7-default"), "--no-stomp")
+    b.start()
+    try:
+        env = Environment(uri=f"amqp://guest:guest@127.0.0.1:{b.port}/")
+        conn = env.connection()
+        conn.dial()
+        conn.close()
+        env.close()
+    finally:
+        b.stop()
+    b = BrokerProcess(tmp_path_factory.mktemp("a7-plain"), "--no-stomp",
+                      "--no-amqp10-rabbitmq-compat")
     b.start()
     try:
         env = Environment(uri=f"amqp://guest:guest@127.0.0.1:{b.port}/")

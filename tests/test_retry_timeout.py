@@ -680,3 +680,72 @@ def test_L6_redeclare_with_another_backoff_is_inequivalent(ackmq_only: None,
                        406)
     assert "inequivalent arg 'x-delayed-retry-min'" in text
     connection.channel().queue_delete(q)
+
+
+# ---- L6 by policy (M5): RabbitMQ 4.3's policy keys for its delayed-retry arguments ---------
+
+def test_L6_M5_policy_sets_the_backoff_live_and_clearing_it_ends_it(ackmq_mgmt: Any) -> None:
+    """`delayed-retry-min` (and -type/-max, ackmq's -multiplier) in a policy give a queue
+    declared without them its back-off at once (M7: live), as RabbitMQ 4.3's policy keys
+    do; the queue's own `x-delayed-retry-*` argument wins over the policy's (M6: for
+    every key that is not a numeric limit); clearing the policy ends the back-off."""
+    from support.mgmthelp import Target
+    t = Target("ackmq", ackmq_mgmt.http_url, ackmq_mgmt.url, ackmq_mgmt.server)
+    conn = pika.BlockingConnection(pika.URLParameters(ackmq_mgmt.url))
+    q, own = uniq("l6.pol"), uniq("l6.pol.own")
+    path = f"/api/policies/%2F/{q}"
+    try:
+        ch = conn.channel()
+        _declare(ch, q)
+        _declare(ch, own, **{"x-delayed-retry-min": 60_000})
+        r = t.call("PUT", path, {"pattern": f"^{q}", "apply-to": "queues", "definition": {
+            "delayed-retry-min": 600, "delayed-retry-type": "failed"}})
+        assert r.status == 201, r.body
+        r = t.call("GET", f"/api/queues/%2F/{q}")
+        assert r.body["effective_policy_definition"] == {"delayed-retry-min": 600,
+                                                         "delayed-retry-type": "failed"}
+        ch.basic_publish("", q, b"a")
+        m, _p, _b = ch.basic_get(q)
+        nacked = time.monotonic()
+        ch.basic_nack(m.delivery_tag, requeue=True)
+        assert _ready(ch, q) == 0  # waiting out the policy's back-off
+        _m, props, body, when = _get_within(ch, q, 10)
+        assert body == b"a" and when - nacked >= 0.55
+        assert props.headers["x-delivery-count"] == 1
+        # the queue's own argument (60 s) wins over the policy's 600 ms
+        ch.basic_publish("", own, b"o")
+        m, _p, _b = ch.basic_get(own)
+        ch.basic_nack(m.delivery_tag, requeue=True)
+        assert t.call("GET", f"/api/queues/%2F/{own}").body["messages_delayed_retry"] == 1
+        assert t.call("DELETE", path).status == 204
+        ch.basic_publish("", q, b"b")
+        m, _p, _b = ch.basic_get(q)
+        ch.basic_nack(m.delivery_tag, requeue=True)
+        assert _ready(ch, q) == 1  # no policy, no argument: back at once
+        ch.queue_delete(q)
+        ch.queue_delete(own)
+    finally:
+        t.call("DELETE", path)
+        conn.close()
+
+
+@pytest.mark.parametrize("definition, text", [
+    ({"delayed-retry-min": -1}, "-1 is not a valid delayed retry minimum delay"),
+    ({"delayed-retry-min": "1s"}, '<<"1s">> is not a valid delayed retry minimum delay'),
+    ({"delayed-retry-max": 2**32}, "4294967296 is not a valid delayed retry maximum delay"),
+    ({"delayed-retry-min": 500, "delayed-retry-max": 100},
+     "delayed-retry-max 100 is less than delayed-retry-min 500"),
+    ({"delayed-retry-type": "sometimes"},
+     '<<"sometimes">> is not a valid delayed retry type'),
+    ({"delayed-retry-multiplier": 0.5}, "0.5 is not a valid delayed retry multiplier"),
+])
+def test_L6_M5_bad_backoff_policy_values_refused(ackmq_mgmt: Any, definition: dict[str, Any],
+                                                 text: str) -> None:
+    """Refused as RabbitMQ refuses a policy value (400, `Validation failed\\n\\n<text>\\n`),
+    never taken as no back-off."""
+    from support.mgmthelp import Target
+    t = Target("ackmq", ackmq_mgmt.http_url, ackmq_mgmt.url, ackmq_mgmt.server)
+    r = t.call("PUT", "/api/policies/%2F/l6bad", {"pattern": "^l6bad",
+                                                   "definition": definition})
+    assert r.status == 400
+    assert r.body["reason"] == f"Validation failed\n\n{text}\n"

@@ -57,7 +57,12 @@ ARGUMENT_WINS = {"dead-letter-exchange": "x-dead-letter-exchange",
                  "queue-version": "x-queue-version", "max-age": "x-max-age",
                  "stream-max-segment-size-bytes": "x-stream-max-segment-size-bytes",
                  "queue-leader-locator": "x-queue-leader-locator",
-                 "queue-master-locator": "x-queue-master-locator"}
+                 "queue-master-locator": "x-queue-master-locator",
+                 # L6's redelivery back-off (RabbitMQ 4.3's keys; the multiplier ackmq's)
+                 "delayed-retry-type": "x-delayed-retry-type",
+                 "delayed-retry-min": "x-delayed-retry-min",
+                 "delayed-retry-max": "x-delayed-retry-max",
+                 "delayed-retry-multiplier": "x-delayed-retry-multiplier"}
 # keys that change nothing on one node (reported so: `no_effect`)
 NO_EFFECT = frozenset(HA_KEYS + ("initial-cluster-size", "queue-master-locator",
                                  "queue-leader-locator", "max-in-memory-length",

@@ -4,7 +4,9 @@ rabbit_policies, rabbit_mirror_queue_misc), with its texts: the management API a
 as Erlang's ~p renders the JSON RabbitMQ decoded (<<"a">>, #{...}, true, null).
 
 Differences, on purpose: apply-to also takes RabbitMQ 4's `classic_queues`,
-`quorum_queues` and `streams`; `consumer-timeout` is taken (RabbitMQ 3.12+); an invalid
+`quorum_queues` and `streams`; `consumer-timeout` is taken (RabbitMQ 3.12+), and the redelivery back-off's
+`delayed-retry-type/-min/-max` (RabbitMQ 4.3's policy keys for its `x-delayed-retry-*`
+arguments) with ackmq's `delayed-retry-multiplier` (SPEC L6); an invalid
 `max-age` is refused with a text (3.10 crashes on it: 500); patterns are Python `re` (see `compile_pattern`).
 """
 
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ackmq.broker.arguments import max_age_ms
+from ackmq.broker.retry import MAX_DELAY_MS, RETRY_TYPES
 from ackmq.protocol.amqp.erlang import erl_string
 
 APPLY_TO = ("queues", "exchanges", "all", "classic_queues", "quorum_queues", "streams")
@@ -84,6 +87,23 @@ def _choice(choices: tuple[str, ...], text: str) -> Callable[[Any, dict[str, Any
     return check
 
 
+def _retry_delay(what: str) -> Callable[[Any, dict[str, Any]], str | None]:
+    """A back-off delay in ms: 1 .. 2^32-1; a max not below the min beside it."""
+    def check(v: Any, d: dict[str, Any]) -> str | None:
+        if not (_int(v) and 1 <= v <= MAX_DELAY_MS):
+            return f"{erl_term(v)} is not a valid {what}"
+        lo = d.get("delayed-retry-min")
+        if what.endswith("maximum delay") and _int(lo) and v < lo:
+            return (f"delayed-retry-max {v} is less than delayed-retry-min {lo}")
+        return None
+    return check
+
+
+def _retry_multiplier(v: Any, d: dict[str, Any]) -> str | None:
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and 1 <= v < float("inf")
+    return None if ok else f"{erl_term(v)} is not a valid delayed retry multiplier"
+
+
 def _max_age(v: Any, d: dict[str, Any]) -> str | None:
     ok = isinstance(v, str) and _AGE_OK.match(v) is not None and max_age_ms(v) is not None
     return None if ok else f"{erl_term(v)} is not a valid max age"
@@ -142,6 +162,10 @@ KEYS: dict[str, Callable[[Any, dict[str, Any]], str | None]] = {
     "dead-letter-routing-key": _text("dead letter routing key"),
     "dead-letter-strategy": _choice(("at-most-once", "at-least-once"),
                                     "{} is not a valid dead letter strategy"),
+    "delayed-retry-max": _retry_delay("delayed retry maximum delay"),
+    "delayed-retry-min": _retry_delay("delayed retry minimum delay"),
+    "delayed-retry-multiplier": _retry_multiplier,
+    "delayed-retry-type": _choice(RETRY_TYPES, "{} is not a valid delayed retry type"),
     "delivery-limit": _nonneg("delivery limit"),
     "expires": _positive("queue expiry"),
     "ha-mode": _ha_mode,

@@ -21,7 +21,9 @@ class Config:
     amqp10_anonymous_user: str | None = None
     # announce product "RabbitMQ" 4.0.0 (+ackmq.<version>) in the 1.0 open, for clients that
     # refuse any other server (rabbitmq-amqp-python-client); off: ackmq says who it is
-    amqp10_rabbitmq_compat: bool = False
+    # the 1.0 open says product "RabbitMQ" 4.0.0+ackmq.<v>: rabbitmq-amqp-python-client
+    # (RabbitMQ 4's own Python client) refuses any other server (docs/amqp10.md)
+    amqp10_rabbitmq_compat: bool = True
     data_dir: Path | None = Path("./ackmq-data")  # None: nothing on disk (transient broker)
     fsync: bool = True
     heartbeat: int = 60
