@@ -112,8 +112,7 @@ def _plant_defs_nofsync() -> Iterator[None]:
         DefsLog.append = real  # type: ignore[method-assign]
 
 
-@contextlib.contextmanager
-def _plant_delayed_remove_apart() -> Iterator[None]:
+def _plant_delayed_remove_apart() -> contextlib.AbstractContextManager[None]:
     """A due delayed message's removal from its timer store is written (committed) on
     its own, before its adds to the target queues: a cut between the two loses it
     (SPEC L2 wants both in one turn's write)."""
@@ -136,11 +135,7 @@ def _plant_delayed_remove_apart() -> Iterator[None]:
             if store is not None:
                 del store.remove  # the class's method again
 
-    TimerStore._route = route  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        TimerStore._route = real  # type: ignore[method-assign]
+    return _patched(TimerStore, "_route", route)
 
 
 def _plant_delayed_early() -> contextlib.AbstractContextManager[None]:
