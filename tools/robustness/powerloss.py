@@ -1,6 +1,7 @@
 """Power loss on LazyFS: `kill -9` + LazyFS's clear-cache under confirmed load, N cycles.
 
     python -m tools.robustness.powerloss --cycles 100 [--no-fsync] [--torn] [--work DIR]
+                                         [--delayed MAX_MS]
 
 LazyFS (github dsrhaslab/lazyfs, the FUSE file system Jepsen uses) keeps every write in
 its own cache until it is fsynced; `lazyfs::clear-cache` drops what was not. So
@@ -11,6 +12,10 @@ for a random while, the broker is killed, the cache cleared, the broker started 
 confirmed. With --torn the cut is LazyFS's own torn-op fault instead: the next write
 to the active segment is split in three, parts 1 and 3 reach the disk, LazyFS kills
 itself (everything else unsynced is gone), the broker is killed, LazyFS mounted again.
+With --delayed MAX_MS the publishers go through a durable `x-delayed-message` exchange
+with an `x-delay` of 1..MAX_MS each (SPEC L2: the timer store on the same log); after the
+restart the queue is drained until every due time has passed, and a message that
+arrives before its due time, or twice, is a finding as a lost one is.
 LazyFS passes create/rename/unlink straight to the disk below and has no
 fallocate and no statfs (so --disk-free-limit 0); the in-process simulator
 (tools/crashsim/crashsim.py) covers lost directory entries.
@@ -41,6 +46,8 @@ from tools.harness.ownbroker import OwnBroker, log_trouble
 
 TOOL = Path(__file__).resolve().parents[2] / "tests" / "lazyfs-local"
 QUEUE = "powerloss"
+DELAYED_X = "powerloss.delayed"  # --delayed: x-delayed-message (direct), QUEUE bound by name
+EARLY_SLACK_MS = 5  # one clock on one host; ms truncation in the due time
 
 
 def lazyfs_tool() -> str:
@@ -136,23 +143,34 @@ class Report:
     refused: int = 0
     unconfirmed_back: int = 0  # published, no confirm seen, present after the cut
     tears: int = 0             # --torn: cycles where LazyFS's torn-op fault fired
+    duplicates: int = 0        # a message drained more than once
+    early: int = 0             # --delayed: drained before its due time
     tracebacks: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
 
 
 def _publisher(url: str, tag: str, confirmed: list[str], stop: threading.Event,
-               ready: threading.Semaphore) -> None:
-    """Confirm-each persistent publishes until the broker goes away or `stop`."""
+               ready: threading.Semaphore, delayed_ms: int = 0) -> None:
+    """Confirm-each persistent publishes until the broker goes away or `stop`; with
+    `delayed_ms`, through DELAYED_X with x-delay 1..delayed_ms, the due time (ms since
+    the epoch) last in the body."""
     try:
         conn = pika.BlockingConnection(pika.URLParameters(url))
         ch = conn.channel()
         ch.confirm_delivery()
         ready.release()
         props = pika.BasicProperties(delivery_mode=2)
+        rnd = random.Random(tag)
         n = 0
         while not stop.is_set():
-            body = f"{tag}:{n}"
-            ch.basic_publish("", QUEUE, body.encode(), props)  # raises on nack
+            if delayed_ms:
+                delay = rnd.randint(1, delayed_ms)
+                body = f"{tag}:{n}:{int(time.time() * 1000) + delay}"
+                ch.basic_publish(DELAYED_X, QUEUE, body.encode(), pika.BasicProperties(
+                    delivery_mode=2, headers={"x-delay": delay}))
+            else:
+                body = f"{tag}:{n}"
+                ch.basic_publish("", QUEUE, body.encode(), props)  # raises on nack
             confirmed.append(body)
             n += 1
         conn.close()
@@ -160,7 +178,9 @@ def _publisher(url: str, tag: str, confirmed: list[str], stop: threading.Event,
         pass
 
 
-def _drain(url: str) -> list[str]:
+def _drain(url: str, until: float = 0.0) -> list[tuple[str, int]]:
+    """(body, ms since the epoch when it came) of every message in QUEUE; with `until`
+    (a time.time()), go on draining until then (delayed messages falling due)."""
     conn = pika.BlockingConnection(pika.URLParameters(url))
     ch = conn.channel()
     ch.queue_declare(QUEUE, durable=True)
@@ -168,15 +188,18 @@ def _drain(url: str) -> list[str]:
     while True:
         m = ch.basic_get(QUEUE, auto_ack=True)
         if m[0] is None:
-            break
-        got.append(m[2].decode())
+            if time.time() >= until:
+                break
+            conn.sleep(0.05)
+            continue
+        got.append((m[2].decode(), int(time.time() * 1000)))
     conn.close()
     return got
 
 
 def run(cycles: int, fsync: bool = True, work: Path | None = None, seed: int = 1,
         publishers: int = 2, progress: bool = False, torn: bool = False,
-        stop_untorn: bool = False) -> Report:
+        stop_untorn: bool = False, delayed_ms: int = 0) -> Report:
     """`stop_untorn` (with `torn`): end the run after a cycle whose fault did not fire
     (LazyFS then ignores its fifo for the rest of the mount's life, as far as seen; the
     cycles left would be plain remount cycles, which the clear-cache runs cover)."""
@@ -191,14 +214,20 @@ def run(cycles: int, fsync: bool = True, work: Path | None = None, seed: int = 1
             broker.data_dir = fs.mount / "data"  # the log stays off LazyFS
             url = broker.start()
             conn = pika.BlockingConnection(pika.URLParameters(url))
-            conn.channel().queue_declare(QUEUE, durable=True)
+            ch = conn.channel()
+            ch.queue_declare(QUEUE, durable=True)
+            if delayed_ms:
+                ch.exchange_declare(DELAYED_X, "x-delayed-message", durable=True,
+                                    arguments={"x-delayed-type": "direct"})
+                ch.queue_bind(QUEUE, DELAYED_X, QUEUE)
             conn.close()
             for cycle in range(cycles):
                 stop = threading.Event()
                 ready = threading.Semaphore(0)
                 confirmed: list[list[str]] = [[] for _ in range(publishers)]
                 threads = [threading.Thread(target=_publisher, args=(
-                    url, f"{cycle}.{i}", confirmed[i], stop, ready)) for i in range(publishers)]
+                    url, f"{cycle}.{i}", confirmed[i], stop, ready, delayed_ms))
+                    for i in range(publishers)]
                 for t in threads:
                     t.start()
                 for _ in threads:  # connected: the cut comes while they publish
@@ -230,15 +259,26 @@ def run(cycles: int, fsync: bool = True, work: Path | None = None, seed: int = 1
                     if progress:
                         print(rep.lines[-1], flush=True)
                     break
-                got = set(_drain(url))
+                # every delayed message published so far is due by then (+ 1 s)
+                drained = _drain(url, time.time() + (delayed_ms + 1000) / 1000
+                                 if delayed_ms else 0.0)
+                bodies = [b for b, _at in drained]
+                got = set(bodies)
                 want = {b for c in confirmed for b in c}
                 lost = want - got
+                dupes = len(bodies) - len(got)
+                early = [b for b, at in drained
+                         if delayed_ms and at < int(b.rsplit(":", 1)[1]) - EARLY_SLACK_MS]
                 rep.cycles += 1
                 rep.confirmed += len(want)
                 rep.lost += len(lost)
+                rep.duplicates += dupes
+                rep.early += len(early)
                 rep.unconfirmed_back += len(got - want)
                 line = (f"cycle {cycle}: {len(want)} confirmed, {len(lost)} lost, "
-                        f"{len(got - want)} unconfirmed present")
+                        f"{len(got - want)} unconfirmed present"
+                        + (f", {dupes} twice" if dupes else "")
+                        + (f", {len(early)} early" if delayed_ms else ""))
                 rep.lines.append(line)
                 if progress:
                     print(line, flush=True)
@@ -260,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--torn", action="store_true",
                     help="cut with LazyFS's torn-op fault instead of clear-cache")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--delayed", type=int, default=0, metavar="MAX_MS",
+                    help="publish through a durable delayed exchange, x-delay 1..MAX_MS")
     ap.add_argument("--work", type=Path)
     a = ap.parse_args(argv)
     why = lazyfs_unavailable()
@@ -268,16 +310,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     t0 = time.monotonic()
     rep = run(a.cycles, fsync=not a.no_fsync, work=a.work, seed=a.seed, progress=True,
-              torn=a.torn)
+              torn=a.torn, delayed_ms=a.delayed)
     cut = "torn-op + LazyFS crash + kill -9" if a.torn else "kill -9 + clear-cache"
     print(f"{rep.cycles} cycles ({cut}), fsync "
           f"{'off' if a.no_fsync else 'on'}: {rep.confirmed:,} confirmed, {rep.lost:,} lost, "
           f"{rep.refused} refused starts, {rep.unconfirmed_back:,} unconfirmed present, "
+          f"{rep.duplicates:,} twice, "
+          + (f"{rep.early:,} before their time, " if a.delayed else "") +
           f"{len(rep.tracebacks)} tracebacks, {time.monotonic() - t0:.0f} s"
           + (f"; the torn-op fault fired in {rep.tears} cycles" if a.torn else ""))
     for line in rep.tracebacks[:5]:
         print("  " + line)
-    bad = rep.refused or rep.tracebacks or (rep.lost and not a.no_fsync)
+    bad = rep.refused or rep.tracebacks or rep.early or (
+        (rep.lost or rep.duplicates) and not a.no_fsync)
     return 1 if bad else 0
 
 
