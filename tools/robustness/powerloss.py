@@ -86,13 +86,15 @@ class LazyFS:
         # a full-suite run): each retry first stops what the failed try left, and the
         # fifth failure is reported
         cmd = [lazyfs_tool(), "mount", str(self.root), str(self.mount), str(self.fifo)]
-        for i in range(4):
-            if subprocess.run(cmd, timeout=60).returncode == 0:
+        why: list[str] = []
+        for i in range(5):
+            r = subprocess.run(cmd, timeout=60, capture_output=True, text=True)
+            if r.returncode == 0:
                 return self
+            why.append((r.stderr or r.stdout).strip()[-200:])
             self._stop_leftover()
             time.sleep(0.5 * (i + 1))
-        subprocess.run(cmd, check=True, timeout=60)
-        return self
+        raise RuntimeError("LazyFS did not mount in 5 tries: " + " | ".join(why))
 
     def _stop_leftover(self) -> None:
         """Kill the LazyFS a failed mount started (its pid file) and unmount."""
