@@ -135,39 +135,49 @@ BY_SYMBOL: dict[str, str] = {
     f"amqp:{name.replace('_', '-')}:list": name for name in TABLE}
 
 
+# read from TABLE once, for the decoder's hot path (a transfer and its sections per
+# message): per kind, a field name's index, and each field as
+# (name, base type, multiple, default); the mandatory fields' indexes
+INDEX: dict[str, dict[str, int]] = {
+    kind: {n: i for i, (n, _, _) in enumerate(spec)} for kind, (_, spec) in TABLE.items()}
+FIELDS: dict[str, tuple[tuple[str, str, bool, Any], ...]] = {
+    kind: tuple((n, t.rstrip("!").rstrip("*"), t.rstrip("!").endswith("*"), d)
+                for n, t, d in spec) for kind, (_, spec) in TABLE.items()}
+MANDATORY: dict[str, tuple[int, ...]] = {
+    kind: tuple(i for i, (_, t, _) in enumerate(spec) if t.endswith("!"))
+    for kind, (_, spec) in TABLE.items()}
+
+
 class Composite:
     """One composite value: `kind` (a TABLE name) and its fields as attributes."""
 
     __slots__ = ("kind", "values")
 
     def __init__(self, kind: str, **fields: Any) -> None:
-        code, spec = TABLE[kind]
-        self.kind = kind
-        values = [d for _, _, d in spec]
-        names = {n: i for i, (n, _, _) in enumerate(spec)}
+        names = INDEX[kind]
+        values = [d for _, _, _, d in FIELDS[kind]]
         for k, v in fields.items():
             values[names[k]] = v
-        self.values = values
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "values", values)
 
     def __getattr__(self, name: str) -> Any:
         try:
-            spec = TABLE[object.__getattribute__(self, "kind")][1]
+            i = INDEX[object.__getattribute__(self, "kind")].get(name)
         except AttributeError:
             raise AttributeError(name) from None
-        for i, (n, _, _) in enumerate(spec):
-            if n == name:
-                return self.values[i]
-        raise AttributeError(name)
+        if i is None:
+            raise AttributeError(name)
+        return self.values[i]
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("kind", "values"):
             object.__setattr__(self, name, value)
             return
-        for i, (n, _, _) in enumerate(TABLE[self.kind][1]):
-            if n == name:
-                self.values[i] = value
-                return
-        raise AttributeError(name)
+        i = INDEX[self.kind].get(name)
+        if i is None:
+            raise AttributeError(name)
+        self.values[i] = value
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Composite) and (other.kind, other.values) == (
@@ -226,21 +236,17 @@ def descriptor_name(descriptor: Any) -> str | None:
 def from_fields(name: str, fields: Any) -> Composite:
     if not isinstance(fields, list):
         raise DecodeError(f"{name} is not a list")
-    spec = TABLE[name][1]
+    spec = FIELDS[name]
     if len(fields) > len(spec):
         # part 1.4: a receiver ignores fields it does not know only in later versions;
         # RabbitMQ and proton refuse them as a decode error
         raise DecodeError(f"{name} has {len(fields)} fields, at most {len(spec)}")
     c = Composite.__new__(Composite)
-    values = [d for _, _, d in spec]
+    values = [d for _, _, _, d in spec]
     for i, v in enumerate(fields):
-        fname, typ, default = spec[i]
         if v is None:
             continue
-        mandatory = typ.endswith("!")
-        typ = typ.rstrip("!")
-        multiple = typ.endswith("*")
-        base = typ.rstrip("*")
+        fname, base, multiple, _ = spec[i]
         if multiple:
             items = v.items if isinstance(v, Array) else [v]
             _check(name, fname, base, items)
@@ -248,10 +254,9 @@ def from_fields(name: str, fields: Any) -> Composite:
         else:
             _check(name, fname, base, [v])
             values[i] = from_described(v) if base == "error" else v
-        del mandatory
-    for i, (fname, typ, _) in enumerate(spec):
-        if typ.endswith("!") and values[i] is None:
-            raise DecodeError(f"{name}: mandatory field {fname} is null")
+    for i in MANDATORY[name]:
+        if values[i] is None:
+            raise DecodeError(f"{name}: mandatory field {spec[i][0]} is null")
     object.__setattr__(c, "kind", name)
     object.__setattr__(c, "values", values)
     return c

@@ -223,7 +223,8 @@ def _need(buf: Any, pos: int, n: int) -> None:
 
 def decode(buf: Any, pos: int = 0, depth: int = 0) -> tuple[Any, int]:
     """One value from `buf` (bytes or memoryview) at `pos` -> (value, next pos)."""
-    _need(buf, pos, 1)
+    if pos >= len(buf):  # _need, inlined: once per value decoded
+        raise DecodeError("truncated value")
     code = buf[pos]
     pos += 1
     if code == 0x00:
@@ -241,7 +242,8 @@ def _decode_body(buf: Any, code: int, pos: int, depth: int) -> tuple[Any, int]:
     fixed = _FIXED.get(code)
     if fixed is not None:
         width, read = fixed
-        _need(buf, pos, width)
+        if pos + width > len(buf):  # _need, inlined
+            raise DecodeError("truncated value")
         return read(buf, pos), pos + width
     w = _VARIABLE.get(code)
     if w is not None:
