@@ -97,11 +97,11 @@ class LazyFS:
         raise RuntimeError("LazyFS did not mount in 5 tries: " + " | ".join(why))
 
     def _stop_leftover(self) -> None:
-        """Kill the LazyFS a failed mount started (its pid file) and unmount."""
-        pid_file = Path(str(self.fifo) + ".pid")
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
+        """Unmount and kill this mount's LazyFS (its pid file): at the end, and after a
+        failed mount, whatever it left."""
         subprocess.run([lazyfs_tool(), "umount", str(self.mount)], timeout=60)
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(Path(str(self.fifo) + ".pid").read_text().strip()), signal.SIGKILL)
 
     def clear_cache(self) -> None:
         subprocess.run([lazyfs_tool(), "clear", str(self.fifo)], check=True, timeout=90)
@@ -128,13 +128,7 @@ class LazyFS:
             os.close(done)
 
     def __exit__(self, *exc: object) -> None:
-        subprocess.run([lazyfs_tool(), "umount", str(self.mount)], timeout=60)
-        pid = self.fifo.with_name(self.fifo.name + ".pid")
-        if pid.exists():
-            try:
-                os.kill(int(pid.read_text()), 9)
-            except (ProcessLookupError, ValueError):
-                pass
+        self._stop_leftover()
 
 
 @dataclass
