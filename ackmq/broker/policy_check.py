@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ackmq.broker.arguments import max_age_ms
-from ackmq.broker.retry import MAX_DELAY_MS, RETRY_TYPES
+from ackmq.broker.retry import check_retry_argument
 from ackmq.protocol.amqp.erlang import erl_string
 
 APPLY_TO = ("queues", "exchanges", "all", "classic_queues", "quorum_queues", "streams")
@@ -87,21 +87,22 @@ def _choice(choices: tuple[str, ...], text: str) -> Callable[[Any, dict[str, Any
     return check
 
 
-def _retry_delay(what: str) -> Callable[[Any, dict[str, Any]], str | None]:
-    """A back-off delay in ms: 1 .. 2^32-1; a max not below the min beside it."""
+def _retry(key: str, what: str) -> Callable[[Any, dict[str, Any]], str | None]:
+    """A back-off key, by the rule its `x-` argument has (retry.check_retry_argument:
+    one rule), in a policy's words; a delay must also be positive here (0 would turn
+    the back-off off, which a policy does by not setting it)."""
     def check(v: Any, d: dict[str, Any]) -> str | None:
-        if not (_int(v) and 1 <= v <= MAX_DELAY_MS):
+        args = {"x-" + k: x for k, x in d.items() if k.startswith("delayed-retry-")}
+        err = check_retry_argument("x-" + key, v, args)
+        if err is not None and err.startswith("{max_less_than_min"):
+            return f"delayed-retry-max {v} is less than delayed-retry-min {d[_MIN]}"
+        if err is not None or (key != "delayed-retry-multiplier" and v == 0):
             return f"{erl_term(v)} is not a valid {what}"
-        lo = d.get("delayed-retry-min")
-        if what.endswith("maximum delay") and _int(lo) and v < lo:
-            return (f"delayed-retry-max {v} is less than delayed-retry-min {lo}")
         return None
     return check
 
 
-def _retry_multiplier(v: Any, d: dict[str, Any]) -> str | None:
-    ok = isinstance(v, int | float) and not isinstance(v, bool) and 1 <= v < float("inf")
-    return None if ok else f"{erl_term(v)} is not a valid delayed retry multiplier"
+_MIN = "delayed-retry-min"
 
 
 def _max_age(v: Any, d: dict[str, Any]) -> str | None:
@@ -162,10 +163,11 @@ KEYS: dict[str, Callable[[Any, dict[str, Any]], str | None]] = {
     "dead-letter-routing-key": _text("dead letter routing key"),
     "dead-letter-strategy": _choice(("at-most-once", "at-least-once"),
                                     "{} is not a valid dead letter strategy"),
-    "delayed-retry-max": _retry_delay("delayed retry maximum delay"),
-    "delayed-retry-min": _retry_delay("delayed retry minimum delay"),
-    "delayed-retry-multiplier": _retry_multiplier,
-    "delayed-retry-type": _choice(RETRY_TYPES, "{} is not a valid delayed retry type"),
+    "delayed-retry-max": _retry("delayed-retry-max", "delayed retry maximum delay"),
+    "delayed-retry-min": _retry(_MIN, "delayed retry minimum delay"),
+    "delayed-retry-multiplier": _retry("delayed-retry-multiplier",
+                                       "delayed retry multiplier"),
+    "delayed-retry-type": _retry("delayed-retry-type", "delayed retry type"),
     "delivery-limit": _nonneg("delivery limit"),
     "expires": _positive("queue expiry"),
     "ha-mode": _ha_mode,
