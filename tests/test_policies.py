@@ -15,7 +15,7 @@ from typing import Any
 
 import pika
 import pytest
-from support.mgmthelp import Target, q
+from support.mgmthelp import Target, escaped, q
 
 POLICIES = "/api/policies/%2F/"
 OPERATOR = "/api/operator-policies/%2F/"
@@ -199,15 +199,11 @@ REFUSED = [
 ]
 
 
-def _escaped(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 @pytest.mark.parametrize("body,reason", REFUSED, ids=[r for _b, r in REFUSED])
 def test_M5_refused_policy_texts(mgmt: Target, pol: Any, body: dict[str, Any],
                                  reason: str) -> None:
     r = pol(mgmt.name("bad"), body)
-    assert (r.status, r.body) == (400, {"error": "bad_request", "reason": _escaped(
+    assert (r.status, r.body) == (400, {"error": "bad_request", "reason": escaped(
         f"Validation failed\n\n{reason}\n")})
 
 
@@ -257,7 +253,7 @@ def test_M5_ackmq_extensions(mgmt: Target, pol: Any) -> None:
     assert pol(mgmt.name("ext"), {"pattern": "^zz", "definition": {
         "consumer-timeout": 1000, "max-age": "7D"}}).status == 201
     r = pol(mgmt.name("ext"), {"pattern": "^zz", "definition": {"max-age": "7X"}})
-    assert r.body["reason"] == _escaped('Validation failed\n\n<<"7X">> is not a valid max '
+    assert r.body["reason"] == escaped('Validation failed\n\n<<"7X">> is not a valid max '
                                         "age\n")
 
 

@@ -743,10 +743,9 @@ def test_L6_M5_bad_backoff_policy_values_refused(ackmq_mgmt: Any, definition: di
                                                  text: str) -> None:
     """Refused as RabbitMQ refuses a policy value (400, `Validation failed\\n\\n<text>\\n`),
     never taken as no back-off."""
-    from support.mgmthelp import Target
+    from support.mgmthelp import Target, escaped
     t = Target("ackmq", ackmq_mgmt.http_url, ackmq_mgmt.url, ackmq_mgmt.server)
     r = t.call("PUT", "/api/policies/%2F/l6bad", {"pattern": "^l6bad",
                                                    "definition": definition})
     assert r.status == 400  # the reason HTML-escaped, as RabbitMQ's API sends it
-    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    assert r.body["reason"] == f"Validation failed\n\n{escaped}\n"
+    assert r.body["reason"] == escaped(f"Validation failed\n\n{text}\n")

@@ -152,3 +152,8 @@ def poll(mgmt: Target, path: str, ok: Callable[[Any], bool], timeout: float = 20
         if ok(r.body) or time.monotonic() > deadline:
             return r.body
         time.sleep(0.5)
+
+
+def escaped(text: str) -> str:
+    """A reason text as RabbitMQ's management API sends it (`<`, `>`, `&` escaped)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
