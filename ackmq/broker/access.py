@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ackmq.broker.errors import ACCESS_REFUSED, SoftError
+from ackmq.broker.errors import ACCESS_REFUSED, AccessRefused, SoftError
 
 SHA256 = "rabbit_password_hashing_sha256"
 SHA512 = "rabbit_password_hashing_sha512"
@@ -479,7 +479,7 @@ class ChannelAccess:
         shown = "amq.default" if kind == "exchange" and name == "" else name
         p = self._perm
         if p is None or not p.allows(perm, shown):
-            raise SoftError(ACCESS_REFUSED, "access to " + resource_text(
+            raise AccessRefused(_PERM_NAMES[perm], "access to " + resource_text(
                 kind, shown, self.vhost) + f" refused for user '{self.user}'")
         if len(self._ok) < 1024:
             self._ok.add(key)
@@ -521,7 +521,7 @@ class ChannelAccess:
             return
         text = self.topic_refusal(perm, exchange.name, key)
         if text is not None:
-            raise SoftError(ACCESS_REFUSED, text)
+            raise AccessRefused(_PERM_NAMES[perm], text)
 
     def configure(self, kind: str, name: str) -> None:
         self.check(CONFIGURE, kind, name)

@@ -52,6 +52,17 @@ def check_shortstr(what: str, value: str) -> None:
                                              f"(AMQP's shortstr limit)")
 
 
+class AccessRefused(SoftError):
+    """U3's 403 (ACCESS_REFUSED), naming the permission that was missing ("configure",
+    "write", "read"): AMQP 0-9-1 shows `text` (RabbitMQ 3's words); AMQP 1.0 shows
+    `permission + " " + detail`, RabbitMQ 4's amqp:unauthorized-access description."""
+
+    def __init__(self, permission: str, detail: str) -> None:
+        super().__init__(ACCESS_REFUSED, detail)
+        self.permission = permission
+        self.detail = detail
+
+
 class HardError(ReplyError):
     """AMQP's hard error (connection exception): the whole connection is closed."""
 

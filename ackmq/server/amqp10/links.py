@@ -20,7 +20,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from ackmq.broker.errors import ReplyError
+from ackmq.broker.access import bind_access
+from ackmq.broker.errors import AccessRefused, ReplyError
 from ackmq.broker.queue_type import ACK, REJECT, REQUEUE
 from ackmq.protocol.amqp10 import Composite, DecodeError, decode_message, error
 from ackmq.protocol.amqp10 import frames as F
@@ -36,7 +37,7 @@ from ackmq.protocol.amqp10.composite import from_described
 from ackmq.protocol.amqp10.types import Described, Timestamp, UInt, ULong
 from ackmq.protocol.stomp.destinations import AMQQUEUE, EXCHANGE, QUEUE, TOPIC
 from ackmq.server.amqp10 import management
-from ackmq.server.amqp10.errors import LinkError
+from ackmq.server.amqp10.errors import AmqpError, LinkError, SessionError
 from ackmq.server.delivery import delivery_properties
 
 if TYPE_CHECKING:
@@ -61,6 +62,16 @@ def outcome(state: str, err: Composite | None = None) -> Composite:
 
 def reply_condition(e: ReplyError) -> str:
     return _CONDITIONS.get(e.code, F.INTERNAL_ERROR)
+
+
+def refusal(e: ReplyError) -> AmqpError:
+    """The model's refusal of an attach or a transfer, in AMQP 1.0's words. A missing
+    permission (U3) ends the session with amqp:unauthorized-access and RabbitMQ 4's
+    description, which names the permission ("write access to exchange 'x' in vhost
+    '/' refused for user 'u'"), as RabbitMQ 4 does; anything else detaches the link."""
+    if isinstance(e, AccessRefused):
+        return SessionError(F.UNAUTHORIZED_ACCESS, f"{e.permission} {e.detail}")
+    return LinkError(reply_condition(e), e.text)
 
 
 def _terminus(v: Any) -> Composite | None:
@@ -135,7 +146,7 @@ class Incoming(_Link):
             try:
                 self._check_node(self.address)
             except ReplyError as e:
-                raise LinkError(reply_condition(e), e.text) from None
+                raise refusal(e) from None
         a = self.attach_frame
         s.write(Composite("attach", name=a.name, handle=UInt(self.handle), role=True,
                           snd_settle_mode=a.snd_settle_mode, rcv_settle_mode=0,
@@ -145,17 +156,28 @@ class Incoming(_Link):
             self.top_up()
 
     def _check_node(self, addr: Address) -> None:
-        vh = self.session.channel.vhost
+        """At attach, what AMQP 0-9-1 checks (U3), as RabbitMQ 4: a declaring address
+        (/queue/, a bare name) needs configure on the queue, declared or not (as
+        queue.declare); every target needs write on the exchange its messages are
+        published to (`amq.default` for a queue). A topic permission depends on each
+        message's routing key: basic.publish checks it per transfer."""
+        ch = self.session.channel
+        vh = ch.vhost
+        access = ch.access
         if addr.kind in (V2_QUEUE, AMQQUEUE):
             vh.queue(addr.name, self.session.conn)  # 404 (amqp:not-found), 405
         elif addr.kind == QUEUE:
             if addr.name not in vh.queues:
                 vh.declare_queue(addr.name, False, True, False, False, {}, self.session.conn,
-                                 access=self.session.channel.access)
+                                 access=access)
+            elif access is not None:
+                access.configure("queue", addr.name)
         elif addr.kind in (V2_EXCHANGE, EXCHANGE):
             vh.exchange(addr.name)
         elif addr.kind == TOPIC:
             vh.exchange("amq.topic")
+        if access is not None:
+            access.write("exchange", addr.routing(None)[0])
 
     def flow_fields(self) -> dict[str, Any]:
         return dict(handle=UInt(self.handle), delivery_count=UInt(self.delivery_count),
@@ -252,6 +274,8 @@ class Incoming(_Link):
             if not settled:
                 self._answer(did, outcome(REJECTED, error(r.condition, r.description)))
             return
+        except AccessRefused as e:  # RabbitMQ 4: ends the session (a topic permission,
+            raise refusal(e) from None  # or the anonymous terminus's `to`)
         except ReplyError as e:
             if not settled:
                 self._answer(did, outcome(REJECTED, error(reply_condition(e), e.text)))
@@ -310,21 +334,25 @@ class Outgoing(_Link):
         addr = None if dynamic else _address(self.source)
         if addr is None and not dynamic:
             raise LinkError(F.INVALID_FIELD, "a receiving link needs a source address")
+        made: list[Queue] = []  # a queue made for this link: gone again if it is refused
         try:
             if dynamic:  # OASIS 3.5.3: a node made for this link (a server-named exclusive
                 # queue, gone with the link's connection), its address in our attach
                 q = s.channel.vhost.declare_queue("", False, False, True, True, {}, s.conn,
                                                   access=s.channel.access)
+                made.append(q)
                 assert self.source is not None
                 self.source.address = "/queues/" + quote(q.name, safe="")
             else:
                 assert addr is not None
-                q = self._source_queue(addr)
+                q = self._source_queue(addr, made)
             tag = f"amqp10-{s.channel_number}-{self.handle}-{self.name}"[:255]
             args, prefetch = self._stream_args(q)
             self.tag = s.channel.basic_consume(q.name, tag, self.no_ack, False, args, prefetch)
         except ReplyError as e:
-            raise LinkError(reply_condition(e), e.text) from None
+            for q in made:
+                s.channel.vhost.delete_queue(q, notify=False)
+            raise refusal(e) from None
         c = s.channel.consumers[self.tag]
         c.credit = 0
         s.by_tag[self.tag] = self
@@ -355,7 +383,13 @@ class Outgoing(_Link):
                 args["x-stream-offset"] = value if isinstance(value, str) else int(value)
         return args, STREAM_PREFETCH
 
-    def _source_queue(self, addr: Address) -> Queue:
+    def _source_queue(self, addr: Address, made: list[Queue]) -> Queue:
+        """The queue a source address consumes from. /queue/ and a bare name declare it
+        (configure, as queue.declare); /exchange/ and /topic/ give the link a
+        server-named exclusive queue bound as queue.bind would be (U3, `bind_access`:
+        write on the queue, read on the exchange, the topic permission on the binding
+        key), before the exchange is looked up, as RabbitMQ 4. Reading it (consume)
+        is basic.consume's own check."""
         s = self.session
         vh = s.channel.vhost
         conn = s.conn
@@ -363,6 +397,8 @@ class Outgoing(_Link):
             return vh.queue(addr.name, conn)
         if addr.kind == QUEUE:
             if addr.name in vh.queues:
+                if s.channel.access is not None:
+                    s.channel.access.configure("queue", addr.name)
                 return vh.queue(addr.name, conn)
             return vh.declare_queue(addr.name, False, True, False, False, {}, conn,
                                     access=s.channel.access)
@@ -371,8 +407,10 @@ class Outgoing(_Link):
                                            "/queues/:queue")
         exchange, key = ("amq.topic", addr.name) if addr.kind == TOPIC \
             else (addr.name, addr.key or "")
-        vh.exchange(exchange)
         q = vh.declare_queue("", False, False, True, True, {}, conn, access=s.channel.access)
+        made.append(q)
+        bind_access(s.channel.access, vh, "queue", q.name, exchange, key)
+        vh.exchange(exchange)
         vh.bind(exchange, q, key, {})
         return q
 
