@@ -298,3 +298,29 @@ def test_U3_amqp10_topic_write_refused_per_transfer(broker: Broker) -> None:
     finally:
         conn.close()
         broker.clear_topic()
+
+
+def test_U3_amqp10_anonymous_terminus_checks_each_to(broker: Broker) -> None:
+    """The null target (each message's `to` names its node): nothing to check at attach;
+    a message to a node the user may not write ends the session, as RabbitMQ 4's
+    target_per_message_exchange; one it may write is settled as usual."""
+    broker.permit(".*", r"^amq\.fanout$", ".*")
+    conn = broker.connect()
+    try:
+        state, link, _ = attach(conn, "sender", None)  # type: ignore[arg-type]
+        assert state == "attached"
+        ssn = link.session
+        for n, to in enumerate(("/exchanges/amq.fanout", f"/queues/{QUEUE}")):
+            d = link.delivery(str(n).encode())
+            link.stream(Message(body="x", address=to).encode())
+            link.advance()
+            conn.wait(lambda d=d: bool(ssn.state & Endpoint.REMOTE_CLOSED)
+                      or d.remote_state != 0, timeout=WAIT)
+            if n == 0:
+                assert d.remote_state == proton.Delivery.RELEASED  # nothing bound
+        assert ssn.state & Endpoint.REMOTE_CLOSED
+        assert ssn.remote_condition.name == "amqp:unauthorized-access"
+        assert ssn.remote_condition.description == refusal(
+            "write", "exchange", "amq.default", broker)
+    finally:
+        conn.close()
