@@ -10,6 +10,7 @@ cancelled it. Each test here fails there. The model's rules have unit tests at t
 
 from __future__ import annotations
 
+import html
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ import pytest
 import stomp
 from conftest import BrokerProcess
 from support.mgmthelp import Target, q
+from support.uihelp import ui_call
 
 from ackmq.broker import BrokerModel, NullScheduler, scheduled
 from ackmq.broker.errors import SoftError
@@ -51,7 +53,7 @@ class Broker:
 
     def started(self) -> None:
         line = next(x for x in reversed(self.proc.log) if "listening on" in x)
-        self.http = line.split(" and ")[-1].split(" ")[0]
+        self.http = self.http_url = line.split(" and ")[-1].split(" ")[0]
         self.api = Target("ackmq", self.http, self.proc.url)
 
     def stomp(self, user: str = "guest", pw: str = "guest", vhost: str = "/"
@@ -292,6 +294,29 @@ def test_L5_api_lists_and_deletes_a_scheduled_message(broker: Broker) -> None:
     assert broker.api.call("DELETE", f"/api/scheduled/%2F/{q(job)}").status == 204
     assert _quiet_after(c, lst) == 0
     assert broker.api.call("DELETE", f"/api/scheduled/%2F/{q(job)}").status == 404
+    assert not [j for j in broker.api.call("GET", "/api/scheduled/%2F").body
+                if j["id"] == job]
+
+
+def test_L5_ui_lists_and_cancels_a_scheduled_message(broker: Broker) -> None:
+    """Admin → Scheduled messages: the job with its id, a Cancel button that ends it."""
+    queue = _name("sched.ui")
+    c, lst = broker.stomp()
+    c.send(f"/queue/{queue}", "later", headers={"AMQ_SCHEDULED_DELAY": "60000"},
+           receipt="u1")
+    time.sleep(0.3)
+    c.disconnect()
+    job = next(j["id"] for j in broker.api.call("GET", "/api/scheduled/%2F").body
+               if j["routing_key"] == queue)
+    assert 'href="/scheduled"' in ui_call(broker, "GET", "/admin")[2]
+    status, _, page = ui_call(broker, "GET", "/scheduled")
+    assert status == 200 and 'id="scheduled"' in page
+    assert html.escape(job) in page and queue in page
+    status, headers, _ = ui_call(broker, "POST", "/scheduled/delete",
+                                 form={"vhost": "/", "id": job})
+    assert status == 303
+    done = html.unescape(ui_call(broker, "GET", headers["location"])[2])
+    assert f"Scheduled message {job} cancelled" in done
     assert not [j for j in broker.api.call("GET", "/api/scheduled/%2F").body
                 if j["id"] == job]
 
