@@ -462,8 +462,13 @@ def test_L5_model_jobs_are_listed_cancelled_and_end_with_queue_or_user() -> None
     assert [(j["routing_key"], j["user"]) for j in jobs] == [("a", "alice"), ("b", "alice")]
     assert store.cancel(scheduled.job_is(jobs[0]["id"])) == 1
     assert [j["routing_key"] for j in store.jobs()] == ["b"]
+    assert store.by_dest == {("", "b"): 1} and store.by_user == {"alice": 1}
+    vh.delete_queue(vh.queues["a"])  # none pending for it: nothing to read back
+    assert store.message_count == 1
     vh.delete_queue(vh.queues["b"])
     assert store.jobs() == [] and store.message_count == 0
+    assert not store.by_dest and not store.by_user
+    vh.declare_queue("a", False, False, False, False, {}, None)
     _send(ch, "a")
     broker.user_deleted("bob")
     assert store.message_count == 1

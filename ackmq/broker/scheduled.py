@@ -36,9 +36,10 @@ from __future__ import annotations
 import heapq
 import re
 from array import array
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ackmq.broker.cron import Cron, CronError
 from ackmq.broker.delayed import HOLDER_PREFIX, MASK64, TimerStore, now_ms
@@ -65,6 +66,7 @@ MAX_REPEAT = 1000
 MIN_PERIOD_MS = 1000
 STORE_NAME = HOLDER_PREFIX + "s"
 _LONG = re.compile(r"[+-]?[0-9]+\Z")
+K = TypeVar("K")
 
 
 class ScheduleError(ValueError):
@@ -154,6 +156,10 @@ class ScheduledStore(TimerStore):
     def __init__(self, vhost: VHost) -> None:
         super().__init__(vhost, None, True, STORE_NAME)
         self._left: dict[int, int] = {}  # seq -> repeats left (only when not 0)
+        # pending copies by destination and by user: a queue, exchange or user deletion
+        # with none pending reads nothing back (memory per destination, not per message)
+        self.by_dest: Counter[tuple[str, str]] = Counter()
+        self.by_user: Counter[str] = Counter()
 
     def admit(self, message: Message, user: str | None) -> Message:
         """A SEND about to be scheduled: refused (406) when the vhost's
@@ -193,7 +199,21 @@ class ScheduledStore(TimerStore):
         return int(due), Message(exchange, sm.routing_key, sm.properties, sm.body,
                                  trusted=True)
 
+    def _hold(self, seq: int, due: int, message: Message, stored: bool) -> int:
+        self._count(message, 1)
+        return super()._hold(seq, due, message, stored)
+
+    def _count(self, msg: Message, n: int) -> None:
+        _bump(self.by_dest, (msg.exchange, msg.routing_key), n)
+        _bump(self.by_user, job_user(msg), n)
+
+    def destroy(self) -> None:
+        super().destroy()
+        self.by_dest.clear()
+        self.by_user.clear()
+
     def _deliver(self, seq: int, due: int, msg: Message) -> None:
+        self._count(msg, -1)
         left = self._left.pop(seq, 0)
         entries = [e for k, e in header_entries(msg.properties)
                    if k.decode("utf-8", "replace") not in PRIVATE]
@@ -265,6 +285,7 @@ class ScheduledStore(TimerStore):
             return 0
         store = self.persistent_store
         for seq, msg in gone.items():
+            self._count(msg, -1)
             self._hot.pop(seq, None)
             self._left.pop(seq, None)
             if store is not None and msg.persistent:
@@ -283,6 +304,12 @@ class ScheduledStore(TimerStore):
         self._arm()
         self.vhost.broker.request_flush()
         return len({_text(header_value(m.properties, JOB_ID)) for m in gone.values()})
+
+
+def _bump(counter: Counter[K], key: K, n: int) -> None:
+    counter[key] += n
+    if counter[key] <= 0:
+        del counter[key]
 
 
 def _text(v: Any) -> str:
@@ -322,18 +349,19 @@ def existing(vhost: VHost) -> ScheduledStore | None:
 def destination_gone(vhost: VHost, exchange: str, queue: str | None = None) -> None:
     """An exchange (or, `queue` given, a queue) was deleted: its schedules end."""
     t = existing(vhost)
-    if t is None or not t.message_count:
+    if t is None:
         return
     if queue is None:
-        t.cancel(lambda m: m.exchange == exchange)
-    else:
+        if any(x == exchange for x, _ in t.by_dest):
+            t.cancel(lambda m: m.exchange == exchange)
+    elif ("", queue) in t.by_dest:
         t.cancel(lambda m: m.exchange == "" and m.routing_key == queue)
 
 
 def user_gone(vhost: VHost, user: str) -> None:
     """A user was deleted: the schedules they made end."""
     t = existing(vhost)
-    if t is not None and t.message_count:
+    if t is not None and user in t.by_user:
         t.cancel(made_by(user))
 
 
