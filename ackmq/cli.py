@@ -51,6 +51,12 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                         "channel closed for others; close_channel: always close (L7)")
     p.add_argument("--max-message-size", type=int, default=D.max_message_size,
                    help="larger messages are refused with 406 (default 128 MiB)")
+    p.add_argument("--scheduled-max-repeat", type=int, default=D.scheduled_max_repeat,
+                   help="a STOMP SEND asking for more AMQ_SCHEDULED_REPEAT repeats is "
+                        f"refused (default {D.scheduled_max_repeat})")
+    p.add_argument("--scheduled-min-period-ms", type=int, default=D.scheduled_min_period_ms,
+                   help="a repeated STOMP SEND with a shorter AMQ_SCHEDULED_PERIOD is "
+                        f"refused (default {D.scheduled_min_period_ms} ms)")
     p.add_argument("--queue-hot-messages", type=int, default=D.queue_hot_messages,
                    help="ready messages a queue keeps in memory at most; the rest wait in "
                         "spill files in the data dir (bounded memory at any queue depth)")
@@ -204,6 +210,8 @@ def serve(args: argparse.Namespace) -> int:
                  consumer_timeout_ms=args.consumer_timeout_ms,
                  consumer_timeout_response=args.consumer_timeout_response,
                  max_message_size=args.max_message_size,
+                 scheduled_max_repeat=max(0, args.scheduled_max_repeat),
+                 scheduled_min_period_ms=max(0, args.scheduled_min_period_ms),
                  handshake_timeout=args.handshake_timeout,
                  queue_hot_messages=max(1, args.queue_hot_messages),
                  queue_memory_mb=max(0, args.queue_memory_mb),

@@ -141,7 +141,7 @@ def compile_check(pattern: str) -> str | None:
     return None
 
 
-VHOST_LIMITS = ("max-connections", "max-queues")
+VHOST_LIMITS = ("max-connections", "max-queues", "max-scheduled-messages")
 USER_LIMITS = ("max-connections", "max-channels")
 
 

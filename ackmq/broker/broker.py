@@ -111,6 +111,9 @@ class BrokerModel:
         self.store_failures = 0
         self.stats = BrokerStats()  # /metrics, the UI (broker/stats.py)
         self.policies = PolicyBook(self)  # policies, operator policies (M5-M7)
+        self.schedule_bounds = scheduled.Bounds()  # what one scheduled SEND may ask (L5)
+        # a vhost's limit by key (the access model's, set by the server): None for none
+        self.vhost_limit: Callable[[str, str], int | None] = lambda vhost, key: None
 
     # -- start-up -----------------------------------------------------------------
     def start(self, vhosts: tuple[str, ...] | list[str] = ("/",)) -> None:
@@ -211,6 +214,11 @@ class BrokerModel:
         for timers in list(vh.hidden.values()):  # the vhost's STOMP schedules
             timers.destroy()
         vh.hidden.clear()
+
+    def user_deleted(self, name: str) -> None:
+        """The schedules the user made end with them (broker/scheduled.py)."""
+        for vh in self.vhosts.values():
+            scheduled.user_gone(vh, name)
 
     def _restore_queue(self, q: Queue, msgs: QueuedMessages) -> int:
         """Messages of one recovered queue: the first few thousand are read back now; the

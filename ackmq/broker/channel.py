@@ -216,6 +216,8 @@ class ChannelModel:
         if mode is not None and mode not in (1, 2):
             raise SoftError(PRECONDITION_FAILED,
                                f"invalid message: {{delivery_mode_unknown,{mode}}}")
+        if scheduled:  # the vhost's max-scheduled-messages, and who scheduled it
+            msg = store_of(self.vhost).admit(msg, self.user)
         stats = self.stats
         stats.received += 1
         if self.tx is not None:

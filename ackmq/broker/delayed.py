@@ -200,6 +200,12 @@ class TimerStore(Queue):
 
     # -- publish --------------------------------------------------------------------
     def publish(self, message: Message) -> bool:
+        """False (refused: a nack, as reject-publish) when the vhost's
+        max-scheduled-messages is reached (broker/scheduled.py)."""
+        vh = self.vhost
+        limit = vh.broker.vhost_limit(vh.name, "max-scheduled-messages")
+        if limit is not None and sum(t.message_count for t in vh.hidden.values()) >= limit:
+            return False
         self.enqueue(self.next_seq(), now_ms() + delay_ms(message), message)
         return True
 

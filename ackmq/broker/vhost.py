@@ -9,7 +9,7 @@ import base64
 import os
 from typing import TYPE_CHECKING, Any
 
-from ackmq.broker import dedup, delayed
+from ackmq.broker import dedup, delayed, scheduled
 from ackmq.broker.arguments import (
     EXCHANGE_EQUIVALENCE_KEYS,
     check_alternate_exchange_type,
@@ -193,6 +193,7 @@ class VHost:
             self._unbind(b, check_auto_delete=True)
         self._inbound.pop(id(x), None)
         x.removed()
+        scheduled.destination_gone(self, x.name)
         if x.durable and self.store is not None:
             self.store.delete_exchange(x.name)
 
@@ -285,6 +286,7 @@ class VHost:
         self._inbound.pop(id(q), None)
         was_stored = q.persistent_store is not None
         delayed.queue_deleted(self, q)
+        scheduled.destination_gone(self, "", q.name)
         q.destroy()
         if was_stored and self.store is not None:
             self.store.delete_queue(q.name)

@@ -60,6 +60,8 @@ management HTTP API, ackmq's or RabbitMQ's):
                                       permissions, topic permissions, limits, policies,
                                       operator policies, exchanges, queues, bindings
   export_definitions <file.json>      the same, in that layout ("-" for stdout)
+  list_scheduled_messages [-p <vhost>]  delete_scheduled_message [-p <vhost>] <id>
+                                      STOMP's AMQ_SCHEDULED_* jobs (docs/delays.md)
   trace_on [-p <vhost>] [--lifecycle] trace_off [-p <vhost>]   the firehose tracer:
                                       copies to amq.rabbitmq.trace (docs/management.md;
                                       --url too)
@@ -118,13 +120,17 @@ VERBS: dict[str, tuple[list[str], str]] = {
     "export_definitions": (["file"], 'Exporting definitions in JSON to a file at "{0}" ...'),
     "trace_on": ([], 'Starting tracing for vhost "{vhost}" ...'),
     "trace_off": ([], 'Stopping tracing for vhost "{vhost}" ...'),
+    "list_scheduled_messages": ([], 'Listing scheduled messages for vhost "{vhost}" ...'),
+    "delete_scheduled_message": (["id"], 'Deleting scheduled message "{0}" in vhost '
+                                         '"{vhost}" ...'),
 }
 VHOST_VERBS = {"set_permissions", "clear_permissions", "list_permissions",
                "set_vhost_limits", "clear_vhost_limits", "list_vhost_limits",
                "set_topic_permissions", "clear_topic_permissions", "list_topic_permissions",
                "set_policy", "clear_policy", "list_policies", "set_operator_policy",
                "clear_operator_policy", "list_operator_policies",
-               "trace_on", "trace_off"}
+               "trace_on", "trace_off", "list_scheduled_messages",
+               "delete_scheduled_message"}
 SET_POLICY_VERBS = ("set_policy", "set_operator_policy")
 
 

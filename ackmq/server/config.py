@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ackmq.broker.readylist import QUEUE_HOT_MESSAGES, QUEUE_MEMORY_MB
+from ackmq.broker.scheduled import MAX_REPEAT, MIN_PERIOD_MS
 
 
 @dataclass
@@ -32,6 +33,9 @@ class Config:
     # channel closed for others) or close_channel (always, RabbitMQ 3.x)
     consumer_timeout_response: str = "notify_consumer"
     max_message_size: int = 128 * 1024 * 1024
+    # ActiveMQ-style scheduled SENDs (L5): at most this many repeats, this far apart at least
+    scheduled_max_repeat: int = MAX_REPEAT
+    scheduled_min_period_ms: int = MIN_PERIOD_MS
     handshake_timeout: float = 10.0
     spill: bool = True  # deep queues keep their tails on disk (bounded memory)
     queue_hot_messages: int = QUEUE_HOT_MESSAGES  # ready messages a queue keeps in memory

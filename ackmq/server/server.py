@@ -22,6 +22,7 @@ from typing import Any
 
 from ackmq.broker import BrokerModel
 from ackmq.broker.access import AccessError, AccessModel
+from ackmq.broker.scheduled import Bounds
 from ackmq.broker.storage import CorruptStore, StoreError
 from ackmq.server.config import Config
 from ackmq.server.context import FrontEnd, HttpContext
@@ -171,6 +172,9 @@ class Server:
                              queue_memory=cfg.queue_memory_mb << 20, streams=streams)
         self.broker.notify_on_timeout = cfg.consumer_timeout_response != "close_channel"
         self.access = self._open_access()
+        self.broker.vhost_limit = self.access.vhost_limit
+        self.broker.schedule_bounds = Bounds(cfg.scheduled_max_repeat,
+                                             cfg.scheduled_min_period_ms)
         from ackmq.server import policy_ops
         policy_ops.attach(self.broker, cfg.data_dir)  # before the queues come back
         self.ctx = FrontEnd(self.broker, self.access, cfg, self.loop, self.request_flush,
@@ -391,6 +395,7 @@ class Server:
             for conn in list(self.connections):
                 if conn.user == name and conn.vhost_name is not None:
                     conn.force_close(f"user '{name}' is deleted")
+            self.broker.user_deleted(name)  # and the schedules they made
             self.request_flush()
 
     async def stop(self) -> None:

@@ -8,7 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import AccessError
-from ackmq.server.ctl import alarms, policies, topology
+from ackmq.server.ctl import alarms, policies, scheduled, topology
 from ackmq.server.ctl.errors import USAGE, nargs
 
 if TYPE_CHECKING:
@@ -130,6 +130,8 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str
         return alarms.handle(ctx, verb, args)
     elif verb in policies.VERBS:
         return policies.handle(ctx, verb, args, vhost)
+    elif verb in scheduled.VERBS:
+        return scheduled.handle(ctx, verb, args, vhost)
     else:
         raise AccessError(f"unknown verb '{verb}'", USAGE)
     return ok

@@ -46,6 +46,7 @@ from ackmq.server import admission
 from ackmq.server.admission import LOOPBACK_ONLY, VHOST_ACCESS, Refusal
 from ackmq.server.delivery import delivery_properties
 from ackmq.server.states import check_transition
+from ackmq.server.stomp import scheduler
 from ackmq.server.stomp.refusal import Refused, quoted
 from ackmq.server.stomp.states import TRANSITIONS, StompState
 from ackmq.server.stomp.states import StompState as S
@@ -304,12 +305,17 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         if reply_to is not None and reply_to.startswith("/temp-queue/"):
             headers = dict(headers)
             headers["reply-to"] = self._reply_queue(reply_to)
+        if scheduler.is_management(dest, headers):  # ActiveMQ's BROWSE / REMOVE(ALL)
+            scheduler.manage(ch, self.user, headers)
+            if receipt is not None:
+                self._write_receipt(receipt)
+            return
         if dest.kind == QUEUE and dest.name not in ch.vhost.queues:
             self._declare_queue(dest.name, headers, durable=True)
         exchange, routing_key = dest.routing()
         props = properties_from_headers(headers)
         try:  # ActiveMQ's AMQ_SCHEDULED_* (L5): held by the vhost's scheduled store
-            later = scheduled.parse(headers) is not None
+            later = scheduled.parse(headers, ch.broker.schedule_bounds) is not None
         except scheduled.ScheduleError as e:
             raise Refused("Bad header", f"{e}\n") from None
         own = Receipt(receipt, f"SEND to '{text}'") if receipt is not None else None
