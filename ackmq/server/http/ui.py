@@ -10,8 +10,9 @@ permissions (a ChannelAccess, as a channel of that user): purge needs read, dele
 configure, publish write, get read; closing another user's connection needs the
 administrator tag, as RabbitMQ. The operations are the management plane's own
 (server/ops.py), the same the API and `ackmq ctl` call: a publish answers once it is
-confirmed, a purge is refused on another connection's exclusive queue. A POST from
-another origin is refused (the browser sends basic credentials with any request to us).
+confirmed, a purge is refused on another connection's exclusive queue. Login is a form
+and a session cookie (ui_login.py); a POST from another origin is refused for every
+route, the API's included (session.py's origin rule, in app.py's middleware).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -412,17 +412,6 @@ def _limits(limits: dict[str, Any] | None) -> str:
 
 
 # -- actions --------------------------------------------------------------------------
-def _same_origin(request: web.Request) -> None:
-    """Refuse a form posted from another site (CSRF): the browser would send our basic
-    credentials with it. A request without Origin/Referer (curl) is allowed."""
-    for h in ("Origin", "Referer"):
-        v = request.headers.get(h)
-        if v:
-            if v == "null" or urlsplit(v).netloc != request.host:
-                raise web.HTTPForbidden(text="cross-origin form refused")
-            return
-
-
 def _back(path: str, msg: str, error: bool = False, **params: str) -> web.HTTPSeeOther:
     params = {**params, "msg": msg}
     if error:
@@ -431,7 +420,6 @@ def _back(path: str, msg: str, error: bool = False, **params: str) -> web.HTTPSe
 
 
 async def queue_action(request: web.Request) -> web.StreamResponse:
-    _same_origin(request)
     action = request.match_info["action"]
     data = await request.post()
     vhost, name = str(data.get("vhost", "/")), str(data.get("name", ""))
@@ -530,7 +518,6 @@ def _get(request: web.Request, q: Any, data: Any) -> str:
 
 
 async def close_connection(request: web.Request) -> web.StreamResponse:
-    _same_origin(request)
     data = await request.post()
     name = str(data.get("name", ""))
     user = request["user"]
@@ -581,11 +568,11 @@ def register(app: web.Application) -> None:
     app.router.add_get("/exchanges", exchanges_page)
     app.router.add_get("/admin", admin_page)
     app.router.add_get("/static/{file}", static)
-    from ackmq.server.http import ui_policies
+    from ackmq.server.http import ui_login, ui_policies
     ui_policies.register(app)
+    ui_login.register(app)
 
 
 # what the policies page (ui_policies.py) shares: the page frame, the form checks
-render, same_origin, back, user_vhosts, ui_server = _render, _same_origin, _back, _vhosts, \
-    _server
+render, back, user_vhosts, ui_server = _render, _back, _vhosts, _server
 
