@@ -105,7 +105,7 @@ async def body_json(request: web.Request, default: Any = None) -> Any:
     if not raw.strip():
         return {} if default is None else default
     if request.content_type != JSON_TYPE:
-        raise web.HTTPUnsupportedMediaType(body=b"")
+        raise web.HTTPUnsupportedMediaType(text="")  # RabbitMQ's: no body
     return parse_json(raw)
 
 
