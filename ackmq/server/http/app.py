@@ -205,6 +205,9 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error(413, "Payload Too Large", f"request body above {MAX_BODY} bytes")
     except web.HTTPException:
         raise
+    except web.RequestPayloadError as e:  # a body the client encoded wrongly (gzip...)
+        return error(400, "bad_request", (str(e).strip().splitlines() or ["bad body"])[-1]
+                     .strip())
     except (ValueError, KeyError, TypeError) as e:  # a malformed body or parameter
         return error(400, "bad_request", str(e) or type(e).__name__)
 

@@ -41,7 +41,10 @@ def foreign_origin(request: web.Request) -> str | None:
         if value:
             if value == "null":  # a sandboxed frame, a data: or file: page
                 return value
-            parts = urlsplit(value)
+            try:
+                parts = urlsplit(value)
+            except ValueError:  # "http://[::1": not an origin, so not ours
+                return value
             if parts.scheme not in ("http", "https") \
                     or _netloc(parts.scheme, parts.netloc) != _netloc(
                         request.scheme, request.host):
