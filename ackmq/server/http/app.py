@@ -1,4 +1,4 @@
-"""The management listener's aiohttp Application: basic auth with the broker's users
+"""The management listener's aiohttp Application: the origin rule, sessions or basic auth
 (the same check as the AMQP login), RabbitMQ's tag rules, JSON errors, and one
 `register(app)` per feature module.
 

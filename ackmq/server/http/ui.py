@@ -3,7 +3,7 @@ and channels, queues and a queue's page (get / publish / purge / delete), exchan
 bindings, users / vhosts / permissions / limits.
 
 Server-rendered from the model's public attributes on the broker's loop (a page is a
-snapshot: no lock, no thread), with the same basic auth and per-vhost visibility as the
+snapshot: no lock, no thread), with the same users, tags and per-vhost visibility as the
 API. ackmq.js re-fetches the page every few seconds and swaps its `#live` part. Actions
 are POSTed forms that run the operation an AMQP client would, under the user's
 permissions (a ChannelAccess, as a channel of that user): purge needs read, delete
