@@ -71,7 +71,7 @@ def _raw(port: int, data: bytes, timeout: float = 10.0) -> bytes:
 def _req(method: str, path: str, body: bytes = b"", *headers: bytes) -> bytes:
     head = [f"{method} {path} HTTP/1.1".encode(), b"Host: x", AUTH, *headers]
     if body:
-        head.append(b"Content-Length: %d" % len(body))
+        head += [b"Content-Length: %d" % len(body), b"Content-Type: application/json"]
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 

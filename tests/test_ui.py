@@ -9,7 +9,6 @@ ACKMQ_UI_SCREENSHOT=1 also writes the overview's screenshot to docs/ui-overview.
 
 from __future__ import annotations
 
-import base64
 import os
 import shutil
 import subprocess
@@ -21,27 +20,11 @@ from typing import Any
 
 import pika
 import pytest
+from support.uihelp import browser_login, chrome
 
 import ackmq
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu",
-                "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--no-first-run", "--window-size=1400,1000")
-
-
-def _chrome_or_skip() -> tuple[str, str]:
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        pytest.skip("selenium is not installed (pip install -e '.[test]')")
-    chrome = shutil.which("chromium") or shutil.which("chromium-browser") \
-        or shutil.which("google-chrome")
-    driver = shutil.which("chromedriver")
-    if not chrome or not driver:
-        pytest.skip("no chromium / chromedriver on PATH: apt-get install chromium "
-                    "chromium-driver (./run test does it when run as root)")
-    return chrome, driver
 
 
 @pytest.fixture(scope="module")
@@ -55,26 +38,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ackmq.EmbeddedB
 @pytest.fixture(scope="module")
 def browser(broker: ackmq.EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[Any]:
-    chrome, driver_path = _chrome_or_skip()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chrome
-    for flag in CHROME_FLAGS:
-        opts.add_argument(flag)
-    opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chrome-profile')}")
-    drv = webdriver.Chrome(service=Service(driver_path), options=opts)
-    try:
-        drv.set_page_load_timeout(30)
-        # basic auth for every request of the page, its fetches included (what the
-        # browser's login prompt would remember)
-        token = base64.b64encode(b"guest:guest").decode()
-        drv.execute_cdp_cmd("Network.enable", {})
-        drv.execute_cdp_cmd("Network.setExtraHTTPHeaders",
-                            {"headers": {"Authorization": f"Basic {token}"}})
+    with chrome(tmp_path_factory.mktemp("chrome-profile")) as drv:
+        browser_login(drv, broker.http_url)  # the login form, as a person (U3)
         yield drv
-    finally:
-        drv.quit()
 
 
 def wait_for(cond: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:

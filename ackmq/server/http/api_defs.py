@@ -7,7 +7,7 @@ from aiohttp import web
 
 from ackmq.server import definitions
 from ackmq.server.http.app import json_response, requires
-from ackmq.server.http.common import body_json, no_content, server, vhost_arg
+from ackmq.server.http.common import body_json, no_content, parse_json, server, vhost_arg
 from ackmq.server.ops import OpError, bad_request
 
 NOT_PARSED = "failed_to_parse_json"  # RabbitMQ's reason here (elsewhere "not_json")
@@ -33,22 +33,17 @@ async def get_definitions(request: web.Request) -> web.Response:
 @requires("administrator")
 async def post_definitions(request: web.Request) -> web.Response:
     """The body is the JSON document (or, from the UI's upload form, a `file` field)."""
-    if request.content_type == "multipart/form-data":
-        form = await request.post()
-        field = form.get("file")
-        raw = field.file.read() if hasattr(field, "file") else str(field or "").encode()
-        import json
-        try:
-            defs = json.loads(raw)
-        except ValueError:
-            raise bad_request(NOT_PARSED) from None
-    else:
-        try:
+    try:
+        if request.content_type == "multipart/form-data":
+            field = (await request.post()).get("file")
+            defs = parse_json(field.file.read() if hasattr(field, "file")
+                              else str(field or ""))
+        else:
             defs = await body_json(request)
-        except OpError as e:
-            if e.reason != "not_json":
-                raise
-            raise bad_request(NOT_PARSED) from None
+    except OpError as e:
+        if e.reason != "not_json":  # too deep: said so; 415, 413: as they are
+            raise
+        raise bad_request(NOT_PARSED) from None
     vhost = vhost_arg(request) if "vhost" in request.match_info else None
     try:
         done = definitions.import_(server(request), defs, vhost)

@@ -1,4 +1,4 @@
-"""The management listener's aiohttp Application: basic auth with the broker's users
+"""The management listener's aiohttp Application: the origin rule, sessions or basic auth
 (the same check as the AMQP login), RabbitMQ's tag rules, JSON errors, and one
 `register(app)` per feature module.
 
@@ -10,6 +10,11 @@ A handler states who may call it with `@requires(tag)` (RabbitMQ's
 rabbit_mgmt_util:is_authorized_*: "management" by default, "monitoring",
 "administrator") or `@public` (no login). The authenticated user (an
 `ackmq.broker.access.User`) is `request[USER_KEY]`, or `common.user(request)`.
+
+Who a request is: a web UI session's cookie, else HTTP Basic (programmatic clients, as
+RabbitMQ). The UI's pages never answer with a Basic challenge (a login page instead,
+ui_login.py); a state-changing request from another origin is refused before any
+login (session.py).
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ import logging
 import warnings
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
 from ackmq.server import admission
+from ackmq.server.http.session import SESSIONS_KEY, Sessions, foreign_origin, session_user
 from ackmq.server.ops import OpError
 
 if TYPE_CHECKING:
@@ -90,7 +97,8 @@ def _credentials(request: web.Request) -> tuple[str, str]:
     (RabbitMQ would try OAuth 2) -> a failed login."""
     header = request.headers.get("Authorization")
     if header is None:
-        raise _Refused(web.Response(status=401, headers={"WWW-Authenticate": REALM}))
+        raise Refused(web.Response(status=401, headers={"WWW-Authenticate": REALM}),
+                      "Login required")
     scheme, _, value = header.strip().partition(" ")
     if scheme.lower() != "basic":
         raise _login_failed()
@@ -100,34 +108,63 @@ def _credentials(request: web.Request) -> tuple[str, str]:
     except (binascii.Error, UnicodeDecodeError, ValueError):
         sep = ""
     if not sep:
-        raise _Refused(web.Response(status=400))
+        raise Refused(web.Response(status=400), "Bad Authorization header")
     return user, password
 
 
-def _login_failed() -> _Refused:
-    return _Refused(error(401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM}))
+def _login_failed() -> Refused:
+    return Refused(error(401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM}),
+                   "Login failed")
 
 
 def authenticate(server: HttpContext, request: web.Request) -> Any:
-    """The user named by the Authorization header (the same check as the AMQP login:
-    the broker's users, guest from loopback only), or a _Refused with RabbitMQ's reply:
-    a failed login is 401 "not_authorized"/"Login failed" (RabbitMQ's spelling there)."""
-    name, password = _credentials(request)
+    """The user named by the Authorization header, or a Refused with RabbitMQ's reply."""
+    return login(server, request, *_credentials(request))
+
+
+def login(server: HttpContext, request: web.Request, name: str, password: str) -> Any:
+    """The user of a name and password (the same check as the AMQP login: the broker's
+    users, guest from loopback only), or a Refused with RabbitMQ's reply: a failed
+    login is 401 "not_authorized"/"Login failed" (RabbitMQ's spelling there)."""
     peer = request.transport.get_extra_info("peername") if request.transport else None
     got = admission.counted(server.broker.stats, "http", admission.password_login(
         server.access, server.config.loopback_users, name, password,
         peer or ("", 0)))  # no peer: not loopback
     if isinstance(got, admission.Refusal):
         if got.kind == admission.LOOPBACK_ONLY:  # guest, from afar
-            raise _Refused(error(401, "not_authorised", "User can only log in via localhost"))
+            raise Refused(error(401, "not_authorised", "User can only log in via localhost"),
+                          "User can only log in via localhost")
         raise _login_failed()
     return server.access.users[got]
 
 
-class _Refused(Exception):
-    def __init__(self, response: web.Response) -> None:
+class Refused(Exception):
+    """A request answered before its handler: `response`, and `reason` for a page."""
+
+    def __init__(self, response: web.Response, reason: str = "") -> None:
         super().__init__(response.status)
         self.response = response
+        self.reason = reason
+
+
+def _user_of(request: web.Request) -> Any:
+    """The session's user, else Basic's. A UI page without either leads to the login
+    page, and is never answered with a Basic challenge (which the browser would cache
+    and send with a request another site makes)."""
+    server = request.app[SERVER_KEY]
+    user = session_user(request, server.access.users)
+    if user is not None:
+        return user
+    if request.path == "/api" or request.path.startswith("/api/"):
+        return authenticate(server, request)
+    if "Authorization" not in request.headers:
+        raise Refused(web.Response(status=303, headers={
+            "Location": "/login?" + urlencode({"next": request.path_qs})}))
+    try:
+        return authenticate(server, request)
+    except Refused as e:
+        e.response.headers.pop("WWW-Authenticate", None)
+        raise
 
 
 @web.middleware
@@ -142,9 +179,13 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     if unmatched is not None:
         return error(404, "Object Not Found", "Not Found")
     tag = getattr(request.match_info.handler, "ackmq_tag", "management")
+    foreign = foreign_origin(request)
+    if foreign is not None:
+        return error(403, "forbidden", f"cross-origin request refused: {foreign} is not "
+                     "this broker's origin")
     try:
         if tag is not None:
-            user = authenticate(request.app[SERVER_KEY], request)
+            user = _user_of(request)
             if not has_tag(user, tag):
                 return error(401, "not_authorised", _REFUSAL[tag])
             request[USER_KEY] = user
@@ -152,7 +193,7 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
                 warnings.simplefilter("ignore")  # feature modules written on it may use
                 request["user"] = user
         return await handler(request)
-    except _Refused as e:
+    except Refused as e:
         return e.response
     except OpError as e:
         resp = json_response({"error": e.err, "reason": e.reason if e.shown is None
@@ -164,6 +205,9 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error(413, "Payload Too Large", f"request body above {MAX_BODY} bytes")
     except web.HTTPException:
         raise
+    except web.RequestPayloadError as e:  # a body the client encoded wrongly (gzip...)
+        return error(400, "bad_request", (str(e).strip().splitlines() or ["bad body"])[-1]
+                     .strip())
     except (ValueError, KeyError, TypeError) as e:  # a malformed body or parameter
         return error(400, "bad_request", str(e) or type(e).__name__)
 
@@ -171,6 +215,7 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
 def build_app(server: HttpContext) -> web.Application:
     app = web.Application(middlewares=[_auth], client_max_size=MAX_BODY)
     app[SERVER_KEY] = server
+    app[SESSIONS_KEY] = Sessions()
     for name in FEATURES:
         try:
             mod = importlib.import_module(f"ackmq.server.http.{name}")

@@ -47,9 +47,52 @@ def vhost_arg(request: web.Request, key: str = "vhost") -> str:
     return name
 
 
+JSON_TYPE = "application/json"
+MAX_JSON_DEPTH = 64  # RabbitMQ's definitions nest 5 deep; a deeper body is an attack
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def json_depth(data: Any) -> int:
+    """How deep `data` nests (a scalar: 0), walked without recursion."""
+    deepest, todo = 0, [(data, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        elif not isinstance(item, list):
+            continue
+        deepest = max(deepest, depth)
+        todo.extend((child, depth + 1) for child in item if isinstance(child, dict | list))
+    return deepest
+
+
+def too_deep() -> OpError:
+    return bad_request(f"not_json: nested deeper than {MAX_JSON_DEPTH} levels")
+
+
+def parse_json(raw: bytes | str) -> Any:
+    """A client's JSON, bounded: malformed (or NaN/Infinity) is RabbitMQ's 400
+    "not_json"; nested deeper than MAX_JSON_DEPTH a 400 saying so, before the decoder
+    or any handler recurses that deep (a 100,000-deep body was a RecursionError)."""
+    try:
+        data = json.loads(raw, parse_constant=_no_constant)
+    except RecursionError:
+        raise too_deep() from None
+    except ValueError:
+        raise bad_request("not_json") from None
+    if json_depth(data) > MAX_JSON_DEPTH:
+        raise too_deep()
+    return data
+
+
 async def body_json(request: web.Request, default: Any = None) -> Any:
-    """The request's JSON body; an empty body is `default`; bad JSON is RabbitMQ's
-    400 "not_json"."""
+    """The request's JSON body; an empty body is `default`; a body that is not
+    `application/json` is refused with RabbitMQ's 415 (its answer to a text/plain
+    definitions upload: a web page can send text/plain across origins without a
+    preflight, never application/json); bad JSON is RabbitMQ's 400 "not_json"."""
     from ackmq.server.http.app import MAX_BODY
     if request.content_length is not None and request.content_length > MAX_BODY:
         # refused before reading: a client announcing 1 GB gets its answer at once
@@ -61,10 +104,9 @@ async def body_json(request: web.Request, default: Any = None) -> Any:
                         ) from None
     if not raw.strip():
         return {} if default is None else default
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise bad_request("not_json") from None
+    if request.content_type != JSON_TYPE:
+        raise web.HTTPUnsupportedMediaType(text="")  # RabbitMQ's: no body
+    return parse_json(raw)
 
 
 async def body_object(request: web.Request) -> dict[str, Any]:

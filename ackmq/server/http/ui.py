@@ -3,15 +3,16 @@ and channels, queues and a queue's page (get / publish / purge / delete), exchan
 bindings, users / vhosts / permissions / limits.
 
 Server-rendered from the model's public attributes on the broker's loop (a page is a
-snapshot: no lock, no thread), with the same basic auth and per-vhost visibility as the
+snapshot: no lock, no thread), with the same users, tags and per-vhost visibility as the
 API. ackmq.js re-fetches the page every few seconds and swaps its `#live` part. Actions
 are POSTed forms that run the operation an AMQP client would, under the user's
 permissions (a ChannelAccess, as a channel of that user): purge needs read, delete
 configure, publish write, get read; closing another user's connection needs the
 administrator tag, as RabbitMQ. The operations are the management plane's own
 (server/ops.py), the same the API and `ackmq ctl` call: a publish answers once it is
-confirmed, a purge is refused on another connection's exclusive queue. A POST from
-another origin is refused (the browser sends basic credentials with any request to us).
+confirmed, a purge is refused on another connection's exclusive queue. Login is a form
+and a session cookie (ui_login.py); a POST from another origin is refused for every
+route, the API's included (session.py's origin rule, in app.py's middleware).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -413,17 +413,6 @@ def _limits(limits: dict[str, Any] | None) -> str:
 
 
 # -- actions --------------------------------------------------------------------------
-def _same_origin(request: web.Request) -> None:
-    """Refuse a form posted from another site (CSRF): the browser would send our basic
-    credentials with it. A request without Origin/Referer (curl) is allowed."""
-    for h in ("Origin", "Referer"):
-        v = request.headers.get(h)
-        if v:
-            if v == "null" or urlsplit(v).netloc != request.host:
-                raise web.HTTPForbidden(text="cross-origin form refused")
-            return
-
-
 def _back(path: str, msg: str, error: bool = False, **params: str) -> web.HTTPSeeOther:
     params = {**params, "msg": msg}
     if error:
@@ -432,7 +421,6 @@ def _back(path: str, msg: str, error: bool = False, **params: str) -> web.HTTPSe
 
 
 async def queue_action(request: web.Request) -> web.StreamResponse:
-    _same_origin(request)
     action = request.match_info["action"]
     data = await request.post()
     vhost, name = str(data.get("vhost", "/")), str(data.get("name", ""))
@@ -531,7 +519,6 @@ def _get(request: web.Request, q: Any, data: Any) -> str:
 
 
 async def close_connection(request: web.Request) -> web.StreamResponse:
-    _same_origin(request)
     data = await request.post()
     name = str(data.get("name", ""))
     user = request["user"]
@@ -582,12 +569,12 @@ def register(app: web.Application) -> None:
     app.router.add_get("/exchanges", exchanges_page)
     app.router.add_get("/admin", admin_page)
     app.router.add_get("/static/{file}", static)
-    from ackmq.server.http import ui_policies, ui_scheduled
+    from ackmq.server.http import ui_login, ui_policies, ui_scheduled
     ui_policies.register(app)
     ui_scheduled.register(app)
+    ui_login.register(app)
 
 
 # what the policies page (ui_policies.py) shares: the page frame, the form checks
-render, same_origin, back, user_vhosts, ui_server = _render, _same_origin, _back, _vhosts, \
-    _server
+render, back, user_vhosts, ui_server = _render, _back, _vhosts, _server
 

@@ -127,7 +127,9 @@ def page(title: str, active: str, user: str, live: str, static: str = "", flash:
 <script src="/static/ackmq.js" defer></script>
 </head><body>
 <header><span class="logo">ackmq</span><nav>{nav}</nav>
-<span class="who">{e(node)} · user <b>{e(user)}</b></span></header>
+<span class="who">{e(node)} · user <b>{e(user)}</b></span>
+<form method="post" action="/logout" class="logout"><button type="submit" id="logout">Log out\
+</button></form></header>
 <main><h1>{e(title)}</h1>{msg}
 <div id="live" data-refresh="5">{banner}{live}</div>
 {static}</main>

@@ -14,8 +14,10 @@ from aiohttp import web
 from ackmq.broker.policy_check import APPLY_TO, PolicyError
 from ackmq.server import policy_ops
 from ackmq.server.http.app import has_tag
-from ackmq.server.http.ui import back, render, same_origin, ui_server, user_vhosts
+from ackmq.server.http.common import parse_json
+from ackmq.server.http.ui import back, render, ui_server, user_vhosts
 from ackmq.server.http.ui_html import e, form, hidden, table
+from ackmq.server.ops import OpError
 
 KINDS = (("policy", "Policy"), ("operator", "Operator policy"))
 
@@ -76,7 +78,6 @@ def _number(text: str) -> Any:
 
 
 async def add_policy(request: web.Request) -> web.StreamResponse:
-    same_origin(request)
     data = await request.post()
     operator = data.get("kind") == "operator"
     user = request["user"]
@@ -87,9 +88,10 @@ async def add_policy(request: web.Request) -> web.StreamResponse:
     if vhost not in user_vhosts(request):
         raise back("/policies", f"no vhost {vhost}", True)
     try:
-        definition = json.loads(str(data.get("definition", "")))
-    except ValueError as err:
-        raise back("/policies", f"the definition is not JSON: {err}", True) from None
+        definition = parse_json(str(data.get("definition", "")))
+    except OpError as err:
+        raise back("/policies", f"the definition is not JSON ({err.reason})", True
+                   ) from None
     body = {"pattern": str(data.get("pattern", "")), "definition": definition,
             "apply-to": str(data.get("apply-to", "all")),
             "priority": _number(str(data.get("priority", "0")))}
@@ -102,7 +104,6 @@ async def add_policy(request: web.Request) -> web.StreamResponse:
 
 
 async def delete_policy(request: web.Request) -> web.StreamResponse:
-    same_origin(request)
     data = await request.post()
     operator = data.get("kind") == "operator"
     if not has_tag(request["user"], "administrator" if operator else "policymaker"):

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from ackmq.broker import scheduled
 from ackmq.server.http.app import has_tag
-from ackmq.server.http.ui import back, render, same_origin, ui_server, user_vhosts
+from ackmq.server.http.ui import back, render, ui_server, user_vhosts
 from ackmq.server.http.ui_html import e, form, hidden, table
 
 HEADS = ["Vhost", "Id", "Exchange", "Routing key", "User", "Next run (UTC)", "Period (ms)",
@@ -46,7 +46,6 @@ async def scheduled_page(request: web.Request) -> web.Response:
 
 
 async def delete_scheduled(request: web.Request) -> web.StreamResponse:
-    same_origin(request)
     data = await request.post()
     user = request["user"]
     vhost, job = str(data.get("vhost", "/")), str(data.get("id", ""))

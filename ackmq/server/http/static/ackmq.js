@@ -8,7 +8,13 @@
     if (!live || document.hidden) { return; }
     var url = window.location.pathname + window.location.search.replace(/([?&])(msg|err)=[^&]*/g, "$1");
     fetch(url, { credentials: "same-origin", cache: "no-store" })
-      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (r) {
+        if (r.redirected && new URL(r.url).pathname === "/login") {
+          window.location.assign(r.url);  // the session ended: to the login form
+          return null;
+        }
+        return r.ok ? r.text() : null;
+      })
       .then(function (text) {
         if (!text) { return; }
         var doc = new DOMParser().parseFromString(text, "text/html");
