@@ -79,7 +79,7 @@ def private_tmp_command(cmd: list[str]) -> list[str]:
     steps = ["cd /tmp", "mount -t tmpfs tmpfs /tmp"]
     for name in keep_under_tmp():
         q = shlex.quote(name)
-        steps.append(f"mkdir /tmp/{q} && mount --rbind ./{q} /tmp/{q}")
+        steps.append(f"mkdir /tmp/{q} && mount --no-canonicalize --rbind ./{q} /tmp/{q}")
     steps += [f"cd {shlex.quote(os.getcwd())}", "exec " + shlex.join(cmd)]
     return [*UNSHARE, "sh", "-c", " && ".join(steps)]
 
