@@ -57,3 +57,67 @@ def test_data_dir_that_is_a_file_is_named_as_the_problem(tmp_path: Path) -> None
     assert r.returncode == 3, out
     assert f"data directory {not_a_dir}" in out and "not a directory" in out
     assert "cannot listen" not in out and "Traceback" not in out
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _checkout(tmp_path: Path) -> Path:
+    """A checkout whose .venv is already set up: `run` and pyproject.toml copied, the
+    venv's python and `ackmq` pointing at this interpreter and this tree's package, the
+    install stamp current — so ./run installs nothing (the shared venv stays as it is)."""
+    co = tmp_path / "checkout"
+    (co / ".venv" / "bin").mkdir(parents=True)
+    for name in ("run", "pyproject.toml"):
+        (co / name).write_bytes((REPO / name).read_bytes())
+    (co / "run").chmod(0o755)
+    (co / ".venv" / "bin" / "python").symlink_to(sys.executable)
+    ackmq = co / ".venv" / "bin" / "ackmq"
+    ackmq.write_text(f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m ackmq "$@"\n')
+    ackmq.chmod(0o755)
+    digest = subprocess.run(["sha1sum", str(co / "pyproject.toml")], capture_output=True,
+                            text=True, check=True).stdout[:40]
+    (co / ".venv" / ".ackmq-stamp-server").write_text(digest + "\n")
+    return co
+
+
+def test_run_ctl_and_serve_resolve_relative_paths_where_the_user_stands(tmp_path: Path) -> None:
+    """The README's `ackmq ctl` through `./run ctl`; `./run` changes to the checkout for
+    its set-up, but serve's --data-dir and ctl's --data-dir and export/import files are
+    the user's: relative to the directory `./run` was started from."""
+    run = _checkout(tmp_path) / "run"
+    user = tmp_path / "user"
+    user.mkdir()
+    serve = subprocess.Popen([str(run), "serve", "--port", "0", "--no-stomp", "--no-http",
+                              "--data-dir", "data"], cwd=user, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    try:
+        assert serve.stdout is not None
+        seen = []
+        for line in serve.stdout:
+            seen.append(line)
+            if "amqp://" in line:
+                break
+        else:
+            raise AssertionError("".join(seen))
+        assert (user / "data").is_dir(), seen
+        assert not (run.parent / "data").exists()
+
+        def ctl(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([str(run), "ctl", "--data-dir", "data", *args], cwd=user,
+                                  capture_output=True, text=True, timeout=120)
+
+        r = ctl("add_vhost", "relative-paths")
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = ctl("export_definitions", "out.json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        defs = json.loads((user / "out.json").read_text())
+        assert "relative-paths" in {v["name"] for v in defs["vhosts"]}
+        r = ctl("delete_vhost", "relative-paths")
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = ctl("import_definitions", "out.json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "relative-paths" in ctl("list_vhosts").stdout
+    finally:
+        serve.terminate()
+        serve.wait(30)

@@ -300,6 +300,32 @@ def test_L8_pending_count_in_api_exchanges_ui_and_metrics(ch: Any, broker: Any) 
     ch.exchange_delete(x)
 
 
+def test_L8_publish_in_and_out_counted_once_per_delayed_message(ch: Any, broker: Any) -> None:
+    """/api/exchanges' message_stats for what pika published: publish_in once per
+    message, publish_out once per queue the message reached — when it fires, not also
+    when it went into the timer store (it was counted twice). A fanout to two queues:
+    3 delayed + 1 undelayed messages are 4 in, 8 out."""
+    import json
+    x = delayed_exchange(ch, "fanout")
+    qs = [queue_bound(ch, x, "") for _ in range(2)]
+    for i in range(3):
+        ch.basic_publish(x, "", b"d%d" % i, props(300))
+    ch.basic_publish(x, "", b"now", props())
+    for q in qs:
+        for _ in range(4):
+            get_within(ch, q)
+    deadline = time.monotonic() + LATE
+    while True:
+        one = json.loads(_http(broker, f"/api/exchanges/%2F/{x}"))
+        ms = {k: v for k, v in one.get("message_stats", {}).items() if not k.endswith("_details")}
+        if ms == {"publish_in": 4, "publish_out": 8} or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert ms == {"publish_in": 4, "publish_out": 8}, one
+    assert one["messages_delayed"] == 0
+    ch.exchange_delete(x)
+
+
 def test_L1_x_delay_on_the_default_exchange_when_the_queue_opts_in(ch: Any) -> None:
     """Queue argument `x-delayed-delivery: true`: a positive x-delay on any route to the
     queue (here the default exchange) waits in the queue's timer store."""

@@ -260,7 +260,8 @@ class ChannelModel:
             return (x.type == EXCHANGE_TYPE and msg.persistent
                     and self.vhost.store is not None), False
         self.stats.routed += 1
-        x.stat_out += len(queues)
+        if not queues[0].hidden:  # a timer store's message is counted out when it fires
+            x.stat_out += len(queues)
         stored = refused = False
         for q in queues:
             q.stat_published += 1

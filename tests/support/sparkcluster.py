@@ -2,12 +2,15 @@
 PySpark's own `spark-class`, each worker in a private /tmp (a mount namespace), so a
 file one process writes under its temp dir is invisible to the others, as on separate
 hosts. Everything the processes must share (lake, checkpoint) lives under `shared`,
-outside /tmp. Root and `unshare` are needed; without them the fixture skips, saying so.
+outside /tmp. A checkout (its .venv, PySpark, the working directory) that lives under
+/tmp is bound back into each worker's private /tmp (`keep_under_tmp`). Root and
+`unshare` are needed; without them the fixture skips, saying so.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -53,6 +56,34 @@ def spark_home() -> str:
     return os.path.dirname(pyspark.__file__)
 
 
+def keep_under_tmp() -> list[str]:
+    """The entries of /tmp a worker must still see: those holding this checkout, the
+    Python running the tests (its venv), PySpark and the working directory. Empty when
+    all of them live elsewhere."""
+    here = Path(__file__).resolve().parents[2]
+    paths = [here, Path(sys.prefix), Path(sys.executable).parent, Path(spark_home()),
+             Path.cwd()]
+    keep = set()
+    for p in paths:
+        for q in {p, p.resolve()}:
+            if q.is_relative_to("/tmp") and q != Path("/tmp"):
+                keep.add(q.relative_to("/tmp").parts[0])
+    return sorted(keep)
+
+
+def private_tmp_command(cmd: list[str]) -> list[str]:
+    """`cmd` in a new mount namespace with an empty tmpfs on /tmp, the entries of
+    `keep_under_tmp()` bound back from the host's /tmp (reached through the shell's
+    working directory, taken before the tmpfs hides it), then run from the caller's
+    working directory."""
+    steps = ["cd /tmp", "mount -t tmpfs tmpfs /tmp"]
+    for name in keep_under_tmp():
+        q = shlex.quote(name)
+        steps.append(f"mkdir /tmp/{q} && mount --no-canonicalize --rbind ./{q} /tmp/{q}")
+    steps += [f"cd {shlex.quote(os.getcwd())}", "exec " + shlex.join(cmd)]
+    return [*UNSHARE, "sh", "-c", " && ".join(steps)]
+
+
 def private_tmp_unavailable() -> str | None:
     """Why workers cannot get a private /tmp here, or None."""
     if shutil.which("unshare") is None:
@@ -89,8 +120,7 @@ class SparkCluster:
     def _spawn(self, name: str, argv: list[str], private_tmp: bool) -> None:
         cmd = [os.path.join(spark_home(), "bin", "spark-class"), *argv]
         if private_tmp:
-            cmd = [*UNSHARE, "sh", "-c",
-                   "mount -t tmpfs tmpfs /tmp && exec " + " ".join(cmd)]
+            cmd = private_tmp_command(cmd)
         log = open(self.base / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
         self.procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                             env=self.env, start_new_session=True)

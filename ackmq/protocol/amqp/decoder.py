@@ -5,7 +5,9 @@ violation, observed with `python -m tools.robustness.frame_probe`, is quoted):
 
 1. A server-side connection starts with the 8-byte protocol header
    b"AMQP\\x00\\x00\\x09\\x01". Anything else: BadProtocolHeader; the server writes its
-   own header and closes (RabbitMQ replies b"AMQP\\x00\\x00\\x09\\x01" and closes).
+   own header and closes (RabbitMQ replies b"AMQP\\x00\\x00\\x09\\x01" and closes). Bytes
+   that cannot begin "AMQP" are refused without waiting for the eighth (RabbitMQ 3.10
+   waits, and drops a client that sent fewer after its 10 s handshake timeout).
 2. Then frames: type(1) channel(2) size(4) payload(size) frame-end(1 = 0xCE).
    - size > frame_max - 8: 501 "FRAME_ERROR - type 3, all octets = <<>>:
      {frame_too_large,200000,131064}" (checked from the 7-byte header, before the payload
@@ -229,10 +231,13 @@ class Decoder:
         n = len(buf)
         pos = 0
         if self._need_header:
-            if n < 8:
+            # bytes that cannot begin "AMQP" are refused at once: a client of another
+            # protocol whose first message is shorter than 8 bytes gets its answer now,
+            # not after the handshake timeout
+            if n < 8 and buf[:min(n, 4)] == PROTOCOL_HEADER[:min(n, 4)]:
                 return 0
             if buf[:8] != PROTOCOL_HEADER:
-                raise BadProtocolHeader(bytes(buf[:8]))
+                raise BadProtocolHeader(bytes(buf[:8]), bytes(buf[:16]))
             self._need_header = False
             events.append(ProtocolHeader())
             pos = 8

@@ -90,8 +90,12 @@ class FrameError(Exception):
 
 
 class BadProtocolHeader(FrameError):
-    """The first 8 bytes are not AMQP 0-9-1's header: reply PROTOCOL_HEADER and close."""
+    """The first 8 bytes are not AMQP 0-9-1's header: reply PROTOCOL_HEADER and close.
+    `head`: the first bytes received (up to 16), to name the protocol they belong to."""
 
-    def __init__(self, received: bytes) -> None:
+    def __init__(self, received: bytes, head: bytes = b"") -> None:
         self.received = received
-        super().__init__(FRAME_ERROR, f"bad protocol header {received!r}")
+        self.head = head or received
+        # the text does not quote the bytes: how many arrived depends on how TCP cut them
+        # (a refusal may come at the first byte), and the text is never sent
+        super().__init__(FRAME_ERROR, "bad protocol header")

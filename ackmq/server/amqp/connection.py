@@ -42,6 +42,7 @@ from ackmq.protocol.amqp.constants import (
     NOT_ALLOWED,
     fit_shortstr,
 )
+from ackmq.protocol.foreign import name_bytes
 from ackmq.server import admission
 from ackmq.server.admission import LOOPBACK_ONLY, VHOST_LIMIT, Refusal
 from ackmq.server.amqp.channel import HANDLERS, AMQPChannel
@@ -136,7 +137,11 @@ class AMQPConnection(ClientConnection):
             return
         try:
             events = self.decoder.feed(data)
-        except BadProtocolHeader:
+        except BadProtocolHeader as e:
+            # as the 0-9-1 spec says (4.2.2): our header, then close; one line naming
+            # what came (RabbitMQ logs {bad_header, <<...>>})
+            log.warning("AMQP 0-9-1 protocol header expected from %s, got %s: sent "
+                        "AMQP 0-9-1's header and closed", self.peer, name_bytes(e.head))
             self.write(PROTOCOL_HEADER)
             self._shutdown()
             return

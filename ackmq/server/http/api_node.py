@@ -226,6 +226,23 @@ async def none_here(request: web.Request) -> web.Response:
     return json_response([])
 
 
+# RabbitMQ 3.10's management agent counts an unroutable drop and an empty basic.get in
+# message_stats only under these two flags; a node whose first boot predates the
+# management plugin (Debian's package starts one on install) has them off and shows 0.
+# ackmq always counts both: it lists them as enabled, so a tool can tell.
+FEATURE_FLAGS = (
+    ("drop_unroutable_metric", "Count unroutable publishes to be dropped in stats"),
+    ("empty_basic_get_metric", "Count AMQP `basic.get` on empty queues in stats"),
+)
+
+
+@requires("administrator")
+async def feature_flags(request: web.Request) -> web.Response:
+    return json_response([{"name": name, "desc": desc, "doc_url": "", "state": "enabled",
+                           "stability": "stable", "provided_by": "rabbitmq_management_agent"}
+                          for name, desc in FEATURE_FLAGS])
+
+
 def register(app: web.Application) -> None:
     r = app.router
     r.add_get("/api/auth", auth_settings)
@@ -235,6 +252,7 @@ def register(app: web.Application) -> None:
     r.add_get("/api/whoami", whoami)
     r.add_get("/api/cluster-name", cluster_name)
     r.add_get("/api/extensions", extensions)
+    r.add_get("/api/feature-flags", feature_flags)
     r.add_get("/api/nodes", nodes)
     r.add_get("/api/nodes/{node}", node)
     h = "/api/health/checks/"

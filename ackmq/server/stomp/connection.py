@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ackmq.broker import scheduled
 from ackmq.broker.access import ChannelAccess
 from ackmq.broker.errors import ReplyError
+from ackmq.protocol.foreign import STOMP_FRAME, describe, name_bytes
 from ackmq.protocol.stomp import (
     VERSIONS,
     Decoder,
@@ -116,6 +117,8 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
             self.transport.pause_reading()  # the one read a heart-beat tick let through
         if self.state not in _LIVE:
             return
+        if self.state == S.CONNECT and self.recv_oct == len(data) and self._foreign(data):
+            return
         while True:
             error = None
             try:
@@ -129,6 +132,17 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
             self._resume = False  # CONNECTED is out: parse what waited, as `version`
             data = b""
         self.ctx.request_flush()
+
+    def _foreign(self, head: bytes) -> bool:
+        """A client of another protocol (MQTT, TLS, HTTP, AMQP, the stream protocol) on
+        the STOMP port: an ERROR naming what came, and close, instead of waiting for a
+        NUL that never comes until the handshake timeout (RabbitMQ 3.10's STOMP waits
+        10 s in silence, logging only the timeout)."""
+        what = describe(head)
+        if what is None or what == STOMP_FRAME:
+            return False
+        self._error("Not STOMP", f"expected a STOMP CONNECT frame, got {name_bytes(head)}")
+        return True
 
     def _frames(self, events: list[Any], error: StompError | None) -> bool:
         """Handle decoded frames, then the decoder's error if any. True: a SEND during a
