@@ -39,6 +39,7 @@ _HASHES: dict[str, Callable[[bytes], Any]] = {
     SHA256: hashlib.sha256, SHA512: hashlib.sha512, MD5: hashlib.md5}
 
 DEFAULT_VHOST = "/"
+EMPTY_USER = "Bad argument: user cannot be an empty string"  # rabbitmqctl 3.10's text
 FULL = (".*", ".*", ".*")
 
 
@@ -347,8 +348,8 @@ class AccessModel(AccessModelLimits):
         return u
 
     def add_user(self, name: str, password: str) -> None:
-        if not name:
-            raise AccessError("user name must not be empty", 64)
+        if not name:  # rabbitmqctl add_user '' (exit 65, its text)
+            raise AccessError(EMPTY_USER, 65)
         if name in self.users:
             raise AccessError(f"User \"{name}\" already exists", 70)
         self.users[name] = User(name, hash_password(password) if password else "")
