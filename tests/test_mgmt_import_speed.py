@@ -74,23 +74,33 @@ def test_U1_batch_saves_once_with_every_change_in_effect() -> None:
 
 
 def test_U1_import_writes_access_file_once_per_request() -> None:
-    """POST /api/definitions with 300 users and 300 permissions: one save, not 600 (a
-    real broker, its real save counted on the way through)."""
+    """POST /api/definitions with 300 users, 300 permissions and 100 policies: one save
+    of access.json (not 600) and one of policies.json (not 100) — a real broker, its
+    real saves counted on the way through."""
     with ackmq.EmbeddedBroker(stomp_port=None) as b:
-        access = b.server.access
-        real = access.save
-        calls: list[int] = []
+        calls = {"access": 0, "policies": 0}
 
-        def counted(snapshot: dict[str, Any]) -> Any:
-            calls.append(1)
-            return real(snapshot)
+        def counted(owner: Any, kind: str) -> None:
+            real = owner.save
 
-        access.save = counted
-        t = Target("ackmq", b.http_url, b.url)
-        r = t.call("POST", "/api/definitions", _defs(300, "once"))
+            def save(snapshot: dict[str, Any]) -> Any:
+                calls[kind] += 1
+                return real(snapshot)
+            owner.save = save
+
+        counted(b.server.access, "access")
+        counted(b.server.broker.policies, "policies")
+        defs = _defs(300, "once")
+        defs["policies"] = [{"vhost": "/", "name": f"p{i}", "pattern": f"^p{i}$",
+                             "apply-to": "queues", "priority": 0,
+                             "definition": {"max-length": 10}} for i in range(100)]
+        r = Target("ackmq", b.http_url, b.url).call("POST", "/api/definitions", defs)
         assert r.status == 204, r
-        assert len(calls) == 1
-        assert len(_on_disk(b.server.config.data_dir)["users"]) == 301
+        assert calls == {"access": 1, "policies": 1}
+        data_dir = b.server.config.data_dir
+        assert len(_on_disk(data_dir)["users"]) == 301
+        saved = json.loads((data_dir / "policies.json").read_text("utf-8"))
+        assert len(saved["policies"]) == 100
 
 
 # -- the broker answers others throughout ---------------------------------------------------

@@ -172,7 +172,8 @@ def import_(server: Server, defs: Any, vhost: str | None = None) -> dict[str, An
                                f"malformed ({e!r})")
         counts[key] = done
 
-    with a.batch():  # one save of access.json for the whole request
+    # one save of access.json and one of policies.json for the whole request
+    with a.batch(), server.broker.policies.batch():
         _apply(server, defs, vhost, each)
     server.request_flush()
     skipped = [k for k in UNSUPPORTED if defs.get(k)]
