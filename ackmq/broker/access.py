@@ -216,7 +216,8 @@ class AccessModelLimits:
 
 class AccessModel(AccessModelLimits):
     """Users, vhost names, permissions and limits. Changes call `save(snapshot)` first
-    (durable before acknowledged) and then `on_change(kind, name)` so the server can act
+    (the server acknowledges once `saved` says it is durable) and then the listeners
+    (`kind, name`) so the server can act
     (close connections of a deleted vhost or user, drop channel permission caches)."""
 
     def __init__(self, save: Callable[[dict[str, Any]], Any] | None = None) -> None:
