@@ -29,7 +29,8 @@ class AccessFile:
     def __init__(self, data_dir: str | Path, fsync: bool = True) -> None:
         """`fsync` is the broker's message setting; it does not apply here (see above)."""
         self.path = Path(data_dir) / FILE_NAME
-        self.writer: SnapshotWriter = SnapshotWriter(self.save)
+        # looked up at each write: a test harness may patch AccessFile.save
+        self.writer: SnapshotWriter = SnapshotWriter(lambda snap: self.save(snap))
 
     def load(self) -> dict[str, Any] | None:
         """The last saved snapshot, or None on first start."""
