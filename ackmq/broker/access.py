@@ -10,7 +10,10 @@ matched and named as `amq.default`.
 
 The model is plain data and decisions; it never touches a file. Whoever owns it (the
 server) hands it a `save` callable that makes a snapshot durable (store/accessfile.py),
-called after every change before the change is acknowledged.
+called after every change before the change is acknowledged; what `save` returns is
+kept in `saved` (the server's writer returns a Future it awaits before answering).
+Inside `batch()` (a definitions import) the changes are in effect at once but saved
+once, at the batch's end: one snapshot for the request, not one per user.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import json
 import os
 import re
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +39,7 @@ _HASHES: dict[str, Callable[[bytes], Any]] = {
     SHA256: hashlib.sha256, SHA512: hashlib.sha512, MD5: hashlib.md5}
 
 DEFAULT_VHOST = "/"
+EMPTY_USER = "Bad argument: user cannot be an empty string"  # rabbitmqctl 3.10's text
 FULL = (".*", ".*", ".*")
 
 
@@ -211,10 +216,11 @@ class AccessModelLimits:
 
 class AccessModel(AccessModelLimits):
     """Users, vhost names, permissions and limits. Changes call `save(snapshot)` first
-    (durable before acknowledged) and then `on_change(kind, name)` so the server can act
+    (the server acknowledges once `saved` says it is durable) and then the listeners
+    (`kind, name`) so the server can act
     (close connections of a deleted vhost or user, drop channel permission caches)."""
 
-    def __init__(self, save: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(self, save: Callable[[dict[str, Any]], Any] | None = None) -> None:
         self.users: dict[str, User] = {}
         self.vhosts: dict[str, dict[str, Any]] = {}  # name -> metadata (limits)
         self.permissions: dict[tuple[str, str], Permission] = {}  # (user, vhost)
@@ -223,6 +229,9 @@ class AccessModel(AccessModelLimits):
         self.topic_permissions: dict[tuple[str, str], dict[str, TopicPermission]] = {}
         self.user_limits: dict[str, dict[str, int]] = {}
         self.save = save
+        self.saved: Any = None  # what the last `save` returned (the writer's Future)
+        self._batch = 0  # depth of batch(); > 0: saving waits for its end
+        self._unsaved = False
         self.listeners: list[Callable[[str, str], None]] = []
         # every open channel's cache, emptied on every change (as RabbitMQ: a revoked
         # permission refuses even what an open channel was allowed a moment ago)
@@ -230,7 +239,7 @@ class AccessModel(AccessModelLimits):
 
     # -- first start ----------------------------------------------------------------
     @classmethod
-    def seeded(cls, users: dict[str, str], save: Callable[[dict[str, Any]], None] | None
+    def seeded(cls, users: dict[str, str], save: Callable[[dict[str, Any]], Any] | None
                ) -> AccessModel:
         """RabbitMQ's first boot: vhost "/", the default user(s) as administrator with
         full permissions on it."""
@@ -263,7 +272,7 @@ class AccessModel(AccessModelLimits):
         }
 
     @classmethod
-    def load(cls, data: dict[str, Any], save: Callable[[dict[str, Any]], None] | None
+    def load(cls, data: dict[str, Any], save: Callable[[dict[str, Any]], Any] | None
              ) -> AccessModel:
         """From our snapshot or a RabbitMQ definitions export (tags as a list or a
         comma-separated string, as RabbitMQ 3.10 writes them)."""
@@ -291,12 +300,33 @@ class AccessModel(AccessModelLimits):
         return m
 
     def _changed(self, kind: str, name: str) -> None:
+        if self._batch:  # listeners now (a vhost must exist for what follows in it)
+            self._unsaved = True
+        else:
+            self._commit()
+        for fn in list(self.listeners):
+            fn(kind, name)
+
+    def _commit(self) -> None:
+        """Channels see the change from their next check; the snapshot goes to `save`."""
         for c in list(self.caches):
             c.invalidate()
         if self.save is not None:
-            self.save(self.snapshot())
-        for fn in list(self.listeners):
-            fn(kind, name)
+            self.saved = self.save(self.snapshot())
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Many changes, one save at the end (also when the body raises: what was
+        changed is in effect and must be saved). Run without yielding to the event
+        loop, so no channel checks against a half-applied batch."""
+        self._batch += 1
+        try:
+            yield
+        finally:
+            self._batch -= 1
+            if not self._batch and self._unsaved:
+                self._unsaved = False
+                self._commit()
 
     # -- authentication -------------------------------------------------------------------
     def authenticate(self, name: str, password: str) -> User | None:
@@ -319,8 +349,8 @@ class AccessModel(AccessModelLimits):
         return u
 
     def add_user(self, name: str, password: str) -> None:
-        if not name:
-            raise AccessError("user name must not be empty", 64)
+        if not name:  # rabbitmqctl add_user '' (exit 65, its text)
+            raise AccessError(EMPTY_USER, 65)
         if name in self.users:
             raise AccessError(f"User \"{name}\" already exists", 70)
         self.users[name] = User(name, hash_password(password) if password else "")

@@ -24,7 +24,8 @@ caller answers), then re-applied at once to every queue and exchange of the vhos
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -166,6 +167,7 @@ class PolicyBook:
         self._books: dict[bool, dict[str, dict[str, Policy]]] = {False: {}, True: {}}
         # called with the snapshot BEFORE a change takes effect (durable, atomic)
         self.save: Callable[[dict[str, Any]], None] | None = None
+        self._batched: set[str] | None = None  # inside batch(): the vhosts changed
 
     # -- reading ------------------------------------------------------------------
     def list(self, vhost: str | None = None, operator: bool = False) -> list[Policy]:
@@ -236,6 +238,11 @@ class PolicyBook:
         edit(book)
         old = self._books[operator].get(vhost)
         self._books[operator][vhost] = book
+        if self._batched is not None:  # saved and re-applied once, at the batch's end
+            if not book:
+                self._books[operator].pop(vhost, None)
+            self._batched.add(vhost)
+            return
         try:
             self._save(self._snapshot())
         except BaseException:
@@ -247,6 +254,29 @@ class PolicyBook:
         if not book:
             self._books[operator].pop(vhost, None)
         self.reapply(vhost)
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Many changes (a definitions import): in the books at once (a queue declared
+        later in the batch is made under them), saved once and re-applied once per
+        vhost at the end. A failed save undoes the whole batch and raises."""
+        if self._batched is not None:
+            yield
+            return
+        before = {op: dict(b) for op, b in self._books.items()}  # books are replaced,
+        self._batched = set()                                    # never edited in place
+        try:
+            yield
+        finally:
+            touched, self._batched = self._batched, None
+            if touched:
+                try:
+                    self._save(self._snapshot())
+                except BaseException:
+                    self._books = before
+                    raise
+                for vhost in sorted(touched):
+                    self.reapply(vhost)
 
     def _save(self, snapshot: dict[str, Any]) -> None:
         if self.save is not None:

@@ -210,6 +210,10 @@ def run(args: argparse.Namespace) -> int:
         values = [args.user]
     if getattr(args, "lifecycle", False):
         values = ["lifecycle"]
+    if args.verb == "add_user" and not values[0]:  # rabbitmqctl refuses before asking
+        from ackmq.broker.access import EMPTY_USER
+        print(f"Error (argument validation): {EMPTY_USER}", file=sys.stderr)
+        return 65
     if not args.quiet and not (args.verb == "export_definitions" and values[0] == "-"):
         on = f' on "{values[1]}"' if len(values) > 1 else ""  # clear_topic_permissions
         print(info.format(*values, vhost=vhost, tags=", ".join(values[1:]),

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ackmq.broker.access import SHA256, AccessError
 from ackmq.broker.errors import ReplyError
 from ackmq.broker.policy_check import PolicyError
-from ackmq.server import policy_ops
+from ackmq.server import durable, policy_ops
 
 if TYPE_CHECKING:
     from ackmq.broker import BrokerModel
@@ -172,6 +172,19 @@ def import_(server: Server, defs: Any, vhost: str | None = None) -> dict[str, An
                                f"malformed ({e!r})")
         counts[key] = done
 
+    # one save of access.json and one of policies.json for the whole request
+    with a.batch(), server.broker.policies.batch():
+        _apply(server, defs, vhost, each)
+    server.request_flush()
+    skipped = [k for k in UNSUPPORTED if defs.get(k)]
+    skipped += [f"parameters ({p.get('component')})" for p in _list(defs, "parameters")
+                if p.get("component") not in _PARAMETERS]
+    return {"imported": counts, "refused": refused, "skipped": skipped}
+
+
+def _apply(server: Server, defs: dict[str, Any], vhost: str | None, each: Any) -> None:
+    """What import_ applies, in RabbitMQ's order (vhosts before what lives in them)."""
+    a = server.access
     if vhost is None:
         each("vhosts", lambda v: f"vhost '{v.get('name')}'", lambda v: _vhost(a, v))
         each("users", lambda u: f"user '{u.get('name')}'", lambda u: _user(a, u))
@@ -190,11 +203,6 @@ def import_(server: Server, defs: Any, vhost: str | None = None) -> dict[str, An
          f"'{vhost or p.get('vhost', '/')}'",
          lambda p: policy_ops.import_policy(server.broker, p, vhost))
     _objects(server, defs, vhost, each)
-    server.request_flush()
-    skipped = [k for k in UNSUPPORTED if defs.get(k)]
-    skipped += [f"parameters ({p.get('component')})" for p in _list(defs, "parameters")
-                if p.get("component") not in _PARAMETERS]
-    return {"imported": counts, "refused": refused, "skipped": skipped}
 
 
 _PARAMETERS = ("vhost-limits", policy_ops.OPERATOR_COMPONENT)
@@ -223,6 +231,7 @@ def load_file(server: Server, path: Path) -> None:
     except (OSError, ValueError) as e:
         raise DefinitionsError(f"load_definitions: cannot read {path}: {e}") from None
     done = import_(server, defs)
+    durable.access_saved_now(server.access)
     for text in done["refused"]:
         log.error("load_definitions %s: not imported: %s", path, text)
     if done["skipped"]:

@@ -372,12 +372,13 @@ class Server:
             data = af.load()
             if data is None:
                 model = AccessModel.seeded(cfg.seed_users(), af.save)
+                model.save = af.submit  # from now on off the loop (server/durable.py)
                 log.info("first start: created user(s) %s with full permissions on vhost /",
                          ", ".join(sorted(model.users)))
                 return model
             if cfg.default_user:
                 log.info("--default-user is used on first start only: %s exists", af.path)
-            return AccessModel.load(data, af.save)
+            return AccessModel.load(data, af.submit)
         except (ValueError, KeyError, TypeError, AccessError) as e:
             raise CorruptStore(f"{af.path}: {e}") from e
 

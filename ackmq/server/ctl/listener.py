@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import AccessError
+from ackmq.server import durable
 from ackmq.server.ctl import verbs
 from ackmq.server.ctl.errors import USAGE
 
@@ -73,6 +74,8 @@ class CtlListener:
                         reply = verbs.handle(self.ctx, req["verb"],
                                              [str(a) for a in req.get("args", [])],
                                              str(req.get("vhost") or "/"))
+                    # the change on disk before the answer; the fsync off the loop
+                    await durable.access_saved(self.ctx.access)
                 except AccessError as e:
                     reply = {"ok": False, "code": e.code, "error": e.text}
                 except (ValueError, KeyError, TypeError) as e:

@@ -399,6 +399,7 @@ async def delete_user_limit(request: web.Request) -> web.Response:
 def register(app: web.Application) -> None:
     r = app.router
     r.add_get("/api/users", list_users)
+    r.add_get("/api/users/", list_users)  # as RabbitMQ: PUT here (no name) is a 405
     r.add_get("/api/users/without-permissions", users_without_permissions)
     r.add_get("/api/users/{user}", get_user)
     r.add_put("/api/users/{user}", put_user)

@@ -216,6 +216,8 @@ def build_app(server: HttpContext) -> web.Application:
     app = web.Application(middlewares=[_auth], client_max_size=MAX_BODY)
     app[SERVER_KEY] = server
     app[SESSIONS_KEY] = Sessions()
+    from ackmq.server.http.saving import wait_saved
+    app.middlewares.append(wait_saved)  # inside _auth: a change answers once saved
     for name in FEATURES:
         try:
             mod = importlib.import_module(f"ackmq.server.http.{name}")
