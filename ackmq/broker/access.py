@@ -358,6 +358,10 @@ class AccessModel(AccessModelLimits):
 
     def import_user(self, name: str, password_hash: str, algorithm: str = SHA256,
                     tags: list[str] | None = None) -> None:
+        # RabbitMQ 3.10's import takes a user named "" (its ctl refuses one): refused
+        # here too, so the definitions API cannot make an account rabbitmqctl could not
+        if not name:
+            raise AccessError(EMPTY_USER, 65)
         if algorithm not in _HASHES:
             raise AccessError(f"unsupported hashing algorithm '{algorithm}'", 64)
         self.users[name] = User(name, password_hash, algorithm, list(tags or []))
