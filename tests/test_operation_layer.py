@@ -1,6 +1,6 @@
 """C1 through every front end: the same refusal — another connection's exclusive queue,
 no read permission (purge, consume), no configure permission (delete, declare), a bad
-argument (declare) — comes from the one check in the operation layer (broker/
+argument (declare), deleting a system exchange — comes from the one check in the operation layer (broker/
 operations.py) with RabbitMQ's code and text, whichever grammar asked: AMQP 0-9-1
 (pika), AMQP 1.0's `/management` node (rabbitmq-amqp-python-client's request), STOMP,
 the HTTP API, the UI's forms and `ackmq ctl`. Where RabbitMQ 3.10 speaks the same
@@ -44,6 +44,9 @@ def denied(kind: str, name: str, user: str) -> str:
 def bad_ttl(name: str) -> str:
     return (f"PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue '{name}' in vhost "
             "'/': {value_negative,-1}")
+
+
+SYSTEM_EXCHANGE = "ACCESS_REFUSED - deletion of system exchange 'amq.direct' in vhost '/' not allowed"
 
 
 def without_code(text: str) -> str:
@@ -160,6 +163,8 @@ def test_C1_amqp091_refusals_come_from_the_verbs(world: World) -> None:
     bad = f"{w.queue}-bad"
     assert w.amqp_refusal(None, lambda ch: ch.queue_declare(
         bad, arguments={"x-message-ttl": -1})) == (406, bad_ttl(bad))
+    assert w.amqp_refusal(None, lambda ch: ch.exchange_delete("amq.direct")) == (
+        403, SYSTEM_EXCHANGE)
 
 
 # -- AMQP 1.0 /management ----------------------------------------------------------------------
@@ -203,6 +208,8 @@ def test_C1_amqp10_management_refusals_come_from_the_verbs(ackmq_world: World) -
                                             "auto_delete": False,
                                             "arguments": {"x-message-ttl": -1}},
                   409) == bad_ttl(bad)
+    assert answer(None, rc.AddressHelper.exchange_address("amq.direct"), "DELETE", None,
+                  403) == SYSTEM_EXCHANGE
 
 
 # -- STOMP --------------------------------------------------------------------------------------
@@ -242,6 +249,8 @@ def test_C1_http_api_refusals_come_from_the_verbs(world: World) -> None:
     r = m.call("PUT", f"/api/queues/%2F/{bad}", {"arguments": {"x-message-ttl": -1}})
     assert (r.status, r.body) == (400, {"error": "bad_request",
                                         "reason": without_code(bad_ttl(bad))})
+    r = m.call("DELETE", "/api/exchanges/%2F/amq.direct")
+    assert (r.status, r.body) == (401, {"error": "not_authorised", "reason": "Access refused."})
     if w.kind == "ackmq":  # (RabbitMQ's figures lag by its stats interval)
         r = m.call("GET", f"/api/queues/%2F/{w.queue}")
         assert r.body["messages"] == 2  # nothing above changed it
