@@ -11,8 +11,6 @@ docs/amqp10.md's) and its UI has no such forms."""
 from __future__ import annotations
 
 import os
-import re
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,11 +20,10 @@ from typing import Any
 import pika
 import pytest
 from conftest import BrokerProcess
-from support.mgmthelp import Target, q, rabbit_http
+from support.mgmthelp import Target, http_url_of, q, rabbit_http
 from support.stomphelp import Raw
 from support.uihelp import ui_call
 
-HTTP_URL = re.compile(r"(http://127\.0\.0\.1:\d+)")
 RABBIT_STOMP = ("127.0.0.1", 61623)
 RABBIT_AMQP = os.environ.get("ACKMQ_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
 
@@ -121,12 +118,7 @@ def _make(kind: str, mgmt: Target, amqp_url: str, stomp: tuple[str, int],
 def ackmq_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     b = BrokerProcess(tmp_path_factory.mktemp("c1"), "--amqp10-rabbitmq-compat")
     b.start()
-    http = ""
-    deadline = time.monotonic() + 10
-    while not http and time.monotonic() < deadline:
-        m = HTTP_URL.search("".join(b.log))
-        http = m.group(1) if m else ""
-        time.sleep(0.05)
+    http = http_url_of(b)
     w = _make("ackmq", Target("ackmq", http, b.url), b.url, ("127.0.0.1", b.stomp_port), b)
     yield w
     w.holder.close()
