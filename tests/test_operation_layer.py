@@ -11,6 +11,7 @@ docs/amqp10.md's) and its UI has no such forms."""
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -292,3 +293,26 @@ def test_C1_ctl_refusals_come_from_the_verbs(ackmq_world: World) -> None:
     assert code != 0 and text[1] in err.getvalue(), (code, out.getvalue(), err.getvalue())
     r = w.mgmt.call("GET", f"/api/queues/%2F/{w.queue}")
     assert r.body["messages"] == 2
+
+
+def test_C1_stomp_durable_unsubscribe_is_the_delete_verb(world: World) -> None:
+    """UNSUBSCRIBE with durable:true ends a durable /topic/ subscription by deleting its
+    queue, a queue.delete as RabbitMQ's plugin sends it (configure applies)."""
+    w = world
+
+    def subscription_queues() -> set[str]:
+        r = w.mgmt.call("GET", "/api/queues/%2F?columns=name")
+        return {x["name"] for x in r.body if x["name"].startswith("stomp-subscription-")}
+
+    before = subscription_queues()
+    sub = f"c1-durable-{uuid.uuid4().hex[:6]}"
+    with Raw.open(*w.stomp) as r:
+        r.connect()
+        r.subscribe(f"/topic/{sub}", sub, durable="true", **{"auto-delete": "false"})
+        made = subscription_queues() - before
+        assert len(made) == 1, made
+        r.receipt("UNSUBSCRIBE", {"id": sub, "durable": "true"})
+    deadline = time.monotonic() + 10
+    while made & subscription_queues() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not made & subscription_queues()

@@ -252,9 +252,8 @@ class Subscriptions:
                 ch.settle(RETURN, ch.take_for_consumer(tag, mine[-1], True))
         if sub.dest is not None and sub.dest.kind == TOPIC and \
                 (h.get("durable") == "true" or h.get("persistent") == "true"):
-            q = ch.vhost.queues.get(sub.queue)
-            if q is not None:  # ends a durable subscription, as RabbitMQ
-                ch.vhost.delete_queue(q, notify=False)
+            # ends a durable subscription: a queue.delete, as RabbitMQ's plugin
+            ch.delete_queue(sub.queue, notify=False)
 
     # -- ACK / NACK (W4, W6) ----------------------------------------------------------
     def _on_ack(self, f: Frame) -> None:
