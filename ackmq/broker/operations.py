@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import READ, WRITE
+from ackmq.broker.arguments import as_text
 from ackmq.broker.errors import (
     ACCESS_REFUSED,
     COMMAND_INVALID,
@@ -33,11 +34,6 @@ if TYPE_CHECKING:
     from ackmq.broker.exchange import Exchange
     from ackmq.broker.queue_type import Queue
     from ackmq.broker.vhost import VHost
-
-
-
-def _text(v: Any) -> Any:
-    return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
 
 
 class Operations:
@@ -85,10 +81,10 @@ class Operations:
                 raise HardError(COMMAND_INVALID, f"unknown exchange type '{type_}'")
             access.configure("exchange", name)
             if existing is None and not name.startswith("amq."):
-                ae = args.get("alternate-exchange")
-                if isinstance(ae, str | bytes):
+                ae = as_text(args.get("alternate-exchange"))
+                if ae is not None:
                     access.read("exchange", name)
-                    access.write("exchange", _text(ae))
+                    access.write("exchange", ae)
 
         return self.vhost.declare_exchange(name, type_, passive, durable, auto_delete,
                                            internal, args,
@@ -127,10 +123,10 @@ class Operations:
                 if limit is not None and len(vh.queues) >= limit:
                     raise SoftError(PRECONDITION_FAILED, f"cannot declare queue '{resolved}': "
                                     f"queue limit in vhost '{vh.name}' ({limit}) is reached")
-                dlx = args.get("x-dead-letter-exchange")
-                if isinstance(dlx, str | bytes):
+                dlx = as_text(args.get("x-dead-letter-exchange"))
+                if dlx is not None:
                     access.read("queue", resolved)
-                    access.write("exchange", _text(dlx))
+                    access.write("exchange", dlx)
 
             q = vh.declare_queue(name, False, durable, exclusive, auto_delete, args,
                                  self.owner, permit=None if access is None else permit)
