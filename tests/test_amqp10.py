@@ -8,7 +8,6 @@ against ackmq alone and its docstring names the source. A hand-driven peer
 from __future__ import annotations
 
 import json
-import re
 import time
 import urllib.request
 from pathlib import Path
@@ -17,6 +16,7 @@ import pika
 import pytest
 from conftest import BrokerProcess, rabbitmq_url
 from support.amqp10help import WAIT, RawPeer, connect, uniq
+from support.mgmthelp import http_url_of
 
 from ackmq.protocol.amqp10 import AMQP_HEADER, SASL_HEADER, Composite, encode_frame
 from ackmq.protocol.amqp10 import frames as F
@@ -25,8 +25,6 @@ from ackmq.protocol.amqp10.types import UInt
 proton = pytest.importorskip("proton")
 from proton import Delivery, Message  # noqa: E402
 from proton.utils import SendException  # noqa: E402
-
-HTTP_URL = re.compile(r"(http://127\.0\.0\.1:\d+)")
 
 
 class Target:
@@ -51,12 +49,7 @@ def ackmq_broker(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def ackmq10(ackmq_broker: BrokerProcess) -> Target:
-    http = ""
-    deadline = time.monotonic() + 10
-    while not http and time.monotonic() < deadline:
-        m = HTTP_URL.search("".join(ackmq_broker.log))
-        http = m.group(1) if m else ""
-        time.sleep(0.05)
+    http = http_url_of(ackmq_broker)
     return Target("ackmq", ackmq_broker.port, http)
 
 

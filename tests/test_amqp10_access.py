@@ -13,20 +13,18 @@ through ackmq's management API as guest.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from conftest import BrokerProcess
 from support.amqp10help import WAIT, connect, uniq
-from support.mgmthelp import Target, q
+from support.mgmthelp import Target, http_url_of, q
 
 proton = pytest.importorskip("proton")
 from proton import Endpoint, Message  # noqa: E402
 from proton.utils import LinkDetached  # noqa: E402
 
-HTTP_URL = re.compile(r"(http://127\.0\.0\.1:\d+)")
 USER, PASSWORD = "u3-amqp10", "u3-pw"
 QUEUE = "u3q"
 GEN = r"^amq\.gen"
@@ -63,12 +61,7 @@ class Broker:
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     b = BrokerProcess(tmp_path_factory.mktemp("a10u3"))
     b.start()
-    http = ""
-    deadline = time.monotonic() + 10
-    while not http and time.monotonic() < deadline:
-        m = HTTP_URL.search("".join(b.log))
-        http = m.group(1) if m else ""
-        time.sleep(0.05)
+    http = http_url_of(b)
     mgmt = Target("ackmq", http, "")
     vhost = "u3-amqp10-vh"
     for path, body in ((f"/api/vhosts/{q(vhost)}", None),

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ackmq.broker.errors import ACCESS_REFUSED, AccessRefused, SoftError
+from ackmq.broker.errors import AccessRefused
 
 SHA256 = "rabbit_password_hashing_sha256"
 SHA512 = "rabbit_password_hashing_sha512"
@@ -570,20 +570,3 @@ class ChannelAccess:
 __all__ = ["AccessModel", "AccessError", "ChannelAccess", "User", "Permission",
            "TopicPermission", "WRITE", "READ",
            "hash_password", "check_password", "SHA256", "SHA512", "MD5", "_PERM_NAMES"]
-
-
-def bind_access(access: Any, vhost: Any, kind: str, destination: str, source: str,
-                key: str) -> None:
-    """U3 for (un)bind, in rabbit_channel's order: write on the destination, then the
-    default exchange refused as either end, then read on the source, then (source an
-    existing topic exchange) the user's topic permission on the binding key."""
-    if access is None:
-        return
-    access.write(kind, destination)
-    if source == "" or (kind == "exchange" and destination == ""):
-        raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
-    access.read("exchange", source)
-    if access.topics:
-        x = vhost.exchanges.get(source)
-        if x is not None:
-            access.check_topic(READ, x, key)

@@ -24,7 +24,6 @@ from ackmq.broker.dedup import EXCHANGE_TYPE
 from ackmq.broker.errors import (
     ACCESS_REFUSED,
     NOT_ALLOWED,
-    NOT_FOUND,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     HardError,
@@ -32,6 +31,7 @@ from ackmq.broker.errors import (
     check_shortstr,
 )
 from ackmq.broker.message import Message, QueueEntry
+from ackmq.broker.operations import Operations
 from ackmq.broker.queue_type import ACK, RECOVER, REJECT, REQUEUE, RETURN, Queue
 from ackmq.broker.scheduled import store_of
 from ackmq.broker.stats import MessageStats, ProtocolStats
@@ -52,6 +52,11 @@ class Delivery:
 
 
 Taken = list[tuple[int, Delivery]]  # deliveries taken out of `unacked`, to be settled
+
+# a publish's outcome (C2): (confirm sequence number, 0 when not confirming; routed?)
+Outcome = tuple[int, bool]
+ROUTED: Outcome = (0, True)
+UNROUTED: Outcome = (0, False)
 
 # W6's dead-letter policy for a NACK (`nack_with_limit`): where a message goes
 QUEUE_DLX = (None, None)  # the queue's own dead-letter exchange
@@ -99,7 +104,7 @@ class _Tx:
 _NO_STATS = MessageStats()  # a channel made without open_channel counts into this
 
 
-class ChannelModel:
+class ChannelModel(Operations):
     def __init__(self, vhost: VHost, owner: Any, output: ChannelOutput,
                  consumer_timeout_ms: int | None = None, user: str | None = None) -> None:
         self.vhost = vhost
@@ -134,18 +139,11 @@ class ChannelModel:
         # U3: the user's permission checks for this channel (ackmq.broker.access.
         # ChannelAccess), set by the front end; None = no checks (embedded/internal use)
         self.access: Any = None
+        self.superuser = False  # the admin socket's: no exclusivity either (operations.py)
         # this channel's message counters, summed into its protocol's totals
         # (RabbitMQ's global counters) by `protocol_stats` (both set by open_channel)
         self.stats = _NO_STATS
         self.protocol_stats: ProtocolStats | None = None
-
-    def queue_name(self, name: str) -> str:
-        """Expand RabbitMQ's shortcut: "" is the channel's last declared queue."""
-        if name:
-            return name
-        if not self.last_queue:
-            raise SoftError(NOT_FOUND, "no previously declared queue")
-        return self.last_queue
 
     # -- room (Q1-Q3) ---------------------------------------------------------------
     def can_send(self) -> bool:
@@ -183,9 +181,13 @@ class ChannelModel:
 
     # -- publish --------------------------------------------------------------------
     def basic_publish(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool,
-                      properties: bytes, body: bytes, scheduled: bool = False) -> None:
-        """`scheduled`: held by the vhost's scheduled store and routed when due
-        (STOMP's AMQ_SCHEDULED_* headers, broker/scheduled.py)."""
+                      properties: bytes, body: bytes, scheduled: bool = False) -> Outcome:
+        """The publish verb (C2): returns its outcome, (confirm sequence number or 0,
+        routed?): routed False is a message no queue took (returned to the output when
+        `mandatory`); the confirm of that number comes later through the output. In a
+        transaction nothing is routed until the commit: (0, True). `scheduled`: held by
+        the vhost's scheduled store and routed when due (STOMP's AMQ_SCHEDULED_*
+        headers, broker/scheduled.py)."""
         if immediate:
             raise HardError(NOT_IMPLEMENTED, "immediate=true")
         if len(routing_key) > 63:  # only STOMP and HTTP can send more than a shortstr
@@ -222,28 +224,31 @@ class ChannelModel:
         stats.received += 1
         if self.tx is not None:
             self.tx.publishes.append((x, msg, mandatory))
-            return
+            return ROUTED
         confirms = self.confirms
-        seq = confirms.publish() if confirms is not None else 0
-        stored, refused = self._enqueue(x, msg, mandatory, scheduled)
-        if confirms is not None:
-            if self.vhost.trace is not None:
-                self.vhost.trace.confirm_owed(self, seq, x, msg, stored, refused)
-            stats.received_confirm += 1
-            if refused:
-                confirms.nack(seq)
-            elif stored:
-                confirms.wait(seq)
-                self.broker.await_commit(self, seq)
-                return
-            else:
-                confirms.ack(seq)
-                stats.confirmed += 1
-            self.broker.mark_dirty(self)
+        if confirms is None:
+            return ROUTED if self._enqueue(x, msg, mandatory, scheduled)[2] else UNROUTED
+        seq = confirms.publish()
+        stored, refused, routed = self._enqueue(x, msg, mandatory, scheduled)
+        if self.vhost.trace is not None:
+            self.vhost.trace.confirm_owed(self, seq, x, msg, stored, refused)
+        stats.received_confirm += 1
+        if refused:
+            confirms.nack(seq)
+        elif stored:
+            confirms.wait(seq)
+            self.broker.await_commit(self, seq)
+            return seq, routed
+        else:
+            confirms.ack(seq)
+            stats.confirmed += 1
+        self.broker.mark_dirty(self)
+        return seq, routed
 
     def _enqueue(self, x: Any, msg: Message, mandatory: bool,
-                 scheduled: bool = False) -> tuple[bool, bool]:
-        """Route and hand to queues: (written to the store?, refused by a queue?)."""
+                 scheduled: bool = False) -> tuple[bool, bool, bool]:
+        """Route and hand to queues: (written to the store?, refused by a queue?,
+        routed?)."""
         queues: list[Queue] = [store_of(self.vhost)] if scheduled else \
             self.vhost.route(x, msg)
         if self.vhost.trace is not None:  # a timer store is no routed queue (yet)
@@ -258,7 +263,7 @@ class ChannelModel:
             # a dedup exchange's duplicate: confirmed after the next commit, so never
             # before the original it duplicates is fsynced (broker/dedup.py)
             return (x.type == EXCHANGE_TYPE and msg.persistent
-                    and self.vhost.store is not None), False
+                    and self.vhost.store is not None), False, False
         self.stats.routed += 1
         if not queues[0].hidden:  # a timer store's message is counted out when it fires
             x.stat_out += len(queues)
@@ -269,7 +274,7 @@ class ChannelModel:
                 refused = True
             elif msg.persistent and q.persistent_store is not None:
                 stored = True
-        return stored, refused
+        return stored, refused, True
 
     # -- deliver --------------------------------------------------------------------
     def deliver(self, consumer: Consumer, entry: QueueEntry) -> None:
@@ -384,7 +389,7 @@ class ChannelModel:
             name = self.queue_name(queue_name)
             if self.access is not None:
                 self.access.read("queue", name)
-            q = self.vhost.queue(name, self.owner)
+            q = self._queue(name)
         if not consumer_tag:
             consumer_tag = "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
         elif consumer_tag in self.consumers:
@@ -429,7 +434,7 @@ class ChannelModel:
         name = self.queue_name(queue_name)
         if self.access is not None:
             self.access.read("queue", name)
-        q = self.vhost.queue(name, self.owner)
+        q = self._queue(name)
         entry = q.get()
         stats = self.stats
         if entry is None:
@@ -693,7 +698,7 @@ class ChannelModel:
             self._settle(action, taken)
         stored = False
         for x, msg, mandatory in tx.publishes:
-            s, _refused = self._enqueue(x, msg, mandatory)
+            s = self._enqueue(x, msg, mandatory)[0]
             stored = stored or s
         if stored:
             self.broker.await_commit_callback(done)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker import dedup, delayed, scheduled
@@ -46,6 +47,7 @@ from ackmq.broker.vhost_store import VHostStore
 if TYPE_CHECKING:
     from ackmq.broker.broker import BrokerModel
 
+DEFAULT_EXCHANGE_REFUSED = "operation not permitted on the default exchange"
 DEFAULT_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"),
                      ("amq.topic", "topic"), ("amq.headers", "headers"),
                      ("amq.match", "headers"))
@@ -123,25 +125,19 @@ class VHost:
     # -- exchanges --------------------------------------------------------------------
     def declare_exchange(self, name: str, type_: str, passive: bool, durable: bool,
                          auto_delete: bool, internal: bool, arguments: dict[str, Any],
-                         check: bool = True, access: Any = None) -> Exchange:
+                         check: bool = True,
+                         permit: Callable[[Exchange | None], None] | None = None) -> Exchange:
         """`check=False` (recovery): definitions accepted once are not checked again.
-        `access` (U3, a ChannelAccess): configure on the exchange; a new one with an
-        alternate-exchange also needs read on itself and write on the AE (rabbit_channel)."""
+        `permit(existing or None)`: the operation layer's checks (U3, broker/
+        operations.py), called where rabbit_channel makes them."""
         if name == "":
-            raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+            raise SoftError(ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED)
         if passive:
             return self.exchange(name)
         if check:
             check_shortstr("exchange name", name)
-        if access is not None:
-            if type_ not in EXCHANGE_CLASSES:
-                raise HardError(COMMAND_INVALID, f"unknown exchange type '{type_}'")
-            access.configure("exchange", name)
-            if name not in self.exchanges and not name.startswith("amq."):
-                ae = arguments.get("alternate-exchange")
-                if isinstance(ae, str | bytes):
-                    access.read("exchange", name)
-                    access.write("exchange", _norm(ae))
+        if permit is not None:
+            permit(self.exchanges.get(name))
         if name.startswith("amq.") and name not in self.exchanges:
             raise SoftError(ACCESS_REFUSED,
                                f"exchange name '{name}' contains reserved prefix 'amq.*'")
@@ -171,12 +167,16 @@ class VHost:
         x.declared(self)
         return x
 
-    def delete_exchange(self, name: str, if_unused: bool) -> None:
+    def check_exchange_deletable(self, name: str) -> None:
+        """The default and the `amq.*` exchanges are never deleted (403)."""
         if name == "":
-            raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+            raise SoftError(ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED)
         if name.startswith("amq."):
             raise SoftError(ACCESS_REFUSED, f"deletion of system exchange '{name}' in "
                                                f"vhost '{self.name}' not allowed")
+
+    def delete_exchange(self, name: str, if_unused: bool) -> None:
+        self.check_exchange_deletable(name)
         x = self.exchanges.get(name)
         if x is None:
             return  # idempotent, as RabbitMQ 3.x
@@ -200,10 +200,11 @@ class VHost:
     # -- queues -----------------------------------------------------------------------
     def declare_queue(self, name: str, passive: bool, durable: bool, exclusive: bool,
                       auto_delete: bool, arguments: dict[str, Any], owner: Any,
-                      check: bool = True, access: Any = None) -> Queue:
+                      check: bool = True,
+                      permit: Callable[[str, Queue | None], None] | None = None) -> Queue:
         """`check=False` (recovery): definitions accepted once are not checked again.
-        `access` (U3): configure on the queue (a server-named one too); a new queue with
-        x-dead-letter-exchange also needs read on itself and write on the DLX."""
+        `permit(name, existing or None)`: the operation layer's checks (U3, U6; broker/
+        operations.py), called once the name is known (a server-named one too)."""
         if passive:
             if name == "":
                 raise not_found("queue", name, self.name)
@@ -219,18 +220,9 @@ class VHost:
         elif check and name.startswith("amq."):  # recovery brings back amq.gen-… ones
             raise SoftError(ACCESS_REFUSED,
                                f"queue name '{name}' contains reserved prefix 'amq.*'")
-        if access is not None:
-            access.configure("queue", name)
         q = self.queues.get(name)
-        if q is None and access is not None:
-            limit = access.model.vhost_limit(self.name, "max-queues")  # U6
-            if limit is not None and len(self.queues) >= limit:
-                raise SoftError(PRECONDITION_FAILED, f"cannot declare queue '{name}': "
-                                   f"queue limit in vhost '{self.name}' ({limit}) is reached")
-            dlx = arguments.get("x-dead-letter-exchange")
-            if isinstance(dlx, str | bytes):
-                access.read("queue", name)
-                access.write("exchange", _norm(dlx))
+        if permit is not None:
+            permit(name, q)
         if q is not None:
             # as RabbitMQ: the declaring connection must own the queue exactly when it
             # declares it exclusive (405 either way round), checked before anything else
@@ -300,10 +292,9 @@ class VHost:
     # -- bindings ---------------------------------------------------------------------
     def bind(self, source: str, destination: Any, routing_key: str,
              arguments: dict[str, Any]) -> None:
-        if source == "":
-            raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
-        if getattr(destination, "name", None) == "" and not isinstance(destination, Queue):
-            raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        if source == "" or (getattr(destination, "name", None) == ""
+                            and not isinstance(destination, Queue)):
+            raise SoftError(ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED)
         x = self.exchange(source)
         if x.type == "headers":
             mode = _norm((arguments or {}).get("x-match", "all"))
@@ -325,7 +316,7 @@ class VHost:
         default exchange (403) and another connection's exclusive queue (405, when the
         binding exists) refuse."""
         if source == "" or (kind == "exchange" and destination == ""):
-            raise SoftError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+            raise SoftError(ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED)
         x = self.exchanges.get(source)
         dest = (self.queues if kind == "queue" else self.exchanges).get(destination)
         if x is None or dest is None:

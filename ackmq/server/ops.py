@@ -65,17 +65,16 @@ def http_error(e: ReplyError) -> OpError:
 
 
 class _Output:
-    """The ChannelOutput of a management channel: remembers what a publish caused."""
+    """The ChannelOutput of a management channel: the confirm of its publish."""
 
     def __init__(self) -> None:
-        self.was_unroutable = False
         self.confirmed: asyncio.Future[bool] | None = None
 
     def deliver(self, consumer: Any, delivery_tag: int, entry: Any) -> None:
         raise AssertionError("a management channel has no consumers")
 
     def unroutable(self, message: Any) -> None:
-        self.was_unroutable = True
+        """`basic_publish` returns it (C2)."""
 
     def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None:
         if self.confirmed is not None and not self.confirmed.done():
@@ -110,6 +109,8 @@ class MgmtChannel:
         self.model = server.broker.open_channel(vh, _Owner(), self.out, user or "")
         if user is not None:
             self.model.access = ChannelAccess(server.access, user, vhost)
+        else:  # the admin socket: rabbitmqctl's verbs check nothing
+            self.model.superuser = True
 
     def __enter__(self) -> Any:
         return self.model
@@ -223,12 +224,13 @@ async def publish(server: HttpContext, user: str, vhost: str, exchange: str,
         out = ch.output
         out.confirmed = loop.create_future()
         ch.confirm_select()
-        ch.basic_publish(exchange, routing_key, mandatory, False, properties, payload)
+        _seq, routed = ch.basic_publish(exchange, routing_key, mandatory, False, properties,
+                                        payload)
         server.request_flush()
         ok = await asyncio.wait_for(out.confirmed, 60)
         if not ok:  # a queue refused it (x-overflow reject-publish), as RabbitMQ says
             raise bad_request("rejected Unable to publish message. Check queue limits.")
-        return not out.was_unroutable
+        return routed
 
 
 async def publish_json(server: HttpContext, user: str, vhost: str, exchange: str,
@@ -337,23 +339,18 @@ def get(server: HttpContext, user: str, vhost: str, queue: str, count: int,
 
 # -- purge, delete, close -----------------------------------------------------------------
 def purge(server: HttpContext, user: str | None, q: Any) -> int:
-    """Purge the ready messages of `q`: the user needs read on it and the queue must not
-    be another connection's exclusive queue (as a queue.purge over AMQP)."""
+    """Purge the ready messages of `q`: the purge verb (read on it, not another
+    connection's exclusive queue), as a queue.purge over AMQP."""
     with MgmtChannel(server, user, q.vhost.name) as ch:
-        if user is not None:
-            ch.access.read("queue", q.name)
-            ch.vhost.check_exclusive(q, None)
-        return int(q.purge())
+        return int(ch.purge(q.name))
 
 
 def delete_queue(server: HttpContext, user: str | None, q: Any, if_unused: bool = False,
                  if_empty: bool = False) -> int:
-    """Delete `q` (configure permission), as queue.delete; the messages it held."""
+    """Delete `q` with the delete verb (configure on it), as queue.delete; the messages
+    it held."""
     with MgmtChannel(server, user, q.vhost.name) as ch:
-        if user is not None:
-            ch.access.configure("queue", q.name)
-            ch.vhost.check_exclusive(q, None)
-        return int(ch.vhost.delete_queue(q, if_unused=if_unused, if_empty=if_empty))
+        return int(ch.delete_queue(q.name, if_unused, if_empty))
 
 
 def close_connection(server: HttpContext, conn: Any, reason: str) -> None:

@@ -13,6 +13,7 @@ import base64
 import http.client
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,6 +33,19 @@ class Reply:
     body: Any
     headers: dict[str, str]
     raw: bytes = b""
+
+
+_HTTP_URL = re.compile(r"(http://127\.0\.0\.1:\d+)")
+
+
+def http_url_of(proc: Any, timeout: float = 10.0) -> str:
+    """The management listener's URL a `BrokerProcess` logged at start ("" if none)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m = _HTTP_URL.search("".join(proc.log))
+        if m or time.monotonic() > deadline:
+            return m.group(1) if m else ""
+        time.sleep(0.05)
 
 
 def q(name: str) -> str:

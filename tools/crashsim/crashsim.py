@@ -238,15 +238,15 @@ class _Run:
                     mid = self.next_id
                     body = f"{q}/{mid}/".encode() + rng.randbytes(rng.choice((0, 50, 700, 3000)))
                     o.bodies[body] = (q, mid)
-                    assert ch.confirms is not None
-                    self.published[ch.confirms.next_seq] = (q, mid, self.incarnation[q])
                     if rng.random() < 0.3:  # through the delayed exchange (L2)
                         delay = rng.choice(DELAYS)
                         o.due[body] = self.clock.now + delay
-                        ch.basic_publish(DELAYED_X, q, False, False, properties_with_header(
-                            PERSISTENT, delayed.HEADER, delay), body)
+                        seq, _ = ch.basic_publish(DELAYED_X, q, False, False,
+                                                  properties_with_header(
+                                                      PERSISTENT, delayed.HEADER, delay), body)
                     else:
-                        ch.basic_publish("", q, False, False, PERSISTENT, body)
+                        seq, _ = ch.basic_publish("", q, False, False, PERSISTENT, body)
+                    self.published[seq] = (q, mid, self.incarnation[q])
             elif what < 0.62:
                 q = rng.choice(queues)
                 got = ch.basic_get(q, False)

@@ -5,7 +5,8 @@
 # Runs `python -m ackmq serve` from <code-dir> under valgrind --tool=callgrind, publishes
 # N 100-byte messages with pika (transient, no confirms; with `confirm`: persistent to a
 # durable queue, each waiting for its confirm), waits until the queue holds them, stops
-# the broker and prints callgrind's total. Per message = (total at N - total at 0) / N.
+# the broker and prints callgrind's total. With `roundtrip`: transient publishes, then a
+# consumer (prefetch 100, manual acks) takes and acks all N: publish+deliver+ack. Per message = (total at N - total at 0) / N.
 # PYTHON: the interpreter with ackmq's dependencies (default: python3).
 set -eu
 code=$1; n=$2; out=$3; mode=${4:-}
@@ -37,6 +38,15 @@ for i in range(n):
         print(f"{i + 1} published", file=sys.stderr, flush=True)
 while ch.queue_declare("cg", passive=True).method.message_count < n:
     time.sleep(0.5)
+if mode == "roundtrip" and n:
+    ch.basic_qos(prefetch_count=100)
+    got = 0
+    for method, _props, _body in ch.consume("cg"):
+        got += 1
+        ch.basic_ack(method.delivery_tag)
+        if got == n:
+            break
+    ch.cancel()
 c.close()
 PY
 kill -INT $vp; wait $vp || true

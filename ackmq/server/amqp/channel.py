@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands as C
 
 from ackmq.broker.access import ChannelAccess
-from ackmq.broker.access import bind_access as _bind_access
 from ackmq.broker.errors import SoftError
 from ackmq.broker.vhost import REPLY_TO
 from ackmq.protocol.amqp import build_method as M
@@ -138,34 +137,24 @@ class AMQPChannel:
         self.send(M(C.Channel.FlowOk, active=m.active))
 
     def _exchange_declare(self, m: C.Exchange.Declare) -> None:
-        self.conn.vhost.declare_exchange(m.exchange, _s(m.exchange_type), m.passive, m.durable,
-                                         m.auto_delete, m.internal, m.arguments or {},
-                                         access=self.model.access)
+        self.model.declare_exchange(m.exchange, _s(m.exchange_type), m.passive, m.durable,
+                                    m.auto_delete, m.internal, m.arguments or {})
         if not m.nowait:
             self.send(M(C.Exchange.DeclareOk))
 
     def _exchange_delete(self, m: C.Exchange.Delete) -> None:
-        if self.model.access is not None and m.exchange and not m.exchange.startswith("amq."):
-            self.model.access.configure("exchange", m.exchange)
-        self.conn.vhost.delete_exchange(m.exchange, m.if_unused)
+        self.model.delete_exchange(m.exchange, m.if_unused)
         if not m.nowait:
             self.send(M(C.Exchange.DeleteOk))
 
     def _exchange_bind(self, m: C.Exchange.Bind) -> None:
-        vh = self.conn.vhost
-        _bind_access(self.model.access, vh, "exchange", m.destination, m.source,
-                     m.routing_key)
-        dest = vh.exchange(m.destination)
-        vh.exchange(m.source)
-        vh.bind(m.source, dest, m.routing_key, m.arguments or {})
+        self.model.bind("exchange", m.destination, m.source, m.routing_key, m.arguments or {})
         if not m.nowait:
             self.send(M(C.Exchange.BindOk))
 
     def _exchange_unbind(self, m: C.Exchange.Unbind) -> None:
-        _bind_access(self.model.access, self.conn.vhost, "exchange", m.destination,
-                     m.source, m.routing_key)
-        self.conn.vhost.unbind(m.source, "exchange", m.destination, m.routing_key,
-                               m.arguments or {})
+        self.model.unbind("exchange", m.destination, m.source, m.routing_key,
+                          m.arguments or {})
         if not m.nowait:
             self.send(M(C.Exchange.UnbindOk))
 
@@ -173,56 +162,38 @@ class AMQPChannel:
         if m.passive and m.queue == REPLY_TO:  # clients probe direct reply-to so (RabbitMQ)
             self.send(M(C.Queue.DeclareOk, queue=REPLY_TO, message_count=0, consumer_count=1))
             return
-        q = self.conn.vhost.declare_queue(m.queue, m.passive, m.durable, m.exclusive,
-                                          m.auto_delete, m.arguments or {}, self.conn,
-                                          access=self.model.access)
-        self.model.last_queue = q.name
+        q = self.model.declare_queue(m.queue, m.passive, m.durable, m.exclusive,
+                                     m.auto_delete, m.arguments or {})
         if not m.nowait:
             self.send(M(C.Queue.DeclareOk, queue=q.name, message_count=q.message_count,
                                         consumer_count=q.consumer_count))
 
     def _queue_bind(self, m: C.Queue.Bind) -> None:
-        vh = self.conn.vhost
         name = self.model.queue_name(m.queue)
-        _bind_access(self.model.access, vh, "queue", name, m.exchange, _binding_key(m, name))
-        q = vh.queue(name, self.conn)
-        vh.bind(m.exchange, q, _binding_key(m, q.name), m.arguments or {})
+        self.model.bind("queue", name, m.exchange, _binding_key(m, name), m.arguments or {})
         if not m.nowait:
             self.send(M(C.Queue.BindOk))
 
     def _queue_unbind(self, m: C.Queue.Unbind) -> None:
         name = self.model.queue_name(m.queue)
-        _bind_access(self.model.access, self.conn.vhost, "queue", name, m.exchange,
-                     _binding_key(m, name))
-        self.conn.vhost.unbind(m.exchange, "queue", name, _binding_key(m, name),
-                               m.arguments or {}, self.conn)
+        self.model.unbind("queue", name, m.exchange, _binding_key(m, name), m.arguments or {})
         self.send(M(C.Queue.UnbindOk))
 
     def _queue_purge(self, m: C.Queue.Purge) -> None:
-        name = self.model.queue_name(m.queue)
-        if self.model.access is not None:
-            self.model.access.read("queue", name)
-        n = self.conn.vhost.queue(name, self.conn).purge()
+        n = self.model.purge(self.model.queue_name(m.queue))
         if not m.nowait:
             self.send(M(C.Queue.PurgeOk, message_count=n))
 
     def _queue_delete(self, m: C.Queue.Delete) -> None:
-        vh = self.conn.vhost
-        name = self.model.queue_name(m.queue)
-        if self.model.access is not None:
-            self.model.access.configure("queue", name)
-        q = vh.queues.get(name)
-        n = 0
+        # as RabbitMQ: delete-ok before the basic.cancel of this connection's consumers
+        # (py-amqp, so kombu and Celery, wait for the delete-ok and fail on a cancel)
         held: list[tuple[AMQPChannel, str]] = []
-        if q is not None:
-            vh.check_exclusive(q, self.conn)
-            # as RabbitMQ: delete-ok before the basic.cancel of this connection's consumers
-            # (py-amqp, so kombu and Celery, wait for the delete-ok and fail on a cancel)
-            self.conn.held_cancels = held
-            try:
-                n = vh.delete_queue(q, notify=True, if_unused=m.if_unused, if_empty=m.if_empty)
-            finally:
-                self.conn.held_cancels = None
+        self.conn.held_cancels = held
+        try:
+            n = self.model.delete_queue(self.model.queue_name(m.queue), m.if_unused,
+                                         m.if_empty)
+        finally:
+            self.conn.held_cancels = None
         if not m.nowait:
             self.send(M(C.Queue.DeleteOk, message_count=n))
         for ch, tag in held:

@@ -20,7 +20,6 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from ackmq.broker.access import bind_access
 from ackmq.broker.errors import AccessRefused, ReplyError
 from ackmq.broker.queue_type import ACK, REJECT, REQUEUE
 from ackmq.protocol.amqp10 import Composite, DecodeError, decode_message, error
@@ -163,21 +162,15 @@ class Incoming(_Link):
         message's routing key: basic.publish checks it per transfer."""
         ch = self.session.channel
         vh = ch.vhost
-        access = ch.access
         if addr.kind in (V2_QUEUE, AMQQUEUE):
-            vh.queue(addr.name, self.session.conn)  # 404 (amqp:not-found), 405
+            ch.declare_queue(addr.name, passive=True)  # 404 (amqp:not-found), 405
         elif addr.kind == QUEUE:
-            if addr.name not in vh.queues:
-                vh.declare_queue(addr.name, False, True, False, False, {}, self.session.conn,
-                                 access=access)
-            elif access is not None:
-                access.configure("queue", addr.name)
+            ch.ensure_queue(addr.name)
         elif addr.kind in (V2_EXCHANGE, EXCHANGE):
             vh.exchange(addr.name)
         elif addr.kind == TOPIC:
             vh.exchange("amq.topic")
-        if access is not None:
-            access.write("exchange", addr.routing(None)[0])
+        ch.check_publisher(addr.routing(None)[0])
 
     def flow_fields(self) -> dict[str, Any]:
         return dict(handle=UInt(self.handle), delivery_count=UInt(self.delivery_count),
@@ -265,11 +258,7 @@ class Incoming(_Link):
                                            f"'{s.channel.vhost.name}'")
             exchange, key = target.routing(subject)
             props, body = to_amqp091(msg)
-            ch = s.channel
-            assert ch.confirms is not None
-            seq = ch.confirms.next_seq
-            s.returned = False
-            ch.basic_publish(exchange, key, True, False, props, body)
+            seq, routed = s.channel.basic_publish(exchange, key, True, False, props, body)
         except _Reject as r:
             if not settled:
                 self._answer(did, outcome(REJECTED, error(r.condition, r.description)))
@@ -281,10 +270,9 @@ class Incoming(_Link):
                 self._answer(did, outcome(REJECTED, error(reply_condition(e), e.text)))
             return
         if settled:
-            s.released.discard(seq)
             return
         s.pending[seq] = (self, did)
-        if s.returned:
+        if not routed:
             s.released.add(seq)
 
     def _answer(self, did: int, state: Composite) -> None:
@@ -338,8 +326,7 @@ class Outgoing(_Link):
         try:
             if dynamic:  # OASIS 3.5.3: a node made for this link (a server-named exclusive
                 # queue, gone with the link's connection), its address in our attach
-                q = s.channel.vhost.declare_queue("", False, False, True, True, {}, s.conn,
-                                                  access=s.channel.access)
+                q = s.channel.declare_queue("", False, False, True, True)
                 made.append(q)
                 assert self.source is not None
                 self.source.address = "/queues/" + quote(q.name, safe="")
@@ -386,32 +373,23 @@ class Outgoing(_Link):
     def _source_queue(self, addr: Address, made: list[Queue]) -> Queue:
         """The queue a source address consumes from. /queue/ and a bare name declare it
         (configure, as queue.declare); /exchange/ and /topic/ give the link a
-        server-named exclusive queue bound as queue.bind would be (U3, `bind_access`:
-        write on the queue, read on the exchange, the topic permission on the binding
-        key), before the exchange is looked up, as RabbitMQ 4. Reading it (consume)
+        server-named exclusive queue bound by the bind verb (U3: write on the queue,
+        read on the exchange, the topic permission on the binding key, before the
+        exchange is looked up, as RabbitMQ 4). Reading it (consume)
         is basic.consume's own check."""
-        s = self.session
-        vh = s.channel.vhost
-        conn = s.conn
+        ch = self.session.channel
         if addr.kind in (V2_QUEUE, AMQQUEUE):
-            return vh.queue(addr.name, conn)
+            return ch.declare_queue(addr.name, passive=True)
         if addr.kind == QUEUE:
-            if addr.name in vh.queues:
-                if s.channel.access is not None:
-                    s.channel.access.configure("queue", addr.name)
-                return vh.queue(addr.name, conn)
-            return vh.declare_queue(addr.name, False, True, False, False, {}, conn,
-                                    access=s.channel.access)
+            return ch.ensure_queue(addr.name)
         if addr.kind == V2_EXCHANGE:
             raise LinkError(F.NOT_ALLOWED, "RabbitMQ 4 consumes from queues only: attach to "
                                            "/queues/:queue")
         exchange, key = ("amq.topic", addr.name) if addr.kind == TOPIC \
             else (addr.name, addr.key or "")
-        q = vh.declare_queue("", False, False, True, True, {}, conn, access=s.channel.access)
+        q = ch.declare_queue("", False, False, True, True)
         made.append(q)
-        bind_access(s.channel.access, vh, "queue", q.name, exchange, key)
-        vh.exchange(exchange)
-        vh.bind(exchange, q, key, {})
+        ch.bind("queue", q.name, exchange, key)
         return q
 
     def payload(self, entry: QueueEntry) -> bytes:

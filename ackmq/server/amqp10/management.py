@@ -28,7 +28,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from ackmq.broker.access import bind_access
 from ackmq.broker.errors import ReplyError
 from ackmq.protocol.amqp10 import Composite
 from ackmq.protocol.amqp10.message import AMQP_VALUE, Message10
@@ -84,36 +83,24 @@ def _segments(path: str, prefix: str) -> list[str]:
 
 def _dispatch(session: Session, method: str, path: str, body: Any) -> tuple[int, Any]:
     ch = session.channel
-    vh = ch.vhost
-    conn = session.conn
-    access = ch.access
     if path.startswith("/queues/"):
         parts = _segments(path, "/queues/")
         name = parts[0]
         if len(parts) == 2 and parts[1] == "messages" and method == "DELETE":
-            if access is not None:
-                access.read("queue", name)
-            return 200, {"message_count": vh.queue(name, conn).purge()}
+            return 200, {"message_count": ch.purge(name)}
         if len(parts) != 1:
             raise BadRequest(f"no such path {path}")
         if method == "PUT":
             b = body if isinstance(body, dict) else {}
-            q = vh.declare_queue(name, False, bool(b.get("durable", True)),
+            q = ch.declare_queue(name, False, bool(b.get("durable", True)),
                                  bool(b.get("exclusive", False)),
                                  bool(b.get("auto_delete", False)),
-                                 dict(b.get("arguments") or {}), conn, access=access)
+                                 dict(b.get("arguments") or {}))
             return 200, _queue_info(q)
         if method == "GET":
-            return 200, _queue_info(vh.queue(name, conn))
+            return 200, _queue_info(ch.declare_queue(name, passive=True))
         if method == "DELETE":
-            if access is not None:
-                access.configure("queue", name)
-            gone = vh.queues.get(name)
-            n = 0
-            if gone is not None:
-                vh.check_exclusive(gone, conn)
-                n = vh.delete_queue(gone, notify=True)
-            return 200, {"message_count": n}
+            return 200, {"message_count": ch.delete_queue(name)}
     elif path.startswith("/exchanges/"):
         parts = _segments(path, "/exchanges/")
         if len(parts) != 1:
@@ -121,29 +108,21 @@ def _dispatch(session: Session, method: str, path: str, body: Any) -> tuple[int,
         name = parts[0]
         if method == "PUT":
             b = body if isinstance(body, dict) else {}
-            vh.declare_exchange(name, str(b.get("type", "direct")), False,
+            ch.declare_exchange(name, str(b.get("type", "direct")), False,
                                 bool(b.get("durable", True)), bool(b.get("auto_delete", False)),
-                                bool(b.get("internal", False)), dict(b.get("arguments") or {}),
-                                access=access)
+                                bool(b.get("internal", False)), dict(b.get("arguments") or {}))
             return 204, None
         if method == "DELETE":
-            if access is not None and not name.startswith("amq."):
-                access.configure("exchange", name)
-            vh.delete_exchange(name, False)
+            ch.delete_exchange(name)
             return 204, None
     elif path == "/bindings" and method == "POST":
         b = body if isinstance(body, dict) else {}
         source, key = str(b.get("source", "")), str(b.get("binding_key", ""))
         args = dict(b.get("arguments") or {})
         if "destination_queue" in b:
-            qname = str(b["destination_queue"])
-            bind_access(access, vh, "queue", qname, source, key)
-            vh.bind(source, vh.queue(qname, conn), key, args)
+            ch.bind("queue", str(b["destination_queue"]), source, key, args)
         elif "destination_exchange" in b:
-            xname = str(b["destination_exchange"])
-            bind_access(access, vh, "exchange", xname, source, key)
-            vh.exchange(source)
-            vh.bind(source, vh.exchange(xname), key, args)
+            ch.bind("exchange", str(b["destination_exchange"]), source, key, args)
         else:
             raise BadRequest("a binding needs destination_queue or destination_exchange")
         return 204, None
@@ -151,6 +130,7 @@ def _dispatch(session: Session, method: str, path: str, body: Any) -> tuple[int,
         fields = dict(part.split("=", 1) for part in path[len("/bindings/"):].split(";")
                       if "=" in part)
         source, key = unquote(fields.get("src", "")), unquote(fields.get("key", ""))
+        vh = ch.vhost
         if "dste" in fields or ("dstq" in fields
                                 and unquote(fields["dstq"]) not in vh.queues
                                 and unquote(fields["dstq"]) in vh.exchanges):
@@ -158,8 +138,7 @@ def _dispatch(session: Session, method: str, path: str, body: Any) -> tuple[int,
             dest, kind = unquote(fields.get("dste", fields.get("dstq", ""))), "exchange"
         else:
             dest, kind = unquote(fields.get("dstq", "")), "queue"
-        bind_access(access, vh, kind, dest, source, key)
-        vh.unbind(source, kind, dest, key, {}, conn)
+        ch.unbind(kind, dest, source, key, {})
         return 204, None
     raise BadRequest(f"{method} {path} is not a management request ackmq serves")
 

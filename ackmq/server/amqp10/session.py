@@ -59,7 +59,6 @@ class Session:
         # confirm seq -> (link, delivery id, settled by the client already?)
         self.pending: OrderedDict[int, tuple[Incoming, int]] = OrderedDict()
         self.released: set[int] = set()  # seqs of unroutable publishes
-        self.returned = False
         self.open = True
 
     # -- ChannelOutput ------------------------------------------------------------------------
@@ -110,7 +109,7 @@ class Session:
         link.delivery_count = (link.delivery_count + 1) & 0xFFFFFFFF
 
     def unroutable(self, message: Message) -> None:
-        self.returned = True
+        """`basic_publish` returns it: the transfer's outcome says `released`."""
 
     def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None:
         pending = self.pending

@@ -99,8 +99,7 @@ async def put_queue(request: web.Request) -> web.Response:
     existed = name in srv.broker.vhosts[vhost].queues
     with ops.MgmtChannel(srv, user(request).name, vhost) as ch:
         try:
-            ch.vhost.declare_queue(name, False, durable, False, auto_delete, args, None,
-                                   access=ch.access)
+            ch.declare_queue(name, False, durable, False, auto_delete, args)
         except ReplyError as e:
             raise ops.http_error(_from_json(e)) from None
     return no_content(204 if existed else 201)
@@ -183,9 +182,9 @@ async def put_exchange(request: web.Request) -> web.Response:
     existed = name in srv.broker.vhosts[vhost].exchanges
     with ops.MgmtChannel(srv, user(request).name, vhost) as ch:
         try:
-            ch.vhost.declare_exchange(name, str(type_), False, flag(body.get("durable")),
-                                      flag(body.get("auto_delete")),
-                                      flag(body.get("internal")), args, access=ch.access)
+            ch.declare_exchange(name, str(type_), False, flag(body.get("durable")),
+                                flag(body.get("auto_delete")), flag(body.get("internal")),
+                                args)
         except ReplyError as e:
             raise ops.http_error(e) from None
     return no_content(204 if existed else 201)
@@ -196,9 +195,7 @@ async def delete_exchange(request: web.Request) -> web.Response:
     x = _exchange(request)
     with ops.MgmtChannel(server(request), user(request).name, vhost) as ch:
         try:
-            if x.name and not x.name.startswith("amq."):
-                ch.access.configure("exchange", x.name)
-            ch.vhost.delete_exchange(x.name, flag(request.query.get("if-unused")))
+            ch.delete_exchange(x.name, flag(request.query.get("if-unused")))
         except ReplyError as e:
             raise ops.http_error(e) from None
     return no_content()
@@ -283,13 +280,7 @@ async def create_binding(request: web.Request) -> web.Response:
         raise ops.bad_request("routing_key must be a string and arguments an object")
     with ops.MgmtChannel(server(request), user(request).name, vh.name) as ch:
         try:
-            a = ch.access
-            a.write(kind, dest)
-            a.read("exchange", src or "amq.default")
-            destination = (vh.queues if kind == "queue" else vh.exchanges)[dest]
-            if kind == "queue":
-                vh.check_exclusive(destination, None)
-            vh.bind(src, destination, key, args)
+            ch.bind(kind, dest, src, key, args)
         except ReplyError as e:
             raise ops.http_error(e) from None
     loc = quote(dest, safe="") + "/" + quote(views.properties_key(key, args), safe="")
@@ -311,20 +302,17 @@ async def get_binding(request: web.Request) -> web.Response:
 
 async def delete_binding(request: web.Request) -> web.Response:
     vh, src, kind, dest, b = _binding(request)
-    if src == "":
-        raise ops.http_error(ReplyError(403, "operation not permitted on the default "
-                                              "exchange"))
     with ops.MgmtChannel(server(request), user(request).name, vh.name) as ch:
         try:
-            ch.access.write(kind, dest)
-            ch.access.read("exchange", src)
             x = vh.exchanges[src]
             destination = (vh.queues if kind == "queue" else vh.exchanges)[dest]
+            args: dict[str, Any] = {}  # the bound arguments, as stored (JSON shows them)
             for bound in list(x.bindings.values()):
                 if bound.destination is destination and bound.routing_key == b["routing_key"] \
                         and views.jsonable(bound.arguments) == b["arguments"]:
-                    vh.unbind(src, kind, dest, bound.routing_key, bound.arguments)
+                    args = bound.arguments
                     break
+            ch.unbind(kind, dest, src, b["routing_key"], args)
         except ReplyError as e:
             raise ops.http_error(e) from None
     return no_content()

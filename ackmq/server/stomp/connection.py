@@ -102,7 +102,6 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         self.receipts: OrderedDict[int, list[Receipt]] = OrderedDict()  # confirm seq ->
         self.disconnect_receipt: str | None = None
         self.send_ms = self.recv_ms = 0
-        self._returned = False
         self._resume = False  # the decoder waited for the version after CONNECT
 
     def _to(self, new: StompState) -> None:
@@ -338,13 +337,11 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
             return
         if ch.confirms is None:
             ch.confirm_select()
-        assert ch.confirms is not None
-        seq = ch.confirms.next_seq
         # a topic with no subscriber is normal pub/sub; anything else unroutable is an error
         mandatory = dest.kind != TOPIC
-        self._returned = False
-        ch.basic_publish(exchange, routing_key, mandatory, False, props, f.body, later)
-        if self._returned:
+        seq, routed = ch.basic_publish(exchange, routing_key, mandatory, False, props, f.body,
+                                       later)
+        if mandatory and not routed:
             raise Refused("Unroutable message",
                            f"SEND to '{text}' reached no queue: the message was dropped\n")
         waiting = [r for r in (own, group) if r is not None]
@@ -388,7 +385,8 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         self.write(encode_frame("MESSAGE", headers, msg.body, self.version or "1.2"))
 
     def unroutable(self, message: Message) -> None:
-        self._returned = True  # _send turns it into an ERROR naming the destination
+        """`basic_publish` returns it: _send turns it into an ERROR naming the
+        destination."""
 
     def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None:
         if self.state == S.CLOSED:

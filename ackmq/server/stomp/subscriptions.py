@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker import stream_args
-from ackmq.broker.access import READ
 from ackmq.broker.arguments import DELIVERY_COUNT_ARG, SEQ_ARG
 from ackmq.broker.errors import ReplyError
 from ackmq.broker.queue_type import RETURN
@@ -87,7 +86,7 @@ class Subscriptions:
         name = self.reply_queues.get(reply_to)
         if name is not None and name in ch.vhost.queues:
             return name
-        q = ch.vhost.declare_queue("", False, False, True, True, {}, self, access=ch.access)
+        q = ch.declare_queue("", False, False, True, True)
         tag = "T_" + reply_to
         ch.basic_consume(q.name, tag, True, False, {})
         self.subs[tag] = Subscription(reply_to, tag, reply_to, None, "auto", q.name, False)
@@ -145,11 +144,9 @@ class Subscriptions:
         ACCESS_REFUSED prefix); /exchange/ subscriptions meet it at their queue.bind."""
         ch = self.channel
         assert ch is not None
-        access = ch.access
-        if access is not None and access.topics:
-            refusal = access.topic_refusal(READ, "amq.topic", dest.name)
-            if refusal is not None:
-                raise Refused("access_refused", refusal)
+        refusal = ch.topic_refusal("amq.topic", dest.name)
+        if refusal is not None:
+            raise Refused("access_refused", refusal)
 
     @staticmethod
     def _prefetch(h: dict[str, str]) -> int | None:
@@ -171,7 +168,7 @@ class Subscriptions:
         if dest.kind == QUEUE:
             return self._declare_queue(dest.name, h, durable=True)
         if dest.kind in (AMQQUEUE, REPLY_QUEUE):
-            return vh.queue(dest.name, self)
+            return ch.declare_queue(dest.name, passive=True)
         # /topic/ and /exchange/: a queue per subscription, bound to the exchange
         exchange, key = ("amq.topic", dest.name) if dest.kind == TOPIC \
             else (dest.name, dest.key or "")
@@ -184,11 +181,7 @@ class Subscriptions:
         fresh = name not in vh.queues
         q = self._declare_queue(name, h, durable=durable, auto_delete=True)
         try:
-            if ch.access is not None:  # U3: as queue.bind
-                ch.access.write("queue", q.name)
-                ch.access.read("exchange", exchange)
-                ch.access.check_topic(READ, vh.exchange(exchange), key)
-            vh.bind(exchange, q, key, {})
+            ch.bind("queue", q.name, exchange, key)
         except ReplyError:
             if fresh:
                 self._drop_unused(q, dest)
@@ -223,8 +216,7 @@ class Subscriptions:
                                    f"'{k}' must be an integer, not {v[:40]!r}\n") from None
             else:
                 args[k] = v.strip()
-        return ch.vhost.declare_queue(name, False, durable, exclusive, auto_delete, args, self,
-                                      access=ch.access)
+        return ch.declare_queue(name, False, durable, exclusive, auto_delete, args)
 
     def _drop_unused(self, q: Queue, dest: Destination) -> None:
         """A subscription queue we declared and could not use goes again."""
@@ -260,9 +252,8 @@ class Subscriptions:
                 ch.settle(RETURN, ch.take_for_consumer(tag, mine[-1], True))
         if sub.dest is not None and sub.dest.kind == TOPIC and \
                 (h.get("durable") == "true" or h.get("persistent") == "true"):
-            q = ch.vhost.queues.get(sub.queue)
-            if q is not None:  # ends a durable subscription, as RabbitMQ
-                ch.vhost.delete_queue(q, notify=False)
+            # ends a durable subscription: a queue.delete, as RabbitMQ's plugin
+            ch.delete_queue(sub.queue, notify=False)
 
     # -- ACK / NACK (W4, W6) ----------------------------------------------------------
     def _on_ack(self, f: Frame) -> None:
