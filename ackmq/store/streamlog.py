@@ -35,6 +35,7 @@ from typing import Any, Final, cast
 
 from ackmq.broker.storage import StreamLogLike
 from ackmq.store.format import REC_HDR
+from ackmq.store.streamtrack import Tracking
 
 log = logging.getLogger("ackmq.stream")
 
@@ -126,6 +127,8 @@ class StreamLog:
         self._last_chunk = 0
         self._damaged: set[int] = set()  # offsets whose record failed its checksum
         self.dir.mkdir(parents=True, exist_ok=True)
+        # the stream protocol's publisher sequences and stored offsets (streamtrack.py)
+        self.tracking = Tracking(self.dir / "tracking")
         self._recover()
 
     # -- offsets --------------------------------------------------------------------
@@ -455,10 +458,21 @@ class StreamLog:
             # the kernel reads the next stretch meanwhile: the next pread is a copy
             os.posix_fadvise(seg.fd, pos, READ_AHEAD, os.POSIX_FADV_WILLNEED)
 
+    # -- tracking (the stream protocol's deduplication and offsets) -------------------
+    def tracked(self, kind: int, ref: str) -> int | None:
+        return self.tracking.get(kind, ref)
+
+    def track(self, kind: int, ref: str, value: int) -> None:
+        """Written by the next commit, after the records appended before it (X3, X4)."""
+        self.tracking.set(kind, ref, value)
+
     # -- life cycle -----------------------------------------------------------------
     def close(self) -> None:
         self.flush()
         self.sync()
+        if self.tracking.pending:
+            self.tracking.write(self.tracking.take_pending(), True)
+        self.tracking.close()
         for seg in self.segments:
             if seg.fd >= 0:
                 os.close(seg.fd)
@@ -470,6 +484,7 @@ class StreamLog:
     def destroy(self) -> None:
         self._buf, self._pending, self._pending_ts = bytearray(), [], []
         self._dirty = False
+        self.tracking.take_pending()
         self.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -490,7 +505,8 @@ class StreamStore:
         self.logs: dict[tuple[str, str], StreamLog] = {}
         self._dirty: dict[tuple[str, str], StreamLog] = {}
         self._call = call_soon_threadsafe
-        self._jobs: list[tuple[list[int], Callable[[BaseException | None], None]]] = []
+        self._jobs: list[tuple[list[int], list[tuple[Tracking, bytes]],
+                               Callable[[BaseException | None], None]]] = []
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closing = False
@@ -521,33 +537,47 @@ class StreamStore:
 
     def commit(self, callback: Callable[[BaseException | None], None]) -> None:
         """Write every log appended to now; `callback(None)` once fdatasynced (or
-        `callback(exc)`), on the broker's thread."""
+        `callback(exc)`), on the broker's thread. Tracking records (publisher sequences,
+        stored offsets) are written after the records they follow are fdatasynced."""
         dirty, self._dirty = self._dirty, {}
         fds: list[int] = []
+        after: list[tuple[Tracking, bytes]] = []
         try:
             for lg in dirty.values():
                 lg.flush()
                 if self.fsync and lg._dirty and lg._wfd >= 0:
                     fds.append(os.dup(lg._wfd))  # the sync thread owns (and closes) these
                 lg._dirty = False
+                if lg.tracking.pending:
+                    after.append((lg.tracking, lg.tracking.take_pending()))
         except OSError as e:
             for fd in fds:
                 os.close(fd)
             callback(e)
             return
-        if not fds:
-            callback(None)
+        if not fds and not (after and self.fsync):
+            callback(self._track(after, False))
             return
         if self._call is None:  # no broker loop (tests, tools): sync here
-            callback(self._sync(fds))
+            callback(self._sync(fds) or self._track(after, self.fsync))
             return
         with self._cond:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ackmq-stream-sync",
                                                 daemon=True)
                 self._thread.start()
-            self._jobs.append((fds, callback))
+            self._jobs.append((fds, after, callback))
             self._cond.notify()
+
+    @staticmethod
+    def _track(after: list[tuple[Tracking, bytes]], sync: bool) -> BaseException | None:
+        err: BaseException | None = None
+        for tracking, data in after:
+            try:
+                tracking.write(data, sync)
+            except OSError as e:
+                err = err or e
+        return err
 
     @staticmethod
     def _sync(fds: list[int]) -> BaseException | None:
@@ -569,8 +599,10 @@ class StreamStore:
                 if not self._jobs:
                     return
                 jobs, self._jobs = self._jobs, []
-            err = self._sync([fd for fds, _cb in jobs for fd in fds])
-            for _fds, cb in jobs:
+            err = self._sync([fd for fds, _after, _cb in jobs for fd in fds])
+            err = err or self._track([a for _fds, after, _cb in jobs for a in after],
+                                     self.fsync)
+            for _fds, _after, cb in jobs:
                 assert self._call is not None
                 self._call(cb, err)
 
