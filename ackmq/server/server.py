@@ -61,6 +61,11 @@ def _stomp(ctx: FrontEnd) -> ClientConnection:
     return StompConnection(ctx)
 
 
+def _stream(ctx: FrontEnd) -> ClientConnection:
+    from ackmq.server.stream.connection import StreamConnection
+    return StreamConnection(ctx)
+
+
 @dataclass(eq=False)
 class Listener:
     """One protocol on one port (plain or TLS), and where it ended up listening."""
@@ -97,6 +102,9 @@ class Server:
         self.stomp_bound: list[str] = []
         self.stomp_tls_url = ""  # stomp+ssl://host:port, "" without a STOMP TLS listener
         self.stomp_tls_port = 0
+        self.stream_url = ""  # rabbitmq-stream://host:port, "" without a stream listener
+        self.stream_port = 0
+        self.stream_bound: list[str] = []
         self._tls_ctx: Any = None  # one ssl.SSLContext for every TLS listener
         self._spill_tmp: str | None = None
         self._streams_tmp: str | None = None
@@ -221,6 +229,8 @@ class Server:
         wanted = [amqp]
         if cfg.stomp_port is not None:
             wanted.append(Listener("STOMP", "stomp", cfg.stomp_port, _stomp))
+        if cfg.stream_port is not None:
+            wanted.append(Listener("stream", "rabbitmq-stream", cfg.stream_port, _stream))
         if cfg.tls_port is not None:
             wanted.append(Listener("AMQPS", "amqps", cfg.tls_port, _amqp, tls=True))
         if cfg.stomp_tls_port is not None:
@@ -237,6 +247,9 @@ class Server:
             if listener.scheme == "stomp":
                 self.stomp_url, self.stomp_port = listener.url, listener.bound_port
                 self.stomp_bound = listener.bound
+            elif listener.scheme == "rabbitmq-stream":
+                self.stream_url, self.stream_port = listener.url, listener.bound_port
+                self.stream_bound = listener.bound
             elif listener.scheme == "amqps":
                 self.tls_url, self.tls_port = listener.url + "/", listener.bound_port
             elif listener.scheme == "stomp+ssl":

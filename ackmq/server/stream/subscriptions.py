@@ -1,0 +1,155 @@
+"""Subscriptions (X1, X2): Subscribe with an offset specification and credit, Credit,
+Unsubscribe, and Deliver: each subscription reads its stream's log itself (no model
+consumer, no per-message queue entry) and sends whole chunks, one credit each, at the
+end of the loop turn (the connection's flush), as long as the socket takes them. A
+stream deleted under its readers: MetadataUpdate STREAM_NOT_AVAILABLE, as RabbitMQ."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ackmq.broker.errors import ReplyError
+from ackmq.broker.stream import StreamQueue
+from ackmq.protocol.stream import constants as K
+from ackmq.protocol.stream import frames as F
+from ackmq.protocol.stream.chunk import deliver
+from ackmq.protocol.stream.frames import Command
+from ackmq.protocol.stream.messages import from_record
+from ackmq.server.stream.common import code_of, stream_queue
+
+if TYPE_CHECKING:
+    from ackmq.server.stream.connection import StreamConnection
+
+CHUNK_RECORDS = 256  # records per Deliver at most (ackmq's log has no chunks of its own)
+MAX_CREDIT = 0xFFFF
+_SPEC = {K.OFFSET_FIRST: "first", K.OFFSET_LAST: "last", K.OFFSET_NEXT: "next",
+         K.OFFSET_OFFSET: "offset", K.OFFSET_TIMESTAMP: "timestamp"}
+
+
+def offset_spec(q: StreamQueue, spec: tuple[int, int]) -> int:
+    """Where (type, value) starts in `q` (a timestamp in ms, as Erlang's system time)."""
+    kind, value = spec
+    return q.start_offset(_SPEC.get(kind, "next"), value)
+
+
+@dataclass(slots=True, eq=False)
+class Subscription:
+    subscription_id: int
+    queue: StreamQueue
+    offset: int  # the next to send
+    credit: int
+    properties: dict[str, str | None]
+
+
+class _Watch:
+    """The connection's reader registration on one stream (StreamQueue.readers)."""
+
+    def __init__(self, subs: Subscriptions, q: StreamQueue) -> None:
+        self.subs = subs
+        self.queue = q
+
+    def appended(self) -> None:
+        if self.subs.by_id:
+            self.subs.conn.want_delivery()
+
+    def stream_deleted(self) -> None:
+        self.subs.stream_gone(self.queue)
+
+
+class Subscriptions:
+    def __init__(self, conn: StreamConnection) -> None:
+        self.conn = conn
+        self.by_id: dict[int, Subscription] = {}
+        self.watches: dict[int, _Watch] = {}  # id(queue) ->
+
+    @property
+    def waiting(self) -> bool:
+        return any(s.credit > 0 for s in self.by_id.values())
+
+    def watch(self, q: StreamQueue) -> None:
+        if id(q) not in self.watches:
+            w = _Watch(self, q)
+            self.watches[id(q)] = w
+            q.readers[id(w)] = w
+
+    def subscribe(self, c: Command) -> None:
+        conn = self.conn
+        sid = c.subscription_id
+        q = stream_queue(conn, c.stream)
+        code = K.OK
+        if sid in self.by_id:
+            code = K.SUBSCRIPTION_ID_ALREADY_EXISTS
+        elif q is None:
+            code = K.STREAM_DOES_NOT_EXIST
+        else:
+            try:
+                access = conn.channel.access if conn.channel is not None else None
+                if access is not None:
+                    access.read("queue", q.name)
+            except ReplyError as e:
+                code = code_of(e)
+        if code != K.OK:
+            conn.write(F.response(K.SUBSCRIBE, c.correlation_id, code))
+            return
+        assert q is not None
+        start = offset_spec(q, c.offset)
+        self.by_id[sid] = Subscription(sid, q, start, min(c.credit, MAX_CREDIT),
+                                       dict(c.properties))
+        self.watch(q)
+        conn.write(F.response(K.SUBSCRIBE, c.correlation_id, K.OK))
+        conn.want_delivery()
+
+    def credit(self, c: Command) -> None:
+        sub = self.by_id.get(c.subscription_id)
+        if sub is None:  # answered only when something is wrong
+            self.conn.write(F.credit_response(K.SUBSCRIPTION_ID_DOES_NOT_EXIST,
+                                              c.subscription_id))
+            return
+        sub.credit = min(sub.credit + c.credit, MAX_CREDIT)
+        self.conn.want_delivery()
+
+    def unsubscribe(self, c: Command) -> None:
+        code = K.OK if self.by_id.pop(c.subscription_id, None) is not None \
+            else K.SUBSCRIPTION_ID_DOES_NOT_EXIST
+        self.conn.write(F.response(K.UNSUBSCRIBE, c.correlation_id, code))
+
+    def deliver(self) -> None:
+        """Chunks for every subscription with credit, while the socket takes them."""
+        conn = self.conn
+        budget = conn.frame_max - 64  # Deliver and chunk headers
+        for sub in list(self.by_id.values()):
+            lg = sub.queue.log
+            while sub.credit > 0 and conn.writable and lg is not None \
+                    and sub.subscription_id in self.by_id:
+                records = lg.read(sub.offset, CHUNK_RECORDS)
+                if not records:
+                    break
+                messages: list[bytes] = []
+                size = 0
+                for _off, _ts, exchange, routing_key, props, body in records:
+                    m = from_record(props, body, exchange, routing_key)
+                    if messages and size + 4 + len(m) > budget:
+                        break
+                    messages.append(m)
+                    size += 4 + len(m)
+                first = records[0]
+                conn.write(deliver(sub.subscription_id, first[0], first[1], messages))
+                sub.offset = first[0] + len(messages)
+                sub.credit -= 1
+        # stopped by a full socket or turn: the transport's _wake comes back here
+
+    def stream_gone(self, q: StreamQueue) -> None:
+        """The stream was deleted: its subscriptions and publishers end, the client hears."""
+        self.watches.pop(id(q), None)
+        for sid in [s.subscription_id for s in self.by_id.values() if s.queue is q]:
+            del self.by_id[sid]
+        self.conn.publishers.stream_gone(q)
+        self.conn.write(F.metadata_update(K.STREAM_NOT_AVAILABLE, q.name))
+        self.conn.ctx.request_flush()
+
+    def close(self) -> None:
+        for w in self.watches.values():
+            w.queue.readers.pop(id(w), None)
+        self.watches.clear()
+        self.by_id.clear()
