@@ -62,13 +62,19 @@ def _declare(conn: StreamConnection, name: str | None, given: dict[str, str | No
     assert vh is not None and ch is not None
     if not name:
         return K.PRECONDITION_FAILED
-    if name in vh.queues:
-        return K.STREAM_ALREADY_EXISTS
     try:
-        vh.declare_queue(name, False, True, False, False, _arguments(given), conn,
-                         access=ch.access)
+        args = _arguments(given)
     except _Refused as e:
         return e.code
+    q = vh.queues.get(name)
+    if q is not None:
+        # RabbitMQ: the same stream again is STREAM_ALREADY_EXISTS, with other arguments
+        # (or another queue of that name) PRECONDITION_FAILED
+        keys = {n for n, _t in ARGUMENTS.values()} | {"x-queue-type"}
+        same = all(q.arguments.get(k) == args.get(k) for k in keys)
+        return K.STREAM_ALREADY_EXISTS if same else K.PRECONDITION_FAILED
+    try:
+        vh.declare_queue(name, False, True, False, False, args, conn, access=ch.access)
     except ReplyError as e:
         return code_of(e)
     return K.OK
