@@ -580,3 +580,51 @@ def test_X3_kill_9_during_confirmed_publishing_loses_nothing_confirmed(tmp_path:
         assert sorted(i for i in ids if i <= seq) == list(range(seq + 1))
     finally:
         b.stop()
+
+
+def test_X5_single_active_consumer_hands_over_on_unsubscribe(broker: BrokerProcess) -> None:
+    """Single active consumer for streams arrived in RabbitMQ 3.11 (the reference is the
+    protocol document and RabbitMQ's blog post on it): the first subscription of a name
+    is told it is active (ConsumerUpdate) and starts where its answer says; the second
+    gets nothing until the first unsubscribes, then is told and starts where it says."""
+    stream, port = _name("sac"), broker.stream_port
+    run(_publish_named_stream(port, stream, 5))
+    a, b = StreamPeer(port), StreamPeer(port)
+    props = [schema.Property("single-active-consumer", "true"), schema.Property("name", "g")]
+    spec = schema.OffsetSpec.from_params(OffsetType.FIRST, None)
+    try:
+        for p in (a, b):
+            assert p.login() == 1
+            assert p.call(schema.Subscribe(p.next_corr(), subscription_id=1, stream=stream,
+                                           offset_spec=spec, credit=10, properties=props),
+                          schema.SubscribeResponse).response_code == 1
+        up = a.wait(schema.ConsumerUpdateResponse)
+        assert (up.subscription_id, up.active) == (1, 1)
+        a.send(schema.ConsumerUpdateServerResponse(
+            correlation_id=up.correlation_id, response_code=1,
+            offset_specification=schema.OffsetSpecification(OffsetType.OFFSET, 2)))
+        got = a.wait(schema.Deliver)
+        assert got.chunk_first_offset == 2 and len(got.get_messages()) == 3
+        b.sock.settimeout(1.5)
+        with pytest.raises(TimeoutError):
+            b.wait(schema.ConsumerUpdateResponse)  # not active: told nothing, sent nothing
+        assert not b.events
+        b.sock.settimeout(10)
+        assert a.call(schema.Unsubscribe(a.next_corr(), subscription_id=1),
+                      schema.UnsubscribeResponse).response_code == 1
+        up = b.wait(schema.ConsumerUpdateResponse)
+        assert up.active == 1
+        b.send(schema.ConsumerUpdateServerResponse(
+            correlation_id=up.correlation_id, response_code=1,
+            offset_specification=schema.OffsetSpecification(OffsetType.OFFSET, 4)))
+        got = b.wait(schema.Deliver)
+        assert got.chunk_first_offset == 4 and len(got.get_messages()) == 1
+    finally:
+        a.close()
+        b.close()
+
+
+async def _publish_named_stream(port: int, stream: str, n: int) -> None:
+    async with producer(port) as p:
+        await p.create_stream(stream)
+        await p.send_batch(stream, [AMQPMessage(body=f"g{i}".encode()) for i in range(n)])

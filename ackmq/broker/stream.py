@@ -69,6 +69,9 @@ class StreamQueue(Queue):
         self._offsets: dict[int, int] = {}   # consumer id -> next offset to deliver
         self._waiting: dict[int, Consumer] = {}  # consumers with credit, caught up or not
         self.readers: dict[int, StreamReader] = {}  # by id(): told of appends and deletion
+        # X5: single active consumer groups of the stream protocol's subscriptions, by
+        # consumer name, in subscription order: the first is the active one
+        self.groups: dict[str, list[Any]] = {}
 
     def __repr__(self) -> str:
         return f"<StreamQueue {self.name!r}>"

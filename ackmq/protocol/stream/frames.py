@@ -140,6 +140,7 @@ STRS = "strs"        # [string]
 PROPS = "props"      # [string string]: a map
 VERSIONS = "versions"  # [u16 key, u16 min, u16 max]
 OFFSET_SPEC = "offset_spec"  # u16 type (+ u64 offset | i64 timestamp)
+OFFSET_SPEC8 = "offset_spec8"  # u16 type, then 8 bytes whatever the type (ConsumerUpdate)
 
 
 def _read(r: Reader, t: str) -> Any:
@@ -169,6 +170,10 @@ def _read(r: Reader, t: str) -> Any:
         return [(r.u16(), r.u16(), r.u16()) for _ in range(r.count())]
     if t == OFFSET_SPEC:
         return r.offset_spec()
+    if t == OFFSET_SPEC8:
+        kind = r.u16()
+        value = r.i64() if kind == K.OFFSET_TIMESTAMP else r.u64()
+        return kind, value
     raise AssertionError(t)
 
 
@@ -199,7 +204,7 @@ REQUESTS: dict[tuple[int, int], tuple[tuple[str, str], ...]] = {
     (K.HEARTBEAT, 1): (),
     (K.ROUTE, 1): (_C, ("routing_key", STR), ("super_stream", STR)),
     (K.PARTITIONS, 1): (_C, ("super_stream", STR)),
-    (K.RESPONSE | K.CONSUMER_UPDATE, 1): (_C, ("code", U16), ("offset", OFFSET_SPEC)),
+    (K.RESPONSE | K.CONSUMER_UPDATE, 1): (_C, ("code", U16), ("offset", OFFSET_SPEC8)),
     (K.EXCHANGE_COMMAND_VERSIONS, 1): (_C, ("commands", VERSIONS)),
     (K.STREAM_STATS, 1): (_C, ("stream", STR)),
     (K.CREATE_SUPER_STREAM, 1): (_C, ("name", STR), ("partitions", STRS),

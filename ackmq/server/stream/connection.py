@@ -88,7 +88,7 @@ class StreamConnection(ClientConnection):
             K.DELETE_SUPER_STREAM: lambda c: streams.delete_super_stream(self, c),
             K.RESOLVE_OFFSET_SPEC: lambda c: streams.resolve_offset_spec(self, c),
             K.EXCHANGE_COMMAND_VERSIONS: self._command_versions,
-            K.RESPONSE | K.CONSUMER_UPDATE: lambda c: None,
+            K.RESPONSE | K.CONSUMER_UPDATE: self.subscriptions.consumer_update_answer,
         }
 
     def _to(self, new: StreamState) -> None:

@@ -1,13 +1,19 @@
-"""Subscriptions (X1, X2): Subscribe with an offset specification and credit, Credit,
+"""Subscriptions (X1, X2, X5): Subscribe with an offset specification and credit, Credit,
 Unsubscribe, and Deliver: each subscription reads its stream's log itself (no model
 consumer, no per-message queue entry) and sends whole chunks, one credit each, at the
 end of the loop turn (the connection's flush), as long as the socket takes them. A
-stream deleted under its readers: MetadataUpdate STREAM_NOT_AVAILABLE, as RabbitMQ."""
+stream deleted under its readers: MetadataUpdate STREAM_NOT_AVAILABLE, as RabbitMQ.
+
+Single active consumer (`single-active-consumer=true` with a `name`): the subscriptions
+of one name on one stream form a group (StreamQueue.groups), the first is active. The
+active one is told by ConsumerUpdate(active) and starts from the offset its answer
+names; the others get nothing until the active one goes (unsubscribe, connection
+closed), when the next in line is told the same way."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.errors import ReplyError
 from ackmq.broker.stream import StreamQueue
@@ -40,6 +46,9 @@ class Subscription:
     offset: int  # the next to send
     credit: int
     properties: dict[str, str | None]
+    group: str | None = None  # X5: the single active consumer group's name
+    ready: bool = True  # may deliver (a group's member: once active and answered)
+    owner: Any = None  # the Subscriptions (connection) it belongs to
 
 
 class _Watch:
@@ -62,10 +71,12 @@ class Subscriptions:
         self.conn = conn
         self.by_id: dict[int, Subscription] = {}
         self.watches: dict[int, _Watch] = {}  # id(queue) ->
+        self.updates: dict[int, Subscription] = {}  # ConsumerUpdate correlation id ->
+        self._correlation = 0
 
     @property
     def waiting(self) -> bool:
-        return any(s.credit > 0 for s in self.by_id.values())
+        return any(s.credit > 0 and s.ready for s in self.by_id.values())
 
     def watch(self, q: StreamQueue) -> None:
         if id(q) not in self.watches:
@@ -93,12 +104,57 @@ class Subscriptions:
             conn.write(F.response(K.SUBSCRIBE, c.correlation_id, code))
             return
         assert q is not None
+        props = dict(c.properties)
+        group = props.get("name") if props.get("single-active-consumer") == "true" else None
+        if props.get("single-active-consumer") == "true" and not group:
+            conn.write(F.response(K.SUBSCRIBE, c.correlation_id, K.PRECONDITION_FAILED))
+            return
         start = offset_spec(q, c.offset)
-        self.by_id[sid] = Subscription(sid, q, start, min(c.credit, MAX_CREDIT),
-                                       dict(c.properties))
+        sub = Subscription(sid, q, start, min(c.credit, MAX_CREDIT), props, group,
+                           group is None, self)
+        self.by_id[sid] = sub
         self.watch(q)
         conn.write(F.response(K.SUBSCRIBE, c.correlation_id, K.OK))
+        if group is not None:
+            members = q.groups.setdefault(group, [])
+            members.append(sub)
+            if len(members) == 1:
+                self.activate(sub)
+            return
         conn.want_delivery()
+
+    # -- single active consumer (X5) ---------------------------------------------------------
+    def activate(self, sub: Subscription) -> None:
+        """Tell `sub` it is the group's active one; it delivers once answered."""
+        self._correlation += 1
+        self.updates[self._correlation] = sub
+        self.conn.write(F.consumer_update(self._correlation, sub.subscription_id, True))
+        self.conn.ctx.request_flush()
+
+    def consumer_update_answer(self, c: Command) -> None:
+        sub = self.updates.pop(c.correlation_id, None)
+        if sub is None or self.by_id.get(sub.subscription_id) is not sub:
+            return
+        kind, _value = c.offset
+        if kind != K.OFFSET_NONE and sub.queue.log is not None:
+            sub.offset = offset_spec(sub.queue, c.offset)
+        sub.ready = True
+        self.conn.want_delivery()
+
+    def _leave(self, sub: Subscription) -> None:
+        """`sub` ends: out of its group; the next in line becomes active."""
+        if sub.group is None:
+            return
+        members = sub.queue.groups.get(sub.group, [])
+        was_active = bool(members) and members[0] is sub
+        if sub in members:
+            members.remove(sub)
+        if not members:
+            sub.queue.groups.pop(sub.group, None)
+        elif was_active and not sub.queue.deleted:
+            nxt = members[0]
+            owner: Subscriptions = nxt.owner
+            owner.activate(nxt)
 
     def credit(self, c: Command) -> None:
         sub = self.by_id.get(c.subscription_id)
@@ -110,8 +166,10 @@ class Subscriptions:
         self.conn.want_delivery()
 
     def unsubscribe(self, c: Command) -> None:
-        code = K.OK if self.by_id.pop(c.subscription_id, None) is not None \
-            else K.SUBSCRIPTION_ID_DOES_NOT_EXIST
+        sub = self.by_id.pop(c.subscription_id, None)
+        if sub is not None:
+            self._leave(sub)
+        code = K.OK if sub is not None else K.SUBSCRIPTION_ID_DOES_NOT_EXIST
         self.conn.write(F.response(K.UNSUBSCRIBE, c.correlation_id, code))
 
     def deliver(self) -> None:
@@ -120,7 +178,7 @@ class Subscriptions:
         budget = conn.frame_max - 64  # Deliver and chunk headers
         for sub in list(self.by_id.values()):
             lg = sub.queue.log
-            while sub.credit > 0 and conn.writable and lg is not None \
+            while sub.credit > 0 and sub.ready and conn.writable and lg is not None \
                     and sub.subscription_id in self.by_id:
                 records = lg.read(sub.offset, CHUNK_RECORDS)
                 if not records:
@@ -143,12 +201,14 @@ class Subscriptions:
         """The stream was deleted: its subscriptions and publishers end, the client hears."""
         self.watches.pop(id(q), None)
         for sid in [s.subscription_id for s in self.by_id.values() if s.queue is q]:
-            del self.by_id[sid]
+            self._leave(self.by_id.pop(sid))
         self.conn.publishers.stream_gone(q)
         self.conn.write(F.metadata_update(K.STREAM_NOT_AVAILABLE, q.name))
         self.conn.ctx.request_flush()
 
     def close(self) -> None:
+        for sub in list(self.by_id.values()):
+            self._leave(sub)
         for w in self.watches.values():
             w.queue.readers.pop(id(w), None)
         self.watches.clear()
