@@ -605,6 +605,8 @@ def test_X5_single_active_consumer_hands_over_on_unsubscribe(broker: BrokerProce
             offset_specification=schema.OffsetSpecification(OffsetType.OFFSET, 2)))
         got = a.wait(schema.Deliver)
         assert got.chunk_first_offset == 2 and len(got.get_messages()) == 3
+        run(_send(port, stream, b"g5"))  # appended: the active one gets it, the other not
+        assert a.wait(schema.Deliver).chunk_first_offset == 5
         b.sock.settimeout(1.5)
         with pytest.raises(TimeoutError):
             b.wait(schema.ConsumerUpdateResponse)  # not active: told nothing, sent nothing
@@ -618,7 +620,7 @@ def test_X5_single_active_consumer_hands_over_on_unsubscribe(broker: BrokerProce
             correlation_id=up.correlation_id, response_code=1,
             offset_specification=schema.OffsetSpecification(OffsetType.OFFSET, 4)))
         got = b.wait(schema.Deliver)
-        assert got.chunk_first_offset == 4 and len(got.get_messages()) == 1
+        assert got.chunk_first_offset == 4 and len(got.get_messages()) == 2
     finally:
         a.close()
         b.close()
@@ -628,3 +630,8 @@ async def _publish_named_stream(port: int, stream: str, n: int) -> None:
     async with producer(port) as p:
         await p.create_stream(stream)
         await p.send_batch(stream, [AMQPMessage(body=f"g{i}".encode()) for i in range(n)])
+
+
+async def _send(port: int, stream: str, body: bytes) -> None:
+    async with producer(port) as p:
+        await p.send_wait(stream, AMQPMessage(body=body))
