@@ -9,16 +9,52 @@ consumers byte for byte.
 
 from __future__ import annotations
 
+import struct
+
 from ackmq.protocol.amqp.properties import encode_fields
 from ackmq.protocol.amqp10 import Composite, DecodeError, decode_message
-from ackmq.protocol.amqp10.amqp_map import from_amqp091, to_amqp091
+from ackmq.protocol.amqp10.amqp_map import AMQP_CONTENT_TYPE, from_amqp091, to_amqp091
 
 RAW_HEADER = "x-ackmq-stream-raw"
 _RAW_PROPERTIES = encode_fields({"delivery_mode": 2, "headers": {RAW_HEADER: True}})
 
 
+_PREFIXES_MAX = 4096
+_U32 = struct.Struct(">I")
+
+
+# the properties of a published message's sections before its body, by those bytes: a
+# publisher's messages mostly share them, so a publish costs one lookup, not a decode
+_PUBLISHED: dict[bytes, bytes] = {}
+
+
+def _split_data(data: bytes | memoryview) -> tuple[bytes, bytes] | None:
+    """(the bytes before the body, the body) when the message ends with one data section
+    (the usual shape); None otherwise. Found by the section's length, not trusted yet:
+    only a prefix a full decode has accepted is looked up."""
+    raw = bytes(data)
+    end = len(raw)
+    pos = end
+    for _ in range(8):
+        pos = raw.rfind(b"\x00\x53\x75", 0, pos)
+        if pos < 0:
+            return None
+        kind = raw[pos + 3:pos + 4]
+        if kind == b"\xa0" and pos + 5 <= end and raw[pos + 4] == end - pos - 5:
+            return raw[:pos], raw[pos + 5:]
+        if kind == b"\xb0" and pos + 8 <= end and \
+                _U32.unpack_from(raw, pos + 4)[0] == end - pos - 8:
+            return raw[:pos], raw[pos + 8:]
+    return None
+
+
 def to_record(data: bytes | memoryview) -> tuple[bytes, bytes]:
     """(properties, body) to append for a published message."""
+    split = _split_data(data)
+    if split is not None:
+        props = _PUBLISHED.get(split[0])
+        if props is not None:
+            return props, split[1]
     try:
         m = decode_message(data)
     except (DecodeError, ValueError, TypeError, IndexError):
@@ -27,11 +63,41 @@ def to_record(data: bytes | memoryview) -> tuple[bytes, bytes]:
         m.header = Composite("header", durable=True)
     else:
         m.header.durable = True
-    return to_amqp091(m)
+    props, body = to_amqp091(m)
+    if split is not None and m.data is not None and m.data == split[1] \
+            and m.footer is None and m.delivery_annotations is None:
+        if len(_PUBLISHED) >= _PREFIXES_MAX:
+            _PUBLISHED.clear()
+        _PUBLISHED[split[0]] = props
+    return props, body
+
+
+# the sections before the body of a record's 1.0 encoding, by (properties, exchange,
+# routing key): a stream's records mostly share them, so a delivery costs one lookup and
+# the body's data section, not a full conversion
+_PREFIXES: dict[tuple[bytes, str, str], bytes] = {}
+_AMQP_BODY = AMQP_CONTENT_TYPE.encode()
+_DATA8, _DATA32 = b"\x00\x53\x75\xa0", b"\x00\x53\x75\xb0"
+
+
+def _data_section(body: bytes) -> bytes:
+    if len(body) < 256:
+        return _DATA8 + bytes((len(body),)) + body
+    return _DATA32 + _U32.pack(len(body)) + body
 
 
 def from_record(properties: bytes, body: bytes, exchange: str, routing_key: str) -> bytes:
     """A stored record as the message a stream consumer gets."""
     if properties == _RAW_PROPERTIES:
         return body
-    return from_amqp091(properties, body, exchange, routing_key).encode()
+    if _AMQP_BODY in properties:  # 1.0 body sections kept encoded: the full conversion
+        return from_amqp091(properties, body, exchange, routing_key).encode()
+    key = (properties, exchange, routing_key)
+    prefix = _PREFIXES.get(key)
+    if prefix is None:
+        empty = from_amqp091(properties, b"", exchange, routing_key).encode()
+        prefix = empty[:len(empty) - len(_data_section(b""))]
+        if len(_PREFIXES) >= _PREFIXES_MAX:
+            _PREFIXES.clear()
+        _PREFIXES[key] = prefix
+    return prefix + _data_section(body)
