@@ -635,3 +635,26 @@ async def _publish_named_stream(port: int, stream: str, n: int) -> None:
 async def _send(port: int, stream: str, body: bytes) -> None:
     async with producer(port) as p:
         await p.send_wait(stream, AMQPMessage(body=body))
+
+
+def test_X1_stream_connections_are_listed_by_the_management_api(ackmq_mgmt: Any) -> None:
+    """RabbitMQ lists stream connections with protocol `stream`; ackmq's views show them
+    beside the others (a listing with a stream client connected must not fail)."""
+    t = Target("ackmq", ackmq_mgmt.http_url, ackmq_mgmt.url, ackmq_mgmt.server)
+    peer = StreamPeer(ackmq_mgmt.stream_port)
+    try:
+        assert peer.login() == 1
+        deadline = time.monotonic() + 10
+        while True:
+            r = t.call("GET", "/api/connections")
+            assert r.status == 200
+            if any(c.get("protocol") == "stream" for c in r.body) or \
+                    time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        (c,) = [c for c in r.body if c.get("protocol") == "stream"]
+        assert (c["user"], c["vhost"]) == ("guest", "/")
+        for path in ("/api/overview", "/api/channels", "/api/consumers", "/metrics"):
+            assert t.call("GET", path).status == 200
+    finally:
+        peer.close()

@@ -104,6 +104,8 @@ class EmbeddedBroker:
         self.tls_url = ""  # amqps://...: with tls_port=0 (a free port) and tls_cert/tls_key
         self.stomp_tls_url = ""  # stomp+ssl://...: with stomp_tls_port=0 and tls_cert/tls_key
         self.stomp_tls_port = 0
+        self.stream_url = ""  # RabbitMQ's stream protocol, as Broker.stream_url
+        self.stream_port = 0
         self.http_url = ""  # the management API, as Broker.http_url
         self.http_port = 0
 
@@ -119,6 +121,7 @@ class EmbeddedBroker:
         self.tls_url = self._broker.tls_url
         self.stomp_tls_url = self._broker.stomp_tls_url
         self.stomp_tls_port = self._broker.stomp_tls_port
+        self.stream_url, self.stream_port = self._broker.stream_url, self._broker.stream_port
         self.http_url, self.http_port = self._broker.http_url, self._broker.http_port
         return self.url
 
