@@ -105,6 +105,8 @@ class Server:
         self.stream_url = ""  # rabbitmq-stream://host:port, "" without a stream listener
         self.stream_port = 0
         self.stream_bound: list[str] = []
+        self.stream_tls_url = ""  # rabbitmq-stream+tls://host:port, "" without one
+        self.stream_tls_port = 0
         self._tls_ctx: Any = None  # one ssl.SSLContext for every TLS listener
         self._spill_tmp: str | None = None
         self._streams_tmp: str | None = None
@@ -236,6 +238,9 @@ class Server:
         if cfg.stomp_tls_port is not None:
             wanted.append(Listener("STOMP over TLS", "stomp+ssl", cfg.stomp_tls_port, _stomp,
                                    tls=True))
+        if cfg.stream_tls_port is not None:
+            wanted.append(Listener("stream over TLS", "rabbitmq-stream+tls",
+                                   cfg.stream_tls_port, _stream, tls=True))
         host = ""
         for listener in wanted:
             await self._listen(listener)
@@ -250,6 +255,9 @@ class Server:
             elif listener.scheme == "rabbitmq-stream":
                 self.stream_url, self.stream_port = listener.url, listener.bound_port
                 self.stream_bound = listener.bound
+            elif listener.scheme == "rabbitmq-stream+tls":
+                self.stream_tls_url = listener.url
+                self.stream_tls_port = listener.bound_port
             elif listener.scheme == "amqps":
                 self.tls_url, self.tls_port = listener.url + "/", listener.bound_port
             elif listener.scheme == "stomp+ssl":
@@ -305,6 +313,7 @@ class Server:
             cfg = self.config
             asked = " / ".join(o for o, p in (("--tls-port", cfg.tls_port),
                                               ("--stomp-tls-port", cfg.stomp_tls_port),
+                                              ("--stream-tls-port", cfg.stream_tls_port),
                                               ("--https-port", cfg.https_port))
                                if p is not None)
             try:
