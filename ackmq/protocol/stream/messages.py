@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import struct
 
-from ackmq.protocol.amqp.properties import encode_fields
+from ackmq.protocol.amqp.properties import encode_fields, header_value, properties_with_header
 from ackmq.protocol.amqp10 import Composite, DecodeError, decode_message
 from ackmq.protocol.amqp10.amqp_map import AMQP_CONTENT_TYPE, from_amqp091, to_amqp091
 
 RAW_HEADER = "x-ackmq-stream-raw"
+# a message's filter value (Publish v2), kept as RabbitMQ 4 keeps it for AMQP clients
+FILTER_HEADER = "x-stream-filter-value"
+_FILTER_MARK = FILTER_HEADER.encode()
 _RAW_PROPERTIES = encode_fields({"delivery_mode": 2, "headers": {RAW_HEADER: True}})
 
 
@@ -101,3 +104,19 @@ def from_record(properties: bytes, body: bytes, exchange: str, routing_key: str)
             _PREFIXES.clear()
         _PREFIXES[key] = prefix
     return prefix + _data_section(body)
+
+
+def with_filter_value(properties: bytes, value: str | None) -> bytes:
+    """The record's properties carrying a Publish v2 filter value (none: unchanged)."""
+    return properties if value is None else properties_with_header(properties, FILTER_HEADER,
+                                                                   value)
+
+
+def filter_value(properties: bytes) -> str | None:
+    """A record's filter value, if it has one (a byte search first: most have none)."""
+    if _FILTER_MARK not in properties:
+        return None
+    v = header_value(properties, FILTER_HEADER)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return v if isinstance(v, str) else None

@@ -45,7 +45,9 @@ FRAME_MAX = 1048576  # proposed in tune, as RabbitMQ 3.10
 MECHANISMS = ["AMQPLAIN", "PLAIN"]  # RabbitMQ 3.10's answer to the SASL handshake
 # (key, min version, max version) of each command, in key order (rstream reads the list
 # by key - 1): what ExchangeCommandVersions answers
-COMMAND_VERSIONS = [(k, 1, 1) for k in range(K.DECLARE_PUBLISHER, K.DELETE_SUPER_STREAM + 1)]
+# (Publish 2: filter values, RabbitMQ 3.13+)
+COMMAND_VERSIONS = [(k, 1, 2 if k == K.PUBLISH else 1)
+                    for k in range(K.DECLARE_PUBLISHER, K.DELETE_SUPER_STREAM + 1)]
 _BEFORE_OPEN = {K.PEER_PROPERTIES, K.SASL_HANDSHAKE, K.SASL_AUTHENTICATE, K.TUNE,
                 K.RESPONSE | K.TUNE, K.OPEN, K.CLOSE, K.RESPONSE | K.CLOSE, K.HEARTBEAT}
 

@@ -16,7 +16,7 @@ from ackmq.broker.stream import TRACK_PUBLISHER, StreamQueue
 from ackmq.protocol.stream import constants as K
 from ackmq.protocol.stream import frames as F
 from ackmq.protocol.stream.frames import Command
-from ackmq.protocol.stream.messages import to_record
+from ackmq.protocol.stream.messages import to_record, with_filter_value
 from ackmq.server.stream.common import code_of, stream_queue
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class Publishers:
         dups: list[int] = []
         errors: list[tuple[int, int]] = []
         max_size = conn.ctx.config.max_message_size
-        for pubid, _filter, kind, data in entries:
+        for pubid, fv, kind, data in entries:
             if named and pubid <= top:
                 dups.append(pubid)  # X3: already taken: dropped, confirmed
                 continue
@@ -111,6 +111,8 @@ class Publishers:
                     if len(m) > max_size:
                         raise _TooLarge
                     props, body = to_record(m)
+                    if fv is not None:
+                        props = with_filter_value(props, fv)
                     seq = confirms.next_seq
                     ch.basic_publish("", name, False, False, props, body)
                     pending[seq] = None

@@ -21,7 +21,7 @@ from ackmq.protocol.stream import constants as K
 from ackmq.protocol.stream import frames as F
 from ackmq.protocol.stream.chunk import deliver
 from ackmq.protocol.stream.frames import Command
-from ackmq.protocol.stream.messages import from_record
+from ackmq.protocol.stream.messages import filter_value, from_record
 from ackmq.server.stream.common import code_of, stream_queue
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 CHUNK_RECORDS = 256  # records per Deliver at most (ackmq's log has no chunks of its own)
 MAX_CREDIT = 0xFFFF
+MAX_SKIPPED = 64  # filtered-out stretches one subscription reads per turn at most
 _SPEC = {K.OFFSET_FIRST: "first", K.OFFSET_LAST: "last", K.OFFSET_NEXT: "next",
          K.OFFSET_OFFSET: "offset", K.OFFSET_TIMESTAMP: "timestamp"}
 
@@ -49,6 +50,8 @@ class Subscription:
     group: str | None = None  # X5: the single active consumer group's name
     ready: bool = True  # may deliver (a group's member: once active and answered)
     owner: Any = None  # the Subscriptions (connection) it belongs to
+    filters: frozenset[str] = frozenset()  # X5: `filter.N` values (none: no filtering)
+    match_unfiltered: bool = False  # `match-unfiltered`: records without a value too
 
 
 class _Watch:
@@ -111,7 +114,10 @@ class Subscriptions:
             return
         start = offset_spec(q, c.offset)
         sub = Subscription(sid, q, start, min(c.credit, MAX_CREDIT), props, group,
-                           group is None, self)
+                           group is None, self,
+                           frozenset(v for k, v in props.items()
+                                     if k.startswith("filter.") and v is not None),
+                           props.get("match-unfiltered") == "true")
         self.by_id[sid] = sub
         self.watch(q)
         conn.write(F.response(K.SUBSCRIBE, c.correlation_id, K.OK))
@@ -178,11 +184,20 @@ class Subscriptions:
         budget = conn.frame_max - 64  # Deliver and chunk headers
         for sub in list(self.by_id.values()):
             lg = sub.queue.log
+            skipped = 0
             while sub.credit > 0 and sub.ready and conn.writable and lg is not None \
                     and sub.subscription_id in self.by_id:
                 records = lg.read(sub.offset, CHUNK_RECORDS)
                 if not records:
                     break
+                if sub.filters:
+                    records = self._filtered(sub, records)
+                    if not records:  # nothing of this stretch matches: skipped, no credit
+                        skipped += 1
+                        if skipped >= MAX_SKIPPED:  # the rest on a later turn
+                            conn.ctx.loop.call_soon(conn.want_delivery)
+                            break
+                        continue
                 messages: list[bytes] = []
                 size = 0
                 for _off, _ts, exchange, routing_key, props, body in records:
@@ -196,6 +211,20 @@ class Subscriptions:
                 sub.offset = first[0] + len(messages)
                 sub.credit -= 1
         # stopped by a full socket or turn: the transport's _wake comes back here
+
+    @staticmethod
+    def _filtered(sub: Subscription, records: list[Any]) -> list[Any]:
+        """X5 (RabbitMQ 3.13+'s filtering): the stretch from the first record whose
+        filter value the subscription asked for to the last (what lies between goes
+        too, as a chunk whose bloom filter matches: the client filters further);
+        `sub.offset` moves past what is skipped."""
+        wanted, unfiltered = sub.filters, sub.match_unfiltered
+        hits = [i for i, r in enumerate(records)
+                if (fv := filter_value(r[4])) in wanted or (fv is None and unfiltered)]
+        if not hits:
+            sub.offset = records[-1][0] + 1
+            return []
+        return records[hits[0]:hits[-1] + 1]
 
     def stream_gone(self, q: StreamQueue) -> None:
         """The stream was deleted: its subscriptions and publishers end, the client hears."""
