@@ -711,3 +711,35 @@ def test_X5_filtering_sends_only_what_the_filter_asks_for(broker: BrokerProcess)
         assert seen[0]["x-stream-filter-value"] in (b"a", "a")
     finally:
         conn.close()
+
+
+def test_X1_stream_deleted_under_its_readers_and_publishers(mgmt: Target) -> None:
+    """Deleted over AMQP while a stream client publishes to it and reads it: that client
+    gets MetadataUpdate STREAM_NOT_AVAILABLE (0x06); its publisher and subscription are
+    gone (a later Publish: PublishError 0x12), the connection stays. Both brokers."""
+    stream, port = _name("del"), _stream_port(mgmt)
+    run(_create(port, stream))
+    peer = StreamPeer(port)
+    spec = schema.OffsetSpec.from_params(OffsetType.FIRST, None)
+    try:
+        assert peer.login() == 1
+        assert peer.call(schema.DeclarePublisher(peer.next_corr(), publisher_id=1,
+                                                 reference="", stream=stream),
+                         schema.DeclarePublisherResponse).response_code == 1
+        assert peer.call(schema.Subscribe(peer.next_corr(), subscription_id=1, stream=stream,
+                                          offset_spec=spec, credit=5, properties=[]),
+                         schema.SubscribeResponse).response_code == 1
+        conn = pika.BlockingConnection(pika.URLParameters(mgmt.amqp_url))
+        try:
+            conn.channel().queue_delete(stream)
+        finally:
+            conn.close()
+        up = peer.wait(schema.MetadataUpdate)
+        assert (up.metadata_info.code, up.metadata_info.stream) == (0x06, stream)
+        peer.send(schema.Publish(publisher_id=1, messages=[schema.Message(
+            publishing_id=1, filter_value=None, data=b"x")]))
+        assert peer.wait(schema.PublishError).errors[0].response_code == 0x12
+        assert peer.call(schema.Unsubscribe(peer.next_corr(), subscription_id=1),
+                         schema.UnsubscribeResponse).response_code == 0x04
+    finally:
+        peer.close()
