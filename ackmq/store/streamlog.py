@@ -130,6 +130,7 @@ class StreamLog:
         # the stream protocol's publisher sequences and stored offsets (streamtrack.py)
         self.tracking = Tracking(self.dir / "tracking")
         self._recover()
+        self.tracking.load(self.next_offset)
 
     # -- offsets --------------------------------------------------------------------
     @property
@@ -471,7 +472,9 @@ class StreamLog:
         self.flush()
         self.sync()
         if self.tracking.pending:
-            self.tracking.write(self.tracking.take_pending(), True)
+            self.tracking.write_pending(self.next_offset)
+            if self.tracking.fd >= 0:
+                os.fdatasync(self.tracking.fd)
         self.tracking.close()
         for seg in self.segments:
             if seg.fd >= 0:
@@ -484,7 +487,7 @@ class StreamLog:
     def destroy(self) -> None:
         self._buf, self._pending, self._pending_ts = bytearray(), [], []
         self._dirty = False
-        self.tracking.take_pending()
+        self.tracking.drop_pending()
         self.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -505,8 +508,7 @@ class StreamStore:
         self.logs: dict[tuple[str, str], StreamLog] = {}
         self._dirty: dict[tuple[str, str], StreamLog] = {}
         self._call = call_soon_threadsafe
-        self._jobs: list[tuple[list[int], list[tuple[Tracking, bytes]],
-                               Callable[[BaseException | None], None]]] = []
+        self._jobs: list[tuple[list[int], Callable[[BaseException | None], None]]] = []
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closing = False
@@ -537,56 +539,54 @@ class StreamStore:
 
     def commit(self, callback: Callable[[BaseException | None], None]) -> None:
         """Write every log appended to now; `callback(None)` once fdatasynced (or
-        `callback(exc)`), on the broker's thread. Tracking records (publisher sequences,
-        stored offsets) are written after the records they follow are fdatasynced."""
+        `callback(exc)`), on the broker's thread. A log's tracking entries (publisher
+        sequences, stored offsets) are written just before its records, each naming the
+        offset it covers, and fdatasynced after them (streamtrack.py)."""
         dirty, self._dirty = self._dirty, {}
         fds: list[int] = []
-        after: list[tuple[Tracking, bytes]] = []
+        after: list[int] = []  # tracking files: synced once the records are
         try:
             for lg in dirty.values():
+                t = lg.tracking
+                if t.pending:  # first: an entry whose records a kill -9 cut off is ignored
+                    t.write_pending(lg.next_offset)  # on load (its `covered` is past them)
+                    if self.fsync:
+                        after.append(os.dup(t.fd))
                 lg.flush()
                 if self.fsync and lg._dirty and lg._wfd >= 0:
                     fds.append(os.dup(lg._wfd))  # the sync thread owns (and closes) these
                 lg._dirty = False
-                if lg.tracking.pending:
-                    after.append((lg.tracking, lg.tracking.take_pending()))
         except OSError as e:
-            for fd in fds:
+            for fd in fds + after:
                 os.close(fd)
             callback(e)
             return
-        if not fds and not (after and self.fsync):
-            callback(self._track(after, False))
+        fds += after
+        if not fds:
+            callback(None)
             return
         if self._call is None:  # no broker loop (tests, tools): sync here
-            callback(self._sync(fds) or self._track(after, self.fsync))
+            callback(self._sync(fds))
             return
         with self._cond:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ackmq-stream-sync",
                                                 daemon=True)
                 self._thread.start()
-            self._jobs.append((fds, after, callback))
+            self._jobs.append((fds, callback))
             self._cond.notify()
 
     @staticmethod
-    def _track(after: list[tuple[Tracking, bytes]], sync: bool) -> BaseException | None:
-        err: BaseException | None = None
-        for tracking, data in after:
-            try:
-                tracking.write(data, sync)
-            except OSError as e:
-                err = err or e
-        return err
-
-    @staticmethod
     def _sync(fds: list[int]) -> BaseException | None:
+        """fdatasync in order (records before the tracking that counts them); after a
+        failure the rest is not synced (nothing is confirmed)."""
         err: BaseException | None = None
         for fd in fds:
             try:
-                os.fdatasync(fd)
+                if err is None:
+                    os.fdatasync(fd)
             except OSError as e:
-                err = err or e
+                err = e
             finally:
                 os.close(fd)
         return err
@@ -599,10 +599,10 @@ class StreamStore:
                 if not self._jobs:
                     return
                 jobs, self._jobs = self._jobs, []
-            err = self._sync([fd for fds, _after, _cb in jobs for fd in fds])
-            err = err or self._track([a for _fds, after, _cb in jobs for a in after],
-                                     self.fsync)
-            for _fds, _after, cb in jobs:
+            # every job's records first, then every job's tracking files
+            data = [fd for fds, _cb in jobs for fd in fds]
+            err = self._sync(data)
+            for _fds, cb in jobs:
                 assert self._call is not None
                 self._call(cb, err)
 

@@ -151,10 +151,19 @@ class Publishers:
                 oks.setdefault(pid, []).append(pubid)
             else:
                 errs.setdefault(pid, []).append((pubid, K.INTERNAL_ERROR))
+                self._not_taken(pid, pubid)
         for pid, ids in oks.items():
             self.conn.write(F.publish_confirm(pid, ids))
         for pid, errors in errs.items():
             self.conn.write(F.publish_error(pid, errors))
+
+    def _not_taken(self, pid: int, pubid: int) -> None:
+        """A publish failed (a failed write): its id must be taken again when resent,
+        not dropped as a duplicate, so the publisher's sequence goes back below it."""
+        pub = self.by_id.get(pid)
+        if pub is not None and pub.reference and pub.last >= pubid:
+            pub.last = pubid - 1
+            pub.queue.track(TRACK_PUBLISHER, pub.reference, pub.last)
 
     def stream_gone(self, q: StreamQueue) -> None:
         for pid in [p.publisher_id for p in self.by_id.values() if p.queue is q]:
