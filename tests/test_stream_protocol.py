@@ -740,3 +740,14 @@ def test_X1_stream_deleted_under_its_readers_and_publishers(mgmt: Target) -> Non
                          schema.UnsubscribeResponse).response_code == 0x04
     finally:
         peer.close()
+
+
+def test_X1_the_stream_listener_in_overview_and_health_checks(mgmt: Target) -> None:
+    """/api/overview lists the `stream` listener with its port and the protocol-listener
+    health check finds it, as RabbitMQ with its stream plugin."""
+    port = _stream_port(mgmt)
+    r = mgmt.call("GET", "/api/overview")
+    assert r.status == 200
+    assert [x["port"] for x in r.body["listeners"] if x["protocol"] == "stream"] == [port]
+    r = mgmt.call("GET", "/api/health/checks/protocol-listener/stream")
+    assert (r.status, r.body) == (200, {"status": "ok", "protocol": "stream"})

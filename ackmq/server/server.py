@@ -195,7 +195,8 @@ class Server:
         host = await self._start_listeners()
         # what the management front ends (server/http/, server/ctl/) reach
         mgmt = HttpContext(self.ctx, self.alarms, self.port, self.tls_port, self.stomp_port,
-                           self.stomp_tls_port)
+                           self.stomp_tls_port, stream_port=self.stream_port,
+                           stream_tls_port=self.stream_tls_port)
         if cfg.http_port is not None or cfg.https_port is not None:
             await self._start_http(host, mgmt)  # the management API (M1), on the same loop
         if cfg.data_dir is not None and cfg.admin_socket:
