@@ -24,6 +24,15 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stomp-port", type=int, default=D.stomp_port,
                    help=f"STOMP port (default {D.stomp_port}); 0 picks a free one")
     p.add_argument("--no-stomp", action="store_true", help="no STOMP listener")
+    p.add_argument("--stream-port", type=int,
+                   default=int(os.environ.get("ACKMQ_STREAM_PORT") or D.stream_port or 0),
+                   help=f"RabbitMQ's stream protocol port (default {D.stream_port}, or env "
+                        "ACKMQ_STREAM_PORT); 0 picks a free one (docs/stream-protocol.md)")
+    p.add_argument("--no-stream", action="store_true", help="no stream protocol listener")
+    p.add_argument("--stream-tls-port", type=int, default=D.stream_tls_port,
+                   help="the stream protocol over TLS with the --tls-* certificate options "
+                        "(RabbitMQ's stream.listeners.ssl, usually 5551; off unless given; "
+                        "0 picks a free one)")
     p.add_argument("--no-amqp10", action="store_true",
                    help="AMQP 0-9-1 only on the AMQP port(s): no AMQP 1.0 (docs/amqp10.md)")
     p.add_argument("--amqp10-anonymous-user", default=D.amqp10_anonymous_user,
@@ -162,6 +171,14 @@ def serve(args: argparse.Namespace) -> int:
         print(f"ackmq: --stomp-port must be between 0 and 65535, got {args.stomp_port}",
               file=sys.stderr)
         return 2
+    if not 0 <= args.stream_port <= 65535:
+        print(f"ackmq: --stream-port must be between 0 and 65535, got {args.stream_port}",
+              file=sys.stderr)
+        return 2
+    if args.stream_tls_port is not None and not 0 <= args.stream_tls_port <= 65535:
+        print(f"ackmq: --stream-tls-port must be between 0 and 65535, got "
+              f"{args.stream_tls_port}", file=sys.stderr)
+        return 2
     if args.tls_port is not None and not 0 <= args.tls_port <= 65535:
         print(f"ackmq: --tls-port must be between 0 and 65535, got {args.tls_port}",
               file=sys.stderr)
@@ -175,7 +192,8 @@ def serve(args: argparse.Namespace) -> int:
         if port is not None and not 0 <= port <= 65535:
             print(f"ackmq: {opt} must be between 0 and 65535, got {port}", file=sys.stderr)
             return 2
-    if args.tls_port is None and args.stomp_tls_port is None and args.https_port is None and (
+    if args.tls_port is None and args.stomp_tls_port is None and args.https_port is None \
+            and args.stream_tls_port is None and (
             args.tls_cert or args.tls_key or args.tls_ca or args.tls_verify_peer
             or args.tls_fail_if_no_peer_cert):
         print("ackmq: the --tls-* options need --tls-port (e.g. --tls-port 5671) and/or "
@@ -203,6 +221,8 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     cfg = Config(host=args.host, port=args.port,
                  stomp_port=None if args.no_stomp else args.stomp_port,
+                 stream_port=None if args.no_stream else args.stream_port,
+                 stream_tls_port=args.stream_tls_port,
                  amqp10=not args.no_amqp10, amqp10_anonymous_user=args.amqp10_anonymous_user,
                  amqp10_rabbitmq_compat=args.amqp10_rabbitmq_compat,
                  data_dir=None if args.no_persistence else args.data_dir,
@@ -258,10 +278,12 @@ def serve(args: argparse.Namespace) -> int:
         where = "no persistence" if cfg.data_dir is None else f"data dir {cfg.data_dir}"
         if server.all_interfaces:
             bound = server.bound + [f"{b} (STOMP)" for b in server.stomp_bound]
+            bound += [f"{b} (stream)" for b in server.stream_bound]
             bound += [f"{b} (HTTP)" for b in (server.http.bound if server.http else [])]
             where = f"on all interfaces: {', '.join(bound)}; {where}"
         http = server.http
-        urls = " and ".join(u for u in (url, server.stomp_url, server.tls_url,
+        urls = " and ".join(u for u in (url, server.stomp_url, server.stream_url,
+                                         server.stream_tls_url, server.tls_url,
                                          server.stomp_tls_url, http and http.url,
                                          http and http.https_url) if u)
         log.info("ackmq listening on %s (%s, fsync %s)", urls, where,

@@ -19,9 +19,12 @@ pytest_plugins = ("support.stomphelp", "support.tlshelp", "support.mgmthelp",
 # every `ackmq serve` the tests start takes a free management port: RabbitMQ's
 # management plugin holds 15672 on CI
 os.environ.setdefault("ACKMQ_HTTP_PORT", "0")
+# and a free stream protocol port: RabbitMQ's stream plugin holds 5552
+os.environ.setdefault("ACKMQ_STREAM_PORT", "0")
 
 URL_LINE = re.compile(r"listening on (amqp://\S+)")
 STOMP_URL = re.compile(r"(stomp://\S+:(\d+))")
+STREAM_URL = re.compile(r"rabbitmq-stream://(\S+):(\d+)")
 
 
 class BrokerProcess:
@@ -38,6 +41,7 @@ class BrokerProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
         self.stomp_url = ""
+        self.stream_port = 0  # the stream protocol's, from the log line (0: none)
         self.log: list[str] = []
 
     def start(self, timeout: float = 30.0) -> str:
@@ -61,6 +65,9 @@ class BrokerProcess:
                 ms = STOMP_URL.search(line)
                 if ms:
                     self.stomp_url, self.stomp_port = ms.group(1), int(ms.group(2))
+                mx = STREAM_URL.search(line)
+                if mx:
+                    self.stream_port = int(mx.group(2))
                 # keep draining output so the broker never blocks on a full pipe
                 import threading
                 threading.Thread(target=self._drain, daemon=True).start()

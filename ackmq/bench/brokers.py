@@ -219,7 +219,7 @@ def start_ackmq(data_dir: Path | None = None, timeout: float = 60.0,
     ddir.mkdir(parents=True, exist_ok=True)
     stomp_args = ["--stomp-port", "0"] if stomp else ["--no-stomp"]
     proc = subprocess.Popen([sys.executable, "-m", "ackmq", "serve", "--port", "0", *stomp_args,
-                             "--http-port", "0",
+                             "--http-port", "0", "--no-stream",
                              "--data-dir", str(ddir)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     log: list[str] = []

@@ -158,6 +158,13 @@ class StreamLogLike(Protocol):
                max_age_ms: int | None) -> None:
         """New retention settings (a policy changed), applied as segments roll."""
 
+    def tracked(self, kind: int, ref: str) -> int | None:
+        """A named publisher's last publishing id (kind 0) or a named consumer's stored
+        offset (kind 1): the stream protocol's tracking (X3, X4)."""
+
+    def track(self, kind: int, ref: str, value: int) -> None:
+        """Set it; durable with the next commit, after the records appended before it."""
+
 
 class StreamStorage(Protocol):
     """Where stream queues keep their logs (store/streamlog.StreamStore): the broker

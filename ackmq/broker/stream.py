@@ -11,7 +11,7 @@ for many records), so a stream's length costs no broker memory.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ackmq.broker import stream_args
 from ackmq.broker.arguments import as_text
@@ -28,6 +28,16 @@ if TYPE_CHECKING:
 OFFSET_HEADER = "x-stream-offset"
 
 READ_BATCH = 256  # records read from the log at once for one consumer
+TRACK_PUBLISHER, TRACK_OFFSET = 0, 1  # the log's tracking kinds (X3, X4)
+
+
+class StreamReader(Protocol):
+    """A reader of the log outside the model's consumers (a stream-protocol subscription,
+    which reads whole chunks straight from the log): told when records were appended
+    and when the stream is gone."""
+
+    def appended(self) -> None: ...
+    def stream_deleted(self) -> None: ...
 
 
 def _int(args: dict[str, Any], key: str) -> int | None:
@@ -58,6 +68,10 @@ class StreamQueue(Queue):
         self.log: StreamLogLike | None = None
         self._offsets: dict[int, int] = {}   # consumer id -> next offset to deliver
         self._waiting: dict[int, Consumer] = {}  # consumers with credit, caught up or not
+        self.readers: dict[int, StreamReader] = {}  # by id(): told of appends and deletion
+        # X5: single active consumer groups of the stream protocol's subscriptions, by
+        # consumer name, in subscription order: the first is the active one
+        self.groups: dict[str, list[Any]] = {}
 
     def __repr__(self) -> str:
         return f"<StreamQueue {self.name!r}>"
@@ -123,7 +137,38 @@ class StreamQueue(Queue):
         self.vhost.broker.streams.appended(self.vhost.name, self.name, lg)  # type: ignore[union-attr]
         if self._waiting:
             self.dispatch()
+        if self.readers:
+            for r in self.readers.values():
+                r.appended()
         return True
+
+    # -- the stream protocol: offsets, tracking, readers outside the model ---------------
+    def start_offset(self, how: str, value: Any = None) -> int:
+        """Where a reader starts, by `stream_args.start_spec`'s (how, value): first, last
+        (the newest chunk), next, timestamp (ms) or an offset (the first retained one if
+        below it)."""
+        lg = self.log
+        assert lg is not None
+        if how == "first":
+            return lg.first_offset
+        if how == "last":  # the newest chunk: what was written together last
+            return lg.last_chunk
+        if how == "next":
+            return lg.next_offset
+        if how == "timestamp":
+            return lg.offset_for_timestamp(value)
+        return max(int(value), lg.first_offset)
+
+    def tracked(self, kind: int, ref: str) -> int | None:
+        return None if self.log is None else self.log.tracked(kind, ref)
+
+    def track(self, kind: int, ref: str, value: int) -> None:
+        """A publisher's sequence or a consumer's offset, durable with this turn's commit."""
+        lg = self.log
+        if lg is None or self.deleted:
+            return
+        lg.track(kind, ref, value)
+        self.vhost.broker.streams.appended(self.vhost.name, self.name, lg)  # type: ignore[union-attr]
 
     # -- consumers ------------------------------------------------------------------------
     def check_consume(self, arguments: dict[str, Any], no_ack: bool, exclusive: bool,
@@ -131,19 +176,8 @@ class StreamQueue(Queue):
         stream_args.check_consume(arguments, self.name, self.vhost.name, no_ack, prefetch)
 
     def add_consumer(self, c: Consumer) -> None:
-        lg = self.log
-        assert lg is not None
         how, value = stream_args.start_spec(c.arguments)
-        if how == "first":
-            start = lg.first_offset
-        elif how == "last":  # the newest chunk: what was written together last
-            start = lg.last_chunk
-        elif how == "next":
-            start = lg.next_offset
-        elif how == "timestamp":
-            start = lg.offset_for_timestamp(value)
-        else:
-            start = max(value, lg.first_offset)
+        start = self.start_offset(how, value)
         self.consumers[id(c)] = c
         self._offsets[id(c)] = start
         self.activate(c)
@@ -233,6 +267,9 @@ class StreamQueue(Queue):
         self.deleted = True
         self._waiting.clear()
         self._offsets.clear()
+        readers, self.readers = self.readers, {}
+        for r in readers.values():
+            r.stream_deleted()
         streams = self.vhost.broker.streams
         if streams is not None and self.log is not None:
             streams.remove(self.vhost.name, self.name)

@@ -15,6 +15,10 @@ class Config:
     host: str = "127.0.0.1"
     port: int = 5672
     stomp_port: int | None = 61613  # None: no STOMP listener; 0: a free port
+    # RabbitMQ's stream protocol (X1, docs/stream-protocol.md); None: none; 0: a free port
+    stream_port: int | None = 5552
+    # the stream protocol over TLS (RabbitMQ's stream.listeners.ssl, usually 5551); None: none
+    stream_tls_port: int | None = None
     # AMQP 1.0 on the AMQP port(s) beside 0-9-1, picked by the protocol header (SPEC A1);
     # False: the 0-9-1 listener alone, as before. ANONYMOUS logs in as this user (None:
     # ANONYMOUS is not offered), as RabbitMQ 4's anonymous_login_user

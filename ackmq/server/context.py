@@ -82,6 +82,8 @@ class HttpContext:
     stomp_port: int = 0
     stomp_tls_port: int = 0
     http: HttpPorts | None = None
+    stream_port: int = 0  # RabbitMQ's stream protocol (server/stream/)
+    stream_tls_port: int = 0
 
     @property
     def broker(self) -> BrokerModel:

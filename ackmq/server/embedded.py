@@ -19,6 +19,7 @@ from ackmq.server.server import Server
 def _config(host: str, port: int, data_dir: str | Path | None, persistent: bool,
             fsync: bool, **kw: Any) -> tuple[Config, str | None]:
     kw.setdefault("stomp_port", 0)  # embedded: a free port (None: no STOMP listener)
+    kw.setdefault("stream_port", 0)  # the stream protocol's too (None: none)
     kw.setdefault("http_port", 0)  # the management API too (None: no HTTP listener)
     tmp = None
     if not persistent:
@@ -52,6 +53,8 @@ class Broker:
         self.tls_url = ""  # amqps://...: with tls_port=0 (a free port) and tls_cert/tls_key
         self.stomp_tls_url = ""  # stomp+ssl://...: with stomp_tls_port=0 and tls_cert/tls_key
         self.stomp_tls_port = 0
+        self.stream_url = ""  # rabbitmq-stream://127.0.0.1:PORT (stream_port=None: none)
+        self.stream_port = 0
         self.http_url = ""  # http://127.0.0.1:PORT: the management API (http_port=None: none)
         self.http_port = 0
 
@@ -59,6 +62,7 @@ class Broker:
         self.url = await self.server.start()
         self.port = self.server.port
         self.stomp_url, self.stomp_port = self.server.stomp_url, self.server.stomp_port
+        self.stream_url, self.stream_port = self.server.stream_url, self.server.stream_port
         self.tls_url = self.server.tls_url
         self.stomp_tls_url = self.server.stomp_tls_url
         self.stomp_tls_port = self.server.stomp_tls_port
@@ -100,6 +104,8 @@ class EmbeddedBroker:
         self.tls_url = ""  # amqps://...: with tls_port=0 (a free port) and tls_cert/tls_key
         self.stomp_tls_url = ""  # stomp+ssl://...: with stomp_tls_port=0 and tls_cert/tls_key
         self.stomp_tls_port = 0
+        self.stream_url = ""  # RabbitMQ's stream protocol, as Broker.stream_url
+        self.stream_port = 0
         self.http_url = ""  # the management API, as Broker.http_url
         self.http_port = 0
 
@@ -115,6 +121,7 @@ class EmbeddedBroker:
         self.tls_url = self._broker.tls_url
         self.stomp_tls_url = self._broker.stomp_tls_url
         self.stomp_tls_port = self._broker.stomp_tls_port
+        self.stream_url, self.stream_port = self._broker.stream_url, self._broker.stream_port
         self.http_url, self.http_port = self._broker.http_url, self._broker.http_port
         return self.url
 

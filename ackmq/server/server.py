@@ -62,6 +62,11 @@ def _stomp(ctx: FrontEnd) -> ClientConnection:
     return StompConnection(ctx)
 
 
+def _stream(ctx: FrontEnd) -> ClientConnection:
+    from ackmq.server.stream.connection import StreamConnection
+    return StreamConnection(ctx)
+
+
 @dataclass(eq=False)
 class Listener:
     """One protocol on one port (plain or TLS), and where it ended up listening."""
@@ -98,6 +103,11 @@ class Server:
         self.stomp_bound: list[str] = []
         self.stomp_tls_url = ""  # stomp+ssl://host:port, "" without a STOMP TLS listener
         self.stomp_tls_port = 0
+        self.stream_url = ""  # rabbitmq-stream://host:port, "" without a stream listener
+        self.stream_port = 0
+        self.stream_bound: list[str] = []
+        self.stream_tls_url = ""  # rabbitmq-stream+tls://host:port, "" without one
+        self.stream_tls_port = 0
         self._tls_ctx: Any = None  # one ssl.SSLContext for every TLS listener
         self._spill_tmp: str | None = None
         self._streams_tmp: str | None = None
@@ -189,7 +199,8 @@ class Server:
         host = await self._start_listeners()
         # what the management front ends (server/http/, server/ctl/) reach
         mgmt = HttpContext(self.ctx, self.alarms, self.port, self.tls_port, self.stomp_port,
-                           self.stomp_tls_port)
+                           self.stomp_tls_port, stream_port=self.stream_port,
+                           stream_tls_port=self.stream_tls_port)
         if cfg.http_port is not None or cfg.https_port is not None:
             await self._start_http(host, mgmt)  # the management API (M1), on the same loop
         if cfg.data_dir is not None and cfg.admin_socket:
@@ -225,11 +236,16 @@ class Server:
         wanted = [amqp]
         if cfg.stomp_port is not None:
             wanted.append(Listener("STOMP", "stomp", cfg.stomp_port, _stomp))
+        if cfg.stream_port is not None:
+            wanted.append(Listener("stream", "rabbitmq-stream", cfg.stream_port, _stream))
         if cfg.tls_port is not None:
             wanted.append(Listener("AMQPS", "amqps", cfg.tls_port, _amqp, tls=True))
         if cfg.stomp_tls_port is not None:
             wanted.append(Listener("STOMP over TLS", "stomp+ssl", cfg.stomp_tls_port, _stomp,
                                    tls=True))
+        if cfg.stream_tls_port is not None:
+            wanted.append(Listener("stream over TLS", "rabbitmq-stream+tls",
+                                   cfg.stream_tls_port, _stream, tls=True))
         host = ""
         for listener in wanted:
             await self._listen(listener)
@@ -241,6 +257,12 @@ class Server:
             if listener.scheme == "stomp":
                 self.stomp_url, self.stomp_port = listener.url, listener.bound_port
                 self.stomp_bound = listener.bound
+            elif listener.scheme == "rabbitmq-stream":
+                self.stream_url, self.stream_port = listener.url, listener.bound_port
+                self.stream_bound = listener.bound
+            elif listener.scheme == "rabbitmq-stream+tls":
+                self.stream_tls_url = listener.url
+                self.stream_tls_port = listener.bound_port
             elif listener.scheme == "amqps":
                 self.tls_url, self.tls_port = listener.url + "/", listener.bound_port
             elif listener.scheme == "stomp+ssl":
@@ -296,6 +318,7 @@ class Server:
             cfg = self.config
             asked = " / ".join(o for o, p in (("--tls-port", cfg.tls_port),
                                               ("--stomp-tls-port", cfg.stomp_tls_port),
+                                              ("--stream-tls-port", cfg.stream_tls_port),
                                               ("--https-port", cfg.https_port))
                                if p is not None)
             try:

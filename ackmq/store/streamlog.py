@@ -35,6 +35,7 @@ from typing import Any, Final, cast
 
 from ackmq.broker.storage import StreamLogLike
 from ackmq.store.format import REC_HDR
+from ackmq.store.streamtrack import Tracking
 
 log = logging.getLogger("ackmq.stream")
 
@@ -126,7 +127,10 @@ class StreamLog:
         self._last_chunk = 0
         self._damaged: set[int] = set()  # offsets whose record failed its checksum
         self.dir.mkdir(parents=True, exist_ok=True)
+        # the stream protocol's publisher sequences and stored offsets (streamtrack.py)
+        self.tracking = Tracking(self.dir / "tracking")
         self._recover()
+        self.tracking.load(self.next_offset)
 
     # -- offsets --------------------------------------------------------------------
     @property
@@ -455,10 +459,23 @@ class StreamLog:
             # the kernel reads the next stretch meanwhile: the next pread is a copy
             os.posix_fadvise(seg.fd, pos, READ_AHEAD, os.POSIX_FADV_WILLNEED)
 
+    # -- tracking (the stream protocol's deduplication and offsets) -------------------
+    def tracked(self, kind: int, ref: str) -> int | None:
+        return self.tracking.get(kind, ref)
+
+    def track(self, kind: int, ref: str, value: int) -> None:
+        """Written by the next commit, after the records appended before it (X3, X4)."""
+        self.tracking.set(kind, ref, value)
+
     # -- life cycle -----------------------------------------------------------------
     def close(self) -> None:
         self.flush()
         self.sync()
+        if self.tracking.pending:
+            self.tracking.write_pending(self.next_offset)
+            if self.tracking.fd >= 0:
+                os.fdatasync(self.tracking.fd)
+        self.tracking.close()
         for seg in self.segments:
             if seg.fd >= 0:
                 os.close(seg.fd)
@@ -470,6 +487,7 @@ class StreamLog:
     def destroy(self) -> None:
         self._buf, self._pending, self._pending_ts = bytearray(), [], []
         self._dirty = False
+        self.tracking.drop_pending()
         self.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -521,20 +539,29 @@ class StreamStore:
 
     def commit(self, callback: Callable[[BaseException | None], None]) -> None:
         """Write every log appended to now; `callback(None)` once fdatasynced (or
-        `callback(exc)`), on the broker's thread."""
+        `callback(exc)`), on the broker's thread. A log's tracking entries (publisher
+        sequences, stored offsets) are written just before its records, each naming the
+        offset it covers, and fdatasynced after them (streamtrack.py)."""
         dirty, self._dirty = self._dirty, {}
         fds: list[int] = []
+        after: list[int] = []  # tracking files: synced once the records are
         try:
             for lg in dirty.values():
+                t = lg.tracking
+                if t.pending:  # first: an entry whose records a kill -9 cut off is ignored
+                    t.write_pending(lg.next_offset)  # on load (its `covered` is past them)
+                    if self.fsync:
+                        after.append(os.dup(t.fd))
                 lg.flush()
                 if self.fsync and lg._dirty and lg._wfd >= 0:
                     fds.append(os.dup(lg._wfd))  # the sync thread owns (and closes) these
                 lg._dirty = False
         except OSError as e:
-            for fd in fds:
+            for fd in fds + after:
                 os.close(fd)
             callback(e)
             return
+        fds += after
         if not fds:
             callback(None)
             return
@@ -551,12 +578,15 @@ class StreamStore:
 
     @staticmethod
     def _sync(fds: list[int]) -> BaseException | None:
+        """fdatasync in order (records before the tracking that counts them); after a
+        failure the rest is not synced (nothing is confirmed)."""
         err: BaseException | None = None
         for fd in fds:
             try:
-                os.fdatasync(fd)
+                if err is None:
+                    os.fdatasync(fd)
             except OSError as e:
-                err = err or e
+                err = e
             finally:
                 os.close(fd)
         return err
@@ -569,7 +599,9 @@ class StreamStore:
                 if not self._jobs:
                     return
                 jobs, self._jobs = self._jobs, []
-            err = self._sync([fd for fds, _cb in jobs for fd in fds])
+            # every job's records first, then every job's tracking files
+            data = [fd for fds, _cb in jobs for fd in fds]
+            err = self._sync(data)
             for _fds, cb in jobs:
                 assert self._call is not None
                 self._call(cb, err)

@@ -39,6 +39,7 @@ class OwnBroker:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ackmq", "serve", "--port", str(self.port),
              *([] if self.stomp else ["--no-stomp"]), "--http-port", "0",
+             *([] if "--stream-port" in self.extra else ["--no-stream"]),
              "--data-dir", str(self.data_dir), *self.extra],
             stdout=log, stderr=subprocess.STDOUT)
         log.close()

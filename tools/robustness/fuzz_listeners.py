@@ -38,7 +38,7 @@ from tools.robustness import fuzz
 from tools.robustness import fuzz_seeds as seeds
 
 LISTENERS = ("amqp10", "stomp", "amqps", "amqps-handshake", "stomps", "stomps-handshake", "admin",
-             "http", "https")
+             "http", "https", "stream")
 MAX_MESSAGE = 65536  # our broker's --max-message-size: STOMP padding completes any body
 OUT_KEEP = 256 * 1024
 
@@ -142,6 +142,26 @@ def judge_amqp10(out: bytes) -> Verdict:
             return "sasl-outcome auth", ""
         last = p.kind
     return (f"closed after {last}" if last else "closed, nothing but headers"), ""
+
+
+def judge_stream(out: bytes) -> Verdict:
+    """RabbitMQ's stream protocol: the server's Close and its code, else the last
+    command; output that is not a sequence of frames is a problem (cut at OUT_KEEP is
+    not)."""
+    pos, last = 0, ""
+    while pos + 8 <= len(out):
+        size, key = int.from_bytes(out[pos:pos + 4], "big"), int.from_bytes(
+            out[pos + 4:pos + 6], "big")
+        if size < 4:
+            return "bad output", f"stream frame of size {size}: {out[pos:pos + 40]!r}"
+        if pos + 4 + size > len(out):
+            break  # cut
+        if key == 0x0016 and size >= 10:  # the server's Close: its code after the corr id
+            code = int.from_bytes(out[pos + 12:pos + 14], "big")
+            return f"close 0x{code:02x}", ""
+        last = f"0x{key:04x}"
+        pos += 4 + size
+    return (f"closed after {last}" if last else "closed, nothing written"), ""
 
 
 def judge_http(out: bytes) -> Verdict:
@@ -324,6 +344,7 @@ def broker_targets(own: OwnBroker) -> dict[str, Target]:
     stomp, stomps, amqps, http, https = (port("stomp"), port(r"stomp\+ssl"), port("amqps"),
                                          port("http"), port("https"))
     return {"amqp10": Target("amqp10", port=port("amqp")),
+            "stream": Target("stream", port=port("rabbitmq-stream")),
             "stomp": Target("stomp", port=stomp),
             "stomps": Target("stomps", port=stomps, tls=True),
             "stomps-handshake": Target("stomps-handshake", port=stomps),
@@ -372,6 +393,9 @@ async def one_connection(t: Target, rnd: random.Random, stats: Stats, opts: Opti
     elif t.name == "amqp10":
         frames, special, pad, judge = (seeds.amqp10_session(tag), seeds.AMQP10_SPECIAL,
                                        AMQP10_PAD, judge_amqp10)
+    elif t.name == "stream":
+        frames, special, pad, judge = (seeds.stream_session(tag), seeds.STREAM_SPECIAL,
+                                       b"\x00" * 8, judge_stream)
     elif t.name in ("http", "https"):
         frames, special, pad, judge = (seeds.http_session(tag), seeds.HTTP_SPECIAL,
                                        b"\r\n\r\n", judge_http)
@@ -485,7 +509,7 @@ async def run(listeners: list[str], opts: Options, work_dir: Path | None,
     own = OwnBroker(extra, work_dir, stomp=True)
     cert, key = make_cert(own.log_path.parent)
     own.extra = ["--stomp-port", "0", "--tls-port", "0", "--stomp-tls-port", "0",
-                 "--https-port", "0",
+                 "--https-port", "0", "--stream-port", "0",
                  "--tls-cert", str(cert), "--tls-key", str(key),
                  "--max-message-size", str(MAX_MESSAGE), *extra]
     results: list[dict[str, object]] = []

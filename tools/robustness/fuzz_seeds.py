@@ -272,3 +272,69 @@ def amqp10_session(tag: str) -> list[bytes]:
         encode_frame(0, Composite("close")),
     ]
     return out
+
+
+# ---- RabbitMQ's stream protocol ------------------------------------------------------------
+
+STREAM_SPECIAL = (b"\x00", b"\xff", b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff", b"\x80\x00",
+                  b"\x00\x00\x00\x00", b"\x00\x00\x00\x04", b"\xff\xff", b"\x00\x0d",
+                  b"\x00\x00\x00\x08\x00\x02\x00\x01", b"\x00\x10\x00\x00\x00\x02",
+                  b"\x80", b"\x90\x00\x01", b"\xa0")
+
+
+def stream_session(tag: str) -> list[bytes]:
+    """Peer properties, SASL PLAIN, tune (heartbeat 1 s), open, create a stream, a named
+    publisher, publishes (simple, a sub-entry batch, raw bytes), a subscription with
+    credit, store/query offset, metadata, stats, unsubscribe, delete, close; one frame
+    each."""
+    import struct
+
+    from ackmq.protocol.amqp10 import Composite
+    from ackmq.protocol.amqp10.message import DATA, Message10
+    from ackmq.protocol.stream import constants as K
+    from ackmq.protocol.stream.frames import frame
+
+    name = f"fzs.{slot(tag)}"
+
+    def s(x: str) -> bytes:
+        b = x.encode()
+        return struct.pack(">H", len(b)) + b
+
+    def u32(x: int) -> bytes:
+        return struct.pack(">I", x)
+
+    def msg(text: str) -> bytes:
+        return Message10(header=Composite("header", durable=True),
+                         application_properties={"tag": tag},
+                         body=[(DATA, text.encode())]).encode()
+
+    def entry(pid: int, data: bytes) -> bytes:
+        return struct.pack(">Q", pid) + u32(len(data)) + data
+
+    batch = b"".join(u32(len(m)) + m for m in (msg("s1"), msg("s2")))
+    sub_entry = (struct.pack(">Q", 9) + bytes((0x80,)) + struct.pack(">H", 2)
+                 + u32(len(batch)) + u32(len(batch)) + batch)
+    return [
+        frame(K.PEER_PROPERTIES, 1, u32(1) + u32(1) + s("product") + s("fuzz")),
+        frame(K.SASL_HANDSHAKE, 1, u32(2)),
+        frame(K.SASL_AUTHENTICATE, 1, u32(3) + s("PLAIN") + u32(12) + b"\0guest\0guest"),
+        frame(K.TUNE, 1, u32(65536) + u32(1)),
+        frame(K.OPEN, 1, u32(4) + s("/")),
+        frame(K.CREATE, 1, u32(5) + s(name) + u32(1) + s("max-length-bytes") + s("1000000")),
+        frame(K.DECLARE_PUBLISHER, 1, u32(6) + b"\x01" + s(f"p{tag}") + s(name)),
+        frame(K.PUBLISH, 1, b"\x01" + u32(2) + entry(1, msg("one " + tag))
+              + entry(2, b"raw " + tag.encode())),
+        frame(K.PUBLISH, 1, b"\x01" + u32(1) + sub_entry),
+        frame(K.QUERY_PUBLISHER_SEQUENCE, 1, u32(7) + s(f"p{tag}") + s(name)),
+        frame(K.SUBSCRIBE, 1, u32(8) + b"\x02" + s(name) + struct.pack(">HH", 1, 2)
+              + u32(1) + s("name") + s("c")),
+        frame(K.CREDIT, 1, b"\x02" + struct.pack(">H", 3)),
+        frame(K.STORE_OFFSET, 1, s("c") + s(name) + struct.pack(">Q", 1)),
+        frame(K.QUERY_OFFSET, 1, u32(9) + s("c") + s(name)),
+        frame(K.METADATA, 1, u32(10) + u32(2) + s(name) + s("nope")),
+        frame(K.STREAM_STATS, 1, u32(11) + s(name)),
+        frame(K.HEARTBEAT, 1, b""),
+        frame(K.UNSUBSCRIBE, 1, u32(12) + b"\x02"),
+        frame(K.DELETE_PUBLISHER, 1, u32(13) + b"\x01"),
+        frame(K.CLOSE, 1, u32(14) + struct.pack(">H", 1) + s("bye")),
+    ]

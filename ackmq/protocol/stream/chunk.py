@@ -1,0 +1,74 @@
+"""Osiris chunks, as Deliver carries them (osiris_log.erl's chunk format): a 48-byte
+header, then the entries. The header:
+
+    u8 magic<<4 | version (0x50)   u8 chunk type (0 user)   u16 num entries
+    u32 num records                i64 timestamp (ms)       u64 epoch
+    u64 chunk first offset         u32 crc32 of the data    u32 data length
+    u32 trailer length             u8 bloom filter size     u24 reserved
+
+An entry is a simple one (`0:1 size:31 | data`, one record) or a sub-entry batch
+(`1:1 compression:3 reserved:4 | u16 records | u32 uncompressed length | u32 length |
+data`). ackmq writes simple entries only: its log keeps one record per message, so a
+chunk is `len(messages)` entries and records.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Sequence
+
+from ackmq.protocol.stream import constants as K
+from ackmq.protocol.stream.frames import BadFrame, Reader
+
+HEADER = struct.Struct(">BBHIqQQIIIB3x")
+_DELIVER_HDR = struct.Struct(">IHHB")  # frame size, key, version, subscription id
+_SIZE = struct.Struct(">I")
+assert HEADER.size == 48
+
+
+def deliver(subscription_id: int, first_offset: int, timestamp_ms: int,
+            messages: Sequence[bytes], epoch: int = 1) -> bytes:
+    """A Deliver (version 1) frame of one chunk holding `messages`, the first at
+    `first_offset`."""
+    parts: list[bytes] = []
+    pack = _SIZE.pack
+    for m in messages:
+        parts.append(pack(len(m)))
+        parts.append(m)
+    data = b"".join(parts)
+    header = HEADER.pack(K.CHUNK_MAGIC_VERSION, K.CHUNK_USER, len(messages), len(messages),
+                         timestamp_ms, epoch, first_offset, zlib.crc32(data), len(data), 0, 0)
+    size = 4 + 1 + HEADER.size + len(data)
+    return _DELIVER_HDR.pack(size, K.DELIVER, 1, subscription_id) + header + data
+
+
+def read_chunk(chunk: bytes) -> tuple[int, int, list[bytes]]:
+    """(first offset, timestamp, messages) of a chunk (simple entries and uncompressed
+    sub-entry batches): what a client does with a Deliver; for tests and tools."""
+    (_magic, _type, entries, _records, ts, _epoch, first, crc, length, _trailer,
+     _bloom) = HEADER.unpack_from(chunk, 0)
+    data = chunk[HEADER.size:HEADER.size + length]
+    if len(data) != length or zlib.crc32(data) != crc:
+        raise BadFrame("chunk data does not match its length or crc")
+    r = Reader(data)
+    out: list[bytes] = []
+    for _ in range(entries):
+        head = data[r.pos]
+        if head & K.SUBENTRY_FLAG:
+            r.pos += 1
+            n = r.u16()
+            r.u32()
+            size = r.u32()
+            end = r.pos + size
+            while r.pos < end and n:
+                s = r.u32()
+                p = r.need(s)
+                out.append(bytes(data[p:p + s]))
+                n -= 1
+            r.pos = end
+        else:
+            s = r.u32()
+            p = r.need(s)
+            out.append(bytes(data[p:p + s]))
+    return first, ts, out

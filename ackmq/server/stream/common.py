@@ -1,0 +1,35 @@
+"""What the stream front end's modules share: the stream a command names, and the model's
+refusals in the protocol's response codes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ackmq.broker.errors import ReplyError
+from ackmq.broker.stream import StreamQueue
+from ackmq.protocol.stream import constants as K
+
+if TYPE_CHECKING:
+    from ackmq.server.stream.connection import StreamConnection
+
+ACCESS_REFUSED_CODE = 403
+NOT_FOUND_CODE = 404
+
+
+def stream_queue(conn: StreamConnection, name: str | None) -> StreamQueue | None:
+    """The stream queue of that name in the connection's vhost (None: no such stream, or
+    a queue of another type, as RabbitMQ's stream plugin sees it)."""
+    vh = conn.vhost
+    if vh is None or name is None:
+        return None
+    q = vh.queues.get(name)
+    return q if isinstance(q, StreamQueue) and not q.deleted else None
+
+
+def code_of(e: ReplyError) -> int:
+    """A model refusal as the protocol's response code."""
+    if e.code == ACCESS_REFUSED_CODE:
+        return K.ACCESS_REFUSED
+    if e.code == NOT_FOUND_CODE:
+        return K.STREAM_DOES_NOT_EXIST
+    return K.PRECONDITION_FAILED

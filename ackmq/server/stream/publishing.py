@@ -1,0 +1,178 @@
+"""Publishers (X1-X3): declare/delete, Publish (simple entries and sub-entry batches) onto
+the stream queue through the model channel in confirm mode, PublishConfirm once the
+model confirms (after fsync: P5c), PublishError with the protocol's codes, and
+deduplication by named publisher: a publishing id at or below the publisher's last one
+is dropped and confirmed; the last id is kept in the stream's tracking, durable with the
+records it follows (store/streamtrack.py), so it holds across a kill -9."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ackmq.broker.errors import ReplyError
+from ackmq.broker.stream import TRACK_PUBLISHER, StreamQueue
+from ackmq.protocol.stream import constants as K
+from ackmq.protocol.stream import frames as F
+from ackmq.protocol.stream.frames import Command
+from ackmq.protocol.stream.messages import to_record, with_filter_value
+from ackmq.server.stream.common import code_of, stream_queue
+
+if TYPE_CHECKING:
+    from ackmq.server.stream.connection import StreamConnection
+
+
+@dataclass(slots=True, eq=False)
+class Publisher:
+    publisher_id: int
+    reference: str  # "" : not named, no deduplication
+    queue: StreamQueue
+    last: int  # the last publishing id taken (named publishers), -1 before any
+
+
+class Publishers:
+    def __init__(self, conn: StreamConnection) -> None:
+        self.conn = conn
+        self.by_id: dict[int, Publisher] = {}
+        # the model's confirm seq -> (publisher id, publishing id) on an entry's last
+        # record, None on the records before it (a sub-entry batch)
+        self.pending: OrderedDict[int, tuple[int, int] | None] = OrderedDict()
+
+    def declare(self, c: Command) -> None:
+        conn = self.conn
+        pid, ref = c.publisher_id, c.reference or ""
+        q = stream_queue(conn, c.stream)
+        code = K.OK
+        if q is None:
+            code = K.STREAM_DOES_NOT_EXIST
+        elif pid in self.by_id or (ref and any(
+                p.reference == ref and p.queue is q for p in self.by_id.values())):
+            code = K.PRECONDITION_FAILED
+        else:
+            try:
+                access = conn.channel.access if conn.channel is not None else None
+                if access is not None:
+                    access.write("queue", q.name)
+            except ReplyError as e:
+                code = code_of(e)
+        if code == K.OK:
+            assert q is not None
+            last = q.tracked(TRACK_PUBLISHER, ref) if ref else None
+            self.by_id[pid] = Publisher(pid, ref, q, -1 if last is None else last)
+            conn.subscriptions.watch(q)
+        conn.write(F.response(K.DECLARE_PUBLISHER, c.correlation_id, code))
+
+    def delete(self, c: Command) -> None:
+        code = K.OK if self.by_id.pop(c.publisher_id, None) is not None \
+            else K.PUBLISHER_DOES_NOT_EXIST
+        self.conn.write(F.response(K.DELETE_PUBLISHER, c.correlation_id, code))
+
+    def query_sequence(self, c: Command) -> None:
+        q = stream_queue(self.conn, c.stream)
+        if q is None:
+            self.conn.write(F.u64_response(K.QUERY_PUBLISHER_SEQUENCE, c.correlation_id,
+                                           K.STREAM_DOES_NOT_EXIST, 0))
+            return
+        v = q.tracked(TRACK_PUBLISHER, c.reference or "") if c.reference else None
+        self.conn.write(F.u64_response(K.QUERY_PUBLISHER_SEQUENCE, c.correlation_id, K.OK,
+                                       v or 0))
+
+    def publish(self, c: Command) -> None:
+        conn = self.conn
+        pid = c.publisher_id
+        pub = self.by_id.get(pid)
+        entries = list(F.read_publish(c.content, c.version))
+        if pub is None or pub.queue.deleted:
+            code = K.PUBLISHER_DOES_NOT_EXIST if pub is None else K.STREAM_NOT_AVAILABLE
+            conn.write(F.publish_error(pid, [(e[0], code) for e in entries]))
+            return
+        ch = conn.channel
+        assert ch is not None and ch.confirms is not None
+        confirms, pending, name = ch.confirms, self.pending, pub.queue.name
+        named = bool(pub.reference)
+        top = pub.last
+        dups: list[int] = []
+        errors: list[tuple[int, int]] = []
+        max_size = conn.ctx.config.max_message_size
+        for pubid, fv, kind, data in entries:
+            if named and pubid <= top:
+                dups.append(pubid)  # X3: already taken: dropped, confirmed
+                continue
+            if pubid > top:
+                top = pubid
+            messages = [data] if kind == 0 else F.subentries(kind, data, max_size)
+            if not messages:
+                dups.append(pubid)
+                continue
+            try:
+                seq = -1
+                for m in messages:
+                    if len(m) > max_size:
+                        raise _TooLarge
+                    props, body = to_record(m)
+                    if fv is not None:
+                        props = with_filter_value(props, fv)
+                    seq = confirms.next_seq
+                    ch.basic_publish("", name, False, False, props, body)
+                    pending[seq] = None
+                pending[seq] = (pid, pubid)
+            except _TooLarge:
+                errors.append((pubid, K.PRECONDITION_FAILED))
+            except ReplyError as e:
+                errors.append((pubid, code_of(e)))
+        if named and top > pub.last:
+            pub.last = top
+            pub.queue.track(TRACK_PUBLISHER, pub.reference, top)
+        if dups:
+            conn.write(F.publish_confirm(pid, dups))
+        if errors:
+            conn.write(F.publish_error(pid, errors))
+
+    def confirmed(self, ack: bool, tag: int, multiple: bool) -> None:
+        """The model confirmed (or nacked: a failed write) publishes up to `tag`."""
+        pending = self.pending
+        done: list[tuple[int, int] | None] = []
+        if multiple:
+            while pending:
+                seq = next(iter(pending))
+                if seq > tag:
+                    break
+                done.append(pending.popitem(last=False)[1])
+        elif tag in pending:
+            done.append(pending.pop(tag))
+        oks: dict[int, list[int]] = {}
+        errs: dict[int, list[tuple[int, int]]] = {}
+        for v in done:
+            if v is None:
+                continue
+            pid, pubid = v
+            if ack:
+                oks.setdefault(pid, []).append(pubid)
+            else:
+                errs.setdefault(pid, []).append((pubid, K.INTERNAL_ERROR))
+                self._not_taken(pid, pubid)
+        for pid, ids in oks.items():
+            self.conn.write(F.publish_confirm(pid, ids))
+        for pid, errors in errs.items():
+            self.conn.write(F.publish_error(pid, errors))
+
+    def _not_taken(self, pid: int, pubid: int) -> None:
+        """A publish failed (a failed write): its id must be taken again when resent,
+        not dropped as a duplicate, so the publisher's sequence goes back below it."""
+        pub = self.by_id.get(pid)
+        if pub is not None and pub.reference and pub.last >= pubid:
+            pub.last = pubid - 1
+            pub.queue.track(TRACK_PUBLISHER, pub.reference, pub.last)
+
+    def stream_gone(self, q: StreamQueue) -> None:
+        for pid in [p.publisher_id for p in self.by_id.values() if p.queue is q]:
+            del self.by_id[pid]
+
+    def close(self) -> None:
+        self.by_id.clear()
+        self.pending.clear()
+
+
+class _TooLarge(Exception):
+    pass

@@ -1,0 +1,139 @@
+"""A stream's tracking (the stream protocol's X3/X4): the last publishing id of each named
+publisher (deduplication) and each named consumer's stored offset, durable, in a small
+append-only file beside the stream's segments (`tracking`):
+
+    record : u32 payload length | u32 crc32(payload) | payload (format.REC_HDR)
+    payload: u8 kind | u16 len(reference) | reference (UTF-8) | u64 value | u64 covered
+
+`covered` is the stream's next offset once the turn's records are written: the records
+the value counts are all below it. `set` changes the map at once (deduplication decides
+on it) and buffers the entry; the stream store's commit writes the buffered entries just
+before the turn's records and fdatasyncs them after the records, before the publishes
+are confirmed. A kill -9 between the two writes, or a power cut that keeps the entry but
+not the records, leaves an entry whose records are not there: loading ignores every
+entry whose `covered` is past the recovered log's end, so a publisher's sequence never
+counts a message that is not there (a resend is taken, not dropped as a duplicate), and
+one that is there is never taken twice after a kill -9. Loading
+replays the file up to its first damaged record (a torn tail) and rewrites it compacted
+when it holds many superseded records.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import zlib
+from pathlib import Path
+
+from ackmq.store.format import REC_HDR
+
+log = logging.getLogger("ackmq.stream")
+
+PUBLISHER = 0  # kind: a named publisher's last publishing id
+OFFSET = 1     # kind: a named consumer's stored offset
+_ENTRY = struct.Struct(">BH")
+_TAIL = struct.Struct(">QQ")  # value, covered
+
+
+def _record(kind: int, ref: str, value: int, covered: int) -> bytes:
+    r = ref.encode("utf-8", "surrogateescape")
+    payload = _ENTRY.pack(kind, len(r)) + r + _TAIL.pack(value, covered)
+    return REC_HDR.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+class Tracking:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.values: dict[tuple[int, str], int] = {}
+        self._covered: dict[tuple[int, str], int] = {}
+        self._pending: dict[tuple[int, str], int] = {}
+        self._records = 0
+        self.fd = -1
+
+    def load(self, log_end: int) -> None:
+        """Replay the file; entries covering records past `log_end` (the recovered log's
+        next offset) are ignored."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        pos = 0
+        mv = memoryview(data)
+        ignored = 0
+        while pos + REC_HDR.size <= len(data):
+            n, crc = REC_HDR.unpack_from(data, pos)
+            stop = pos + REC_HDR.size + n
+            if stop > len(data) or n < _ENTRY.size + _TAIL.size or zlib.crc32(
+                    mv[pos + REC_HDR.size:stop]) != crc:
+                break
+            kind, rlen = _ENTRY.unpack_from(data, pos + REC_HDR.size)
+            p = pos + REC_HDR.size + _ENTRY.size
+            ref = bytes(mv[p:p + rlen]).decode("utf-8", "surrogateescape")
+            value, covered = _TAIL.unpack_from(data, p + rlen)
+            if covered <= log_end:
+                self.values[(kind, ref)] = value
+                self._covered[(kind, ref)] = covered
+            else:
+                ignored += 1
+            self._records += 1
+            pos = stop
+        if pos != len(data):
+            log.warning("stream tracking %s: torn tail cut at byte %d", self.path, pos)
+        if ignored:
+            log.warning("stream tracking %s: %d entries past the log's end (offset %d) "
+                        "ignored", self.path, ignored, log_end)
+        if pos != len(data) or ignored or self._records > 2 * len(self.values) + 64:
+            self.compact()
+
+    def compact(self) -> None:
+        """Rewrite the file with one record per entry (tmp, fsync, rename, dir fsync)."""
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            f.write(b"".join(_record(k, r, v, self._covered.get((k, r), 0))
+                             for (k, r), v in self.values.items()))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        dfd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        self._records = len(self.values)
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def get(self, kind: int, ref: str) -> int | None:
+        return self.values.get((kind, ref))
+
+    def set(self, kind: int, ref: str, value: int) -> None:
+        self.values[(kind, ref)] = value
+        self._pending[(kind, ref)] = value
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending)
+
+    def write_pending(self, covered: int) -> None:
+        """Append the buffered entries, each covering the log up to `covered` (its next
+        offset now, its records written); not synced (`sync` is)."""
+        pending, self._pending = self._pending, {}
+        for key in pending:
+            self._covered[key] = covered
+        self._records += len(pending)
+        data = b"".join(_record(k, r, v, covered) for (k, r), v in pending.items())
+        if self.fd < 0:
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        done = 0
+        while done < len(data):
+            done += os.write(self.fd, data[done:])
+
+    def drop_pending(self) -> None:
+        self._pending = {}
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
