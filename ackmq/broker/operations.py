@@ -204,6 +204,18 @@ class Operations:
         if self.access is not None:
             self.access.check(WRITE, "exchange", exchange)
 
+    def check_stream_writer(self, queue: str) -> None:
+        """A stream-protocol publisher (declare publisher) or an offset it stores: write
+        on the stream itself, as RabbitMQ's stream plugin checks the stream resource."""
+        if self.access is not None:
+            self.access.write("queue", queue)
+
+    def check_stream_reader(self, queue: str) -> None:
+        """A stream-protocol subscription, which reads the log without a model consumer:
+        read on the stream, as basic.consume."""
+        if self.access is not None:
+            self.access.read("queue", queue)
+
     def topic_refusal(self, exchange: str, key: str) -> str | None:
         """RabbitMQ's text if the user's topic permission forbids reading `key` from
         `exchange` (a STOMP /topic/ subscription checks it before anything else)."""

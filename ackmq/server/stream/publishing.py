@@ -51,9 +51,8 @@ class Publishers:
             code = K.PRECONDITION_FAILED
         else:
             try:
-                access = conn.channel.access if conn.channel is not None else None
-                if access is not None:
-                    access.write("queue", q.name)
+                if conn.channel is not None:
+                    conn.channel.check_stream_writer(q.name)
             except ReplyError as e:
                 code = code_of(e)
         if code == K.OK:

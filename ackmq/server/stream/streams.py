@@ -74,7 +74,7 @@ def _declare(conn: StreamConnection, name: str | None, given: dict[str, str | No
         same = all(q.arguments.get(k) == args.get(k) for k in keys)
         return K.STREAM_ALREADY_EXISTS if same else K.PRECONDITION_FAILED
     try:
-        vh.declare_queue(name, False, True, False, False, args, conn, access=ch.access)
+        ch.declare_queue(name, False, True, False, False, args)
     except ReplyError as e:
         return code_of(e)
     return K.OK
@@ -91,9 +91,7 @@ def _delete(conn: StreamConnection, name: str | None) -> int:
     vh, ch = conn.vhost, conn.channel
     assert vh is not None and ch is not None
     try:
-        if ch.access is not None:
-            ch.access.configure("queue", q.name)
-        vh.delete_queue(q, notify=True)
+        ch.delete_queue(q.name)
     except ReplyError as e:
         return code_of(e)
     return K.OK
@@ -137,8 +135,8 @@ def store_offset(conn: StreamConnection, c: Command) -> None:
         return
     ch = conn.channel
     try:
-        if ch is not None and ch.access is not None:
-            ch.access.write("queue", q.name)
+        if ch is not None:
+            ch.check_stream_writer(q.name)
     except ReplyError:
         return
     q.track(TRACK_OFFSET, ref, c.offset)
@@ -209,8 +207,8 @@ def create_super_stream(conn: StreamConnection, c: Command) -> None:
         code = K.STREAM_ALREADY_EXISTS
     else:
         try:
-            vh.declare_exchange(name, "direct", False, True, False, False,
-                                {"x-super-stream": True}, access=ch.access)
+            ch.declare_exchange(name, "direct", False, True, False, False,
+                                {"x-super-stream": True})
             for i, (part, key) in enumerate(zip(parts, keys, strict=True)):
                 code = _declare(conn, part, c.arguments)
                 if code != K.OK:
@@ -226,9 +224,7 @@ def delete_super_stream(conn: StreamConnection, c: Command) -> None:
     assert vh is not None and ch is not None
     try:
         parts = _partitions(conn, c.name)
-        if ch.access is not None:
-            ch.access.configure("exchange", c.name)
-        vh.delete_exchange(c.name, False)
+        ch.delete_exchange(c.name)
         code = K.OK
         for part, _key in parts:
             _delete(conn, part)

@@ -98,9 +98,8 @@ class Subscriptions:
             code = K.STREAM_DOES_NOT_EXIST
         else:
             try:
-                access = conn.channel.access if conn.channel is not None else None
-                if access is not None:
-                    access.read("queue", q.name)
+                if conn.channel is not None:
+                    conn.channel.check_stream_reader(q.name)
             except ReplyError as e:
                 code = code_of(e)
         if code != K.OK:
