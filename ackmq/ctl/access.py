@@ -1,7 +1,9 @@
-"""`ackmq ctl --url ...` for rabbitmqctl's user, vhost and permission verbs: the same
-replies the admin socket gives (server/ctl/: `{"ok", "columns", "rows"}` or
-`{"ok": false, "code", "error"}`), made from a broker's management API, so `ackmq ctl`
-prints them the same way (and can manage a remote ackmq or RabbitMQ)."""
+"""rabbitmqctl's user, vhost and permission verbs, once for both ways to a broker (C6):
+`LISTINGS` formats a listing from the management API's JSON, which the admin socket
+(server/ctl/verbs.py) and, with `--url`, a broker's management API (ackmq's or
+RabbitMQ's) both answer; `handle` does a verb over the API with the admin socket's
+replies (`{"ok", "items"}` or `{"ok": false, "code", "error"}`, rabbitmqctl's codes and
+texts), so `ackmq ctl` prints them the same way."""
 
 from __future__ import annotations
 
@@ -34,7 +36,23 @@ def _tags(u: dict[str, Any]) -> list[str]:
     return t.split(",") if isinstance(t, str) else list(t)
 
 
-def handle(src: HttpSource, verb: str, args: list[str], vhost: str) -> dict[str, Any]:
+def _permission(columns: list[str]) -> Any:
+    return lambda p: [p[c] for c in columns]
+
+
+# listing verb -> (rabbitmqctl's columns, the row of one item of the API's JSON)
+LISTINGS: dict[str, tuple[list[str], Any]] = {
+    "list_users": (["user", "tags"], lambda u: [u["name"], "[" + ", ".join(_tags(u)) + "]"]),
+    "list_vhosts": (["name"], lambda v: [v["name"]]),
+    "list_permissions": (["user", "configure", "write", "read"],
+                         _permission(["user", "configure", "write", "read"])),
+    "list_user_permissions": (["vhost", "configure", "write", "read"],
+                              _permission(["vhost", "configure", "write", "read"])),
+}
+
+
+def handle(src: HttpSource, verb: str, args: list[str], vhost: str,
+           body: Any = None) -> dict[str, Any]:
     try:
         return _handle(src, verb, args, vhost)
     except CtlError as e:
@@ -62,9 +80,7 @@ def _handle(src: HttpSource, verb: str, a: list[str], vhost: str) -> dict[str, A
                     "hashing_algorithm": u["hashing_algorithm"], "tags": ",".join(a[1:])}
         src.call("PUT", f"/api/users/{_q(a[0])}", body)
     elif verb == "list_users":
-        return {**ok, "columns": ["user", "tags"],
-                "rows": [[u["name"], "[" + ", ".join(_tags(u)) + "]"]
-                         for u in src.call("GET", "/api/users")]}
+        return {**ok, "items": src.call("GET", "/api/users")}
     elif verb == "add_vhost":
         src.call("PUT", f"/api/vhosts/{_q(a[0])}")
     elif verb == "delete_vhost":
@@ -75,8 +91,7 @@ def _handle(src: HttpSource, verb: str, a: list[str], vhost: str) -> dict[str, A
                 raise CtlError(f"Virtual host '{a[0]}' does not exist", 65) from None
             raise
     elif verb == "list_vhosts":
-        return {**ok, "columns": ["name"],
-                "rows": [[v["name"]] for v in src.call("GET", "/api/vhosts")]}
+        return {**ok, "items": src.call("GET", "/api/vhosts")}
     elif verb == "set_permissions":
         src.call("PUT", f"/api/permissions/{_q(vhost)}/{_q(a[0])}",
                  {"configure": a[1], "write": a[2], "read": a[3]})
@@ -87,13 +102,9 @@ def _handle(src: HttpSource, verb: str, a: list[str], vhost: str) -> dict[str, A
             if e.code != 69:  # none there: nothing to clear, as rabbitmqctl
                 raise
     elif verb == "list_permissions":
-        return {**ok, "columns": ["user", "configure", "write", "read"],
-                "rows": [[p["user"], p["configure"], p["write"], p["read"]] for p in
-                         src.call("GET", f"/api/vhosts/{_q(vhost)}/permissions")]}
+        return {**ok, "items": src.call("GET", f"/api/vhosts/{_q(vhost)}/permissions")}
     elif verb == "list_user_permissions":
-        return {**ok, "columns": ["vhost", "configure", "write", "read"],
-                "rows": [[p["vhost"], p["configure"], p["write"], p["read"]] for p in
-                         src.call("GET", f"/api/users/{_q(a[0])}/permissions")]}
+        return {**ok, "items": src.call("GET", f"/api/users/{_q(a[0])}/permissions")}
     elif verb in ("trace_on", "trace_off"):  # M9: RabbitMQ's PUT of the vhost's flag
         on = verb == "trace_on"
         try:

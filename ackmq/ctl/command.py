@@ -21,8 +21,8 @@ broker, or root, can use it). Point it at the broker with --data-dir (default
 so no admin socket: its users are guest or --default-user only.)
 
 verbs (rabbitmqctl's; with --url http://user:pass@host:15672 the listing, purge,
-delete, close, status, definitions, user, vhost and permission verbs go to a broker's
-management HTTP API, ackmq's or RabbitMQ's):
+delete, close, status, definitions, user, vhost, permission, policy and scheduled-message
+verbs go to a broker's management HTTP API, ackmq's or RabbitMQ's, with the same output):
   list_queues [-p <vhost>] [<column> ...]   (default: name messages; --formatter json)
   list_exchanges [-p <vhost>] [<column> ...]  list_bindings [-p <vhost>] [<column> ...]
   list_connections [<column> ...]           list_channels [<column> ...]
@@ -143,7 +143,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", default=None,
                    help="a remote broker's management API, http://user:pass@host:15672 "
                         "(the list_*/purge/delete/close/status/environment, definitions, "
-                        "user, vhost and permission verbs), instead of the admin socket")
+                        "user, vhost, permission, policy and scheduled-message verbs), "
+                        "instead of the admin socket")
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     from ackmq.ctl import topology
     topology.add_parsers(sub)
@@ -194,8 +195,13 @@ def run(args: argparse.Namespace) -> int:
             except (OSError, ValueError) as e:
                 return _unreachable(path, e)
         return _definitions_http(args, src)
-    from ackmq.ctl import access, policies
-    if args.url and args.verb not in access.VERBS + policies.VERBS:
+    # the verbs a management API serves too, each family's module doing them over --url
+    # and formatting its listings (the API's JSON, whichever way it came) once
+    from ackmq.ctl import access, policies, scheduled
+    families = (access, policies, scheduled)
+    over_url = {verb: family.handle for family in families for verb in family.VERBS}
+    listings = {verb: f for family in families for verb, f in family.LISTINGS.items()}
+    if args.url and args.verb not in over_url:
         print(f"Error:\n{args.verb} is not available with --url (the admin socket only)",
               file=sys.stderr)
         return 64
@@ -219,8 +225,6 @@ def run(args: argparse.Namespace) -> int:
         print(info.format(*values, vhost=vhost, tags=", ".join(values[1:]),
                           user=getattr(args, "user", ""), on=on, all=" ".join(values),
                           priority=getattr(args, "priority", "")))
-    if args.verb in SET_POLICY_VERBS:
-        values += [args.priority, args.apply_to]
     extra: dict[str, Any] = {}
     if args.verb == "import_definitions":
         try:
@@ -229,10 +233,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"Error:\ncannot read definitions from {values[0]}: {e}", file=sys.stderr)
             return 66
     try:
-        if args.url and args.verb in policies.VERBS:
-            reply = policies.handle(HttpSource(args.url), args.verb, values, vhost)
-        elif args.url:
-            reply = access.handle(HttpSource(args.url), args.verb, values, vhost)
+        if args.verb in SET_POLICY_VERBS:  # the API's body, for either way
+            extra["body"] = policies.body(values + [args.priority, args.apply_to])
+            values = values[:1]
+        if args.url:
+            reply = over_url[args.verb](HttpSource(args.url), args.verb, values, vhost,
+                                        extra.get("body"))
         else:
             reply = request(path, args.verb, values, vhost, **extra)
     except CtlError as e:
@@ -265,6 +271,9 @@ def run(args: argparse.Namespace) -> int:
         print(note, file=sys.stderr)
     # list_*_limits: one JSON object, as rabbitmqctl prints it (nothing for a vhost
     # without limits, "{}" for a user without)
+    if "items" in reply:  # a listing in the management API's JSON, either way (C6)
+        reply["columns"], row = listings[args.verb]
+        reply["rows"] = [row(item) for item in reply["items"]]
     if "json" in reply and (reply["json"] or args.verb == "list_user_limits"):
         print(json.dumps(reply["json"], separators=(",", ":"), sort_keys=True))
     if reply.get("rows"):  # rabbitmqctl prints no header for an empty list

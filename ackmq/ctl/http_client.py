@@ -7,6 +7,7 @@ import base64
 import json
 import urllib.error
 import urllib.request
+from email.message import Message
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -31,12 +32,18 @@ class HttpSource:
 
     def call(self, method: str, path: str, body: Any = None,
              headers: dict[str, str] | None = None) -> Any:
+        """The answer's JSON (None for an empty body)."""
+        return self.exchange(method, path, body, headers)[0]
+
+    def exchange(self, method: str, path: str, body: Any = None,
+                 headers: dict[str, str] | None = None) -> tuple[Any, Message]:
+        """The answer's JSON and its headers."""
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.base + path, data=data, method=method, headers={
             "Authorization": self.auth, "Content-Type": "application/json", **(headers or {})})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                raw = r.read()
+                raw, got = r.read(), r.headers
         except urllib.error.HTTPError as e:
             try:
                 reason = json.loads(e.read()).get("reason") or e.reason
@@ -46,7 +53,7 @@ class HttpSource:
             raise CtlError(f"{method} {path}: {e.code} {reason}", code) from None
         except OSError as e:
             raise CtlError(f"cannot reach {self.base}: {getattr(e, 'reason', e)}", 69) from None
-        return json.loads(raw) if raw.strip() else None
+        return (json.loads(raw) if raw.strip() else None), got
 
     def items(self, kind: str, vhost: str | None) -> list[Item]:
         path = f"/api/{kind}" if vhost is None else f"/api/{kind}/{quote(vhost, safe='')}"
@@ -60,12 +67,19 @@ class HttpSource:
         return {"overview": overview, "node": node}
 
     def purge(self, vhost: str, name: str) -> None:
-        self.call("DELETE", f"/api/queues/{quote(vhost, safe='')}/{quote(name, safe='')}"
-                            "/contents")
+        try:
+            self.call("DELETE", f"/api/queues/{quote(vhost, safe='')}/"
+                                f"{quote(name, safe='')}/contents")
+        except CtlError as e:  # 404: in the admin socket's words
+            raise e if e.code != 69 else CtlError(
+                f"Queue '{name}' in vhost '{vhost}' not found", 69) from None
 
     def delete_queue(self, vhost: str, name: str, if_empty: bool, if_unused: bool) -> int:
         path = f"/api/queues/{quote(vhost, safe='')}/{quote(name, safe='')}"
-        before = self.call("GET", path)
+        try:
+            before = self.call("GET", path)
+        except CtlError as e:  # 404: in the admin socket's words
+            raise e if e.code != 69 else CtlError("Queue not found", 64) from None
         q = [f"if-{k}=true" for k, on in (("empty", if_empty), ("unused", if_unused)) if on]
         self.call("DELETE", path + ("?" + "&".join(q) if q else ""))
         return int(before.get("messages") or 0)

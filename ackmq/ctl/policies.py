@@ -1,7 +1,9 @@
-"""`ackmq ctl --url ...` for the policy verbs (set_policy, clear_policy,
-list_policies and the operator-policy three): the replies the admin socket gives
-(server/ctl/policies.py), made from a management API's /api/policies and
-/api/operator-policies, ackmq's or RabbitMQ's."""
+"""`ackmq ctl`'s policy verbs (set_policy, clear_policy, list_policies and the
+operator-policy three), once for both ways to a broker (C6): the policy is built here
+as the management API's body and sent to the admin socket (server/ctl/policies.py) or,
+with `--url`, PUT to /api/policies or /api/operator-policies (ackmq's or RabbitMQ's);
+both answer a listing in the API's JSON, formatted here, and a set with the broker's
+"no effect" notes (the socket's "notes", the API's NOTE_HEADER)."""
 
 from __future__ import annotations
 
@@ -12,10 +14,21 @@ from urllib.parse import quote
 
 from ackmq.ctl.errors import CtlError
 from ackmq.ctl.http_client import HttpSource
+from ackmq.server.policy_ops import NOTE_HEADER
 
 VERBS = ("set_policy", "clear_policy", "list_policies", "set_operator_policy",
          "clear_operator_policy", "list_operator_policies")
 COLUMNS = ["vhost", "name", "pattern", "apply-to", "definition", "priority"]
+
+
+def _row(p: dict[str, Any]) -> list[str]:
+    return [p["vhost"], p["name"], p["pattern"], p["apply-to"],
+            json.dumps(p["definition"], separators=(",", ":"), sort_keys=True),
+            str(p["priority"])]
+
+
+# listing verb -> (rabbitmqctl's columns, the row of one item of the API's JSON)
+LISTINGS = {"list_policies": (COLUMNS, _row), "list_operator_policies": (COLUMNS, _row)}
 
 
 def _number(text: str) -> int | float:
@@ -25,26 +38,37 @@ def _number(text: str) -> int | float:
         return float(text)
 
 
-def handle(src: HttpSource, verb: str, args: list[str], vhost: str) -> dict[str, Any]:
+def body(values: list[str]) -> dict[str, Any]:
+    """`name pattern definition priority apply-to` as the API's PUT body, with
+    rabbitmqctl's refusal of a definition that is not JSON."""
+    _name, pattern, text, priority, apply_to = values
+    try:
+        definition = json.loads(text)
+    except ValueError:
+        raise CtlError("JSON decoding error. Reason: badarg", 69) from None
+    try:
+        number = _number(priority)
+    except ValueError as e:
+        raise CtlError(f"bad request: {e}", 64) from None
+    return {"pattern": pattern, "definition": definition, "priority": number,
+            "apply-to": apply_to}
+
+
+def handle(src: HttpSource, verb: str, args: list[str], vhost: str,
+           body: Any = None) -> dict[str, Any]:
+    """The verb over the management API, answered as the admin socket answers it."""
     base = "/api/operator-policies/" if "operator" in verb else "/api/policies/"
     where = base + quote(vhost, safe="")
     try:
         if verb.startswith("list_"):
-            rows = [[p["vhost"], p["name"], p["pattern"], p["apply-to"],
-                     json.dumps(p["definition"], separators=(",", ":"), sort_keys=True),
-                     str(p["priority"])] for p in src.call("GET", where)]
-            return {"ok": True, "columns": COLUMNS, "rows": rows}
+            return {"ok": True, "items": src.call("GET", where)}
         path = f"{where}/{quote(args[0], safe='')}"
         if verb.startswith("clear_"):
             src.call("DELETE", path)
             return {"ok": True}
-        try:
-            definition = json.loads(args[2])
-        except ValueError:
-            return {"ok": False, "code": 69, "error": "JSON decoding error. Reason: badarg"}
-        src.call("PUT", path, {"pattern": args[1], "definition": definition,
-                               "priority": _number(args[3]), "apply-to": args[4]})
-        return {"ok": True}
+        _, headers = src.exchange("PUT", path, body)
+        note = headers.get(NOTE_HEADER)
+        return {"ok": True, "notes": [note] if note else []}
     except CtlError as e:
         code, text = _error(e, verb, vhost)
         return {"ok": False, "code": code, "error": text}

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ackmq.policy")
 OPERATOR_COMPONENT = "operator_policy"
+# the HTTP API's PUT of a policy says its `no_effect_note` in this response header, as
+# the ctl socket says it in its reply's "notes": `ackmq ctl` prints it either way (C6)
+NOTE_HEADER = "X-Ackmq-Note"
 
 
 class NoVhost(LookupError):

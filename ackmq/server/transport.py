@@ -1,18 +1,32 @@
 """What every client connection does with its socket, whatever its protocol: TCP
-settings, the handshake timer, output gathered per loop turn and written at once, and
-flow control (a peer that stops reading is stopped from sending too), and the resource
-alarm block (U5: a connection that publishes during an alarm is not read until it
-clears)."""
+settings, output gathered per loop turn and written at once, flow control (a peer that
+stops reading is stopped from sending too), the resource alarm block (U5: a connection
+that publishes during an alarm is not read until it clears), and its life (C3), written
+once for every protocol: the handshake timeout, heartbeats sent and expected, the
+release of its channels, close and force_close, connection_lost.
+
+A protocol supplies only its part, as data and a few hooks (h11's manner): its state
+table (`transitions`; every protocol's states include "open", "closing" and "closed"),
+its heartbeat frame's bytes (`heartbeat_frame`), and the hooks `_input` (decode a read),
+`_release_channels`, `_close_forced` (its close frame for a forced close) and, when a
+silent peer is not simply dropped, `_heartbeats_missed` (its error). docs/DESIGN.md,
+"Adding a protocol", shows how a front end adopts it."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+from ackmq.server.states import check_transition
 
 if TYPE_CHECKING:
     from ackmq.broker.channel import ChannelModel
+    from ackmq.broker.vhost import VHost
     from ackmq.server.context import FrontEnd
 
 WRITE_HIGH = 4 * 1024 * 1024   # pause_writing above this much unsent output
@@ -22,6 +36,9 @@ WRITE_LOW = 1024 * 1024        # resume_writing below this
 # encoded in memory at once, and every other client would wait for it (B3).
 TURN_OUTPUT_MAX = WRITE_HIGH
 CLOSING_TIMEOUT = 30.0  # s a closed connection's output may take to drain (no heartbeats)
+CLOSE_OK_WAIT = 1.0  # s the peer has to answer our close frame before the socket goes
+HEARTBEAT_TICK_MIN = 0.05  # s: the shortest heartbeat timer, whatever a peer asks for
+_ENDING = ("closing", "closed")  # states in which heartbeats stop
 
 
 def events_from(events: list[Any], first: Any) -> list[Any]:
@@ -31,14 +48,22 @@ def events_from(events: list[Any], first: Any) -> list[Any]:
 
 
 class ClientConnection(asyncio.Protocol):
-    """Base of AMQPConnection and StompConnection. Subclasses implement
-    `_handshake_timeout` (the peer never finished opening) and `_wake` (room for
-    deliveries again)."""
+    """Base of every protocol's connection (AMQP 0-9-1, AMQP 1.0, STOMP, ...). A
+    subclass supplies its part of the life (the module's docstring) and `_wake` (room
+    for deliveries again)."""
 
-    state: str  # each protocol's states; "open" once logged in and on a vhost (U6 counts)
+    # each protocol's states (a StrEnum); "open" once logged in and on a vhost (U6 counts)
+    state: StrEnum
     # what the management plane shows as the connection's protocol, RabbitMQ's spelling
     # ("AMQP 0-9-1", "STOMP 1.2"): each connection class states its own
     protocol: str = ""
+    # -- the protocol's part of the life, as data -------------------------------------
+    transitions: ClassVar[Mapping[Any, frozenset[Any]]]  # its states.py's TRANSITIONS
+    heartbeat_frame: ClassVar[bytes] = b""  # sent when we have been quiet too long
+    # states in which force_close sends the protocol's close (`_close_forced`); in the
+    # others the socket just closes
+    forced_close_states: ClassVar[frozenset[str]] = frozenset({"open"})
+    log: ClassVar[logging.Logger] = logging.getLogger("ackmq.connection")
 
     def __init__(self, ctx: FrontEnd) -> None:
         self.ctx = ctx
@@ -59,8 +84,11 @@ class ClientConnection(asyncio.Protocol):
         self.alarm_blocked = False  # U5: published during a resource alarm: not read
         self.held: list[Any] = []  # what was read past the blocking publish, for later
         self.last_recv = self.last_sent = time.monotonic()
+        self.vhost: VHost | None = None  # the vhost it opened (set by the protocol)
         self._hb_timer: asyncio.TimerHandle | None = None
+        # the handshake timer, then the wait for the peer's answer to our close
         self._close_timer: asyncio.TimerHandle | None = None
+        self._hb_send = self._hb_expect = self._hb_tick = 0.0  # start_heartbeats
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.peer} {self.user}>"
@@ -81,10 +109,33 @@ class ClientConnection(asyncio.Protocol):
         self._close_timer = self.ctx.loop.call_later(
             self.ctx.config.handshake_timeout, self._handshake_timeout)
 
+    def data_received(self, data: bytes) -> None:
+        self.last_recv = time.monotonic()
+        self.recv_oct += len(data)
+        self.recv_cnt += 1
+        if self.reading_paused and self.transport is not None:
+            self.transport.pause_reading()  # the one read a heartbeat tick let through
+        self._input(data)
+
+    def _input(self, data: bytes) -> None:
+        """The protocol's decoding and handling of one read (its state permitting)."""
+        raise NotImplementedError
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._release()
+        self._to("closed")
+        self.out.clear()
+        self.ctx.connections.discard(self)
+
+    def _to(self, new: str) -> None:
+        """Change state; one the protocol's table (its states.py) does not allow is a
+        bug in the server (raises)."""
+        self.state = check_transition(self.transitions, self.state, type(self.state)(new))
+
     @property
     def vhost_name(self) -> str | None:
         """The vhost the connection opened; None before it opened one."""
-        return None
+        return None if self.vhost is None else self.vhost.name
 
     @property
     def channel_count(self) -> int:
@@ -96,12 +147,118 @@ class ClientConnection(asyncio.Protocol):
         management views list (a channel closed by its client is not there)."""
         return []
 
-    def force_close(self, text: str) -> None:
-        """Close with 320 CONNECTION_FORCED (shutdown, the vhost or user deleted)."""
-        raise NotImplementedError
-
+    # -- the handshake timer ---------------------------------------------------------
     def _handshake_timeout(self) -> None:
-        raise NotImplementedError
+        self._close_timer = None
+        if self.state != "open":
+            self.log.info("%s handshake timeout from %s", self.protocol, self.peer)
+            self._shutdown()
+
+    def _handshake_done(self) -> None:
+        """Opened: the handshake timer stops."""
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+            self._close_timer = None
+
+    # -- heartbeats (H1, W2, A: idle-time-out) ------------------------------------------
+    def start_heartbeats(self, send: float, expect: float, tick: float = 0.0) -> None:
+        """Heartbeats as negotiated, in seconds: write `heartbeat_frame` once we have
+        sent nothing for `send`; a peer we have heard nothing from for more than
+        `expect` is dead (`_heartbeats_missed`). 0 turns either off. One timer, every
+        `tick` (by default a quarter of `expect` or `send`, the smaller)."""
+        self._hb_send, self._hb_expect = send, expect
+        if not tick:
+            tick = min(x for x in (send, expect / 4) if x > 0) if send or expect else 0.0
+        self._hb_tick = max(HEARTBEAT_TICK_MIN, tick)
+        if send or expect:
+            self._hb_timer = self.ctx.loop.call_later(self._hb_tick, self._heartbeat_tick)
+
+    def _heartbeat_tick(self) -> None:
+        self._hb_timer = None
+        t = self.transport
+        if self.state in _ENDING or t is None:
+            return
+        now = time.monotonic()
+        if self.reading_paused and not self.alarm_blocked:
+            # We stopped reading this peer, so its heartbeats wait unread: let one read
+            # through per tick (data_received pauses again). A live peer that is only
+            # slow to read has frames waiting and stays alive; a hung one (its kernel
+            # still ACKs, so TCP never fails) sends nothing and is dead after `expect`,
+            # and its deliveries go back (D8). Costs one read's replies a tick.
+            t.resume_reading()
+        # blocked by an alarm, we read nothing: as RabbitMQ, the peer's silence is ours
+        if self._hb_expect and now - self.last_recv > self._hb_expect \
+                and not self.alarm_blocked:
+            self._heartbeats_missed()
+            return
+        if self._hb_send and now - self.last_sent >= self._hb_send:
+            self.write(self.heartbeat_frame)
+            self.ctx.request_flush()
+        self._hb_timer = self.ctx.loop.call_later(self._hb_tick, self._heartbeat_tick)
+
+    def _heartbeats_missed(self) -> None:
+        """The peer fell silent: dropped without a word (AMQP 0-9-1, STOMP); a protocol
+        that owes the peer an error first overrides this."""
+        self.log.info("%s: missed heartbeats from %s, closing", self.protocol, self.peer)
+        self._release()
+        self._to("closed")
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- release and close ------------------------------------------------------------
+    def _release(self) -> None:
+        """D8: the timers stop, every channel's unacked deliveries go back, exclusive
+        queues go. Idempotent: each way out calls it."""
+        for t in (self._hb_timer, self._close_timer):
+            if t is not None:
+                t.cancel()
+        self._hb_timer = self._close_timer = None
+        self._release_channels()
+        if self.vhost is not None:
+            self.vhost.connection_closed(self)
+        self.ctx.request_flush()
+
+    def _release_channels(self) -> None:
+        """The protocol closes its channels (sessions, subscriptions, transactions)."""
+
+    def _close_with(self, frame: bytes) -> None:
+        """An error or a forced close, in the protocol's close `frame`: what is settled is
+        confirmed first (P4: RabbitMQ's channels ack ahead of the reader's close), the
+        channels are released, and the peer has CLOSE_OK_WAIT to answer."""
+        for _, ch in self.open_channels():
+            ch.flush_confirms()
+        self._release()
+        self._to("closing")
+        self._send_close(frame)
+
+    def _send_close(self, frame: bytes) -> None:
+        """Our close frame out; the socket goes once the peer answers (`_shutdown`) or
+        after CLOSE_OK_WAIT."""
+        self.write(frame)
+        self.ctx.request_flush()
+        self._close_timer = self.ctx.loop.call_later(CLOSE_OK_WAIT, self._shutdown)
+
+    def _shutdown(self) -> None:
+        """Flush what is queued and close the socket (see close_transport)."""
+        self._release()
+        self._to("closed")
+        self.flush()
+        self.close_transport(self._closing_grace())
+
+    def _closing_grace(self) -> float:
+        return CLOSING_TIMEOUT
+
+    def force_close(self, text: str) -> None:
+        """Broker shutdown, the vhost or user deleted: the protocol's CONNECTION_FORCED
+        close while it is open, else the socket just closes."""
+        if self.state in self.forced_close_states:
+            self._close_forced(text)
+        else:
+            self._shutdown()
+
+    def _close_forced(self, text: str) -> None:
+        """The protocol's close frame for a forced close (`text` says why)."""
+        self._shutdown()
 
     def close_transport(self, grace: float = CLOSING_TIMEOUT) -> None:
         """Close the socket once the output queued in it is written (the caller flushed

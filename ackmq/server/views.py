@@ -216,6 +216,46 @@ def _counts(ready: int, unacked: int) -> dict[str, Any]:
             "messages_unacknowledged": unacked, "messages_unacknowledged_details": _rate(0)}
 
 
+# -- users and permissions: /api/users, /api/permissions, /api/topic-permissions, and
+# the ctl socket's listings (one JSON, formatted once by ackmq ctl) ----------------------
+def user(access: Any, u: Any) -> dict[str, Any]:
+    return {"name": u.name, "password_hash": u.password_hash,
+            "hashing_algorithm": u.hashing_algorithm, "tags": list(u.tags),
+            "limits": dict(access.user_limits.get(u.name, {}))}
+
+
+def permission(u: str, v: str, p: Any) -> dict[str, Any]:
+    return {"user": u, "vhost": v, "configure": p.configure, "write": p.write, "read": p.read}
+
+
+def topic_permission(u: str, v: str, x: str, t: Any) -> dict[str, Any]:
+    return {"user": u, "vhost": v, "exchange": x, "write": t.write, "read": t.read}
+
+
+def permissions(access: Any, vhost: str | None = None, user: str | None = None
+                ) -> list[dict[str, Any]]:
+    """The permissions of a vhost, of a user, or all of them."""
+    return [permission(u, v, p) for (u, v), p in access.permissions.items()
+            if (vhost is None or v == vhost) and (user is None or u == user)]
+
+
+def topic_permissions(access: Any, vhost: str | None = None, user: str | None = None
+                      ) -> list[dict[str, Any]]:
+    return [topic_permission(u, v, x, t) for (u, v), by_x in access.topic_permissions.items()
+            if (vhost is None or v == vhost) and (user is None or u == user)
+            for x, t in by_x.items()]
+
+
+def scheduled_jobs(vh: Any, where: Any = None) -> list[dict[str, Any]]:
+    """/api/scheduled's JSON of a vhost's pending scheduled messages (and the ctl
+    socket's): `where` picks whose (None: every job)."""
+    from ackmq.broker import scheduled
+    store = scheduled.existing(vh) if vh is not None else None
+    if store is None:
+        return []
+    return [{k: v for k, v in j.items() if k != "message"} for j in store.jobs(where)]
+
+
 # -- queues, exchanges, bindings ---------------------------------------------------------
 def queue_type(q: Any) -> str:
     t = q.arguments.get("x-queue-type")

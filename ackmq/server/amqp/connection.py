@@ -11,7 +11,6 @@ connection with connection.close (reply code, text, class and method of the culp
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as C
@@ -48,12 +47,10 @@ from ackmq.server.admission import LOOPBACK_ONLY, VHOST_LIMIT, Refusal
 from ackmq.server.amqp.channel import HANDLERS, AMQPChannel
 from ackmq.server.amqp.states import TRANSITIONS, AMQPState
 from ackmq.server.amqp.states import AMQPState as S
-from ackmq.server.states import check_transition
 from ackmq.server.tls import certificate_user
 from ackmq.server.transport import CLOSING_TIMEOUT, ClientConnection, events_from
 
 if TYPE_CHECKING:
-    from ackmq.broker.vhost import VHost
     from ackmq.server.context import FrontEnd
 
 log = logging.getLogger("ackmq.connection")
@@ -100,6 +97,8 @@ def _class_method(m: Any) -> tuple[int, int]:
 
 class AMQPConnection(ClientConnection):
     protocol = "AMQP 0-9-1"
+    transitions = TRANSITIONS
+    heartbeat_frame = HEARTBEAT
 
     def open_channels(self) -> list[tuple[int, Any]]:
         return [(n, c.model) for n, c in sorted(self.channels.items())]
@@ -116,23 +115,13 @@ class AMQPConnection(ClientConnection):
         # channels the client closed: frames it pipelined after its channel.close are
         # dropped, as RabbitMQ does, instead of closing the connection with 504
         self.closed_by_client: set[int] = set()
-        self.vhost: VHost | None = None
         self.client_properties: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
         # cancels of this connection's consumers held back while its own queue.delete runs
         self.held_cancels: list[tuple[Any, str]] | None = None
         self.sent_blocked = False  # connection.blocked sent, connection.unblocked owed
 
-    def _to(self, new: AMQPState) -> None:
-        """Change state; one the table (states.py) does not allow is a bug (raises)."""
-        self.state = check_transition(TRANSITIONS, self.state, new)
-
-    def data_received(self, data: bytes) -> None:
-        self.last_recv = time.monotonic()
-        self.recv_oct += len(data)
-        self.recv_cnt += 1
-        if self.reading_paused and self.transport is not None:
-            self.transport.pause_reading()  # the one read a heartbeat tick let through
+    def _input(self, data: bytes) -> None:
         if self.state == _CLOSED:
             return
         try:
@@ -319,9 +308,8 @@ class AMQPConnection(ClientConnection):
             self.decoder.frame_max = self.frame_max
             self.heartbeat = m.heartbeat
             self._to(S.OPEN_WAIT)
-            if self.heartbeat:
-                self._hb_timer = self.ctx.loop.call_later(self.heartbeat / 2,
-                                                             self._heartbeat_tick)
+            if self.heartbeat:  # H1: send when quiet for half, dead when silent for two
+                self.start_heartbeats(self.heartbeat / 2, 2 * self.heartbeat)
         elif self.state == S.OPEN_WAIT and isinstance(m, C.Connection.Open):
             vhost = self.ctx.broker.vhost(m.virtual_host or "/")  # 530 vhost not found
             refusal = admission.open_vhost(self.ctx, self, self.user, vhost.name)  # U6, U3
@@ -329,9 +317,7 @@ class AMQPConnection(ClientConnection):
                 raise self._vhost_refused(refusal, vhost.name)
             self.vhost = vhost
             self._to(S.OPEN)
-            if self._close_timer is not None:
-                self._close_timer.cancel()
-                self._close_timer = None
+            self._handshake_done()
             self.write(encode_method(0, M(C.Connection.OpenOk)))
         elif isinstance(m, C.Connection.Close):
             self.write(encode_method(0, M(C.Connection.CloseOk)))
@@ -398,18 +384,9 @@ class AMQPConnection(ClientConnection):
         if self.state in (S.CLOSING, S.CLOSED):
             return
         log.info("closing connection %s: %s %s", self.peer, code, text)
-        # The broker coalesces confirms until the end of the loop turn, but the channels
-        # go away now: what is already settled is answered before the close, as RabbitMQ's
-        # channels ack their publishes ahead of the reader's connection.close (P4).
-        # (Deliveries are written as they happen, so they are ahead of it already.)
-        for ch in self.channels.values():
-            ch.model.flush_confirms()
-        self._release()
-        self._to(S.CLOSING)
-        self.write(encode_method(0, M(C.Connection.Close,
-            reply_code=code, reply_text=fit_shortstr(text), class_id=class_id, method_id=method_id)))
-        self.ctx.request_flush()
-        self._close_timer = self.ctx.loop.call_later(1.0, self._shutdown)
+        # (deliveries are written as they happen, so they are ahead of the close already)
+        self._close_with(encode_method(0, M(C.Connection.Close, reply_code=code,
+            reply_text=fit_shortstr(text), class_id=class_id, method_id=method_id)))
 
     def _silent_close(self, reason: str) -> None:
         """A handshake failure RabbitMQ answers with no connection.close: log the reason,
@@ -426,77 +403,21 @@ class AMQPConnection(ClientConnection):
         elif isinstance(m, C.Connection.CloseOk):
             self._shutdown()
 
-    def _shutdown(self) -> None:
-        """Flush what is queued and close the socket. The close waits for the output to
-        drain; a peer that reads none of it for two heartbeat intervals (30 s without
-        heartbeats, RabbitMQ's closing timeout) is cut off, so it cannot hold the socket
-        and its buffered output forever."""
-        self._release()
-        self._to(S.CLOSED)
-        self.flush()
-        self.close_transport(2 * self.heartbeat if self.heartbeat else CLOSING_TIMEOUT)
+    def _closing_grace(self) -> float:
+        """A peer that reads none of our last output for two heartbeat intervals (30 s
+        without heartbeats, RabbitMQ's closing timeout) is cut off."""
+        return 2 * self.heartbeat if self.heartbeat else CLOSING_TIMEOUT
 
-    def _release(self) -> None:
-        """D8: every channel's unacked deliveries go back; exclusive queues go away."""
-        for t in (self._hb_timer, self._close_timer):
-            if t is not None:
-                t.cancel()
-        self._hb_timer = self._close_timer = None
+    def _release_channels(self) -> None:
+        """D8: every channel's unacked deliveries go back (exclusive queues: _release)."""
         channels, self.channels = self.channels, {}
         for ch in channels.values():
             ch.model.close()
-        if self.vhost is not None:
-            self.vhost.connection_closed(self)
-        self.ctx.request_flush()
-
-    @property
-    def vhost_name(self) -> str | None:
-        return None if self.vhost is None else self.vhost.name
 
     @property
     def channel_count(self) -> int:
         return len(self.channels)
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._release()
-        self._to(S.CLOSED)
-        self.out.clear()
-        self.ctx.connections.discard(self)
-
-    def _handshake_timeout(self) -> None:
-        self._close_timer = None
-        if self.state != S.OPEN:
-            log.info("handshake timeout from %s", self.peer)
-            self._shutdown()
-
-    def _heartbeat_tick(self) -> None:
-        """H1: send when quiet for half an interval; a peer silent for two is dead."""
-        self._hb_timer = None
-        if self.state in (S.CLOSING, S.CLOSED) or self.transport is None:
-            return
-        now = time.monotonic()
-        if self.reading_paused and not self.alarm_blocked:
-            # We stopped reading this peer, so its heartbeats wait unread: let one read
-            # through per tick (data_received pauses again). A live peer that is only
-            # slow to read has frames waiting and stays alive; a hung one (its kernel
-            # still ACKs, so TCP never fails) sends nothing and is dead after two
-            # intervals, and its deliveries go back (D8). Costs one read's replies a tick.
-            self.transport.resume_reading()
-        # blocked by an alarm, we read nothing: as RabbitMQ, the peer's silence is ours
-        if now - self.last_recv > 2 * self.heartbeat and not self.alarm_blocked:
-            log.info("missed heartbeats from %s, closing", self.peer)
-            self._release()
-            self._to(S.CLOSED)
-            self.transport.abort()
-            return
-        if now - self.last_sent >= self.heartbeat / 2:
-            self.write(HEARTBEAT)
-            self.ctx.request_flush()
-        self._hb_timer = self.ctx.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
-
-    def force_close(self, text: str) -> None:
-        """Broker shutdown: 320 CONNECTION_FORCED."""
-        if self.state == S.OPEN:
-            self.close_connection(CONNECTION_FORCED, f"CONNECTION_FORCED - {text}")
-        else:
-            self._shutdown()
+    def _close_forced(self, text: str) -> None:
+        """Broker shutdown, the vhost or user deleted: 320 CONNECTION_FORCED."""
+        self.close_connection(CONNECTION_FORCED, f"CONNECTION_FORCED - {text}")

@@ -12,7 +12,6 @@ were handled (nobody else is disturbed; nothing is raised past data_received).
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.errors import ReplyError
@@ -38,12 +37,10 @@ from ackmq.server.amqp10.errors import AmqpError
 from ackmq.server.amqp10.session import Session
 from ackmq.server.amqp10.states import TRANSITIONS, AMQP10State
 from ackmq.server.amqp10.states import AMQP10State as S
-from ackmq.server.states import check_transition
 from ackmq.server.tls import certificate_user
 from ackmq.server.transport import ClientConnection, events_from
 
 if TYPE_CHECKING:
-    from ackmq.broker.vhost import VHost
     from ackmq.server.context import FrontEnd
 
 log = logging.getLogger("ackmq.amqp10")
@@ -54,27 +51,22 @@ SASL_OK, SASL_AUTH = 0, 1
 
 class AMQP10Connection(ClientConnection):
     protocol = "AMQP 1-0"
+    transitions = TRANSITIONS
+    heartbeat_frame = HEARTBEAT  # an empty frame (part 2.4.5)
+    log = log
 
     def __init__(self, ctx: FrontEnd) -> None:
         super().__init__(ctx)
         self.decoder = Decoder(max_frame_size=F.MIN_MAX_FRAME_SIZE)
         self.state: AMQP10State = S.HEADER
         self.sessions: dict[int, Session] = {}
-        self.vhost: VHost | None = None
         self.max_frame_size = F.MIN_MAX_FRAME_SIZE  # what the peer takes from us
         self.channel_max = CHANNEL_MAX
         self.idle_ms = 0  # the peer's idle-time-out: we send something within half of it
         self.container_id = ""
         self.client_properties: dict[str, Any] = {}
 
-    def _to(self, new: AMQP10State) -> None:
-        self.state = check_transition(TRANSITIONS, self.state, new)
-
     # -- what the management plane and the limits see -----------------------------------
-    @property
-    def vhost_name(self) -> str | None:
-        return None if self.vhost is None else self.vhost.name
-
     @property
     def channel_count(self) -> int:
         return len(self.sessions)
@@ -83,13 +75,8 @@ class AMQP10Connection(ClientConnection):
         return [(n, s.channel) for n, s in sorted(self.sessions.items()) if s.channel.open]
 
     # -- input ----------------------------------------------------------------------------
-    def data_received(self, data: bytes) -> None:
-        self.last_recv = time.monotonic()
-        self.recv_oct += len(data)
-        self.recv_cnt += 1
-        if self.reading_paused and self.transport is not None:
-            self.transport.pause_reading()
-        if self.state in (S.CLOSED,):
+    def _input(self, data: bytes) -> None:
+        if self.state == S.CLOSED:
             return
         try:
             events = self.decoder.feed(data)
@@ -252,25 +239,23 @@ class AMQP10Connection(ClientConnection):
         self._send_open()
         if vhost is None:
             self._to(S.CLOSING)  # part 2.4.1: open, then close with the error
-            self._close_frame(F.NOT_FOUND, f"vhost '{name}' does not exist")
+            self._send_close(self._close_frame(F.NOT_FOUND, f"vhost '{name}' does not exist"))
             return
         refusal = admission.open_vhost(self.ctx, self, self.user, vhost.name)  # U6, U3
         if refusal is not None:
             self._to(S.CLOSING)
             text = (f"connection limit ({refusal.limit}) is reached" if refusal.limit else
                     f"access to vhost '{vhost.name}' refused for user '{self.user}'")
-            self._close_frame(F.UNAUTHORIZED_ACCESS if not refusal.limit
-                              else F.RESOURCE_LIMIT_EXCEEDED, text)
+            self._send_close(self._close_frame(F.UNAUTHORIZED_ACCESS if not refusal.limit
+                                               else F.RESOURCE_LIMIT_EXCEEDED, text))
             return
         self.vhost = vhost
         self._to(S.OPEN)
         self.decoder.max_frame_size = F.DEFAULT_MAX_FRAME_SIZE
-        if self._close_timer is not None:
-            self._close_timer.cancel()
-            self._close_timer = None
-        hb = self.ctx.config.heartbeat
-        if self.idle_ms or hb:
-            self._hb_timer = self.ctx.loop.call_later(self._tick_s(), self._heartbeat_tick)
+        self._handshake_done()
+        # part 2.4.5: something within half the peer's idle-time-out; a peer silent for
+        # two of our heartbeat intervals (the idle-time-out we sent) is gone
+        self.start_heartbeats(self.idle_ms / 2000.0, 2 * self.ctx.config.heartbeat)
 
     def _send_open(self) -> None:
         from ackmq.version import VERSION
@@ -308,10 +293,8 @@ class AMQP10Connection(ClientConnection):
         s.begin()
 
     # -- closing ----------------------------------------------------------------------------
-    def _close_frame(self, condition: str, description: str) -> None:
-        self.write(encode_frame(0, Composite("close", error=error(condition, description))))
-        self.ctx.request_flush()
-        self._close_timer = self.ctx.loop.call_later(1.0, self._shutdown)
+    def _close_frame(self, condition: str, description: str) -> bytes:
+        return encode_frame(0, Composite("close", error=error(condition, description)))
 
     def close_connection(self, condition: str, description: str) -> None:
         """An error: close with it, wait briefly for the peer's close, then drop."""
@@ -323,72 +306,22 @@ class AMQP10Connection(ClientConnection):
             return
         if self.state == S.OPEN_WAIT:
             self._send_open()
-        for s in self.sessions.values():
-            s.channel.flush_confirms()
-        self._release()
-        self._to(S.CLOSING)
-        self._close_frame(condition, description[:1000])
+        self._close_with(self._close_frame(condition, description[:1000]))
 
-    def _shutdown(self) -> None:
-        self._release()
-        self._to(S.CLOSED)
-        self.flush()
-        self.close_transport()
-
-    def _release(self) -> None:
-        """D8: every session's unsettled deliveries go back; exclusive queues go."""
-        for t in (self._hb_timer, self._close_timer):
-            if t is not None:
-                t.cancel()
-        self._hb_timer = self._close_timer = None
+    def _release_channels(self) -> None:
+        """D8: every session's unsettled deliveries go back (exclusive queues: _release)."""
         sessions, self.sessions = self.sessions, {}
         for s in sessions.values():
             s.close()
-        if self.vhost is not None:
-            self.vhost.connection_closed(self)
-        self.ctx.request_flush()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._release()
-        self._to(S.CLOSED)
-        self.out.clear()
-        self.ctx.connections.discard(self)
-
-    def force_close(self, text: str) -> None:
-        if self.state == S.OPEN:
-            self.close_connection(F.CONNECTION_FORCED, text)
-        else:
-            self._shutdown()
-
-    def _handshake_timeout(self) -> None:
-        self._close_timer = None
-        if self.state != S.OPEN:
-            log.info("AMQP 1.0 handshake timeout from %s", self.peer)
-            self._shutdown()
+    def _close_forced(self, text: str) -> None:
+        self.close_connection(F.CONNECTION_FORCED, text)
 
     def _wake(self) -> None:
         for s in list(self.sessions.values()):
             s.channel.wake()
 
     # -- heartbeats (idle-time-out, part 2.4.5) ---------------------------------------------
-    def _tick_s(self) -> float:
-        ours = self.ctx.config.heartbeat
-        cands = [x for x in (self.idle_ms / 2000.0, ours / 2.0) if x > 0]
-        return max(0.05, min(cands))
-
-    def _heartbeat_tick(self) -> None:
-        self._hb_timer = None
-        if self.state != S.OPEN or self.transport is None:
-            return
-        now = time.monotonic()
-        if self.reading_paused and not self.alarm_blocked:
-            self.transport.resume_reading()
-        ours = self.ctx.config.heartbeat
-        if ours and now - self.last_recv > 2 * ours and not self.alarm_blocked:
-            log.info("AMQP 1.0 peer %s idle past its time-out, closing", self.peer)
-            self.close_connection(F.RESOURCE_LIMIT_EXCEEDED, "idle-time-out exceeded")
-            return
-        if self.idle_ms and now - self.last_sent >= self.idle_ms / 2000.0:
-            self.write(HEARTBEAT)
-            self.ctx.request_flush()
-        self._hb_timer = self.ctx.loop.call_later(self._tick_s(), self._heartbeat_tick)
+    def _heartbeats_missed(self) -> None:
+        log.info("AMQP 1.0 peer %s idle past its time-out, closing", self.peer)
+        self.close_connection(F.RESOURCE_LIMIT_EXCEEDED, "idle-time-out exceeded")

@@ -3,9 +3,12 @@ mode 0600 (whoever can read the data dir's files owns the broker anyway). `ackmq
 --url` reaches a remote broker over the management HTTP API instead
 (ackmq/ctl/http_client.py).
 
-One JSON object a line each way: `{"verb": "add_user", "args": [...], "vhost": "/"}` ->
-`{"ok": true, "columns": [...], "rows": [[...], ...]}` or `{"ok": false, "code": 67,
-"error": "User \"x\" does not exist"}` (rabbitmqctl's exit codes and texts).
+One JSON object a line each way: `{"verb": "add_user", "args": [...], "vhost": "/"}`
+(and `"body"`: a JSON argument as the management API takes it) -> `{"ok": true}` with
+`"items"` (a listing in the management API's JSON, formatted by `ackmq ctl` as it formats
+the API's), or `"columns"`/`"rows"` (the verbs the API does not serve), or
+`{"ok": false, "code": 67, "error": "User \"x\" does not exist"}` (rabbitmqctl's exit
+codes and texts).
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ class CtlListener:
                     else:
                         reply = verbs.handle(self.ctx, req["verb"],
                                              [str(a) for a in req.get("args", [])],
-                                             str(req.get("vhost") or "/"))
+                                             str(req.get("vhost") or "/"), req.get("body"))
                     # the change on disk before the answer; the fsync off the loop
                     await durable.access_saved(self.ctx.access)
                 except AccessError as e:

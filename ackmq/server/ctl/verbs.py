@@ -1,6 +1,8 @@
 """The admin socket's verbs (rabbitmqctl's): users, vhosts, permissions, topic
 permissions and limits against the live access model (durable before the reply); the
-topology verbs are topology.py's, the resource alarm verbs alarms.py's."""
+topology verbs are topology.py's, the resource alarm verbs alarms.py's. The listings
+that the management API also serves answer in its JSON (`items`, server/views.py), which
+`ackmq ctl` formats once whichever way it asked (C6)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import AccessError
+from ackmq.server import views
 from ackmq.server.ctl import alarms, policies, scheduled, topology
 from ackmq.server.ctl.errors import USAGE, nargs
 
@@ -15,8 +18,10 @@ if TYPE_CHECKING:
     from ackmq.server.context import HttpContext
 
 
-def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str, Any]:
-    """One rabbitmqctl verb against the live access model (durable before the reply)."""
+def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str,
+           body: Any = None) -> dict[str, Any]:
+    """One rabbitmqctl verb against the live access model (durable before the reply);
+    `body`: a verb's JSON argument as the management API takes it (set_policy's)."""
     a = ctx.access
     ok: dict[str, Any] = {"ok": True}
     if verb == "add_user":
@@ -35,9 +40,7 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str
         a.set_user_tags(args[0], args[1:])
     elif verb == "list_users":
         nargs(args, 0, "list_users")
-        return {**ok, "columns": ["user", "tags"],
-                "rows": [[u.name, "[" + ", ".join(u.tags) + "]"]
-                         for u in a.users.values()]}
+        return {**ok, "items": [views.user(a, u) for u in a.users.values()]}
     elif verb == "add_vhost":
         nargs(args, 1, "add_vhost <vhost>")
         a.add_vhost(args[0])
@@ -46,7 +49,7 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str
         a.delete_vhost(args[0])
     elif verb == "list_vhosts":
         nargs(args, 0, "list_vhosts")
-        return {**ok, "columns": ["name"], "rows": [[n] for n in a.vhosts]}
+        return {**ok, "items": [{"name": n} for n in a.vhosts]}  # /api/vhosts' names
     elif verb == "set_permissions":
         nargs(args, 4, "set_permissions [-p <vhost>] <username> <conf> <write> <read>")
         a.set_permissions(args[0], vhost, *args[1:])
@@ -57,16 +60,12 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str
         nargs(args, 0, "list_permissions [-p <vhost>]")
         if vhost not in a.vhosts:
             raise AccessError(f"Virtual host '{vhost}' does not exist", 65)
-        return {**ok, "columns": ["user", "configure", "write", "read"],
-                "rows": [[u, p.configure, p.write, p.read]
-                         for (u, v), p in a.permissions.items() if v == vhost]}
+        return {**ok, "items": views.permissions(a, vhost=vhost)}
     elif verb == "list_user_permissions":
         nargs(args, 1, "list_user_permissions <username>")
         if args[0] not in a.users:
             raise AccessError(f"User \"{args[0]}\" does not exist", 69)
-        return {**ok, "columns": ["vhost", "configure", "write", "read"],
-                "rows": [[v, p.configure, p.write, p.read]
-                         for (u, v), p in a.permissions.items() if u == args[0]]}
+        return {**ok, "items": views.permissions(a, user=args[0])}
     elif verb == "set_topic_permissions":
         nargs(args, 4, "set_topic_permissions [-p <vhost>] <username> <exchange> "
                         "<write> <read>")
@@ -129,7 +128,7 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str
     elif verb in ("set_vm_memory_high_watermark", "set_disk_free_limit", "alarms"):
         return alarms.handle(ctx, verb, args)
     elif verb in policies.VERBS:
-        return policies.handle(ctx, verb, args, vhost)
+        return policies.handle(ctx, verb, args, vhost, body)
     elif verb in scheduled.VERBS:
         return scheduled.handle(ctx, verb, args, vhost)
     else:

@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from ackmq.broker.access import SHA256, AccessError, compile_check
+from ackmq.server import views
 from ackmq.server.http.app import requires
 from ackmq.server.http.common import (
     body_object,
@@ -54,23 +55,17 @@ def _change(fn: Any, *args: Any) -> Any:
 
 
 # -- users -------------------------------------------------------------------------------
-def _user_json(a: Any, u: Any) -> dict[str, Any]:
-    return {"name": u.name, "password_hash": u.password_hash,
-            "hashing_algorithm": u.hashing_algorithm, "tags": list(u.tags),
-            "limits": dict(a.user_limits.get(u.name, {}))}
-
-
 @requires("administrator")
 async def list_users(request: web.Request) -> web.Response:
     a = _access(request)
-    return listing(request, [_user_json(a, u) for u in a.users.values()])
+    return listing(request, [views.user(a, u) for u in a.users.values()])
 
 
 @requires("administrator")
 async def users_without_permissions(request: web.Request) -> web.Response:
     a = _access(request)
     having = {u for (u, _v) in a.permissions}
-    return listing(request, [_user_json(a, u) for u in a.users.values() if u.name not in having])
+    return listing(request, [views.user(a, u) for u in a.users.values() if u.name not in having])
 
 
 def _user(request: web.Request) -> Any:
@@ -82,7 +77,7 @@ def _user(request: web.Request) -> Any:
 
 @requires("administrator")
 async def get_user(request: web.Request) -> web.Response:
-    return one(request, _user_json(_access(request), _user(request)))
+    return one(request, views.user(_access(request), _user(request)))
 
 
 def parse_tags(tags: Any) -> list[str]:
@@ -197,27 +192,14 @@ async def delete_vhost(request: web.Request) -> web.Response:
 
 
 # -- permissions -----------------------------------------------------------------------
-def _perm_json(u: str, v: str, p: Any) -> dict[str, Any]:
-    return {"user": u, "vhost": v, "configure": p.configure, "write": p.write, "read": p.read}
-
-
-def _topic_json(u: str, v: str, x: str, t: Any) -> dict[str, Any]:
-    return {"user": u, "vhost": v, "exchange": x, "write": t.write, "read": t.read}
-
-
 def _perms(request: web.Request, vhost: str | None = None, name: str | None = None
            ) -> list[dict[str, Any]]:
-    a = _access(request)
-    return [_perm_json(u, v, p) for (u, v), p in a.permissions.items()
-            if (vhost is None or v == vhost) and (name is None or u == name)]
+    return views.permissions(_access(request), vhost, name)
 
 
 def _topics(request: web.Request, vhost: str | None = None, name: str | None = None
             ) -> list[dict[str, Any]]:
-    a = _access(request)
-    return [_topic_json(u, v, x, t) for (u, v), by_x in a.topic_permissions.items()
-            if (vhost is None or v == vhost) and (name is None or u == name)
-            for x, t in by_x.items()]
+    return views.topic_permissions(_access(request), vhost, name)
 
 
 @requires("administrator")

@@ -56,7 +56,9 @@ async def _put(request: web.Request) -> web.Response:
         raise OpError(404, "not_found", "vhost_not_found") from None
     except PolicyError as e:
         raise bad_request(e.text if operator else html.escape(e.text, quote=False)) from None
-    return no_content(201 if new else 204)
+    note = policy_ops.no_effect_note(body)
+    return no_content(201 if new else 204,
+                      {policy_ops.NOTE_HEADER: note} if note is not None else None)
 
 
 async def _delete(request: web.Request) -> web.Response:

@@ -21,16 +21,12 @@ from ackmq.server.http.common import (
     vhost_arg,
 )
 from ackmq.server.ops import not_found
-from ackmq.server.views import visible_vhosts
+from ackmq.server.views import scheduled_jobs, visible_vhosts
 
 
 def _jobs(srv: Any, vhost: str, u: Any) -> list[dict[str, Any]]:
-    vh = srv.broker.vhosts.get(vhost)
-    store = scheduled.existing(vh) if vh is not None else None
-    if store is None:
-        return []
-    where = None if sees_all(u) else scheduled.made_by(u.name)
-    return [{k: v for k, v in j.items() if k != "message"} for j in store.jobs(where)]
+    return scheduled_jobs(srv.broker.vhosts.get(vhost),
+                          None if sees_all(u) else scheduled.made_by(u.name))
 
 
 async def list_scheduled(request: web.Request) -> web.Response:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -46,7 +45,6 @@ from ackmq.protocol.stomp.destinations import QUEUE, TEMP_QUEUE, TOPIC
 from ackmq.server import admission
 from ackmq.server.admission import LOOPBACK_ONLY, VHOST_ACCESS, Refusal
 from ackmq.server.delivery import delivery_properties
-from ackmq.server.states import check_transition
 from ackmq.server.stomp import scheduler
 from ackmq.server.stomp.refusal import Refused, quoted
 from ackmq.server.stomp.states import TRANSITIONS, StompState
@@ -86,6 +84,10 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
     """Implements the model's ChannelOutput for the connection's one channel."""
 
     number = 1  # the channel's number in texts the model writes (consumer timeout)
+    transitions = TRANSITIONS
+    heartbeat_frame = b"\n"  # an EOL (W2)
+    forced_close_states = frozenset({S.OPEN, S.DISCONNECTING})
+    log = log
     cancel_notify = True  # L7: a timed-out subscription gets its ERROR; the others stay
 
     def __init__(self, ctx: FrontEnd) -> None:
@@ -104,16 +106,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         self.send_ms = self.recv_ms = 0
         self._resume = False  # the decoder waited for the version after CONNECT
 
-    def _to(self, new: StompState) -> None:
-        """Change state; one the table (states.py) does not allow is a bug (raises)."""
-        self.state = check_transition(TRANSITIONS, self.state, new)
-
-    def data_received(self, data: bytes) -> None:
-        self.last_recv = time.monotonic()
-        self.recv_oct += len(data)
-        self.recv_cnt += 1
-        if self.reading_paused and self.transport is not None:
-            self.transport.pause_reading()  # the one read a heart-beat tick let through
+    def _input(self, data: bytes) -> None:
         if self.state not in _LIVE:
             return
         if self.state == S.CONNECT and self.recv_oct == len(data) and self._foreign(data):
@@ -176,12 +169,6 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
     def open_channels(self) -> list[tuple[int, Any]]:
         ch = self.channel
         return [(1, ch)] if ch is not None and ch.open else []
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._release()
-        self._to(S.CLOSED)
-        self.out.clear()
-        self.ctx.connections.discard(self)
 
     # -- frames -------------------------------------------------------------------------
     def _frame(self, f: Frame) -> None:
@@ -275,11 +262,9 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
             ("server", f"ackmq/{VERSION}"), ("session", self.session),
             ("heart-beat", f"{self.send_ms},{self.recv_ms}"), ("version", version)]))
         self._to(S.OPEN)
-        if self._close_timer is not None:
-            self._close_timer.cancel()
-            self._close_timer = None
-        if self.send_ms or self.recv_ms:
-            self._hb_timer = self.ctx.loop.call_later(self._tick_s(), self._heartbeat_tick)
+        self._handshake_done()
+        # W2: an EOL when quiet for half our interval; dead when silent for two of its
+        self.start_heartbeats(self.send_ms / 2000.0, 2 * self.recv_ms / 1000.0)
 
     def _cert_user(self) -> str | None:
         """With --stomp-ssl-cert-login, the CN of a verified client certificate on a TLS
@@ -462,65 +447,18 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         self.write(encode_frame("ERROR", headers, detail.encode("utf-8"), self.version or "1.2"))
         self._shutdown()
 
-    def _shutdown(self) -> None:
-        """Write what is queued and close the socket; a peer that reads none of it is
-        cut off after the closing timeout."""
-        self._release()
-        self._to(S.CLOSED)
-        self.flush()
-        self.close_transport()
-
-    def _release(self) -> None:
+    def _release_channels(self) -> None:
         """D8: unacked deliveries go back; open transactions are dropped; exclusive
         (temp and subscription) queues go with the connection."""
-        for t in (self._hb_timer, self._close_timer):
-            if t is not None:
-                t.cancel()
-        self._hb_timer = self._close_timer = None
         self.txs.clear()
         ch, self.channel = self.channel, None
         if ch is not None:
             ch.close()
             ch.vhost.connection_closed(self)
-        self.ctx.request_flush()
 
-    def force_close(self, text: str) -> None:
-        """Broker shutdown."""
-        if self.state in (S.OPEN, S.DISCONNECTING):
-            self._error("connection_forced", f"CONNECTION_FORCED - {text}")
-        else:
-            self._shutdown()
-
-    def _handshake_timeout(self) -> None:
-        self._close_timer = None
-        if self.state == S.CONNECT:
-            log.info("STOMP handshake timeout from %s", self.peer)
-            self._shutdown()
-
-    # -- heart-beats (W2) ---------------------------------------------------------------
-    def _tick_s(self) -> float:
-        return min(ms for ms in (self.send_ms, self.recv_ms) if ms) / 2000.0
-
-    def _heartbeat_tick(self) -> None:
-        """Send an EOL when quiet for half our interval; a peer silent for two of its
-        intervals is dead (W2, as H1) and its deliveries go back (D8)."""
-        self._hb_timer = None
-        if self.state not in (S.OPEN, S.DISCONNECTING) or self.transport is None:
-            return
-        now = time.monotonic()
-        if self.reading_paused and not self.alarm_blocked:
-            self.transport.resume_reading()  # let one read through (see AMQPConnection)
-        if self.recv_ms and now - self.last_recv > 2 * self.recv_ms / 1000.0 \
-                and not self.alarm_blocked:  # blocked (U5): the silence is ours
-            log.info("missed STOMP heart-beats from %s, closing", self.peer)
-            self._release()
-            self._to(S.CLOSED)
-            self.transport.abort()
-            return
-        if self.send_ms and now - self.last_sent >= self.send_ms / 2000.0:
-            self.write(b"\n")
-            self.ctx.request_flush()
-        self._hb_timer = self.ctx.loop.call_later(self._tick_s(), self._heartbeat_tick)
+    def _close_forced(self, text: str) -> None:
+        """Broker shutdown, the vhost or user deleted."""
+        self._error("connection_forced", f"CONNECTION_FORCED - {text}")
 
 
 _HANDLERS: dict[str, Callable[[StompConnection, Frame], Any]] = {

@@ -25,7 +25,6 @@ from ackmq.protocol.stream import frames as F
 from ackmq.protocol.stream.frames import Command
 from ackmq.server import admission
 from ackmq.server.admission import LOOPBACK_ONLY, Refusal
-from ackmq.server.states import check_transition
 from ackmq.server.stream import publishing, streams, subscriptions
 from ackmq.server.stream.states import TRANSITIONS, StreamState
 from ackmq.server.stream.states import StreamState as S
@@ -54,6 +53,7 @@ _BEFORE_OPEN = {K.PEER_PROPERTIES, K.SASL_HANDSHAKE, K.SASL_AUTHENTICATE, K.TUNE
 
 class StreamConnection(ClientConnection):
     protocol = "stream"
+    transitions = TRANSITIONS
     number = 0  # ChannelOutput: the one channel's number in the model's texts
     cancel_notify = False
 
@@ -92,14 +92,6 @@ class StreamConnection(ClientConnection):
             K.EXCHANGE_COMMAND_VERSIONS: self._command_versions,
             K.RESPONSE | K.CONSUMER_UPDATE: self.subscriptions.consumer_update_answer,
         }
-
-    def _to(self, new: StreamState) -> None:
-        self.state = check_transition(TRANSITIONS, self.state, new)
-
-    # -- what the management plane and the limits see -------------------------------------
-    @property
-    def vhost_name(self) -> str | None:
-        return None if self.vhost is None else self.vhost.name
 
     # -- ChannelOutput (the model's answers to publishes) ---------------------------------
     def deliver(self, consumer: Consumer, delivery_tag: int, entry: QueueEntry) -> None:
