@@ -18,7 +18,7 @@ import heapq
 from array import array
 from collections import deque
 from collections.abc import Iterator
-from itertools import islice
+from itertools import chain, islice
 from typing import Any
 
 from ackmq.broker.message import QueueEntry
@@ -254,6 +254,35 @@ class ReadyList:
             level.back.clear()
         self._count = 0
         self.bytes = 0
+
+    def browse(self, offset: int, count: int) -> list[QueueEntry]:
+        """Entries `offset` .. `offset + count` in the order they would be delivered,
+        spilled and stored ones included, without changing anything (V3 peek): a spilled
+        record is read and not released, a stored one read back without being kept, and
+        a stored one outside the window is not read at all."""
+        if count <= 0 or offset >= self._count:
+            return []
+        lazy = chain.from_iterable(self._browse_level(lv) for lv in reversed(self._levels))
+        return [e if isinstance(e, QueueEntry) else self.owner.load_stored(e, keep=True)
+                for _seq, e in islice(lazy, offset, offset + count)]
+
+    def _browse_level(self, level: _Level) -> Iterator[tuple[int, QueueEntry | int]]:
+        """(seq, entry or stored seq) of one level in delivery order: `fresh` then the
+        cold tail (both in seq order), merged by seq with the requeued heap."""
+        ordered = chain(((e.seq, e) for e in level.fresh), self._browse_cold(level))
+        if not level.back:
+            return ordered
+        back = ((e.seq, e) for e in sorted(level.back))
+        return heapq.merge(ordered, back, key=lambda p: p[0])
+
+    def _browse_cold(self, level: _Level) -> Iterator[tuple[int, QueueEntry | int]]:
+        for i in range(level.cold_pos, len(level.cold)):
+            loc = level.cold[i]
+            if loc & STORED:
+                yield loc & ~STORED, loc & ~STORED
+            else:
+                e = decode_entry(self.spill.get(loc), self.owner)
+                yield e.seq, e
 
     def __iter__(self) -> Iterator[QueueEntry]:
         """Entries held in memory (not the spilled tail), in seq order per level."""
