@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ackmq.broker.access import AccessModel
     from ackmq.server.alarms import ResourceMonitor
     from ackmq.server.config import Config
+    from ackmq.server.parameters import Parameters
     from ackmq.server.transport import ClientConnection
 
 
@@ -82,6 +83,8 @@ class HttpContext:
     stomp_port: int = 0
     stomp_tls_port: int = 0
     http: HttpPorts | None = None
+    # runtime parameters of plugged-in components (server/parameters.py: shovels)
+    parameters: Parameters | None = None
 
     @property
     def broker(self) -> BrokerModel:

@@ -335,6 +335,7 @@ def register(app: web.Application) -> None:
         api_access,
         api_defs,
         api_node,
+        api_parameters,
         api_peek,
         api_policies,
         api_scheduled,
@@ -369,3 +370,4 @@ def register(app: web.Application) -> None:
     api_policies.register(app)
     api_scheduled.register(app)
     api_peek.register(app)
+    api_parameters.register(app)
