@@ -88,9 +88,15 @@ class LocalBroker:
     port: int = 0
     node: str = "ackmq@localhost"
     logins: LocalLogins = field(default_factory=lambda: LOCAL_LOGINS)
+    access: Any = None  # the AccessModel: who runs a parameter imported without a user
 
     def amqp_url(self, user: str, vhost: str) -> str:
+        """`user` "" (a parameter from a definitions file or ctl): an administrator."""
         from urllib.parse import quote
+        if not user and self.access is not None:
+            admins = sorted(u.name for u in self.access.users.values()
+                            if "administrator" in u.tags)
+            user = admins[0] if admins else ""
         password = self.logins.password_for(user)
         return (f"amqp://{quote(user, safe='')}:{quote(password, safe='')}@"
                 f"{self.host}:{self.port}/{quote(vhost, safe='')}")
@@ -128,9 +134,10 @@ class Parameters:
                 for (c, v, n), entry in sorted(self._values.items())]})
 
     # -- life cycle ---------------------------------------------------------------------
-    def start(self, host: str, port: int, node: str) -> None:
+    def start(self, host: str, port: int, node: str, access: Any = None) -> None:
         """The broker listens: run every saved parameter of a registered component."""
         self.local.host, self.local.port, self.local.node = host or "127.0.0.1", port, node
+        self.local.access = access
         self._running = True
         for (c, v, n), entry in list(self._values.items()):
             comp = self.components.get(c)

@@ -206,7 +206,7 @@ class Server:
                 log.warning("no admin socket (ackmq ctl will not reach this broker): "
                             "%s: %s", cfg.data_dir / ADMIN_SOCKET, e)
         from ackmq.server.views import node_name
-        self.parameters.start(host, self.port, node_name())
+        self.parameters.start(host, self.port, node_name(), self.access)
         return self.url
 
     def _make_data_dir(self) -> None:

@@ -8,7 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import AccessError
-from ackmq.server.ctl import alarms, policies, scheduled, topology
+from ackmq.server.ctl import alarms, policies, scheduled, shovels, topology
 from ackmq.server.ctl.errors import USAGE, nargs
 
 if TYPE_CHECKING:
@@ -132,6 +132,8 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str
         return policies.handle(ctx, verb, args, vhost)
     elif verb in scheduled.VERBS:
         return scheduled.handle(ctx, verb, args, vhost)
+    elif verb in shovels.VERBS:
+        return shovels.handle(ctx, verb, args, vhost)
     else:
         raise AccessError(f"unknown verb '{verb}'", USAGE)
     return ok
