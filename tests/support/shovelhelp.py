@@ -92,15 +92,20 @@ class Side:
 
     def publish(self, queue: str, n: int, start: int = 0, declare: bool = True,
                 size: int = 0) -> None:
+        """`n` persistent messages m<i> (message id id<i>), committed in transactions of
+        500 (a commit answers once they are stored: faster than one confirm each)."""
         conn = self.connect()
         ch = conn.channel()
-        ch.confirm_delivery()
         if declare:
             ch.queue_declare(queue, durable=True)
+        ch.tx_select()
         pad = b"." * size
         for i in range(start, start + n):
             ch.basic_publish("", queue, b"m%d" % i + pad, pika.BasicProperties(
                 delivery_mode=2, message_id=f"id{i}"))
+            if (i - start) % 500 == 499:
+                ch.tx_commit()
+        ch.tx_commit()
         conn.close()
 
     def drain(self, queue: str) -> list[tuple[bytes, Any]]:
