@@ -138,3 +138,25 @@ def test_V2_kill9_source_mid_move_loses_nothing(
     print(f"kill -9 of the source at {at_kill}/{N}: {len(missing)} lost, "
           f"{duplicates} duplicates")
     assert not missing
+
+
+def test_V2_dedup_queue_at_an_ackmq_destination_removes_the_duplicates(
+        two: tuple[BrokerProcess, BrokerProcess]) -> None:
+    """The destination queue deduplicates by x-deduplication-header (docs/dedup.md): the
+    copies a kill -9 of the destination causes are dropped there, so exactly N arrive."""
+    a, b = two
+    sa, sb = _sides(a, b)
+    sa.publish("src", N, dedup=True)
+    assert sa.put("move", {"src-uri": sa.local, "src-queue": "src", "dest-uri": sb.remote,
+                           "dest-queue": "dst", "dest-queue-args":
+                               {"x-message-deduplication": True},
+                           "src-prefetch-count": 20, "reconnect-delay": 1}).status == 201
+    _kill_mid_move(b, sb, "dst")
+    b.start()
+    sb.t = http_target(b)
+    sa.wait(lambda: sa.depth("src") == 0, "the source drained", timeout=120)
+    sa.wait(lambda: sa.t.call("GET", f"/api/queues/{sa.vhost}/src").body
+            .get("messages_unacknowledged") == 0, "nothing unacked at the source", 60)
+    ids = _ids(sb, "dst")
+    assert set(ids) == {f"id{i}" for i in range(N)}
+    assert sum(ids.values()) == N  # no duplicate

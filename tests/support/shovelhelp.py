@@ -91,7 +91,7 @@ class Side:
                 conn.close()
 
     def publish(self, queue: str, n: int, start: int = 0, declare: bool = True,
-                size: int = 0) -> None:
+                size: int = 0, dedup: bool = False) -> None:
         """`n` persistent messages m<i> (message id id<i>), committed in transactions of
         500 (a commit answers once they are stored: faster than one confirm each)."""
         conn = self.connect()
@@ -101,8 +101,9 @@ class Side:
         ch.tx_select()
         pad = b"." * size
         for i in range(start, start + n):
+            headers = {"x-deduplication-header": f"id{i}"} if dedup else None
             ch.basic_publish("", queue, b"m%d" % i + pad, pika.BasicProperties(
-                delivery_mode=2, message_id=f"id{i}"))
+                delivery_mode=2, message_id=f"id{i}", headers=headers))
             if (i - start) % 500 == 499:
                 ch.tx_commit()
         ch.tx_commit()
