@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pika
-from test_ui import broker, browser, wait_for  # noqa: F401 - the fixtures
+from test_ui import _alert, broker, browser, wait_for  # noqa: F401 - the fixtures
 
 import ackmq
 
@@ -65,4 +65,37 @@ def test_V3_ui_browses_pages_and_shows_x_death(broker: ackmq.EmbeddedBroker,  # 
             break
         got.append(body)
     assert got == [f"body-{i}".encode() for i in range(25)]
+    conn.close()
+
+
+def test_V4_ui_replay_button_moves_dead_letters_back(broker: ackmq.EmbeddedBroker,  # noqa: F811
+                                                     browser: Any) -> None:  # noqa: F811
+    """The browse page's Replay button: the dead-letter queue's messages go back to their
+    x-first-death-queue through a shovel (the embedded broker gets the shovel component
+    `ackmq serve` registers)."""
+    from ackmq.shovel.component import ShovelComponent
+    params = broker.server.parameters
+    if "shovel" not in params.components:
+        params.register(ShovelComponent(params))
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("ui-replay-dlq", durable=True)
+    ch.queue_declare("ui-replay", durable=True, arguments={
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "ui-replay-dlq"})
+    for i in range(3):
+        ch.basic_publish("", "ui-replay", f"r{i}".encode())
+    for _ in range(3):
+        m, _p, _b = ch.basic_get("ui-replay")
+        ch.basic_reject(m.delivery_tag, requeue=False)
+    browser.get(broker.http_url + "/queue/browse?vhost=%2F&name=ui-replay-dlq")
+    wait_for(lambda: len(browser.find_elements("css selector", "#messages tbody tr")) == 3,
+             "three dead letters listed")
+    browser.find_element("css selector", "form.replay button").click()
+    alert = wait_for(lambda: _alert(browser), "the confirm dialog")
+    alert.accept()
+    wait_for(lambda: "Replay started" in browser.page_source, "the flash")
+    wait_for(lambda: ch.queue_declare("ui-replay", passive=True).method.message_count == 3,
+             "the three back in ui-replay")
+    assert ch.queue_declare("ui-replay-dlq", passive=True).method.message_count == 0
     conn.close()

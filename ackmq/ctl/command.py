@@ -62,6 +62,8 @@ management HTTP API, ackmq's or RabbitMQ's):
   export_definitions <file.json>      the same, in that layout ("-" for stdout)
   shovel_status                       dynamic shovels (docs/shovels.md)
   delete_shovel [-p <vhost>] <name>   restart_shovel [-p <vhost>] <name>
+  replay_messages [-p <vhost>] <queue> [<destination>]   a dead-letter queue's messages
+                                      back to their x-first-death-queue, or to a queue
   list_scheduled_messages [-p <vhost>]  delete_scheduled_message [-p <vhost>] <id>
                                       STOMP's AMQ_SCHEDULED_* jobs (docs/delays.md)
   trace_on [-p <vhost>] [--lifecycle] trace_off [-p <vhost>]   the firehose tracer:
@@ -129,6 +131,8 @@ VERBS: dict[str, tuple[list[str], str]] = {
     "shovel_status": ([], ""),
     "delete_shovel": (["name"], "Deleting shovel {0} in vhost {vhost}"),
     "restart_shovel": (["name"], ""),
+    "replay_messages": (["queue", "destination?"],
+                        'Replaying the messages of queue "{0}" in vhost "{vhost}" ...'),
 }
 VHOST_VERBS = {"set_permissions", "clear_permissions", "list_permissions",
                "set_vhost_limits", "clear_vhost_limits", "list_vhost_limits",
@@ -136,7 +140,8 @@ VHOST_VERBS = {"set_permissions", "clear_permissions", "list_permissions",
                "set_policy", "clear_policy", "list_policies", "set_operator_policy",
                "clear_operator_policy", "list_operator_policies",
                "trace_on", "trace_off", "list_scheduled_messages",
-               "delete_scheduled_message", "delete_shovel", "restart_shovel"}
+               "delete_scheduled_message", "delete_shovel", "restart_shovel",
+               "replay_messages"}
 SET_POLICY_VERBS = ("set_policy", "set_operator_policy")
 
 

@@ -12,6 +12,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 ACK_MODES = ("no-ack", "on-publish", "on-confirm")
 PROTOCOLS = ("amqp10", "amqp091")
+# ackmq's one key of its own (V4 replay): each message back to its x-first-death-queue
+# (by the default exchange); one without goes by the exchange and routing key it came with
+BACK_KEY = "ackmq-dest-x-first-death-queue"
 
 
 def erl(v: Any) -> str:
@@ -109,7 +112,8 @@ _DEST_091 = [("dest-uri", _uri, True), ("dest-exchange", _binary, False),
              ("dest-add-forward-headers", _boolean, False),
              ("add-timestamp-header", _boolean, False),
              ("dest-add-timestamp-header", _boolean, False),
-             ("publish-properties", _table, False), ("dest-publish-properties", _table, False)]
+             ("publish-properties", _table, False), ("dest-publish-properties", _table, False),
+             (BACK_KEY, _boolean, False)]
 _SRC_10 = [("src-uri", _uri, True), ("src-address", _binary, True),
            ("src-prefetch-count", _number, False), ("src-delete-after", _delete_after, False)]
 _DEST_10 = [("dest-uri", _uri, True), ("dest-address", _binary, True),
@@ -144,6 +148,9 @@ def validate(name: str, value: Any) -> list[str]:
     if not dest10:
         if _two(d, "dest-exchange", "dest-queue") == 2:
             errors.append("Cannot specify 'dest-exchange' and 'dest-queue'")
+        if d.get(BACK_KEY) is True and _two(d, "dest-exchange", "dest-queue"):
+            errors.append(f"Cannot specify '{BACK_KEY}' and 'dest-exchange' or "
+                          "'dest-queue'")
         if _two(d, "dest-add-forward-headers", "add-forward-headers") == 2:
             errors.append("Cannot specify 'add-forward-headers' and "
                           "'dest-add-forward-headers'")
@@ -193,6 +200,7 @@ class ShovelConfig:
     publish_properties: dict[str, Any] = field(default_factory=dict)
     consumer_args: dict[str, Any] = field(default_factory=dict)
     amqp10: bool = False
+    back_to_death_queue: bool = False
 
 
 def _first(d: dict[str, Any], *keys: str, default: Any = None) -> Any:
@@ -227,7 +235,8 @@ def parse(vhost: str, name: str, value: dict[str, Any]) -> ShovelConfig:
         bool(_first(d, "dest-add-timestamp-header", "add-timestamp-header", default=False)),
         dict(_first(d, "dest-publish-properties", "publish-properties", default={}) or {}),
         dict(d.get("src-consumer-args") or {}),
-        d.get("src-protocol") == "amqp10" or d.get("dest-protocol") == "amqp10")
+        d.get("src-protocol") == "amqp10" or d.get("dest-protocol") == "amqp10",
+        d.get(BACK_KEY) is True)
 
 
 def redact(uri: str) -> str:

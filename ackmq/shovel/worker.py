@@ -40,6 +40,7 @@ from ackmq.protocol.amqp import (
     encode_publish,
     properties_with_headers,
 )
+from ackmq.protocol.amqp.properties import header_value
 from ackmq.protocol.amqp.property_names import to_pamqp
 from ackmq.shovel.config import ShovelConfig, redact
 
@@ -253,6 +254,7 @@ class _Move:
         self.exchange, self.key = cfg.dest.exchange, cfg.dest.exchange_key
         if cfg.dest.queue is not None:
             self.exchange, self.key = "", cfg.dest.queue
+        self.back = cfg.back_to_death_queue
         self.edit = cfg.forward_headers or cfg.timestamp_header or bool(cfg.publish_properties)
 
     def _properties(self, raw: bytes) -> bytes:
@@ -290,6 +292,11 @@ class _Move:
             return  # past src-delete-after: left unacked, requeued when we close
         exchange = self.exchange if self.exchange is not None else m.exchange
         key = self.key if self.key is not None else m.routing_key
+        if self.back:
+            home = header_value(content.properties, "x-first-death-queue")
+            if isinstance(home, bytes | str) and home:
+                exchange = ""
+                key = home.decode("utf-8", "replace") if isinstance(home, bytes) else home
         props = self._properties(content.properties) if self.edit else content.properties
         self.dest.write(encode_publish(self.dest_ch.number, exchange, key, False, False,
                                        props, content.body, self.dest.frame_max))

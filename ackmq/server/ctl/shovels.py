@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import AccessError
-from ackmq.server.ctl.errors import nargs
+from ackmq.server.ctl.errors import USAGE, nargs
 from ackmq.server.views import node_name
 
 if TYPE_CHECKING:
     from ackmq.server.context import HttpContext
 
-VERBS = ("shovel_status", "delete_shovel", "restart_shovel")
+VERBS = ("shovel_status", "delete_shovel", "restart_shovel", "replay_messages")
 COLUMNS = ["destination", "destination_protocol", "destination_queue", "last_changed",
            "name", "source", "source_protocol", "source_queue", "state",
            "termination_reason", "type", "vhost"]
@@ -39,6 +39,22 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str
                 for s in (comp.status(None) if comp is not None else [])]
         return {"ok": True, "message": f"Shovel status on node {node_name()}",
                 "columns": COLUMNS, "rows": rows}
+    if verb == "replay_messages":  # V4, ackmq's own: server/replay.py
+        if len(args) not in (1, 2):
+            raise AccessError("wrong number of arguments: usage: replay_messages "
+                              "[-p <vhost>] <queue> [<destination queue>]", USAGE)
+        from ackmq.broker.errors import ReplyError
+        from ackmq.server.ops import OpError
+        from ackmq.server.replay import replay
+        if vhost not in ctx.broker.vhosts:
+            raise AccessError(f"Virtual host '{vhost}' does not exist", 65)
+        try:
+            started = replay(ctx, None, vhost, args[0], args[1] if len(args) > 1 else None)
+        except OpError as e:
+            raise AccessError(e.reason, 69 if e.status == 404 else 65) from None
+        except ReplyError as e:
+            raise AccessError(e.text, 69) from None
+        return {"ok": True, "message": f"Started shovel {started['shovel']}"}
     nargs(args, 1, f"{verb} [-p <vhost>] <name>")
     name = args[0]
     if verb == "delete_shovel":

@@ -334,9 +334,9 @@ def register(app: web.Application) -> None:
     from ackmq.server.http import (
         api_access,
         api_defs,
+        api_messages,
         api_node,
         api_parameters,
-        api_peek,
         api_policies,
         api_scheduled,
     )
@@ -369,5 +369,5 @@ def register(app: web.Application) -> None:
     api_defs.register(app)
     api_policies.register(app)
     api_scheduled.register(app)
-    api_peek.register(app)
+    api_messages.register(app)
     api_parameters.register(app)

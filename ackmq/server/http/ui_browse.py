@@ -2,7 +2,9 @@
 operation (server/peek.py, the API's `POST /api/queues/<vhost>/<name>/peek`), nothing
 taken, nothing marked redelivered. Each message shows its routing, properties, headers,
 x-death (where it died, why, how often) and a body preview; Previous / Next page
-through `ready` or `unacked` messages (a stream by offset)."""
+through `ready` or `unacked` messages (a stream by offset). "Replay" (V4) moves the
+queue's messages back to their x-first-death-queue, or to a queue named, through a
+self-deleting on-confirm shovel (server/replay.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ from typing import Any
 
 from aiohttp import web
 
-from ackmq.server.http.ui import render, ui_server
-from ackmq.server.http.ui_html import e, href, table
+from ackmq.server.http.ui import back, render, same_origin, ui_server
+from ackmq.server.http.ui_html import e, form, hidden, href, table
 from ackmq.server.ops import OpError
 from ackmq.server.peek import peek_json
+from ackmq.server.replay import replay
 
 PAGE = 20  # messages on one page
 PREVIEW = 300  # body bytes shown
@@ -77,9 +80,29 @@ async def browse_page(request: web.Request) -> web.Response:
     static = (f"<p>{back} · {tabs} · messages {offset}–{offset + len(msgs)}</p>"
               + table(["#", "Exchange", "Routing key", "Redelivered", "Properties",
                        "Headers", "x-death", "Body"], rows, "messages", "no messages")
-              + f'<p class="pager">{" ".join(pager)}</p>')
+              + f'<p class="pager">{" ".join(pager)}</p>'
+              + "<section><h2>Replay</h2>"
+              + form("/queue/browse/replay", hidden(vhost=vhost, name=name)
+                     + '<label>To queue <input name="destination" placeholder='
+                       '"(empty: each to its x-first-death-queue)"></label>',
+                     "Replay messages", f"Move every message of {name}?", cls="replay")
+              + "</section>")
     return render(request, f"Browse {name}", "/queues", "", static, flash, bool(flash))
+
+
+async def replay_action(request: web.Request) -> web.StreamResponse:
+    same_origin(request)
+    data = await request.post()
+    vhost, name = str(data.get("vhost", "/")), str(data.get("name", ""))
+    dest = str(data.get("destination", "")).strip() or None
+    where = {"vhost": vhost, "name": name}
+    try:
+        started = replay(ui_server(request), request["user"].name, vhost, name, dest)
+    except OpError as refused:
+        raise back("/queue/browse", refused.reason, True, **where) from None
+    raise back("/queue/browse", f"Replay started: shovel {started['shovel']}", **where)
 
 
 def register(app: web.Application) -> None:
     app.router.add_get("/queue/browse", browse_page)
+    app.router.add_post("/queue/browse/replay", replay_action)
