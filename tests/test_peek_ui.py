@@ -99,3 +99,30 @@ def test_V4_ui_replay_button_moves_dead_letters_back(broker: ackmq.EmbeddedBroke
              "the three back in ui-replay")
     assert ch.queue_declare("ui-replay-dlq", passive=True).method.message_count == 0
     conn.close()
+
+
+def test_V1_ui_shovel_status_page(broker: ackmq.EmbeddedBroker,  # noqa: F811
+                                  browser: Any) -> None:  # noqa: F811
+    """Admin → Shovel status: a running shovel listed with its source and destination;
+    Restart restarts it."""
+    from support.mgmthelp import Target
+
+    from ackmq.shovel.component import ShovelComponent
+    params = broker.server.parameters
+    if "shovel" not in params.components:
+        params.register(ShovelComponent(params))
+    t = Target("ackmq", broker.http_url, broker.url)
+    assert t.call("PUT", "/api/parameters/shovel/%2F/ui-shovel", {"value": {
+        "src-uri": "amqp://", "src-queue": "ui-sh-src", "dest-uri": "amqp://",
+        "dest-queue": "ui-sh-dst"}}).status == 201
+    try:
+        browser.get(broker.http_url + "/admin")
+        browser.find_element("css selector", "#shovels-link").click()
+        row = wait_for(lambda: [r for r in browser.find_elements(
+            "css selector", "#shovels tbody tr") if "ui-shovel" in r.text
+            and "running" in r.text], "the running shovel listed")[0]
+        assert "amqp:// ui-sh-src" in row.text and "amqp:// ui-sh-dst" in row.text
+        row.find_element("css selector", "form button").click()
+        wait_for(lambda: "Shovel ui-shovel restarted" in browser.page_source, "restarted")
+    finally:
+        t.call("DELETE", "/api/parameters/shovel/%2F/ui-shovel")

@@ -405,7 +405,8 @@ async def admin_page(request: web.Request) -> web.Response:
             + "<h2>Topic permissions</h2>" + table(["User", "Vhost", "Exchange", "Write",
                                                     "Read"], topics, "topic-permissions")
             + '<h2><a href="/policies" id="policies-link">Policies</a></h2>'
-            + '<h2><a href="/scheduled" id="scheduled-link">Scheduled messages</a></h2>')
+            + '<h2><a href="/scheduled" id="scheduled-link">Scheduled messages</a></h2>'
+            + '<h2><a href="/shovels" id="shovels-link">Shovel status</a></h2>')
     return _render(request, "Users, virtual hosts, permissions", "/admin", live)
 
 
@@ -583,10 +584,11 @@ def register(app: web.Application) -> None:
     app.router.add_get("/exchanges", exchanges_page)
     app.router.add_get("/admin", admin_page)
     app.router.add_get("/static/{file}", static)
-    from ackmq.server.http import ui_browse, ui_policies, ui_scheduled
+    from ackmq.server.http import ui_browse, ui_policies, ui_scheduled, ui_shovels
     ui_policies.register(app)
     ui_scheduled.register(app)
     ui_browse.register(app)
+    ui_shovels.register(app)
 
 
 # what the policies page (ui_policies.py) shares: the page frame, the form checks
