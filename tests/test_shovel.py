@@ -92,6 +92,18 @@ CASES: list[tuple[str, dict[str, Any], int, str]] = [
                    "dest-queue": "b"}, 400, "src-queue should be binary, actually was 1"),
     ("key-only", {"src-uri": "amqp://", "src-exchange-key": "k", "dest-uri": "amqp://",
                   "dest-queue": "b"}, 400, "Must specify 'src-exchange' or 'src-queue'"),
+    ("port", {"src-uri": "amqp://h:99999", "src-queue": "a", "dest-uri": "amqp://",
+              "dest-queue": "b"},
+     400, '"amqp://h:99999" not a valid URI: {{port_out_of_range,99999},"amqp://h:99999"}'),
+    ("props-type", {"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://",
+                    "dest-queue": "b", "dest-publish-properties": {"delivery_mode": "x"}},
+     400, 'delivery_mode should be a number, actually was <<"x">>'),
+    ("props-unknown", {"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://",
+                       "dest-queue": "b", "dest-publish-properties": {"bogus": 1}},
+     400, 'Unrecognised terms [{<<"bogus">>,1}] in dest-publish-properties'),
+    ("props-string", {"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://",
+                      "dest-queue": "b", "dest-publish-properties": "x"},
+     400, 'dest-publish-properties not a list <<"x">>'),
 ]
 
 
@@ -283,3 +295,51 @@ def test_V1_shovel_survives_a_restart(tmp_path: Path) -> None:
             "parameters"][0]["name"] == "keep"
     finally:
         b.stop()
+
+
+def test_V1_publish_properties_set_on_every_message(side: Side) -> None:
+    side.publish("src", 3)
+    assert side.put("pp", _good(side, **{"dest-publish-properties": {
+        "delivery_mode": 1, "priority": 3, "app_id": "mover", "timestamp": 1700000000}})
+    ).status == 201
+    side.wait(lambda: side.depth("dst") == 3, "moved")
+    props = [p for _b, p in side.drain("dst")]
+    assert [(p.delivery_mode, p.priority, p.app_id, p.timestamp, p.message_id)
+            for p in props] == [(1, 3, "mover", 1700000000, f"id{i}") for i in range(3)]
+
+
+def test_V1_fuzzed_shovel_definitions_answer_201_or_400(ackmq_broker: BrokerProcess) -> None:
+    """Random values under every key: each PUT is 201 or a 400 with a reason, never a
+    500; the shovels accepted run or wait to reconnect; no traceback in the log; the
+    broker still moves messages for a good shovel afterwards."""
+    import random
+    s = make_side("ackmq", http_target(ackmq_broker), ackmq_broker.url)
+    rnd = random.Random(38)
+    keys = ["src-uri", "src-queue", "src-exchange", "src-exchange-key", "dest-uri",
+            "dest-queue", "dest-exchange", "dest-exchange-key", "ack-mode",
+            "src-delete-after", "src-prefetch-count", "reconnect-delay",
+            "add-forward-headers", "dest-add-timestamp-header", "dest-publish-properties",
+            "src-queue-args", "dest-queue-args", "src-consumer-args", "src-protocol",
+            "ackmq-dest-x-first-death-queue"]
+    values: list[Any] = ["amqp://", "amqp:///nope", "amqp://127.0.0.1:1", "amqp://h:0",
+                         "amqp://[::1", "", "q", "x" * 300, -1, 0, 1, 2**70, 1e308, 0.5,
+                         True, False, None, [], ["amqp://"], {}, {"delivery_mode": 300},
+                         {"x-max-length": "a"}, {"priority": -1}, "on-confirm", "no-ack",
+                         "queue-length", "never", "amqp10"]
+    try:
+        for i in range(150):
+            value = {k: rnd.choice(values) for k in rnd.sample(keys, rnd.randrange(1, 9))}
+            if rnd.random() < 0.5:
+                value.update({"src-uri": "amqp:///" + q(s.vhost), "src-queue": f"f{i}",
+                              "dest-uri": "amqp:///" + q(s.vhost)})
+            r = s.put(f"fuzz-{i}", value)
+            assert r.status in (201, 400), (value, r)
+            if r.status == 400:
+                assert r.body["reason"].startswith("Validation failed"), r
+        s.publish("src", 5)
+        assert s.put("after", _good(s)).status == 201
+        s.wait(lambda: s.depth("dst") == 5, "a good shovel still moves")
+    finally:
+        drop_side(s)
+    assert not any("Traceback" in line for line in ackmq_broker.log), \
+        "".join(ackmq_broker.log[-40:])

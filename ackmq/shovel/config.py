@@ -63,6 +63,33 @@ def _table(key: str, v: Any) -> str | None:
     return f"{key} should be a JSON object, actually was {erl(v)}"
 
 
+_PROPERTY_TYPES = [("content_type", "s"), ("content_encoding", "s"), ("headers", ""),
+                   ("delivery_mode", "n"), ("priority", "n"), ("correlation_id", "s"),
+                   ("reply_to", "s"), ("expiration", "s"), ("message_id", "s"),
+                   ("timestamp", "n"), ("type", "s"), ("user_id", "s"), ("app_id", "s"),
+                   ("cluster_id", "s")]
+
+
+def _properties(key: str, v: Any) -> str | None:
+    """dest-publish-properties as RabbitMQ's validate_properties: a proplist of the basic
+    properties, strings and numbers; its first complaint."""
+    if not isinstance(v, dict):
+        return f"{key} not a list {erl(v)}"
+    rest = dict(v)
+    found: list[str] = []
+    for name, kind in _PROPERTY_TYPES:
+        if name in rest:
+            x = rest.pop(name)
+            bad = _binary(name, x) if kind == "s" else _number(name, x) if kind == "n" \
+                else None
+            if bad:
+                found.insert(0, bad)
+    if rest:
+        terms = ",".join(f"{{{erl(k)},{erl(x)}}}" for k, x in rest.items())
+        found.insert(0, f"Unrecognised terms [{terms}] in {key}")
+    return found[0] if found else None
+
+
 def _delete_after(key: str, v: Any) -> str | None:
     if v in ("never", "queue-length") or (isinstance(v, int) and not isinstance(v, bool)
                                           and v >= 0):
@@ -79,10 +106,14 @@ def uri_error(uri: str) -> str | None:
                 f'"{uri}"}}')
     try:
         port = urlsplit(uri).port
-    except ValueError:
-        port = -1
+    except ValueError as e:
+        if "Port" not in str(e):
+            return None  # RabbitMQ takes it (and cannot connect): so does ackmq
+        digits = uri.rsplit(":", 1)[-1].split("/", 1)[0]
+        port = int(digits) if digits.isdigit() else -1
     if port is not None and not 0 < port < 65536:
-        return f'"{uri}" not a valid URI: {{bad_port,"{uri}"}}'
+        return (f'"{uri}" not a valid URI: {{{{port_out_of_range,{port}}},'
+                f'"{uri}"}}')
     return None
 
 
@@ -112,7 +143,8 @@ _DEST_091 = [("dest-uri", _uri, True), ("dest-exchange", _binary, False),
              ("dest-add-forward-headers", _boolean, False),
              ("add-timestamp-header", _boolean, False),
              ("dest-add-timestamp-header", _boolean, False),
-             ("publish-properties", _table, False), ("dest-publish-properties", _table, False),
+             ("publish-properties", _properties, False),
+             ("dest-publish-properties", _properties, False),
              (BACK_KEY, _boolean, False)]
 _SRC_10 = [("src-uri", _uri, True), ("src-address", _binary, True),
            ("src-prefetch-count", _number, False), ("src-delete-after", _delete_after, False)]
@@ -203,6 +235,12 @@ class ShovelConfig:
     back_to_death_queue: bool = False
 
 
+def _delay(v: Any) -> float:
+    """reconnect-delay in seconds, within 0..3600 (NaN: the default 5)."""
+    f = float(v)
+    return 5.0 if f != f else min(max(f, 0.0), 3600.0)
+
+
 def _first(d: dict[str, Any], *keys: str, default: Any = None) -> Any:
     for k in keys:
         if k in d:
@@ -229,7 +267,7 @@ def parse(vhost: str, name: str, value: dict[str, Any]) -> ShovelConfig:
     return ShovelConfig(
         vhost, name, value, src, dest, str(d.get("ack-mode", "on-confirm")),
         max(1, min(prefetch, 65535)) if prefetch > 0 else 1000,
-        float(d.get("reconnect-delay", 5)),
+        _delay(d.get("reconnect-delay", 5)),
         _first(d, "src-delete-after", "delete-after", default="never"),
         bool(_first(d, "dest-add-forward-headers", "add-forward-headers", default=False)),
         bool(_first(d, "dest-add-timestamp-header", "add-timestamp-header", default=False)),

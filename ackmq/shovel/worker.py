@@ -21,7 +21,9 @@ no reconnect (the shovel terminates), as RabbitMQ's.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -60,6 +62,11 @@ def connect_url(uri: str, local: Any, user: str) -> str:
         return str(local.amqp_url(user, unquote(path) if path else "/"))
     query = urlencode([(k, v) for k, v in parse_qsl(p.query) if k == "heartbeat"])
     return urlunsplit((p.scheme, p.netloc, p.path or "/", query, ""))
+
+
+class Unusable(Exception):
+    """The definition cannot work (e.g. publish properties that cannot be encoded): the
+    shovel terminates with this reason instead of reconnecting."""
 
 
 class _Listener:
@@ -128,6 +135,11 @@ class Worker:
                 finished = await self._session(self.attempts)
             except asyncio.CancelledError:
                 raise
+            except Unusable as e:
+                await self._close()
+                self._set("terminated", f'"{e}"')
+                log.warning("shovel %r in vhost %r terminated: %s", cfg.name, cfg.vhost, e)
+                return
             except Exception as e:  # noqa: BLE001 - any failure: reconnect
                 failure: Exception | None = e
                 finished = False
@@ -226,6 +238,11 @@ class Worker:
         loop = asyncio.get_running_loop()
         ended: asyncio.Future[Any] = loop.create_future()
         move = _Move(self, src, src_ch, dest, dest_ch, confirm, no_ack, limit, ended)
+        if move.edit:
+            try:
+                move.edit_properties(b"\x00\x00")
+            except (ValueError, TypeError, OverflowError, struct.error) as e:
+                raise Unusable(f"dest-publish-properties cannot be encoded: {e}") from None
         src_ch.chan.listener = _Listener(move.deliver, ended)
         dest_ch.chan.listener = _Listener(lambda c: None, ended)
         dest_ch.on_confirm = move.confirmed
@@ -257,11 +274,15 @@ class _Move:
         self.back = cfg.back_to_death_queue
         self.edit = cfg.forward_headers or cfg.timestamp_header or bool(cfg.publish_properties)
 
-    def _properties(self, raw: bytes) -> bytes:
+    def edit_properties(self, raw: bytes) -> bytes:
         cfg = self.w.cfg
         if cfg.publish_properties:
             p = decode_properties(raw)
             for k, v in to_pamqp(dict(cfg.publish_properties)).items():
+                if k == "timestamp" and isinstance(v, int | float):
+                    v = datetime.datetime.fromtimestamp(v, datetime.UTC)
+                elif k in ("delivery_mode", "priority") and isinstance(v, float):
+                    v = int(v)
                 setattr(p, k, v)
             raw = encode_properties(p)
         extra: dict[str, Any] = {}
@@ -297,7 +318,7 @@ class _Move:
             if isinstance(home, bytes | str) and home:
                 exchange = ""
                 key = home.decode("utf-8", "replace") if isinstance(home, bytes) else home
-        props = self._properties(content.properties) if self.edit else content.properties
+        props = self.edit_properties(content.properties) if self.edit else content.properties
         self.dest.write(encode_publish(self.dest_ch.number, exchange, key, False, False,
                                        props, content.body, self.dest.frame_max))
         self.published += 1
