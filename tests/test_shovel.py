@@ -336,6 +336,9 @@ def test_V1_fuzzed_shovel_definitions_answer_201_or_400(ackmq_broker: BrokerProc
             assert r.status in (201, 400), (value, r)
             if r.status == 400:
                 assert r.body["reason"].startswith("Validation failed"), r
+        assert s.t.call("GET", "/api/shovels").status == 200
+        assert s.t.call("GET", f"/api/definitions/{q(s.vhost)}").status == 200
+        assert _ctl(ackmq_broker, "shovel_status").returncode == 0
         s.publish("src", 5)
         assert s.put("after", _good(s)).status == 201
         s.wait(lambda: s.depth("dst") == 5, "a good shovel still moves")

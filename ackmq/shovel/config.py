@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 ACK_MODES = ("no-ack", "on-publish", "on-confirm")
 PROTOCOLS = ("amqp10", "amqp091")
@@ -278,10 +278,9 @@ def parse(vhost: str, name: str, value: dict[str, Any]) -> ShovelConfig:
 
 
 def redact(uri: str) -> str:
-    """A URI as the status shows it: without the password."""
-    p = urlsplit(uri)
-    if p.password is None:
+    """A URI as RabbitMQ's status and x-shovelled show it: without the credentials."""
+    scheme, sep, rest = uri.partition("://")
+    netloc, slash, path = rest.partition("/")
+    if not sep or "@" not in netloc:
         return uri
-    host = p.hostname or ""
-    netloc = f"{p.username}@{host}" + (f":{p.port}" if p.port else "")
-    return urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment))
+    return f"{scheme}://{netloc.rsplit('@', 1)[1]}{slash}{path}"
