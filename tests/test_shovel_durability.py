@@ -161,3 +161,25 @@ def test_V2_dedup_queue_at_an_ackmq_destination_removes_the_duplicates(
     ids = _ids(sb, "dst")
     assert set(ids) == {f"id{i}" for i in range(N)}
     assert sum(ids.values()) == N  # no duplicate
+
+
+@pytest.mark.rabbitmq
+def test_V1_rabbitmqs_shovel_moves_into_ackmq(tmp_path: Path) -> None:
+    """The other way: RabbitMQ 3.10's own shovel with an ackmq as its destination
+    (on-confirm: ackmq's confirms after fsync are what it waits for)."""
+    a = BrokerProcess(tmp_path / "a", "--http-port", "0")
+    a.start()
+    sa = make_side("ackmq", http_target(a), a.url)
+    sr = make_side("rabbitmq", Target("rabbitmq", rabbit_http(), RABBIT_AMQP), RABBIT_AMQP)
+    try:
+        sr.publish("src", 200)
+        assert sr.put("to-ackmq", {"src-uri": sr.local, "src-queue": "src",
+                                   "dest-uri": sa.remote, "dest-queue": "dst",
+                                   "ack-mode": "on-confirm",
+                                   "src-delete-after": "queue-length"}).status == 201
+        sa.wait(lambda: sa.depth("dst") == 200, "200 moved into ackmq")
+        assert [b for b, _p in sa.drain("dst")] == [b"m%d" % i for i in range(200)]
+        sr.wait(lambda: sr.depth("src") == 0, "acked at RabbitMQ")
+    finally:
+        drop_side(sr)
+        a.stop()
