@@ -366,3 +366,35 @@ def test_V3_rabbitmq_get_marks_redelivered_where_peek_does_not() -> None:
     finally:
         ch.queue_delete(queue)
         conn.close()
+
+
+def test_V3_peek_after_restart_keeps_delivery_counts(tmp_path: Path) -> None:
+    """5,000 messages all delivered once and returned, then a restart: the tail is read
+    from the store on demand with its delivery count. Peeking it must not use the count
+    up: a get afterwards still sees every message redelivered."""
+    b = BrokerProcess(tmp_path / "data", "--http-port", "0")
+    b.start()
+    try:
+        queue = uniq("peek.counts")
+        conn = pika.BlockingConnection(pika.URLParameters(b.url))
+        ch = conn.channel()
+        ch.confirm_delivery()
+        _fill(ch, queue, 5000)
+        ch.basic_qos(prefetch_count=5000)
+        seen: list[int] = []
+        ch.basic_consume(queue, lambda c, m, p, body: seen.append(m.delivery_tag))
+        while len(seen) < 5000:
+            conn.process_data_events(time_limit=0.5)
+        conn.close()  # all 5,000 back to the queue, delivered once
+        b.stop()
+        b.start()
+        t = _http(b)
+        r = peek(t, queue, {"offset": 4900, "count": 100})
+        assert [x["payload"] for x in r.body] == [f"m{i}" for i in range(4900, 5000)]
+        assert all(x["redelivered"] for x in r.body)
+        conn = pika.BlockingConnection(pika.URLParameters(b.url))
+        got = _get_all(conn.channel(), queue)
+        assert len(got) == 5000 and all(redelivered for _b, redelivered in got)
+        conn.close()
+    finally:
+        b.stop()
