@@ -346,3 +346,24 @@ def test_V1_fuzzed_shovel_definitions_answer_201_or_400(ackmq_broker: BrokerProc
         drop_side(s)
     assert not any("Traceback" in line for line in ackmq_broker.log), \
         "".join(ackmq_broker.log[-40:])
+
+
+def test_V1_load_definitions_at_start_starts_the_shovels(tmp_path: Path) -> None:
+    """`--load-definitions` with a RabbitMQ export's shovel: running once the broker is."""
+    defs = {"vhosts": [{"name": "/"}], "queues": [
+        {"name": "ld-src", "vhost": "/", "durable": True, "auto_delete": False,
+         "arguments": {}}],
+        "parameters": [{"value": {"src-uri": "amqp://", "src-queue": "ld-src",
+                                  "dest-uri": "amqp://", "dest-queue": "ld-dst"},
+                        "vhost": "/", "component": "shovel", "name": "ld"}]}
+    path = tmp_path / "defs.json"
+    path.write_text(json.dumps(defs))
+    b = BrokerProcess(tmp_path / "data", "--http-port", "0", "--load-definitions", str(path))
+    b.start()
+    try:
+        s = Side("ackmq", http_target(b), "/", b.url)
+        s.wait_state("ld", "running")
+        s.publish("ld-src", 3, declare=False)
+        s.wait(lambda: s.depth("ld-dst") == 3, "moved")
+    finally:
+        b.stop()

@@ -189,7 +189,10 @@ class Server:
         self.parameters.attach(cfg.data_dir)
         if cfg.load_definitions is not None:
             from ackmq.server import definitions
-            definitions.load_file(self.ctx, cfg.load_definitions)
+            # (an HttpContext for the shovels' parameters; the ports are not bound yet)
+            definitions.load_file(HttpContext(self.ctx, self.alarms,
+                                              parameters=self.parameters),
+                                  cfg.load_definitions)
         host = await self._start_listeners()
         # what the management front ends (server/http/, server/ctl/) reach
         mgmt = HttpContext(self.ctx, self.alarms, self.port, self.tls_port, self.stomp_port,
