@@ -260,6 +260,8 @@ def serve(args: argparse.Namespace) -> int:
         from ackmq.server import Server
         from ackmq.server.tls import TLSConfigError
         server = Server(cfg)
+        from ackmq.shovel.component import ShovelComponent  # dynamic shovels (V1)
+        server.parameters.register(ShovelComponent(server.parameters))
         try:
             url = await server.start()
         except CorruptStore as e:

@@ -12,10 +12,11 @@ import base64
 import os
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ackmq.broker import browse
 from ackmq.broker.access import WRITE
 from ackmq.broker.arguments import as_text
 from ackmq.broker.confirms import ConfirmTracker
@@ -454,6 +455,16 @@ class ChannelModel(Operations):
         if self.vhost.trace is not None:
             self.vhost.trace.delivered(self, entry)
         return tag, entry, q.message_count
+
+    def browse(self, queue_name: str, state: str, offset: int, count: int,
+               channels: Iterable[ChannelModel] = ()) -> tuple[Queue, list[QueueEntry]]:
+        """V3 peek: look at messages without taking them; what a get needs (read on the
+        queue, not another connection's exclusive queue). broker/browse.py."""
+        name = self.queue_name(queue_name)
+        if self.access is not None:
+            self.access.read("queue", name)
+        q = self.vhost.queue(name, self.owner)
+        return q, browse.entries(q, state, offset, count, channels)
 
     # -- acks (D4-D7) -------------------------------------------------------------------
     def _take(self, tag: int, multiple: bool) -> Taken:

@@ -155,6 +155,9 @@ class ClassicQueue(Queue):
     def unacked_count(self) -> int:
         return self._unacked
 
+    def browse(self, offset: int, count: int) -> list[QueueEntry]:
+        return self.ready.browse(offset, count)
+
     @property
     def delayed_retry_count(self) -> int:
         """Requeued messages waiting out their back-off (L6): neither ready nor unacked."""
@@ -233,14 +236,16 @@ class ClassicQueue(Queue):
             n += 1
         return n
 
-    def load_stored(self, seq: int) -> QueueEntry:
-        """A recovered message read back from the store by its seq."""
+    def load_stored(self, seq: int, keep: bool = False) -> QueueEntry:
+        """A recovered message read back from the store by its seq; `keep`: only looked
+        at (V3 peek), its delivery count stays for the real read."""
         assert self.persistent_store is not None
         sm = self.persistent_store.read_queued(self.name, seq)
         e = QueueEntry(Message(sm.exchange, sm.routing_key, sm.properties, sm.body, trusted=True),
                        seq, self)
         e.persisted = True
-        count = self.recovered_counts.pop(seq, 0)
+        counts = self.recovered_counts
+        count = counts.get(seq, 0) if keep else counts.pop(seq, 0)
         e.redelivered = count > 0
         e.delivery_count = count
         return e

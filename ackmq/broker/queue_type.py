@@ -92,6 +92,11 @@ class Queue:
     def consumer_count(self) -> int:
         return len(self.consumers)
 
+    def browse(self, offset: int, count: int) -> list[QueueEntry]:
+        """Ready messages `offset` .. `offset + count` as they would be delivered, the
+        queue left as it was (V3 peek; broker/browse.py)."""
+        raise NotImplementedError
+
     # -- declare / recover ----------------------------------------------------------
     @classmethod
     def check_declare(cls, arguments: dict[str, Any], name: str, vhost: str, durable: bool,
@@ -203,7 +208,7 @@ class Queue:
 
 INTERFACE = ("message_count", "unacked_count", "recover", "publish", "add_consumer",
              "remove_consumer", "activate", "get", "delivered", "settle", "dispatch",
-             "purge", "touch", "destroy")
+             "purge", "touch", "destroy", "browse")
 
 
 def missing_methods(cls: type[Queue]) -> list[str]:

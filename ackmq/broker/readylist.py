@@ -18,7 +18,7 @@ import heapq
 from array import array
 from collections import deque
 from collections.abc import Iterator
-from itertools import islice
+from itertools import chain, islice
 from typing import Any
 
 from ackmq.broker.message import QueueEntry
@@ -254,6 +254,60 @@ class ReadyList:
             level.back.clear()
         self._count = 0
         self.bytes = 0
+
+    def browse(self, offset: int, count: int) -> list[QueueEntry]:
+        """Entries `offset` .. `offset + count` in the order they would be delivered,
+        spilled and stored ones included, without changing anything (V3 peek): a spilled
+        record is read and not released, a stored one read back without being kept.
+        Only the window is read, except in a level with requeued entries, where the
+        spilled records before the window are read for their seqs (the merge order)."""
+        out: list[QueueEntry | int] = []
+        for level in reversed(self._levels):
+            if len(out) >= count:
+                break
+            n = len(level)
+            if offset >= n:
+                offset -= n
+                continue
+            want = count - len(out)
+            if level.back:
+                out.extend(e for _seq, e in islice(self._browse_level(level), offset,
+                                                    offset + want))
+            else:
+                out.extend(self._browse_plain(level, offset, want))
+            offset = 0
+        return [e if isinstance(e, QueueEntry) else self.owner.load_stored(e, keep=True)
+                for e in out]
+
+    def _browse_plain(self, level: _Level, offset: int, want: int
+                      ) -> list[QueueEntry | int]:
+        """A level without requeued entries: `fresh` then the cold tail, by index."""
+        fresh = level.fresh
+        got: list[QueueEntry | int] = list(islice(fresh, offset, offset + want))
+        start = level.cold_pos + max(0, offset - len(fresh))
+        for i in range(start, min(len(level.cold), start + want - len(got))):
+            loc = level.cold[i]
+            got.append(loc & ~STORED if loc & STORED
+                       else decode_entry(self.spill.get(loc), self.owner))
+        return got
+
+    def _browse_level(self, level: _Level) -> Iterator[tuple[int, QueueEntry | int]]:
+        """(seq, entry or stored seq) of one level in delivery order: `fresh` then the
+        cold tail (both in seq order), merged by seq with the requeued heap."""
+        ordered = chain(((e.seq, e) for e in level.fresh), self._browse_cold(level))
+        if not level.back:
+            return ordered
+        back = ((e.seq, e) for e in sorted(level.back))
+        return heapq.merge(ordered, back, key=lambda p: p[0])
+
+    def _browse_cold(self, level: _Level) -> Iterator[tuple[int, QueueEntry | int]]:
+        for i in range(level.cold_pos, len(level.cold)):
+            loc = level.cold[i]
+            if loc & STORED:
+                yield loc & ~STORED, loc & ~STORED
+            else:
+                e = decode_entry(self.spill.get(loc), self.owner)
+                yield e.seq, e
 
     def __iter__(self) -> Iterator[QueueEntry]:
         """Entries held in memory (not the spilled tail), in seq order per level."""

@@ -233,6 +233,25 @@ class StreamQueue(Queue):
                 if key not in consumers or not c.has_room():
                     break
 
+    def browse(self, offset: int, count: int) -> list[QueueEntry]:
+        """A stream by offset range: the records from stream offset `offset` (the first
+        one kept if older), each with its `x-stream-offset` as a consumer sees it."""
+        lg = self.log
+        out: list[QueueEntry] = []
+        if lg is None:
+            return []
+        offset = max(offset, lg.first_offset)
+        while len(out) < count and offset < lg.next_offset:
+            records = lg.read(offset, min(count - len(out), READ_BATCH))
+            if not records:
+                break
+            for off, _ts, exchange, routing_key, props, body in records:
+                props = properties_with_header(props, OFFSET_HEADER, off)
+                out.append(QueueEntry(Message(exchange, routing_key, props, body, trusted=True),
+                                      off, self))
+            offset = records[-1][0] + 1
+        return out[:count]
+
     # -- pull and settle ------------------------------------------------------------------
     def get(self) -> QueueEntry | None:
         raise HardError(NOT_IMPLEMENTED, "basic.get not supported by stream queues "

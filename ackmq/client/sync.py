@@ -21,6 +21,7 @@ from typing import Any
 
 from ackmq.protocol.amqp import HEARTBEAT
 
+from .browser import QueueBrowser
 from .connection import BaseConnection
 from .consumer import BaseConsumer
 from .core import Core
@@ -613,6 +614,11 @@ class Session(BaseSession):
         if listener is not None:
             self.conn._add_listener(c)
         return c
+
+    def browser(self, queue: str, selector: Callable[[Message], bool] | None = None
+                ) -> QueueBrowser:
+        """JMS's QueueBrowser: a stream queue's messages, not consumed (browser.py)."""
+        return QueueBrowser(self.conn, queue, selector)
 
     def commit(self) -> None:
         self.conn._ensure_connected()

@@ -60,6 +60,10 @@ verbs go to a broker's management HTTP API, ackmq's or RabbitMQ's, with the same
                                       permissions, topic permissions, limits, policies,
                                       operator policies, exchanges, queues, bindings
   export_definitions <file.json>      the same, in that layout ("-" for stdout)
+  shovel_status                       dynamic shovels (docs/shovels.md)
+  delete_shovel [-p <vhost>] <name>   restart_shovel [-p <vhost>] <name>
+  replay_messages [-p <vhost>] <queue> [<destination>]   a dead-letter queue's messages
+                                      back to their x-first-death-queue, or to a queue
   list_scheduled_messages [-p <vhost>]  delete_scheduled_message [-p <vhost>] <id>
                                       STOMP's AMQ_SCHEDULED_* jobs (docs/delays.md)
   trace_on [-p <vhost>] [--lifecycle] trace_off [-p <vhost>]   the firehose tracer:
@@ -123,6 +127,12 @@ VERBS: dict[str, tuple[list[str], str]] = {
     "list_scheduled_messages": ([], 'Listing scheduled messages for vhost "{vhost}" ...'),
     "delete_scheduled_message": (["id"], 'Deleting scheduled message "{0}" in vhost '
                                          '"{vhost}" ...'),
+    # the shovel verbs: the server words the status and restart lines (its node name)
+    "shovel_status": ([], ""),
+    "delete_shovel": (["name"], "Deleting shovel {0} in vhost {vhost}"),
+    "restart_shovel": (["name"], ""),
+    "replay_messages": (["queue", "destination?"],
+                        'Replaying the messages of queue "{0}" in vhost "{vhost}" ...'),
 }
 VHOST_VERBS = {"set_permissions", "clear_permissions", "list_permissions",
                "set_vhost_limits", "clear_vhost_limits", "list_vhost_limits",
@@ -130,7 +140,8 @@ VHOST_VERBS = {"set_permissions", "clear_permissions", "list_permissions",
                "set_policy", "clear_policy", "list_policies", "set_operator_policy",
                "clear_operator_policy", "list_operator_policies",
                "trace_on", "trace_off", "list_scheduled_messages",
-               "delete_scheduled_message"}
+               "delete_scheduled_message", "delete_shovel", "restart_shovel",
+               "replay_messages"}
 SET_POLICY_VERBS = ("set_policy", "set_operator_policy")
 
 
@@ -220,7 +231,8 @@ def run(args: argparse.Namespace) -> int:
         from ackmq.broker.access import EMPTY_USER
         print(f"Error (argument validation): {EMPTY_USER}", file=sys.stderr)
         return 65
-    if not args.quiet and not (args.verb == "export_definitions" and values[0] == "-"):
+    if not args.quiet and info and not (args.verb == "export_definitions"
+                                         and values[0] == "-"):
         on = f' on "{values[1]}"' if len(values) > 1 else ""  # clear_topic_permissions
         print(info.format(*values, vhost=vhost, tags=", ".join(values[1:]),
                           user=getattr(args, "user", ""), on=on, all=" ".join(values),

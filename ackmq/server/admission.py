@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ackmq.protocol.amqp import decode_table
+from ackmq.server.parameters import LOCAL_LOGINS
 
 if TYPE_CHECKING:
     from ackmq.broker.access import AccessModel
@@ -63,7 +64,9 @@ def password_login(access: AccessModel, loopback_users: Iterable[str], user: str
     """A user name and password from a peer address: the user, or why not. Users in
     `loopback_users` (guest, as RabbitMQ's default) are admitted from loopback only."""
     if not user or access.authenticate(user, password) is None:
-        return Refusal(BAD_CREDENTIALS, user)
+        if not (user in access.users and is_loopback(peer)
+                and LOCAL_LOGINS.accepts(user, password)):  # a shovel's amqp://
+            return Refusal(BAD_CREDENTIALS, user)
     if user in loopback_users and not is_loopback(peer):
         return Refusal(LOOPBACK_ONLY, user)
     return user

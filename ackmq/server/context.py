@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ackmq.broker.access import AccessModel
     from ackmq.server.alarms import ResourceMonitor
     from ackmq.server.config import Config
+    from ackmq.server.parameters import Parameters
     from ackmq.server.transport import ClientConnection
 
 
@@ -84,6 +85,8 @@ class HttpContext:
     http: HttpPorts | None = None
     stream_port: int = 0  # RabbitMQ's stream protocol (server/stream/)
     stream_tls_port: int = 0
+    # runtime parameters of plugged-in components (server/parameters.py: shovels)
+    parameters: Parameters | None = None
 
     @property
     def broker(self) -> BrokerModel:

@@ -117,7 +117,8 @@ def export(server: Server) -> dict[str, Any]:
     return {**_header(), "users": snap["users"], "vhosts": vhosts,
             "permissions": snap["permissions"],
             "topic_permissions": snap["topic_permissions"],
-            "parameters": vhost_limits + op_params, "global_parameters": [],
+            "parameters": vhost_limits + op_params + _components(server),
+            "global_parameters": [],
             "policies": policies, **topology(server)}
 
 
@@ -128,8 +129,16 @@ def export_vhost(server: Server, vhost: str) -> dict[str, Any]:
     params = ([{"value": dict(limits), "vhost": vhost, "component": "vhost-limits",
                 "name": "limits"}] if limits else [])
     policies, op_params = policy_ops.export_entries(server.broker, vhost, with_vhost=False)
-    return {**_header(), "parameters": params + op_params, "policies": policies,
+    return {**_header(), "parameters": params + op_params + _components(server, vhost),
+            "policies": policies,
             **topology(server, vhost, with_vhost=False)}
+
+
+def _components(server: Server, vhost: str | None = None) -> list[dict[str, Any]]:
+    """The parameters of plugged-in components (dynamic shovels: server/parameters.py),
+    as RabbitMQ exports them (value, vhost, component, name)."""
+    reg = getattr(server, "parameters", None)
+    return reg.listing(None, vhost) if reg is not None else []
 
 
 def _list(defs: dict[str, Any], key: str) -> list[dict[str, Any]]:
@@ -178,7 +187,7 @@ def import_(server: Server, defs: Any, vhost: str | None = None) -> dict[str, An
     server.request_flush()
     skipped = [k for k in UNSUPPORTED if defs.get(k)]
     skipped += [f"parameters ({p.get('component')})" for p in _list(defs, "parameters")
-                if p.get("component") not in _PARAMETERS]
+                if p.get("component") not in _PARAMETERS + _registered(server)]
     return {"imported": counts, "refused": refused, "skipped": skipped}
 
 
@@ -208,8 +217,15 @@ def _apply(server: Server, defs: dict[str, Any], vhost: str | None, each: Any) -
 _PARAMETERS = ("vhost-limits", policy_ops.OPERATOR_COMPONENT)
 
 
+def _registered(server: Server) -> tuple[str, ...]:
+    reg = getattr(server, "parameters", None)
+    return tuple(reg.components) if reg is not None else ()
+
+
 def _parameter_what(p: dict[str, Any], vhost: str | None) -> str:
     where = vhost or p.get("vhost")
+    if p.get("component") not in ("vhost-limits", policy_ops.OPERATOR_COMPONENT):
+        return f"{p.get('component')} '{p.get('name')}' in vhost '{where}'"
     if p.get("component") == policy_ops.OPERATOR_COMPONENT:
         return f"operator policy '{p.get('name')}' in vhost '{where}'"
     return f"vhost limits of '{where}'"
@@ -221,6 +237,17 @@ def _parameter(server: Server, p: dict[str, Any], vhost: str | None) -> None:
         server.access.set_vhost_limits(vhost or str(p["vhost"]), p.get("value") or {})
     elif p.get("component") == policy_ops.OPERATOR_COMPONENT:
         policy_ops.import_operator_policy(server.broker, p, vhost)
+    elif str(p.get("component")) in _registered(server):  # a shovel
+        from ackmq.server.parameters import ParameterError
+        reg = getattr(server, "parameters", None)
+        assert reg is not None
+        where = vhost or str(p["vhost"])
+        if where not in server.broker.vhosts:
+            raise DefinitionsError(f"vhost '{where}' does not exist")
+        try:
+            reg.set(str(p["component"]), where, str(p["name"]), p.get("value"), "")
+        except ParameterError as e:
+            raise DefinitionsError(e.reason.replace("\n\n", ": ").strip()) from None
 
 
 def load_file(server: Server, path: Path) -> None:

@@ -276,6 +276,18 @@ def _payload(body: bytes, encoding: str, truncate: int | None) -> dict[str, Any]
     return {"payload": base64.b64encode(shown).decode(), "payload_encoding": "base64"}
 
 
+def message_json(entry: Any, remaining: int, encoding: str = "auto",
+                 truncate: int | None = None) -> dict[str, Any]:
+    """One message as RabbitMQ's get shows it (the get and peek answers' items)."""
+    m = entry.message
+    return {"payload_bytes": len(m.body), "redelivered": entry.redelivered,
+            "exchange": m.exchange, "routing_key": m.routing_key,
+            "message_count": remaining,
+            # none: [] as RabbitMQ (Erlang's empty list)
+            "properties": _properties_json(m.properties) or [],
+            **_payload(m.body, encoding, truncate)}
+
+
 def get_json(server: HttpContext, user: str, vhost: str, queue: str,
              body: dict[str, Any]) -> list[dict[str, Any]]:
     """POST /api/queues/v/q/get: RabbitMQ's body checked, the model's refusal as
@@ -300,11 +312,16 @@ def get_json(server: HttpContext, user: str, vhost: str, queue: str,
     try:
         return get(server, user, vhost, queue, count, ackmode, encoding, truncate)
     except ReplyError as e:
-        if e.code in (NOT_FOUND, ACCESS_REFUSED):
-            raise http_error(e) from None
-        # RabbitMQ's get (unlike purge and delete) keeps the close's code and name
-        reason = http_error(e).reason
-        raise bad_request(f"{e.code} {REPLY_TEXT.get(e.code, '')} - {reason}") from None
+        raise get_refusal(e) from None
+
+
+def get_refusal(e: ReplyError) -> OpError:
+    """A get's (or a peek's) refusal by the model as RabbitMQ's HTTP answer."""
+    if e.code in (NOT_FOUND, ACCESS_REFUSED):
+        return http_error(e)
+    # RabbitMQ's get (unlike purge and delete) keeps the close's code and name
+    reason = http_error(e).reason
+    return bad_request(f"{e.code} {REPLY_TEXT.get(e.code, '')} - {reason}")
 
 
 def get(server: HttpContext, user: str, vhost: str, queue: str, count: int,
@@ -321,13 +338,7 @@ def get(server: HttpContext, user: str, vhost: str, queue: str, count: int,
                 break
             tag, entry, remaining = got
             tags.append(tag)
-            m = entry.message
-            out.append({"payload_bytes": len(m.body), "redelivered": entry.redelivered,
-                        "exchange": m.exchange, "routing_key": m.routing_key,
-                        "message_count": remaining,
-                        # none: [] as RabbitMQ (Erlang's empty list)
-                        "properties": _properties_json(m.properties) or [],
-                        **_payload(m.body, encoding, truncate)})
+            out.append(message_json(entry, remaining, encoding, truncate))
         if tags:
             if ackmode == "ack_requeue_false":
                 ch.basic_ack(tags[-1], True)

@@ -26,6 +26,7 @@ from ackmq.broker.scheduled import Bounds
 from ackmq.broker.storage import CorruptStore, StoreError
 from ackmq.server.config import Config
 from ackmq.server.context import FrontEnd, HttpContext
+from ackmq.server.parameters import Parameters
 from ackmq.server.transport import ClientConnection
 
 log = logging.getLogger("ackmq.server")
@@ -115,6 +116,8 @@ class Server:
         self.admin: Any = None  # the `ackmq ctl` socket (server/ctl/)
         self.alarms: Any = None  # server/alarms.ResourceMonitor
         self.http: Any = None  # server/http.HttpListener (management API, M1)
+        # components plugged in from above (a dynamic shovel), filled by `ackmq serve`
+        self.parameters = Parameters()
 
     @property
     def connections(self) -> set[ClientConnection]:
@@ -193,14 +196,18 @@ class Server:
         self.broker.start(list(self.access.vhosts))
         self.broker.policies.reapply()  # the amq.* exchanges too
         self.access.listeners.append(self._access_changed)
+        self.parameters.attach(cfg.data_dir)
         if cfg.load_definitions is not None:
             from ackmq.server import definitions
-            definitions.load_file(self.ctx, cfg.load_definitions)
+            # (an HttpContext for the shovels' parameters; the ports are not bound yet)
+            definitions.load_file(HttpContext(self.ctx, self.alarms,
+                                              parameters=self.parameters),
+                                  cfg.load_definitions)
         host = await self._start_listeners()
         # what the management front ends (server/http/, server/ctl/) reach
         mgmt = HttpContext(self.ctx, self.alarms, self.port, self.tls_port, self.stomp_port,
                            self.stomp_tls_port, stream_port=self.stream_port,
-                           stream_tls_port=self.stream_tls_port)
+                           stream_tls_port=self.stream_tls_port, parameters=self.parameters)
         if cfg.http_port is not None or cfg.https_port is not None:
             await self._start_http(host, mgmt)  # the management API (M1), on the same loop
         if cfg.data_dir is not None and cfg.admin_socket:
@@ -212,6 +219,8 @@ class Server:
             except OSError as e:  # e.g. a path past the 107 bytes a Unix socket takes
                 log.warning("no admin socket (ackmq ctl will not reach this broker): "
                             "%s: %s", cfg.data_dir / ADMIN_SOCKET, e)
+        from ackmq.server.views import node_name
+        self.parameters.start(host, self.port, node_name(), self.access)
         return self.url
 
     def _make_data_dir(self) -> None:
@@ -414,6 +423,7 @@ class Server:
                 if conn.vhost_name == name:
                     conn.force_close(f"vhost '{name}' is deleted")
             self.broker.delete_vhost(name)
+            self.parameters.vhost_deleted(name)
             self.request_flush()
         elif kind == "delete_user":  # as RabbitMQ 3.10: the user's connections go
             for conn in list(self.connections):
@@ -424,6 +434,7 @@ class Server:
 
     async def stop(self) -> None:
         """Close connections with 320 CONNECTION_FORCED, then the store."""
+        await self.parameters.stop()
         if self.admin is not None:
             await self.admin.stop()
         if self.http is not None:

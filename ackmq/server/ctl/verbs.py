@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import AccessError
 from ackmq.server import views
-from ackmq.server.ctl import alarms, policies, scheduled, topology
+from ackmq.server.ctl import alarms, policies, scheduled, shovels, topology
 from ackmq.server.ctl.errors import USAGE, nargs
 
 if TYPE_CHECKING:
@@ -131,6 +131,8 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str,
         return policies.handle(ctx, verb, args, vhost, body)
     elif verb in scheduled.VERBS:
         return scheduled.handle(ctx, verb, args, vhost)
+    elif verb in shovels.VERBS:
+        return shovels.handle(ctx, verb, args, vhost)
     else:
         raise AccessError(f"unknown verb '{verb}'", USAGE)
     return ok

@@ -246,8 +246,7 @@ async def feature_flags(request: web.Request) -> web.Response:
 def register(app: web.Application) -> None:
     r = app.router
     r.add_get("/api/auth", auth_settings)
-    for path in ("/api/parameters", "/api/global-parameters"):  # policies: api_policies
-        r.add_get(path, none_here)
+    r.add_get("/api/global-parameters", none_here)  # /api/parameters: api_parameters
     r.add_get("/api/overview", overview)
     r.add_get("/api/whoami", whoami)
     r.add_get("/api/cluster-name", cluster_name)

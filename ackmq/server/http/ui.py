@@ -295,6 +295,7 @@ async def queue_page(request: web.Request, flash: str = "", error: bool = False,
     live = (f'{details}<h2>Consumers</h2>{consumers}'
             f'<h2>Bindings</h2>{table(["From exchange", "Routing key", "Arguments", ""], bindings, "bindings")}')
     ident = hidden(vhost=vhost, name=name)
+    from ackmq.server.http import ui_browse
     static = (
         '<div class="actions">'
         '<section><h2>Publish message</h2>'
@@ -316,7 +317,7 @@ async def queue_page(request: web.Request, flash: str = "", error: bool = False,
                '<option value="ack_requeue_false">Automatic ack</option></select></label>'
                '<label>Messages <input name="count" value="1" size="4"></label>',
                "Get message(s)", cls="get")
-        + got + '</section>'
+        + got + ui_browse.link(vhost, name) + '</section>'
         '<section><h2>Purge</h2>'
         + form("/queue/purge", ident, "Purge messages",
                f"Purge every ready message of {name}?", cls="purge")
@@ -404,7 +405,8 @@ async def admin_page(request: web.Request) -> web.Response:
             + "<h2>Topic permissions</h2>" + table(["User", "Vhost", "Exchange", "Write",
                                                     "Read"], topics, "topic-permissions")
             + '<h2><a href="/policies" id="policies-link">Policies</a></h2>'
-            + '<h2><a href="/scheduled" id="scheduled-link">Scheduled messages</a></h2>')
+            + '<h2><a href="/scheduled" id="scheduled-link">Scheduled messages</a></h2>'
+            + '<h2><a href="/shovels" id="shovels-link">Shovel status</a></h2>')
     return _render(request, "Users, virtual hosts, permissions", "/admin", live)
 
 
@@ -569,10 +571,12 @@ def register(app: web.Application) -> None:
     app.router.add_get("/exchanges", exchanges_page)
     app.router.add_get("/admin", admin_page)
     app.router.add_get("/static/{file}", static)
-    from ackmq.server.http import ui_login, ui_policies, ui_scheduled
+    from ackmq.server.http import ui_browse, ui_login, ui_policies, ui_scheduled, ui_shovels
     ui_policies.register(app)
     ui_scheduled.register(app)
     ui_login.register(app)
+    ui_browse.register(app)
+    ui_shovels.register(app)
 
 
 # what the policies page (ui_policies.py) shares: the page frame, the form checks

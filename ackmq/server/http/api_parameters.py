@@ -1,0 +1,148 @@
+"""/api/parameters/<component>/<vhost>/<name> and /api/shovels: RabbitMQ 3.10's runtime
+parameters (changing and reading them needs policymaker, as RabbitMQ) and its shovel
+plugin's status API, answered by the components registered in server/parameters.py (the
+dynamic shovel, ackmq/shovel/, when `ackmq serve` runs). A refused value is 400 with
+RabbitMQ's "Validation failed" text, HTML-escaped as RabbitMQ's (`&lt;&lt;"x"&gt;&gt;`);
+a component that is not there is RabbitMQ's "component … not found"; no registry (an
+embedded broker) lists nothing. docs/shovels.md."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from aiohttp import web
+
+from ackmq.server.http.app import requires
+from ackmq.server.http.common import (
+    body_json,
+    listing,
+    no_content,
+    one,
+    server,
+    user,
+    vhost_arg,
+)
+from ackmq.server.ops import OpError, bad_request, not_found
+from ackmq.server.parameters import ParameterError, Parameters
+from ackmq.server.views import visible_vhosts
+
+
+def _registry(request: web.Request) -> Parameters | None:
+    return getattr(server(request), "parameters", None)
+
+
+def _refused(e: ParameterError) -> OpError:
+    return bad_request(html.escape(e.reason, quote=False))
+
+
+@requires("policymaker")
+async def list_parameters(request: web.Request) -> web.Response:
+    reg, mi = _registry(request), request.match_info
+    if reg is None:
+        if "vhost" in mi:
+            vhost_arg(request)
+        return listing(request, [])
+    if "vhost" in mi:
+        vhosts = [vhost_arg(request)]
+    else:
+        vhosts = visible_vhosts(server(request), user(request))
+    return listing(request, [p for v in vhosts
+                             for p in reg.listing(mi.get("component"), v)])
+
+
+@requires("policymaker")
+async def get_parameter(request: web.Request) -> web.Response:
+    vhost, reg, mi = vhost_arg(request), _registry(request), request.match_info
+    p = reg.get(mi["component"], vhost, mi["name"]) if reg is not None else None
+    if p is None:
+        raise not_found()
+    return one(request, p)
+
+
+@requires("policymaker")
+async def put_parameter(request: web.Request) -> web.Response:
+    srv, mi = server(request), request.match_info
+    vhost = mi["vhost"]
+    if vhost not in srv.broker.vhosts:
+        raise OpError(404, "not_found", "vhost_not_found")
+    vhost_arg(request)
+    body = await body_json(request)
+    if not isinstance(body, dict):
+        raise bad_request("not_json")
+    if "value" not in body:
+        raise bad_request("[{key_missing,value}]")
+    reg = _registry(request)
+    try:
+        if reg is None:
+            raise ParameterError([f"component {mi['component']} not found"])
+        new = reg.set(mi["component"], vhost, mi["name"], body["value"], user(request).name)
+    except ParameterError as e:
+        raise _refused(e) from None
+    return no_content(201 if new else 204)
+
+
+@requires("policymaker")
+async def delete_parameter(request: web.Request) -> web.Response:
+    vhost, reg, mi = vhost_arg(request), _registry(request), request.match_info
+    if reg is None or not reg.clear(mi["component"], vhost, mi["name"]):
+        raise not_found()
+    return no_content()
+
+
+def _shovels(request: web.Request) -> Any:
+    reg = _registry(request)
+    comp = reg.components.get("shovel") if reg is not None else None
+    if comp is None:  # RabbitMQ without rabbitmq_shovel_management: no such route
+        raise not_found()
+    return comp
+
+
+async def list_shovels(request: web.Request) -> web.Response:
+    comp = _shovels(request)
+    if "vhost" in request.match_info:
+        return listing(request, comp.status(vhost_arg(request)))
+    vhosts = set(visible_vhosts(server(request), user(request)))
+    return listing(request, [s for s in comp.status(None) if s["vhost"] in vhosts])
+
+
+async def get_shovel(request: web.Request) -> web.Response:
+    comp, vhost = _shovels(request), vhost_arg(request)
+    found = [s for s in comp.status(vhost) if s["name"] == request.match_info["name"]]
+    if not found:
+        raise not_found()
+    return one(request, found[0])
+
+
+@requires("policymaker")
+async def restart_shovel(request: web.Request) -> web.Response:
+    comp, vhost = _shovels(request), vhost_arg(request)
+    if not comp.restart(vhost, request.match_info["name"]):
+        raise not_found()
+    return no_content()
+
+
+@requires("policymaker")
+async def delete_shovel(request: web.Request) -> web.Response:
+    """DELETE /api/shovels/vhost/<vhost>/<name>: the dynamic shovel's parameter goes."""
+    _shovels(request)
+    vhost, reg = vhost_arg(request), _registry(request)
+    if reg is None or not reg.clear("shovel", vhost, request.match_info["name"]):
+        raise not_found()
+    return no_content()
+
+
+def register(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/api/parameters", list_parameters)
+    r.add_get("/api/parameters/{component}", list_parameters)
+    r.add_get("/api/parameters/{component}/{vhost}", list_parameters)
+    base = "/api/parameters/{component}/{vhost}/{name}"
+    r.add_get(base, get_parameter)
+    r.add_put(base, put_parameter)
+    r.add_delete(base, delete_parameter)
+    r.add_get("/api/shovels", list_shovels)
+    r.add_get("/api/shovels/{vhost}", list_shovels)
+    r.add_get("/api/shovels/vhost/{vhost}/{name}", get_shovel)
+    r.add_delete("/api/shovels/vhost/{vhost}/{name}", delete_shovel)
+    r.add_delete("/api/shovels/vhost/{vhost}/{name}/restart", restart_shovel)
