@@ -76,7 +76,7 @@ class AsyncConnection(BaseConnection):
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._dispatch_task: asyncio.Task[None] | None = None
         self._listener_event = asyncio.Event()
-        self._listener_consumers: list[AsyncConsumer] = []
+        self._listener_consumers: list[BaseConsumer] = []
         self._reconnect_lock = asyncio.Lock()
 
     def new_future(self) -> asyncio.Future[Any]:
@@ -208,7 +208,7 @@ class AsyncConnection(BaseConnection):
         except (TimeoutError, OSError) as err:
             core.lost(ConnectionLost(f"cannot connect to {o.host}:{o.port}: {err!r}"))
             raise core.error from None  # type: ignore[misc]
-        self._transport = transport  # type: ignore[assignment]
+        self._transport = transport
         self._flush()
         try:
             await asyncio.wait_for(asyncio.shield(core.opened), o.connect_timeout)
@@ -315,7 +315,7 @@ class AsyncConnection(BaseConnection):
         return ok.queue
 
     # -- listeners ---------------------------------------------------------------------
-    def _add_listener(self, consumer: AsyncConsumer) -> None:
+    def _add_listener(self, consumer: BaseConsumer) -> None:
         self._listener_consumers.append(consumer)
         if self._dispatch_task is None or self._dispatch_task.done():
             self._dispatch_task = self.loop.create_task(self._dispatch_loop())

@@ -38,7 +38,7 @@ from ackmq.protocol.amqp.constants import (
     UNEXPECTED_FRAME,
 )
 from ackmq.protocol.amqp.decoder import deliver_method
-from ackmq.protocol.amqp.events import ChannelFault
+from ackmq.protocol.amqp.events import ChannelFault, DecodedDeliver, DecodedReturn
 from ackmq.protocol.amqp.properties import check_properties
 from ackmq.version import VERSION
 
@@ -75,7 +75,7 @@ class FutureLike(Protocol):
 class ChannelListener(Protocol):
     """What a session gets told by its channel."""
 
-    def on_deliver(self, content: Content) -> None: ...
+    def on_deliver(self, content: Content[DecodedDeliver]) -> None: ...
     def on_cancel(self, consumer_tag: str) -> None: ...
     def on_failed(self, error: ClientError) -> None: ...
 
@@ -279,7 +279,7 @@ class Chan:
             p.failed.append(msg)
             _seen(p.future)
 
-    def on_return(self, content: Content) -> None:
+    def on_return(self, content: Content[DecodedReturn]) -> None:
         m = content.method
         view = PropertiesView(content.properties)
         mid = view.message_id

@@ -152,7 +152,7 @@ class Connection(BaseConnection):
         self._stop = threading.Event()
         self._kick = threading.Event()
         self._deferred = 0  # bytes publish() left for the I/O thread
-        self._listener_consumers: list[Consumer] = []
+        self._listener_consumers: list[BaseConsumer] = []
         self._listener_ready = False
         self.core = Core(options, self.new_future)
         self._publishes = 0
@@ -566,7 +566,7 @@ class Connection(BaseConnection):
         return self._drive(gen)
 
     # -- listeners ---------------------------------------------------------------------
-    def _add_listener(self, consumer: Consumer) -> None:
+    def _add_listener(self, consumer: BaseConsumer) -> None:
         with self._lock:
             self._listener_consumers.append(consumer)
             if self._dispatcher is None or not self._dispatcher.is_alive():
