@@ -6,8 +6,8 @@ from __future__ import annotations
 import datetime
 import enum
 import math
-from dataclasses import dataclass, field, fields, replace
 from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
