@@ -79,6 +79,31 @@ class DecodedReturn(Protocol):
     def routing_key(self) -> str: ...
 
 
+class DecodedReject(Protocol):
+    """basic.reject as decoded (pamqp types its tag Optional)."""
+
+    @property
+    def delivery_tag(self) -> int: ...
+    @property
+    def requeue(self) -> bool: ...
+
+
+class DecodedCancel(Protocol):
+    """basic.cancel as decoded (pamqp types its tag Optional)."""
+
+    @property
+    def consumer_tag(self) -> str: ...
+    @property
+    def nowait(self) -> bool: ...
+
+
+class DecodedFlow(Protocol):
+    """channel.flow as decoded (pamqp types `active` Optional)."""
+
+    @property
+    def active(self) -> bool: ...
+
+
 M = TypeVar("M")
 
 
