@@ -35,6 +35,7 @@ class _Protocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # asyncio types it BaseTransport; a TCP connection's is a Transport
         self.transport = transport  # type: ignore[assignment]
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -206,16 +207,18 @@ class AsyncConnection(BaseConnection):
                 self.loop.create_connection(lambda: _Protocol(self, core), o.host, o.port),
                 o.connect_timeout)
         except (TimeoutError, OSError) as err:
-            core.lost(ConnectionLost(f"cannot connect to {o.host}:{o.port}: {err!r}"))
-            raise core.error from None  # type: ignore[misc]
+            lost = ConnectionLost(f"cannot connect to {o.host}:{o.port}: {err!r}")
+            core.lost(lost)
+            raise (core.error or lost) from None
         self._transport = transport
         self._flush()
         try:
             await asyncio.wait_for(asyncio.shield(core.opened), o.connect_timeout)
         except TimeoutError:
-            self._lost(ConnectionLost(f"no AMQP handshake with {o.host}:{o.port} within "
-                                      f"{o.connect_timeout} s"), core)
-            raise core.error from None  # type: ignore[misc]
+            lost = ConnectionLost(f"no AMQP handshake with {o.host}:{o.port} within "
+                                  f"{o.connect_timeout} s")
+            self._lost(lost, core)
+            raise (core.error or lost) from None
         except ClientError:
             self._lost(core.error or ConnectionLost("handshake failed"), core)
             raise

@@ -375,18 +375,17 @@ class Core:
                 break
             pos = end + 1
             chan = channels.get(number)
-            content = chan.content if chan is not None else None
-            if content is not None:
+            if chan is not None and (content := chan.content) is not None:
                 if ftype == 3 and 0 < size == content.remaining and not content.parts:
                     # the whole body in one frame (the common case)
                     if content.method is None:  # a raw channel: straight to its callback
-                        chan.content = None  # type: ignore[union-attr]
-                        hook = chan.raw_deliver  # type: ignore[union-attr]
+                        chan.content = None
+                        hook = chan.raw_deliver
                         if hook is not None:
                             hook(content.tag, content.redelivered, bytes(buf[start:end]))
                     else:
                         content.parts.append(bytes(buf[start:end]))
-                        self._delivered(chan, content)  # type: ignore[arg-type]
+                        self._delivered(chan, content)
                     continue
                 if (ftype == 2 and content.remaining < 0 and content.method is None
                         and size >= 14):
@@ -394,7 +393,7 @@ class Core:
                     if class_id == 60 and not weight and 0 < body_size <= max_size:
                         content.remaining = body_size  # a raw channel's header: the size
                         continue
-                if not self._content_frame(chan, content, ftype, buf, start, end):  # type: ignore[arg-type]
+                if not self._content_frame(chan, content, ftype, buf, start, end):
                     pos = n
                     break
                 continue
@@ -402,9 +401,9 @@ class Core:
                 mid = _METHOD_ID.unpack_from(buf, start)[0]
                 if (mid == _M_ACK or mid == _M_NACK) and size == 13:
                     tag, bits = _TAG_BIT.unpack_from(buf, start + 4)
-                    hook = chan.raw_confirm
-                    if hook is not None:
-                        hook(tag, bool(bits & 1), mid == _M_ACK)
+                    confirm_hook = chan.raw_confirm
+                    if confirm_hook is not None:
+                        confirm_hook(tag, bool(bits & 1), mid == _M_ACK)
                     else:
                         chan.on_confirm(mid == _M_ACK, tag, bool(bits & 1))
                     continue
