@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pamqp import commands as C
+from pamqp.base import Frame
 
 from ackmq.protocol.amqp import (
     PROTOCOL_HEADER,
@@ -70,6 +71,7 @@ class FutureLike(Protocol):
     def result(self) -> Any: ...
     def set_result(self, value: Any) -> None: ...
     def set_exception(self, exc: BaseException) -> None: ...
+    def exception(self) -> BaseException | None: ...
 
 
 class ChannelListener(Protocol):
@@ -80,7 +82,7 @@ class ChannelListener(Protocol):
     def on_failed(self, error: ClientError) -> None: ...
 
 
-def _settle(fut: Any, value: Any = None, error: BaseException | None = None) -> None:
+def _settle(fut: FutureLike | None, value: Any = None, error: BaseException | None = None) -> None:
     if fut is None or fut.done():
         return
     if error is None:
@@ -89,7 +91,7 @@ def _settle(fut: Any, value: Any = None, error: BaseException | None = None) -> 
         fut.set_exception(error)
 
 
-def _seen(fut: Any) -> None:
+def _seen(fut: FutureLike | None) -> None:
     """Retrieve a settled future's exception: a publish() failure is also handed back
     by take_failed(), so asyncio must not log it as 'never retrieved'."""
     if fut is not None and fut.done():
@@ -101,7 +103,8 @@ class Pending:
 
     __slots__ = ("future", "message", "returned", "failed")
 
-    def __init__(self, future: Any, message: OutboundMessage, failed: list | None) -> None:
+    def __init__(self, future: FutureLike | None, message: OutboundMessage,
+                 failed: list[OutboundMessage] | None) -> None:
         self.future = future
         self.message = message
         self.returned: tuple[int, str] | None = None
@@ -125,7 +128,7 @@ class Incoming:
     def __init__(self) -> None:
         self.begin(None, 0, False)
 
-    def begin(self, method: Any, tag: int, redelivered: bool) -> Incoming:
+    def begin(self, method: DecodedDeliver | None, tag: int, redelivered: bool) -> Incoming:
         self.method = method
         self.tag = tag
         self.redelivered = redelivered
@@ -146,7 +149,7 @@ class Chan:
     def __init__(self, core: Core, number: int) -> None:
         self.core = core
         self.number = number
-        self.rpcs: deque[tuple[tuple[type, ...], Any]] = deque()
+        self.rpcs: deque[tuple[tuple[type, ...], FutureLike]] = deque()
         self.error: ClientError | None = None
         self.open = False
         self.confirm = False
@@ -173,7 +176,7 @@ class Chan:
         if self.error is not None:
             raise self.error
 
-    def rpc(self, method: Any, replies: tuple[type, ...]) -> Any:
+    def rpc(self, method: Frame, replies: tuple[type, ...]) -> Any:
         """Send a synchronous method; the future gets the reply (method or Content)."""
         self.check()
         fut = self.core.new_future()
@@ -181,7 +184,7 @@ class Chan:
         self.rpcs.append((replies, fut))
         return fut
 
-    def send(self, method: Any) -> None:
+    def send(self, method: Frame) -> None:
         """Send a method that has no reply (nowait, ack, ...)."""
         self.check()
         self.core.out.append(encode_method(self.number, method))
@@ -190,7 +193,8 @@ class Chan:
         self.check()
         self.core.out.append(data)
 
-    def publish(self, msg: OutboundMessage, future: Any, failed: list | None) -> int:
+    def publish(self, msg: OutboundMessage, future: FutureLike | None,
+                failed: list[OutboundMessage] | None) -> int:
         """basic.publish; on a confirm channel returns its sequence number (P3)."""
         if self.error is not None:
             raise self.error
@@ -449,8 +453,8 @@ class Core:
         for event in events:
             self._event(event)
 
-    def _content_frame(self, chan: Chan, c: Incoming, ftype: int, buf: Any, start: int,
-                       end: int) -> bool:
+    def _content_frame(self, chan: Chan, c: Incoming, ftype: int, buf: bytes | bytearray,
+                       start: int, end: int) -> bool:
         """A frame on a channel whose basic.deliver is being assembled (fast path);
         False on a protocol error (the connection is then lost)."""
         if ftype == 3 and c.remaining >= 0:
