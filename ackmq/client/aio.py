@@ -9,7 +9,7 @@ import inspect
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -19,7 +19,7 @@ from .connection import BaseConnection
 from .consumer import BaseConsumer
 from .core import Core
 from .errors import ClientError, ConfirmTimeout, ConnectionLost, IllegalStateError
-from .message import Message, OutboundMessage
+from .message import BatchItem, Message, OutboundMessage
 from .options import AckMode, Destination, Options, RedeliveryPolicy, parse_url
 from .producer import BaseProducer
 from .session import BaseSession
@@ -400,7 +400,8 @@ class AsyncProducer(BaseProducer):
         deadline = deadline_in(timeout) if timeout is not None else conn.rpc_deadline()
         await conn._drive(self.send_g(msg, deadline))
 
-    async def send_batch(self, messages: list[Any], timeout: float | None = None) -> None:
+    async def send_batch(self, messages: Sequence[BatchItem],
+                         timeout: float | None = None) -> None:
         conn = self.session.conn
         await conn._ensure_connected()
         msgs = [self.build(item[0], item[1], True, None, {}) if isinstance(item, tuple)

@@ -186,3 +186,7 @@ class OutboundMessage:
     def __repr__(self) -> str:
         return (f"OutboundMessage(exchange={self.exchange!r}, rk={self.routing_key!r}, "
                 f"id={self.message_id!r}, body={self.body[:40]!r})")
+
+
+BatchItem = bytes | str | OutboundMessage | tuple[bytes | str, dict[str, Any] | None]
+"""An item of send_batch: a body, a (body, headers) pair or an OutboundMessage."""

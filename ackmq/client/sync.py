@@ -15,7 +15,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -25,7 +25,7 @@ from .connection import BaseConnection
 from .consumer import BaseConsumer
 from .core import Core
 from .errors import ClientError, ConfirmTimeout, ConnectionLost, IllegalStateError
-from .message import Message, OutboundMessage
+from .message import BatchItem, Message, OutboundMessage
 from .options import AckMode, Destination, Options, RedeliveryPolicy, parse_url
 from .producer import BaseProducer
 from .session import BaseSession
@@ -703,7 +703,7 @@ class Producer(BaseProducer):
         deadline = deadline_in(timeout) if timeout is not None else conn.rpc_deadline()
         conn._drive(self.send_g(msg, deadline))
 
-    def send_batch(self, messages: list[Any], timeout: float | None = None) -> None:
+    def send_batch(self, messages: Sequence[BatchItem], timeout: float | None = None) -> None:
         """Publish all, then one wait for all their confirms. Items are bodies,
         (body, headers) pairs or OutboundMessages. Raises NackError/ReturnedError with
         every failed message in `.messages`, or ConfirmTimeout."""
