@@ -3,6 +3,7 @@ model's output into frames. One per open channel number of a connection."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as C
@@ -275,7 +276,7 @@ class AMQPChannel:
 
 # What a client may send on an open channel, besides channel.open and basic.publish (the
 # connection handles those and answers anything else with 503, as RabbitMQ does).
-HANDLERS: dict[type, Any] = {
+HANDLERS: dict[type, Callable[[AMQPChannel, Any], None]] = {
     C.Channel.Close: AMQPChannel._channel_close,
     C.Channel.Flow: AMQPChannel._channel_flow,
     C.Exchange.Declare: AMQPChannel._exchange_declare,
