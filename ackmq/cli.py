@@ -112,7 +112,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                         "space than this (default %(default)s, as RabbitMQ; 1GiB, or "
                         "mem_relative:1.5 for 1.5 x RAM)")
     p.add_argument("--http-port", type=int,
-                   default=int(os.environ.get("ACKMQ_HTTP_PORT") or D.http_port),
+                   default=int(os.environ.get("ACKMQ_HTTP_PORT") or D.http_port or 0),
                    help=f"management HTTP API port (RabbitMQ's, default {D.http_port}, or "
                         "env ACKMQ_HTTP_PORT); 0 picks a free one")
     p.add_argument("--no-http", action="store_true", help="no management HTTP listener")
@@ -138,7 +138,7 @@ def _with_config(parser: argparse.ArgumentParser, serve: argparse.ArgumentParser
     """The config file's values become the serve options' defaults; parsing the command
     line again lets its flags win. A bad file exits with 2, naming the line."""
     from ackmq.server.conffile import ConfigFileError, Option, load
-    options = [Option(a.dest, a.type or str, a.nargs == 0)
+    options = [Option(a.dest, a.type if callable(a.type) else str, a.nargs == 0)
                for a in serve._actions if a.dest not in ("help", "config")]
     try:
         values = load(args.config, options)

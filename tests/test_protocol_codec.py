@@ -321,6 +321,14 @@ def test_properties_view_matches_pamqp(props):
     assert view.headers == (reference.headers or {})
 
 
+def test_properties_view_declares_one_property_per_flag_field():
+    """The view's fields are written out (typed) rather than generated from the flag
+    table: the two must name the same fields, in wire order."""
+    from ackmq.protocol.amqp.properties import FIELDS as TABLE
+    declared = [n for n, v in vars(PropertiesView).items() if isinstance(v, property)]
+    assert declared == [name for _flag, name, _kind in TABLE]
+
+
 def test_properties_view_of_empty_properties():
     view = PropertiesView(EMPTY_PROPERTIES)
     assert view.headers == {} and view.delivery_mode is None and view.expiration is None

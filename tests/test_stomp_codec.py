@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pamqp import commands
 
 from ackmq.protocol.amqp import decode_properties, encode_properties
+from ackmq.protocol.amqp.properties import encode_fields
 from ackmq.protocol.stomp import (
     Decoder,
     Destination,
@@ -341,6 +342,13 @@ def test_W3_properties_to_message_headers_in_rabbitmq_order() -> None:
         ("timestamp", "77"), ("amqp-message-id", "mid"), ("expiration", "100000"),
         ("reply-to", "/reply-queue/rq"), ("correlation-id", "co"), ("priority", "2"),
         ("persistent", "1"), ("content-encoding", "ce"), ("content-type", "ct")]
+
+
+def test_W3_timestamp_past_year_9999_is_the_integer_as_sent() -> None:
+    """A publisher's timestamp beyond datetime's range reaches a STOMP subscriber as the
+    seconds it sent (it used to raise AttributeError on the int the lenient read keeps)."""
+    raw = encode_fields({"timestamp": 1 << 40})
+    assert message_headers(raw) == [("timestamp", str(1 << 40))]
 
 
 def test_W3_persistent_reply_to_destination_kept() -> None:

@@ -97,17 +97,18 @@ async def _receive(ctx: RunContext, n: int) -> None:
         await c.attach_sender(f"/amq/queue/{q}")
         await asyncio.gather(*[await c.send(payload) for _ in range(n)])
         done = asyncio.get_running_loop().create_future()
-        state = {"got": 0, "first": None}
+        got = 0
+        first: int | None = None  # the first delivery not yet accepted
 
         def on_transfer(p: Composite, _payload: bytes) -> None:
+            nonlocal got, first
             did = int(p.delivery_id)
-            if state["first"] is None:
-                state["first"] = did
-            state["got"] += 1
-            got = state["got"]
+            if first is None:
+                first = did
+            got += 1
             if got % 100 == 0 or got == n:
-                c.accept(state["first"], did)
-                state["first"] = None
+                c.accept(first, did)
+                first = None
             if got % (RECEIVE_CREDIT // 2) == 0:
                 c.flow(RECEIVE_CREDIT, got)
             if got >= n and not done.done():

@@ -107,11 +107,11 @@ class Amqp10Connection:
                     fut.set_result(name)
         elif p.kind == "transfer" and self.on_transfer is not None:
             self.on_transfer(p, payload)
-        for i, (match, fut) in enumerate(self.waiters):
+        for i, (match, waiter) in enumerate(self.waiters):
             if match(p):
                 del self.waiters[i]
-                if not fut.done():
-                    fut.set_result(p)
+                if not waiter.done():
+                    waiter.set_result(p)
                 break
 
     # -- the sending link (handle 0) ------------------------------------------------------

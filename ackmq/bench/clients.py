@@ -297,6 +297,7 @@ def _drain(ctx: RunContext, q: str, n: int, mode: AckMode | None, optimize: bool
             if mode is None:
                 s.commit()
             elif acks and n % ack_every:
+                assert m is not None  # n > 0: the loop above received it
                 m.acknowledge()
             c.close()  # DUPS_OK / optimizeAcknowledge: the last lazy ack goes out
 

@@ -44,7 +44,7 @@ def summarize(runs: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[dic
     rows = []
     for key in order:
         unit, better = meta[key]
-        brokers = {}
+        brokers: dict[str, dict[str, Any]] = {}
         for label in labels:
             vals = values[key].get(label)
             if not vals:

@@ -130,7 +130,7 @@ class StompWireConnection(WireProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(self.error or StompWireError(f"connection lost: {exc}"))
 
-    def _fail(self, err: StompWireError) -> None:
+    def _fail(self, err: Exception) -> None:
         self.error = err
         waiters = [self._connect_fut, self._drain_waiter, *self._receipts.values()]
         self._receipts.clear()

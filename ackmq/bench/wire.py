@@ -99,6 +99,7 @@ class WireProtocol(asyncio.Protocol):
             await self._drain_waiter
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # asyncio types it BaseTransport; a TCP connection's is a Transport
         self.transport = transport  # type: ignore[assignment]
 
     def pause_writing(self) -> None:

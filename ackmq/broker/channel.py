@@ -204,11 +204,11 @@ class ChannelModel(Operations):
         if topic:
             access.check_topic(WRITE, x, routing_key)
         if self.user is not None and properties[1] & USER_ID_FLAG:
-            uid = PropertiesView(properties).user_id  # type: ignore[attr-defined]  # TODO(issue 26): PropertiesView's fields are set by setattr (properties.py)
+            uid = PropertiesView(properties).user_id
             if uid is not None and uid != self.user:
                 raise SoftError(PRECONDITION_FAILED, f"user_id property set to '{uid}' but "
                                                      f"authenticated user was '{self.user}'")
-        if properties[0] & REPLY_TO_FLAG and PropertiesView(properties).reply_to == REPLY_TO:  # type: ignore[attr-defined]  # TODO(issue 26): PropertiesView's fields are set by setattr (properties.py)
+        if properties[0] & REPLY_TO_FLAG and PropertiesView(properties).reply_to == REPLY_TO:
             q = self.reply_to
             if q is None or q.deleted:
                 raise SoftError(PRECONDITION_FAILED, "fast reply consumer does not exist")

@@ -51,7 +51,7 @@ def dead_letter_properties(msg: Message, queue: str, reason: str,
         "time": datetime.datetime.now(tz=datetime.UTC).replace(microsecond=0),
         "exchange": msg.exchange, "routing-keys": msg.routing_keys,
     }
-    expiration = msg.view.expiration  # type: ignore[attr-defined]  # TODO(issue 26): PropertiesView's fields are set by setattr (properties.py)
+    expiration = msg.view.expiration
     if expiration is not None:
         info["original-expiration"] = _text(expiration)
     old = (msg.headers or {}).get("x-death") if b"x-death" in entries else None

@@ -95,7 +95,7 @@ class Message:
     def _sender_selected(self, trusted: bool) -> None:
         """RabbitMQ's CC/BCC headers: extra routing keys; BCC is removed before delivery
         (the other entries keep their order and encoding, as RabbitMQ's keydelete)."""
-        headers = self.view.headers or {}  # type: ignore[attr-defined]  # TODO(issue 26): PropertiesView's fields are set by setattr (properties.py)
+        headers = self.view.headers or {}
 
         def keys(name: str) -> list[str]:
             v = headers.get(name)
@@ -136,7 +136,7 @@ class Message:
 
     @property
     def headers(self) -> dict:
-        return self.view.headers  # type: ignore[attr-defined]  # TODO(issue 26): PropertiesView's fields are set by setattr (properties.py)
+        return self.view.headers
 
     @property
     def size(self) -> int:

@@ -123,7 +123,7 @@ class Tracer:
     def _message_id(msg: Message) -> str | None:
         if not msg.properties[1] & MESSAGE_ID_FLAG:
             return None
-        return msg.view.message_id  # type: ignore[attr-defined]  # PropertiesView's fields are set by setattr
+        return msg.view.message_id
 
     # -- the firehose (M9) ------------------------------------------------------------
     def published(self, ch: ChannelModel, x: Exchange, msg: Message,

@@ -9,7 +9,7 @@ import inspect
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -19,7 +19,7 @@ from .connection import BaseConnection
 from .consumer import BaseConsumer
 from .core import Core
 from .errors import ClientError, ConfirmTimeout, ConnectionLost, IllegalStateError
-from .message import Message, OutboundMessage
+from .message import BatchItem, Message, OutboundMessage
 from .options import AckMode, Destination, Options, RedeliveryPolicy, parse_url
 from .producer import BaseProducer
 from .session import BaseSession
@@ -35,6 +35,7 @@ class _Protocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # asyncio types it BaseTransport; a TCP connection's is a Transport
         self.transport = transport  # type: ignore[assignment]
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -76,7 +77,7 @@ class AsyncConnection(BaseConnection):
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._dispatch_task: asyncio.Task[None] | None = None
         self._listener_event = asyncio.Event()
-        self._listener_consumers: list[AsyncConsumer] = []
+        self._listener_consumers: list[BaseConsumer] = []
         self._reconnect_lock = asyncio.Lock()
 
     def new_future(self) -> asyncio.Future[Any]:
@@ -206,16 +207,18 @@ class AsyncConnection(BaseConnection):
                 self.loop.create_connection(lambda: _Protocol(self, core), o.host, o.port),
                 o.connect_timeout)
         except (TimeoutError, OSError) as err:
-            core.lost(ConnectionLost(f"cannot connect to {o.host}:{o.port}: {err!r}"))
-            raise core.error from None  # type: ignore[misc]
-        self._transport = transport  # type: ignore[assignment]
+            lost = ConnectionLost(f"cannot connect to {o.host}:{o.port}: {err!r}")
+            core.lost(lost)
+            raise (core.error or lost) from None
+        self._transport = transport
         self._flush()
         try:
             await asyncio.wait_for(asyncio.shield(core.opened), o.connect_timeout)
         except TimeoutError:
-            self._lost(ConnectionLost(f"no AMQP handshake with {o.host}:{o.port} within "
-                                      f"{o.connect_timeout} s"), core)
-            raise core.error from None  # type: ignore[misc]
+            lost = ConnectionLost(f"no AMQP handshake with {o.host}:{o.port} within "
+                                  f"{o.connect_timeout} s")
+            self._lost(lost, core)
+            raise (core.error or lost) from None
         except ClientError:
             self._lost(core.error or ConnectionLost("handshake failed"), core)
             raise
@@ -315,7 +318,7 @@ class AsyncConnection(BaseConnection):
         return ok.queue
 
     # -- listeners ---------------------------------------------------------------------
-    def _add_listener(self, consumer: AsyncConsumer) -> None:
+    def _add_listener(self, consumer: BaseConsumer) -> None:
         self._listener_consumers.append(consumer)
         if self._dispatch_task is None or self._dispatch_task.done():
             self._dispatch_task = self.loop.create_task(self._dispatch_loop())
@@ -397,7 +400,8 @@ class AsyncProducer(BaseProducer):
         deadline = deadline_in(timeout) if timeout is not None else conn.rpc_deadline()
         await conn._drive(self.send_g(msg, deadline))
 
-    async def send_batch(self, messages: list[Any], timeout: float | None = None) -> None:
+    async def send_batch(self, messages: Sequence[BatchItem],
+                         timeout: float | None = None) -> None:
         conn = self.session.conn
         await conn._ensure_connected()
         msgs = [self.build(item[0], item[1], True, None, {}) if isinstance(item, tuple)

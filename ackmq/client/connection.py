@@ -94,6 +94,10 @@ class BaseConnection:
     def new_future(self) -> Any:
         raise NotImplementedError
 
+    def _add_listener(self, consumer: BaseConsumer) -> None:
+        """`consumer` has a message listener now: the dispatcher must serve it."""
+        raise NotImplementedError
+
     def _wake_listeners(self, consumer: BaseConsumer) -> None:
         """A listener consumer has a message ready (the dispatcher must look)."""
 

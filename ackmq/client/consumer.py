@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands as C
 
 from ackmq.protocol.amqp import Content, build_method, encode_nack
+from ackmq.protocol.amqp.events import DecodedGetOk
 
 from .errors import (
     ClientError,
@@ -251,7 +252,7 @@ class BaseConsumer:
                                                 (C.Basic.GetOk, C.Basic.GetEmpty)),
                                      s.conn.rpc_deadline())
             if isinstance(reply, Content):
-                g = reply.method
+                g: DecodedGetOk = reply.method
                 m = Message(reply.body, g.exchange, g.routing_key, g.redelivered,
                             g.delivery_tag, reply.properties, self, s.generation,
                             s.conn.core.is_ackmq)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pamqp import commands as C
+from pamqp.base import Frame
 
 from ackmq.protocol.amqp import (
     PROTOCOL_HEADER,
@@ -38,7 +39,7 @@ from ackmq.protocol.amqp.constants import (
     UNEXPECTED_FRAME,
 )
 from ackmq.protocol.amqp.decoder import deliver_method
-from ackmq.protocol.amqp.events import ChannelFault
+from ackmq.protocol.amqp.events import ChannelFault, DecodedDeliver, DecodedReturn
 from ackmq.protocol.amqp.properties import check_properties
 from ackmq.version import VERSION
 
@@ -70,17 +71,18 @@ class FutureLike(Protocol):
     def result(self) -> Any: ...
     def set_result(self, value: Any) -> None: ...
     def set_exception(self, exc: BaseException) -> None: ...
+    def exception(self) -> BaseException | None: ...
 
 
 class ChannelListener(Protocol):
     """What a session gets told by its channel."""
 
-    def on_deliver(self, content: Content) -> None: ...
+    def on_deliver(self, content: Content[DecodedDeliver]) -> None: ...
     def on_cancel(self, consumer_tag: str) -> None: ...
     def on_failed(self, error: ClientError) -> None: ...
 
 
-def _settle(fut: Any, value: Any = None, error: BaseException | None = None) -> None:
+def _settle(fut: FutureLike | None, value: Any = None, error: BaseException | None = None) -> None:
     if fut is None or fut.done():
         return
     if error is None:
@@ -89,7 +91,7 @@ def _settle(fut: Any, value: Any = None, error: BaseException | None = None) -> 
         fut.set_exception(error)
 
 
-def _seen(fut: Any) -> None:
+def _seen(fut: FutureLike | None) -> None:
     """Retrieve a settled future's exception: a publish() failure is also handed back
     by take_failed(), so asyncio must not log it as 'never retrieved'."""
     if fut is not None and fut.done():
@@ -101,7 +103,8 @@ class Pending:
 
     __slots__ = ("future", "message", "returned", "failed")
 
-    def __init__(self, future: Any, message: OutboundMessage, failed: list | None) -> None:
+    def __init__(self, future: FutureLike | None, message: OutboundMessage,
+                 failed: list[OutboundMessage] | None) -> None:
         self.future = future
         self.message = message
         self.returned: tuple[int, str] | None = None
@@ -125,7 +128,7 @@ class Incoming:
     def __init__(self) -> None:
         self.begin(None, 0, False)
 
-    def begin(self, method: Any, tag: int, redelivered: bool) -> Incoming:
+    def begin(self, method: DecodedDeliver | None, tag: int, redelivered: bool) -> Incoming:
         self.method = method
         self.tag = tag
         self.redelivered = redelivered
@@ -146,7 +149,7 @@ class Chan:
     def __init__(self, core: Core, number: int) -> None:
         self.core = core
         self.number = number
-        self.rpcs: deque[tuple[tuple[type, ...], Any]] = deque()
+        self.rpcs: deque[tuple[tuple[type, ...], FutureLike]] = deque()
         self.error: ClientError | None = None
         self.open = False
         self.confirm = False
@@ -173,7 +176,7 @@ class Chan:
         if self.error is not None:
             raise self.error
 
-    def rpc(self, method: Any, replies: tuple[type, ...]) -> Any:
+    def rpc(self, method: Frame, replies: tuple[type, ...]) -> Any:
         """Send a synchronous method; the future gets the reply (method or Content)."""
         self.check()
         fut = self.core.new_future()
@@ -181,7 +184,7 @@ class Chan:
         self.rpcs.append((replies, fut))
         return fut
 
-    def send(self, method: Any) -> None:
+    def send(self, method: Frame) -> None:
         """Send a method that has no reply (nowait, ack, ...)."""
         self.check()
         self.core.out.append(encode_method(self.number, method))
@@ -190,7 +193,8 @@ class Chan:
         self.check()
         self.core.out.append(data)
 
-    def publish(self, msg: OutboundMessage, future: Any, failed: list | None) -> int:
+    def publish(self, msg: OutboundMessage, future: FutureLike | None,
+                failed: list[OutboundMessage] | None) -> int:
         """basic.publish; on a confirm channel returns its sequence number (P3)."""
         if self.error is not None:
             raise self.error
@@ -279,7 +283,7 @@ class Chan:
             p.failed.append(msg)
             _seen(p.future)
 
-    def on_return(self, content: Content) -> None:
+    def on_return(self, content: Content[DecodedReturn]) -> None:
         m = content.method
         view = PropertiesView(content.properties)
         mid = view.message_id
@@ -375,18 +379,17 @@ class Core:
                 break
             pos = end + 1
             chan = channels.get(number)
-            content = chan.content if chan is not None else None
-            if content is not None:
+            if chan is not None and (content := chan.content) is not None:
                 if ftype == 3 and 0 < size == content.remaining and not content.parts:
                     # the whole body in one frame (the common case)
                     if content.method is None:  # a raw channel: straight to its callback
-                        chan.content = None  # type: ignore[union-attr]
-                        hook = chan.raw_deliver  # type: ignore[union-attr]
+                        chan.content = None
+                        hook = chan.raw_deliver
                         if hook is not None:
                             hook(content.tag, content.redelivered, bytes(buf[start:end]))
                     else:
                         content.parts.append(bytes(buf[start:end]))
-                        self._delivered(chan, content)  # type: ignore[arg-type]
+                        self._delivered(chan, content)
                     continue
                 if (ftype == 2 and content.remaining < 0 and content.method is None
                         and size >= 14):
@@ -394,7 +397,7 @@ class Core:
                     if class_id == 60 and not weight and 0 < body_size <= max_size:
                         content.remaining = body_size  # a raw channel's header: the size
                         continue
-                if not self._content_frame(chan, content, ftype, buf, start, end):  # type: ignore[arg-type]
+                if not self._content_frame(chan, content, ftype, buf, start, end):
                     pos = n
                     break
                 continue
@@ -402,9 +405,9 @@ class Core:
                 mid = _METHOD_ID.unpack_from(buf, start)[0]
                 if (mid == _M_ACK or mid == _M_NACK) and size == 13:
                     tag, bits = _TAG_BIT.unpack_from(buf, start + 4)
-                    hook = chan.raw_confirm
-                    if hook is not None:
-                        hook(tag, bool(bits & 1), mid == _M_ACK)
+                    confirm_hook = chan.raw_confirm
+                    if confirm_hook is not None:
+                        confirm_hook(tag, bool(bits & 1), mid == _M_ACK)
                     else:
                         chan.on_confirm(mid == _M_ACK, tag, bool(bits & 1))
                     continue
@@ -450,8 +453,8 @@ class Core:
         for event in events:
             self._event(event)
 
-    def _content_frame(self, chan: Chan, c: Incoming, ftype: int, buf: Any, start: int,
-                       end: int) -> bool:
+    def _content_frame(self, chan: Chan, c: Incoming, ftype: int, buf: bytes | bytearray,
+                       start: int, end: int) -> bool:
         """A frame on a channel whose basic.deliver is being assembled (fast path);
         False on a protocol error (the connection is then lost)."""
         if ftype == 3 and c.remaining >= 0:

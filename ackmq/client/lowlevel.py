@@ -26,6 +26,7 @@ from typing import Any
 from pamqp import commands as C
 
 from ackmq.protocol.amqp import Content, encode_ack, encode_publish
+from ackmq.protocol.amqp.events import DecodedDeliver
 
 from .aio import AsyncConnection
 from .core import Chan, RawConfirm, RawDeliver
@@ -59,7 +60,7 @@ class _Listener:
         self.chan = chan
         self.closed = closed
 
-    def on_deliver(self, content: Content) -> None:
+    def on_deliver(self, content: Content[DecodedDeliver]) -> None:
         """A basic.deliver that came through the general decoder: to the raw hook too."""
         hook = self.chan.raw_deliver
         if hook is not None:

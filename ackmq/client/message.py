@@ -57,7 +57,7 @@ class Message:
             self._view = PropertiesView(self.raw_properties)
         return self._view
 
-    def _split_headers(self) -> None:
+    def _split_headers(self) -> dict[str, Any]:
         headers = dict(self.view.headers or {})
         if self._broker_headers:
             seq = headers.pop(SEQ_HEADER, None)
@@ -67,13 +67,15 @@ class Message:
             seq = headers.get(SEQ_HEADER)
             self._seq = seq if isinstance(seq, int) else None
         self._headers = headers
+        return headers
 
     @property
     def headers(self) -> dict[str, Any]:
         """Application headers as the publisher set them."""
-        if self._headers is None:
-            self._split_headers()
-        return self._headers  # type: ignore[return-value]
+        headers = self._headers
+        if headers is None:
+            headers = self._split_headers()
+        return headers
 
     @property
     def seq(self) -> int | None:
@@ -184,3 +186,7 @@ class OutboundMessage:
     def __repr__(self) -> str:
         return (f"OutboundMessage(exchange={self.exchange!r}, rk={self.routing_key!r}, "
                 f"id={self.message_id!r}, body={self.body[:40]!r})")
+
+
+BatchItem = bytes | str | OutboundMessage | tuple[bytes | str, dict[str, Any] | None]
+"""An item of send_batch: a body, a (body, headers) pair or an OutboundMessage."""

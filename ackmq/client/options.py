@@ -6,8 +6,9 @@ from __future__ import annotations
 import datetime
 import enum
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 
@@ -45,7 +46,7 @@ class RedeliveryPolicy:
     back_off_multiplier: float = 5.0
     maximum_redelivery_delay: int = -1
 
-    _URL_NAMES = {
+    _URL_NAMES: ClassVar[dict[str, tuple[str, Callable[[str], object]]]] = {
         "maximumRedeliveries": ("maximum_redeliveries", int),
         "initialRedeliveryDelay": ("initial_redelivery_delay", int),
         "redeliveryDelay": ("redelivery_delay", int),
@@ -74,7 +75,7 @@ class RedeliveryPolicy:
             delay = self.next_delay(delay)
         return max(0, delay) / 1000.0
 
-    def broker_arguments(self) -> dict[str, int | float] | None:
+    def broker_arguments(self) -> dict[str, str | int | float] | None:
         """L6: the same delays as basic.consume arguments for ackmq's broker-side
         back-off (x-delayed-retry-*, type all: a nack or a lost connection), so a failed
         message waits at the broker, not in this consumer's prefetch. None when the policy
@@ -84,7 +85,7 @@ class RedeliveryPolicy:
         if self.use_exponential_back_off and self.back_off_multiplier > 1:
             if first <= 0 or (cap != -1 and max(cap, self.redelivery_delay) < first):
                 return None
-            args: dict[str, int | float] = {
+            args: dict[str, str | int | float] = {
                 "x-delayed-retry-type": "all", "x-delayed-retry-min": first,
                 "x-delayed-retry-multiplier": self.back_off_multiplier}
             if cap != -1:
@@ -139,14 +140,14 @@ class Options:
         return replace(self, **changes)
 
 
-_JMS_OPTIONS: dict[str, tuple[str, Any]] = {
+_JMS_OPTIONS: dict[str, tuple[str, Callable[[str], object]]] = {
     "prefetchPolicy.queuePrefetch": ("queue_prefetch", int),
     "prefetchPolicy.topicPrefetch": ("topic_prefetch", int),
     "optimizeAcknowledge": ("optimize_acknowledge", _bool),
     "optimizeAcknowledgeTimeOut": ("optimize_acknowledge_timeout", _positive_ms),
     "sendTimeout": ("send_timeout", _positive_ms),
 }
-_PLAIN_OPTIONS: dict[str, tuple[str, Any]] = {
+_PLAIN_OPTIONS: dict[str, tuple[str, Callable[[str], object]]] = {
     "heartbeat": ("heartbeat", int),
     "connection_timeout": ("connect_timeout", float),
     "reconnect": ("reconnect", _bool),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from pamqp import commands as C
 
 from ackmq.protocol.amqp import Content, build_method, encode_ack, encode_nack
+from ackmq.protocol.amqp.events import DecodedDeliver
 
 from .core import Chan, Pending
 from .errors import (
@@ -159,7 +160,7 @@ class BaseSession:
                 self.conn.sessions.remove(self)
 
     # -- channel events ----------------------------------------------------------------
-    def on_deliver(self, content: Content) -> None:
+    def on_deliver(self, content: Content[DecodedDeliver]) -> None:
         d = content.method
         consumer = self.consumers.get(d.consumer_tag)
         m = Message(content.body, d.exchange, d.routing_key, d.redelivered, d.delivery_tag,
@@ -319,6 +320,7 @@ class BaseSession:
         does. Returns the DeclareOk (queue: `message_count`, `consumer_count`)."""
         self.check()
         assert self.chan is not None
+        reply: type[C.Queue.DeclareOk | C.Exchange.DeclareOk]
         if kind == "queue":
             method, reply = build_method(C.Queue.Declare, queue=name, passive=True), \
                 C.Queue.DeclareOk

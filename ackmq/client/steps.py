@@ -35,8 +35,10 @@ import time
 from collections.abc import Generator
 from typing import Any
 
-Step = Generator[tuple[Any, float | None], Any, Any]
-"""A step generator: yields `(future | OP | None, deadline | argument)`, returns a result."""
+Step = Generator[tuple[Any, Any], Any, Any]
+"""A step generator: yields `(future | OP | None, deadline | argument)`, returns a result.
+The second element is a deadline (float | None) for a future, the OP's argument
+otherwise (CALL's is `(fn, message)`), so it is not one type."""
 
 # Steps that ask the driver for I/O instead of a future, `(OP, argument)`. They are bare
 # object() sentinels: a driver tells them from futures by `type(x) is object`.

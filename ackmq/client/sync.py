@@ -15,7 +15,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -26,7 +26,7 @@ from .connection import BaseConnection
 from .consumer import BaseConsumer
 from .core import Core
 from .errors import ClientError, ConfirmTimeout, ConnectionLost, IllegalStateError
-from .message import Message, OutboundMessage
+from .message import BatchItem, Message, OutboundMessage
 from .options import AckMode, Destination, Options, RedeliveryPolicy, parse_url
 from .producer import BaseProducer
 from .session import BaseSession
@@ -153,7 +153,7 @@ class Connection(BaseConnection):
         self._stop = threading.Event()
         self._kick = threading.Event()
         self._deferred = 0  # bytes publish() left for the I/O thread
-        self._listener_consumers: list[Consumer] = []
+        self._listener_consumers: list[BaseConsumer] = []
         self._listener_ready = False
         self.core = Core(options, self.new_future)
         self._publishes = 0
@@ -567,7 +567,7 @@ class Connection(BaseConnection):
         return self._drive(gen)
 
     # -- listeners ---------------------------------------------------------------------
-    def _add_listener(self, consumer: Consumer) -> None:
+    def _add_listener(self, consumer: BaseConsumer) -> None:
         with self._lock:
             self._listener_consumers.append(consumer)
             if self._dispatcher is None or not self._dispatcher.is_alive():
@@ -709,7 +709,7 @@ class Producer(BaseProducer):
         deadline = deadline_in(timeout) if timeout is not None else conn.rpc_deadline()
         conn._drive(self.send_g(msg, deadline))
 
-    def send_batch(self, messages: list[Any], timeout: float | None = None) -> None:
+    def send_batch(self, messages: Sequence[BatchItem], timeout: float | None = None) -> None:
         """Publish all, then one wait for all their confirms. Items are bodies,
         (body, headers) pairs or OutboundMessages. Raises NackError/ReturnedError with
         every failed message in `.messages`, or ConfirmTimeout."""

@@ -75,7 +75,7 @@ def _recreate(url: str, queue: str, arguments: dict[str, object] | None = None) 
         conn.declare_queue(queue, durable=True, arguments=arguments)
 
 
-STREAM = {"x-queue-type": "stream"}
+STREAM: dict[str, object] = {"x-queue-type": "stream"}
 
 
 def naive(url: str, queue: str, n: int, out: Path, file_rows: int) -> float:
@@ -113,7 +113,7 @@ def spark_land(spark: object, url: str, queue: str, n: int, work: Path, per_trig
 
     s = land(spark, url=url, to=str(work / "lake"), checkpoint=str(work / "chk"),
              max_per_trigger=per_trigger, available_now=True, num_partitions=partitions,
-             **({"stream": queue} if stream else {"queue": queue}))
+             stream=queue if stream else None, queue=None if stream else queue)
     t = read_committed(work / "lake", ["offset"])
     rows = 0 if t is None else t.num_rows
     # after batch 1, by Spark's own batch timestamps (not by when the progress was polled)
@@ -340,7 +340,7 @@ def ceiling(a: argparse.Namespace) -> int:
         cpu0, t0 = _cpu_by_kind(url), time.monotonic()
         s = land(spark, url=url, to=str(work / tag / "lake"), checkpoint=str(work / tag / "chk"),
                  available_now=True, num_partitions=4 if is_stream else 2,
-                 **({"stream": queue} if is_stream else {"queue": queue}))
+                 stream=queue if is_stream else None, queue=None if is_stream else queue)
         dt, cpu1 = time.monotonic() - t0, _cpu_by_kind(url)
         t = read_committed(work / tag / "lake", ["offset"])
         rows = 0 if t is None else t.num_rows

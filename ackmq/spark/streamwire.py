@@ -129,7 +129,7 @@ class _Reader:
         m = content.method
         props, headers = properties_columns(content.properties)
         off = headers.get(OFFSET_HEADER) if headers else None
-        if isinstance(off, bool) or not isinstance(off, int):
+        if headers is None or isinstance(off, bool) or not isinstance(off, int):
             # a classic queue (or no stream support): never ack, the broker requeues
             self.error = NotAStream(
                 f"queue {self.stream!r} is not a stream: its deliveries carry no "

@@ -63,7 +63,7 @@ violation, observed with `python -m tools.robustness.frame_probe`, is quoted):
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands, decode
 
@@ -94,6 +94,8 @@ from .events import (
     BadProtocolHeader,
     ChannelFault,
     Content,
+    ContentMethod,
+    DecodedDeliver,
     Event,
     FrameError,
     Heartbeat,
@@ -439,7 +441,7 @@ def _fused_content(
     return bend + 1, properties, bytes(buf[bpos + 7 : bend])
 
 
-def _complete(channel: int, part: _Pending, body: bytes) -> Publish | Content:
+def _complete(channel: int, part: _Pending, body: bytes) -> Publish | Content[ContentMethod]:
     if part.method_id == _PUBLISH:
         exchange, routing_key, mandatory, immediate = part.method
         return Publish(channel, exchange, routing_key, mandatory, immediate,
@@ -533,7 +535,11 @@ def _deliver(buf: bytes | bytearray, start: int, end: int) -> commands.Basic.Del
     return deliver
 
 
-deliver_method = _deliver  # for the client's fast path (ackmq.client.core)
+if TYPE_CHECKING:  # pamqp types a Deliver's fields Optional; a decoded one has them all
+    def deliver_method(buf: bytes | bytearray, start: int, end: int) -> DecodedDeliver:
+        """basic.deliver for the client's fast path (ackmq.client.core)."""
+else:
+    deliver_method = _deliver  # for the client's fast path (ackmq.client.core)
 
 _FAST = {_NACK: _nack, _REJECT: _reject, _DELIVER: _deliver, _ACK: _ack}
 _UNSIGNED_64 = frozenset(("delivery_tag",))

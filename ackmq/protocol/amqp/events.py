@@ -7,8 +7,10 @@ an isinstance check, nothing more.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from pamqp.base import Frame
+from pamqp.commands import Basic
 
 from .constants import FRAME_ERROR, reply_text
 
@@ -39,12 +41,81 @@ class Publish:
     body: bytes
 
 
+ContentMethod = Basic.Deliver | Basic.GetOk | Basic.Return
+"""The methods that carry content to a client."""
+
+
+class DecodedGetOk(Protocol):
+    """basic.get-ok as decoded: every field set (pamqp types its fields Optional because
+    its constructors default them; a decoded frame has them all)."""
+
+    @property
+    def delivery_tag(self) -> int: ...
+    @property
+    def redelivered(self) -> bool: ...
+    @property
+    def exchange(self) -> str: ...
+    @property
+    def routing_key(self) -> str: ...
+
+
+class DecodedDeliver(DecodedGetOk, Protocol):
+    """basic.deliver as decoded: get-ok's fields and the consumer tag."""
+
+    @property
+    def consumer_tag(self) -> str: ...
+
+
+class DecodedReturn(Protocol):
+    """basic.return as decoded: every field set."""
+
+    @property
+    def reply_code(self) -> int: ...
+    @property
+    def reply_text(self) -> str: ...
+    @property
+    def exchange(self) -> str: ...
+    @property
+    def routing_key(self) -> str: ...
+
+
+class DecodedReject(Protocol):
+    """basic.reject as decoded (pamqp types its tag Optional)."""
+
+    @property
+    def delivery_tag(self) -> int: ...
+    @property
+    def requeue(self) -> bool: ...
+
+
+class DecodedCancel(Protocol):
+    """basic.cancel as decoded (pamqp types its tag Optional)."""
+
+    @property
+    def consumer_tag(self) -> str: ...
+    @property
+    def nowait(self) -> bool: ...
+
+
+class DecodedFlow(Protocol):
+    """channel.flow as decoded (pamqp types `active` Optional)."""
+
+    @property
+    def active(self) -> bool: ...
+
+
+M = TypeVar("M")
+
+
 @dataclass(slots=True)
-class Content:
-    """basic.deliver / basic.get-ok / basic.return with its content (client side)."""
+class Content(Generic[M]):
+    """basic.deliver / basic.get-ok / basic.return with its content (client side).
+
+    Generic in its method so that a reader that knows which it has (a listener's
+    on_deliver, on_return) gets that method's fields typed; no cost per instance."""
 
     channel: int
-    method: Frame
+    method: M
     properties: bytes
     body: bytes
 
@@ -68,7 +139,7 @@ class ChannelFault:
     method_id: int
 
 
-Event = ProtocolHeader | Method | Publish | Content | Heartbeat | ChannelFault
+Event = ProtocolHeader | Method | Publish | Content[ContentMethod] | Heartbeat | ChannelFault
 
 
 class FrameError(Exception):

@@ -14,6 +14,7 @@ reply-to, expiration, message-id, timestamp, type, user-id, app-id, cluster-id).
 
 from __future__ import annotations
 
+import datetime
 import struct
 from typing import Any
 
@@ -249,13 +250,78 @@ class PropertiesView:
     def __repr__(self) -> str:
         return f"PropertiesView({self.raw!r})"
 
+    # One read-only property per entry of FIELDS, in wire order (tests check they match);
+    # declared rather than generated so that readers are type-checked.
 
-def _field(name: str) -> property:
-    return property(lambda self: self._get(name), doc=f"basic.properties {name}")
+    @property
+    def content_type(self) -> str | None:
+        """basic.properties content_type"""
+        return self._get("content_type")
 
+    @property
+    def content_encoding(self) -> str | None:
+        """basic.properties content_encoding"""
+        return self._get("content_encoding")
 
-for _flag, _name, _kind in FIELDS:
-    setattr(PropertiesView, _name, _field(_name))
+    @property
+    def headers(self) -> dict[str, Any]:
+        """basic.properties headers ({} when absent)"""
+        return self._get("headers")
+
+    @property
+    def delivery_mode(self) -> int | None:
+        """basic.properties delivery_mode"""
+        return self._get("delivery_mode")
+
+    @property
+    def priority(self) -> int | None:
+        """basic.properties priority"""
+        return self._get("priority")
+
+    @property
+    def correlation_id(self) -> str | None:
+        """basic.properties correlation_id"""
+        return self._get("correlation_id")
+
+    @property
+    def reply_to(self) -> str | None:
+        """basic.properties reply_to"""
+        return self._get("reply_to")
+
+    @property
+    def expiration(self) -> str | None:
+        """basic.properties expiration"""
+        return self._get("expiration")
+
+    @property
+    def message_id(self) -> str | None:
+        """basic.properties message_id"""
+        return self._get("message_id")
+
+    @property
+    def timestamp(self) -> datetime.datetime | int | None:
+        """basic.properties timestamp"""
+        return self._get("timestamp")
+
+    @property
+    def message_type(self) -> str | None:
+        """basic.properties message_type"""
+        return self._get("message_type")
+
+    @property
+    def user_id(self) -> str | None:
+        """basic.properties user_id"""
+        return self._get("user_id")
+
+    @property
+    def app_id(self) -> str | None:
+        """basic.properties app_id"""
+        return self._get("app_id")
+
+    @property
+    def cluster_id(self) -> str | None:
+        """basic.properties cluster_id"""
+        return self._get("cluster_id")
 
 
 def encode_properties(props: commands.Basic.Properties) -> bytes:

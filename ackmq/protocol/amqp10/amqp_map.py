@@ -160,8 +160,8 @@ def from_amqp091(properties: bytes, body: bytes, exchange: str, routing_key: str
                  delivery_count: int = 0, first_acquirer: bool = True) -> Message10:
     """A delivery as an AMQP 1.0 message."""
     v = PropertiesView(properties)
-    raw_headers = dict(v.headers or {})  # type: ignore[attr-defined]
-    mode, prio, exp = v.delivery_mode, v.priority, v.expiration  # type: ignore[attr-defined]
+    raw_headers = dict(v.headers or {})
+    mode, prio, exp = v.delivery_mode, v.priority, v.expiration
     header = Composite("header", durable=mode == 2 or None,
                        priority=UByte(prio) if prio is not None else None,
                        ttl=UInt(int(exp)) if exp is not None and str(exp).isdigit() else None,
@@ -173,14 +173,14 @@ def from_amqp091(properties: bytes, body: bytes, exchange: str, routing_key: str
         text = getattr(v, name)
         if text is not None:
             setattr(props, name, _typed_id(text, types[name]))
-    uid = v.user_id  # type: ignore[attr-defined]
+    uid = v.user_id
     if uid is not None:
         props.user_id = uid.encode("utf-8")
-    props.subject = v.message_type  # type: ignore[attr-defined]
-    props.reply_to = v.reply_to  # type: ignore[attr-defined]
-    ctype = v.content_type  # type: ignore[attr-defined]
-    props.content_encoding = _sym(v.content_encoding)  # type: ignore[attr-defined]
-    ts = v.timestamp  # type: ignore[attr-defined]
+    props.subject = v.message_type
+    props.reply_to = v.reply_to
+    ctype = v.content_type
+    props.content_encoding = _sym(v.content_encoding)
+    ts = v.timestamp
     if ts is not None:
         props.creation_time = Timestamp(_seconds(ts) * 1000)
     for name, h in _EXTRA:
@@ -195,10 +195,10 @@ def from_amqp091(properties: bytes, body: bytes, exchange: str, routing_key: str
             setattr(props, name, val)
     annotations: dict[Any, Any] = {Symbol("x-exchange"): exchange,
                                    Symbol("x-routing-key"): routing_key}
-    app = v.app_id  # type: ignore[attr-defined]
+    app = v.app_id
     if app is not None:
         annotations[Symbol("x-basic-app-id")] = app
-    cluster = v.cluster_id  # type: ignore[attr-defined]
+    cluster = v.cluster_id
     if cluster is not None:
         annotations[Symbol("x-basic-cluster-id")] = cluster
     app_props: dict[str, Any] = {}

@@ -87,9 +87,9 @@ def properties_from_headers(headers: dict[str, str], now_ms: int | None = None) 
         props["headers"] = app
     if get("persistent") in ("true", "True"):
         props["delivery_mode"] = 2
-    v = get("priority")
-    if v is not None:
-        props["priority"] = _integer("priority", v, 0, 255)
+    prio = get("priority")
+    if prio is not None:
+        props["priority"] = _integer("priority", prio, 0, 255)
     expiration = get("expiration")
     if expiration is None:
         expires = get("expires")
@@ -100,9 +100,9 @@ def properties_from_headers(headers: dict[str, str], now_ms: int | None = None) 
     shortstr("reply-to", get("reply-to"))
     shortstr("expiration", expiration)
     shortstr("amqp-message-id", get("amqp-message-id"))
-    v = get("timestamp")
-    if v is not None:
-        props["timestamp"] = _integer("timestamp", v, 0, (1 << 63) - 1)
+    stamp = get("timestamp")
+    if stamp is not None:
+        props["timestamp"] = _integer("timestamp", stamp, 0, (1 << 63) - 1)
     for name in ("type", "user-id", "app-id"):
         shortstr(name, get(name))
     return encode_fields(props)
@@ -139,7 +139,8 @@ def message_headers(raw: bytes, skip: frozenset[str] | set[str] = frozenset()) \
             out.append((name, value))
     ts = p.timestamp
     if ts is not None:
-        out.append(("timestamp", str(int(ts.timestamp()))))
+        # past datetime's range (year 9999) the view keeps the integer as sent
+        out.append(("timestamp", str(ts if isinstance(ts, int) else int(ts.timestamp()))))
     for name, value in (("amqp-message-id", p.message_id), ("expiration", p.expiration)):
         if value is not None:
             out.append((name, value))

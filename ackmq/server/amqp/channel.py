@@ -3,6 +3,7 @@ model's output into frames. One per open channel number of a connection."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as C
@@ -25,6 +26,7 @@ from ackmq.protocol.amqp.constants import (
     NO_ROUTE,
     fit_shortstr,
 )
+from ackmq.protocol.amqp.events import DecodedCancel, DecodedFlow, DecodedReject
 from ackmq.server.delivery import delivery_properties
 
 if TYPE_CHECKING:
@@ -51,10 +53,12 @@ class AMQPChannel:
         self.conn = conn
         self.number = number
         self.closing = False  # we sent channel.close and wait for close-ok
-        self.model = conn.ctx.broker.open_channel(conn.vhost, conn, self, conn.user)
+        vhost = conn.vhost
+        assert vhost is not None  # channel.open is refused before connection.open
+        self.model = conn.ctx.broker.open_channel(vhost, conn, self, conn.user)
         access = conn.ctx.access
         if access is not None:
-            self.model.access = ChannelAccess(access, conn.user, conn.vhost.name)
+            self.model.access = ChannelAccess(access, conn.user, vhost.name)
 
     # -- ChannelOutput --------------------------------------------------------------
     @property
@@ -63,6 +67,7 @@ class AMQPChannel:
 
     def deliver(self, consumer: Consumer, delivery_tag: int, entry: QueueEntry) -> None:
         msg = entry.message
+        assert msg is not None  # only a purge's spilled entries come without one
         self.conn.write(encode_deliver(
             self.number, consumer.tag, delivery_tag, entry.redelivered, msg.exchange,
             msg.routing_key, delivery_properties(entry, consumer.seq_header,
@@ -132,7 +137,7 @@ class AMQPChannel:
         self.send(M(C.Channel.CloseOk))
         self.conn.channel_gone(self.number, by_client=True)
 
-    def _channel_flow(self, m: C.Channel.Flow) -> None:
+    def _channel_flow(self, m: DecodedFlow) -> None:
         self.model.channel_flow(m.active)
         self.send(M(C.Channel.FlowOk, active=m.active))
 
@@ -210,7 +215,7 @@ class AMQPChannel:
             self.send(M(C.Basic.ConsumeOk, consumer_tag=tag))
         self.model.start_consumer(tag)
 
-    def _basic_cancel(self, m: C.Basic.Cancel) -> None:
+    def _basic_cancel(self, m: DecodedCancel) -> None:
         self.model.basic_cancel(m.consumer_tag)
         if not m.nowait:
             self.send(M(C.Basic.CancelOk, consumer_tag=m.consumer_tag))
@@ -222,6 +227,7 @@ class AMQPChannel:
             return
         tag, entry, count = got
         msg, q = entry.message, entry.queue
+        assert msg is not None  # only a purge's spilled entries come without one
         self.conn.write(encode_get_ok(self.number, tag, entry.redelivered, msg.exchange,
                                       msg.routing_key, count,
                                       delivery_properties(entry, q.seq_header, q.count_header),
@@ -233,7 +239,7 @@ class AMQPChannel:
     def _basic_nack(self, m: C.Basic.Nack) -> None:
         self.model.basic_nack(m.delivery_tag, m.multiple, m.requeue)
 
-    def _basic_reject(self, m: C.Basic.Reject) -> None:
+    def _basic_reject(self, m: DecodedReject) -> None:
         self.model.basic_reject(m.delivery_tag, m.requeue)
 
     def _basic_recover(self, m: C.Basic.Recover) -> None:
@@ -270,7 +276,7 @@ class AMQPChannel:
 
 # What a client may send on an open channel, besides channel.open and basic.publish (the
 # connection handles those and answers anything else with 503, as RabbitMQ does).
-HANDLERS: dict[type, Any] = {
+HANDLERS: dict[type, Callable[[AMQPChannel, Any], None]] = {
     C.Channel.Close: AMQPChannel._channel_close,
     C.Channel.Flow: AMQPChannel._channel_flow,
     C.Exchange.Declare: AMQPChannel._exchange_declare,

@@ -136,7 +136,7 @@ class AMQPConnection(ClientConnection):
             return
         except FrameError as e:
             # the good frames read ahead of the bad one count (published, confirmed)
-            self._events(getattr(e, "events", ()))
+            self._events(getattr(e, "events", []))
             self.close_connection(e.reply_code, e.reply_text, e.class_id, e.method_id)
             return
         self._events(events)
@@ -288,7 +288,8 @@ class AMQPConnection(ClientConnection):
                                    == S.OPEN else "unexpected method before connection.open")
         if self.state == S.START and isinstance(m, C.Connection.StartOk):
             self.client_properties = m.client_properties or {}
-            self.client_capabilities = self.client_properties.get("capabilities") or {}
+            caps = self.client_properties.get("capabilities")
+            self.client_capabilities = caps if isinstance(caps, dict) else {}
             user = self._login(m)
             self.user = user
             self._to(S.TUNE)

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import socket
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -37,7 +38,8 @@ class _ServerLog(logging.Logger):
     a handler) keeps its level and traceback."""
 
     def _log(self, level: int, msg: object, args: Any, exc_info: Any = None,
-             **kw: Any) -> None:
+             extra: Mapping[str, object] | None = None, stack_info: bool = False,
+             stacklevel: int = 1) -> None:
         from aiohttp.http_exceptions import HttpProcessingError
         exc = exc_info if isinstance(exc_info, BaseException) else (
             sys.exc_info()[1] if exc_info is True else None)
@@ -45,7 +47,8 @@ class _ServerLog(logging.Logger):
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             super()._log(logging.DEBUG, "%s: %s", (str(msg) % args if args else msg, first))
             return
-        super()._log(level, msg, args, exc_info=exc_info, **kw)
+        super()._log(level, msg, args, exc_info=exc_info, extra=extra, stack_info=stack_info,
+                     stacklevel=stacklevel)
 
 
 def _server_log() -> logging.Logger:

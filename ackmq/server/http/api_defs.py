@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from aiohttp import web
+from aiohttp.web_request import FileField
 
 from ackmq.server import definitions
 from ackmq.server.http.app import json_response, requires
@@ -36,7 +37,7 @@ async def post_definitions(request: web.Request) -> web.Response:
     try:
         if request.content_type == "multipart/form-data":
             field = (await request.post()).get("file")
-            defs = parse_json(field.file.read() if hasattr(field, "file")
+            defs = parse_json(field.file.read() if isinstance(field, FileField)
                               else str(field or ""))
         else:
             defs = await body_json(request)

@@ -293,7 +293,7 @@ class _Scrape:
 
 def render(server: HttpContext, per_object: bool = False, queues: bool = True) -> bytes:
     """The whole scrape (`queues=False`: without /metrics/per-object's queue lines)."""
-    text = generate_latest(_Scrape(server, per_object))  # type: ignore[arg-type]
+    text = generate_latest(_Scrape(server, per_object))
     if per_object and queues:
         text += per_queue_text(server.broker.queues()).encode()
     return text

@@ -267,7 +267,7 @@ class _Scrape:
 
 
 def render(server: HttpContext, families: list[str], vhosts: set[str] | None) -> bytes:
-    return generate_latest(_Scrape(server, families, vhosts))  # type: ignore[arg-type]
+    return generate_latest(_Scrape(server, families, vhosts))
 
 
 @public

@@ -359,6 +359,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         if sub is None:
             return
         msg = entry.message
+        assert msg is not None  # only a purge's spilled entries come without one
         msg_id = f"{consumer.tag}@@{self.session}@@{delivery_tag}"
         headers = [*sub.head, ("destination", format_destination(msg.exchange, msg.routing_key)),
                    ("message-id", msg_id),

@@ -61,8 +61,8 @@ class Transactions:
                 self._send(frame, text, dest, frame.headers.get("receipt"), group)
             else:
                 self._settle(*action)
-        if group is not None and group.remaining == 0:
-            self._write_receipt(receipt)  # type: ignore[arg-type]
+        if receipt is not None and group is not None and group.remaining == 0:
+            self._write_receipt(receipt)
 
     def _on_abort(self, f: Frame) -> None:
         name = self._tx_name(f)
