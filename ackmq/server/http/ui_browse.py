@@ -99,7 +99,7 @@ async def replay_action(request: web.Request) -> web.StreamResponse:
         started = replay(ui_server(request), request["user"].name, vhost, name, dest)
     except OpError as refused:
         raise back("/queue/browse", refused.reason, True, **where) from None
-    raise back("/queue/browse", f"Replay started: shovel {started['shovel']}", **where)
+    raise back("/queue/browse", f"Replay started: shovel {started['shovel']}", False, **where)
 
 
 def register(app: web.Application) -> None:
