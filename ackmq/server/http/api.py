@@ -319,7 +319,14 @@ async def delete_binding(request: web.Request) -> web.Response:
 
 
 def register(app: web.Application) -> None:
-    from ackmq.server.http import api_access, api_defs, api_node, api_policies, api_scheduled
+    from ackmq.server.http import (
+        api_access,
+        api_defs,
+        api_node,
+        api_policies,
+        api_scheduled,
+        api_stream,
+    )
     r = app.router
     r.add_get("/api/queues", list_queues)
     r.add_get("/api/queues/{vhost}", list_queues)
@@ -349,3 +356,4 @@ def register(app: web.Application) -> None:
     api_defs.register(app)
     api_policies.register(app)
     api_scheduled.register(app)
+    api_stream.register(app)
