@@ -128,6 +128,29 @@ def test_X1_api_stream_connections_publishers_consumers(broker: BrokerProcess) -
     assert get(broker, "/api/stream/publishers") == []
 
 
+def _metric(b: BrokerProcess, name: str) -> float:
+    r = Target("ackmq", http_base(b), "").call("GET", "/metrics")
+    assert r.status == 200
+    text = r.raw.decode()
+    m = re.search(rf'^{name}{{protocol="stream"}} (\S+)$', text, re.M)
+    assert m, text
+    return float(m.group(1))
+
+
+def test_X1_metrics_count_stream_publishers_and_consumers(broker: BrokerProcess) -> None:
+    """rabbitmq_global_publishers / _consumers{protocol="stream"} count the declared
+    publishers and the subscriptions, as RabbitMQ's stream plugin does (a subscription
+    reads the log: it is no model consumer)."""
+    seen: list[float] = []
+
+    def check() -> None:
+        seen.extend((_metric(broker, "rabbitmq_global_publishers"),
+                     _metric(broker, "rabbitmq_global_consumers")))
+    _run(broker, check)
+    assert seen == [1.0, 1.0]
+    assert _metric(broker, "rabbitmq_global_consumers") == 0.0
+
+
 def test_X1_ctl_list_stream_verbs_socket_and_url(broker: BrokerProcess) -> None:
     """rabbitmq-streams' verbs with their default columns, the same rows over the admin
     socket and over the HTTP API."""
