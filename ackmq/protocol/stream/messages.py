@@ -10,6 +10,7 @@ consumers byte for byte.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from ackmq.protocol.amqp.properties import encode_fields, header_value, properties_with_header
 from ackmq.protocol.amqp10 import Composite, DecodeError, decode_message
@@ -104,6 +105,10 @@ def _data_section(body: bytes) -> bytes:
     return _DATA32 + _U32.pack(len(body)) + body
 
 
+# the last record converted by its prefix: (properties, exchange, routing key, prefix)
+_last_record: list[Any] = [None, None, None, b""]
+
+
 def from_record(properties: bytes, body: bytes, exchange: str, routing_key: str) -> bytes:
     """A stored record as the message a stream consumer gets."""
     head, tail = record_parts(properties, body, exchange, routing_key)
@@ -114,6 +119,13 @@ def record_parts(properties: bytes, body: bytes, exchange: str, routing_key: str
                  ) -> tuple[bytes, bytes]:
     """A stored record as the message a stream consumer gets, in two parts (head +
     body), so a chunk joins the body once, straight from what the log read."""
+    last = _last_record  # a stream's records mostly repeat the one before
+    if properties == last[0] and exchange == last[1] and routing_key == last[2]:
+        prefix = last[3]
+        n = len(body)
+        if n < 256:
+            return prefix + _DATA8 + bytes((n,)), body
+        return prefix + _DATA32 + _U32.pack(n), body
     if properties == _RAW_PROPERTIES:
         return b"", body
     if _AMQP_BODY in properties:  # 1.0 body sections kept encoded: the full conversion
@@ -126,6 +138,7 @@ def record_parts(properties: bytes, body: bytes, exchange: str, routing_key: str
         if len(_PREFIXES) >= _PREFIXES_MAX:
             _PREFIXES.clear()
         _PREFIXES[key] = prefix
+    last[:] = properties, exchange, routing_key, prefix
     n = len(body)
     if n < 256:
         return prefix + _DATA8 + bytes((n,)), body
