@@ -164,3 +164,30 @@ def test_X6_random_bytes_never_raise_anything_else() -> None:
                     list(F.read_publish(c.content, c.version))
         except F.StreamFrameError:
             pass
+
+
+def test_X2_conversions_by_the_last_prefix_keep_each_message_whole() -> None:
+    """The publish side compares a message with the last prefix it decoded (no search),
+    the delivery side repeats the last record's prefix: neither may mix one message's
+    body or sections up with another's."""
+    from rstream import AMQPMessage, amqp_decoder
+
+    from ackmq.protocol.stream.messages import record_parts
+    a = bytes(AMQPMessage(body=b"first", application_properties={"k": "v"}))
+    props, body = to_record(a)
+    assert body == b"first"
+    big = os.urandom(300)  # a 32-bit data section after the same prefix
+    b = bytes(AMQPMessage(body=big, application_properties={"k": "v"}))
+    assert to_record(b) == (props, big)
+    # the same prefix followed by more than one data section is not split by it
+    tail = b"\x00\x53\x75\xa0\x01z"
+    props2, body2 = to_record(a + tail)
+    assert (props2, body2) != (props, b"first" + tail)
+    # delivery: the same properties, another exchange, then the first again
+    heads = []
+    for x, data in (("", b"one"), ("ex", b"two"), ("", big)):
+        head, rest = record_parts(props, data, x, "s")
+        assert bytes(amqp_decoder(head + rest).body) == data
+        assert from_record(props, data, x, "s") == head + rest
+        heads.append(head[:-5] if len(data) < 256 else head[:-8])
+    assert heads[0] == heads[2] != heads[1]  # the exchange is in the annotations

@@ -26,6 +26,7 @@ RABBITMQ_STOMP_URL = "stomp://guest:guest@127.0.0.1:61623/"
 ACTIVEMQ_STOMP_URL = "stomp://guest:guest@127.0.0.1:61613/"
 _URL_LINE = re.compile(r"listening on (amqp://\S+)")
 _STOMP_LINE = re.compile(r"(stomp://[^\s,)]+)")
+_STREAM_LINE = re.compile(r"(rabbitmq-stream://[^\s,)]+)")
 
 
 class BenchSetupError(Exception):
@@ -43,6 +44,9 @@ class Target:
     pid: int | None = None
     data_dir: Path | None = None
     stomp_url: str = ""  # stomp://host:port when the broker has a STOMP listener
+    # rabbitmq-stream://host:port of its stream-protocol listener (ackmq's from its log;
+    # RabbitMQ's stream plugin: 5552 on the AMQP host)
+    stream_url: str = ""
     _cleanup: list = field(default_factory=list, repr=False)
 
     @property
@@ -219,11 +223,11 @@ def start_ackmq(data_dir: Path | None = None, timeout: float = 60.0,
     ddir.mkdir(parents=True, exist_ok=True)
     stomp_args = ["--stomp-port", "0"] if stomp else ["--no-stomp"]
     proc = subprocess.Popen([sys.executable, "-m", "ackmq", "serve", "--port", "0", *stomp_args,
-                             "--http-port", "0", "--no-stream",
+                             "--http-port", "0", "--stream-port", "0",
                              "--data-dir", str(ddir)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     log: list[str] = []
-    url = stomp_url = ""
+    url = stomp_url = stream_url = ""
     deadline = time.monotonic() + timeout
     assert proc.stdout is not None
     while time.monotonic() < deadline:
@@ -236,6 +240,8 @@ def start_ackmq(data_dir: Path | None = None, timeout: float = 60.0,
             url = m.group(1)
             sm = _STOMP_LINE.search(line)
             stomp_url = sm.group(1) if sm else ""
+            st = _STREAM_LINE.search(line)
+            stream_url = st.group(1) if st else ""
             break
     if not url:
         proc.kill()
@@ -251,7 +257,8 @@ def start_ackmq(data_dir: Path | None = None, timeout: float = 60.0,
             del log[:-200]
 
     threading.Thread(target=drain, daemon=True).start()
-    target = Target(url, pid=proc.pid, data_dir=ddir, stomp_url=stomp_url)
+    target = Target(url, pid=proc.pid, data_dir=ddir, stomp_url=stomp_url,
+                    stream_url=stream_url)
 
     def stop() -> None:
         if proc.poll() is None:

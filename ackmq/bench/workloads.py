@@ -5,7 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ackmq.bench import amqp10_load, clients, confirms, latency, memory, stomp_load, throughput
+from ackmq.bench import (
+    amqp10_load,
+    clients,
+    confirms,
+    latency,
+    memory,
+    stomp_load,
+    stream_load,
+    throughput,
+)
 from ackmq.bench.context import RunContext
 
 
@@ -18,6 +27,9 @@ class Workload:
     # an AMQP 1.0 workload: the AMQP brokers' port, run when named (not by default: a
     # 0-9-1-only broker has no 1.0)
     amqp10: bool = False
+    # a stream-protocol workload: the AMQP brokers' stream listeners (ackmq's own, RabbitMQ's
+    # plugin on 5552), run when named
+    stream: bool = False
 
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (
@@ -58,6 +70,12 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("amqp10-receive", amqp10_load.receive,
              "AMQP 1.0: drain a pre-filled queue with link credit 500, accepting in ranges "
              "(msgs/s, higher better)", amqp10=True),
+    Workload("stream-publish", stream_load.publish,
+             "stream protocol: Publish frames of 100 within 10,000 unconfirmed, every "
+             "confirm awaited (msgs/s, higher better)", stream=True),
+    Workload("stream-consume", stream_load.consume,
+             "stream protocol: a pre-filled stream read from first, credit 10, one back per "
+             "chunk (msgs/s, higher better)", stream=True),
     Workload("stomp-send-receipt", stomp_load.send_receipt,
              "persistent SEND to a durable queue, wait for each RECEIPT (total ms, lower better)",
              stomp=True),
@@ -71,5 +89,6 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              "drain a pre-filled queue with ack:auto (msgs/s, higher better)", stomp=True),
 )}
 
-AMQP_WORKLOADS = [w.name for w in WORKLOADS.values() if not w.stomp and not w.amqp10]
+AMQP_WORKLOADS = [w.name for w in WORKLOADS.values()
+                  if not w.stomp and not w.amqp10 and not w.stream]
 STOMP_WORKLOADS = [w.name for w in WORKLOADS.values() if w.stomp]

@@ -27,6 +27,8 @@ verbs go to a broker's management HTTP API, ackmq's or RabbitMQ's, with the same
   list_exchanges [-p <vhost>] [<column> ...]  list_bindings [-p <vhost>] [<column> ...]
   list_connections [<column> ...]           list_channels [<column> ...]
   list_consumers [-p <vhost>] [<column> ...]
+  list_stream_connections [<column> ...]    (rabbitmq-streams'; default: conn_name)
+  list_stream_consumers [-p <vhost>] [<column> ...]  list_stream_publishers [-p <vhost>] [<column> ...]
   purge_queue [-p <vhost>] <queue>          delete_queue [-p <vhost>] <queue> [--if-empty] [--if-unused]
   close_connection <connection name> <explanation>
   status [--formatter json]                 environment

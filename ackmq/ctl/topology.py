@@ -83,8 +83,42 @@ LISTS: dict[str, tuple[str, str, list[str], dict[str, Callable[[Item], Any]]]] =
                         "prefetch_count": _get("prefetch_count"), "active": _get("active"),
                         "arguments": _get("arguments"), "exclusive": _get("exclusive"),
                         "activity_status": _get("activity_status")}),
+    # rabbitmq-streams' verbs (RabbitMQ's stream plugin), over its management plugin's
+    # /api/stream/... listings
+    "list_stream_connections": ("stream/connections", "Listing stream connections ...",
+                                ["conn_name"],
+                                {k: _get(k) for k in ("port", "peer_port", "host",
+                                                      "peer_host", "user", "vhost", "ssl",
+                                                      "auth_mechanism", "frame_max",
+                                                      "client_properties", "connected_at")}
+                                | {"conn_name": _get("name"), "heartbeat": _get("timeout"),
+                                   "connection_state": _get("state"),
+                                   "subscriptions": _get("consumers"),
+                                   "publishers": _get("publishers")}),
+    "list_stream_consumers": ("stream/consumers", "Listing stream consumers ...",
+                              ["connection_pid", "subscription_id", "stream",
+                               "messages_consumed", "offset", "offset_lag", "credits",
+                               "properties"],
+                              {"connection_pid": _get("connection_details.name"),
+                               "subscription_id": _get("subscription_id"),
+                               "stream": _get("queue.name"),
+                               "messages_consumed": _get("consumed"),
+                               "offset": _get("offset"), "offset_lag": _get("offset_lag"),
+                               "credits": _get("credits"), "properties": _get("properties"),
+                               "active": _get("active"),
+                               "activity_status": _get("activity_status")}),
+    "list_stream_publishers": ("stream/publishers", "Listing stream publishers ...",
+                               ["publisher_id", "stream", "reference", "messages_published",
+                                "messages_confirmed", "messages_errored"],
+                               {"connection_pid": _get("connection_details.name"),
+                                "publisher_id": _get("publisher_id"),
+                                "stream": _get("queue.name"), "reference": _get("reference"),
+                                "messages_published": _get("published"),
+                                "messages_confirmed": _get("confirmed"),
+                                "messages_errored": _get("errored")}),
 }
-BROKER_WIDE = {"list_connections", "list_channels"}  # rabbitmqctl: not per vhost
+BROKER_WIDE = {"list_connections", "list_channels",  # rabbitmqctl: not per vhost
+               "list_stream_connections"}
 OTHER_VERBS = ("purge_queue", "delete_queue", "close_connection", "status", "environment")
 VERBS = tuple(LISTS) + OTHER_VERBS
 

@@ -78,7 +78,7 @@ def _decode(data: bytes, p: int) -> StreamRecord:
     """The record whose payload starts at data[p]."""
     off, ts, lx, lk, lp, lb = REC.unpack_from(data, p)
     p += REC.size
-    x = _name(data[p:p + lx])
+    x = _name(data[p:p + lx]) if lx else ""  # mostly the default exchange
     p += lx
     k = _name(data[p:p + lk])
     p += lk
@@ -433,6 +433,7 @@ class StreamLog:
         got = size = 0
         while got < want and pos < seg.size and size < max_bytes:
             data = os.pread(seg.fd, min(READ_CHUNK, seg.size - pos), pos)
+            view = memoryview(data)
             p = 0
             while got < want and p + REC_HDR.size <= len(data) and size < max_bytes:
                 n, crc = REC_HDR.unpack_from(data, p)
@@ -440,10 +441,11 @@ class StreamLog:
                 if stop > len(data):
                     if p == 0:  # one record larger than the chunk
                         data = os.pread(seg.fd, REC_HDR.size + n, pos)
+                        view = memoryview(data)
                         continue
                     break
                 if got >= skip:
-                    if zlib.crc32(memoryview(data)[p + REC_HDR.size:stop]) != crc:
+                    if zlib.crc32(view[p + REC_HDR.size:stop]) != crc:
                         bad = seg.first + rel - skip + got
                         if bad not in self._damaged:  # logged once, not on every read
                             self._damaged.add(bad)

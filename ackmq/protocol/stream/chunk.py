@@ -43,6 +43,21 @@ def deliver(subscription_id: int, first_offset: int, timestamp_ms: int,
     return _DELIVER_HDR.pack(size, K.DELIVER, 1, subscription_id) + header + data
 
 
+def deliver_parts(subscription_id: int, first_offset: int, timestamp_ms: int,
+                  parts: list[bytes], count: int, epoch: int = 1) -> bytes:
+    """A Deliver (version 1) frame of one chunk of `count` messages given as `parts`:
+    per message its u32 size, head and body (`size_prefix`, `record_parts`), joined
+    once here."""
+    data = b"".join(parts)
+    header = HEADER.pack(K.CHUNK_MAGIC_VERSION, K.CHUNK_USER, count, count, timestamp_ms,
+                         epoch, first_offset, zlib.crc32(data), len(data), 0, 0)
+    size = 4 + 1 + HEADER.size + len(data)
+    return _DELIVER_HDR.pack(size, K.DELIVER, 1, subscription_id) + header + data
+
+
+size_prefix = _SIZE.pack  # a simple entry's header: its size
+
+
 def read_chunk(chunk: bytes) -> tuple[int, int, list[bytes]]:
     """(first offset, timestamp, messages) of a chunk (simple entries and uncompressed
     sub-entry batches): what a client does with a Deliver; for tests and tools."""

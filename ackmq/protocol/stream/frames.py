@@ -234,6 +234,9 @@ def decode_command(key: int, version: int, content: bytes | memoryview) -> Comma
     return Command(key, version, fields)
 
 
+_ENTRY = struct.Struct(">QI")  # a simple entry's publishing id and size
+
+
 def read_publish(content: bytes | memoryview, version: int
                  ) -> Iterator[tuple[int, str | None, int, bytes | memoryview]]:
     """A Publish's entries as (publishing id, filter value, entry type, data): entry type
@@ -241,7 +244,15 @@ def read_publish(content: bytes | memoryview, version: int
     in bits 4-6) with `data` the batch's bytes; read `subentries` on it."""
     r = Reader(content, 1)  # past the publisher id
     n = r.count()
+    end = r.end
     for _ in range(n):
+        pos = r.pos
+        if version == 1 and pos + 12 <= end:  # the usual entry, read in one go
+            pid, size = _ENTRY.unpack_from(content, pos)
+            if not size & 0x80000000 and pos + 12 + size <= end:
+                r.pos = pos = pos + 12 + size
+                yield pid, None, 0, content[pos - size:pos]
+                continue
         pid = r.u64()
         fv = r.string() if version == 2 else None
         p = r.need(1)

@@ -10,6 +10,7 @@ consumers byte for byte.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from ackmq.protocol.amqp.properties import encode_fields, header_value, properties_with_header
 from ackmq.protocol.amqp10 import Composite, DecodeError, decode_message
@@ -51,12 +52,26 @@ def _split_data(data: bytes | memoryview) -> tuple[bytes, bytes] | None:
     return None
 
 
+# the last prefix a full decode accepted, and its properties (none yet: empty)
+_last: list[bytes] = []
+
+
 def to_record(data: bytes | memoryview) -> tuple[bytes, bytes]:
     """(properties, body) to append for a published message."""
+    if _last:  # a publisher's messages mostly share the last one's prefix: compared,
+        prefix, known = _last  # not searched for
+        n, end = len(prefix), len(data)
+        if data[:n] == prefix:
+            if data[n:n + 4] == _DATA8 and n + 5 <= end and data[n + 4] == end - n - 5:
+                return known, bytes(data[n + 5:])
+            if data[n:n + 4] == _DATA32 and n + 8 <= end and \
+                    _U32.unpack_from(data, n + 4)[0] == end - n - 8:
+                return known, bytes(data[n + 8:])
     split = _split_data(data)
     if split is not None:
         props = _PUBLISHED.get(split[0])
         if props is not None:
+            _last[:] = split[0], props
             return props, split[1]
     try:
         m = decode_message(data)
@@ -72,6 +87,7 @@ def to_record(data: bytes | memoryview) -> tuple[bytes, bytes]:
         if len(_PUBLISHED) >= _PREFIXES_MAX:
             _PUBLISHED.clear()
         _PUBLISHED[split[0]] = props
+        _last[:] = split[0], props
     return props, body
 
 
@@ -89,12 +105,31 @@ def _data_section(body: bytes) -> bytes:
     return _DATA32 + _U32.pack(len(body)) + body
 
 
+# the last record converted by its prefix: (properties, exchange, routing key, prefix)
+_last_record: list[Any] = [None, None, None, b""]
+
+
 def from_record(properties: bytes, body: bytes, exchange: str, routing_key: str) -> bytes:
     """A stored record as the message a stream consumer gets."""
+    head, tail = record_parts(properties, body, exchange, routing_key)
+    return head + tail
+
+
+def record_parts(properties: bytes, body: bytes, exchange: str, routing_key: str
+                 ) -> tuple[bytes, bytes]:
+    """A stored record as the message a stream consumer gets, in two parts (head +
+    body), so a chunk joins the body once, straight from what the log read."""
+    last = _last_record  # a stream's records mostly repeat the one before
+    if properties == last[0] and exchange == last[1] and routing_key == last[2]:
+        prefix = last[3]
+        n = len(body)
+        if n < 256:
+            return prefix + _DATA8 + bytes((n,)), body
+        return prefix + _DATA32 + _U32.pack(n), body
     if properties == _RAW_PROPERTIES:
-        return body
+        return b"", body
     if _AMQP_BODY in properties:  # 1.0 body sections kept encoded: the full conversion
-        return from_amqp091(properties, body, exchange, routing_key).encode()
+        return from_amqp091(properties, body, exchange, routing_key).encode(), b""
     key = (properties, exchange, routing_key)
     prefix = _PREFIXES.get(key)
     if prefix is None:
@@ -103,7 +138,11 @@ def from_record(properties: bytes, body: bytes, exchange: str, routing_key: str)
         if len(_PREFIXES) >= _PREFIXES_MAX:
             _PREFIXES.clear()
         _PREFIXES[key] = prefix
-    return prefix + _data_section(body)
+    last[:] = properties, exchange, routing_key, prefix
+    n = len(body)
+    if n < 256:
+        return prefix + _DATA8 + bytes((n,)), body
+    return prefix + _DATA32 + _U32.pack(n), body
 
 
 def with_filter_value(properties: bytes, value: str | None) -> bytes:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import AccessError
 from ackmq.broker.errors import ReplyError
-from ackmq.server import ops, views
+from ackmq.server import ops, views, views_stream
 from ackmq.server.ctl.errors import USAGE, nargs
 
 if TYPE_CHECKING:
@@ -46,6 +46,14 @@ def items(server: HttpContext, kind: str, vhost: str | None) -> list[dict[str, A
         return [views.consumer(c) for vh in vhs for q in vh.queues.values()
                 for c in q.consumers.values()]
     conns = [c for c in list(server.connections) if c.vhost_name is not None]
+    if kind.startswith("stream/"):  # rabbitmq-streams' listings (server/views_stream.py)
+        streams = [c for c in conns if views_stream.is_stream(c) and c.vhost_name in names]
+        if kind == "stream/connections":
+            return [views_stream.stream_connection(c) for c in streams]
+        if kind == "stream/publishers":
+            return [p for c in streams for p in views_stream.publishers(c)]
+        if kind == "stream/consumers":
+            return [s for c in streams for s in views_stream.consumers(c)]
     if kind == "connections":
         return [views.connection(c) for c in conns]
     if kind == "channels":

@@ -327,6 +327,7 @@ def register(app: web.Application) -> None:
         api_parameters,
         api_policies,
         api_scheduled,
+        api_stream,
     )
     r = app.router
     r.add_get("/api/queues", list_queues)
@@ -359,3 +360,4 @@ def register(app: web.Application) -> None:
     api_scheduled.register(app)
     api_messages.register(app)
     api_parameters.register(app)
+    api_stream.register(app)

@@ -23,7 +23,7 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
-from ackmq.server import views
+from ackmq.server import views, views_stream
 from ackmq.server.http.app import SERVER_KEY, public
 
 if TYPE_CHECKING:
@@ -240,9 +240,17 @@ def _auth_attempts(server: HttpContext, per_object: bool) -> Iterator[Metric]:
 def _publishers_consumers(server: HttpContext) -> Iterator[Metric]:
     """rabbitmq_global_publishers / _consumers per protocol: open channels that have
     published (RabbitMQ counts a channel as a publisher from its first publish), and
-    consumers on open channels."""
+    consumers on open channels; the stream protocol's are its declared publishers and
+    its subscriptions (which read the log, not as model consumers), as RabbitMQ's
+    stream plugin counts them."""
     consumers: dict[int, int] = {}
+    stream_pubs = 0
     for c in list(server.connections):
+        if views_stream.is_stream(c):
+            npub, nsub = views_stream.publishers_and_subscriptions(c)
+            stream_pubs += npub
+            consumers[-1] = consumers.get(-1, 0) + nsub
+            continue
         for _n, ch in views.channels_of(c):
             key = id(getattr(ch, "protocol_stats", None))
             consumers[key] = consumers.get(key, 0) + len(ch.consumers)
@@ -251,6 +259,10 @@ def _publishers_consumers(server: HttpContext) -> Iterator[Metric]:
     cons = GaugeMetricFamily("rabbitmq_global_consumers", "Current number of consumers",
                              labels=["protocol"])
     for proto, ps in server.broker.stats.messages.items():
+        if proto == "stream":
+            pubs.add_metric([proto], stream_pubs)
+            cons.add_metric([proto], consumers.get(-1, 0))
+            continue
         pubs.add_metric([proto], sum(1 for m in list(ps.open) if m.received))
         cons.add_metric([proto], consumers.get(id(ps), 0))
     yield pubs

@@ -29,6 +29,9 @@ class Publisher:
     reference: str  # "" : not named, no deduplication
     queue: StreamQueue
     last: int  # the last publishing id taken (named publishers), -1 before any
+    published: int = 0  # entries received, confirmed, refused (the management API's)
+    confirmed: int = 0
+    errored: int = 0
 
 
 class Publishers:
@@ -120,6 +123,9 @@ class Publishers:
                 errors.append((pubid, K.PRECONDITION_FAILED))
             except ReplyError as e:
                 errors.append((pubid, code_of(e)))
+        pub.published += len(entries)
+        pub.confirmed += len(dups)
+        pub.errored += len(errors)
         if named and top > pub.last:
             pub.last = top
             pub.queue.track(TRACK_PUBLISHER, pub.reference, top)
@@ -151,9 +157,14 @@ class Publishers:
             else:
                 errs.setdefault(pid, []).append((pubid, K.INTERNAL_ERROR))
                 self._not_taken(pid, pubid)
+        by_id = self.by_id
         for pid, ids in oks.items():
+            if (pub := by_id.get(pid)) is not None:
+                pub.confirmed += len(ids)
             self.conn.write(F.publish_confirm(pid, ids))
         for pid, errors in errs.items():
+            if (pub := by_id.get(pid)) is not None:
+                pub.errored += len(errors)
             self.conn.write(F.publish_error(pid, errors))
 
     def _not_taken(self, pid: int, pubid: int) -> None:

@@ -19,9 +19,9 @@ from ackmq.broker.errors import ReplyError
 from ackmq.broker.stream import StreamQueue
 from ackmq.protocol.stream import constants as K
 from ackmq.protocol.stream import frames as F
-from ackmq.protocol.stream.chunk import deliver
+from ackmq.protocol.stream.chunk import deliver_parts, size_prefix
 from ackmq.protocol.stream.frames import Command
-from ackmq.protocol.stream.messages import filter_value, from_record
+from ackmq.protocol.stream.messages import filter_value, record_parts
 from ackmq.server.stream.common import code_of, stream_queue
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ class Subscription:
     owner: Any = None  # the Subscriptions (connection) it belongs to
     filters: frozenset[str] = frozenset()  # X5: `filter.N` values (none: no filtering)
     match_unfiltered: bool = False  # `match-unfiltered`: records without a value too
+    consumed: int = 0  # messages sent (the management API's)
 
 
 class _Watch:
@@ -197,17 +198,21 @@ class Subscriptions:
                             conn.ctx.loop.call_soon(conn.want_delivery)
                             break
                         continue
-                messages: list[bytes] = []
-                size = 0
+                parts: list[bytes] = []  # size, head, body per message: joined once
+                size = count = 0
                 for _off, _ts, exchange, routing_key, props, body in records:
-                    m = from_record(props, body, exchange, routing_key)
-                    if messages and size + 4 + len(m) > budget:
+                    head, tail = record_parts(props, body, exchange, routing_key)
+                    n = len(head) + len(tail)
+                    if count and size + 4 + n > budget:
                         break
-                    messages.append(m)
-                    size += 4 + len(m)
+                    parts += (size_prefix(n), head, tail)
+                    size += 4 + n
+                    count += 1
                 first = records[0]
-                conn.write(deliver(sub.subscription_id, first[0], first[1], messages))
-                sub.offset = first[0] + len(messages)
+                conn.write(deliver_parts(sub.subscription_id, first[0], first[1], parts,
+                                         count))
+                sub.offset = first[0] + count
+                sub.consumed += count
                 sub.credit -= 1
         # stopped by a full socket or turn: the transport's _wake comes back here
 

@@ -1,0 +1,45 @@
+"""/api/stream/...: RabbitMQ's `rabbitmq_stream_management` plugin's listings of the
+stream protocol's connections, publishers and consumers (server/views_stream.py), all or
+per vhost (publishers also per stream). Who sees what is /api/connections' rule: an
+administrator or monitoring user every connection of the vhosts it sees, others their
+own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from ackmq.server import views_stream
+from ackmq.server.http.api_node import _connections
+from ackmq.server.http.common import listing, vhost_arg
+
+
+def _streams(request: web.Request) -> list[Any]:
+    vhost = vhost_arg(request) if "vhost" in request.match_info else None
+    return [c for c in _connections(request, vhost) if views_stream.is_stream(c)]
+
+
+async def list_connections(request: web.Request) -> web.Response:
+    return listing(request, [views_stream.stream_connection(c) for c in _streams(request)])
+
+
+async def list_publishers(request: web.Request) -> web.Response:
+    queue = request.match_info.get("queue")
+    return listing(request, [p for c in _streams(request)
+                             for p in views_stream.publishers(c, queue)])
+
+
+async def list_consumers(request: web.Request) -> web.Response:
+    return listing(request, [s for c in _streams(request) for s in views_stream.consumers(c)])
+
+
+def register(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/api/stream/connections", list_connections)
+    r.add_get("/api/stream/connections/{vhost}", list_connections)
+    r.add_get("/api/stream/publishers", list_publishers)
+    r.add_get("/api/stream/publishers/{vhost}", list_publishers)
+    r.add_get("/api/stream/publishers/{vhost}/{queue}", list_publishers)
+    r.add_get("/api/stream/consumers", list_consumers)
+    r.add_get("/api/stream/consumers/{vhost}", list_consumers)

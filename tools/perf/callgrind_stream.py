@@ -1,0 +1,115 @@
+"""Instructions per message of RabbitMQ's stream protocol in the broker, counted by
+callgrind (deterministic on a busy machine, where wall-clock figures are not):
+
+    python -m tools.perf.callgrind_stream [--messages 5000] [--size 1024] [--out PREFIX]
+
+Runs `python -m ackmq serve` (this checkout) under valgrind --tool=callgrind, then with
+rstream, as tools/perf/stream_protocol.py does: publish N messages with confirms
+(Producer.send, batched by rstream), then consume them from `first` (credit 10). The
+counters are zeroed before and dumped after each phase (callgrind_control), so each
+figure is that phase's instructions over N; an idle phase of the same wall time as the
+consume is counted too (timers, the memory tick), to show what is not per message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tools.perf.stream_protocol import consume, publish
+
+# (the stream gets one warm-up message first: the consume phase reads n + 1)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _dump(pid: int, out: str, label: str) -> int:
+    """Dump the counters since the last zeroing; the phase's total instructions."""
+    before = set(Path(out).parent.glob(Path(out).name + ".*"))
+    subprocess.run(["callgrind_control", "-d", label, str(pid)], check=True,
+                   capture_output=True)
+    for _ in range(600):
+        new = set(Path(out).parent.glob(Path(out).name + ".*")) - before
+        for f in new:
+            text = f.read_text(errors="replace")
+            m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
+            if m:
+                return int(m.group(1))
+        time.sleep(0.5)
+    raise RuntimeError("callgrind did not dump")
+
+
+def _zero(pid: int) -> None:
+    subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--messages", type=int, default=5000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    n = args.messages
+    work = Path(tempfile.mkdtemp(prefix="ackmq-cg-", dir="/var/tmp"))
+    out = args.out or str(work / "cg")
+    port = _free_port()
+    log = open(work / "broker.log", "wb")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+         sys.executable, "-m", "ackmq", "serve", "--port", "0", "--no-stomp",
+         "--http-port", "0", "--stream-port", str(port), "--data-dir", str(work / "data")],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONHASHSEED": "0"})
+    try:
+        for _ in range(1200):
+            if b"listening on" in (work / "broker.log").read_bytes():
+                break
+            time.sleep(0.5)
+        stream = "cg"
+        for _ in range(20):  # the first connection under valgrind may time out
+            try:
+                asyncio.run(publish(port, stream, 1, args.size))
+                break
+            except (TimeoutError, OSError):
+                time.sleep(2)
+        _zero(proc.pid)
+        t0 = time.monotonic()
+        asyncio.run(publish(port, stream, n, args.size))
+        pub = _dump(proc.pid, out, "publish")
+        took_pub = time.monotonic() - t0
+        _zero(proc.pid)
+        t0 = time.monotonic()
+        asyncio.run(consume(port, stream, n))
+        con = _dump(proc.pid, out, "consume")
+        took = time.monotonic() - t0
+        _zero(proc.pid)
+        time.sleep(took)
+        idle = _dump(proc.pid, out, "idle")
+        print(f"{n} x {args.size} B  publish {pub / n:,.0f} instr/msg ({took_pub:.0f} s)  "
+              f"consume {con / n:,.0f} instr/msg ({took:.0f} s)  idle for {took:.0f} s "
+              f"{idle / n:,.0f} per msg-equivalent   (dumps: {out}.*)", flush=True)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        shutil.rmtree(work / "data", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
