@@ -65,6 +65,17 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     init.add_argument("--sink-exchange", default=None,
                       help="also publish the first table's new rows to this exchange "
                            "(the ackmq sink as a flow target)")
+    run = sub.add_parser("run", help="run a project `pipeline init` wrote (spark-pipelines run "
+                         "in this Python): exit 0 when the run completed, non-zero when not")
+    run.add_argument("directory", nargs="?", default=".", help="the project (default: .)")
+    run.add_argument("--remote", default=None,
+                     help="a Spark Connect server, sc://host:port (default: a local one)")
+    run.add_argument("--connect-port", type=int, default=0,
+                     help="the local Connect server's port (default: a free one)")
+    run.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                     help="a Spark setting for this run (repeatable)")
+    run.add_argument("--full-refresh-all", action="store_true",
+                     help="reset every table and land again from the start")
     pub = sub.add_parser("publish", help="publish a Parquet table with publisher confirms")
     pub.add_argument("--from", dest="source", required=True)
     pub.add_argument("--url", default=DEFAULT_URL)
@@ -112,6 +123,11 @@ def run_pipeline(args: argparse.Namespace) -> int:
     cmd = args.pipeline_command
     if cmd == "init":
         return run_init(args)
+    if cmd == "run":
+        from ackmq.spark.sdp import run_project
+
+        return run_project(args.directory, remote=args.remote, connect_port=args.connect_port,
+                           conf=args.conf, full_refresh_all=args.full_refresh_all)
     write_id = getattr(args, "write_id", None) or uuid.uuid4().hex
     again = f"; re-run with --write-id {write_id} to give rows the same message ids"
     try:
@@ -180,7 +196,7 @@ def run_init(args: argparse.Namespace) -> int:
         return 1
     for f in files:
         log(f"wrote {f}")
-    log(f"run it: cd {args.directory} && SPARK_CONF_DIR=$PWD/conf spark-pipelines run")
+    log(f"run it: {Path(args.directory).resolve() / 'run'}")
     return 0
 
 
