@@ -44,6 +44,10 @@ class GrowingQuery:
         return bool(self.pending) and not self.stopped
 
     @property
+    def lastProgress(self) -> SimpleNamespace | None:  # noqa: N802 - Spark's name
+        return self.shown[-1] if self.shown else None
+
+    @property
     def status(self) -> dict[str, Any]:
         return {"isTriggerActive": False}
 

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import re
+import signal
 import tempfile
 import threading
 import time
@@ -147,25 +148,35 @@ def run_pipeline(args: argparse.Namespace) -> int:
     except (PipelineError, ValueError, ClientError) as exc:
         log(f"ackmq pipeline {cmd}: {exc}")
         return 1
+    stop = StopRequest() if cmd in ("land", "audit") else None
     spark = spark_session(f"ackmq-{cmd}", args.master,
                           log_level=os.environ.get(_LOG_LEVEL, "OFF"))
     try:
-        if cmd == "land":
-            parts = args.partitions or (4 if args.stream is not None else 2)
-            s = land(spark, url=args.url, queue=args.queue, to=args.to,
-                     checkpoint=args.checkpoint, max_per_trigger=args.max_per_trigger,
-                     available_now=args.available_now, num_partitions=parts,
-                     progress=log, stream=args.stream,
-                     starting_offsets=args.starting_offsets,
-                     fail_on_data_loss=args.fail_on_data_loss == "true")
-            log(f"landed {s.rows} messages in {s.batches} batches, {s.seconds:.1f}s")
-        elif cmd == "audit":
-            from ackmq.spark.audit import events
+        if cmd in ("land", "audit"):
+            assert stop is not None
+            stop.install()  # again: SparkContext put in its own (cancel jobs, raise)
+            if cmd == "land":
+                parts = args.partitions or (4 if args.stream is not None else 2)
+                s = land(spark, url=args.url, queue=args.queue, to=args.to,
+                         checkpoint=args.checkpoint, max_per_trigger=args.max_per_trigger,
+                         available_now=args.available_now, num_partitions=parts,
+                         progress=log, stream=args.stream,
+                         starting_offsets=args.starting_offsets,
+                         fail_on_data_loss=args.fail_on_data_loss == "true", stop=stop.event)
+            else:
+                from ackmq.spark.audit import events
 
-            s = land(spark, url=args.url, queue=args.queue, to=args.to,
-                     checkpoint=args.checkpoint, max_per_trigger=args.max_per_trigger,
-                     available_now=args.available_now, progress=log, transform=events)
-            log(f"landed {s.rows} events in {s.batches} batches, {s.seconds:.1f}s")
+                s = land(spark, url=args.url, queue=args.queue, to=args.to,
+                         checkpoint=args.checkpoint, max_per_trigger=args.max_per_trigger,
+                         available_now=args.available_now, progress=log, transform=events,
+                         stop=stop.event)
+            what = "messages" if cmd == "land" else "events"
+            landed = f"landed {s.rows} {what} in {s.batches} batches, {s.seconds:.1f}s"
+            if s.stopped:
+                log(f"ackmq pipeline {cmd}: stopped by {stop.name} between batches; {landed}; "
+                    "the next run goes on from the checkpoint")
+                return 128 + stop.signum
+            log(landed)
         else:
             n = publish(spark, source=args.source, url=args.url, exchange=args.exchange,
                         routing_key=args.routing_key,
@@ -180,6 +191,31 @@ def run_pipeline(args: argparse.Namespace) -> int:
         return 1
     finally:
         spark.stop()
+
+
+class StopRequest:
+    """SIGINT (Ctrl-C) and SIGTERM ask a landing to stop between batches: no exception
+    in the middle of a Spark call (which printed py4j's tracebacks), one line, exit
+    128 + the signal. A second signal stops at once, as Python would."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signum = 0
+        self.install()
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.event.is_set():
+            raise KeyboardInterrupt
+        self.signum = signum
+        self.event.set()
 
 
 def run_init(args: argparse.Namespace) -> int:

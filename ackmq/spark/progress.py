@@ -38,7 +38,7 @@ class BatchCounter:
 
 
 #: how long a stop request waits for the running micro-batch to finish before it stops
-#: the query anyway (the batch is then not committed: the next run lands it)
+#: the query anyway (that batch is then not committed: the next run lands it)
 STOP_GRACE = 30.0
 
 
@@ -74,10 +74,17 @@ def follow(q: Any, on_batch: Callable[[Any, bool], None], *,
 
 
 def _stop_between_batches(q: Any) -> None:
-    deadline = time.monotonic() + STOP_GRACE
+    """Stop `q` when no trigger runs or the running one has reported its progress (a
+    batch just committed), `STOP_GRACE` at most. Stopping at any other moment is safe
+    too (a batch logged and not committed is replayed from its logged offsets by the
+    next run), but throws away the batch's work."""
+    def stamp() -> Any:
+        p = q.lastProgress
+        return None if p is None else (p.batchId, p.timestamp)
+
+    before, deadline = stamp(), time.monotonic() + STOP_GRACE
     while q.isActive and time.monotonic() < deadline:
-        status = q.status
-        if not status.get("isTriggerActive", False):
+        if not q.status.get("isTriggerActive", False) or stamp() != before:
             break
-        time.sleep(0.02)
+        time.sleep(0.05)
     q.stop()
