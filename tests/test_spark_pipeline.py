@@ -401,3 +401,50 @@ def test_S2_sigint_and_sigterm_stop_a_landing_between_batches_with_one_line(
         conn = pika.BlockingConnection(pika.URLParameters(broker_url))
         conn.channel().queue_delete(queue)
         conn.close()
+
+
+PLAIN_SCRIPT = '''\
+import sys
+from pyspark.sql import SparkSession
+import ackmq.spark
+
+url, queue, lake, chk = sys.argv[1:5]
+spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+ackmq.spark.register(spark)
+df = (spark.readStream.format("ackmq").option("url", url).option("queue", queue)
+      .option("stagingLocation", chk + "/ackmq-staging").load())
+q = (df.writeStream.format("parquet").option("path", lake).option("checkpointLocation", chk)
+     .trigger(availableNow=True).start())
+q.awaitTermination()
+spark.stop()
+'''
+
+
+@pytest.mark.timeout(600)
+def test_S1_a_plain_pyspark_script_lands_a_queue_without_the_cli_or_an_activated_venv(
+        broker_url: str, tmp_path: Path) -> None:
+    """A user's own script (the docs' example: `register(spark)`, `format("ackmq")`,
+    no `ackmq` command) run by the virtualenv's Python without activating it or setting
+    PYSPARK_PYTHON: Spark's Python workers (`python3` from PATH otherwise, without ackmq
+    and pyarrow) run the source on that Python, and the 500 messages land. On c35dcba
+    only the `ackmq` commands set PYSPARK_PYTHON: `ModuleNotFoundError` in the workers."""
+    queue = f"spark.plain.{uuid.uuid4().hex[:8]}"
+    conn = pika.BlockingConnection(pika.URLParameters(broker_url))
+    conn.channel().queue_declare(queue, durable=True)
+    conn.close()
+    _publish_range(broker_url, queue, range(500))
+    script = tmp_path / "my_landing.py"
+    script.write_text(PLAIN_SCRIPT)
+    env = {"HOME": os.environ.get("HOME", "/root"), "PATH": "/usr/local/bin:/usr/bin:/bin",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1]),  # this checkout's ackmq
+           "SPARK_LOCAL_IP": "127.0.0.1"}
+    try:
+        r = subprocess.run([sys.executable, str(script), broker_url, queue,
+                            str(tmp_path / "lake"), str(tmp_path / "chk")],
+                           env=env, capture_output=True, text=True, timeout=540, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert sorted(_table_rows(tmp_path / "lake")) == list(range(500))
+    finally:
+        conn = pika.BlockingConnection(pika.URLParameters(broker_url))
+        conn.channel().queue_delete(queue)
+        conn.close()
