@@ -279,3 +279,12 @@ def test_S9_a_failed_run_exits_non_zero(broker_url: str, tmp_path: Path) -> None
     assert rc != 0, text[-4000:]
     assert "Run is COMPLETED" not in text
     assert "NOT_FOUND" in text, text[-4000:]
+
+
+def test_S9_pipeline_run_outside_a_project_says_so_in_one_line(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "ackmq.spark", "pipeline", "run", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        f"ackmq pipeline run: no {tmp_path.resolve() / 'spark-pipeline.yml'} "
+        "(`ackmq pipeline init DIR ...` writes a project)"]
