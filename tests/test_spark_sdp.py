@@ -8,10 +8,12 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pika
@@ -28,28 +30,48 @@ from support.streamhelp import stream_support  # noqa: E402
 
 from ackmq.spark.lake import read_committed  # noqa: E402
 
-SPARK_PIPELINES = Path(sys.executable).with_name("spark-pipelines")
+ROOT = Path(__file__).resolve().parents[1]
+
+#: the test's own Spark settings, after what `ackmq pipeline init` wrote
+TEST_DEFAULTS = (
+    "spark.python.authenticate.socketTimeout 120s\n"
+    # Spark waits 10 s (fixed) for a data source's planner worker to connect back; at
+    # load 18 three flows starting their workers at once missed it: one at a time, and
+    # more than SDP's default 2 retries of a failed flow
+    "spark.sql.pipelines.execution.maxConcurrentFlows 1\n"
+    "spark.sql.pipelines.maxFlowRetryAttempts 8\n"
+    "spark.ui.enabled false\n")
 
 
-def _run(project: Path, log: Path) -> subprocess.Popen[bytes]:
-    """`spark-pipelines run` in the project, Spark's defaults from the test's conf dir."""
-    conf = project / "conf"  # as `ackmq pipeline init` wrote it, plus the lines below
-    written = (conf / "spark-defaults.conf").read_text()
-    (conf / "spark-defaults.conf").write_text(
-        written.split("# the test's\n")[0] + "# the test's\n"
-        "spark.python.authenticate.socketTimeout 120s\n"
-        # Spark waits 10 s (fixed) for a data source's planner worker to connect back; at
-        # load 18 three flows starting their workers at once missed it: one at a time,
-        # and more than SDP's default 2 retries of a failed flow
-        "spark.sql.pipelines.execution.maxConcurrentFlows 1\n"
-        "spark.sql.pipelines.maxFlowRetryAttempts 8\n"
-        "spark.ui.enabled false\n")
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1",
-               SPARK_CONF_DIR=str(conf))
+def scheduler_env() -> dict[str, str]:
+    """What cron or a scheduler gives a command: no virtualenv on PATH or activated, no
+    PYSPARK_PYTHON or SPARK_CONF_DIR. PYTHONPATH only picks this checkout's ackmq over
+    the one installed in the virtualenv (an editable install of another checkout)."""
+    env = {"HOME": os.environ.get("HOME", "/root"), "PATH": "/usr/local/bin:/usr/bin:/bin",
+           "PYTHONPATH": str(ROOT), "LANG": "C.UTF-8"}
+    if os.environ.get("JAVA_HOME"):
+        env["JAVA_HOME"] = os.environ["JAVA_HOME"]
+    return env
+
+
+def _init(project: Path, *args: str) -> str:
+    """`ackmq pipeline init`; returns the command it says runs the project."""
+    r = subprocess.run([sys.executable, "-m", "ackmq.spark", "pipeline", "init", str(project),
+                        *args], check=True, capture_output=True, text=True)
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("run it: ")]
+    with open(project / "conf" / "spark-defaults.conf", "a") as f:
+        f.write(TEST_DEFAULTS)
+    return line.removeprefix("run it: ")
+
+
+def _run(command: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """The command `pipeline init` printed, as a scheduler runs it, in its own process
+    group (its CLI, Spark Connect server and Python workers)."""
     out = open(log, "ab")  # noqa: SIM115 - the child keeps it
     try:
-        return subprocess.Popen([str(SPARK_PIPELINES), "run"], cwd=project, stdout=out,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return subprocess.Popen(["sh", "-c", command + "".join(f" {a}" for a in args)],
+                                cwd="/", stdout=out, stderr=subprocess.STDOUT,
+                                env=scheduler_env(), start_new_session=True)
     finally:
         out.close()
 
@@ -108,8 +130,6 @@ def test_S9_spark_pipelines_run_lands_queues_and_a_stream_exactly_once_across_a_
     default in-memory catalog the restart failed (LOCATION_ALREADY_EXISTS: the tables'
     directories outlive the catalog); the project now keeps a Hive metastore
     (conf/spark-defaults.conf)."""
-    if not SPARK_PIPELINES.exists():
-        pytest.skip(f"no {SPARK_PIPELINES}")
     seed = int(os.environ.get("ACKMQ_TEST_SEED", time.time()))
     rnd = random.Random(seed)
     tag = uuid.uuid4().hex[:6]
@@ -132,18 +152,17 @@ def test_S9_spark_pipelines_run_lands_queues_and_a_stream_exactly_once_across_a_
             ch.basic_publish("", stream, str(i).encode(), pika.BasicProperties(delivery_mode=2))
     conn.close()
     project = tmp_path / "landing"
-    cmd = [sys.executable, "-m", "ackmq.spark", "pipeline", "init", str(project),
-           "--url", broker_url, "--max-per-trigger", "1000", "--sink-exchange", "amq.direct"]
+    args = ["--url", broker_url, "--max-per-trigger", "1000", "--sink-exchange", "amq.direct"]
     for q in queues:
-        cmd += ["--queue", q]
+        args += ["--queue", q]
     if has_streams:
-        cmd += ["--stream", stream]
-    subprocess.run(cmd, check=True, capture_output=True)
+        args += ["--stream", stream]
+    command = _init(project, *args)
     log = tmp_path / "run.log"
     try:
         first = next(iter(queues)).replace(".", "_")
         commits = project / "storage" / "_checkpoints" / "spark_catalog" / "default" / first
-        p = _run(project, log)
+        p = _run(command, log)
         deadline = time.monotonic() + 400
         while not list(commits.glob("*/*/commits/0")):
             assert p.poll() is None, log.read_text()[-3000:]
@@ -151,12 +170,11 @@ def test_S9_spark_pipelines_run_lands_queues_and_a_stream_exactly_once_across_a_
             time.sleep(0.05)
         time.sleep(rnd.uniform(0.0, 1.0))
         _kill(p)
-        p = _run(project, log)
-        p.wait(600)
+        p = _run(command, log)
+        rc = p.wait(600)
         text = log.read_text()
-        # PySpark 4.3.0's CLI then fails on the Python data source's metrics it does not
-        # expect (UNKNOWN_RESPONSE ... __python_accumulator__): the run itself completed
         assert "Run is COMPLETED" in text, text[-4000:]
+        assert rc == 0, text[-4000:]
         wh = project / "spark-warehouse"
         for q, n in queues.items():
             bodies = _bodies(wh / q.replace(".", "_"))
@@ -178,3 +196,95 @@ def test_S9_spark_pipelines_run_lands_queues_and_a_stream_exactly_once_across_a_
         conn.close()
         if os.environ.get("ACKMQ_KEEP_SDP"):
             shutil.copytree(project, Path("/var/tmp") / f"sdp-{tag}")
+
+
+@contextlib.contextmanager
+def _port_taken(port: int) -> Iterator[None]:
+    """Something listens on `port` (when another process already does, that is as good)."""
+    s = socket.socket()
+    try:
+        with contextlib.suppress(OSError):
+            s.bind(("0.0.0.0", port))
+            s.listen()
+        yield
+    finally:
+        s.close()
+
+
+def _publish(url: str, queue: str, n: int) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare(queue, durable=True)
+    for i in range(n):
+        ch.basic_publish("", queue, str(i).encode(), pika.BasicProperties(delivery_mode=2))
+    conn.close()
+
+
+def _delete(url: str, *queues: str) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    for q in queues:
+        conn.channel().queue_delete(q)
+    conn.close()
+
+
+@pytest.mark.timeout(600)
+def test_S9_a_completed_run_exits_0_from_a_scheduler_with_port_15002_taken(
+        broker_url: str, tmp_path: Path) -> None:
+    """The command `ackmq pipeline init` prints, run as a scheduler would (no virtualenv
+    on PATH or activated, no PYSPARK_PYTHON) while something listens on 15002 (Spark
+    Connect's default port; another run on the machine): it lands the queue's 300
+    messages and exits 0. On c35dcba the printed command was `cd DIR &&
+    SPARK_CONF_DIR=$PWD/conf spark-pipelines run` (not found without the virtualenv;
+    with it, Spark's Python was `python3` without PySpark), the local Connect server
+    could only bind 15002 (BindException beside another run; a port moved in
+    spark-defaults.conf hung the client, which connects to 15002), and a completed run
+    exited 1 (UNKNOWN_RESPONSE ... __python_accumulator__)."""
+    queue = f"sdp.sched.{uuid.uuid4().hex[:6]}"
+    _publish(broker_url, queue, 300)
+    project = tmp_path / "p"
+    command = _init(project, "--url", broker_url, "--queue", queue)
+    log = tmp_path / "run.log"
+    try:
+        with _port_taken(15002):
+            p = _run(command, log)
+            try:
+                rc = p.wait(540)
+            finally:
+                _kill(p)
+        text = log.read_text()
+        assert "Run is COMPLETED" in text, text[-4000:]
+        assert rc == 0, text[-4000:]
+        bodies = _bodies(project / "spark-warehouse" / queue.replace(".", "_"))
+        assert sorted(bodies) == list(range(300))
+    finally:
+        _delete(broker_url, queue)
+
+
+@pytest.mark.timeout(600)
+def test_S9_a_failed_run_exits_non_zero(broker_url: str, tmp_path: Path) -> None:
+    """The other half of a run's exit status: a project whose queue does not exist (the
+    flow fails with the broker's 404, no retry: `--conf` passed through the run script)
+    exits non-zero, so a scheduler marks it failed."""
+    queue = f"sdp.gone.{uuid.uuid4().hex[:6]}"
+    project = tmp_path / "p"
+    command = _init(project, "--url", broker_url, "--queue", queue)
+    log = tmp_path / "run.log"
+    p = _run(command, log, "--conf", "spark.sql.pipelines.maxFlowRetryAttempts=0")
+    try:
+        rc = p.wait(540)
+    finally:
+        _kill(p)
+    text = log.read_text()
+    assert rc != 0, text[-4000:]
+    assert "Run is COMPLETED" not in text
+    assert "NOT_FOUND" in text, text[-4000:]
+
+
+def test_S9_pipeline_run_outside_a_project_says_so_in_one_line(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "ackmq.spark", "pipeline", "run", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        f"ackmq pipeline run: no {tmp_path.resolve() / 'spark-pipeline.yml'} "
+        "(`ackmq pipeline init DIR ...` writes a project)"]

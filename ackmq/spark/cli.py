@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import re
+import signal
 import tempfile
 import threading
 import time
@@ -65,6 +66,17 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     init.add_argument("--sink-exchange", default=None,
                       help="also publish the first table's new rows to this exchange "
                            "(the ackmq sink as a flow target)")
+    run = sub.add_parser("run", help="run a project `pipeline init` wrote (spark-pipelines run "
+                         "in this Python): exit 0 when the run completed, non-zero when not")
+    run.add_argument("directory", nargs="?", default=".", help="the project (default: .)")
+    run.add_argument("--remote", default=None,
+                     help="a Spark Connect server, sc://host:port (default: a local one)")
+    run.add_argument("--connect-port", type=int, default=0,
+                     help="the local Connect server's port (default: a free one)")
+    run.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                     help="a Spark setting for this run (repeatable)")
+    run.add_argument("--full-refresh-all", action="store_true",
+                     help="reset every table and land again from the start")
     pub = sub.add_parser("publish", help="publish a Parquet table with publisher confirms")
     pub.add_argument("--from", dest="source", required=True)
     pub.add_argument("--url", default=DEFAULT_URL)
@@ -112,6 +124,11 @@ def run_pipeline(args: argparse.Namespace) -> int:
     cmd = args.pipeline_command
     if cmd == "init":
         return run_init(args)
+    if cmd == "run":
+        from ackmq.spark.sdp import run_project
+
+        return run_project(args.directory, remote=args.remote, connect_port=args.connect_port,
+                           conf=args.conf, full_refresh_all=args.full_refresh_all)
     write_id = getattr(args, "write_id", None) or uuid.uuid4().hex
     again = f"; re-run with --write-id {write_id} to give rows the same message ids"
     try:
@@ -131,25 +148,35 @@ def run_pipeline(args: argparse.Namespace) -> int:
     except (PipelineError, ValueError, ClientError) as exc:
         log(f"ackmq pipeline {cmd}: {exc}")
         return 1
+    stop = StopRequest() if cmd in ("land", "audit") else None
     spark = spark_session(f"ackmq-{cmd}", args.master,
                           log_level=os.environ.get(_LOG_LEVEL, "OFF"))
     try:
-        if cmd == "land":
-            parts = args.partitions or (4 if args.stream is not None else 2)
-            s = land(spark, url=args.url, queue=args.queue, to=args.to,
-                     checkpoint=args.checkpoint, max_per_trigger=args.max_per_trigger,
-                     available_now=args.available_now, num_partitions=parts,
-                     progress=log, stream=args.stream,
-                     starting_offsets=args.starting_offsets,
-                     fail_on_data_loss=args.fail_on_data_loss == "true")
-            log(f"landed {s.rows} messages in {s.batches} batches, {s.seconds:.1f}s")
-        elif cmd == "audit":
-            from ackmq.spark.audit import events
+        if cmd in ("land", "audit"):
+            assert stop is not None
+            stop.install()  # again: SparkContext put in its own (cancel jobs, raise)
+            if cmd == "land":
+                parts = args.partitions or (4 if args.stream is not None else 2)
+                s = land(spark, url=args.url, queue=args.queue, to=args.to,
+                         checkpoint=args.checkpoint, max_per_trigger=args.max_per_trigger,
+                         available_now=args.available_now, num_partitions=parts,
+                         progress=log, stream=args.stream,
+                         starting_offsets=args.starting_offsets,
+                         fail_on_data_loss=args.fail_on_data_loss == "true", stop=stop.event)
+            else:
+                from ackmq.spark.audit import events
 
-            s = land(spark, url=args.url, queue=args.queue, to=args.to,
-                     checkpoint=args.checkpoint, max_per_trigger=args.max_per_trigger,
-                     available_now=args.available_now, progress=log, transform=events)
-            log(f"landed {s.rows} events in {s.batches} batches, {s.seconds:.1f}s")
+                s = land(spark, url=args.url, queue=args.queue, to=args.to,
+                         checkpoint=args.checkpoint, max_per_trigger=args.max_per_trigger,
+                         available_now=args.available_now, progress=log, transform=events,
+                         stop=stop.event)
+            what = "messages" if cmd == "land" else "events"
+            landed = f"landed {s.rows} {what} in {s.batches} batches, {s.seconds:.1f}s"
+            if s.stopped:
+                log(f"ackmq pipeline {cmd}: stopped by {stop.name} between batches; {landed}; "
+                    "the next run goes on from the checkpoint")
+                return 128 + stop.signum
+            log(landed)
         else:
             n = publish(spark, source=args.source, url=args.url, exchange=args.exchange,
                         routing_key=args.routing_key,
@@ -166,6 +193,31 @@ def run_pipeline(args: argparse.Namespace) -> int:
         spark.stop()
 
 
+class StopRequest:
+    """SIGINT (Ctrl-C) and SIGTERM ask a landing to stop between batches: no exception
+    in the middle of a Spark call (which printed py4j's tracebacks), one line, exit
+    128 + the signal. A second signal stops at once, as Python would."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signum = 0
+        self.install()
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.event.is_set():
+            raise KeyboardInterrupt
+        self.signum = signum
+        self.event.set()
+
+
 def run_init(args: argparse.Namespace) -> int:
     from ackmq.spark.pipeline import log
     from ackmq.spark.sdp import write_project
@@ -180,7 +232,7 @@ def run_init(args: argparse.Namespace) -> int:
         return 1
     for f in files:
         log(f"wrote {f}")
-    log(f"run it: cd {args.directory} && SPARK_CONF_DIR=$PWD/conf spark-pipelines run")
+    log(f"run it: {Path(args.directory).resolve() / 'run'}")
     return 0
 
 

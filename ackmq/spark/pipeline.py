@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from typing import Any
 
 from ackmq.client import ClientError, ConnectionLost
 from ackmq.spark.amqp import describe, is_permanent, safe_url, session_on
+from ackmq.spark.progress import RECENT_PROGRESS, follow
 from ackmq.spark.staging import staging_at, under
 
 #: local[N, maxFailures]: plain local[N] never retries a failed task (Spark aborts the job
@@ -180,6 +182,8 @@ class LandStats:
     seconds: float = 0.0
     #: (end of the batch, epoch seconds by Spark's own clock, rows) per non-empty batch
     ends: list[tuple[float, int]] = field(default_factory=list)
+    #: the landing ended because `land(stop=...)` was set (a signal), not by itself
+    stopped: bool = False
 
 
 def stream_backlog(url: str, stream: str, committed: int | None) -> str:
@@ -205,11 +209,13 @@ def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint:
          stop_when: Callable[[LandStats], bool] | None = None,
          stream: str | None = None, starting_offsets: str = "earliest",
          fail_on_data_loss: bool = True,
-         transform: Callable[[Any], Any] | None = None) -> LandStats:
+         transform: Callable[[Any], Any] | None = None,
+         stop: threading.Event | None = None) -> LandStats:
     """Land `queue` (staged batches live with the checkpoint) or `stream` (offset ranges,
     `num_partitions` read tasks per batch, from `starting_offsets` on a new checkpoint,
     failing on data loss unless told not to) into Parquet at `to`; `transform` maps the
-    message rows first (the audit's lifecycle columns: spark/audit.py)."""
+    message rows first (the audit's lifecycle columns: spark/audit.py). Setting `stop`
+    (a signal handler's) ends the landing at the next batch boundary (`LandStats.stopped`)."""
     clear_unlogged_start(checkpoint)
     r = spark.readStream.format("ackmq").option("url", url)
     if max_per_trigger:  # else the source's default: what is available, memory-bounded
@@ -231,34 +237,33 @@ def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint:
     w = (df.writeStream.format("parquet").option("path", to)
          .option("checkpointLocation", checkpoint).queryName(f"land-{name}"))
     w = w.trigger(availableNow=True) if available_now else w.trigger(processingTime="0 seconds")
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", str(RECENT_PROGRESS))
     q = w.start()
-    stats, seen, t0 = LandStats(), -1, time.monotonic()
+    stats, t0 = LandStats(), time.monotonic()
+
+    def on_batch(p: Any, last: bool) -> None:
+        """Count a batch; its progress line (the poll's last also says what is left)."""
+        rows = int(p.numInputRows)
+        stats.batches += 1
+        stats.rows += rows
+        stats.ends.append((batch_end(p), rows))
+        if not progress:
+            return
+        dur = max(p.durationMs.get("triggerExecution", 0), 1) / 1000.0
+        line = (f"batch {p.batchId}: {rows} rows, {rows / dur:,.0f} rows/s; "
+                f"landed {stats.rows} in {stats.batches} batches")
+        end = _end_offset(p)
+        if last and stream is not None:
+            line += "; " + stream_backlog(url, stream, end)
+        elif last:  # what is left now, after the newest batch
+            assert queue is not None and staging is not None
+            line += "; " + (still_to_land(url, queue, staging, end) if end is not None
+                            else f"{queue_backlog(url, queue)} ready in the queue")
+        progress(line)
+
     try:
-        while q.isActive:
-            q.awaitTermination(1.0)
-            new = [p for p in q.recentProgress if p.batchId > seen and int(p.numInputRows)]
-            seen = max([seen, *(p.batchId for p in q.recentProgress)])
-            for i, p in enumerate(new):
-                rows = int(p.numInputRows)
-                stats.batches += 1
-                stats.rows += rows
-                stats.ends.append((batch_end(p), rows))
-                if progress:
-                    dur = max(p.durationMs.get("triggerExecution", 0), 1) / 1000.0
-                    line = (f"batch {p.batchId}: {rows} rows, {rows / dur:,.0f} rows/s; "
-                            f"landed {stats.rows} in {stats.batches} batches")
-                    end = _end_offset(p)
-                    if i == len(new) - 1 and stream is not None:
-                        line += "; " + stream_backlog(url, stream, end)
-                    elif i == len(new) - 1:  # what is left now, after the newest batch
-                        assert queue is not None and staging is not None
-                        line += "; " + (still_to_land(url, queue, staging, end)
-                                        if end is not None else
-                                        f"{queue_backlog(url, queue)} ready in the queue")
-                    progress(line)
-            if stop_when and stop_when(stats):
-                q.stop()
-        q.awaitTermination()
+        stats.stopped = follow(q, on_batch, stop=stop,
+                               done=None if stop_when is None else lambda: stop_when(stats))
     finally:
         if q.isActive:
             q.stop()

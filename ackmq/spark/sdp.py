@@ -12,13 +12,17 @@ run finds them next to its checkpoints.
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import signal
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 SPEC = """\
-# written by `ackmq pipeline init`; run in this directory with
-#   SPARK_CONF_DIR=$PWD/conf spark-pipelines run
+# written by `ackmq pipeline init`; run it with ./run (`ackmq pipeline run DIR`)
 name: {name}
 storage: {storage}
 libraries:
@@ -41,7 +45,8 @@ spark.driver.extraJavaOptions -Dderby.system.home={root}
 HEADER = '''\
 """ackmq queues and streams as streaming tables (written by `ackmq pipeline init`).
 
-Run `spark-pipelines run` in the project directory; $ACKMQ_URL overrides the broker.
+Run the project with its `run` script (`ackmq pipeline run DIR`: `spark-pipelines run`
+in the Python ackmq is installed in); $ACKMQ_URL overrides the broker.
 Each table holds every message of its source exactly once: a queue's messages are acked
 after the batch holding them is committed; a stream is read by offsets.
 """
@@ -89,6 +94,17 @@ def {func}_to_{sink}():
 '''
 
 
+#: the project's `run`: `ackmq pipeline run` in the Python that wrote it (a scheduler's
+#: command: no virtualenv to activate, no PATH to set)
+RUN_SCRIPT = """\
+#!/bin/sh
+# written by `ackmq pipeline init`: `spark-pipelines run` of this project in the Python
+# ackmq is installed in; exit 0 when the run completed. Options: --remote sc://host:port,
+# --connect-port N, --conf KEY=VALUE, --full-refresh-all (ackmq pipeline run --help)
+exec {python} -m ackmq.spark pipeline run "$(dirname "$0")" "$@"
+"""
+
+
 def table_name(source: str) -> str:
     """A table name for a queue or stream name (`orders.eu` -> `orders_eu`)."""
     name = re.sub(r"\W", "_", source).strip("_").lower() or "queue"
@@ -129,4 +145,52 @@ def write_project(directory: str | Path, *, url: str, queues: Sequence[str],
     defaults = root / "conf" / "spark-defaults.conf"
     defaults.write_text(SPARK_DEFAULTS.format(warehouse=root / "spark-warehouse",
                                               metastore=root / "metastore_db", root=root))
-    return [spec, py, defaults]
+    run = root / "run"
+    run.write_text(RUN_SCRIPT.format(python=shlex.quote(sys.executable)))
+    run.chmod(0o755)
+    return [spec, py, defaults, run]
+
+
+def run_project(directory: str | Path, *, remote: str | None = None, connect_port: int = 0,
+                conf: Sequence[str] = (), full_refresh_all: bool = False) -> int:
+    """`spark-pipelines run` of the project in `directory` with this interpreter as
+    Spark's Python (PYSPARK_PYTHON), the project's conf/ as SPARK_CONF_DIR, and
+    `ackmq.spark.sdp_run` (the CLI with PySpark 4.3's two fixes) as its program; local
+    mode gets its own Connect server port (`connect_port`, 0: a free one). Returns the
+    run's exit status: 0 when it completed."""
+    import pyspark
+
+    from ackmq.spark import sdp_run
+    from ackmq.spark.pipeline import log
+
+    root = Path(directory).resolve()
+    spec = root / "spark-pipeline.yml"
+    if not spec.is_file():
+        log(f"ackmq pipeline run: no {spec} (`ackmq pipeline init DIR ...` writes a project)")
+        return 1
+    home = os.path.dirname(pyspark.__file__)
+    env = dict(os.environ, SPARK_HOME=home)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if (root / "conf").is_dir():
+        env.setdefault("SPARK_CONF_DIR", str(root / "conf"))
+    cmd = [os.path.join(home, "bin", "spark-class"), "org.apache.spark.deploy.SparkPipelines",
+           str(Path(sdp_run.__file__).resolve())]
+    if remote:
+        cmd += ["--remote", remote]
+    else:
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        cmd += ["--conf", f"spark.connect.grpc.binding.port={connect_port}"]
+    for c in conf:
+        cmd += ["--conf", c]
+    cmd += ["run", "--spec", str(spec)] + (["--full-refresh-all"] if full_refresh_all else [])
+    child = subprocess.Popen(cmd, cwd=root, env=env)
+    # Ctrl-C reaches the run's own processes from the terminal; SIGTERM is passed on
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    old_term = signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
+    try:
+        rc = child.wait()
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+    return rc if rc >= 0 else 128 - rc
