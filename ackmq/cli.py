@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from ackmq.server.config import Config
+
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
-    from ackmq.server.config import Config  # the whole server: only `serve` loads it
     D = Config()  # noqa: N806 - the defaults, written once in server/config.py
     p.add_argument("--host", default=D.host, help="address to listen on (default loopback)")
     p.add_argument("--port", type=int, default=D.port, help="AMQP port; 0 picks a free one")
@@ -150,7 +151,6 @@ GC_THRESHOLDS = (10_000, 10, 100)
 
 
 def serve(args: argparse.Namespace) -> int:
-    from ackmq.server.config import Config
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stdout)
@@ -322,8 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ackmq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     serve_parser = sub.add_parser("serve", help="run the broker")
-    if command in (None, "serve"):  # `ackmq ctl` starts in a fraction of the time
-        _serve_args(serve_parser)
+    _serve_args(serve_parser)
     loaded: ModuleType | None = None
     for name, cmd in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=cmd.help)
