@@ -70,7 +70,11 @@ def test_A10_alarm_stops_credit_and_transfers_wait(tmp_path: Path) -> None:
         _attach_sender(busy, f"/queues/{q}")
         busy.read(until=lambda g: any(f.link_credit for f in _kinds(busy, "flow")))
         _ctl(data, "set_vm_memory_high_watermark", "0.0000001")
-        time.sleep(1.0)  # the monitor samples every 0.1 s
+        # the monitor samples every 0.1 s; it logs the alarm and blocks in one step
+        deadline = time.monotonic() + 10
+        while not any("memory resource limit alarm set" in x for x in b.log):
+            assert time.monotonic() < deadline, "no memory alarm within 10 s"
+            time.sleep(0.02)
         _transfer(busy, 0, b"during the alarm")
         late = RawPeer(b.port)
         late.login()

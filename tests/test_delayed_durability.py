@@ -8,8 +8,10 @@ import asyncio
 import random
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import aio_pika
 import pika
@@ -151,12 +153,19 @@ def test_L5_a_scheduled_series_survives_kill_9(tmp_path: Path) -> None:
     b.start()
     try:
         c = stomp.Connection12([("127.0.0.1", b.stomp_port)])
+        receipted = threading.Event()
+
+        class Receipts(stomp.ConnectionListener):
+            def on_receipt(self, frame: Any) -> None:
+                receipted.set()
+
+        c.set_listener("receipts", Receipts())
         c.connect("guest", "guest", wait=True)
         t0 = time.time()
         c.send("/queue/sched.kill", "s", headers={
             "persistent": "true", "AMQ_SCHEDULED_DELAY": "3000",
             "AMQ_SCHEDULED_PERIOD": "500", "AMQ_SCHEDULED_REPEAT": "2", "receipt": "r"})
-        time.sleep(0.5)  # the receipt has come back by now
+        assert receipted.wait(10), "no RECEIPT for the persistent SEND"
         b.kill()
         b.start()
         conn = pika.BlockingConnection(pika.URLParameters(b.url))

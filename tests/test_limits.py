@@ -15,6 +15,8 @@ import pika
 import pika.exceptions
 import pytest
 from conftest import BrokerProcess, rabbitmq_url
+from support.mgmthelp import Target as Api
+from support.mgmthelp import q, rabbit_http
 from support.stomphelp import RABBITMQ_STOMP
 from test_access import PW, connect_error, params
 
@@ -28,6 +30,14 @@ def actl(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def rctl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["rabbitmqctl", *args], capture_output=True, text=True, timeout=60)
+
+
+def rabbit_forget(user: str, vhost: str) -> None:
+    """Delete a scenario's user and vhost on RabbitMQ, through its management API (not
+    part of what is compared; a rabbitmqctl call costs an Erlang VM start)."""
+    api = Api("rabbitmq", rabbit_http(), rabbitmq_url())
+    api.call("DELETE", f"/api/users/{q(user)}")
+    api.call("DELETE", f"/api/vhosts/{q(vhost)}")
 
 
 def scenario(port: int, ctl: Callable[..., subprocess.CompletedProcess[str]]) -> list[object]:
@@ -138,13 +148,11 @@ def test_U6_limits_same_as_rabbitmq(ackmq_broker: BrokerProcess) -> None:
     url = rabbitmq_url()
     if shutil.which("rabbitmqctl") is None:
         pytest.skip("rabbitmqctl is not on PATH: needed to set RabbitMQ's limits")
-    rctl("delete_user", USER)
-    rctl("delete_vhost", VHOST)
+    rabbit_forget(USER, VHOST)
     try:
         theirs = scenario(pika.URLParameters(url).port, rctl)
     finally:
-        rctl("delete_user", USER)
-        rctl("delete_vhost", VHOST)
+        rabbit_forget(USER, VHOST)
     mine = scenario(ackmq_broker.port, lambda *a: actl(ackmq_broker.data_dir, *a))
     assert mine == theirs
 
@@ -205,12 +213,10 @@ def test_U6_stomp_connect_refused_past_the_connection_limits(
 def test_U6_stomp_connection_limits_same_as_rabbitmq(ackmq_broker: BrokerProcess) -> None:
     if shutil.which("rabbitmqctl") is None:
         pytest.skip("rabbitmqctl is not on PATH: needed to set RabbitMQ's limits")
-    rctl("delete_user", SUSER)
-    rctl("delete_vhost", SVHOST)
+    rabbit_forget(SUSER, SVHOST)
     try:
         theirs = stomp_scenario(RABBITMQ_STOMP[1], rctl)
     finally:
-        rctl("delete_user", SUSER)
-        rctl("delete_vhost", SVHOST)
+        rabbit_forget(SUSER, SVHOST)
     mine = stomp_scenario(ackmq_broker.stomp_port, lambda *a: actl(ackmq_broker.data_dir, *a))
     assert mine == theirs

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from conftest import BrokerProcess
@@ -141,12 +140,14 @@ def test_H1_silent_client_closed_and_deliveries_redelivered(broker_url: str,
 H2_TEXT = "PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out"
 
 
-@pytest.fixture
-def timeout_broker(tmp_path: Path) -> Iterator[str]:
-    """A dedicated ackmq with --consumer-timeout-ms 500 (RabbitMQ here has 30 min)."""
+@pytest.fixture(scope="module")
+def timeout_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A dedicated ackmq with --consumer-timeout-ms 500 (RabbitMQ here has 30 min), one
+    for the module: each test has its own queue and connection."""
     if os.environ.get("ACKMQ_TEST_URL"):
         pytest.skip("needs its own ackmq started with --consumer-timeout-ms")
-    broker = BrokerProcess(tmp_path, "--consumer-timeout-ms", "500", "--no-fsync")
+    broker = BrokerProcess(tmp_path_factory.mktemp("timeout-broker"), "--consumer-timeout-ms",
+                           "500", "--no-fsync")
     url = broker.start()
     yield url
     broker.stop()

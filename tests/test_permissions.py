@@ -1,14 +1,12 @@
 """U3: the permission matrix. Every AMQP operation that RabbitMQ checks, run by four users
 (all permissions; all but configure; all but write; all but read) on ackmq and on the
-reference RabbitMQ 3.10 (users made with rabbitmqctl), and the answers compared code for
-code and text for text. Each cell is also checked against the rule in SPEC U3 (which
+reference RabbitMQ 3.10 (users made with its management API), and the answers compared
+code for code and text for text. Each cell is also checked against the rule in SPEC U3 (which
 permission the operation needs), so the test fails on ackmq alone if the rule is broken.
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,9 @@ import pika
 import pika.exceptions
 import pytest
 from conftest import BrokerProcess, rabbitmq_url
+from support.mgmthelp import Target as Api
+from support.mgmthelp import q as seg
+from support.mgmthelp import rabbit_http
 
 from ackmq.ctl.socket_client import request
 
@@ -143,29 +144,29 @@ def ackmq_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     broker.stop()
 
 
-def _rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=60)
-
-
 @pytest.fixture(scope="module")
 def rabbit_target() -> Iterator[Target]:
+    """RabbitMQ's vhost and users, made through its management API (a rabbitmqctl call
+    is an Erlang VM start: seconds each, ~20 of them)."""
     url = rabbitmq_url()
-    if shutil.which("rabbitmqctl") is None:
-        pytest.skip("rabbitmqctl is not on PATH: the matrix needs it to make RabbitMQ users")
-    try:
-        _rabbitmqctl("add_vhost", VHOST)
-    except subprocess.CalledProcessError as e:
-        pytest.skip(f"rabbitmqctl cannot manage the reference broker: {e.stderr!r}")
-    _rabbitmqctl("set_permissions", "-p", VHOST, "guest", ".*", ".*", ".*")
-    for user, perms in USERS.items():
-        subprocess.run(["rabbitmqctl", "delete_user", user], capture_output=True, timeout=60)
-        _rabbitmqctl("add_user", user, PASSWORD)
-        _rabbitmqctl("set_permissions", "-p", VHOST, user, *perms)
+    api = Api("rabbitmq", rabbit_http(), url)
+
+    def put(path: str, body: dict[str, str] | None = None) -> None:
+        r = api.call("PUT", path, body)
+        assert r.status in (201, 204), (path, r)
+
+    put(f"/api/vhosts/{seg(VHOST)}")
+    put(f"/api/permissions/{seg(VHOST)}/guest", {"configure": ".*", "write": ".*", "read": ".*"})
+    for user, (configure, write, read) in USERS.items():
+        api.call("DELETE", f"/api/users/{seg(user)}")
+        put(f"/api/users/{seg(user)}", {"password": PASSWORD, "tags": ""})
+        put(f"/api/permissions/{seg(VHOST)}/{seg(user)}",
+            {"configure": configure, "write": write, "read": read})
     p = pika.URLParameters(url)
     yield Target(p.host, p.port)
     for user in USERS:
-        subprocess.run(["rabbitmqctl", "delete_user", user], capture_output=True, timeout=60)
-    subprocess.run(["rabbitmqctl", "delete_vhost", VHOST], capture_output=True, timeout=60)
+        api.call("DELETE", f"/api/users/{seg(user)}")
+    api.call("DELETE", f"/api/vhosts/{seg(VHOST)}")
 
 
 def _expected_refused(needs: str | None, lacks: str | None) -> bool:

@@ -1,16 +1,17 @@
 """U3 over STOMP: a user's permissions apply to what STOMP frames do (SEND declares and
 publishes, SUBSCRIBE declares, binds and consumes), and CONNECT to a vhost without
 permissions is refused; the same frames sent to RabbitMQ's STOMP plugin (users made with
-rabbitmqctl) give the same ERROR frames."""
+its management API) give the same ERROR frames."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from support.mgmthelp import Target as Api
+from support.mgmthelp import q as seg
+from support.mgmthelp import rabbit_http
 from support.stomphelp import RABBITMQ_STOMP, Raw, _reachable
 
 from ackmq.ctl.socket_client import request
@@ -67,20 +68,26 @@ def ackmq_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int
 
 @pytest.fixture(scope="module")
 def rabbit() -> Iterator[tuple[str, int]]:
-    if not _reachable(RABBITMQ_STOMP) or shutil.which("rabbitmqctl") is None:
-        pytest.skip("RabbitMQ's STOMP plugin or rabbitmqctl is not there")
+    """RabbitMQ's users and vhost, made through its management API (a rabbitmqctl call
+    is an Erlang VM start: seconds each)."""
+    if not _reachable(RABBITMQ_STOMP):
+        pytest.skip("RabbitMQ's STOMP plugin is not there")
+    api = Api("rabbitmq", rabbit_http(), "")
 
-    def run(*a: str) -> None:
-        subprocess.run(["rabbitmqctl", *a], capture_output=True, timeout=60, check=True)
-    run("add_vhost", NOVHOST)
-    for user, perms in USERS.items():
-        subprocess.run(["rabbitmqctl", "delete_user", user], capture_output=True, timeout=60)
-        run("add_user", user, PW)
-        run("set_permissions", user, *perms)
+    def put(path: str, body: dict[str, str] | None = None) -> None:
+        r = api.call("PUT", path, body)
+        assert r.status in (201, 204), (path, r)
+
+    put(f"/api/vhosts/{seg(NOVHOST)}")
+    for user, (configure, write, read) in USERS.items():
+        api.call("DELETE", f"/api/users/{seg(user)}")
+        put(f"/api/users/{seg(user)}", {"password": PW, "tags": ""})
+        put(f"/api/permissions/%2F/{seg(user)}",
+            {"configure": configure, "write": write, "read": read})
     yield RABBITMQ_STOMP
     for user in USERS:
-        subprocess.run(["rabbitmqctl", "delete_user", user], capture_output=True, timeout=60)
-    subprocess.run(["rabbitmqctl", "delete_vhost", NOVHOST], capture_output=True, timeout=60)
+        api.call("DELETE", f"/api/users/{seg(user)}")
+    api.call("DELETE", f"/api/vhosts/{seg(NOVHOST)}")
 
 
 def _queue() -> str:
@@ -98,7 +105,7 @@ def test_U3_stomp_frames_checked_as_rabbitmq(ackmq_broker: tuple[int, object],
     q = _queue()
     mine = _frames("127.0.0.1", ackmq_broker[0], user, "/", q)
     theirs = _frames(rabbit[0], rabbit[1], user, "/", q)
-    subprocess.run(["rabbitmqctl", "delete_queue", q], capture_output=True, timeout=60)
+    Api("rabbitmq", rabbit_http(), "").call("DELETE", f"/api/queues/%2F/{seg(q)}")
     assert mine == theirs
     if user == "ackU_s_all":
         # (the SEND's message arrives on the queue subscription before the third receipt)

@@ -3,8 +3,8 @@ write read` restricts the routing keys a user may publish with (write) and bind 
 (read) on a topic exchange; `{username}` and `{vhost}` are filled in; a user without a
 topic permission for an exchange may use any key; other exchange types are not checked.
 
-The same operations run on ackmq and on the reference RabbitMQ (users made with
-rabbitmqctl), over AMQP (pika) and STOMP (raw frames), and the answers are compared code
+The same operations run on ackmq and on the reference RabbitMQ (users made with its
+management API), over AMQP (pika) and STOMP (raw frames), and the answers are compared code
 for code and text for text; each cell is also checked against the rule on ackmq alone,
 so the tests fail on ackmq without the feature even where RabbitMQ is not there.
 """
@@ -26,6 +26,9 @@ import pika
 import pika.exceptions
 import pytest
 from conftest import BrokerProcess, rabbitmq_url
+from support.mgmthelp import Target as Api
+from support.mgmthelp import q as seg
+from support.mgmthelp import rabbit_http
 from support.stomphelp import RABBITMQ_STOMP, Raw, _reachable
 
 from ackmq.broker.access import hash_password
@@ -177,19 +180,21 @@ def ackmq_target(ackmq_broker: BrokerProcess) -> Target:
 
 
 def _rabbitmqctl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    if shutil.which("rabbitmqctl") is None:
+        pytest.skip("rabbitmqctl is not on PATH: this comparison runs its verbs")
     return subprocess.run(["rabbitmqctl", *args], check=check, capture_output=True,
                           text=True, timeout=60)
 
 
 @pytest.fixture(scope="module")
 def rabbit_target() -> Iterator[Target]:
+    """RabbitMQ's users, vhost and permissions, imported in one POST to its management API
+    and awaited there (rabbitmqctl's import, its polls and deletes were each an Erlang VM
+    start: seconds each)."""
     url = rabbitmq_url()
-    if shutil.which("rabbitmqctl") is None:
-        pytest.skip("rabbitmqctl is not on PATH: the comparison needs it to make users")
+    api = Api("rabbitmq", rabbit_http(), url)
     for user in USERS:
-        _rabbitmqctl("delete_user", user, check=False)
-    # one import instead of ~25 rabbitmqctl calls of a second each; the file is read by
-    # the RabbitMQ node (its own OS user): not in pytest's private tmp dir
+        api.call("DELETE", f"/api/users/{seg(user)}")
     defs = {
         "users": [{"name": u, "password_hash": hash_password(PW), "tags": "",
                    "hashing_algorithm": "rabbit_password_hashing_sha256"} for u in USERS],
@@ -201,19 +206,15 @@ def rabbit_target() -> Iterator[Target]:
         "topic_permissions": [{"user": u, "vhost": VHOST, "exchange": x, "write": w,
                                "read": r} for u, (_p, ts) in USERS.items() for x, w, r in ts],
     }
-    f = Path("/tmp") / f"ackU_topic_defs_{uuid.uuid4().hex[:8]}.json"
-    f.write_text(json.dumps(defs))
-    f.chmod(0o644)
-    try:
-        _rabbitmqctl("import_definitions", str(f))
-    except subprocess.CalledProcessError as e:
-        pytest.skip(f"rabbitmqctl cannot manage the reference broker: {e.stderr!r}")
-    finally:
-        f.unlink(missing_ok=True)
-    deadline = time.monotonic() + 30  # the import runs asynchronously
-    want = len(defs["topic_permissions"]) + 1  # + the header line
-    while len(_rabbitmqctl("-q", "list_topic_permissions", "-p", VHOST,
-                           check=False).stdout.splitlines()) < want:
+    r = api.call("POST", "/api/definitions", defs)
+    assert r.status in (201, 204), r
+
+    def imported() -> int:
+        r = api.call("GET", f"/api/vhosts/{seg(VHOST)}/topic-permissions")
+        return len(r.body) if r.status == 200 and isinstance(r.body, list) else 0
+
+    deadline = time.monotonic() + 30
+    while imported() < len(defs["topic_permissions"]):
         assert time.monotonic() < deadline, "RabbitMQ did not import the definitions"
         time.sleep(0.2)
     p = pika.URLParameters(url)
@@ -221,8 +222,8 @@ def rabbit_target() -> Iterator[Target]:
     _admin_setup(t.params("guest", "guest"))
     yield t
     for user in USERS:
-        _rabbitmqctl("delete_user", user, check=False)
-    _rabbitmqctl("delete_vhost", VHOST, check=False)
+        api.call("DELETE", f"/api/users/{seg(user)}")
+    api.call("DELETE", f"/api/vhosts/{seg(VHOST)}")
 
 
 def _expected(op: str, user: str) -> str:
