@@ -14,6 +14,7 @@ import datetime
 import time
 from typing import Any
 
+from ackmq.broker import argument_table as table
 from ackmq.broker.arguments import (  # noqa: F401 - internal_error: for stream.py
     as_text,
     check_declare_arguments,
@@ -31,7 +32,6 @@ from ackmq.protocol.amqp.erlang import Atom, reason
 
 TYPE_NAME = "rabbit_stream_queue"
 MAX_SEGMENT_SIZE = 3_000_000_000
-INVALID_CONSUME_ARGS = frozenset(("x-priority", "x-cancel-on-ha-failover"))
 # compared on redeclare, in RabbitMQ's order (the stream type's queue_arguments)
 EQUIVALENCE_KEYS = equivalence_keys("stream")
 
@@ -73,8 +73,10 @@ def check_consume(args: dict[str, Any], qname: str, vhost: str, no_ack: bool,
                                              f"{rs(qname, vhost)}: "
                                              + reason("invalid_stream_offset_arg",
                                                       (Atom("longstr"), s)))
+    takes = table.INDEX.consumer_args
+    invalid = {k for ks in takes.values() for k in ks}.difference(takes["stream"])
     for key in args:
-        if key in INVALID_CONSUME_ARGS:
+        if key in invalid:
             raise SoftError(PRECONDITION_FAILED, f"invalid arg '{key}' for "
                                                  f"{rs(qname, vhost)} of queue type {TYPE_NAME}")
     if not prefetch:
