@@ -140,3 +140,23 @@ def test_C4_the_index_is_rabbitmqs_lists() -> None:
                                 "quorum": ("x-priority", "x-credit"),
                                 "stream": ("x-stream-offset", "x-credit")}
     assert ix.exchange_equivalence == ("alternate-exchange", "x-delayed-delivery")
+
+
+def _broker_imports(module: str) -> set[str]:
+    """The ackmq.broker modules `module` imports, at any level (local imports too)."""
+    tree = ast.parse((ROOT / "broker" / f"{module}.py").read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ackmq.broker"):
+            mod = node.module or ""
+            out.update({mod} if mod != "ackmq.broker" else
+                       {f"ackmq.broker.{a.name}" for a in node.names})
+    return out
+
+
+def test_C4_the_table_is_at_the_bottom_and_retry_does_not_import_arguments() -> None:
+    """The table imports only the model's errors; retry reads the table, not
+    arguments.py (they imported each other, through local imports)."""
+    assert _broker_imports("argument_table") == {"ackmq.broker.errors"}
+    assert "ackmq.broker.arguments" not in _broker_imports("retry")
+    assert "ackmq.broker.retry" not in _broker_imports("arguments")

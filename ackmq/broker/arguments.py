@@ -5,7 +5,8 @@ RabbitMQ's order (rabbit_amqqueue:check_declare_arguments), and the first failur
 reported: `x-queue-type`'s value; the values of the arguments the queue's type takes;
 then any argument only another type takes (`x-max-age` on a classic queue, …). On
 redeclare only the arguments the queue's type takes are compared (plus ackmq's own); any
-other `x-` argument may differ.
+other `x-` argument may differ. Which arguments, their checks and their order are
+declared once, in argument_table.py; this module runs them.
 """
 
 from __future__ import annotations
