@@ -160,3 +160,38 @@ def test_C4_the_table_is_at_the_bottom_and_retry_does_not_import_arguments() -> 
     assert _broker_imports("argument_table") == {"ackmq.broker.errors"}
     assert "ackmq.broker.arguments" not in _broker_imports("retry")
     assert "ackmq.broker.retry" not in _broker_imports("arguments")
+
+
+def test_C4_one_erlang_renderer() -> None:
+    """erlang.py renders every Erlang term the texts hold (arguments, policies, streams,
+    x-match, expiration), and lays out a long tuple as ~p does, for both texts that
+    break one (an expiration's reason, a policy's pattern error)."""
+    from ackmq.broker.message import parse_expiration
+    from ackmq.protocol.amqp.erlang import Atom, Chars, erl_term, reason
+
+    assert erl_term((Atom("longstr"), "a\"b")) == '{longstr,<<"a\\"b">>}'
+    assert erl_term([{"k": None}, True, 1.5, Chars("x")]) == '[#{<<"k">> => null},true,1.5,"x"]'
+    assert reason("max_less_than_min", 5, 7) == "{max_less_than_min,5,7}"
+    assert reason("invalid_overflow") == "invalid_overflow"
+    tail = "a" * 60
+    with pytest.raises(SoftError) as e:
+        parse_expiration("1" + tail)
+    head = f"invalid expiration '1{tail}': "
+    assert e.value.text == \
+        f'PRECONDITION_FAILED - {head}{{leftover_string,\n{" " * (len(head) + 1)}"{tail}"}}'
+    with pytest.raises(SoftError) as e:
+        parse_expiration("1" + tail[:10])
+    assert e.value.text.endswith(f"{{leftover_string,\"{tail[:10]}\"}}")
+    prefix = "pattern should be regular expression but is invalid: "
+    assert _policy_pattern("[") == (
+        f'Validation failed\n\n{prefix}{{"missing terminating ] for character class",\n'
+        f'{" " * (len(prefix) + 1)}1}}\n')
+    assert _policy_pattern("(") == f'Validation failed\n\n{prefix}{{"missing )",1}}\n'
+
+
+def _policy_pattern(pattern: str) -> str:
+    try:
+        policy_from_json("/", "p", {"pattern": pattern, "definition": {"expires": 1}})
+    except PolicyError as e:
+        return e.text
+    raise AssertionError("accepted")

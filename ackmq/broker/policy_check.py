@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from ackmq.broker import argument_table as table
-from ackmq.protocol.amqp.erlang import Chars, erl_string, erl_term
+from ackmq.protocol.amqp.erlang import Chars, erl_term, pretty_pair
 
 APPLY_TO = ("queues", "exchanges", "all", "classic_queues", "quorum_queues", "streams")
 
@@ -78,9 +78,7 @@ def compile_pattern(pattern: Any) -> re.Pattern[str]:
     except re.error as e:
         text = _PCRE_TEXTS.get(e.msg, e.msg)
         pos = len(pattern) if text in _AT_END else (e.pos or 0)
-        term = erl_term((Chars(text), pos))
-        if len(_PREFIX) + len(term) > 80:  # ~p breaks a term that does not fit the line
-            term = f"{{{erl_string(text)},\n{' ' * (len(_PREFIX) + 1)}{pos}}}"
+        term = pretty_pair(len(_PREFIX), erl_term(Chars(text)), str(pos), 80)
         raise _failed(_PREFIX + term) from None
 
 

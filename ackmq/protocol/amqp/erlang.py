@@ -75,3 +75,13 @@ def erl_term(v: object) -> str:
 def reason(tag: str, *args: object) -> str:
     """RabbitMQ's `{tag,Arg,...}` error reason (the bare atom when there are no args)."""
     return erl_term((Atom(tag), *args)) if args else tag
+
+
+def pretty_pair(column: int, first: str, second: str, width: int) -> str:
+    """`{First,Second}` (both rendered already) as ~p lays it out when it starts at
+    `column`: on the line when it ends within `width`, else Second on the next line,
+    under First."""
+    flat = "{" + first + "," + second + "}"
+    if column + len(flat) <= width:
+        return flat
+    return "{" + first + ",\n" + " " * (column + 1) + second + "}"
