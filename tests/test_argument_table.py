@@ -119,6 +119,22 @@ def test_C4_a_key_added_to_the_table_alone_is_known_everywhere(with_new_key: Non
         {"x-ackmq-test-limit": 3}
     assert effective_arguments({}, {"ackmq-test-limit": 3}) == {"x-ackmq-test-limit": 3}
     assert ui._short_arg("x-ackmq-test-limit") == "TLim"
+    # and through the model and the operation the HTTP API, the UI form and ctl call
+    from ackmq.broker import BrokerModel, NullScheduler
+    from ackmq.server import policy_ops
+
+    broker = BrokerModel(NullScheduler())
+    broker.start()
+    vh = broker.vhosts["/"]
+    with pytest.raises(SoftError, match="value_negative"):
+        vh.declare_queue("bad", False, False, False, False, {"x-ackmq-test-limit": -1}, None)
+    q = vh.declare_queue("q", False, False, False, False, {"x-ackmq-test-limit": 10}, None)
+    with pytest.raises(PolicyError, match="is not a valid test limit"):
+        policy_ops.set_policy(broker, "/", "p", {"pattern": "^q$",
+                                                 "definition": {"ackmq-test-limit": "x"}})
+    policy_ops.set_policy(broker, "/", "p", {"pattern": "^q$",
+                                             "definition": {"ackmq-test-limit": 4}})
+    assert broker.policies.queue_arguments(q)["x-ackmq-test-limit"] == 4
 
 
 def test_C4_the_index_is_rabbitmqs_lists() -> None:
