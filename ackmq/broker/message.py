@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ackmq.broker.arguments import MAX_EXPIRY_MS, type_name
 from ackmq.broker.errors import PRECONDITION_FAILED, SoftError, erl_bytes
+from ackmq.protocol.amqp.erlang import pretty_pair
 from ackmq.protocol.amqp.properties import (
     PropertiesView,
     header_entries,
@@ -31,12 +32,9 @@ def _expiration_error(raw: bytes, reason: bytes, value: bytes | None) -> SoftErr
     head = b"invalid expiration '" + raw + b"': "
     if value is None:
         text = head + reason
-    else:
-        flat = b"{" + reason + b"," + value + b"}"
-        if len(head) + len(flat) <= 78:
-            text = head + flat
-        else:
-            text = head + b"{" + reason + b",\n" + b" " * (len(head) + 1) + value + b"}"
+    else:  # latin-1: one character per byte, as ~p counts the columns
+        text = head + pretty_pair(len(head), reason.decode("latin-1"), value.decode("latin-1"),
+                                  78).encode("latin-1")
     return SoftError(PRECONDITION_FAILED, text.decode("utf-8", "replace"))
 
 

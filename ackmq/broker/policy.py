@@ -14,7 +14,8 @@ rabbit_policy:merge_operator_definition):
   key (dead-letter-exchange and -routing-key, overflow, alternate-exchange, ...) the
   queue's or exchange's own argument, the policy's only when it has none.
 Queues keep reading their settings from an `x-` argument dict, so nothing is handled
-twice: a policy's key becomes the argument it stands for.
+twice: a policy's key becomes the argument it stands for. Which rule a key follows is
+declared with the key (argument_table: `merge`, `no_effect`).
 
 A change (set, clear, vhost deleted) is saved first (`save(snapshot)`, atomic, before the
 caller answers), then re-applied at once to every queue and exchange of the vhost
@@ -29,9 +30,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ackmq.broker import argument_table as table
 from ackmq.broker.arguments import as_text, declared_type
 from ackmq.broker.policy_check import (
-    HA_KEYS,
     PolicyError,
     check_apply_to,
     check_definition,
@@ -45,29 +46,6 @@ if TYPE_CHECKING:
     from ackmq.broker.queue_type import Queue
     from ackmq.broker.vhost import VHost
 
-# policy key -> the queue argument it stands for; the numeric limits take the lower value
-LOWER_WINS = {"expires": "x-expires", "message-ttl": "x-message-ttl",
-              "max-length": "x-max-length", "max-length-bytes": "x-max-length-bytes",
-              "delivery-limit": "x-delivery-limit", "consumer-timeout": "x-consumer-timeout",
-              "max-in-memory-length": "x-max-in-memory-length",
-              "max-in-memory-bytes": "x-max-in-memory-bytes"}
-ARGUMENT_WINS = {"dead-letter-exchange": "x-dead-letter-exchange",
-                 "dead-letter-routing-key": "x-dead-letter-routing-key",
-                 "dead-letter-strategy": "x-dead-letter-strategy",
-                 "overflow": "x-overflow", "queue-mode": "x-queue-mode",
-                 "queue-version": "x-queue-version", "max-age": "x-max-age",
-                 "stream-max-segment-size-bytes": "x-stream-max-segment-size-bytes",
-                 "queue-leader-locator": "x-queue-leader-locator",
-                 "queue-master-locator": "x-queue-master-locator",
-                 # L6's redelivery back-off (RabbitMQ 4.3's keys; the multiplier ackmq's)
-                 "delayed-retry-type": "x-delayed-retry-type",
-                 "delayed-retry-min": "x-delayed-retry-min",
-                 "delayed-retry-max": "x-delayed-retry-max",
-                 "delayed-retry-multiplier": "x-delayed-retry-multiplier"}
-# keys that change nothing on one node (reported so: `no_effect`)
-NO_EFFECT = frozenset(HA_KEYS + ("initial-cluster-size", "queue-master-locator",
-                                 "queue-leader-locator", "max-in-memory-length",
-                                 "max-in-memory-bytes", "queue-version", "queue-mode"))
 _QUEUE_KINDS = {"queues": None, "classic_queues": "classic", "quorum_queues": "quorum",
                 "streams": "stream"}
 
@@ -102,7 +80,7 @@ class Policy:
 
     def no_effect(self) -> list[str]:
         """The keys that change nothing on ackmq's one node (ha-*, cluster sizes, ...)."""
-        return sorted(k for k in self.definition if k in NO_EFFECT)
+        return sorted(k for k in self.definition if k in table.INDEX.no_effect)
 
 
 def policy_from_json(vhost: str, name: str, body: Any, operator: bool = False) -> Policy:
@@ -145,14 +123,15 @@ def effective_arguments(arguments: dict[str, Any], definition: dict[str, Any]) -
     if not definition:
         return arguments
     out = dict(arguments)
+    lower_wins, argument_wins = table.INDEX.lower_wins, table.INDEX.argument_wins
     for key, value in definition.items():
-        arg = LOWER_WINS.get(key)
+        arg = lower_wins.get(key)
         if arg is not None:
             low = _lower(_num(arguments.get(arg)), _num(value))
             if low is not None:
                 out[arg] = low
             continue
-        arg = ARGUMENT_WINS.get(key)
+        arg = argument_wins.get(key)
         if arg is not None and arguments.get(arg) is None:
             out[arg] = value
     return out

@@ -22,13 +22,15 @@ restart every such message is ready at once.
 
 from __future__ import annotations
 
-import decimal
 import heapq
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from ackmq.broker import argument_table as table
+from ackmq.broker.argument_table import MAX_DELAY_MS, as_number, as_text
 
 if TYPE_CHECKING:
     from ackmq.broker.message import QueueEntry
@@ -37,9 +39,7 @@ TYPE_ARG = "x-delayed-retry-type"
 MIN_ARG = "x-delayed-retry-min"
 MAX_ARG = "x-delayed-retry-max"
 MULTIPLIER_ARG = "x-delayed-retry-multiplier"
-RETRY_ARGS = (TYPE_ARG, MIN_ARG, MAX_ARG, MULTIPLIER_ARG)
-RETRY_TYPES = ("disabled", "all", "failed", "returned")
-MAX_DELAY_MS = 2**32 - 1  # ~49.7 days: any one delay is capped there
+RETRY_ARGS = (TYPE_ARG, MIN_ARG, MAX_ARG, MULTIPLIER_ARG)  # their rules: argument_table
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,54 +72,25 @@ class Backoff:
         return int(min(d, MAX_DELAY_MS))
 
 
-def _num(v: Any) -> float | None:
-    """An AMQP number: int, double, or decimal (pika sends a Decimal for 1.5)."""
-    if isinstance(v, decimal.Decimal):
-        return float(v)
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
 def backoff_of(args: dict[str, Any]) -> Backoff | None:
     """The rule named by `args` (checked at declare/consume), None when off."""
     if not args or MIN_ARG not in args:
         return None
-    from ackmq.broker.arguments import as_text  # arguments.py imports this module
     kind = as_text(args.get(TYPE_ARG)) or "all"
-    lo = _num(args.get(MIN_ARG))
+    lo = as_number(args.get(MIN_ARG))
     if kind == "disabled" or lo is None or lo <= 0:
         return None
-    hi = _num(args.get(MAX_ARG))
-    mult = _num(args.get(MULTIPLIER_ARG))
+    hi = as_number(args.get(MAX_ARG))
+    mult = as_number(args.get(MULTIPLIER_ARG))
     return Backoff(kind, int(lo), None if hi is None else int(hi),
                    None if mult is None else float(mult))
 
 
 def check_retry_argument(key: str, v: Any, args: dict[str, Any]) -> str | None:
-    """RabbitMQ's style of complaint for one back-off argument, None when fine."""
-    from ackmq.broker.arguments import as_text, type_name  # it imports this module
-    if key == TYPE_ARG:
-        s = as_text(v)
-        if s is None:
-            return f"{{unacceptable_type,{type_name(v)}}}"
-        return None if s in RETRY_TYPES else "invalid_delayed_retry_type"
-    if key == MULTIPLIER_ARG:
-        n = _num(v)
-        if n is None:
-            return f"{{unacceptable_type,{type_name(v)}}}"
-        if not math.isfinite(n):
-            return f"{{value_not_finite,{v}}}"
-        return f"{{value_too_small,{v}}}" if n < 1 else None
-    if not isinstance(v, int) or isinstance(v, bool):
-        return f"{{unacceptable_type,{type_name(v)}}}"
-    if v < 0:
-        return f"{{value_negative,{v}}}"
-    if v > MAX_DELAY_MS:
-        return f"{{value_too_large,{v}}}"
-    if key == MAX_ARG:
-        lo = args.get(MIN_ARG)
-        if isinstance(lo, int) and not isinstance(lo, bool) and v < lo:
-            return f"{{max_less_than_min,{v},{lo}}}"
-    return None
+    """RabbitMQ's style of complaint for one back-off argument, None when fine (its
+    check is declared in argument_table)."""
+    check = table.INDEX.by_name[key].check
+    return None if check is None else check(v, args)
 
 
 class RetryHeap:

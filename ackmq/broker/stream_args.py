@@ -14,10 +14,11 @@ import datetime
 import time
 from typing import Any
 
+from ackmq.broker import argument_table as table
 from ackmq.broker.arguments import (  # noqa: F401 - internal_error: for stream.py
-    STREAM_ARGS,
     as_text,
     check_declare_arguments,
+    equivalence_keys,
     internal_error,
     max_age_ms,
 )
@@ -26,14 +27,13 @@ from ackmq.broker.errors import (
     PRECONDITION_FAILED,
     HardError,
     SoftError,
-    erl_string,
 )
+from ackmq.protocol.amqp.erlang import Atom, reason
 
 TYPE_NAME = "rabbit_stream_queue"
 MAX_SEGMENT_SIZE = 3_000_000_000
-INVALID_CONSUME_ARGS = frozenset(("x-priority", "x-cancel-on-ha-failover"))
 # compared on redeclare, in RabbitMQ's order (the stream type's queue_arguments)
-EQUIVALENCE_KEYS = STREAM_ARGS
+EQUIVALENCE_KEYS = equivalence_keys("stream")
 
 
 def rs(qname: str, vhost: str) -> str:
@@ -62,10 +62,6 @@ def check_declare(args: dict[str, Any], qname: str, vhost: str, durable: bool,
                         "Exceeded max value for x-stream-max-segment-size-bytes")
 
 
-def _erl_bin(s: str) -> str:
-    return "<<" + erl_string(s) + ">>"
-
-
 def check_consume(args: dict[str, Any], qname: str, vhost: str, no_ack: bool,
                   prefetch: int) -> None:
     """basic.consume on a stream, in RabbitMQ's order: the offset's value, arguments
@@ -74,10 +70,13 @@ def check_consume(args: dict[str, Any], qname: str, vhost: str, no_ack: bool,
     s = as_text(off)
     if s is not None and s not in ("first", "last", "next") and max_age_ms(s) is None:
         raise SoftError(PRECONDITION_FAILED, f"invalid arg 'x-stream-offset' for "
-                                             f"{rs(qname, vhost)}: {{invalid_stream_offset_arg,"
-                                             f"{{longstr,{_erl_bin(s)}}}}}")
+                                             f"{rs(qname, vhost)}: "
+                                             + reason("invalid_stream_offset_arg",
+                                                      (Atom("longstr"), s)))
+    takes = table.INDEX.consumer_args
+    invalid = {k for ks in takes.values() for k in ks}.difference(takes["stream"])
     for key in args:
-        if key in INVALID_CONSUME_ARGS:
+        if key in invalid:
             raise SoftError(PRECONDITION_FAILED, f"invalid arg '{key}' for "
                                                  f"{rs(qname, vhost)} of queue type {TYPE_NAME}")
     if not prefetch:

@@ -43,6 +43,7 @@ from ackmq.broker.storage import BindingDef, ExchangeDef, QueueDef
 from ackmq.broker.stream import StreamQueue  # noqa: F401 - registers stream
 from ackmq.broker.trace import TRACE_EXCHANGE, Tracer
 from ackmq.broker.vhost_store import VHostStore
+from ackmq.protocol.amqp.erlang import erl_term
 
 if TYPE_CHECKING:
     from ackmq.broker.broker import BrokerModel
@@ -299,7 +300,7 @@ class VHost:
         if x.type == "headers":
             mode = _norm((arguments or {}).get("x-match", "all"))
             if mode not in ("all", "any", "all-with-x", "any-with-x"):
-                raise SoftError(PRECONDITION_FAILED, f'Invalid x-match field value <<"{mode}">>; '
+                raise SoftError(PRECONDITION_FAILED, f"Invalid x-match field value {erl_term(str(mode))}; "
                                    "expected all, any, all-with-x, or any-with-x")
         b = Binding(x, destination, routing_key, arguments)
         if x.bind(b):

@@ -27,6 +27,7 @@ from pamqp import commands as C
 
 from ackmq.protocol.amqp import Content, encode_ack, encode_publish
 from ackmq.protocol.amqp.events import DecodedDeliver
+from ackmq.protocol.amqp.properties import FLAGS
 
 from .aio import AsyncConnection
 from .core import Chan, RawConfirm, RawDeliver
@@ -47,9 +48,12 @@ def _replies(method: Any) -> tuple[type, ...]:
     return found
 
 
+_DELIVERY_MODE_ONLY = FLAGS["delivery_mode"].to_bytes(2, "big")
+
+
 def delivery_mode_properties(delivery_mode: int) -> bytes:
-    """Raw content-header properties carrying only delivery-mode (flag bit 12)."""
-    return b"\x10\x00" + bytes((delivery_mode,))
+    """Raw content-header properties carrying only delivery-mode."""
+    return _DELIVERY_MODE_ONLY + bytes((delivery_mode,))
 
 
 class _Listener:

@@ -30,3 +30,58 @@ def erl_bytes(data: bytes) -> bytes:
 
 def erl_string(text: str) -> str:
     return erl_bytes(text.encode("utf-8")).decode("utf-8", "replace")
+
+
+class Atom(str):
+    """An Erlang atom: printed bare (`value_negative`, `longstr`)."""
+
+    __slots__ = ()
+
+
+class Chars(str):
+    """An Erlang string (a character list): printed quoted, as `erl_string`."""
+
+    __slots__ = ()
+
+
+def erl_term(v: object) -> str:
+    """A value as Erlang's ~p prints it in RabbitMQ's texts, the one renderer for them:
+    an `Atom` bare, a `Chars` as a quoted string, any other str as a binary (<<"a">>),
+    bytes as `erlang_binary`, a tuple as {a,b}, a list as [a,b], a dict as a map
+    (#{k => v}), None as `null` (what JSON's null decodes to), numbers as they are."""
+    if isinstance(v, str):
+        if isinstance(v, Atom):
+            return str.__str__(v)
+        if isinstance(v, Chars):
+            return erl_string(v)
+        return f"<<{erl_string(v)}>>"
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, bytes | bytearray | memoryview):
+        return erlang_binary(v, limit=len(v))
+    if isinstance(v, tuple):
+        return "{" + ",".join(erl_term(x) for x in v) + "}"
+    if isinstance(v, list):
+        return "[" + ",".join(erl_term(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "#{" + ",".join(f"{erl_term(k)} => {erl_term(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+def reason(tag: str, *args: object) -> str:
+    """RabbitMQ's `{tag,Arg,...}` error reason (the bare atom when there are no args)."""
+    return erl_term((Atom(tag), *args)) if args else tag
+
+
+def pretty_pair(column: int, first: str, second: str, width: int) -> str:
+    """`{First,Second}` (both rendered already) as ~p lays it out when it starts at
+    `column`: on the line when it ends within `width`, else Second on the next line,
+    under First."""
+    flat = "{" + first + "," + second + "}"
+    if column + len(flat) <= width:
+        return flat
+    return "{" + first + ",\n" + " " * (column + 1) + second + "}"

@@ -13,17 +13,15 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from ackmq.protocol.amqp.properties import FIELDS, OCTET, SHORTSTR, TIMESTAMP
-from ackmq.protocol.amqp.table import encode_key, encode_value, skip_table
+from ackmq.protocol.amqp.properties import FLAGS, OCTET, SHORTSTR, TIMESTAMP, spans
+from ackmq.protocol.amqp.property_names import PAMQP_TO_RABBIT
+from ackmq.protocol.amqp.table import encode_key, encode_value
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 _U64 = struct.Struct(">Q")
-_HEADERS_ONLY = _U16.pack(0x2000)
-
-# RabbitMQ's names for the properties (pamqp says message_type for `type`)
-_NAMES = {"message_type": "type"}
+_HEADERS_ONLY = _U16.pack(FLAGS["headers"])
 
 
 def value(v: Any) -> bytes:
@@ -44,26 +42,18 @@ def value(v: Any) -> bytes:
 
 def properties_table(raw: bytes) -> bytes:
     """The message's properties as rabbit_trace's `properties` table (length included)."""
-    flags = _U16.unpack_from(raw, 0)[0]
     entries: list[bytes] = []
-    pos = 2
-    for flag, name, kind in FIELDS:
-        if not flags & flag:
-            continue
-        start = pos
+    for _flag, name, kind, start, end in spans(raw):
+        v: Any
         if kind == SHORTSTR:
-            pos += 1 + raw[pos]
-            v: Any = bytes(raw[start + 1:pos]).decode("utf-8", "surrogateescape")
+            v = bytes(raw[start + 1:end]).decode("utf-8", "surrogateescape")
         elif kind == OCTET:
-            pos += 1
             v = raw[start]
         elif kind == TIMESTAMP:
-            pos += 8
             v = _U64.unpack_from(raw, start)[0]
         else:
-            pos = skip_table(raw, pos)
-            v = bytes(raw[start:pos])
-        entries.append(encode_key(_NAMES.get(name, name)) + value(v))
+            v = bytes(raw[start:end])
+        entries.append(encode_key(PAMQP_TO_RABBIT[name]) + value(v))
     entries.reverse()
     data = b"".join(entries)
     return _U32.pack(len(data)) + data

@@ -7,6 +7,12 @@ entries; both are done here without decoding or re-encoding the other fields. Th
 field-table codec (headers) is table.py; this module holds the property list around it,
 and it is the one place that knows the flag bits (FIELDS).
 
+Every walk of the list is derived from FIELDS: the general ones loop over it (`spans`,
+`read_into`, `encode_fields`, `properties_edit`); the ones every message pays for
+(`check_properties`, `peek_routing_fields`, `properties_with_header`, the client's
+`encode_basic_properties`) are generated from it at import as the straight-line code one
+would write by hand (`walk_source`), so they cost no more than that code did.
+
 Raw layout: 16-bit property flags, then each present property in flag order
 (content-type, content-encoding, headers, delivery-mode, priority, correlation-id,
 reply-to, expiration, message-id, timestamp, type, user-id, app-id, cluster-id).
@@ -15,7 +21,9 @@ reply-to, expiration, message-id, timestamp, type, user-id, app-id, cluster-id).
 from __future__ import annotations
 
 import datetime
+import linecache
 import struct
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pamqp import commands
@@ -63,12 +71,12 @@ _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
 
-def _offsets(raw: bytes) -> dict[str, tuple[int, int]]:
-    """Map present property name -> (start, end) of its encoded value in `raw`."""
+def spans(raw: bytes) -> Iterator[tuple[int, str, int, int, int]]:
+    """(flag, name, kind, start, end) of each present property, in wire order, checked
+    for truncation and unknown flags: the general walk (the hot ones are generated)."""
     flags = _U16.unpack_from(raw, 0)[0]
     if flags & _UNKNOWN_FLAGS:
         raise ValueError(f"unsupported property flags 0x{flags:04x}")
-    out: dict[str, tuple[int, int]] = {}
     pos = 2
     for flag, name, kind in FIELDS:
         if flags & flag:
@@ -83,83 +91,107 @@ def _offsets(raw: bytes) -> dict[str, tuple[int, int]]:
                 pos = skip_table(raw, pos)
             if pos > len(raw):
                 raise ValueError(f"property {name} truncated")
-            out[name] = (start, pos)
+            yield flag, name, kind, start, pos
     if pos != len(raw):
         raise ValueError("trailing bytes after the property list")
-    return out
 
 
-def check_properties(raw: bytes) -> None:
-    """Validate the structure of raw property bytes (the decoder calls this per message).
+def _offsets(raw: bytes) -> dict[str, tuple[int, int]]:
+    """Map present property name -> (start, end) of its encoded value in `raw`."""
+    return {name: (start, end) for _flag, name, _kind, start, end in spans(raw)}
 
-    Raises ValueError/IndexError/struct.error on anything RabbitMQ could not decode.
-    Unrolled in wire order because it runs once per published message.
-    """
+
+# ---------------------------------------------------------------- generated walks
+
+# how a walk steps over one property: checked (a table is parsed, as the decoder must)
+# or trusting properties already checked (a table's length is read)
+_STEP = {SHORTSTR: "pos += 1 + raw[pos]", OCTET: "pos += 1", TIMESTAMP: "pos += 8",
+         TABLE: "pos = skip_table(raw, pos)"}
+_STEP_TRUSTED = {**_STEP, TABLE: "pos += 4 + ((raw[pos] << 24) | (raw[pos + 1] << 16)"
+                                 " | (raw[pos + 2] << 8) | raw[pos + 3])"}
+
+
+def walk_source(until: str | None = None, trusted: bool = True, indent: int = 4) -> str:
+    """Straight-line code advancing `pos` over each present property (`flags` holds the
+    property flags) in FIELDS' order, up to `until` (excluded) or over all."""
+    step = _STEP_TRUSTED if trusted else _STEP
+    pad = " " * indent
+    out = []
+    for flag, name, kind in FIELDS:
+        if name == until:
+            break
+        out.append(f"{pad}if flags & 0x{flag:04x}:\n{pad}    {step[kind]}\n")
+    return "".join(out)
+
+
+def generate(name: str, source: str, env: dict[str, Any]) -> Any:
+    """Define function `name` from generated `source` (kept in linecache, so tracebacks
+    and inspect show it)."""
+    filename = f"<generated {__name__}.{name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace: dict[str, Any] = {}
+    exec(compile(source, filename, "exec"), env, namespace)
+    return namespace[name]
+
+
+check_properties: Callable[[bytes], None] = generate("check_properties", f"""\
+def check_properties(raw):
     flags = (raw[0] << 8) | raw[1]
     pos = 2
     if flags:
-        if flags & 0x0003:
-            raise ValueError(f"unsupported property flags 0x{flags:04x}")
-        if flags & 0x8000:
-            pos += 1 + raw[pos]
-        if flags & 0x4000:
-            pos += 1 + raw[pos]
-        if flags & 0x2000:
-            pos = skip_table(raw, pos)
-        if flags & 0x1000:
-            pos += 1
-        if flags & 0x0800:
-            pos += 1
-        if flags & 0x0400:
-            pos += 1 + raw[pos]
-        if flags & 0x0200:
-            pos += 1 + raw[pos]
-        if flags & 0x0100:
-            pos += 1 + raw[pos]
-        if flags & 0x0080:
-            pos += 1 + raw[pos]
-        if flags & 0x0040:
-            pos += 8
-        if flags & 0x0020:
-            pos += 1 + raw[pos]
-        if flags & 0x0010:
-            pos += 1 + raw[pos]
-        if flags & 0x0008:
-            pos += 1 + raw[pos]
-        if flags & 0x0004:
-            pos += 1 + raw[pos]
+        if flags & 0x{_UNKNOWN_FLAGS:04x}:
+            raise ValueError(f"unsupported property flags 0x{{flags:04x}}")
+{walk_source(trusted=False, indent=8)}\
     if pos != len(raw):
         raise ValueError("property list length does not match the content header")
+""", {"skip_table": skip_table})
+check_properties.__doc__ = """Validate the structure of raw property bytes (the decoder
+calls this per message). Raises ValueError/IndexError/struct.error on anything RabbitMQ
+could not decode."""
 
 
-def peek_routing_fields(raw: bytes) -> tuple[int | None, int | None, str | None]:
-    """(delivery-mode, priority, expiration) in one pass: what the broker needs of every
-    message. Assumes `raw` passed `check_properties` (the decoder checks each message)."""
-    flags = (raw[0] << 8) | raw[1]
-    if not flags & 0x1F00:
-        return None, None, None
-    pos = 2
-    if flags & 0x8000:
-        pos += 1 + raw[pos]
-    if flags & 0x4000:
-        pos += 1 + raw[pos]
-    if flags & 0x2000:
-        pos += 4 + ((raw[pos] << 24) | (raw[pos + 1] << 16) | (raw[pos + 2] << 8) | raw[pos + 3])
-    mode = prio = None
-    if flags & 0x1000:
-        mode = raw[pos]
-        pos += 1
-    if flags & 0x0800:
-        prio = raw[pos]
-        pos += 1
-    if not flags & 0x0100:
-        return mode, prio, None
-    if flags & 0x0400:
-        pos += 1 + raw[pos]
-    if flags & 0x0200:
-        pos += 1 + raw[pos]
-    n = raw[pos]
-    return mode, prio, bytes(raw[pos + 1:pos + 1 + n]).decode("utf-8", "replace")
+def _peek_source(fname: str, wanted: tuple[str, ...]) -> str:
+    """Source of `fname(raw)`: the values of `wanted` (octets and shortstrs; None when
+    absent) in wire order, in one pass over checked properties that stops once nothing
+    more it wants is present."""
+    names = [name for _flag, name, _kind in FIELDS if name in wanted]
+    flag_of = {name: flag for flag, name, _kind in FIELDS}
+    last = names[-1]
+    src = [f"def {fname}(raw):\n    flags = (raw[0] << 8) | raw[1]\n",
+           f"    if not flags & 0x{sum(flag_of[n] for n in names):04x}:\n",
+           f"        return {', '.join('None' for _ in names)}\n    pos = 2\n"]
+    if len(names) > 1:
+        src.append("    " + " = ".join(names[:-1]) + " = None\n")
+    for flag, name, kind in FIELDS:
+        assert name not in names or kind in (OCTET, SHORTSTR)
+        if name == last:
+            got = "".join(f"{n}, " for n in names[:-1])
+            if kind == OCTET:
+                src.append(f"    return {got}raw[pos]\n")
+            else:
+                src.append(f"    n = raw[pos]\n    return {got}"
+                           'bytes(raw[pos + 1:pos + 1 + n]).decode("utf-8", "replace")\n')
+            break
+        if name not in names:
+            src.append(f"    if flags & 0x{flag:04x}:\n        {_STEP_TRUSTED[kind]}\n")
+            continue
+        read = "raw[pos]" if kind == OCTET else \
+            'bytes(raw[pos + 1:pos + 1 + raw[pos]]).decode("utf-8", "replace")'
+        src.append(f"    if flags & 0x{flag:04x}:\n        {name} = {read}\n"
+                   f"        {_STEP[kind]}\n")
+        if names[names.index(name) + 1] == last:
+            got = ", ".join(names[:-1])
+            src.append(f"    if not flags & 0x{flag_of[last]:04x}:\n"
+                       f"        return {got}, None\n")
+    return "".join(src)
+
+
+peek_routing_fields: Callable[[bytes], tuple[int | None, int | None, str | None]] = generate(
+    "peek_routing_fields",
+    _peek_source("peek_routing_fields", ("delivery_mode", "priority", "expiration")), {})
+peek_routing_fields.__doc__ = """(delivery-mode, priority, expiration) in one pass: what the
+broker needs of every message. Assumes `raw` passed `check_properties` (the decoder
+checks each message)."""
 
 
 def _read_field(raw: bytes, start: int, end: int, kind: int) -> Any:
@@ -366,17 +398,16 @@ def encode_fields(values: dict[str, Any]) -> bytes:
 
 # ---------------------------------------------------------------- peeks into headers
 
-def _headers_at(raw: bytes) -> int | None:
-    """Offset of the headers table, or None: only content-type and -encoding precede it."""
+_headers_at: Callable[[bytes], int | None] = generate("_headers_at", f"""\
+def _headers_at(raw):
     flags = (raw[0] << 8) | raw[1]
-    if not flags & _FLAG_HEADERS:
+    if not flags & 0x{_FLAG_HEADERS:04x}:
         return None
     pos = 2
-    if flags & 0x8000:
-        pos += 1 + raw[pos]
-    if flags & 0x4000:
-        pos += 1 + raw[pos]
+{walk_source(until="headers")}\
     return pos
+""", {})
+_headers_at.__doc__ = "Offset of the headers table in checked properties, or None."
 
 
 def header_value(raw: bytes, key: str) -> Any:
@@ -443,25 +474,26 @@ def _one_long_table(key: str) -> tuple[Any, int, int, bytes]:
     return found
 
 
-def properties_with_header(raw: bytes, key: str, value: Any) -> bytes:
-    """`properties_with_headers(raw, {key: value})`, fast for the common case of an
-    integer added to a message without headers (one splice, no parse of the property
-    list): every delivery pays for this (x-ackmq-seq, x-stream-offset), so it is written
-    out by hand and tested against the general function."""
+properties_with_header: Callable[[bytes, str, Any], bytes] = generate(
+    "properties_with_header", f"""\
+def properties_with_header(raw, key, value):
     flags = (raw[0] << 8) | raw[1]
-    if flags & _FLAG_HEADERS or value.__class__ is not int:
-        return properties_with_headers(raw, {key: value})
+    if flags & 0x{_FLAG_HEADERS:04x} or value.__class__ is not int:
+        return properties_with_headers(raw, {{key: value}})
     pos = 2
-    if flags & 0x8000:
-        pos += 1 + raw[pos]
-    if flags & 0x4000:
-        pos += 1 + raw[pos]
+{walk_source(until="headers")}\
     try:
         pack, size, klen, name = _ONE_LONG[key]
     except KeyError:
         pack, size, klen, name = _one_long_table(key)
-    return b"".join((_U16.pack(flags | _FLAG_HEADERS), raw[2:pos],
+    return b"".join((_U16.pack(flags | 0x{_FLAG_HEADERS:04x}), raw[2:pos],
                      pack(size, klen, name, b"l", value), raw[pos:]))
+""", {"properties_with_headers": properties_with_headers, "_ONE_LONG": _ONE_LONG,
+      "_one_long_table": _one_long_table, "_U16": _U16})
+properties_with_header.__doc__ = """`properties_with_headers(raw, {key: value})`, fast for
+the common case of an integer added to a message without headers (one splice, no parse of
+the property list): every delivery pays for this (x-ackmq-seq, x-stream-offset), so it is
+straight-line code (generated) and tested against the general function."""
 
 
 # ---------------------------------------------------------------- edits as splices

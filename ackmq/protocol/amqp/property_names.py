@@ -11,16 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-# RabbitMQ's names, in the content header's wire order.
-RABBIT_NAMES: tuple[str, ...] = (
-    "content_type", "content_encoding", "headers", "delivery_mode", "priority",
-    "correlation_id", "reply_to", "expiration", "message_id", "timestamp", "type",
-    "user_id", "app_id", "cluster_id",
-)
+from ackmq.protocol.amqp.properties import FIELDS
 
-RABBIT_TO_PAMQP: dict[str, str] = {n: ("message_type" if n == "type" else n)
-                                   for n in RABBIT_NAMES}
-PAMQP_TO_RABBIT: dict[str, str] = {v: k for k, v in RABBIT_TO_PAMQP.items()}
+# pamqp's name -> RabbitMQ's, in the content header's wire order (properties.FIELDS)
+PAMQP_TO_RABBIT: dict[str, str] = {name: ("type" if name == "message_type" else name)
+                                   for _flag, name, _kind in FIELDS}
+RABBIT_NAMES: tuple[str, ...] = tuple(PAMQP_TO_RABBIT.values())
+RABBIT_TO_PAMQP: dict[str, str] = {v: k for k, v in PAMQP_TO_RABBIT.items()}
 
 
 def to_pamqp(props: dict[str, Any]) -> dict[str, Any]:

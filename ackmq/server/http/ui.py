@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from ackmq.broker import argument_table
 from ackmq.broker.access import AccessError
 from ackmq.broker.errors import ReplyError
 from ackmq.protocol.amqp.property_names import RABBIT_NAMES
@@ -109,11 +110,8 @@ def _features(q: Any) -> str:
 
 
 def _short_arg(k: str) -> str:
-    return {"x-message-ttl": "TTL", "x-expires": "Exp", "x-max-length": "Lim",
-            "x-max-length-bytes": "Lim B", "x-dead-letter-exchange": "DLX",
-            "x-dead-letter-routing-key": "DLK", "x-max-priority": "Pri",
-            "x-delivery-limit": "DLim", "x-single-active-consumer": "SAC",
-            "x-overflow": "Ovfl"}.get(k, k)
+    """RabbitMQ's UI label of an argument (declared with the key: argument_table)."""
+    return argument_table.INDEX.abbr.get(k, k)
 
 
 def _qtype(q: Any) -> str:

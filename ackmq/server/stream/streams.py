@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ackmq.broker import argument_table
 from ackmq.broker.errors import ReplyError
 from ackmq.broker.stream import TRACK_OFFSET
 from ackmq.protocol.stream import constants as K
@@ -24,14 +25,12 @@ if TYPE_CHECKING:
 LEADER = 0  # this broker's reference in Metadata
 NO_LEADER = 0xFFFF
 PARTITION_ORDER = "x-stream-partition-order"
-# RabbitMQ's Create arguments -> the stream queue's declare arguments (and their types)
-ARGUMENTS: dict[str, tuple[str, type]] = {
-    "max-length-bytes": ("x-max-length-bytes", int),
-    "max-age": ("x-max-age", str),
-    "stream-max-segment-size-bytes": ("x-stream-max-segment-size-bytes", int),
-    "initial-cluster-size": ("x-initial-cluster-size", int),
-    "queue-leader-locator": ("x-queue-leader-locator", str),
-}
+
+
+def _create_arguments() -> dict[str, str]:
+    """RabbitMQ's Create arguments -> the stream queue's declare arguments: the stream
+    type's keys of the argument table (broker/argument_table.py) without their `x-`."""
+    return {n[2:]: n for n in argument_table.INDEX.type_args["stream"] if n != "x-queue-type"}
 
 
 class _Refused(Exception):
@@ -41,18 +40,18 @@ class _Refused(Exception):
 
 
 def _arguments(given: dict[str, str | None]) -> dict[str, Any]:
+    """The declare arguments of a Create: a whole number as a number (the frame carries
+    strings), anything else as given; the stream type's checks then refuse a bad value
+    (PRECONDITION_FAILED), as for any declare."""
+    known = _create_arguments()
     args: dict[str, Any] = {"x-queue-type": "stream"}
     for key, value in given.items():
-        spec = ARGUMENTS.get(key)
-        if spec is None or value is None:
+        name = known.get(key)
+        if name is None or value is None:
             continue  # RabbitMQ 3.10 accepts unknown arguments
-        name, kind = spec
-        if kind is int:
-            try:
-                args[name] = int(value)
-            except ValueError:
-                raise _Refused(K.PRECONDITION_FAILED) from None
-        else:
+        try:
+            args[name] = int(value)
+        except ValueError:
             args[name] = value
     return args
 
@@ -70,7 +69,7 @@ def _declare(conn: StreamConnection, name: str | None, given: dict[str, str | No
     if q is not None:
         # RabbitMQ: the same stream again is STREAM_ALREADY_EXISTS, with other arguments
         # (or another queue of that name) PRECONDITION_FAILED
-        keys = {n for n, _t in ARGUMENTS.values()} | {"x-queue-type"}
+        keys = set(_create_arguments().values()) | {"x-queue-type"}
         same = all(q.arguments.get(k) == args.get(k) for k in keys)
         return K.STREAM_ALREADY_EXISTS if same else K.PRECONDITION_FAILED
     try:
