@@ -164,3 +164,24 @@ def test_M2_ui_arguments_render_as_json(broker: ackmq.EmbeddedBroker) -> None:
     got = html.unescape(got.split('id="got"', 1)[1])
     assert '<td>Headers</td><td><code class="json">{"h": "v", "n": 1}</code>' in got
     assert '"content_type": "text/plain"' in got and "{'" not in got
+
+
+def test_M5_ui_exchange_list_shows_its_policy(broker: ackmq.EmbeddedBroker) -> None:
+    """RabbitMQ's exchange list: the features, then the policy in force, linked."""
+    _put(broker, "/api/policies/%2F/polview-xpol",
+         {"pattern": "^polview-x$", "apply-to": "exchanges",
+          "definition": {"alternate-exchange": "polview-ae"}})
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        try:
+            conn.channel().exchange_declare("polview-x", durable=True)
+        finally:
+            conn.close()
+        page = call(broker, "GET", "/exchanges")[2]
+        row = page[page.index("<td>polview-x</td>"):]
+        row = row[:row.index("</tr>")]
+        assert ('<abbr title="durable: true">D</abbr> <abbr class="policy" '
+                'title="Policy: polview-xpol"><a href="/policies#policy/%2F/polview-xpol">'
+                'polview-xpol</a></abbr>') in row
+    finally:
+        _delete(broker, "/api/policies/%2F/polview-xpol")
