@@ -17,6 +17,7 @@ route, the API's included (session.py's origin rule, in app.py's middleware).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from ackmq.broker.access import AccessError
+from ackmq.broker.arguments import declared_type
 from ackmq.broker.errors import ReplyError
 from ackmq.protocol.amqp.property_names import RABBIT_NAMES
 from ackmq.server import ops, views
@@ -112,6 +114,7 @@ def _abbr(title: str, short: str) -> str:
     return f'<abbr title="{e(title)}">{e(short)}</abbr>'
 
 
+@functools.lru_cache(maxsize=1024)  # a few policies, shown on up to 500 rows a page
 def _policy_link(kind: str, vhost: str, name: str | None, title: str) -> str:
     """A policy's badge linking to its row on /policies (RabbitMQ's fmt_policy_short)."""
     if not name:
@@ -142,9 +145,11 @@ def features(obj: Any, vhost: str, exclusive: bool = False, policy: str | None =
 
 
 def _features(q: Any) -> str:
-    pol = views.policy_fields(q)
-    return features(q, q.vhost.name, q.exclusive_owner is not None, pol["policy"],
-                    pol["operator_policy"])
+    vhost = q.vhost.name
+    pol, op = q.vhost.broker.policies.in_force(vhost, "queue", q.name,
+                                               declared_type(q.arguments))
+    return features(q, vhost, q.exclusive_owner is not None, pol and pol.name,
+                    op and op.name)
 
 
 def _qtype(q: Any) -> str:
