@@ -20,6 +20,7 @@ from typing import Any
 
 import pika
 import pytest
+from support.mgmthelp import Target
 from support.uihelp import browser_login, chrome
 
 import ackmq
@@ -121,6 +122,30 @@ def test_M2_purge_from_the_queue_page(broker: ackmq.EmbeddedBroker, browser: Any
              "the purge message")
     assert text(browser, "#q-ready") == "0"
     assert depth(broker.url, "ui-purge") == 0
+
+
+def test_M5_ui_policy_badge_leads_to_the_policy(broker: ackmq.EmbeddedBroker,
+                                                browser: Any) -> None:
+    """A queue under a policy shows the policy's badge on /queues (as RabbitMQ's UI);
+    clicking it opens Policies (in the top navigation) at the policy's row."""
+    api = Target("ackmq", broker.http_url, broker.url)
+    r = api.call("PUT", "/api/policies/%2F/ui-cap", {
+        "pattern": "^ui-capped$", "apply-to": "queues", "definition": {"max-length": 3}})
+    assert r.status in (201, 204), r
+    try:
+        publish(broker.url, "ui-capped", 0)
+        browser.get(broker.http_url + "/queues")
+        browser.find_element("link text", "ui-cap").click()
+        wait_for(lambda: browser.current_url.endswith("/policies#policy/%2F/ui-cap"),
+                 "the policies page")
+        assert browser.execute_script("return document.querySelector(':target').id"
+                                      ) == "policy/%2F/ui-cap"
+        assert browser.find_element("css selector", "nav a.on").text == "Policies"
+        browser.get(broker.http_url + "/queue?vhost=%2F&name=ui-capped")
+        details = wait_for(lambda: text(browser, "#queue-details"), "the queue's details")
+        assert "Effective policy definition {\"max-length\": 3}" in details, details
+    finally:
+        api.call("DELETE", "/api/policies/%2F/ui-cap")
 
 
 def test_M2_publish_and_get_from_the_queue_page(broker: ackmq.EmbeddedBroker,

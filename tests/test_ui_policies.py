@@ -1,4 +1,4 @@
-"""M2/M5: the web UI's policies page (Admin → Policies): list, add, refuse with
+"""M2/M5: the web UI's policies page (Policies in the navigation): list, add, refuse with
 RabbitMQ's text, delete; policymaker for policies, administrator for operator policies."""
 
 from __future__ import annotations

@@ -422,14 +422,14 @@ KEYS: tuple[Key, ...] = (
     # not checked by RabbitMQ 3.10 (a locator it has no module for crashes the channel)
     Key("x-queue-master-locator", types={"classic": 13},
         policy=_p_choice(MASTER_LOCATORS, "{} invalid queue-master-locator value"),
-        merge=ARGUMENT, no_effect=True),
+        merge=ARGUMENT, no_effect=True, abbr="ML"),
     # ackmq's own on classic and quorum queues, checked and compared in this order after
     # RabbitMQ's: a delivery limit on every such queue (D10; RabbitMQ's on quorum), the
     # consumer timeout (H2, L7), the opt-in delivery headers (S2, D10), deduplication (the
     # message-deduplication plugin's, dedup.py), x-delay on any route (delayed.py), the
     # redelivery back-off (L6: RabbitMQ 4.3's keys, the multiplier ackmq's)
     Key("x-delivery-limit", types={"quorum": 13}, check=_non_neg, own=True,
-        policy=_p_nonneg("delivery limit"), operator=True, merge=LOWER, abbr="DLim"),
+        policy=_p_nonneg("delivery limit"), operator=True, merge=LOWER, abbr="DlL"),
     Key("x-consumer-timeout", check=_non_neg, own=True, consume=True,
         policy=_p_nonneg("consumer timeout"), merge=LOWER),
     Key(SEQ_HEADER, check=_bool, own=True),
@@ -445,7 +445,8 @@ KEYS: tuple[Key, ...] = (
     Key("x-delayed-retry-multiplier", check=_retry_multiplier, own=True, consume=True,
         policy=_p_retry("delayed retry multiplier"), merge=ARGUMENT),
     # an exchange's (its type checked in vhost.py, before the rest)
-    Key("alternate-exchange", scope=EXCHANGE, policy=_p_text("alternate exchange name")),
+    Key("alternate-exchange", scope=EXCHANGE, policy=_p_text("alternate exchange name"),
+        abbr="AE"),
     # basic.consume's arguments (RabbitMQ's consumer_arguments), checked in this order
     Key("x-priority", scope=CONSUME, types={"classic": 2, "quorum": 1}, check=_integer),
     Key("x-cancel-on-ha-failover", scope=CONSUME, types={"classic": 1}, check=_bool),

@@ -17,6 +17,8 @@ route, the API's included (session.py's origin rule, in app.py's middleware).
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,12 +27,14 @@ from aiohttp import web
 
 from ackmq.broker import argument_table
 from ackmq.broker.access import AccessError
+from ackmq.broker.arguments import declared_type
 from ackmq.broker.errors import ReplyError
 from ackmq.protocol.amqp.property_names import RABBIT_NAMES
 from ackmq.server import ops, views
 from ackmq.server.http.app import SERVER_KEY, has_tag
 from ackmq.server.http.sampler import SAMPLER_KEY, RateSampler
 from ackmq.server.http.ui_html import (
+    as_json,
     bar,
     chart,
     duration,
@@ -40,6 +44,7 @@ from ackmq.server.http.ui_html import (
     href,
     num,
     page,
+    policy_anchor,
     rate,
     secs,
     size,
@@ -95,18 +100,63 @@ def _queue(request: web.Request, vhost: str, name: str) -> Any:
     return q
 
 
+# the order RabbitMQ's UI (its global.js KNOWN_ARGS) shows the labels of the arguments it
+# knows, after D, AD, I, Excl; each label is declared with its key (argument_table's
+# `abbr`); every other argument is folded into "Args"
+LABEL_ORDER = ("AE", "TTL", "Exp", "Lim", "Lim B", "DlL", "Ovfl", "DLX", "DLK", "ML", "Pri",
+               "SAC")
+
+
+def known_args() -> list[tuple[str, str]]:
+    """(argument, label) of every labelled key, in RabbitMQ's UI order (read per call,
+    so a key added to the table is shown with its label)."""
+    rank = {label: i for i, label in enumerate(LABEL_ORDER)}
+    return sorted(argument_table.INDEX.abbr.items(),
+                  key=lambda kv: rank.get(kv[1], len(rank)))
+
+
+def _abbr(title: str, short: str) -> str:
+    return f'<abbr title="{e(title)}">{e(short)}</abbr>'
+
+
+@functools.lru_cache(maxsize=1024)  # a few policies, shown on up to 500 rows a page
+def _policy_link(kind: str, vhost: str, name: str | None, title: str) -> str:
+    """A policy's badge linking to its row on /policies (RabbitMQ's fmt_policy_short)."""
+    if not name:
+        return ""
+    target = f"/policies#{policy_anchor(kind, vhost, name)}"
+    return (f'<abbr class="policy" title="{e(title)}: {e(name)}">'
+            f'<a href="{e(target)}">{e(name)}</a></abbr>')
+
+
+def features(obj: Any, vhost: str, exclusive: bool = False, policy: str | None = None,
+             operator_policy: str | None = None) -> str:
+    """A queue's or exchange's features as RabbitMQ's lists show them: D, AD, I, Excl,
+    the known arguments' short names (TTL, DLX, ...), "Args" for the others (hover:
+    their JSON), then the policy and operator policy in force, linked."""
+    args = views.jsonable(obj.arguments)
+    f = [_abbr(f"{flag}: true", short) for flag, short, on in (
+        ("durable", "D", obj.durable), ("auto-delete", "AD", obj.auto_delete),
+        ("internal", "I", getattr(obj, "internal", False)),
+        ("exclusive", "Excl", exclusive)) if on]
+    known = known_args()
+    f += [_abbr(f"{k}: {json.dumps(args[k], ensure_ascii=False)}", short)
+          for k, short in known if k in args and args[k] is not False]
+    labelled = {k for k, _short in known}
+    others = {k: v for k, v in args.items() if k not in labelled}
+    if others:
+        f.append(_abbr(json.dumps(others, ensure_ascii=False, sort_keys=True), "Args"))
+    f += [_policy_link("policy", vhost, policy, "Policy"),
+          _policy_link("operator", vhost, operator_policy, "Operator policy")]
+    return " ".join(x for x in f if x)
+
+
 def _features(q: Any) -> str:
-    f = []
-    if q.durable:
-        f.append('<abbr title="durable">D</abbr>')
-    if q.auto_delete:
-        f.append('<abbr title="auto-delete">AD</abbr>')
-    if q.exclusive_owner is not None:
-        f.append('<abbr title="exclusive">Excl</abbr>')
-    for k in sorted(q.arguments):
-        if k != "x-queue-type":
-            f.append(f'<abbr title="{e(k)}: {e(q.arguments[k])}">{e(_short_arg(k))}</abbr>')
-    return " ".join(f)
+    vhost = q.vhost.name
+    pol, op = q.vhost.broker.policies.in_force(vhost, "queue", q.name,
+                                               declared_type(q.arguments))
+    return features(q, vhost, q.exclusive_owner is not None, pol and pol.name,
+                    op and op.name)
 
 
 def _short_arg(k: str) -> str:
@@ -269,13 +319,23 @@ async def queue_page(request: web.Request, flash: str = "", error: bool = False,
     q = _queue(request, vhost, name)
     inc, dlv, ack = request.app[SAMPLER_KEY].queue(q)
     vh = q.vhost
-    details = table(["Type", "Features", "Ready", "Unacked", "Total", "Consumers",
-                     "Incoming", "Deliver / get", "Ack"],
-                    [[e(_qtype(q)), _features(q) or "–",
-                      f'<span id="q-ready">{num(q.message_count)}</span>',
+    counts = table(["Type", "Ready", "Unacked", "Total", "Consumers",
+                    "Incoming", "Deliver / get", "Ack"],
+                   [[e(_qtype(q)),
+                     f'<span id="q-ready">{num(q.message_count)}</span>',
                       f'<span id="q-unacked">{num(q.unacked_count)}</span>',
-                      num(q.message_count + q.unacked_count), num(q.consumer_count),
-                      rate(inc), rate(dlv), rate(ack)]], "queue")
+                     num(q.message_count + q.unacked_count), num(q.consumer_count),
+                     rate(inc), rate(dlv), rate(ack)]], "queue")
+    pol = views.policy_fields(q)
+    # RabbitMQ's queue page's Details: what was declared, and what policies add to it
+    details = counts + table(["", ""], [
+        ["Features", _features(q) or "–"],
+        ["Arguments", as_json(q.arguments, "–")],
+        ["Policy", _policy_link("policy", vh.name, pol["policy"], "Policy") or "–"],
+        ["Operator policy", _policy_link("operator", vh.name, pol["operator_policy"],
+                                         "Operator policy") or "–"],
+        ["Effective policy definition", as_json(pol["effective_policy_definition"], "–")],
+    ], "queue-details")
     names = {id(ch): (views.connection_name(c), n) for c in _server(request).connections
              for n, ch in views.channels_of(c)}
     consumers = table(["Channel", "Consumer tag", "Ack required", "Prefetch", "Unacked",
@@ -289,7 +349,7 @@ async def queue_page(request: web.Request, flash: str = "", error: bool = False,
     for x in sorted(vh.exchanges.values(), key=lambda x: x.name):
         for b in x.bindings.values():
             if b.destination is q:
-                bindings.append([e(x.name), e(b.routing_key), e(b.arguments or ""), ""])
+                bindings.append([e(x.name), e(b.routing_key), as_json(b.arguments), ""])
     live = (f'{details}<h2>Consumers</h2>{consumers}'
             f'<h2>Bindings</h2>{table(["From exchange", "Routing key", "Arguments", ""], bindings, "bindings")}')
     ident = hidden(vhost=vhost, name=name)
@@ -361,17 +421,16 @@ async def exchanges_page(request: web.Request) -> web.Response:
         if vh is None:
             continue
         for name, x in sorted(vh.exchanges.items()):
-            feats = " ".join(f for f, on in (("D", x.durable), ("AD", x.auto_delete),
-                                             ("I", x.internal)) if on)
             delayed = getattr(x, "messages_delayed", None)  # L8
-            xs.append([e(v), e(name or "(AMQP default)"), e(x.type), e(feats),
-                       e(x.arguments or ""), num(len(x.bindings)),
+            xs.append([e(v), e(name or "(AMQP default)"), e(x.type),
+                       features(x, v, policy=x.policy), as_json(x.arguments),
+                       num(len(x.bindings)),
                        "" if delayed is None else num(delayed)])
             for b in x.bindings.values():
                 d = b.destination
                 kind = "exchange" if hasattr(d, "bindings") else "queue"
                 bs.append([e(v), e(name), e(kind), e(d.name), e(b.routing_key),
-                           e(b.arguments or "")])
+                           as_json(b.arguments)])
     live = (table(["Vhost", "Name", "Type", "Features", "Arguments", "Bindings", "Delayed"], xs,
                   "exchanges")
             + "<h2>Bindings</h2>"
@@ -504,14 +563,14 @@ def _get(request: web.Request, q: Any, data: Any) -> str:
     parts = []
     for i, m in enumerate(got, 1):
         props = m["properties"] or {}
-        shown = ", ".join(f"{k}: {v}" for k, v in props.items() if k != "headers")
+        others = {k: v for k, v in props.items() if k != "headers"}
         parts.append(table(["Message", str(i)], [
             ["Exchange", e(m["exchange"] or "(AMQP default)")],
             ["Routing key", e(m["routing_key"])],
             ["Redelivered", e(m["redelivered"])],
             ["Remaining", e(m["message_count"])],
-            ["Properties", e(shown or "–")
-             + (e(f" · headers: {props['headers']}") if props.get("headers") else "")],
+            ["Properties", as_json(others, "–")],
+            ["Headers", as_json(props.get("headers"), "–")],
             ["Payload", f'<pre class="payload">{e(m["payload"])}</pre> '
                         f'<span class="hint">{m["payload_bytes"]} bytes, '
                         f'{m["payload_encoding"]}</span>']]))

@@ -5,16 +5,34 @@ that comes from a client (queue names, headers, payloads) goes through `e()`."""
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
+
+from ackmq.server.views import jsonable
 
 NAV = (("/", "Overview"), ("/connections", "Connections"), ("/queues", "Queues"),
-       ("/exchanges", "Exchanges"), ("/admin", "Admin"))
+       ("/exchanges", "Exchanges"), ("/policies", "Policies"), ("/admin", "Admin"))
 
 
 def e(v: Any) -> str:
     return html.escape("" if v is None else str(v), quote=True)
+
+
+def as_json(v: Any, empty: str = "") -> str:
+    """An arguments / definition / headers value as the API shows it: JSON (AMQP text
+    as a string, not a Python repr such as `b'dlx'`), escaped; `empty` for none."""
+    if v is None or v == {}:
+        return e(empty)
+    text = json.dumps(jsonable(v), ensure_ascii=False, sort_keys=True)
+    return f'<code class="json">{e(text)}</code>'
+
+
+def policy_anchor(kind: str, vhost: str, name: str) -> str:
+    """The id of a policy's row on /policies (`kind`: policy or operator), which a
+    queue's or exchange's policy links to."""
+    return f"{kind}/{quote(vhost, safe='')}/{quote(name, safe='')}"
 
 
 def href(path: str, **params: str) -> str:

@@ -1,4 +1,4 @@
-"""The web UI's policies page (Admin → Policies, SPEC M5/M6): the policies and operator
+"""The web UI's policies page (Policies in the navigation, SPEC M5/M6): the policies and operator
 policies of the vhosts the user sees, a form to add (or replace) one and a button to
 delete each. A client of the same operations as the API and `ackmq ctl`
 (server/policy_ops.py), with the API's rules: policies need the policymaker tag,
@@ -6,7 +6,6 @@ operator policies administrator; a refused policy shows RabbitMQ's text."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
@@ -16,7 +15,7 @@ from ackmq.server import policy_ops
 from ackmq.server.http.app import has_tag
 from ackmq.server.http.common import parse_json
 from ackmq.server.http.ui import back, render, ui_server, user_vhosts
-from ackmq.server.http.ui_html import e, form, hidden, table
+from ackmq.server.http.ui_html import as_json, e, form, hidden, policy_anchor, table
 from ackmq.server.ops import OpError
 
 KINDS = (("policy", "Policy"), ("operator", "Operator policy"))
@@ -27,9 +26,11 @@ def _rows(request: web.Request, operator: bool, may_change: bool) -> list[list[s
     rows = []
     for v in user_vhosts(request):
         for p in policy_ops.list_policies(broker, v, operator):
-            cells = [e(p["vhost"]), e(p["name"]), e(p["pattern"]), e(p["apply-to"]),
-                     e(json.dumps(p["definition"], sort_keys=True)), e(p["priority"])]
             kind = "operator" if operator else "policy"
+            anchor = policy_anchor(kind, p["vhost"], p["name"])
+            cells = [e(p["vhost"]), f'<a id="{e(anchor)}">{e(p["name"])}</a>',
+                     e(p["pattern"]), e(p["apply-to"]), as_json(p["definition"]),
+                     e(p["priority"])]
             cells.append(form("/policies/delete", hidden(vhost=p["vhost"], name=p["name"],
                                                          kind=kind),
                               "Delete", confirm=f"Delete {p['name']}?", cls="inline")
@@ -64,7 +65,7 @@ async def policies_page(request: web.Request) -> web.Response:
                   'cols="50" required>{"max-length": 1000}</textarea></label>')
         static = "<h2>Add / update a policy</h2>" + form("/policies/add", fields,
                                                          "Add / update policy")
-    return render(request, "Policies", "/admin", live, static)
+    return render(request, "Policies", "/policies", live, static)
 
 
 def _number(text: str) -> Any:
