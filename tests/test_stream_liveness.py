@@ -8,12 +8,15 @@ after half an interval and drops the peer after two (docs/stream-protocol.md).""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
 from conftest import BrokerProcess
-from rstream import schema
+from rstream import AMQPMessage, schema
 from support.streamraw import StreamPeer
 
 HANDSHAKE_TIMEOUT = 1.0  # --handshake-timeout of this module's broker
@@ -111,3 +114,50 @@ def test_C3_stream_handshake_timeout_drops_half_open(broker: BrokerProcess) -> N
     finally:
         for p in (opened, mid, bare):
             p.close()
+
+
+def _ctl(b: BrokerProcess, *args: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "ackmq", "ctl", "--data-dir", str(b.data_dir),
+                        *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def test_C3_U5_stream_publisher_blocked_by_an_alarm_alive_and_confirmed_after(
+        broker: BrokerProcess) -> None:
+    """A Publish during a memory alarm: the connection is not read (no PublishConfirm,
+    its Heartbeats unread; ours still go out) and, with a 1 s heartbeat, is not dropped for the silence
+    that causes (the silence is the broker's); once the alarm clears the publish is
+    confirmed. ackmq only: the alarm would block RabbitMQ's other users."""
+    stream = f"c3-alarm-{uuid.uuid4().hex[:8]}"
+    peer = StreamPeer(broker.stream_port)
+    try:
+        assert peer.login(heartbeat=1) == 1
+        assert peer.call(schema.Create(peer.next_corr(), stream=stream, arguments=[]),
+                         schema.CreateResponse).response_code == 1
+        assert peer.call(schema.DeclarePublisher(peer.next_corr(), publisher_id=1,
+                                                 reference="", stream=stream),
+                         schema.DeclarePublisherResponse).response_code == 1
+        _ctl(broker, "set_vm_memory_high_watermark", "0.0000001")
+        try:
+            time.sleep(1.5)  # the monitor sees the new watermark
+            peer.send(schema.Publish(publisher_id=1, messages=[schema.Message(
+                publishing_id=1, filter_value=None, data=bytes(AMQPMessage(body=b"a")))]))
+            seen: list[object] = []
+            end = time.monotonic() + 4.0  # four heartbeat intervals, all of it silent
+            while (left := end - time.monotonic()) > 0:
+                peer.sock.settimeout(left)
+                try:
+                    seen.append(peer.read())
+                except TimeoutError:
+                    break
+            assert seen and all(isinstance(f, schema.Heartbeat) for f in seen), seen
+        finally:
+            _ctl(broker, "set_vm_memory_high_watermark", "0.4")
+        peer.sock.settimeout(20.0)
+        confirm = peer.wait(schema.PublishConfirm)
+        assert list(confirm.publishing_ids) == [1]
+        peer.send(schema.Heartbeat())
+        assert peer.call(schema.Delete(peer.next_corr(), stream=stream),
+                         schema.DeleteResponse).response_code == 1
+    finally:
+        peer.close()
