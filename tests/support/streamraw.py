@@ -54,8 +54,10 @@ class StreamPeer:
         self.send(frame)
         return self.wait(reply)
 
-    def login(self, user: str = "guest", password: str = "guest", vhost: str = "/") -> int:
-        """The opening sequence; the code of the first refusal, or 1 (OK) once open."""
+    def login(self, user: str = "guest", password: str = "guest", vhost: str = "/",
+              heartbeat: int = 0) -> int:
+        """The opening sequence (our tune asks for `heartbeat` seconds, 0: none); the
+        code of the first refusal, or 1 (OK) once open."""
         self.call(schema.PeerProperties(self.next_corr(), properties=[]),
                   schema.PeerPropertiesResponse)
         self.call(schema.SaslHandshake(self.next_corr()), schema.SaslHandshakeResponse)
@@ -66,7 +68,7 @@ class StreamPeer:
         if r.response_code != 1:
             return int(r.response_code)
         tune = self.wait(schema.Tune)
-        self.send(schema.Tune(frame_max=tune.frame_max, heartbeat=0))
+        self.send(schema.Tune(frame_max=tune.frame_max, heartbeat=heartbeat))
         r = self.call(schema.Open(self.next_corr(), virtual_host=vhost), schema.OpenResponse)
         return int(r.response_code)
 

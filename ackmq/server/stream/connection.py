@@ -14,7 +14,6 @@ model channel's `ChannelOutput` (one channel per connection, in confirm mode).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +53,8 @@ _BEFORE_OPEN = {K.PEER_PROPERTIES, K.SASL_HANDSHAKE, K.SASL_AUTHENTICATE, K.TUNE
 class StreamConnection(ClientConnection):
     protocol = "stream"
     transitions = TRANSITIONS
+    heartbeat_frame = F.heartbeat()  # the Heartbeat command
+    log = log
     number = 0  # ChannelOutput: the one channel's number in the model's texts
     cancel_notify = False
 
@@ -110,12 +111,7 @@ class StreamConnection(ClientConnection):
         self.close_connection(K.INTERNAL_ERROR, text)
 
     # -- input ----------------------------------------------------------------------------
-    def data_received(self, data: bytes) -> None:
-        self.last_recv = time.monotonic()
-        self.recv_oct += len(data)
-        self.recv_cnt += 1
-        if self.reading_paused and self.transport is not None:
-            self.transport.pause_reading()
+    def _input(self, data: bytes) -> None:
         if self.state == S.CLOSED:
             return
         try:
@@ -227,9 +223,7 @@ class StreamConnection(ClientConnection):
                         got.user, self.peer)
             code = K.SASL_AUTHENTICATION_FAILURE_LOOPBACK if got.kind == LOOPBACK_ONLY \
                 else K.AUTHENTICATION_FAILURE
-            self.write(F.sasl_authenticate_response(c.correlation_id, code))
-            self._to(S.CLOSING)
-            self._close_soon()
+            self._close_with(F.sasl_authenticate_response(c.correlation_id, code))
             return
         self.user = got
         self._to(S.TUNING)
@@ -247,9 +241,8 @@ class StreamConnection(ClientConnection):
                         self.peer, self.user, name,
                         f": limit {refusal.limit}" if refusal is not None and refusal.limit
                         else "")
-            self.write(F.open_response(c.correlation_id, K.VIRTUAL_HOST_ACCESS_FAILURE, None))
-            self._to(S.CLOSING)
-            self._close_soon()
+            self._close_with(F.open_response(c.correlation_id, K.VIRTUAL_HOST_ACCESS_FAILURE,
+                                             None))
             return
         self.vhost = vhost
         ch = broker.open_channel(vhost, self, self, self.user, "stream")
@@ -261,11 +254,10 @@ class StreamConnection(ClientConnection):
         host, port = self.advertised()
         self.write(F.open_response(c.correlation_id, K.OK, {
             "advertised_host": host, "advertised_port": str(port)}))
-        if self._close_timer is not None:
-            self._close_timer.cancel()
-            self._close_timer = None
-        if self.heartbeat:
-            self._hb_timer = self.ctx.loop.call_later(self.heartbeat, self._heartbeat_tick)
+        self._handshake_done()
+        # RabbitMQ's stream reader: a Heartbeat after half the negotiated interval of
+        # quiet; a peer silent for two intervals is dropped (0: none)
+        self.start_heartbeats(self.heartbeat / 2, 2 * self.heartbeat)
 
     def advertised(self) -> tuple[str, int]:
         """The host and port this broker is reached at, as metadata and open name it
@@ -306,67 +298,14 @@ class StreamConnection(ClientConnection):
         if self.state in (S.CLOSING, S.CLOSED):
             return
         log.info("closing stream protocol connection %s: %d %s", self.peer, code, reason)
-        self._release()
-        self._to(S.CLOSING)
-        self.write(F.close_request(self._close_correlation, code, reason[:1000]))
-        self._close_soon()
+        self._close_with(F.close_request(self._close_correlation, code, reason[:1000]))
 
-    def _close_soon(self) -> None:
-        self.ctx.request_flush()
-        if self._close_timer is not None:
-            self._close_timer.cancel()
-        self._close_timer = self.ctx.loop.call_later(1.0, self._shutdown)
+    def _close_forced(self, text: str) -> None:
+        self.close_connection(K.INTERNAL_ERROR, text)  # RabbitMQ: connection_forced
 
-    def _shutdown(self) -> None:
-        self._release()
-        self._to(S.CLOSED)
-        self.flush()
-        self.close_transport()
-
-    def _release(self) -> None:
-        for t in (self._hb_timer, self._close_timer):
-            if t is not None:
-                t.cancel()
-        self._hb_timer = self._close_timer = None
+    def _release_channels(self) -> None:
         self.subscriptions.close()
         self.publishers.close()
         ch, self.channel = self.channel, None
         if ch is not None:
             ch.close()
-        if self.vhost is not None:
-            self.vhost.connection_closed(self)
-        self.ctx.request_flush()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._release()
-        self._to(S.CLOSED)
-        self.out.clear()
-        self.ctx.connections.discard(self)
-
-    def force_close(self, text: str) -> None:
-        if self.state == S.OPEN:
-            self.close_connection(K.INTERNAL_ERROR, text)  # RabbitMQ: connection_forced
-        else:
-            self._shutdown()
-
-    def _handshake_timeout(self) -> None:
-        self._close_timer = None
-        if self.state != S.OPEN:
-            log.info("stream protocol handshake timeout from %s", self.peer)
-            self._shutdown()
-
-    # -- heartbeats ---------------------------------------------------------------------------
-    def _heartbeat_tick(self) -> None:
-        self._hb_timer = None
-        if self.state != S.OPEN or self.transport is None:
-            return
-        now = time.monotonic()
-        hb = self.heartbeat
-        if now - self.last_recv > 2 * hb and not self.alarm_blocked and not self.reading_paused:
-            log.info("stream protocol peer %s missed its heartbeats, closing", self.peer)
-            self._shutdown()
-            return
-        if now - self.last_sent >= hb / 2:
-            self.write(F.heartbeat())
-            self.ctx.request_flush()
-        self._hb_timer = self.ctx.loop.call_later(max(hb / 2, 0.05), self._heartbeat_tick)
