@@ -24,6 +24,14 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stomp-port", type=int, default=D.stomp_port,
                    help=f"STOMP port (default {D.stomp_port}); 0 picks a free one")
     p.add_argument("--no-stomp", action="store_true", help="no STOMP listener")
+    p.add_argument("--mqtt-port", type=int,
+                   default=int(os.environ.get("ACKMQ_MQTT_PORT") or D.mqtt_port),
+                   help=f"MQTT 3.1/3.1.1/5.0 port (default {D.mqtt_port}, or env "
+                        "ACKMQ_MQTT_PORT); 0 picks a free one (docs/mqtt.md)")
+    p.add_argument("--no-mqtt", action="store_true", help="no MQTT listener")
+    p.add_argument("--mqtt-anonymous-user", default=D.mqtt_anonymous_user,
+                   help="an MQTT CONNECT without a user name logs in as this user "
+                        "(default: refused, as 'not authorized')")
     p.add_argument("--no-amqp10", action="store_true",
                    help="AMQP 0-9-1 only on the AMQP port(s): no AMQP 1.0 (docs/amqp10.md)")
     p.add_argument("--amqp10-anonymous-user", default=D.amqp10_anonymous_user,
@@ -156,6 +164,10 @@ def serve(args: argparse.Namespace) -> int:
         print(f"ackmq: --stomp-port must be between 0 and 65535, got {args.stomp_port}",
               file=sys.stderr)
         return 2
+    if not 0 <= args.mqtt_port <= 65535:
+        print(f"ackmq: --mqtt-port must be between 0 and 65535, got {args.mqtt_port}",
+              file=sys.stderr)
+        return 2
     if args.tls_port is not None and not 0 <= args.tls_port <= 65535:
         print(f"ackmq: --tls-port must be between 0 and 65535, got {args.tls_port}",
               file=sys.stderr)
@@ -197,6 +209,8 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     cfg = Config(host=args.host, port=args.port,
                  stomp_port=None if args.no_stomp else args.stomp_port,
+                 mqtt_port=None if args.no_mqtt else args.mqtt_port,
+                 mqtt_anonymous_user=args.mqtt_anonymous_user,
                  amqp10=not args.no_amqp10, amqp10_anonymous_user=args.amqp10_anonymous_user,
                  amqp10_rabbitmq_compat=args.amqp10_rabbitmq_compat,
                  data_dir=None if args.no_persistence else args.data_dir,
@@ -250,11 +264,13 @@ def serve(args: argparse.Namespace) -> int:
         where = "no persistence" if cfg.data_dir is None else f"data dir {cfg.data_dir}"
         if server.all_interfaces:
             bound = server.bound + [f"{b} (STOMP)" for b in server.stomp_bound]
+            bound += [f"{b} (MQTT)" for b in server.mqtt_bound]
             bound += [f"{b} (HTTP)" for b in (server.http.bound if server.http else [])]
             where = f"on all interfaces: {', '.join(bound)}; {where}"
         http = server.http
         urls = " and ".join(u for u in (url, server.stomp_url, server.tls_url,
-                                         server.stomp_tls_url, http and http.url,
+                                         server.stomp_tls_url, server.mqtt_url,
+                                         http and http.url,
                                          http and http.https_url) if u)
         log.info("ackmq listening on %s (%s, fsync %s)", urls, where,
                  "on" if cfg.fsync else "OFF")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-PROTOCOLS = ("amqp091", "stomp", "amqp10")
+PROTOCOLS = ("amqp091", "stomp", "amqp10", "mqtt")
 
 
 class MessageStats:

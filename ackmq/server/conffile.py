@@ -147,6 +147,8 @@ SHARED: dict[str, Callable[[str], dict[str, Any]]] = {
     "stomp.listeners.tcp": lambda v: {"no_stomp": _disable(v)},
     "stomp.listeners.ssl.*": lambda v: _split("stomp_tls_port", v),
     "stomp.ssl_cert_login": lambda v: {"stomp_ssl_cert_login": boolean(v)},
+    "mqtt.listeners.tcp.*": lambda v: _split("mqtt_port", v),
+    "mqtt.listeners.tcp": lambda v: {"no_mqtt": _disable(v)},
     "management.tcp.port": lambda v: {"http_port": port(v)},
     "management.ssl.port": lambda v: {"https_port": port(v)},
     "prometheus.tcp.port": lambda v: {"prometheus_port": port(v)},
@@ -180,7 +182,7 @@ SHARED: dict[str, Callable[[str], dict[str, Any]]] = {
 FIXED = {"frame_max": 131072, "channel_max": 2047}
 # friendlier spellings of the negative flags: ackmq.fsync = false is --no-fsync
 INVERTED = {"ackmq.fsync": "no_fsync", "ackmq.persistence": "no_persistence",
-            "ackmq.stomp": "no_stomp", "ackmq.http": "no_http"}
+            "ackmq.stomp": "no_stomp", "ackmq.http": "no_http", "ackmq.mqtt": "no_mqtt"}
 
 
 # string options checked here, so that their error names the line

@@ -82,6 +82,7 @@ class HttpContext:
     stomp_port: int = 0
     stomp_tls_port: int = 0
     http: HttpPorts | None = None
+    mqtt_port: int = 0
 
     @property
     def broker(self) -> BrokerModel:

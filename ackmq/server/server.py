@@ -61,6 +61,11 @@ def _stomp(ctx: FrontEnd) -> ClientConnection:
     return StompConnection(ctx)
 
 
+def _mqtt(ctx: FrontEnd) -> ClientConnection:
+    from ackmq.server.mqtt.connection import MQTTConnection
+    return MQTTConnection(ctx)
+
+
 @dataclass(eq=False)
 class Listener:
     """One protocol on one port (plain or TLS), and where it ended up listening."""
@@ -97,6 +102,9 @@ class Server:
         self.stomp_bound: list[str] = []
         self.stomp_tls_url = ""  # stomp+ssl://host:port, "" without a STOMP TLS listener
         self.stomp_tls_port = 0
+        self.mqtt_url = ""  # mqtt://host:port, "" without an MQTT listener
+        self.mqtt_port = 0
+        self.mqtt_bound: list[str] = []
         self._tls_ctx: Any = None  # one ssl.SSLContext for every TLS listener
         self._spill_tmp: str | None = None
         self._streams_tmp: str | None = None
@@ -185,7 +193,7 @@ class Server:
         host = await self._start_listeners()
         # what the management front ends (server/http/, server/ctl/) reach
         mgmt = HttpContext(self.ctx, self.alarms, self.port, self.tls_port, self.stomp_port,
-                           self.stomp_tls_port)
+                           self.stomp_tls_port, mqtt_port=self.mqtt_port)
         if cfg.http_port is not None or cfg.https_port is not None:
             await self._start_http(host, mgmt)  # the management API (M1), on the same loop
         if cfg.data_dir is not None and cfg.admin_socket:
@@ -226,6 +234,8 @@ class Server:
         if cfg.stomp_tls_port is not None:
             wanted.append(Listener("STOMP over TLS", "stomp+ssl", cfg.stomp_tls_port, _stomp,
                                    tls=True))
+        if cfg.mqtt_port is not None:
+            wanted.append(Listener("MQTT", "mqtt", cfg.mqtt_port, _mqtt))
         host = ""
         for listener in wanted:
             await self._listen(listener)
@@ -241,6 +251,9 @@ class Server:
                 self.tls_url, self.tls_port = listener.url + "/", listener.bound_port
             elif listener.scheme == "stomp+ssl":
                 self.stomp_tls_url, self.stomp_tls_port = listener.url, listener.bound_port
+            elif listener.scheme == "mqtt":
+                self.mqtt_url, self.mqtt_port = listener.url, listener.bound_port
+                self.mqtt_bound = listener.bound
         return host
 
     def _first_listener(self, amqp: Listener) -> str:

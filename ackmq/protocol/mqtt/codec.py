@@ -28,7 +28,6 @@ from .constants import (
     MQTT311,
     PACKET_NAMES,
     PACKET_TOO_LARGE,
-    PAIR,
     PINGREQ,
     PINGRESP,
     PROPERTIES,
@@ -66,8 +65,8 @@ from .packets import (
     PubRec,
     PubRel,
     SubAck,
-    Subscribe,
     SubOptions,
+    Subscribe,
     UnsubAck,
     Unsubscribe,
     Will,
@@ -220,6 +219,10 @@ class _Reader:
         return (self.utf8(), self.utf8())  # PAIR
 
 
+_ACKS: dict[int, type[PubAck | PubRec | PubRel | PubComp]] = {
+    PUBACK: PubAck, PUBREC: PubRec, PUBREL: PubRel, PUBCOMP: PubComp}
+
+
 # -- the decoder ----------------------------------------------------------------------------
 class Decoder:
     """Bytes in, packets out. `max_packet_size`: a larger packet (whole, fixed header
@@ -281,7 +284,7 @@ class Decoder:
                 code = r.byte()
                 if r.left():
                     props = r.properties(ptype)
-            cls = {PUBACK: PubAck, PUBREC: PubRec, PUBREL: PubRel, PUBCOMP: PubComp}[ptype]
+            cls: type[PubAck | PubRec | PubRel | PubComp] = _ACKS[ptype]
             p = cls(pid, code, props)
         elif ptype == SUBSCRIBE:
             p = self._subscribe(r)

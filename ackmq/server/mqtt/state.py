@@ -1,0 +1,129 @@
+"""What MQTT keeps beside the queues, once per broker: who holds which client id (session
+takeover), the retained messages (N5) and the QoS 2 packet identifiers received and not
+yet released (N3), both durable in the data dir (store/kvlog.py: `mqtt-retained.log`,
+`mqtt-qos2.log`), and the wills waiting for their delay (N6).
+
+Sessions themselves are queues and bindings (`mqtt-subscription-<client id>qos<n>` on
+amq.topic, as RabbitMQ's plugin names them): the store keeps them like any other."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ackmq.protocol.mqtt.topics import matches
+
+if TYPE_CHECKING:
+    from ackmq.server.context import FrontEnd
+
+_RETAINED = struct.Struct(">BI")  # qos, properties length; then properties, payload
+
+
+@dataclass(slots=True)
+class Retained:
+    topic: str
+    qos: int
+    properties: bytes  # AMQP properties, as the message was routed
+    payload: bytes
+
+
+@dataclass(eq=False)
+class MQTTState:
+    """One per broker model (`state_of(ctx)`)."""
+
+    ctx: FrontEnd
+    sessions: dict[tuple[str, str], Any] = field(default_factory=dict)  # (vhost, id) -> conn
+    retained: dict[str, dict[str, Retained]] = field(default_factory=dict)  # vhost -> topic
+    qos2: dict[tuple[str, str], set[int]] = field(default_factory=dict)  # (vhost, id) -> ids
+    wills: dict[tuple[str, str], asyncio.TimerHandle] = field(default_factory=dict)
+    _retained_log: Any = None
+    _qos2_log: Any = None
+
+    def open(self) -> None:
+        cfg = self.ctx.config
+        if cfg.data_dir is None:
+            return
+        from ackmq.store.kvlog import KVLog
+        self._retained_log = KVLog(cfg.data_dir, "mqtt-retained", cfg.fsync)
+        for key, value in self._retained_log.items.items():
+            vhost, _, topic = key.decode("utf-8", "surrogateescape").partition("\x00")
+            qos, plen = _RETAINED.unpack_from(value)
+            start = _RETAINED.size
+            self.retained.setdefault(vhost, {})[topic] = Retained(
+                topic, qos, value[start:start + plen], value[start + plen:])
+        self._qos2_log = KVLog(cfg.data_dir, "mqtt-qos2", cfg.fsync)
+        for key in self._qos2_log.items:
+            vhost, client, pid = key.decode("utf-8", "surrogateescape").split("\x00")
+            self.qos2.setdefault((vhost, client), set()).add(int(pid))
+
+    def sync(self) -> None:
+        """Make the retained and QoS 2 changes so far durable (before acknowledging)."""
+        for log in (self._retained_log, self._qos2_log):
+            if log is not None:
+                log.sync()
+
+    # -- retained messages (N5) ----------------------------------------------------------
+    def retain(self, vhost: str, topic: str, qos: int, properties: bytes,
+               payload: bytes) -> None:
+        """Keep (or, with an empty payload, clear) the retained message of `topic`."""
+        key = f"{vhost}\x00{topic}".encode("utf-8", "surrogateescape")
+        if not payload:
+            kept = self.retained.get(vhost)
+            if kept is not None:
+                kept.pop(topic, None)
+            if self._retained_log is not None:
+                self._retained_log.delete(key)
+            return
+        self.retained.setdefault(vhost, {})[topic] = Retained(topic, qos, properties, payload)
+        if self._retained_log is not None:
+            self._retained_log.put(key, _RETAINED.pack(qos, len(properties)) + properties
+                                   + payload)
+
+    def retained_for(self, vhost: str, flt: str) -> list[Retained]:
+        return [r for t, r in self.retained.get(vhost, {}).items() if matches(flt, t)]
+
+    # -- QoS 2 packet identifiers received (N3) -------------------------------------------
+    def qos2_ids(self, vhost: str, client: str) -> set[int]:
+        return self.qos2.setdefault((vhost, client), set())
+
+    def qos2_received(self, vhost: str, client: str, pid: int) -> None:
+        self.qos2_ids(vhost, client).add(pid)
+        if self._qos2_log is not None:
+            self._qos2_log.put(f"{vhost}\x00{client}\x00{pid}".encode(
+                "utf-8", "surrogateescape"), b"")
+
+    def qos2_released(self, vhost: str, client: str, pid: int) -> bool:
+        ids = self.qos2.get((vhost, client))
+        if ids is None or pid not in ids:
+            return False
+        ids.discard(pid)
+        if self._qos2_log is not None:
+            self._qos2_log.delete(f"{vhost}\x00{client}\x00{pid}".encode(
+                "utf-8", "surrogateescape"))
+        return True
+
+    def forget_session(self, vhost: str, client: str) -> None:
+        """A clean start: the old session's QoS 2 state goes with it."""
+        for pid in list(self.qos2.get((vhost, client), ())):
+            self.qos2_released(vhost, client, pid)
+        self.qos2.pop((vhost, client), None)
+
+    def close(self) -> None:
+        for log in (self._retained_log, self._qos2_log):
+            if log is not None:
+                log.close()
+
+
+_STATES: weakref.WeakKeyDictionary[Any, MQTTState] = weakref.WeakKeyDictionary()
+
+
+def state_of(ctx: FrontEnd) -> MQTTState:
+    """The broker's MQTT state, opened on first use (the first MQTT connection)."""
+    st = _STATES.get(ctx.broker)
+    if st is None:
+        st = _STATES[ctx.broker] = MQTTState(ctx)
+        st.open()
+    return st
