@@ -312,8 +312,8 @@ class MQTTConnection(Subscriptions, ClientConnection):
                               "a subscription identifier")
         try:
             check_name(topic)
-        except TopicError as e:
-            raise Refused(rc.TOPIC_NAME_INVALID, str(e)) from None
+        except TopicError as e:  # a MUST broken: protocol error, as Mosquitto (0x90 is
+            raise Refused(rc.PROTOCOL_ERROR, str(e)) from None  # for names well formed)
         qos, pid = p.qos, p.packet_id
         if qos == 2 and (pid in self.qos2_pending or pid in self._qos2_ids()):
             if pid not in self.qos2_pending:  # received before: PUBREC again, no copy

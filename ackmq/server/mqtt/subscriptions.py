@@ -179,12 +179,15 @@ class Subscriptions:
         for text, opts in p.topics:
             try:
                 flt = parse_filter(text)
-            except TopicError:
-                codes.append(rc.TOPIC_FILTER_INVALID if v5 else 0x80)
+            except TopicError as e:
+                if v5:  # 0x8F is for filters "correctly formed": this one is not (as Mosquitto)
+                    from ackmq.server.mqtt.connection import Refused
+                    raise Refused(rc.MALFORMED_PACKET, str(e)) from None
+                codes.append(0x80)
                 continue
-            if flt.share is not None and (not v5 or opts.no_local):
-                codes.append(rc.PROTOCOL_ERROR if v5 else 0x80)
-                continue
+            if flt.share is not None and opts.no_local:  # [MQTT-3.8.3-4]
+                from ackmq.server.mqtt.connection import Refused
+                raise Refused(rc.PROTOCOL_ERROR, "no local on a shared subscription")
             qos = opts.qos
             try:
                 new = self._subscribe(flt, qos, start)
