@@ -516,3 +516,20 @@ def test_N9_connections_listed_with_rabbitmqs_protocol_names(broker: BrokerProce
         + "/metrics", timeout=10).read().decode()
     assert 'protocol="mqtt"' in metrics
     _stop(a, b)
+
+
+def test_N1_mqtt_listener_from_the_config_file(tmp_path: Any) -> None:
+    """RabbitMQ's key, mqtt.listeners.tcp.default; `mqtt.listeners.tcp = none` turns it off."""
+    import argparse
+
+    from ackmq.cli import _serve_args
+    from ackmq.server.conffile import Option, load
+    p = argparse.ArgumentParser()
+    _serve_args(p)
+    opts = [Option(a.dest, a.type or str, a.nargs == 0) for a in p._actions
+            if a.dest not in ("help", "config")]
+    conf = tmp_path / "ackmq.conf"
+    conf.write_text("mqtt.listeners.tcp.default = 11883\n")
+    assert load(conf, opts)["mqtt_port"] == 11883
+    conf.write_text("mqtt.listeners.tcp = none\n")
+    assert load(conf, opts)["no_mqtt"] is True

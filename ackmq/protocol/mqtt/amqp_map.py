@@ -20,6 +20,7 @@ CORRELATION = "x-correlation-id"  # correlation data that is no short UTF-8 stri
 OWN = frozenset((PUBLISH_QOS, DUP, PAYLOAD_FORMAT, CORRELATION))
 
 _PLAIN: dict[tuple[int, bool], bytes] = {}  # (qos, dup) -> properties: the usual case
+_PLAIN_QOS: dict[bytes, int] = {}  # and back: a delivery's QoS without a header peek
 
 
 def properties_for(qos: int, dup: bool, props: dict[str, Any]) -> bytes:
@@ -29,6 +30,7 @@ def properties_for(qos: int, dup: bool, props: dict[str, Any]) -> bytes:
         if raw is None:
             raw = _PLAIN[(qos, dup)] = encode_fields(
                 {"delivery_mode": 2 if qos else 1, "headers": {PUBLISH_QOS: qos, DUP: dup}})
+            _PLAIN_QOS[raw] = qos
         return raw
     headers: dict[str, Any] = {PUBLISH_QOS: qos, DUP: dup}
     for name, value in props.get("user_property", ()):
@@ -58,6 +60,9 @@ def properties_for(qos: int, dup: bool, props: dict[str, Any]) -> bytes:
 
 def publish_qos(raw: bytes) -> int | None:
     """The QoS the message was published with, when an MQTT client published it."""
+    q = _PLAIN_QOS.get(raw)
+    if q is not None:
+        return q
     v = header_value(raw, PUBLISH_QOS)
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -65,6 +70,8 @@ def publish_qos(raw: bytes) -> int | None:
 def mqtt5_properties(raw: bytes, remaining_ms: int | None) -> dict[str, Any]:
     """The MQTT 5 PUBLISH properties of an AMQP message (from any protocol);
     `remaining_ms`: what is left of its expiry, if it has one."""
+    if remaining_ms is None and raw in _PLAIN_QOS:
+        return {}  # published over MQTT without properties: nothing to parse
     view: Any = PropertiesView(raw)
     out: dict[str, Any] = {}
     headers = view.headers or {}

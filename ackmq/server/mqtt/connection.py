@@ -254,7 +254,12 @@ class MQTTConnection(Subscriptions, ClientConnection):
         ch.confirm_select()
         receive_max = props.get("receive_maximum", 65535) if v5 else PREFETCH
         ch.basic_qos(0, receive_max, True)
-        present = self._open_session(self.clean)
+        try:
+            present = self._open_session(self.clean)
+        except ReplyError as e:  # e.g. an AMQP client's exclusive queue of that name
+            self.will = None
+            return self._connack_refused(
+                rc.NOT_AUTHORIZED if e.code == 403 else rc.SERVER_UNAVAILABLE, e.text)
         ack_props: dict[str, Any] = {}
         if v5:
             if assigned is not None:
