@@ -38,7 +38,7 @@ class OwnBroker:
         offset = self.log_path.stat().st_size
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ackmq", "serve", "--port", str(self.port),
-             *([] if self.stomp else ["--no-stomp"]), "--http-port", "0",
+             *([] if self.stomp else ["--no-stomp"]), "--no-mqtt", "--http-port", "0",
              "--data-dir", str(self.data_dir), *self.extra],
             stdout=log, stderr=subprocess.STDOUT)
         log.close()
