@@ -37,7 +37,7 @@ pytestmark = [
 # frames per listener: a few thousand where a connection is cheap, fewer where each
 # costs a TLS handshake (the bound is time: < 30 s each on a busy 2-core machine)
 SMOKE = {"amqp10": 3000, "stomp": 3000, "http": 3000, "admin": 1500, "amqps": 800, "stomps": 1000,
-         "amqps-handshake": 200, "stomps-handshake": 200, "https": 1000}
+         "amqps-handshake": 200, "stomps-handshake": 200, "https": 1000, "mqtt": 3000}
 
 
 @pytest.mark.parametrize("listener", fl.LISTENERS)
