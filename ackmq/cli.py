@@ -29,6 +29,10 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help=f"MQTT 3.1/3.1.1/5.0 port (default {D.mqtt_port}, or env "
                         "ACKMQ_MQTT_PORT); 0 picks a free one (docs/mqtt.md)")
     p.add_argument("--no-mqtt", action="store_true", help="no MQTT listener")
+    p.add_argument("--mqtt-tls-port", type=int, default=D.mqtt_tls_port,
+                   help="MQTT over TLS port (off unless given, as RabbitMQ's "
+                        "mqtt.listeners.ssl, usually 8883; 0 picks a free one); uses the "
+                        "--tls-cert/--tls-key/--tls-ca options")
     p.add_argument("--mqtt-anonymous-user", default=D.mqtt_anonymous_user,
                    help="an MQTT CONNECT without a user name logs in as this user "
                         "(default: refused, as 'not authorized')")
@@ -168,6 +172,10 @@ def serve(args: argparse.Namespace) -> int:
         print(f"ackmq: --mqtt-port must be between 0 and 65535, got {args.mqtt_port}",
               file=sys.stderr)
         return 2
+    if args.mqtt_tls_port is not None and not 0 <= args.mqtt_tls_port <= 65535:
+        print(f"ackmq: --mqtt-tls-port must be between 0 and 65535, got "
+              f"{args.mqtt_tls_port}", file=sys.stderr)
+        return 2
     if args.tls_port is not None and not 0 <= args.tls_port <= 65535:
         print(f"ackmq: --tls-port must be between 0 and 65535, got {args.tls_port}",
               file=sys.stderr)
@@ -181,7 +189,8 @@ def serve(args: argparse.Namespace) -> int:
         if port is not None and not 0 <= port <= 65535:
             print(f"ackmq: {opt} must be between 0 and 65535, got {port}", file=sys.stderr)
             return 2
-    if args.tls_port is None and args.stomp_tls_port is None and args.https_port is None and (
+    if args.tls_port is None and args.stomp_tls_port is None and args.https_port is None \
+            and args.mqtt_tls_port is None and (
             args.tls_cert or args.tls_key or args.tls_ca or args.tls_verify_peer
             or args.tls_fail_if_no_peer_cert):
         print("ackmq: the --tls-* options need --tls-port (e.g. --tls-port 5671) and/or "
@@ -211,6 +220,7 @@ def serve(args: argparse.Namespace) -> int:
                  stomp_port=None if args.no_stomp else args.stomp_port,
                  mqtt_port=None if args.no_mqtt else args.mqtt_port,
                  mqtt_anonymous_user=args.mqtt_anonymous_user,
+                 mqtt_tls_port=args.mqtt_tls_port,
                  amqp10=not args.no_amqp10, amqp10_anonymous_user=args.amqp10_anonymous_user,
                  amqp10_rabbitmq_compat=args.amqp10_rabbitmq_compat,
                  data_dir=None if args.no_persistence else args.data_dir,
@@ -270,6 +280,7 @@ def serve(args: argparse.Namespace) -> int:
         http = server.http
         urls = " and ".join(u for u in (url, server.stomp_url, server.tls_url,
                                          server.stomp_tls_url, server.mqtt_url,
+                                         server.mqtt_tls_url,
                                          http and http.url,
                                          http and http.https_url) if u)
         log.info("ackmq listening on %s (%s, fsync %s)", urls, where,

@@ -18,6 +18,9 @@ class Config:
     # name logs in as mqtt_anonymous_user (None: refused, "not authorized")
     mqtt_port: int | None = 1883
     mqtt_anonymous_user: str | None = None
+    # MQTT over TLS (N1), with the tls_* certificate options; off unless asked, as
+    # RabbitMQ's mqtt.listeners.ssl (its usual port is 8883); 0: a free port
+    mqtt_tls_port: int | None = None
     # the largest packet a client may send (5.0: told in CONNACK); 0: max_message_size
     # plus 64 KiB for the topic and properties
     mqtt_max_packet_size: int = 0

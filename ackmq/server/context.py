@@ -83,6 +83,7 @@ class HttpContext:
     stomp_tls_port: int = 0
     http: HttpPorts | None = None
     mqtt_port: int = 0
+    mqtt_tls_port: int = 0
 
     @property
     def broker(self) -> BrokerModel:

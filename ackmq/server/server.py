@@ -105,6 +105,8 @@ class Server:
         self.mqtt_url = ""  # mqtt://host:port, "" without an MQTT listener
         self.mqtt_port = 0
         self.mqtt_bound: list[str] = []
+        self.mqtt_tls_url = ""  # mqtts://host:port, "" without an MQTT TLS listener
+        self.mqtt_tls_port = 0
         self._tls_ctx: Any = None  # one ssl.SSLContext for every TLS listener
         self._spill_tmp: str | None = None
         self._streams_tmp: str | None = None
@@ -193,7 +195,8 @@ class Server:
         host = await self._start_listeners()
         # what the management front ends (server/http/, server/ctl/) reach
         mgmt = HttpContext(self.ctx, self.alarms, self.port, self.tls_port, self.stomp_port,
-                           self.stomp_tls_port, mqtt_port=self.mqtt_port)
+                           self.stomp_tls_port, mqtt_port=self.mqtt_port,
+                           mqtt_tls_port=self.mqtt_tls_port)
         if cfg.http_port is not None or cfg.https_port is not None:
             await self._start_http(host, mgmt)  # the management API (M1), on the same loop
         if cfg.data_dir is not None and cfg.admin_socket:
@@ -236,6 +239,9 @@ class Server:
                                    tls=True))
         if cfg.mqtt_port is not None:
             wanted.append(Listener("MQTT", "mqtt", cfg.mqtt_port, _mqtt))
+        if cfg.mqtt_tls_port is not None:
+            wanted.append(Listener("MQTT over TLS", "mqtts", cfg.mqtt_tls_port, _mqtt,
+                                   tls=True))
         host = ""
         for listener in wanted:
             await self._listen(listener)
@@ -254,6 +260,8 @@ class Server:
             elif listener.scheme == "mqtt":
                 self.mqtt_url, self.mqtt_port = listener.url, listener.bound_port
                 self.mqtt_bound = listener.bound
+            elif listener.scheme == "mqtts":
+                self.mqtt_tls_url, self.mqtt_tls_port = listener.url, listener.bound_port
         return host
 
     def _first_listener(self, amqp: Listener) -> str:
@@ -305,6 +313,7 @@ class Server:
             cfg = self.config
             asked = " / ".join(o for o, p in (("--tls-port", cfg.tls_port),
                                               ("--stomp-tls-port", cfg.stomp_tls_port),
+                                              ("--mqtt-tls-port", cfg.mqtt_tls_port),
                                               ("--https-port", cfg.https_port))
                                if p is not None)
             try:

@@ -65,7 +65,7 @@ def listeners(server: HttpContext) -> list[dict[str, Any]]:
     ip = cfg.host or "::"
     for proto, port in (("amqp", server.port), ("amqp/ssl", server.tls_port),
                         ("stomp", server.stomp_port), ("stomp/ssl", server.stomp_tls_port),
-                        ("mqtt", server.mqtt_port),
+                        ("mqtt", server.mqtt_port), ("mqtt/ssl", server.mqtt_tls_port),
                         ("http", server.http.port if server.http else 0),
                         ("https", server.http.https_port if server.http else 0)):
         if port:
