@@ -354,12 +354,20 @@ class MQTTConnection(Subscriptions, ClientConnection):
     def _on_pubrel(self, p: PubRel) -> None:
         """The client releases a QoS 2 message it sent: forget its id (durably), PUBCOMP."""
         pid = p.packet_id
-        known = self.mqtt is not None and self.vhost is not None and \
-            self.mqtt.qos2_released(self.vhost.name, self.client_id, pid)
-        if self.mqtt is not None:
-            self.mqtt.sync()
+        st = self.mqtt
+        known = st is not None and self.vhost is not None and \
+            st.qos2_released(self.vhost.name, self.client_id, pid)
         code = rc.SUCCESS if known or self.level != rc.MQTT5 else rc.PACKET_IDENTIFIER_NOT_FOUND
-        self.write(encode(PubComp(pid, code), self.level))
+        data = encode(PubComp(pid, code), self.level)
+        if st is not None and st.waiting:  # the id's release on disk first
+            st.after_sync(lambda: self._write_answers([data]))
+        else:
+            self.write(data)
+
+    def _write_answers(self, answers: list[bytes]) -> None:
+        if self.state == S.OPEN:
+            for data in answers:
+                self.write(data)
 
     # -- ChannelOutput: confirms --------------------------------------------------------
     def unroutable(self, message: Message) -> None:
@@ -389,21 +397,25 @@ class MQTTConnection(Subscriptions, ClientConnection):
                 self.qos2_pending.discard(pid)
                 if ack and st is not None and self.vhost is not None:
                     st.qos2_received(self.vhost.name, self.client_id, pid)
-        if st is not None:
-            st.sync()  # retained messages and QoS 2 ids: durable before the answer
+        answers = []
         for kind, pid, routed in done:
             if not ack:
                 if not v5:  # 3.1.1 cannot refuse one message: the client will resend it
                     self._disconnect(rc.QUOTA_EXCEEDED, "a queue refused a message")
                     return
-                self.write(encode(kind(pid, rc.QUOTA_EXCEEDED, {
+                answers.append(encode(kind(pid, rc.QUOTA_EXCEEDED, {
                     "reason_string": "a queue refused the message (full with "
                                      "x-overflow=reject-publish) or the storage failed"}),
                     self.level))
             elif v5 and not routed:
-                self.write(encode(kind(pid, rc.NO_MATCHING_SUBSCRIBERS), self.level))
+                answers.append(encode(kind(pid, rc.NO_MATCHING_SUBSCRIBERS), self.level))
             else:
-                self.write(encode(kind(pid), self.level))
+                answers.append(encode(kind(pid), self.level))
+        if st is not None and st.waiting:  # retained messages, QoS 2 ids: on disk first
+            st.after_sync(lambda: self._write_answers(answers))
+        else:
+            for data in answers:
+                self.write(data)
 
     # -- PINGREQ, DISCONNECT, keep alive ------------------------------------------------
     def _on_pingreq(self, p: PingReq) -> None:

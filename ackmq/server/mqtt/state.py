@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ class MQTTState:
     retained: dict[str, dict[str, Retained]] = field(default_factory=dict)  # vhost -> topic
     qos2: dict[tuple[str, str], set[int]] = field(default_factory=dict)  # (vhost, id) -> ids
     wills: dict[tuple[str, str], asyncio.TimerHandle] = field(default_factory=dict)
+    _after: list[Callable[[], None]] = field(default_factory=list)  # after_sync's
     _retained_log: Any = None
     _qos2_log: Any = None
 
@@ -64,6 +66,26 @@ class MQTTState:
         for log in (self._retained_log, self._qos2_log):
             if log is not None:
                 log.sync()
+
+    @property
+    def waiting(self) -> bool:
+        """Changes not yet synced, or answers waiting for a sync."""
+        return bool(self._after) or any(log is not None and log.dirty
+                                        for log in (self._retained_log, self._qos2_log))
+
+    def after_sync(self, fn: Callable[[], None]) -> None:
+        """Call `fn` once what was written so far is durable: one sync per loop turn for
+        every connection's answers (PUBACK, PUBREC, PUBCOMP), in the order asked."""
+        self._after.append(fn)
+        if len(self._after) == 1:
+            self.ctx.loop.call_soon(self._sync_now)
+
+    def _sync_now(self) -> None:
+        fns, self._after = self._after, []
+        self.sync()
+        for fn in fns:
+            fn()
+        self.ctx.request_flush()
 
     # -- retained messages (N5) ----------------------------------------------------------
     def retain(self, vhost: str, topic: str, qos: int, properties: bytes,
