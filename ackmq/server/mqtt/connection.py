@@ -320,10 +320,17 @@ class MQTTConnection(Subscriptions, ClientConnection):
         except TopicError as e:  # a MUST broken: protocol error, as Mosquitto (0x90 is
             raise Refused(rc.PROTOCOL_ERROR, str(e)) from None  # for names well formed)
         qos, pid = p.qos, p.packet_id
-        if qos == 2 and (pid in self.qos2_pending or pid in self._qos2_ids()):
-            if pid not in self.qos2_pending:  # received before: PUBREC again, no copy
-                self.write(encode(PubRec(pid), self.level))
-            return
+        if qos == 2:
+            if pid in self.qos2_pending:  # its PUBREC is on its way
+                return
+            if pid in self._qos2_ids():
+                if p.dup:  # received before: PUBREC again, no second copy
+                    self.write(encode(PubRec(pid), self.level))
+                    return
+                # without DUP it is a new message ([MQTT-3.3.1-1]): the id's release
+                # (PUBREL) had not reached the disk before a crash. So releases need no
+                # sync before PUBCOMP: a stale id never stops a new message
+                self._release_qos2(pid)
         ch = self.channel
         assert ch is not None and ch.confirms is not None
         raw = properties_for(qos, p.dup, props)
@@ -354,15 +361,14 @@ class MQTTConnection(Subscriptions, ClientConnection):
     def _on_pubrel(self, p: PubRel) -> None:
         """The client releases a QoS 2 message it sent: forget its id (durably), PUBCOMP."""
         pid = p.packet_id
-        st = self.mqtt
-        known = st is not None and self.vhost is not None and \
-            st.qos2_released(self.vhost.name, self.client_id, pid)
+        known = self._release_qos2(pid)
         code = rc.SUCCESS if known or self.level != rc.MQTT5 else rc.PACKET_IDENTIFIER_NOT_FOUND
-        data = encode(PubComp(pid, code), self.level)
-        if st is not None and st.waiting:  # the id's release on disk first
-            st.after_sync(lambda: self._write_answers([data]))
-        else:
-            self.write(data)
+        self.write(encode(PubComp(pid, code), self.level))
+
+    def _release_qos2(self, pid: int) -> bool:
+        st = self.mqtt
+        return st is not None and self.vhost is not None and \
+            st.qos2_released(self.vhost.name, self.client_id, pid)
 
     def _write_answers(self, answers: list[bytes]) -> None:
         if self.state == S.OPEN:
