@@ -515,6 +515,12 @@ def test_N9_connections_listed_with_rabbitmqs_protocol_names(broker: BrokerProce
         m.group(1) for line in broker.log if (m := re.search(r"(http://\S+:\d+)", line)))
         + "/metrics", timeout=10).read().decode()
     assert 'protocol="mqtt"' in metrics
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "ackmq", "ctl", "--data-dir",
+                          str(broker.data_dir), "list_connections", "protocol"],
+                         capture_output=True, text=True, timeout=60).stdout
+    assert "MQTT 3.1.1" in out and "MQTT 5-0" in out
     _stop(a, b)
 
 
