@@ -33,6 +33,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="MQTT over TLS port (off unless given, as RabbitMQ's "
                         "mqtt.listeners.ssl, usually 8883; 0 picks a free one); uses the "
                         "--tls-cert/--tls-key/--tls-ca options")
+    p.add_argument("--mqtt-ws-port", type=int, default=D.mqtt_ws_port,
+                   help="MQTT over WebSocket at /ws on this port (off unless given, as "
+                        "RabbitMQ's web_mqtt, usually 15675; 0 picks a free one)")
     p.add_argument("--mqtt-anonymous-user", default=D.mqtt_anonymous_user,
                    help="an MQTT CONNECT without a user name logs in as this user "
                         "(default: refused, as 'not authorized')")
@@ -172,6 +175,10 @@ def serve(args: argparse.Namespace) -> int:
         print(f"ackmq: --mqtt-port must be between 0 and 65535, got {args.mqtt_port}",
               file=sys.stderr)
         return 2
+    if args.mqtt_ws_port is not None and not 0 <= args.mqtt_ws_port <= 65535:
+        print(f"ackmq: --mqtt-ws-port must be between 0 and 65535, got {args.mqtt_ws_port}",
+              file=sys.stderr)
+        return 2
     if args.mqtt_tls_port is not None and not 0 <= args.mqtt_tls_port <= 65535:
         print(f"ackmq: --mqtt-tls-port must be between 0 and 65535, got "
               f"{args.mqtt_tls_port}", file=sys.stderr)
@@ -221,6 +228,7 @@ def serve(args: argparse.Namespace) -> int:
                  mqtt_port=None if args.no_mqtt else args.mqtt_port,
                  mqtt_anonymous_user=args.mqtt_anonymous_user,
                  mqtt_tls_port=args.mqtt_tls_port,
+                 mqtt_ws_port=None if args.no_mqtt else args.mqtt_ws_port,
                  amqp10=not args.no_amqp10, amqp10_anonymous_user=args.amqp10_anonymous_user,
                  amqp10_rabbitmq_compat=args.amqp10_rabbitmq_compat,
                  data_dir=None if args.no_persistence else args.data_dir,
@@ -280,7 +288,7 @@ def serve(args: argparse.Namespace) -> int:
         http = server.http
         urls = " and ".join(u for u in (url, server.stomp_url, server.tls_url,
                                          server.stomp_tls_url, server.mqtt_url,
-                                         server.mqtt_tls_url,
+                                         server.mqtt_tls_url, server.mqtt_ws_url,
                                          http and http.url,
                                          http and http.https_url) if u)
         log.info("ackmq listening on %s (%s, fsync %s)", urls, where,

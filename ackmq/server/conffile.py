@@ -150,6 +150,7 @@ SHARED: dict[str, Callable[[str], dict[str, Any]]] = {
     "mqtt.listeners.tcp.*": lambda v: _split("mqtt_port", v),
     "mqtt.listeners.tcp": lambda v: {"no_mqtt": _disable(v)},
     "mqtt.listeners.ssl.*": lambda v: _split("mqtt_tls_port", v),
+    "web_mqtt.tcp.port": lambda v: {"mqtt_ws_port": port(v)},
     "management.tcp.port": lambda v: {"http_port": port(v)},
     "management.ssl.port": lambda v: {"https_port": port(v)},
     "prometheus.tcp.port": lambda v: {"prometheus_port": port(v)},

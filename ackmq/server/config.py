@@ -21,6 +21,8 @@ class Config:
     # MQTT over TLS (N1), with the tls_* certificate options; off unless asked, as
     # RabbitMQ's mqtt.listeners.ssl (its usual port is 8883); 0: a free port
     mqtt_tls_port: int | None = None
+    # MQTT over WebSocket at /ws (RabbitMQ's web_mqtt, usually 15675); off unless asked
+    mqtt_ws_port: int | None = None
     # the largest packet a client may send (5.0: told in CONNACK); 0: max_message_size
     # plus 64 KiB for the topic and properties
     mqtt_max_packet_size: int = 0

@@ -107,6 +107,8 @@ class Server:
         self.mqtt_bound: list[str] = []
         self.mqtt_tls_url = ""  # mqtts://host:port, "" without an MQTT TLS listener
         self.mqtt_tls_port = 0
+        self.mqtt_ws: Any = None  # server/mqtt/websocket.MQTTWebSocketListener
+        self.mqtt_ws_url = ""  # ws://host:port/ws, "" without it
         self._tls_ctx: Any = None  # one ssl.SSLContext for every TLS listener
         self._spill_tmp: str | None = None
         self._streams_tmp: str | None = None
@@ -193,6 +195,8 @@ class Server:
             from ackmq.server import definitions
             definitions.load_file(self.ctx, cfg.load_definitions)
         host = await self._start_listeners()
+        if cfg.mqtt_ws_port is not None:
+            await self._start_mqtt_ws(host)
         # what the management front ends (server/http/, server/ctl/) reach
         mgmt = HttpContext(self.ctx, self.alarms, self.port, self.tls_port, self.stomp_port,
                            self.stomp_tls_port, mqtt_port=self.mqtt_port,
@@ -304,6 +308,20 @@ class Server:
         sock = next((s for s in socks if s.family == socket.AF_INET), socks[0])
         listener.bound_port = sock.getsockname()[1]
         listener.bound = [_host_port(s.getsockname()[0], s.getsockname()[1]) for s in socks]
+
+    async def _start_mqtt_ws(self, host: str) -> None:
+        """MQTT over WebSocket (server/mqtt/websocket.py), on aiohttp as the management API."""
+        from ackmq.server.mqtt.websocket import PATH, MQTTWebSocketListener
+        ws = MQTTWebSocketListener(self.ctx)
+        port = self.config.mqtt_ws_port
+        try:
+            await ws.start(self.config.host, port or 0)
+        except OSError as e:
+            self._close_listeners()
+            e.listener = f"{_host_port(self.config.host, port or 0)} (MQTT over WebSocket)"  # type: ignore[attr-defined]
+            raise
+        self.mqtt_ws = ws
+        self.mqtt_ws_url = f"ws://{_host_port(host, ws.port)}{PATH}"
 
     def _tls_context(self) -> Any:
         """The certificate options' context, made once; on a bad option the listeners
@@ -421,6 +439,8 @@ class Server:
             await self.admin.stop()
         if self.http is not None:
             await self.http.stop()
+        if self.mqtt_ws is not None:
+            await self.mqtt_ws.stop()
         if self.alarms is not None:
             self.alarms.stop()
         self._close_listeners()
