@@ -539,3 +539,30 @@ def test_N1_mqtt_listener_from_the_config_file(tmp_path: Any) -> None:
     assert load(conf, opts)["mqtt_port"] == 11883
     conf.write_text("mqtt.listeners.tcp = none\n")
     assert load(conf, opts)["no_mqtt"] is True
+
+
+def test_N2_stomp_and_mqtt_exchange_messages(broker: BrokerProcess, port: int) -> None:
+    """STOMP's /topic/a.b is amq.topic's a.b: an MQTT subscriber of a/b gets a STOMP SEND,
+    a STOMP subscriber of /topic/stomp.* an MQTT PUBLISH."""
+    import stomp
+    got: list[Any] = []
+
+    class Listener(stomp.ConnectionListener):
+        def on_message(self, frame: Any) -> None:
+            got.append(frame)
+
+    conn = stomp.Connection12([("127.0.0.1", broker.stomp_port)])
+    conn.set_listener("l", Listener())
+    conn.connect("guest", "guest", wait=True)
+    conn.subscribe("/topic/stomp.*", id="s1")
+    c = paho(port)
+    c.subscribe("from/stomp", 1)
+    time.sleep(0.3)
+    conn.send("/topic/from.stomp", b"hello mqtt", headers={"persistent": "true"})
+    c.publish("stomp/side", b"hello stomp", qos=1).wait_for_publish(10)
+    assert wait_for(lambda: c.got and got)
+    assert (c.got[0].topic, c.got[0].payload) == ("from/stomp", b"hello mqtt")
+    assert got[0].body == "hello stomp" and got[0].headers["destination"] == "/topic/stomp.side"
+    assert got[0].headers["x-mqtt-publish-qos"] == "1"
+    conn.disconnect()
+    _stop(c)
