@@ -566,3 +566,28 @@ def test_N2_stomp_and_mqtt_exchange_messages(broker: BrokerProcess, port: int) -
     assert got[0].headers["x-mqtt-publish-qos"] == "1"
     conn.disconnect()
     _stop(c)
+
+
+def test_N5_v5_retain_handling_1_and_2(port: int) -> None:
+    """Retain handling 2: never sent on subscribe; 1: only when the subscription is new."""
+    pub = paho(port)
+    pub.publish("rh/t", b"kept", qos=1, retain=True).wait_for_publish(10)
+    with Raw("127.0.0.1", port, V5) as r:
+        r.connect(client_id())
+        r.send(Subscribe(1, [("rh/#", SubOptions(1, retain_handling=2))]))
+        assert r.recv() == SubAck(1, [1])
+        with pytest.raises(TimeoutError):
+            r.recv(1)
+        r.send(Unsubscribe(2, ["rh/#"]))
+        r.recv()
+        r.send(Subscribe(3, [("rh/#", SubOptions(1, retain_handling=1))]))
+        assert r.recv() == SubAck(3, [1])
+        p = r.recv()
+        assert isinstance(p, Publish) and p.retain and p.payload == b"kept"
+        r.send(PubAck(p.packet_id))
+        r.send(Subscribe(4, [("rh/#", SubOptions(1, retain_handling=1))]))  # not new
+        assert r.recv() == SubAck(4, [1])
+        with pytest.raises(TimeoutError):
+            r.recv(1)
+    pub.publish("rh/t", b"", qos=1, retain=True).wait_for_publish(10)
+    _stop(pub)
