@@ -591,3 +591,31 @@ def test_N5_v5_retain_handling_1_and_2(port: int) -> None:
             r.recv(1)
     pub.publish("rh/t", b"", qos=1, retain=True).wait_for_publish(10)
     _stop(pub)
+
+
+def test_N1_topic_permissions_apply_to_publish_and_subscribe(broker: BrokerProcess,
+                                                             port: int) -> None:
+    """RabbitMQ's topic permissions on amq.topic, checked on the routing key (the MQTT
+    topic as mapped): a refused PUBLISH is 5.0's PUBACK 0x87, a refused filter SUBACK
+    0x87 (3.1.1: 0x80), and a 3.1.1 connection that publishes where it may not is closed."""
+    sock = broker.data_dir / "ctl.sock"
+    assert request(sock, "add_user", ["sensor", "pw"])["ok"]
+    assert request(sock, "set_permissions", ["sensor", ".*", ".*", ".*"])["ok"]
+    assert request(sock, "set_topic_permissions",
+                   ["sensor", "amq.topic", "^sensors\\..*", "^cmd\\..*"])["ok"]
+    with Raw("127.0.0.1", port, V5) as r:
+        ack = r.connect(client_id(), "sensor", "pw")
+        assert isinstance(ack, ConnAck) and ack.reason_code == 0
+        r.send(Publish("sensors/t1", b"ok", 1, False, False, 1))
+        assert r.recv().reason_code in (rc.SUCCESS, rc.NO_MATCHING_SUBSCRIBERS)
+        r.send(Publish("other/t1", b"no", 1, False, False, 2))
+        ack = r.recv()
+        assert isinstance(ack, PubAck) and ack.reason_code == rc.NOT_AUTHORIZED
+        r.send(Subscribe(3, [("cmd/#", SubOptions(1)), ("other/#", SubOptions(1))]))
+        assert r.recv() == SubAck(3, [1, rc.NOT_AUTHORIZED])
+    with Raw("127.0.0.1", port) as r:
+        r.connect(client_id(), "sensor", "pw")
+        r.send(Subscribe(1, [("other/#", SubOptions(1))]))
+        assert r.recv() == SubAck(1, [0x80])
+        r.send(Publish("other/t1", b"no", 1, False, False, 2))
+        assert r.closed()
