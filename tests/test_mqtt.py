@@ -619,3 +619,33 @@ def test_N1_topic_permissions_apply_to_publish_and_subscribe(broker: BrokerProce
         assert r.recv() == SubAck(1, [0x80])
         r.send(Publish("other/t1", b"no", 1, False, False, 2))
         assert r.closed()
+
+
+def test_N3_qos2_pubrel_goes_again_after_a_reconnect(port: int) -> None:
+    """[MQTT-4.4.0-1]: a persistent session's QoS 2 delivery PUBRECed but not PUBCOMPed
+    gets its PUBREL again when the client comes back, and the message is not sent again."""
+    cid = client_id("rel")
+    with Raw("127.0.0.1", port) as r:
+        r.connect(cid, clean=False)
+        r.send(Subscribe(1, [("rel/x", SubOptions(2))]))
+        r.recv()
+        pub = paho(port)
+        pub.publish("rel/x", b"once", qos=2).wait_for_publish(10)
+        p = r.recv()
+        assert isinstance(p, Publish) and p.qos == 2
+        r.send(PubRec(p.packet_id))
+        assert r.recv() == PubRel(p.packet_id)  # no PUBCOMP: the connection drops
+    with Raw("127.0.0.1", port) as r:
+        assert r.connect(cid, clean=False) == ConnAck(0, True)
+        assert r.recv() == PubRel(p.packet_id)
+        r.send(PubComp(p.packet_id))
+        with pytest.raises(TimeoutError):
+            r.recv(1)
+    with Raw("127.0.0.1", port) as r:
+        r.connect(cid, clean=False)
+        with pytest.raises(TimeoutError):
+            r.recv(1)
+        r.send(Disconnect())
+    with Raw("127.0.0.1", port) as r:
+        r.connect(cid, clean=True)
+    _stop(pub)

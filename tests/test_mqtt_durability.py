@@ -206,3 +206,35 @@ def test_N4_N5_sessions_and_retained_messages_survive_kill_9(tmp_path: Path) -> 
                 ("state/lamp", b"on", True)
     finally:
         b.stop()
+
+
+def test_N3_qos2_pubrel_owed_survives_kill_9(tmp_path: Path) -> None:
+    """A QoS 2 delivery the client PUBRECed: after a kill -9 the PUBREL comes again (the
+    client, e.g. paho, hands the message to its application only then), no second copy."""
+    b = BrokerProcess(tmp_path / "d")
+    b.start()
+    try:
+        with Raw("127.0.0.1", b.mqtt_port) as r:
+            r.connect("rel-sub", clean=False)
+            r.send(Subscribe(1, [("rel/#", SubOptions(2))]))
+            r.recv()
+            with Raw("127.0.0.1", b.mqtt_port) as pub:
+                pub.connect(client_id())
+                pub.send(Publish("rel/a", b"m", 2, False, False, 1))
+                assert pub.recv() == PubRec(1)
+                pub.send(PubRel(1))
+                assert pub.recv() == PubComp(1)
+            p = r.recv()
+            assert isinstance(p, Publish) and p.qos == 2
+            r.send(PubRec(p.packet_id))
+            assert r.recv() == PubRel(p.packet_id)
+            b.kill()
+        b.start()
+        with Raw("127.0.0.1", b.mqtt_port) as r:
+            assert r.connect("rel-sub", clean=False) == ConnAck(0, True)
+            assert r.recv() == PubRel(p.packet_id)
+            r.send(PubComp(p.packet_id))
+            with pytest.raises(TimeoutError):
+                r.recv(2)
+    finally:
+        b.stop()

@@ -273,6 +273,8 @@ class MQTTConnection(Subscriptions, ClientConnection):
             self._close_timer = None
         if self.keep_alive:
             self._hb_timer = ctx.loop.call_later(self.keep_alive, self._keep_alive_tick)
+        for pid in sorted(self.released):  # [MQTT-4.4.0-1]: PUBRELs owed go again
+            self.write(encode(PubRel(pid), self.level))
         self._start_consumers()
 
     @staticmethod
@@ -368,7 +370,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
     def _release_qos2(self, pid: int) -> bool:
         st = self.mqtt
         return st is not None and self.vhost is not None and \
-            st.qos2_released(self.vhost.name, self.client_id, pid)
+            st.qos2_remove(self.vhost.name, self.client_id, pid)
 
     def _write_answers(self, answers: list[bytes]) -> None:
         if self.state == S.OPEN:
@@ -402,7 +404,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
             if kind is PubRec:
                 self.qos2_pending.discard(pid)
                 if ack and st is not None and self.vhost is not None:
-                    st.qos2_received(self.vhost.name, self.client_id, pid)
+                    st.qos2_add(self.vhost.name, self.client_id, pid)
         answers = []
         for kind, pid, routed in done:
             if not ack:

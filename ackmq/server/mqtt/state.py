@@ -38,7 +38,8 @@ class MQTTState:
     ctx: FrontEnd
     sessions: dict[tuple[str, str], Any] = field(default_factory=dict)  # (vhost, id) -> conn
     retained: dict[str, dict[str, Retained]] = field(default_factory=dict)  # vhost -> topic
-    qos2: dict[tuple[str, str], set[int]] = field(default_factory=dict)  # (vhost, id) -> ids
+    # ("in" | "out", vhost, client id) -> packet ids
+    qos2: dict[tuple[str, str, str], set[int]] = field(default_factory=dict)
     wills: dict[tuple[str, str], asyncio.TimerHandle] = field(default_factory=dict)
     _after: list[Callable[[], None]] = field(default_factory=list)  # after_sync's
     _retained_log: Any = None
@@ -58,8 +59,8 @@ class MQTTState:
                 topic, qos, value[start:start + plen], value[start + plen:])
         self._qos2_log = KVLog(cfg.data_dir, "mqtt-qos2", cfg.fsync)
         for key in self._qos2_log.items:
-            vhost, client, pid = key.decode("utf-8", "surrogateescape").split("\x00")
-            self.qos2.setdefault((vhost, client), set()).add(int(pid))
+            way, vhost, client, pid = key.decode("utf-8", "surrogateescape").split("\x00")
+            self.qos2.setdefault((way, vhost, client), set()).add(int(pid))
 
     def sync(self) -> None:
         """Make the retained and QoS 2 changes so far durable (before acknowledging)."""
@@ -107,31 +108,37 @@ class MQTTState:
     def retained_for(self, vhost: str, flt: str) -> list[Retained]:
         return [r for t, r in self.retained.get(vhost, {}).items() if matches(flt, t)]
 
-    # -- QoS 2 packet identifiers received (N3) -------------------------------------------
-    def qos2_ids(self, vhost: str, client: str) -> set[int]:
-        return self.qos2.setdefault((vhost, client), set())
+    # -- QoS 2 packet identifiers (N3) ----------------------------------------------------
+    # in: received from the client, PUBREC sent, PUBREL awaited (a resend is no copy);
+    # out: PUBREC received from the client, PUBREL sent, PUBCOMP awaited (resent on return)
+    def qos2_ids(self, vhost: str, client: str, out: bool = False) -> set[int]:
+        return self.qos2.setdefault(("out" if out else "in", vhost, client), set())
 
-    def qos2_received(self, vhost: str, client: str, pid: int) -> None:
-        self.qos2_ids(vhost, client).add(pid)
+    @staticmethod
+    def _qos2_key(vhost: str, client: str, pid: int, out: bool) -> bytes:
+        return f"{'out' if out else 'in'}\x00{vhost}\x00{client}\x00{pid}".encode(
+            "utf-8", "surrogateescape")
+
+    def qos2_add(self, vhost: str, client: str, pid: int, out: bool = False) -> None:
+        self.qos2_ids(vhost, client, out).add(pid)
         if self._qos2_log is not None:
-            self._qos2_log.put(f"{vhost}\x00{client}\x00{pid}".encode(
-                "utf-8", "surrogateescape"), b"")
+            self._qos2_log.put(self._qos2_key(vhost, client, pid, out), b"")
 
-    def qos2_released(self, vhost: str, client: str, pid: int) -> bool:
-        ids = self.qos2.get((vhost, client))
+    def qos2_remove(self, vhost: str, client: str, pid: int, out: bool = False) -> bool:
+        ids = self.qos2.get(("out" if out else "in", vhost, client))
         if ids is None or pid not in ids:
             return False
         ids.discard(pid)
         if self._qos2_log is not None:
-            self._qos2_log.delete(f"{vhost}\x00{client}\x00{pid}".encode(
-                "utf-8", "surrogateescape"))
+            self._qos2_log.delete(self._qos2_key(vhost, client, pid, out))
         return True
 
     def forget_session(self, vhost: str, client: str) -> None:
-        """A clean start: the old session's QoS 2 state goes with it."""
-        for pid in list(self.qos2.get((vhost, client), ())):
-            self.qos2_released(vhost, client, pid)
-        self.qos2.pop((vhost, client), None)
+        """A clean start or a session's end: its QoS 2 state goes with it."""
+        for out in (False, True):
+            for pid in list(self.qos2.get(("out" if out else "in", vhost, client), ())):
+                self.qos2_remove(vhost, client, pid, out)
+            self.qos2.pop(("out" if out else "in", vhost, client), None)
 
     def close(self) -> None:
         for log in (self._retained_log, self._qos2_log):

@@ -107,6 +107,9 @@ class Subscriptions:
                     self.subs[text] = Sub(Filter(text, text), SubOptions(qos))
         if clean:
             self.mqtt.forget_session(vh.name, self.client_id)
+        else:  # QoS 2 deliveries PUBRECed before: their PUBREL goes again
+            self.released = set(self.mqtt.qos2_ids(vh.name, self.client_id, out=True))
+            present = present or bool(self.released)
         return present
 
     def _session_queue(self, qos: int) -> Queue:
@@ -329,19 +332,41 @@ class Subscriptions:
             self.channel.basic_ack(got[0], False)
 
     def _on_pubrec(self, p: PubRec) -> None:
-        got = self.inflight.pop(p.packet_id, None)
-        code = rc.SUCCESS
+        """The client has the QoS 2 message: once that is on disk (`mqtt-qos2.log`: the
+        PUBREL goes again after a crash or a reconnect, [MQTT-4.4.0-1]) the queue lets
+        it go and PUBREL goes out."""
+        pid = p.packet_id
+        got = self.inflight.pop(pid, None)
         if got is None:
             code = rc.PACKET_IDENTIFIER_NOT_FOUND if self.level == rc.MQTT5 else 0
-        elif got[0] is not None and self.channel is not None:
-            self.channel.basic_ack(got[0], False)
-        if p.reason_code >= 0x80:  # the client refused it: no PUBREL ([MQTT-4.3.3])
+            if p.reason_code < 0x80:
+                self.write(encode(PubRel(pid, code), self.level))
             return
-        self.released.add(p.packet_id)
-        self.write(encode(PubRel(p.packet_id, code), self.level))
+        tag = got[0]
+        if p.reason_code >= 0x80:  # the client refused it: no PUBREL ([MQTT-4.3.3])
+            if tag is not None and self.channel is not None:
+                self.channel.basic_ack(tag, False)
+            return
+        self.released.add(pid)
+        st = self.mqtt
+        if st is None or self.vhost is None:
+            self._released(tag, pid)
+            return
+        st.qos2_add(self.vhost.name, self.client_id, pid, out=True)
+        st.after_sync(lambda: self._released(tag, pid))
+
+    def _released(self, tag: int | None, pid: int) -> None:
+        ch = self.channel
+        if ch is None:
+            return  # gone meanwhile: the PUBREL goes when the session comes back
+        if tag is not None and tag in ch.unacked:
+            ch.basic_ack(tag, False)
+        self.write(encode(PubRel(pid), self.level))
 
     def _on_pubcomp(self, p: PubComp) -> None:
         self.released.discard(p.packet_id)
+        if self.mqtt is not None and self.vhost is not None:
+            self.mqtt.qos2_remove(self.vhost.name, self.client_id, p.packet_id, out=True)
 
     # -- retained messages (N5) -----------------------------------------------------------
     def _send_retained(self, sub: Sub, granted: int) -> None:
