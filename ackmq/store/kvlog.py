@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 import zlib
 from pathlib import Path
 
@@ -61,17 +62,19 @@ class KVLog:
         except FileNotFoundError:
             data = b""
         self.items = read_records(data)
+        self.lock = threading.Lock()  # fsync_now (a thread) against a rewrite's fd swap
         self.fd = -1
         self.appended = 0  # records since the last rewrite
         self._rewrite()
 
     def _rewrite(self) -> None:
         """The live set alone, all or nothing; appends go on after it."""
-        if self.fd >= 0:
-            fileio.close(self.fd)
-        fileio.atomic_write(self.path, b"".join(_record(PUT, k, v)
-                                                for k, v in self.items.items()), 0o600)
-        self.fd = fileio.open(self.path, os.O_WRONLY | os.O_APPEND)
+        with self.lock:
+            if self.fd >= 0:
+                fileio.close(self.fd)
+            fileio.atomic_write(self.path, b"".join(_record(PUT, k, v)
+                                                    for k, v in self.items.items()), 0o600)
+            self.fd = fileio.open(self.path, os.O_WRONLY | os.O_APPEND)
         self.appended = 0
         self.dirty = False
 
@@ -94,7 +97,13 @@ class KVLog:
     def sync(self) -> None:
         if self.dirty:
             self.dirty = False
-            if self.do_fsync:
+            self.fsync_now()
+
+    def fsync_now(self) -> None:
+        """fdatasync what was appended so far (from any thread: the caller cleared
+        `dirty` on the thread that writes, before handing this to another)."""
+        if self.do_fsync:
+            with self.lock:
                 fileio.fdatasync(self.fd)
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ amq.topic, as RabbitMQ's plugin names them): the store keeps them like any other
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 import weakref
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from ackmq.protocol.mqtt.topics import matches
 if TYPE_CHECKING:
     from ackmq.server.context import FrontEnd
 
+log = logging.getLogger("ackmq.mqtt")
 _RETAINED = struct.Struct(">BI")  # qos, properties length; then properties, payload
 
 
@@ -42,6 +44,7 @@ class MQTTState:
     qos2: dict[tuple[str, str, str], set[int]] = field(default_factory=dict)
     wills: dict[tuple[str, str], asyncio.TimerHandle] = field(default_factory=dict)
     _after: list[Callable[[], None]] = field(default_factory=list)  # after_sync's
+    _syncing: bool = False  # a sync thread is at work for the answers taken from _after
     _retained_log: Any = None
     _qos2_log: Any = None
 
@@ -70,20 +73,47 @@ class MQTTState:
 
     @property
     def waiting(self) -> bool:
-        """Changes not yet synced, or answers waiting for a sync."""
-        return bool(self._after) or any(log is not None and log.dirty
-                                        for log in (self._retained_log, self._qos2_log))
+        """Changes not yet synced, or answers waiting for a sync (an answer that needs
+        none still waits its turn behind them: MQTT keeps acknowledgements in order)."""
+        return bool(self._after) or self._syncing or any(
+            log is not None and log.dirty for log in (self._retained_log, self._qos2_log))
 
     def after_sync(self, fn: Callable[[], None]) -> None:
-        """Call `fn` once what was written so far is durable: one sync per loop turn for
-        every connection's answers (PUBACK, PUBREC, PUBCOMP), in the order asked."""
+        """Call `fn` once what was written so far is durable: the fdatasync runs on a
+        thread (the loop serves everyone meanwhile), one for every answer asked for
+        while the one before ran, and the answers go in the order asked."""
         self._after.append(fn)
-        if len(self._after) == 1:
+        if len(self._after) == 1 and not self._syncing:
             self.ctx.loop.call_soon(self._sync_now)
 
     def _sync_now(self) -> None:
+        if self._syncing or not self._after:
+            return
         fns, self._after = self._after, []
-        self.sync()
+        logs = [x for x in (self._retained_log, self._qos2_log) if x is not None and x.dirty]
+        if not logs:
+            self._answer(fns)
+            return
+        for x in logs:
+            x.dirty = False  # what is appended from now on needs the next sync
+        self._syncing = True
+        fut = self.ctx.loop.run_in_executor(None, _fsync_all, logs)
+        fut.add_done_callback(lambda f: self._synced(f, fns))
+
+    def _synced(self, f: asyncio.Future[None], fns: list[Callable[[], None]]) -> None:
+        self._syncing = False
+        exc = f.exception()
+        if exc is not None:  # nothing is acknowledged that is not on disk
+            log.error("MQTT state sync failed, %d answers withheld: %s", len(fns), exc)
+            for x in (self._retained_log, self._qos2_log):
+                if x is not None:
+                    x.dirty = True
+        else:
+            self._answer(fns)
+        if self._after:
+            self.ctx.loop.call_soon(self._sync_now)
+
+    def _answer(self, fns: list[Callable[[], None]]) -> None:
         for fn in fns:
             fn()
         self.ctx.request_flush()
@@ -144,6 +174,11 @@ class MQTTState:
         for log in (self._retained_log, self._qos2_log):
             if log is not None:
                 log.close()
+
+
+def _fsync_all(logs: list[Any]) -> None:
+    for x in logs:
+        x.fsync_now()
 
 
 _STATES: weakref.WeakKeyDictionary[Any, MQTTState] = weakref.WeakKeyDictionary()
