@@ -459,6 +459,9 @@ class Server:
                 await listener.server.wait_closed()
         # let the last commit callbacks run before closing the store
         await asyncio.sleep(0)
+        if self.ctx is not None:  # MQTT's logs beside the store (server/mqtt/state.py)
+            for state in self.ctx.protocol_state.values():
+                state.close()
         if self.broker is not None:
             await self.loop.run_in_executor(None, self.broker.close)
         if self._spill_tmp:

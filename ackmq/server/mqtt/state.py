@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -171,9 +170,14 @@ class MQTTState:
             self.qos2.pop(("out" if out else "in", vhost, client), None)
 
     def close(self) -> None:
-        for log in (self._retained_log, self._qos2_log):
-            if log is not None:
-                log.close()
+        """Broker stop: wills still delayed are not published (the broker is going)."""
+        for timer in self.wills.values():
+            timer.cancel()
+        self.wills.clear()
+        for x in (self._retained_log, self._qos2_log):
+            if x is not None:
+                x.close()
+        self._retained_log = self._qos2_log = None
 
 
 def _fsync_all(logs: list[Any]) -> None:
@@ -181,13 +185,10 @@ def _fsync_all(logs: list[Any]) -> None:
         x.fsync_now()
 
 
-_STATES: weakref.WeakKeyDictionary[Any, MQTTState] = weakref.WeakKeyDictionary()
-
-
 def state_of(ctx: FrontEnd) -> MQTTState:
     """The broker's MQTT state, opened on first use (the first MQTT connection)."""
-    st = _STATES.get(ctx.broker)
+    st: MQTTState | None = ctx.protocol_state.get("mqtt")
     if st is None:
-        st = _STATES[ctx.broker] = MQTTState(ctx)
+        st = ctx.protocol_state["mqtt"] = MQTTState(ctx)
         st.open()
     return st
