@@ -33,6 +33,21 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="the stream protocol over TLS with the --tls-* certificate options "
                         "(RabbitMQ's stream.listeners.ssl, usually 5551; off unless given; "
                         "0 picks a free one)")
+    p.add_argument("--mqtt-port", type=int,
+                   default=int(os.environ.get("ACKMQ_MQTT_PORT") or D.mqtt_port or 0),
+                   help=f"MQTT 3.1/3.1.1/5.0 port (default {D.mqtt_port}, or env "
+                        "ACKMQ_MQTT_PORT); 0 picks a free one (docs/mqtt.md)")
+    p.add_argument("--no-mqtt", action="store_true", help="no MQTT listener")
+    p.add_argument("--mqtt-tls-port", type=int, default=D.mqtt_tls_port,
+                   help="MQTT over TLS port (off unless given, as RabbitMQ's "
+                        "mqtt.listeners.ssl, usually 8883; 0 picks a free one); uses the "
+                        "--tls-cert/--tls-key/--tls-ca options")
+    p.add_argument("--mqtt-ws-port", type=int, default=D.mqtt_ws_port,
+                   help="MQTT over WebSocket at /ws on this port (off unless given, as "
+                        "RabbitMQ's web_mqtt, usually 15675; 0 picks a free one)")
+    p.add_argument("--mqtt-anonymous-user", default=D.mqtt_anonymous_user,
+                   help="an MQTT CONNECT without a user name logs in as this user "
+                        "(default: refused, as 'not authorized')")
     p.add_argument("--no-amqp10", action="store_true",
                    help="AMQP 0-9-1 only on the AMQP port(s): no AMQP 1.0 (docs/amqp10.md)")
     p.add_argument("--amqp10-anonymous-user", default=D.amqp10_anonymous_user,
@@ -179,6 +194,18 @@ def serve(args: argparse.Namespace) -> int:
         print(f"ackmq: --stream-tls-port must be between 0 and 65535, got "
               f"{args.stream_tls_port}", file=sys.stderr)
         return 2
+    if not 0 <= args.mqtt_port <= 65535:
+        print(f"ackmq: --mqtt-port must be between 0 and 65535, got {args.mqtt_port}",
+              file=sys.stderr)
+        return 2
+    if args.mqtt_ws_port is not None and not 0 <= args.mqtt_ws_port <= 65535:
+        print(f"ackmq: --mqtt-ws-port must be between 0 and 65535, got {args.mqtt_ws_port}",
+              file=sys.stderr)
+        return 2
+    if args.mqtt_tls_port is not None and not 0 <= args.mqtt_tls_port <= 65535:
+        print(f"ackmq: --mqtt-tls-port must be between 0 and 65535, got "
+              f"{args.mqtt_tls_port}", file=sys.stderr)
+        return 2
     if args.tls_port is not None and not 0 <= args.tls_port <= 65535:
         print(f"ackmq: --tls-port must be between 0 and 65535, got {args.tls_port}",
               file=sys.stderr)
@@ -193,7 +220,7 @@ def serve(args: argparse.Namespace) -> int:
             print(f"ackmq: {opt} must be between 0 and 65535, got {port}", file=sys.stderr)
             return 2
     if args.tls_port is None and args.stomp_tls_port is None and args.https_port is None \
-            and args.stream_tls_port is None and (
+            and args.stream_tls_port is None and args.mqtt_tls_port is None and (
             args.tls_cert or args.tls_key or args.tls_ca or args.tls_verify_peer
             or args.tls_fail_if_no_peer_cert):
         print("ackmq: the --tls-* options need --tls-port (e.g. --tls-port 5671) and/or "
@@ -223,6 +250,10 @@ def serve(args: argparse.Namespace) -> int:
                  stomp_port=None if args.no_stomp else args.stomp_port,
                  stream_port=None if args.no_stream else args.stream_port,
                  stream_tls_port=args.stream_tls_port,
+                 mqtt_port=None if args.no_mqtt else args.mqtt_port,
+                 mqtt_anonymous_user=args.mqtt_anonymous_user,
+                 mqtt_tls_port=args.mqtt_tls_port,
+                 mqtt_ws_port=None if args.no_mqtt else args.mqtt_ws_port,
                  amqp10=not args.no_amqp10, amqp10_anonymous_user=args.amqp10_anonymous_user,
                  amqp10_rabbitmq_compat=args.amqp10_rabbitmq_compat,
                  data_dir=None if args.no_persistence else args.data_dir,
@@ -281,12 +312,15 @@ def serve(args: argparse.Namespace) -> int:
         if server.all_interfaces:
             bound = server.bound + [f"{b} (STOMP)" for b in server.stomp_bound]
             bound += [f"{b} (stream)" for b in server.stream_bound]
+            bound += [f"{b} (MQTT)" for b in server.mqtt_bound]
             bound += [f"{b} (HTTP)" for b in (server.http.bound if server.http else [])]
             where = f"on all interfaces: {', '.join(bound)}; {where}"
         http = server.http
         urls = " and ".join(u for u in (url, server.stomp_url, server.stream_url,
                                          server.stream_tls_url, server.tls_url,
-                                         server.stomp_tls_url, http and http.url,
+                                         server.stomp_tls_url, server.mqtt_url,
+                                         server.mqtt_tls_url, server.mqtt_ws_url,
+                                         http and http.url,
                                          http and http.https_url) if u)
         log.info("ackmq listening on %s (%s, fsync %s)", urls, where,
                  "on" if cfg.fsync else "OFF")

@@ -21,10 +21,13 @@ pytest_plugins = ("support.stomphelp", "support.tlshelp", "support.mgmthelp",
 os.environ.setdefault("ACKMQ_HTTP_PORT", "0")
 # and a free stream protocol port: RabbitMQ's stream plugin holds 5552
 os.environ.setdefault("ACKMQ_STREAM_PORT", "0")
+# and RabbitMQ's MQTT plugin (or Mosquitto) holds 1883: every test broker picks a free port
+os.environ.setdefault("ACKMQ_MQTT_PORT", "0")
 
 URL_LINE = re.compile(r"listening on (amqp://\S+)")
 STOMP_URL = re.compile(r"(stomp://\S+:(\d+))")
 STREAM_URL = re.compile(r"rabbitmq-stream://(\S+):(\d+)")
+MQTT_URL = re.compile(r"mqtt://(\S+):(\d+)")
 
 
 class BrokerProcess:
@@ -42,11 +45,14 @@ class BrokerProcess:
         self.url = ""
         self.stomp_url = ""
         self.stream_port = 0  # the stream protocol's, from the log line (0: none)
+        self.mqtt_port = 0  # where MQTT listens (--mqtt-port 0: a free one, from the log)
         self.log: list[str] = []
 
     def start(self, timeout: float = 30.0) -> str:
         stomp = [] if "--no-stomp" in self.extra or "--stomp-port" in self.extra \
             else ["--stomp-port", str(self.stomp_port)]
+        if self.mqtt_port and "--mqtt-port" not in self.extra and "--no-mqtt" not in self.extra:
+            stomp += ["--mqtt-port", str(self.mqtt_port)]  # a restart keeps its MQTT port
         cmd = [sys.executable, "-m", "ackmq", "serve", "--port", str(self.port), *stomp,
                "--data-dir", str(self.data_dir), *self.extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -68,6 +74,9 @@ class BrokerProcess:
                 mx = STREAM_URL.search(line)
                 if mx:
                     self.stream_port = int(mx.group(2))
+                mm = MQTT_URL.search(line)
+                if mm:
+                    self.mqtt_port = int(mm.group(2))
                 # keep draining output so the broker never blocks on a full pipe
                 import threading
                 threading.Thread(target=self._drain, daemon=True).start()

@@ -38,7 +38,8 @@ pytestmark = [
 # costs a TLS handshake; the bound is time, ACKMQ_FUZZ_SECONDS of fuzzing per listener
 # (CI-sized; docs/robustness.md has the long runs)
 SMOKE = {"amqp10": 3000, "stomp": 3000, "http": 3000, "admin": 1500, "amqps": 800, "stomps": 1000,
-         "amqps-handshake": 200, "stomps-handshake": 200, "https": 1000, "stream": 3000}
+         "amqps-handshake": 200, "stomps-handshake": 200, "https": 1000, "stream": 3000,
+         "mqtt": 3000}
 SECONDS = os.environ.get("ACKMQ_FUZZ_SECONDS", "20")
 
 

@@ -221,7 +221,7 @@ def start_ackmq(data_dir: Path | None = None, timeout: float = 60.0,
     ddir = Path(tempfile.mkdtemp(prefix="ackmq-bench-data-", dir=base)) if owned else data_dir
     assert ddir is not None
     ddir.mkdir(parents=True, exist_ok=True)
-    stomp_args = ["--stomp-port", "0"] if stomp else ["--no-stomp"]
+    stomp_args = (["--stomp-port", "0"] if stomp else ["--no-stomp"]) + ["--no-mqtt"]
     proc = subprocess.Popen([sys.executable, "-m", "ackmq", "serve", "--port", "0", *stomp_args,
                              "--http-port", "0", "--stream-port", "0",
                              "--data-dir", str(ddir)],

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-PROTOCOLS = ("amqp091", "stomp", "amqp10", "stream")
+PROTOCOLS = ("amqp091", "stomp", "amqp10", "stream", "mqtt")
 
 
 class MessageStats:

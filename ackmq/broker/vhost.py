@@ -310,6 +310,11 @@ class VHost:
                     destination, "exclusive_owner", None):
                 store.save_binding(self._binding_def(b))
 
+    def bindings_to(self, destination: Any) -> list[tuple[str, str]]:
+        """(source exchange, routing key) of each binding to `destination`."""
+        return [(b.source.name, b.routing_key)
+                for b in self._inbound.get(id(destination), {}).values()]
+
     def unbind(self, source: str, kind: str, destination: str, routing_key: str,
                arguments: dict[str, Any], owner: Any = None) -> None:
         """As RabbitMQ: unbinding what is not bound succeeds, whether the binding, its

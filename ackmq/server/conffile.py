@@ -150,6 +150,10 @@ SHARED: dict[str, Callable[[str], dict[str, Any]]] = {
     "stream.listeners.tcp.*": lambda v: _split("stream_port", v),
     "stream.listeners.tcp": lambda v: {"no_stream": _disable(v)},
     "stream.listeners.ssl.*": lambda v: _split("stream_tls_port", v),
+    "mqtt.listeners.tcp.*": lambda v: _split("mqtt_port", v),
+    "mqtt.listeners.tcp": lambda v: {"no_mqtt": _disable(v)},
+    "mqtt.listeners.ssl.*": lambda v: _split("mqtt_tls_port", v),
+    "web_mqtt.tcp.port": lambda v: {"mqtt_ws_port": port(v)},
     "management.tcp.port": lambda v: {"http_port": port(v)},
     "management.ssl.port": lambda v: {"https_port": port(v)},
     "prometheus.tcp.port": lambda v: {"prometheus_port": port(v)},
@@ -183,7 +187,8 @@ SHARED: dict[str, Callable[[str], dict[str, Any]]] = {
 FIXED = {"frame_max": 131072, "channel_max": 2047}
 # friendlier spellings of the negative flags: ackmq.fsync = false is --no-fsync
 INVERTED = {"ackmq.fsync": "no_fsync", "ackmq.persistence": "no_persistence",
-            "ackmq.stomp": "no_stomp", "ackmq.http": "no_http", "ackmq.stream": "no_stream"}
+            "ackmq.stomp": "no_stomp", "ackmq.http": "no_http", "ackmq.stream": "no_stream",
+            "ackmq.mqtt": "no_mqtt"}
 
 
 # string options checked here, so that their error names the line

@@ -19,6 +19,21 @@ class Config:
     stream_port: int | None = 5552
     # the stream protocol over TLS (RabbitMQ's stream.listeners.ssl, usually 5551); None: none
     stream_tls_port: int | None = None
+    # MQTT 3.1/3.1.1/5.0 (N1): None: no listener; 0: a free port. A CONNECT without a user
+    # name logs in as mqtt_anonymous_user (None: refused, "not authorized")
+    mqtt_port: int | None = 1883
+    mqtt_anonymous_user: str | None = None
+    # MQTT over TLS (N1), with the tls_* certificate options; off unless asked, as
+    # RabbitMQ's mqtt.listeners.ssl (its usual port is 8883); 0: a free port
+    mqtt_tls_port: int | None = None
+    # MQTT over WebSocket at /ws (RabbitMQ's web_mqtt, usually 15675); off unless asked
+    mqtt_ws_port: int | None = None
+    # the largest packet a client may send (5.0: told in CONNACK); 0: max_message_size
+    # plus 64 KiB for the topic and properties
+    mqtt_max_packet_size: int = 0
+
+    def mqtt_packet_limit(self) -> int:
+        return self.mqtt_max_packet_size or self.max_message_size + 65536
     # AMQP 1.0 on the AMQP port(s) beside 0-9-1, picked by the protocol header (SPEC A1);
     # False: the 0-9-1 listener alone, as before. ANONYMOUS logs in as this user (None:
     # ANONYMOUS is not offered), as RabbitMQ 4's anonymous_login_user

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ackmq.broker import BrokerModel
@@ -60,6 +60,9 @@ class FrontEnd:
     dirty: list[ClientConnection] = field(default_factory=list)
     # U5: True while a resource alarm is set; read once per read by each connection
     blocking: bool = False
+    # what a protocol keeps for the broker's life beside the model, by protocol (MQTT's
+    # client ids, retained messages, QoS 2 ids: server/mqtt/state.py); closed at stop
+    protocol_state: dict[str, Any] = field(default_factory=dict)
 
 
 class HttpPorts(Protocol):
@@ -87,6 +90,8 @@ class HttpContext:
     stream_tls_port: int = 0
     # runtime parameters of plugged-in components (server/parameters.py: shovels)
     parameters: Parameters | None = None
+    mqtt_port: int = 0
+    mqtt_tls_port: int = 0
 
     @property
     def broker(self) -> BrokerModel:

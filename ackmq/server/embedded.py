@@ -20,6 +20,7 @@ def _config(host: str, port: int, data_dir: str | Path | None, persistent: bool,
             fsync: bool, **kw: Any) -> tuple[Config, str | None]:
     kw.setdefault("stomp_port", 0)  # embedded: a free port (None: no STOMP listener)
     kw.setdefault("stream_port", 0)  # the stream protocol's too (None: none)
+    kw.setdefault("mqtt_port", 0)  # and MQTT (None: no MQTT listener)
     kw.setdefault("http_port", 0)  # the management API too (None: no HTTP listener)
     tmp = None
     if not persistent:
@@ -50,6 +51,8 @@ class Broker:
         self.port = 0
         self.stomp_url = ""
         self.stomp_port = 0
+        self.mqtt_url = ""  # mqtt://127.0.0.1:PORT (mqtt_port=None: no MQTT listener)
+        self.mqtt_port = 0
         self.tls_url = ""  # amqps://...: with tls_port=0 (a free port) and tls_cert/tls_key
         self.stomp_tls_url = ""  # stomp+ssl://...: with stomp_tls_port=0 and tls_cert/tls_key
         self.stomp_tls_port = 0
@@ -63,6 +66,7 @@ class Broker:
         self.port = self.server.port
         self.stomp_url, self.stomp_port = self.server.stomp_url, self.server.stomp_port
         self.stream_url, self.stream_port = self.server.stream_url, self.server.stream_port
+        self.mqtt_url, self.mqtt_port = self.server.mqtt_url, self.server.mqtt_port
         self.tls_url = self.server.tls_url
         self.stomp_tls_url = self.server.stomp_tls_url
         self.stomp_tls_port = self.server.stomp_tls_port
@@ -101,6 +105,8 @@ class EmbeddedBroker:
         self.port = 0
         self.stomp_url = ""
         self.stomp_port = 0
+        self.mqtt_url = ""  # mqtt://127.0.0.1:PORT (mqtt_port=None: no MQTT listener)
+        self.mqtt_port = 0
         self.tls_url = ""  # amqps://...: with tls_port=0 (a free port) and tls_cert/tls_key
         self.stomp_tls_url = ""  # stomp+ssl://...: with stomp_tls_port=0 and tls_cert/tls_key
         self.stomp_tls_port = 0
@@ -118,6 +124,7 @@ class EmbeddedBroker:
             raise self._error
         self.url, self.port = self._broker.url, self._broker.port
         self.stomp_url, self.stomp_port = self._broker.stomp_url, self._broker.stomp_port
+        self.mqtt_url, self.mqtt_port = self._broker.mqtt_url, self._broker.mqtt_port
         self.tls_url = self._broker.tls_url
         self.stomp_tls_url = self._broker.stomp_tls_url
         self.stomp_tls_port = self._broker.stomp_tls_port

@@ -68,6 +68,11 @@ def _stream(ctx: FrontEnd) -> ClientConnection:
     return StreamConnection(ctx)
 
 
+def _mqtt(ctx: FrontEnd) -> ClientConnection:
+    from ackmq.server.mqtt.connection import MQTTConnection
+    return MQTTConnection(ctx)
+
+
 @dataclass(eq=False)
 class Listener:
     """One protocol on one port (plain or TLS), and where it ended up listening."""
@@ -109,6 +114,13 @@ class Server:
         self.stream_bound: list[str] = []
         self.stream_tls_url = ""  # rabbitmq-stream+tls://host:port, "" without one
         self.stream_tls_port = 0
+        self.mqtt_url = ""  # mqtt://host:port, "" without an MQTT listener
+        self.mqtt_port = 0
+        self.mqtt_bound: list[str] = []
+        self.mqtt_tls_url = ""  # mqtts://host:port, "" without an MQTT TLS listener
+        self.mqtt_tls_port = 0
+        self.mqtt_ws: Any = None  # server/mqtt/websocket.MQTTWebSocketListener
+        self.mqtt_ws_url = ""  # ws://host:port/ws, "" without it
         self._tls_ctx: Any = None  # one ssl.SSLContext for every TLS listener
         self._spill_tmp: str | None = None
         self._streams_tmp: str | None = None
@@ -204,10 +216,13 @@ class Server:
                                               parameters=self.parameters),
                                   cfg.load_definitions)
         host = await self._start_listeners()
+        if cfg.mqtt_ws_port is not None:
+            await self._start_mqtt_ws(host)
         # what the management front ends (server/http/, server/ctl/) reach
         mgmt = HttpContext(self.ctx, self.alarms, self.port, self.tls_port, self.stomp_port,
                            self.stomp_tls_port, stream_port=self.stream_port,
-                           stream_tls_port=self.stream_tls_port, parameters=self.parameters)
+                           stream_tls_port=self.stream_tls_port, parameters=self.parameters,
+                           mqtt_port=self.mqtt_port, mqtt_tls_port=self.mqtt_tls_port)
         if cfg.http_port is not None or cfg.https_port is not None:
             await self._start_http(host, mgmt)  # the management API (M1), on the same loop
         if cfg.data_dir is not None and cfg.admin_socket:
@@ -255,6 +270,11 @@ class Server:
         if cfg.stream_tls_port is not None:
             wanted.append(Listener("stream over TLS", "rabbitmq-stream+tls",
                                    cfg.stream_tls_port, _stream, tls=True))
+        if cfg.mqtt_port is not None:
+            wanted.append(Listener("MQTT", "mqtt", cfg.mqtt_port, _mqtt))
+        if cfg.mqtt_tls_port is not None:
+            wanted.append(Listener("MQTT over TLS", "mqtts", cfg.mqtt_tls_port, _mqtt,
+                                   tls=True))
         host = ""
         for listener in wanted:
             await self._listen(listener)
@@ -276,6 +296,11 @@ class Server:
                 self.tls_url, self.tls_port = listener.url + "/", listener.bound_port
             elif listener.scheme == "stomp+ssl":
                 self.stomp_tls_url, self.stomp_tls_port = listener.url, listener.bound_port
+            elif listener.scheme == "mqtt":
+                self.mqtt_url, self.mqtt_port = listener.url, listener.bound_port
+                self.mqtt_bound = listener.bound
+            elif listener.scheme == "mqtts":
+                self.mqtt_tls_url, self.mqtt_tls_port = listener.url, listener.bound_port
         return host
 
     def _first_listener(self, amqp: Listener) -> str:
@@ -319,6 +344,20 @@ class Server:
         listener.bound_port = sock.getsockname()[1]
         listener.bound = [_host_port(s.getsockname()[0], s.getsockname()[1]) for s in socks]
 
+    async def _start_mqtt_ws(self, host: str) -> None:
+        """MQTT over WebSocket (server/mqtt/websocket.py), on aiohttp as the management API."""
+        from ackmq.server.mqtt.websocket import PATH, MQTTWebSocketListener
+        ws = MQTTWebSocketListener(self.ctx)
+        port = self.config.mqtt_ws_port
+        try:
+            await ws.start(self.config.host, port or 0)
+        except OSError as e:
+            self._close_listeners()
+            e.listener = f"{_host_port(self.config.host, port or 0)} (MQTT over WebSocket)"  # type: ignore[attr-defined]
+            raise
+        self.mqtt_ws = ws
+        self.mqtt_ws_url = f"ws://{_host_port(host, ws.port)}{PATH}"
+
     def _tls_context(self) -> Any:
         """The certificate options' context, made once; on a bad option the listeners
         already open are closed and TLSConfigError (a ValueError) says what to fix."""
@@ -328,6 +367,7 @@ class Server:
             asked = " / ".join(o for o, p in (("--tls-port", cfg.tls_port),
                                               ("--stomp-tls-port", cfg.stomp_tls_port),
                                               ("--stream-tls-port", cfg.stream_tls_port),
+                                              ("--mqtt-tls-port", cfg.mqtt_tls_port),
                                               ("--https-port", cfg.https_port))
                                if p is not None)
             try:
@@ -439,6 +479,8 @@ class Server:
             await self.admin.stop()
         if self.http is not None:
             await self.http.stop()
+        if self.mqtt_ws is not None:
+            await self.mqtt_ws.stop()
         if self.alarms is not None:
             self.alarms.stop()
         self._close_listeners()
@@ -457,6 +499,9 @@ class Server:
                 await listener.server.wait_closed()
         # let the last commit callbacks run before closing the store
         await asyncio.sleep(0)
+        if self.ctx is not None:  # MQTT's logs beside the store (server/mqtt/state.py)
+            for state in self.ctx.protocol_state.values():
+                state.close()
         if self.broker is not None:
             await self.loop.run_in_executor(None, self.broker.close)
         if self._spill_tmp:

@@ -66,6 +66,7 @@ def listeners(server: HttpContext) -> list[dict[str, Any]]:
     for proto, port in (("amqp", server.port), ("amqp/ssl", server.tls_port),
                         ("stomp", server.stomp_port), ("stomp/ssl", server.stomp_tls_port),
                         ("stream", server.stream_port), ("stream/ssl", server.stream_tls_port),
+                        ("mqtt", server.mqtt_port), ("mqtt/ssl", server.mqtt_tls_port),
                         ("http", server.http.port if server.http else 0),
                         ("https", server.http.https_port if server.http else 0)):
         if port:
@@ -293,7 +294,7 @@ def queue(q: Any, details: bool = False, message_stats: dict[str, Any] | None = 
     }
     owner = q.exclusive_owner
     if owner is not None and getattr(owner, "transport", None) is not None:
-        ph, pp = _hostport(owner.peer)
+        ph, pp = hostport(owner.peer)
         out["owner_pid_details"] = {"name": connection_name(owner), "peer_host": ph,
                                     "peer_port": pp}
     delayed = getattr(q, "delayed_retry_count", 0)  # L6: waiting out a back-off
@@ -368,7 +369,7 @@ def iter_bindings(vh: Any) -> Iterator[dict[str, Any]]:
 
 
 # -- connections, channels, consumers ---------------------------------------------------
-def _hostport(addr: Any) -> tuple[str, int]:
+def hostport(addr: Any) -> tuple[str, int]:
     if isinstance(addr, tuple | list) and len(addr) >= 2:
         return str(addr[0]), int(addr[1])
     return "", 0
@@ -379,9 +380,9 @@ def connection_name(conn: Any) -> str:
     cached = getattr(conn, "_mgmt_name", None)
     if cached:
         return cached
-    ph, pp = _hostport(conn.peer)
+    ph, pp = hostport(conn.peer)
     t = conn.transport
-    h, p = _hostport(t.get_extra_info("sockname") if t is not None else None)
+    h, p = hostport(t.get_extra_info("sockname") if t is not None else None)
     return f"{ph}:{pp} -> {h}:{p}"
 
 
@@ -392,9 +393,9 @@ def channels_of(conn: Any) -> list[tuple[int, Any]]:
 
 def connection(conn: Any, octet_rates: tuple[float, ...] = (0.0, 0.0)) -> dict[str, Any]:
     """One connection; `octet_rates`: (recv_oct, send_oct) per second."""
-    ph, pp = _hostport(conn.peer)
+    ph, pp = hostport(conn.peer)
     t = conn.transport
-    h, p = _hostport(t.get_extra_info("sockname") if t is not None else None)
+    h, p = hostport(t.get_extra_info("sockname") if t is not None else None)
     ssl = t is not None and t.get_extra_info("ssl_object") is not None
     props = jsonable(getattr(conn, "client_properties", {}) or {})
     return {
@@ -450,7 +451,7 @@ def channel(conn: Any, number: int, ch: Any, message_stats: dict[str, Any] | Non
             ) -> dict[str, Any]:
     """One channel; `message_stats` only once it published or delivered (RabbitMQ
     leaves the key out for an idle channel)."""
-    ph, pp = _hostport(conn.peer)
+    ph, pp = hostport(conn.peer)
     name = connection_name(conn)
     confirm = ch.confirms is not None
     out = {
@@ -472,7 +473,7 @@ def channel(conn: Any, number: int, ch: Any, message_stats: dict[str, Any] | Non
 def consumer(c: Any) -> dict[str, Any]:
     ch = c.channel
     conn = ch.owner
-    ph, pp = _hostport(getattr(conn, "peer", None))
+    ph, pp = hostport(getattr(conn, "peer", None))
     number = next((n for n, m in channels_of(conn) if m is ch), 0) if conn is not None else 0
     name = connection_name(conn) if conn is not None else ""
     return {

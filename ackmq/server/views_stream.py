@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ackmq.server.views import _hostport, connection, connection_name, node_name
+from ackmq.server.views import connection, connection_name, hostport, node_name
 
 
 def is_stream(conn: Any) -> bool:
@@ -22,7 +22,7 @@ def publishers_and_subscriptions(conn: Any) -> tuple[int, int]:
 
 def _details(conn: Any) -> dict[str, Any]:
     """RabbitMQ's `connection_details` of a publisher or a consumer."""
-    ph, pp = _hostport(conn.peer)
+    ph, pp = hostport(conn.peer)
     return {"name": connection_name(conn), "user": conn.user, "node": node_name(),
             "peer_host": ph, "peer_port": pp}
 

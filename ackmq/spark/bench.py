@@ -129,7 +129,7 @@ def ackmq_broker(url: str | None, work: Path) -> Iterator[str]:
         yield url
         return
     # a process of its own, as RabbitMQ is: no GIL shared with the consumers measured
-    proc = subprocess.Popen([sys.executable, "-m", "ackmq", "serve", "--port", "0", "--no-stomp", "--http-port", "0", "--no-stream",
+    proc = subprocess.Popen([sys.executable, "-m", "ackmq", "serve", "--port", "0", "--no-stomp", "--http-port", "0", "--no-stream", "--no-mqtt",
                              "--data-dir", str(work / "broker")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -18,7 +18,7 @@ class OwnBroker:
     """`python -m ackmq serve` in a fresh data dir, its whole log in a file."""
 
     def __init__(self, extra: list[str], work_dir: Path | None = None,
-                 stomp: bool = False) -> None:
+                 stomp: bool = False, mqtt: bool = False) -> None:
         """Data dir and log in `work_dir` (kept), else in a new directory under /var/tmp
         (not tmpfs: fsync must cost what it costs) whose data dir `stop` removes."""
         base = "/var/tmp" if os.path.isdir("/var/tmp") else None
@@ -29,6 +29,7 @@ class OwnBroker:
         self.log_path = work / "broker.log"
         self.extra = extra
         self.stomp = stomp  # False: --no-stomp (the AMQP-only runs)
+        self.mqtt = mqtt  # False: --no-mqtt
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.port = 0
@@ -38,7 +39,8 @@ class OwnBroker:
         offset = self.log_path.stat().st_size
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ackmq", "serve", "--port", str(self.port),
-             *([] if self.stomp else ["--no-stomp"]), "--http-port", "0",
+             *([] if self.stomp else ["--no-stomp"]), *([] if self.mqtt else ["--no-mqtt"]),
+             "--http-port", "0",
              *([] if "--stream-port" in self.extra else ["--no-stream"]),
              "--data-dir", str(self.data_dir), *self.extra],
             stdout=log, stderr=subprocess.STDOUT)

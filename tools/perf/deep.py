@@ -55,7 +55,7 @@ class DeepBroker:
     def start(self) -> float:
         t0 = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ackmq", "serve", "--port", "0", "--no-stomp", "--http-port", "0", "--no-stream",
+            [sys.executable, "-m", "ackmq", "serve", "--port", "0", "--no-stomp", "--http-port", "0", "--no-stream", "--no-mqtt",
              "--data-dir",
              str(self.data_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             preexec_fn=self._cap)

@@ -29,7 +29,7 @@ import pika
 
 def _ackmq() -> tuple[subprocess.Popen[str], str, str]:
     proc = subprocess.Popen([sys.executable, "-m", "ackmq", "serve", "--port", "0",
-                             "--no-stomp", "--http-port", "0", "--no-stream", "--no-persistence"],
+                             "--no-stomp", "--http-port", "0", "--no-stream", "--no-mqtt", "--no-persistence"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:

@@ -171,7 +171,7 @@ def start_ackmq(watermark: str, extra: list[str]) -> tuple[subprocess.Popen[str]
     """`ackmq serve` on a free port with its own data dir; returns (process, url, dir)."""
     data = Path(tempfile.mkdtemp(prefix="ackmq-flood-"))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ackmq", "serve", "--port", "0", "--no-stomp", "--http-port", "0", "--no-stream",
+        [sys.executable, "-m", "ackmq", "serve", "--port", "0", "--no-stomp", "--http-port", "0", "--no-stream", "--no-mqtt",
          "--data-dir", str(data), "--memory-high-watermark", watermark, *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     assert proc.stdout is not None

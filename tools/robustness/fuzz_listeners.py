@@ -39,7 +39,7 @@ from tools.robustness import fuzz
 from tools.robustness import fuzz_seeds as seeds
 
 LISTENERS = ("amqp10", "stomp", "amqps", "amqps-handshake", "stomps", "stomps-handshake", "admin",
-             "http", "https", "stream")
+             "http", "https", "stream", "mqtt")
 MAX_MESSAGE = 65536  # our broker's --max-message-size: STOMP padding completes any body
 OUT_KEEP = 256 * 1024
 
@@ -163,6 +163,29 @@ def judge_stream(out: bytes) -> Verdict:
         last = f"0x{key:04x}"
         pos += 4 + size
     return (f"closed after {last}" if last else "closed, nothing written"), ""
+
+
+def judge_mqtt(out: bytes) -> Verdict:
+    """The broker's output read with ackmq's MQTT decoder (as a client, 5.0 then 3.1.1):
+    the CONNACK refusal or DISCONNECT reason, else the last packet; output neither
+    level reads is a problem (cut at OUT_KEEP is not)."""
+    from ackmq.protocol.mqtt import ConnAck, Decoder, Disconnect, MQTTError
+    if len(out) >= OUT_KEEP:
+        return "long output (cut)", ""
+    for level in (5, 4):
+        try:
+            packets = Decoder(level=level, server=False).feed(out)
+        except MQTTError:
+            continue
+        for p in packets:
+            if isinstance(p, ConnAck) and p.reason_code:
+                return f"CONNACK {p.reason_code:#x}", ""
+            if isinstance(p, Disconnect):
+                return f"DISCONNECT {p.reason_code:#x}", ""
+        if not packets:
+            return "closed, nothing written", ""
+        return f"closed after {type(packets[-1]).__name__}", ""
+    return "bad output", f"undecodable MQTT output: {out[:200]!r}"
 
 
 def judge_http(out: bytes) -> Verdict:
@@ -356,7 +379,8 @@ def broker_targets(own: OwnBroker) -> dict[str, Target]:
             "amqps-handshake": Target("amqps-handshake", port=amqps),
             "admin": Target("admin", path=str(own.data_dir / "ctl.sock")),
             "http": Target("http", port=http),
-            "https": Target("https", port=https, tls=True)}
+            "https": Target("https", port=https, tls=True),
+            "mqtt": Target("mqtt", port=port("mqtt"))}
 
 
 # completes any body (NULs), then ends a session that is still CONNECTed: over TLS there
@@ -366,6 +390,9 @@ STOMP_PAD = b"\x00" * (MAX_MESSAGE + 64) + b"\n\nDISCONNECT\n\n\x00"
 # completes any AMQP 1.0 frame (at most max-frame-size, 131072), then zero-sized frames:
 # a framing error that ends the session, whatever state it was in
 AMQP10_PAD = b"\x00" * (131072 + 64)
+# completes any MQTT packet (our --max-message-size plus the 64 KiB MQTT adds), then
+# packet type 0, which is malformed: the broker closes, whatever state it was in
+MQTT_PAD = b"\x00" * (MAX_MESSAGE + 65536 + 64)
 STOMP_HELLO = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\x00"
 
 
@@ -400,6 +427,9 @@ async def one_connection(t: Target, rnd: random.Random, stats: Stats, opts: Opti
     elif t.name == "stream":
         frames, special, pad, judge = (seeds.stream_session(tag), seeds.STREAM_SPECIAL,
                                        b"\x00" * 8, judge_stream)
+    elif t.name == "mqtt":
+        frames, special, pad, judge = (seeds.mqtt_session(tag), seeds.MQTT_SPECIAL,
+                                       MQTT_PAD, judge_mqtt)
     elif t.name in ("http", "https"):
         frames, special, pad, judge = (seeds.http_session(tag), seeds.HTTP_SPECIAL,
                                        b"\r\n\r\n", judge_http)
@@ -510,10 +540,10 @@ async def run(listeners: list[str], opts: Options, work_dir: Path | None,
               extra: list[str]) -> dict[str, object]:
     """One broker of our own for all the listeners asked for, fuzzed one after the
     other, a SIGKILL + restart + drain of the confirmed queue after each."""
-    own = OwnBroker(extra, work_dir, stomp=True)
+    own = OwnBroker(extra, work_dir, stomp=True, mqtt=True)
     cert, key = make_cert(own.log_path.parent)
-    own.extra = ["--stomp-port", "0", "--tls-port", "0", "--stomp-tls-port", "0",
-                 "--https-port", "0", "--stream-port", "0",
+    own.extra = ["--stomp-port", "0", "--mqtt-port", "0", "--tls-port", "0",
+                 "--stomp-tls-port", "0", "--https-port", "0", "--stream-port", "0",
                  "--tls-cert", str(cert), "--tls-key", str(key),
                  "--max-message-size", str(MAX_MESSAGE), *extra]
     results: list[dict[str, object]] = []

@@ -24,6 +24,52 @@ def slot(tag: str) -> int:
     return int(tag, 16) % SLOTS
 
 
+# ---- MQTT -------------------------------------------------------------------------------
+
+MQTT_SPECIAL = (b"\x00", b"\xff", b"\x80", b"\x7f", b"\xff\xff\xff\x7f", b"\x00\x00",
+                b"\x30\x00", b"\x36", b"\x62\x02\x00\x01", b"\xc0\x00", b"\xe0\x00",
+                b"\x10", b"\x23\x00\x01", b"\x26", b"#", b"+", b"$share/", b"\x00\x00\x00")
+
+
+def mqtt_session(tag: str) -> list[bytes]:
+    """Connect (5.0 or 3.1.1, a persistent session on half the slots, a will), subscribe
+    (a wildcard, a shared group, a subscription id), publish at QoS 0, 1 and 2 (retained,
+    a topic alias, user properties), PUBREL, ack a delivery, ping, unsubscribe,
+    disconnect. Client ids, topics and retained topics come from `slot`."""
+    from ackmq.protocol.mqtt import (
+        Connect,
+        Disconnect,
+        PingReq,
+        PubAck,
+        Publish,
+        PubRel,
+        SubOptions,
+        Subscribe,
+        Unsubscribe,
+        Will,
+        encode,
+    )
+    n = slot(tag)
+    level = 5 if n % 2 else 4
+    props5 = level == 5
+    t = f"fz/{n}"
+    packets = [
+        Connect(f"fz-{n}", level, n % 4 < 2, 30, Will(f"{t}/will", b"w", 1, False,
+                                                       {"will_delay_interval": 1} if props5
+                                                       else {}),
+                "guest", b"guest", {"session_expiry_interval": 5} if props5 else {}),
+        Subscribe(1, [(f"{t}/#", SubOptions(2)), (f"$share/g{n}/{t}/s", SubOptions(1))],
+                  {"subscription_identifier": [n + 1]} if props5 else {}),
+        Publish(f"{t}/a", b"qos0", 0),
+        Publish(f"{t}/b", b"qos1" * 10, 1, True, False, 2,
+                {"topic_alias": 1, "user_property": [("k", tag)]} if props5 else {}),
+        Publish(f"{t}/c", b"qos2", 2, False, False, 3),
+        PubRel(3), PubAck(1), PingReq(),
+        Publish(f"{t}/b", b"", 1, True, False, 4),
+        Unsubscribe(5, [f"{t}/#"]), Disconnect()]
+    return [encode(p, level) for p in packets]
+
+
 # ---- STOMP ------------------------------------------------------------------------------
 
 STOMP_SPECIAL = (b"\x00", b"\n", b"\r", b"\r\n", b"\\", b":", b"\\c", b"\xff", b"\n\n",

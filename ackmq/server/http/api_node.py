@@ -124,7 +124,7 @@ async def aliveness(request: web.Request) -> web.Response:
 
 
 # -- connections, channels, consumers ---------------------------------------------------
-def _connections(request: web.Request, vhost: str | None = None) -> list[Any]:
+def visible_connections(request: web.Request, vhost: str | None = None) -> list[Any]:
     srv, u = server(request), user(request)
     allowed = set(views.visible_vhosts(srv, u))
     out = []
@@ -141,12 +141,12 @@ async def list_connections(request: web.Request) -> web.Response:
     vhost = vhost_arg(request) if "vhost" in request.match_info else None
     sampler = request.app.get(SAMPLER_KEY)
     return listing(request, [views.connection(c, connection_rates(sampler, c))
-                             for c in _connections(request, vhost)])
+                             for c in visible_connections(request, vhost)])
 
 
 def _connection(request: web.Request) -> Any:
     name = request.match_info["name"]
-    for c in _connections(request):
+    for c in visible_connections(request):
         if views.connection_name(c) == name:
             return c
     raise ops.not_found()
@@ -176,7 +176,7 @@ async def connection_channels(request: web.Request) -> web.Response:
 def _channels(request: web.Request, vhost: str | None = None) -> list[dict[str, Any]]:
     sampler = request.app.get(SAMPLER_KEY)
     return [views.channel(c, n, ch, channel_message_stats(sampler, ch))
-            for c in _connections(request, vhost) for n, ch in views.channels_of(c)]
+            for c in visible_connections(request, vhost) for n, ch in views.channels_of(c)]
 
 
 async def list_channels(request: web.Request) -> web.Response:
@@ -187,7 +187,7 @@ async def list_channels(request: web.Request) -> web.Response:
 async def get_channel(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     sampler = request.app.get(SAMPLER_KEY)
-    for c in _connections(request):
+    for c in visible_connections(request):
         for n, ch in views.channels_of(c):
             shown = views.channel(c, n, ch, channel_message_stats(sampler, ch))
             if shown["name"] == name:

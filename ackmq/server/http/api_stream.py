@@ -11,13 +11,13 @@ from typing import Any
 from aiohttp import web
 
 from ackmq.server import views_stream
-from ackmq.server.http.api_node import _connections
+from ackmq.server.http.api_node import visible_connections
 from ackmq.server.http.common import listing, vhost_arg
 
 
 def _streams(request: web.Request) -> list[Any]:
     vhost = vhost_arg(request) if "vhost" in request.match_info else None
-    return [c for c in _connections(request, vhost) if views_stream.is_stream(c)]
+    return [c for c in visible_connections(request, vhost) if views_stream.is_stream(c)]
 
 
 async def list_connections(request: web.Request) -> web.Response:

@@ -1,0 +1,139 @@
+"""MQTT control packets as plain objects, the same for 3.1, 3.1.1 and 5.0 (fields a
+version does not have keep their defaults: `properties` is empty before 5.0, a reason
+code 0). The decoder makes them from bytes; `encode()` makes bytes from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Properties = dict[str, Any]  # by property name (constants.PROPERTIES); repeatables: lists
+
+
+@dataclass(slots=True)
+class Will:
+    topic: str
+    payload: bytes
+    qos: int = 0
+    retain: bool = False
+    properties: Properties = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Connect:
+    client_id: str
+    level: int = 4  # protocol level: 3 (3.1), 4 (3.1.1), 5 (5.0)
+    clean_start: bool = True  # 3.1.1's clean session
+    keep_alive: int = 0
+    will: Will | None = None
+    username: str | None = None
+    password: bytes | None = None
+    properties: Properties = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ConnAck:
+    reason_code: int = 0  # 3.1.1: the return code
+    session_present: bool = False
+    properties: Properties = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Publish:
+    topic: str
+    payload: bytes
+    qos: int = 0
+    retain: bool = False
+    dup: bool = False
+    packet_id: int = 0  # QoS 1 and 2 only
+    properties: Properties = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class PubAck:
+    packet_id: int
+    reason_code: int = 0
+    properties: Properties = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class PubRec:
+    packet_id: int
+    reason_code: int = 0
+    properties: Properties = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class PubRel:
+    packet_id: int
+    reason_code: int = 0
+    properties: Properties = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class PubComp:
+    packet_id: int
+    reason_code: int = 0
+    properties: Properties = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SubOptions:
+    qos: int = 0
+    no_local: bool = False
+    retain_as_published: bool = False
+    retain_handling: int = 0  # 0: send retained, 1: only if new, 2: never
+
+
+@dataclass(slots=True)
+class Subscribe:
+    packet_id: int
+    topics: list[tuple[str, SubOptions]]
+    properties: Properties = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SubAck:
+    packet_id: int
+    reason_codes: list[int]  # 3.1.1: granted QoS or 0x80
+    properties: Properties = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Unsubscribe:
+    packet_id: int
+    topics: list[str]
+    properties: Properties = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class UnsubAck:
+    packet_id: int
+    reason_codes: list[int] = field(default_factory=list)  # 5.0 only
+    properties: Properties = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class PingReq:
+    pass
+
+
+@dataclass(slots=True)
+class PingResp:
+    pass
+
+
+@dataclass(slots=True)
+class Disconnect:
+    reason_code: int = 0
+    properties: Properties = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Auth:
+    reason_code: int = 0
+    properties: Properties = field(default_factory=dict)
+
+
+Packet = (Connect | ConnAck | Publish | PubAck | PubRec | PubRel | PubComp | Subscribe
+          | SubAck | Unsubscribe | UnsubAck | PingReq | PingResp | Disconnect | Auth)

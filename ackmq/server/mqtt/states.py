@@ -1,0 +1,29 @@
+"""The server's MQTT connection states and their transitions (see server/states.py).
+
+    connect  -> open     CONNECT accepted, CONNACK 0 sent
+    (any)    -> closing  the shared connection life's close (server/transport.py) waiting
+                         for the socket to go
+    (any)    -> closed   refused, DISCONNECT, socket closed or lost, keep-alive expired,
+                         taken over; closed -> closed repeats the teardown (a no-op)
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class MQTTState(StrEnum):
+    CONNECT = "connect"  # waiting for CONNECT
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+_S = MQTTState
+
+TRANSITIONS: dict[MQTTState, frozenset[MQTTState]] = {
+    _S.CONNECT: frozenset({_S.OPEN, _S.CLOSING, _S.CLOSED}),
+    _S.OPEN: frozenset({_S.CLOSING, _S.CLOSED}),
+    _S.CLOSING: frozenset({_S.CLOSED}),
+    _S.CLOSED: frozenset({_S.CLOSED}),
+}

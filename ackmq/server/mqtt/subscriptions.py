@@ -1,0 +1,392 @@
+"""MQTT sessions, subscriptions and deliveries (N2-N5, N7) for `MQTTConnection` (a part of
+it, kept apart).
+
+A session's subscriptions are bindings from amq.topic to its queues, one per granted QoS,
+named as RabbitMQ's plugin names them: `mqtt-subscription-<client id>qos<n>`. A clean
+session's queues are exclusive to the connection; a persistent one's are durable (with
+the MQTT 5 session expiry interval as the queue's x-expires), so the store keeps the
+subscriptions and the messages queued for them across restarts and kill -9. A shared
+subscription `$share/<group>/<filter>` is one queue per group and filter, `mqtt-shared-
+<group>-<filter>`, consumed by every member: each message goes to one of them.
+
+Deliveries go out at min(the subscription's QoS, the publisher's): QoS 0 ones are acked
+to the queue at once, QoS 1 ones on PUBACK, QoS 2 ones on PUBREC (the client owns the
+message from then on; PUBREL / PUBCOMP finish the exchange)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ackmq.broker.errors import ReplyError
+from ackmq.protocol.mqtt import (
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    SubAck,
+    SubOptions,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+    encode,
+    encode_properties,
+    encode_publish,
+)
+from ackmq.protocol.mqtt import constants as rc
+from ackmq.protocol.mqtt.amqp_map import mqtt5_properties, publish_qos
+from ackmq.protocol.mqtt.topics import Filter, TopicError, from_amqp, matches, parse_filter, to_amqp
+
+if TYPE_CHECKING:
+    from ackmq.broker.channel import ChannelModel
+    from ackmq.broker.consumer import Consumer
+    from ackmq.broker.message import QueueEntry
+    from ackmq.broker.queue_type import Queue
+    from ackmq.broker.vhost import VHost
+    from ackmq.server.context import FrontEnd
+    from ackmq.server.mqtt.state import MQTTState, Retained
+
+EXCHANGE = "amq.topic"
+NEVER = 0xFFFFFFFF
+MAX_CLIENT_ID = 200  # bytes: the queue names must stay within AMQP's 255
+
+
+@dataclass(slots=True)
+class Sub:
+    flt: Filter
+    options: SubOptions
+    sub_id: int | None = None
+
+
+class Subscriptions:
+    ctx: FrontEnd
+    channel: ChannelModel | None
+    vhost: VHost | None
+    mqtt: MQTTState | None
+    level: int
+    client_id: str
+    session_expiry: int
+    client_max_packet: int
+    write: Any
+
+    def _init_subscriptions(self) -> None:
+        self.subs: dict[str, Sub] = {}  # by the filter as the client wrote it
+        self.consumer_qos: dict[str, int] = {}  # consumer tag -> its subscription's QoS
+        self.inflight: dict[int, tuple[int | None, int]] = {}  # packet id -> (tag, qos)
+        self.released: set[int] = set()  # QoS 2 out: PUBREL sent, PUBCOMP awaited
+        self.next_pid = 1
+        self.ack_later: list[int] = []  # delivery tags of QoS 0 deliveries from QoS 1+ queues
+        self.with_ids = 0  # subscriptions with a subscription identifier (5.0)
+
+    # -- the session's queues ---------------------------------------------------------------
+    def _queue_name(self, qos: int) -> str:
+        return f"mqtt-subscription-{self.client_id}qos{qos}"
+
+    def _open_session(self, clean: bool) -> bool:
+        """Clean: the old session's queues (and QoS 2 state) go. Otherwise the session's
+        subscriptions come back from its queues' bindings. Returns session present."""
+        ch = self.channel
+        assert ch is not None and self.mqtt is not None
+        vh = ch.vhost
+        present = False
+        for qos in (0, 1, 2):
+            name = self._queue_name(qos)
+            if name not in vh.queues:
+                continue
+            q = vh.queue(name, self)  # another connection's exclusive queue: 405
+            if clean:
+                vh.delete_queue(q, notify=False)
+                continue
+            present = True
+            for source, key in vh.bindings_to(q):
+                if source == EXCHANGE:
+                    text = from_amqp(key)
+                    self.subs[text] = Sub(Filter(text, text), SubOptions(qos))
+        if clean:
+            self.mqtt.forget_session(vh.name, self.client_id)
+        else:  # QoS 2 deliveries PUBRECed before: their PUBREL goes again
+            self.released = set(self.mqtt.qos2_ids(vh.name, self.client_id, out=True))
+            present = present or bool(self.released)
+        return present
+
+    def _session_queue(self, qos: int) -> Queue:
+        ch = self.channel
+        assert ch is not None
+        vh = ch.vhost
+        name = self._queue_name(qos)
+        if name in vh.queues:
+            return vh.queue(name, self)
+        persistent = self.session_expiry > 0
+        args: dict[str, Any] = {}
+        if persistent and self.session_expiry != NEVER:
+            args["x-expires"] = self.session_expiry * 1000
+        return ch.declare_queue(name, False, persistent, not persistent, False, args)
+
+    def _start_consumers(self) -> None:
+        """Consume the session's queues (after CONNACK is written)."""
+        ch = self.channel
+        assert ch is not None
+        for qos in (0, 1, 2):
+            if self._queue_name(qos) in ch.vhost.queues:
+                self._consume(self._queue_name(qos), f"qos{qos}", qos)
+
+    def _consume(self, queue: str, tag: str, qos: int) -> None:
+        ch = self.channel
+        assert ch is not None
+        if tag in ch.consumers:
+            return
+        ch.basic_consume(queue, tag, qos == 0, False, {})
+        self.consumer_qos[tag] = qos
+        ch.start_consumer(tag)
+
+    def _end_session(self, ch: ChannelModel) -> None:
+        """A session that ends with its connection (expiry 0) leaves nothing behind."""
+        if self.session_expiry:
+            return
+        vh = ch.vhost
+        for qos in (0, 1, 2):
+            q = vh.queues.get(self._queue_name(qos))
+            if q is not None and q.exclusive_owner in (None, self):
+                vh.delete_queue(q, notify=False)
+        if self.mqtt is not None:
+            self.mqtt.forget_session(vh.name, self.client_id)
+
+    def _bind(self, q: Queue, key: str) -> None:
+        """queue.bind as the model checks it (U3: write on the queue, read on amq.topic
+        and the topic permission)."""
+        ch = self.channel
+        assert ch is not None
+        ch.bind("queue", q.name, EXCHANGE, key)
+
+    # -- SUBSCRIBE / UNSUBSCRIBE -----------------------------------------------------------
+    def _on_subscribe(self, p: Subscribe) -> None:
+        v5 = self.level == rc.MQTT5
+        sub_ids = p.properties.get("subscription_identifier", [])
+        if len(sub_ids) > 1 or (sub_ids and sub_ids[0] == 0):
+            from ackmq.server.mqtt.connection import Refused
+            raise Refused(rc.PROTOCOL_ERROR, "one subscription identifier, not 0, at most")
+        sub_id = sub_ids[0] if sub_ids else None
+        codes: list[int] = []
+        start: list[tuple[str, str, int]] = []
+        retained: list[tuple[Sub, int]] = []
+        for text, opts in p.topics:
+            try:
+                flt = parse_filter(text)
+            except TopicError as e:
+                if v5:  # 0x8F is for filters "correctly formed": this one is not (as Mosquitto)
+                    from ackmq.server.mqtt.connection import Refused
+                    raise Refused(rc.MALFORMED_PACKET, str(e)) from None
+                codes.append(0x80)
+                continue
+            if flt.share is not None and opts.no_local:  # [MQTT-3.8.3-4]
+                from ackmq.server.mqtt.connection import Refused
+                raise Refused(rc.PROTOCOL_ERROR, "no local on a shared subscription")
+            qos = opts.qos
+            try:
+                new = self._subscribe(flt, qos, start)
+            except ReplyError as e:
+                codes.append((rc.NOT_AUTHORIZED if e.code == 403 else rc.UNSPECIFIED_ERROR)
+                             if v5 else 0x80)
+                continue
+            sub = Sub(flt, opts, sub_id)
+            old = self.subs.get(text)
+            if old is not None and old.sub_id is not None:
+                self.with_ids -= 1
+            if sub_id is not None:
+                self.with_ids += 1
+            self.subs[text] = sub
+            codes.append(qos)
+            if flt.share is None and (opts.retain_handling == 0
+                                      or (opts.retain_handling == 1 and new)):
+                retained.append((sub, qos))
+        self.write(encode(SubAck(p.packet_id, codes), self.level))
+        for queue, tag, qos in start:
+            self._consume(queue, tag, qos)
+        for sub, qos in retained:
+            self._send_retained(sub, qos)
+
+    def _subscribe(self, flt: Filter, qos: int, start: list[tuple[str, str, int]]) -> bool:
+        """Bind the filter; True when the client had no such subscription."""
+        ch = self.channel
+        assert ch is not None
+        vh = ch.vhost
+        key = to_amqp(flt.topic)
+        if flt.share is not None:
+            name = f"mqtt-shared-{flt.share}-{key}"
+            if len(name.encode()) > 255:
+                name = "mqtt-shared-" + hashlib.sha256(name.encode()).hexdigest()
+            q = ch.declare_queue(name, False, False, False, True, {})
+            self._bind(q, key)
+            tag = "share:" + flt.text
+            start.append((q.name, tag, qos))
+            return flt.text not in self.subs
+        old = self.subs.get(flt.text)
+        q = self._session_queue(qos)
+        self._bind(q, key)
+        start.append((q.name, f"qos{qos}", qos))
+        if old is not None and old.options.qos != qos:  # moved to another QoS's queue
+            vh.unbind(EXCHANGE, "queue", self._queue_name(old.options.qos), key, {}, self)
+        return old is None
+
+    def _on_unsubscribe(self, p: Unsubscribe) -> None:
+        ch = self.channel
+        assert ch is not None
+        codes = []
+        for text in p.topics:
+            sub = self.subs.pop(text, None)
+            if sub is None:
+                codes.append(rc.NO_SUBSCRIPTION_EXISTED)
+                continue
+            if sub.sub_id is not None:
+                self.with_ids -= 1
+            if sub.flt.share is not None:
+                tag = "share:" + text
+                mine = ch.unacked_of(tag)
+                ch.basic_cancel(tag)
+                if mine:  # its unacked deliveries go to the other members now
+                    from ackmq.broker.queue_type import RETURN
+                    ch.settle(RETURN, ch.take_for_consumer(tag, mine[-1], True))
+            else:
+                ch.vhost.unbind(EXCHANGE, "queue", self._queue_name(sub.options.qos),
+                                to_amqp(sub.flt.topic), {}, self)
+            codes.append(rc.SUCCESS)
+        self.write(encode(UnsubAck(p.packet_id, codes), self.level))
+
+    # -- deliveries --------------------------------------------------------------------
+    def _next_pid(self) -> int:
+        pid = self.next_pid
+        inflight, released = self.inflight, self.released
+        while pid in inflight or pid in released:
+            pid = pid % 65535 + 1
+        self.next_pid = pid % 65535 + 1
+        return pid
+
+    def deliver(self, consumer: Consumer, delivery_tag: int, entry: QueueEntry) -> None:
+        msg = entry.message
+        assert msg is not None
+        sub_qos = self.consumer_qos.get(consumer.tag, 0)
+        raw = msg.properties
+        pq = publish_qos(raw)
+        qos = sub_qos if pq is None or pq > sub_qos else pq
+        topic = from_amqp(msg.routing_key)
+        props = b""
+        if self.level == rc.MQTT5:
+            props = self._v5_properties(raw, msg.expiration_ms, topic,
+                                        consumer.tag.startswith("qos"), sub_qos)
+        pid = 0
+        if qos:
+            pid = self._next_pid()
+            self.inflight[pid] = (delivery_tag, qos)
+        elif not consumer.no_ack:
+            self._ack_later(delivery_tag)
+        data = encode_publish(topic, msg.body, qos, False, bool(qos and entry.redelivered),
+                              pid, self.level, props)
+        if len(data) > self.client_max_packet:  # 5.0: dropped as if delivered ([MQTT-3.1.2-25])
+            if qos:
+                del self.inflight[pid]
+                self._ack_later(delivery_tag)
+            return
+        self.write(data)
+
+    def _v5_properties(self, raw: bytes, expiration_ms: int | None, topic: str,
+                       own_queue: bool, sub_qos: int) -> bytes:
+        props = mqtt5_properties(raw, expiration_ms)
+        if self.with_ids and own_queue:
+            ids = [s.sub_id for s in self.subs.values()
+                   if s.sub_id is not None and s.flt.share is None
+                   and s.options.qos == sub_qos and matches(s.flt.topic, topic)]
+            if ids:
+                props["subscription_identifier"] = ids
+        return encode_properties(props) if props else b""
+
+    def _ack_later(self, tag: int) -> None:
+        """QoS 0 deliveries of a queue that needs acks are acked after the delivery loop
+        that made them (never from inside it); one callback per batch."""
+        if not self.ack_later:
+            self.ctx.loop.call_soon(self._ack_now)
+        self.ack_later.append(tag)
+
+    def _ack_now(self) -> None:
+        tags, self.ack_later = self.ack_later, []
+        ch = self.channel
+        if ch is None:
+            return
+        for tag in tags:
+            if tag in ch.unacked:
+                ch.basic_ack(tag, False)
+        self.ctx.request_flush()
+
+    def _on_puback(self, p: PubAck) -> None:
+        got = self.inflight.pop(p.packet_id, None)
+        if got is not None and got[0] is not None and self.channel is not None:
+            self.channel.basic_ack(got[0], False)
+
+    def _on_pubrec(self, p: PubRec) -> None:
+        """The client has the QoS 2 message: once that is on disk (`mqtt-qos2.log`: the
+        PUBREL goes again after a crash or a reconnect, [MQTT-4.4.0-1]) the queue lets
+        it go and PUBREL goes out."""
+        pid = p.packet_id
+        got = self.inflight.pop(pid, None)
+        if got is None:
+            code = rc.PACKET_IDENTIFIER_NOT_FOUND if self.level == rc.MQTT5 else 0
+            if p.reason_code < 0x80:
+                self.write(encode(PubRel(pid, code), self.level))
+            return
+        tag = got[0]
+        if p.reason_code >= 0x80:  # the client refused it: no PUBREL ([MQTT-4.3.3])
+            if tag is not None and self.channel is not None:
+                self.channel.basic_ack(tag, False)
+            return
+        self.released.add(pid)
+        st = self.mqtt
+        if st is None or self.vhost is None:
+            self._released(tag, pid)
+            return
+        st.qos2_add(self.vhost.name, self.client_id, pid, out=True)
+        st.after_sync(lambda: self._released(tag, pid))
+
+    def _released(self, tag: int | None, pid: int) -> None:
+        ch = self.channel
+        if ch is None:
+            return  # gone meanwhile: the PUBREL goes when the session comes back
+        if tag is not None and tag in ch.unacked:
+            ch.basic_ack(tag, False)
+        self.write(encode(PubRel(pid), self.level))
+
+    def _on_pubcomp(self, p: PubComp) -> None:
+        self.released.discard(p.packet_id)
+        if self.mqtt is not None and self.vhost is not None:
+            self.mqtt.qos2_remove(self.vhost.name, self.client_id, p.packet_id, out=True)
+
+    # -- retained messages (N5) -----------------------------------------------------------
+    def _send_retained(self, sub: Sub, granted: int) -> None:
+        assert self.mqtt is not None and self.vhost is not None
+        for r in self.mqtt.retained_for(self.vhost.name, sub.flt.topic):
+            self._publish_retained(r, min(r.qos, granted), sub.sub_id)
+
+    def _publish_retained(self, r: Retained, qos: int, sub_id: int | None) -> None:
+        props = b""
+        if self.level == rc.MQTT5:
+            d = mqtt5_properties(r.properties, None)
+            if sub_id is not None:
+                d["subscription_identifier"] = [sub_id]
+            props = encode_properties(d) if d else b""
+        pid = 0
+        if qos:
+            pid = self._next_pid()
+            self.inflight[pid] = (None, qos)
+        data = encode_publish(r.topic, r.payload, qos, True, False, pid, self.level, props)
+        if len(data) > self.client_max_packet:
+            self.inflight.pop(pid, None)
+            return
+        self.write(data)
+
+    def consumer_cancelled(self, consumer_tag: str, reason: str = "") -> None:
+        """A session queue was deleted under the connection (purge is fine, delete ends
+        the subscriptions on it) or a consumer timed out: the subscription ends."""
+        self.consumer_qos.pop(consumer_tag, None)
+
+
+_ = Publish

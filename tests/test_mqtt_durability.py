@@ -1,0 +1,240 @@
+"""N3/N4/N5 durability: PUBACK and PUBREC only after the fsync (in process, with a slowed
+fdatasync), and what was acknowledged survives `kill -9` of the broker: QoS 1 messages
+queued for a persistent session, the QoS 2 packet ids received (a resent PUBLISH after
+the crash is not a second copy), persistent sessions' subscriptions, retained messages."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import BrokerProcess
+from support.mqtthelp import Closed, Raw, client_id
+
+import ackmq
+from ackmq.protocol.mqtt import (
+    ConnAck,
+    Disconnect,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    SubOptions,
+    Subscribe,
+    encode,
+)
+
+pytestmark = pytest.mark.slow
+
+
+class _SlowFsync:
+    """os.fdatasync taking 150 ms more, recording when each call ended."""
+
+    def __init__(self) -> None:
+        self.real = os.fdatasync
+        self.done: list[float] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, fd: int) -> None:
+        time.sleep(0.15)
+        self.real(fd)
+        with self.lock:
+            self.done.append(time.monotonic())
+
+
+@pytest.fixture
+def slow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+         ) -> Iterator[tuple[ackmq.EmbeddedBroker, _SlowFsync]]:
+    s = _SlowFsync()
+    monkeypatch.setattr(os, "fdatasync", s)
+    with ackmq.EmbeddedBroker(data_dir=tmp_path / "d") as b:
+        yield b, s
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_N3_puback_and_pubrec_come_after_the_fsync(slow: tuple[ackmq.EmbeddedBroker,
+                                                               _SlowFsync], qos: int) -> None:
+    b, s = slow
+    with Raw("127.0.0.1", b.mqtt_port) as sub:  # a persistent session: a durable queue
+        sub.connect("fsync-sub", clean=False)
+        sub.send(Subscribe(1, [("f/#", SubOptions(1))]))
+        sub.recv()
+        with Raw("127.0.0.1", b.mqtt_port) as r:
+            r.connect(client_id())
+            s.done.clear()
+            sent = time.monotonic()
+            # 40 at once: one turn, one group commit on the store's sync thread
+            r.sendraw(b"".join(encode(Publish("f/x", b"durable", qos, False, False, pid))
+                               for pid in range(1, 41)))
+            ack = r.recv()
+            got = time.monotonic()
+            assert ack == (PubAck(1) if qos == 1 else PubRec(1))
+            assert s.done and sent < s.done[0] <= got, "acknowledged before the fsync"
+            assert got - sent >= 0.15
+            acks = [ack] + [r.recv() for _ in range(39)]
+            assert [a.packet_id for a in acks] == list(range(1, 41))
+
+
+def _drain(port: int, cid: str, level: int = 4) -> list[bytes]:
+    """Everything queued for the persistent session `cid`, each PUBACKed."""
+    bodies = []
+    with Raw("127.0.0.1", port, level) as r:
+        ack = r.connect(cid, clean=False)
+        assert isinstance(ack, ConnAck) and ack.session_present, ack
+        while True:
+            try:
+                p = r.recv(2.0)
+            except TimeoutError:
+                return bodies
+            if isinstance(p, Publish):
+                bodies.append(p.payload)
+                if p.qos == 1:
+                    r.send(PubAck(p.packet_id))
+                elif p.qos == 2:
+                    r.send(PubRec(p.packet_id))
+
+
+def _publisher(port: int, name: str, acked: list[bytes], stop: threading.Event) -> None:
+    try:
+        with Raw("127.0.0.1", port) as r:
+            r.connect(client_id(name))
+            n = 0
+            while not stop.is_set():
+                body = f"{name}-{n}".encode()
+                pid = n % 65535 + 1
+                r.send(Publish("crash/t", body, 1, False, False, pid))
+                assert r.recv() == PubAck(pid)
+                acked.append(body)
+                n += 1
+    except (Closed, OSError, TimeoutError):  # the kill
+        return
+
+
+def test_N3_N4_pubacked_qos1_messages_survive_kill_9(tmp_path: Path) -> None:
+    b = BrokerProcess(tmp_path / "d")
+    b.start()
+    try:
+        sub = "crash-sub"
+        with Raw("127.0.0.1", b.mqtt_port) as r:
+            r.connect(sub, clean=False)
+            r.send(Subscribe(1, [("crash/#", SubOptions(1))]))
+            r.recv()
+            r.send(Disconnect())
+        acked: list[list[bytes]] = [[], [], []]
+        stop = threading.Event()
+        threads = [threading.Thread(target=_publisher, args=(b.mqtt_port, f"p{i}", acked[i],
+                                                             stop)) for i in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(1.5)
+        b.kill()
+        stop.set()
+        for t in threads:
+            t.join(10)
+        confirmed = [m for a in acked for m in a]
+        assert len(confirmed) > 20, "too few PUBACKs before the kill to say anything"
+        b.start()
+        got = _drain(b.mqtt_port, sub)
+        missing = set(confirmed) - set(got)
+        assert not missing, f"{len(missing)} PUBACKed messages lost, e.g. {sorted(missing)[:5]}"
+        assert len(got) == len(set(got)), "a message came twice"
+    finally:
+        b.stop()
+
+
+def test_N3_qos2_state_survives_kill_9_no_second_copy(tmp_path: Path) -> None:
+    """PUBLISH QoS 2 id 9 -> PUBREC; kill -9; the client, reconnecting, sends the PUBLISH
+    again with DUP (it never got PUBCOMP): PUBREC, no second copy; PUBREL -> PUBCOMP."""
+    b = BrokerProcess(tmp_path / "d")
+    b.start()
+    try:
+        with Raw("127.0.0.1", b.mqtt_port) as r:
+            r.connect("q2-sub", clean=False)
+            r.send(Subscribe(1, [("q2/#", SubOptions(2))]))
+            r.recv()
+            r.send(Disconnect())
+        with Raw("127.0.0.1", b.mqtt_port) as r:
+            r.connect("q2-pub", clean=False)
+            r.send(Publish("q2/t", b"exactly-once", 2, False, False, 9))
+            assert r.recv() == PubRec(9)
+            b.kill()
+        b.start()
+        with Raw("127.0.0.1", b.mqtt_port) as r:
+            assert r.connect("q2-pub", clean=False) == ConnAck(0, False)
+            r.send(Publish("q2/t", b"exactly-once", 2, False, True, 9))
+            assert r.recv() == PubRec(9)
+            r.send(PubRel(9))
+            assert r.recv() == PubComp(9)
+        assert _drain(b.mqtt_port, "q2-sub") == [b"exactly-once"]
+    finally:
+        b.stop()
+
+
+def test_N4_N5_sessions_and_retained_messages_survive_kill_9(tmp_path: Path) -> None:
+    b = BrokerProcess(tmp_path / "d")
+    b.start()
+    try:
+        with Raw("127.0.0.1", b.mqtt_port) as r:
+            r.connect("kept", clean=False)
+            r.send(Subscribe(1, [("k/+/v", SubOptions(1))]))
+            r.recv()
+            r.send(Disconnect())
+        with Raw("127.0.0.1", b.mqtt_port) as r:
+            r.connect(client_id())
+            r.send(Publish("k/a/v", b"queued", 1, False, False, 1))
+            assert r.recv() == PubAck(1)
+            r.send(Publish("state/lamp", b"on", 1, True, False, 2))
+            assert r.recv() == PubAck(2)
+        b.kill()
+        b.start()
+        with Raw("127.0.0.1", b.mqtt_port) as r:  # the subscription is still there
+            r.connect(client_id())
+            r.send(Publish("k/b/v", b"after", 1, False, False, 1))
+            assert r.recv() == PubAck(1)
+        assert _drain(b.mqtt_port, "kept") == [b"queued", b"after"]
+        with Raw("127.0.0.1", b.mqtt_port) as r:
+            r.connect(client_id())
+            r.send(Subscribe(1, [("state/#", SubOptions(1))]))
+            r.recv()
+            p = r.recv()
+            assert isinstance(p, Publish) and (p.topic, p.payload, p.retain) == \
+                ("state/lamp", b"on", True)
+    finally:
+        b.stop()
+
+
+def test_N3_qos2_pubrel_owed_survives_kill_9(tmp_path: Path) -> None:
+    """A QoS 2 delivery the client PUBRECed: after a kill -9 the PUBREL comes again (the
+    client, e.g. paho, hands the message to its application only then), no second copy."""
+    b = BrokerProcess(tmp_path / "d")
+    b.start()
+    try:
+        with Raw("127.0.0.1", b.mqtt_port) as r:
+            r.connect("rel-sub", clean=False)
+            r.send(Subscribe(1, [("rel/#", SubOptions(2))]))
+            r.recv()
+            with Raw("127.0.0.1", b.mqtt_port) as pub:
+                pub.connect(client_id())
+                pub.send(Publish("rel/a", b"m", 2, False, False, 1))
+                assert pub.recv() == PubRec(1)
+                pub.send(PubRel(1))
+                assert pub.recv() == PubComp(1)
+            p = r.recv()
+            assert isinstance(p, Publish) and p.qos == 2
+            r.send(PubRec(p.packet_id))
+            assert r.recv() == PubRel(p.packet_id)
+            b.kill()
+        b.start()
+        with Raw("127.0.0.1", b.mqtt_port) as r:
+            assert r.connect("rel-sub", clean=False) == ConnAck(0, True)
+            assert r.recv() == PubRel(p.packet_id)
+            r.send(PubComp(p.packet_id))
+            with pytest.raises(TimeoutError):
+                r.recv(2)
+    finally:
+        b.stop()
