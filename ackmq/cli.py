@@ -17,6 +17,14 @@ from types import ModuleType
 from ackmq.server.config import Config
 
 
+def _env_port(p: argparse.ArgumentParser, flag: str, env: str, default: int | None,
+              what: str) -> None:
+    """A listener's port whose default the environment may override (how the tests give
+    every broker free ports without naming each option)."""
+    p.add_argument(flag, type=int, default=int(os.environ.get(env) or default or 0),
+                   help=f"{what}: default {default}, or env {env}; 0 picks a free one")
+
+
 def _serve_args(p: argparse.ArgumentParser) -> None:
     D = Config()  # noqa: N806 - the defaults, written once in server/config.py
     p.add_argument("--host", default=D.host, help="address to listen on (default loopback)")
@@ -24,10 +32,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stomp-port", type=int, default=D.stomp_port,
                    help=f"STOMP port (default {D.stomp_port}); 0 picks a free one")
     p.add_argument("--no-stomp", action="store_true", help="no STOMP listener")
-    p.add_argument("--stream-port", type=int,
-                   default=int(os.environ.get("ACKMQ_STREAM_PORT") or D.stream_port or 0),
-                   help=f"RabbitMQ's stream protocol port (default {D.stream_port}, or env "
-                        "ACKMQ_STREAM_PORT); 0 picks a free one (docs/stream-protocol.md)")
+    _env_port(p, "--stream-port", "ACKMQ_STREAM_PORT", D.stream_port,
+              "RabbitMQ's stream protocol port (docs/stream-protocol.md)")
     p.add_argument("--no-stream", action="store_true", help="no stream protocol listener")
     p.add_argument("--stream-tls-port", type=int, default=D.stream_tls_port,
                    help="the stream protocol over TLS with the --tls-* certificate options "
@@ -111,10 +117,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="block publishers while the data dir's filesystem has less free "
                         "space than this (default %(default)s, as RabbitMQ; 1GiB, or "
                         "mem_relative:1.5 for 1.5 x RAM)")
-    p.add_argument("--http-port", type=int,
-                   default=int(os.environ.get("ACKMQ_HTTP_PORT") or D.http_port or 0),
-                   help=f"management HTTP API port (RabbitMQ's, default {D.http_port}, or "
-                        "env ACKMQ_HTTP_PORT); 0 picks a free one")
+    _env_port(p, "--http-port", "ACKMQ_HTTP_PORT", D.http_port,
+              "management HTTP API port (RabbitMQ's)")
     p.add_argument("--no-http", action="store_true", help="no management HTTP listener")
     p.add_argument("--https-port", type=int, default=D.https_port,
                    help="management API over TLS (off unless given; 0 picks a free one); "
