@@ -16,7 +16,6 @@ import asyncio
 
 from ackmq.bench.amqp10_wire import Amqp10Connection
 from ackmq.bench.context import RunContext, run_async
-from ackmq.client.lowlevel import open_connection
 from ackmq.protocol.amqp10 import Composite
 from ackmq.protocol.amqp10.message import DATA, Message10
 
@@ -31,22 +30,14 @@ def _payload(size: int) -> bytes:
 
 async def _declare(ctx: RunContext) -> str:
     q = ctx.name()
-    conn = await open_connection(ctx.target.url, "ackmq-bench")
-    try:
-        ch = await conn.channel()
+    async with ctx.channel() as ch:
         await ch.declare_queue(q)
-    finally:
-        await conn.close()
     return q
 
 
 async def _count(ctx: RunContext, q: str) -> int:
-    conn = await open_connection(ctx.target.url, "ackmq-bench")
-    try:
-        ch = await conn.channel()
+    async with ctx.channel() as ch:
         return await ch.queue_count(q)
-    finally:
-        await conn.close()
 
 
 async def _send(ctx: RunContext, n: int, wait_each: bool) -> None:

@@ -6,8 +6,8 @@ import asyncio
 import resource
 import time
 import uuid
-from collections.abc import Coroutine, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +15,7 @@ from pamqp import commands
 
 from ackmq.bench.brokers import Target
 from ackmq.client import ClientError
-from ackmq.client.lowlevel import open_connection
+from ackmq.client.lowlevel import RawChannel, open_connection
 
 try:  # uvloop keeps the client's per-message cost low; plain asyncio works too
     import uvloop
@@ -134,6 +134,16 @@ class RunContext:
             return t.user + t.system
         except Exception:  # noqa: BLE001 - the broker may have died; report n/a
             return None
+
+    @asynccontextmanager
+    async def channel(self) -> AsyncIterator[RawChannel]:
+        """A channel on a connection of its own to the target, closed after the block:
+        what most workloads open, publish or count on, and close."""
+        conn = await open_connection(self.target.url, "ackmq-bench")
+        try:
+            yield await conn.channel()
+        finally:
+            await conn.close()
 
     @contextmanager
     def measure(self) -> Iterator[None]:
