@@ -15,11 +15,10 @@ from __future__ import annotations
 import asyncio
 
 from ackmq.bench.amqp10_wire import Amqp10Connection
-from ackmq.bench.context import RunContext, run_async
+from ackmq.bench.context import RUN_TIMEOUT, RunContext, run_async, run_rate
 from ackmq.protocol.amqp10 import Composite
 from ackmq.protocol.amqp10.message import DATA, Message10
 
-RUN_TIMEOUT = 900.0
 RECEIVE_CREDIT = 500
 
 
@@ -74,10 +73,7 @@ def send_outcome(ctx: RunContext) -> None:
 
 
 def send_stream(ctx: RunContext) -> None:
-    n = ctx.n(50_000)
-    run_async(asyncio.wait_for(_send(ctx, n, False), RUN_TIMEOUT))
-    ctx.messages = n
-    ctx.add("amqp10-send-stream", n / ctx.wall_s, "msgs/s", "higher")
+    run_rate(ctx, "amqp10-send-stream", 50_000, lambda c, n: _send(c, n, False))
 
 
 async def _receive(ctx: RunContext, n: int) -> None:
@@ -114,7 +110,4 @@ async def _receive(ctx: RunContext, n: int) -> None:
 
 
 def receive(ctx: RunContext) -> None:
-    n = ctx.n(50_000)
-    run_async(asyncio.wait_for(_receive(ctx, n), RUN_TIMEOUT))
-    ctx.messages = n
-    ctx.add("amqp10-receive", n / ctx.wall_s, "msgs/s", "higher")
+    run_rate(ctx, "amqp10-receive", 50_000, _receive)

@@ -6,7 +6,7 @@ import asyncio
 import resource
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +63,19 @@ def run_async(coro: Coroutine[Any, Any, Any]) -> Any:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(coro)
     return asyncio.run(coro)
+
+
+RUN_TIMEOUT = 900.0  # one stuck broker must not hang the whole bench
+
+
+def run_rate(ctx: RunContext, metric: str, default_n: int,
+             run: Callable[[RunContext, int], Coroutine[Any, Any, Any]]) -> None:
+    """A throughput workload: `run(ctx, n)` moves n messages (within RUN_TIMEOUT), recorded
+    as `metric` in msgs/s, higher better."""
+    n = ctx.n(default_n)
+    run_async(asyncio.wait_for(run(ctx, n), RUN_TIMEOUT))
+    ctx.messages = n
+    ctx.add(metric, n / ctx.wall_s, "msgs/s", "higher")
 
 
 @dataclass
