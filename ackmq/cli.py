@@ -168,33 +168,12 @@ def serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stdout)
     log = logging.getLogger("ackmq")
-    if args.port < 0 or args.port > 65535:
-        print(f"ackmq: --port must be between 0 and 65535, got {args.port}", file=sys.stderr)
-        return 2
-    if args.stomp_port < 0 or args.stomp_port > 65535:
-        print(f"ackmq: --stomp-port must be between 0 and 65535, got {args.stomp_port}",
-              file=sys.stderr)
-        return 2
-    if not 0 <= args.stream_port <= 65535:
-        print(f"ackmq: --stream-port must be between 0 and 65535, got {args.stream_port}",
-              file=sys.stderr)
-        return 2
-    if args.stream_tls_port is not None and not 0 <= args.stream_tls_port <= 65535:
-        print(f"ackmq: --stream-tls-port must be between 0 and 65535, got "
-              f"{args.stream_tls_port}", file=sys.stderr)
-        return 2
-    if args.tls_port is not None and not 0 <= args.tls_port <= 65535:
-        print(f"ackmq: --tls-port must be between 0 and 65535, got {args.tls_port}",
-              file=sys.stderr)
-        return 2
-    if args.stomp_tls_port is not None and not 0 <= args.stomp_tls_port <= 65535:
-        print(f"ackmq: --stomp-tls-port must be between 0 and 65535, got "
-              f"{args.stomp_tls_port}", file=sys.stderr)
-        return 2
-    for opt, port in (("--http-port", args.http_port), ("--https-port", args.https_port),
-                      ("--prometheus-port", args.prometheus_port)):
+    for opt in ("port", "stomp_port", "stream_port", "stream_tls_port", "tls_port",
+                "stomp_tls_port", "http_port", "https_port", "prometheus_port"):
+        port = getattr(args, opt)  # None: a listener that is off
         if port is not None and not 0 <= port <= 65535:
-            print(f"ackmq: {opt} must be between 0 and 65535, got {port}", file=sys.stderr)
+            print(f"ackmq: --{opt.replace('_', '-')} must be between 0 and 65535, got {port}",
+                  file=sys.stderr)
             return 2
     if args.tls_port is None and args.stomp_tls_port is None and args.https_port is None \
             and args.stream_tls_port is None and (
