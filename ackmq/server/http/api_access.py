@@ -240,15 +240,24 @@ def _check_patterns(*patterns: Any) -> None:
             raise bad_request(f"invalid_regexp: {p!r}: {problem}")
 
 
-@requires("administrator")
-async def put_permission(request: web.Request) -> web.Response:
+async def _pair_body(request: web.Request, *keys: str
+                     ) -> tuple[Any, str, str, dict[str, Any]]:
+    """A PUT of a user/vhost pair's permissions or topic permissions: the access model,
+    the pair and the body, checked as RabbitMQ (keys present, both exist, the write and
+    read patterns (and configure) regular expressions)."""
     a = _access(request)
     vhost, name = request.match_info["vhost"], request.match_info["user"]
     body = await body_object(request)
-    _require(body, "configure", "write", "read")
+    _require(body, *keys)
     if vhost not in a.vhosts or name not in a.users:
         raise bad_request("vhost_or_user_not_found")
-    _check_patterns(body["configure"], body["write"], body["read"])
+    _check_patterns(*(body[k] for k in keys if k != "exchange"))
+    return a, vhost, name, body
+
+
+@requires("administrator")
+async def put_permission(request: web.Request) -> web.Response:
+    a, vhost, name, body = await _pair_body(request, "configure", "write", "read")
     existed = (name, vhost) in a.permissions
     _change(a.set_permissions, name, vhost, body["configure"], body["write"], body["read"])
     return no_content(204 if existed else 201)
@@ -266,13 +275,7 @@ async def delete_permission(request: web.Request) -> web.Response:
 
 @requires("administrator")
 async def put_topic_permission(request: web.Request) -> web.Response:
-    a = _access(request)
-    vhost, name = request.match_info["vhost"], request.match_info["user"]
-    body = await body_object(request)
-    _require(body, "exchange", "write", "read")
-    if vhost not in a.vhosts or name not in a.users:
-        raise bad_request("vhost_or_user_not_found")
-    _check_patterns(body["write"], body["read"])
+    a, vhost, name, body = await _pair_body(request, "exchange", "write", "read")
     existed = body["exchange"] in a.topic_permissions.get((name, vhost), {})
     _change(a.set_topic_permissions, name, vhost, str(body["exchange"]), body["write"],
             body["read"])
