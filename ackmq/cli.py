@@ -17,6 +17,14 @@ from types import ModuleType
 from ackmq.server.config import Config
 
 
+def _env_port(p: argparse.ArgumentParser, flag: str, env: str, default: int | None,
+              what: str) -> None:
+    """A listener's port whose default the environment may override (how the tests give
+    every broker free ports without naming each option)."""
+    p.add_argument(flag, type=int, default=int(os.environ.get(env) or default or 0),
+                   help=f"{what}: default {default}, or env {env}; 0 picks a free one")
+
+
 def _serve_args(p: argparse.ArgumentParser) -> None:
     D = Config()  # noqa: N806 - the defaults, written once in server/config.py
     p.add_argument("--host", default=D.host, help="address to listen on (default loopback)")
@@ -24,10 +32,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stomp-port", type=int, default=D.stomp_port,
                    help=f"STOMP port (default {D.stomp_port}); 0 picks a free one")
     p.add_argument("--no-stomp", action="store_true", help="no STOMP listener")
-    p.add_argument("--stream-port", type=int,
-                   default=int(os.environ.get("ACKMQ_STREAM_PORT") or D.stream_port or 0),
-                   help=f"RabbitMQ's stream protocol port (default {D.stream_port}, or env "
-                        "ACKMQ_STREAM_PORT); 0 picks a free one (docs/stream-protocol.md)")
+    _env_port(p, "--stream-port", "ACKMQ_STREAM_PORT", D.stream_port,
+              "RabbitMQ's stream protocol port (docs/stream-protocol.md)")
     p.add_argument("--no-stream", action="store_true", help="no stream protocol listener")
     p.add_argument("--stream-tls-port", type=int, default=D.stream_tls_port,
                    help="the stream protocol over TLS with the --tls-* certificate options "
@@ -126,10 +132,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="block publishers while the data dir's filesystem has less free "
                         "space than this (default %(default)s, as RabbitMQ; 1GiB, or "
                         "mem_relative:1.5 for 1.5 x RAM)")
-    p.add_argument("--http-port", type=int,
-                   default=int(os.environ.get("ACKMQ_HTTP_PORT") or D.http_port or 0),
-                   help=f"management HTTP API port (RabbitMQ's, default {D.http_port}, or "
-                        "env ACKMQ_HTTP_PORT); 0 picks a free one")
+    _env_port(p, "--http-port", "ACKMQ_HTTP_PORT", D.http_port,
+              "management HTTP API port (RabbitMQ's)")
     p.add_argument("--no-http", action="store_true", help="no management HTTP listener")
     p.add_argument("--https-port", type=int, default=D.https_port,
                    help="management API over TLS (off unless given; 0 picks a free one); "
@@ -179,45 +183,13 @@ def serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stdout)
     log = logging.getLogger("ackmq")
-    if args.port < 0 or args.port > 65535:
-        print(f"ackmq: --port must be between 0 and 65535, got {args.port}", file=sys.stderr)
-        return 2
-    if args.stomp_port < 0 or args.stomp_port > 65535:
-        print(f"ackmq: --stomp-port must be between 0 and 65535, got {args.stomp_port}",
-              file=sys.stderr)
-        return 2
-    if not 0 <= args.stream_port <= 65535:
-        print(f"ackmq: --stream-port must be between 0 and 65535, got {args.stream_port}",
-              file=sys.stderr)
-        return 2
-    if args.stream_tls_port is not None and not 0 <= args.stream_tls_port <= 65535:
-        print(f"ackmq: --stream-tls-port must be between 0 and 65535, got "
-              f"{args.stream_tls_port}", file=sys.stderr)
-        return 2
-    if not 0 <= args.mqtt_port <= 65535:
-        print(f"ackmq: --mqtt-port must be between 0 and 65535, got {args.mqtt_port}",
-              file=sys.stderr)
-        return 2
-    if args.mqtt_ws_port is not None and not 0 <= args.mqtt_ws_port <= 65535:
-        print(f"ackmq: --mqtt-ws-port must be between 0 and 65535, got {args.mqtt_ws_port}",
-              file=sys.stderr)
-        return 2
-    if args.mqtt_tls_port is not None and not 0 <= args.mqtt_tls_port <= 65535:
-        print(f"ackmq: --mqtt-tls-port must be between 0 and 65535, got "
-              f"{args.mqtt_tls_port}", file=sys.stderr)
-        return 2
-    if args.tls_port is not None and not 0 <= args.tls_port <= 65535:
-        print(f"ackmq: --tls-port must be between 0 and 65535, got {args.tls_port}",
-              file=sys.stderr)
-        return 2
-    if args.stomp_tls_port is not None and not 0 <= args.stomp_tls_port <= 65535:
-        print(f"ackmq: --stomp-tls-port must be between 0 and 65535, got "
-              f"{args.stomp_tls_port}", file=sys.stderr)
-        return 2
-    for opt, port in (("--http-port", args.http_port), ("--https-port", args.https_port),
-                      ("--prometheus-port", args.prometheus_port)):
+    for opt in ("port", "stomp_port", "stream_port", "stream_tls_port", "mqtt_port",
+                "mqtt_tls_port", "mqtt_ws_port", "tls_port",
+                "stomp_tls_port", "http_port", "https_port", "prometheus_port"):
+        port = getattr(args, opt)  # None: a listener that is off
         if port is not None and not 0 <= port <= 65535:
-            print(f"ackmq: {opt} must be between 0 and 65535, got {port}", file=sys.stderr)
+            print(f"ackmq: --{opt.replace('_', '-')} must be between 0 and 65535, got {port}",
+                  file=sys.stderr)
             return 2
     if args.tls_port is None and args.stomp_tls_port is None and args.https_port is None \
             and args.stream_tls_port is None and args.mqtt_tls_port is None and (

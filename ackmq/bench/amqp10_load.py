@@ -15,12 +15,10 @@ from __future__ import annotations
 import asyncio
 
 from ackmq.bench.amqp10_wire import Amqp10Connection
-from ackmq.bench.context import RunContext, run_async
-from ackmq.client.lowlevel import open_connection
+from ackmq.bench.context import RUN_TIMEOUT, RunContext, run_async, run_rate
 from ackmq.protocol.amqp10 import Composite
 from ackmq.protocol.amqp10.message import DATA, Message10
 
-RUN_TIMEOUT = 900.0
 RECEIVE_CREDIT = 500
 
 
@@ -31,22 +29,14 @@ def _payload(size: int) -> bytes:
 
 async def _declare(ctx: RunContext) -> str:
     q = ctx.name()
-    conn = await open_connection(ctx.target.url, "ackmq-bench")
-    try:
-        ch = await conn.channel()
+    async with ctx.channel() as ch:
         await ch.declare_queue(q)
-    finally:
-        await conn.close()
     return q
 
 
 async def _count(ctx: RunContext, q: str) -> int:
-    conn = await open_connection(ctx.target.url, "ackmq-bench")
-    try:
-        ch = await conn.channel()
+    async with ctx.channel() as ch:
         return await ch.queue_count(q)
-    finally:
-        await conn.close()
 
 
 async def _send(ctx: RunContext, n: int, wait_each: bool) -> None:
@@ -83,10 +73,7 @@ def send_outcome(ctx: RunContext) -> None:
 
 
 def send_stream(ctx: RunContext) -> None:
-    n = ctx.n(50_000)
-    run_async(asyncio.wait_for(_send(ctx, n, False), RUN_TIMEOUT))
-    ctx.messages = n
-    ctx.add("amqp10-send-stream", n / ctx.wall_s, "msgs/s", "higher")
+    run_rate(ctx, "amqp10-send-stream", 50_000, lambda c, n: _send(c, n, False))
 
 
 async def _receive(ctx: RunContext, n: int) -> None:
@@ -123,7 +110,4 @@ async def _receive(ctx: RunContext, n: int) -> None:
 
 
 def receive(ctx: RunContext) -> None:
-    n = ctx.n(50_000)
-    run_async(asyncio.wait_for(_receive(ctx, n), RUN_TIMEOUT))
-    ctx.messages = n
-    ctx.add("amqp10-receive", n / ctx.wall_s, "msgs/s", "higher")
+    run_rate(ctx, "amqp10-receive", 50_000, _receive)

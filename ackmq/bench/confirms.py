@@ -61,22 +61,23 @@ async def _confirms_pipelined(ctx: RunContext, n: int, batch: int | None) -> Non
         await conn.close()
 
 
+def _pipelined_workload(ctx: RunContext, metric: str, batch: int | None) -> None:
+    """Run `_confirms_pipelined` and record its total time (and the rate) as `metric`."""
+    n = ctx.n(DEFAULT_N)
+    run_async(_confirms_pipelined(ctx, n, batch))
+    ctx.messages = n
+    ctx.add(metric, ctx.wall_s * 1e3, "ms", "lower")
+    ctx.extra["msgs_per_s"] = n / ctx.wall_s
+
+
 def confirms_batch(ctx: RunContext) -> None:
     """Batches of 100, waiting for every confirm of the batch before the next."""
-    n = ctx.n(DEFAULT_N)
-    run_async(_confirms_pipelined(ctx, n, BATCH))
-    ctx.messages = n
-    ctx.add("confirms-batch", ctx.wall_s * 1e3, "ms", "lower")
-    ctx.extra["msgs_per_s"] = n / ctx.wall_s
+    _pipelined_workload(ctx, "confirms-batch", BATCH)
 
 
 def confirms_async(ctx: RunContext) -> None:
     """Pipelined publishes; confirms tracked in a sorted map, `multiple` acks settle ranges."""
-    n = ctx.n(DEFAULT_N)
-    run_async(_confirms_pipelined(ctx, n, None))
-    ctx.messages = n
-    ctx.add("confirms-async", ctx.wall_s * 1e3, "ms", "lower")
-    ctx.extra["msgs_per_s"] = n / ctx.wall_s
+    _pipelined_workload(ctx, "confirms-async", None)
 
 
 async def _tx(ctx: RunContext, n: int, per_commit: int) -> float:

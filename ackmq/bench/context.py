@@ -6,8 +6,8 @@ import asyncio
 import resource
 import time
 import uuid
-from collections.abc import Coroutine, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +15,7 @@ from pamqp import commands
 
 from ackmq.bench.brokers import Target
 from ackmq.client import ClientError
-from ackmq.client.lowlevel import open_connection
+from ackmq.client.lowlevel import RawChannel, open_connection
 
 try:  # uvloop keeps the client's per-message cost low; plain asyncio works too
     import uvloop
@@ -63,6 +63,19 @@ def run_async(coro: Coroutine[Any, Any, Any]) -> Any:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(coro)
     return asyncio.run(coro)
+
+
+RUN_TIMEOUT = 900.0  # one stuck broker must not hang the whole bench
+
+
+def run_rate(ctx: RunContext, metric: str, default_n: int,
+             run: Callable[[RunContext, int], Coroutine[Any, Any, Any]]) -> None:
+    """A throughput workload: `run(ctx, n)` moves n messages (within RUN_TIMEOUT), recorded
+    as `metric` in msgs/s, higher better."""
+    n = ctx.n(default_n)
+    run_async(asyncio.wait_for(run(ctx, n), RUN_TIMEOUT))
+    ctx.messages = n
+    ctx.add(metric, n / ctx.wall_s, "msgs/s", "higher")
 
 
 @dataclass
@@ -134,6 +147,16 @@ class RunContext:
             return t.user + t.system
         except Exception:  # noqa: BLE001 - the broker may have died; report n/a
             return None
+
+    @asynccontextmanager
+    async def channel(self) -> AsyncIterator[RawChannel]:
+        """A channel on a connection of its own to the target, closed after the block:
+        what most workloads open, publish or count on, and close."""
+        conn = await open_connection(self.target.url, "ackmq-bench")
+        try:
+            yield await conn.channel()
+        finally:
+            await conn.close()
 
     @contextmanager
     def measure(self) -> Iterator[None]:

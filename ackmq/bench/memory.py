@@ -11,7 +11,6 @@ import asyncio
 
 from ackmq.bench.context import RunContext, run_async
 from ackmq.bench.pipeline import OutstandingConfirms, publish_pipelined
-from ackmq.client.lowlevel import open_connection
 
 SETTLE_S = 1.0
 
@@ -27,9 +26,7 @@ def _rss(ctx: RunContext) -> int:
 async def _fill(ctx: RunContext, n: int) -> tuple[int, int, int]:
     q = ctx.name()
     body = b"x" * ctx.options.body_size
-    conn = await open_connection(ctx.target.url, "ackmq-bench")
-    try:
-        ch = await conn.channel()
+    async with ctx.channel() as ch:
         await ch.declare_queue(q)
         await ch.confirm_select()
         oc = OutstandingConfirms()
@@ -47,8 +44,6 @@ async def _fill(ctx: RunContext, n: int) -> tuple[int, int, int]:
         count = await ch.queue_count(q)
         if count != n:
             raise RuntimeError(f"memory: published {n}, queue holds {count}")
-    finally:
-        await conn.close()
     return before, mid, after
 
 

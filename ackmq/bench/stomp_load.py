@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 
-from ackmq.bench.context import RunContext, run_async
+from ackmq.bench.context import RUN_TIMEOUT, RunContext, run_async
 from ackmq.bench.stomp_wire import StompWireConnection
 from ackmq.protocol.stomp import Frame, encode_frame
 
 CHUNK = 256          # frames per socket write when streaming
 SEQ_DIGITS = 10      # the body's sequence-number prefix
-RUN_TIMEOUT = 900.0  # one stuck broker must not hang the whole bench
 
 
 def _url(ctx: RunContext) -> str:

@@ -15,12 +15,11 @@ from __future__ import annotations
 import asyncio
 from urllib.parse import quote, urlsplit
 
-from ackmq.bench.context import RunContext, run_async
+from ackmq.bench.context import RunContext, run_rate
 from ackmq.bench.stream_wire import StreamConnection
 from ackmq.bench.wire import parse_url
 from ackmq.protocol.amqp10.message import DATA, Message10
 
-RUN_TIMEOUT = 900.0
 BATCH = 100
 WINDOW = 10_000
 CREDIT = 10
@@ -108,14 +107,8 @@ async def _run_consume(ctx: RunContext, n: int) -> None:
 
 
 def publish(ctx: RunContext) -> None:
-    n = ctx.n(50_000)
-    run_async(asyncio.wait_for(_run_publish(ctx, n), RUN_TIMEOUT))
-    ctx.messages = n
-    ctx.add("stream-publish", n / ctx.wall_s, "msgs/s", "higher")
+    run_rate(ctx, "stream-publish", 50_000, _run_publish)
 
 
 def consume(ctx: RunContext) -> None:
-    n = ctx.n(50_000)
-    run_async(asyncio.wait_for(_run_consume(ctx, n), RUN_TIMEOUT))
-    ctx.messages = n
-    ctx.add("stream-consume", n / ctx.wall_s, "msgs/s", "higher")
+    run_rate(ctx, "stream-consume", 50_000, _run_consume)

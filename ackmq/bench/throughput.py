@@ -28,9 +28,7 @@ async def _wait_count(ch: RawChannel, q: str, n: int, timeout: float = 120.0) ->
 async def _publish(ctx: RunContext, n: int) -> None:
     q = ctx.name()
     body = b"x" * ctx.options.body_size
-    conn = await open_connection(ctx.target.url, "ackmq-bench")
-    try:
-        ch = await conn.channel()
+    async with ctx.channel() as ch:
         await ch.declare_queue(q)
         with ctx.measure():
             await publish_pipelined(ch, q, n, body, TRANSIENT)
@@ -38,8 +36,6 @@ async def _publish(ctx: RunContext, n: int) -> None:
         ctx.extra["queued"] = count
         if count != n:
             raise RuntimeError(f"published {n}, queue holds {count}")
-    finally:
-        await conn.close()
 
 
 def publish(ctx: RunContext) -> None:

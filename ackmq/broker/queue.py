@@ -59,12 +59,7 @@ class ClassicQueue(Queue):
     def __init__(self, vhost: VHost, name: str, durable: bool = False, exclusive_owner: Any = None,
                  auto_delete: bool = False, arguments: dict[str, Any] | None = None,
                  epoch: int = 0) -> None:
-        self.vhost = vhost
-        self.name = name
-        self.durable = durable
-        self.exclusive_owner = exclusive_owner
-        self.auto_delete = auto_delete
-        self.arguments = dict(arguments or {})
+        super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments, epoch)
         a = self.arguments
         self._retry: RetryHeap | None = None  # L6: messages waiting out a back-off
         self._settings(vhost.broker.policies.queue_arguments(self))

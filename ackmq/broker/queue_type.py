@@ -72,10 +72,17 @@ class Queue:
     timers: Any = None
     hidden = False  # a timer store (broker/delayed.py): in no listing, no trace
 
-    if TYPE_CHECKING:  # every type is made so (VHost.declare_queue, reply_queue)
-        def __init__(self, vhost: VHost, name: str, durable: bool = False,
-                     exclusive_owner: Any = None, auto_delete: bool = False,
-                     arguments: dict[str, Any] | None = None, epoch: int = 0) -> None: ...
+    def __init__(self, vhost: VHost, name: str, durable: bool = False,
+                 exclusive_owner: Any = None, auto_delete: bool = False,
+                 arguments: dict[str, Any] | None = None, epoch: int = 0) -> None:
+        """Every type is made so (VHost.declare_queue, reply_queue); a type's own
+        `__init__` calls this for the identity every type has, then sets up its state."""
+        self.vhost = vhost
+        self.name = name
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner
+        self.auto_delete = auto_delete
+        self.arguments = dict(arguments or {})
 
     # -- counters -----------------------------------------------------------------
     @property

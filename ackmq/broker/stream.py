@@ -53,12 +53,7 @@ class StreamQueue(Queue):
     def __init__(self, vhost: VHost, name: str, durable: bool = True, exclusive_owner: Any = None,
                  auto_delete: bool = False, arguments: dict[str, Any] | None = None,
                  epoch: int = 0) -> None:
-        self.vhost = vhost
-        self.name = name
-        self.durable = durable
-        self.exclusive_owner = exclusive_owner
-        self.auto_delete = auto_delete
-        self.arguments = dict(arguments or {})
+        super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments, epoch)
         self.deleted = False
         self.consumers: dict[int, Consumer] = {}
         self.consumer_timeout = _int(self.arguments, "x-consumer-timeout")

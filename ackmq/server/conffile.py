@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ackmq.server.alarms import parse_bytes, parse_disk_limit, parse_watermark
 
@@ -44,19 +44,23 @@ _KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _TRUE = {"true": True, "yes": True, "on": True, "1": True,
          "false": False, "no": False, "off": False, "0": False}
 
+T = TypeVar("T")
+
+
+def _as(convert: Callable[[str], T], v: str, what: str) -> T:
+    """`convert(v)`, or a ValueError saying what `v` is not (the one text each kind has)."""
+    try:
+        return convert(v)
+    except (ValueError, KeyError):
+        raise ValueError(f"{v!r} is not {what}") from None
+
 
 def boolean(v: str) -> bool:
-    try:
-        return _TRUE[v.strip().lower()]
-    except KeyError:
-        raise ValueError(f"{v!r} is not true or false") from None
+    return _as(lambda s: _TRUE[s.strip().lower()], v, "true or false")
 
 
 def integer(v: str) -> int:
-    try:
-        return int(v)
-    except ValueError:
-        raise ValueError(f"{v!r} is not a whole number") from None
+    return _as(int, v, "a whole number")
 
 
 def port(v: str) -> int:
@@ -98,10 +102,7 @@ def _response(v: str) -> str:
 
 
 def _float(v: str) -> float:
-    try:
-        return float(v)
-    except ValueError:
-        raise ValueError(f"{v!r} is not a number") from None
+    return _as(float, v, "a number")
 
 
 def _watermark_relative(v: str) -> str:

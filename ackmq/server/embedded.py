@@ -33,7 +33,30 @@ def _config(host: str, port: int, data_dir: str | Path | None, persistent: bool,
     return Config(host=host, port=port, data_dir=path, fsync=fsync, **kw), tmp
 
 
-class Broker:
+class _Addresses:
+    """Where a started broker listens ("" / 0 until it starts, or for a listener that is
+    off): one list for `Broker` and `EmbeddedBroker`, which copies its `Broker`'s."""
+
+    url: str = ""
+    port: int = 0
+    stomp_url: str = ""
+    stomp_port: int = 0
+    tls_url: str = ""  # amqps://...: with tls_port=0 (a free port) and tls_cert/tls_key
+    stomp_tls_url: str = ""  # stomp+ssl://...: with stomp_tls_port=0 and tls_cert/tls_key
+    stomp_tls_port: int = 0
+    stream_url: str = ""  # rabbitmq-stream://127.0.0.1:PORT (stream_port=None: none)
+    stream_port: int = 0
+    mqtt_url: str = ""  # mqtt://127.0.0.1:PORT (mqtt_port=None: no MQTT listener)
+    mqtt_port: int = 0
+    http_url: str = ""  # http://127.0.0.1:PORT: the management API (http_port=None: none)
+    http_port: int = 0
+
+    def _take_addresses(self, other: _Addresses) -> None:
+        for name in _Addresses.__annotations__:
+            setattr(self, name, getattr(other, name))
+
+
+class Broker(_Addresses):
     """`async with ackmq.Broker(port=0) as broker: broker.url`.
 
     `data_dir=None` uses a temporary directory removed on exit; `persistent=False` keeps
@@ -47,19 +70,6 @@ class Broker:
                  *, persistent: bool = True, fsync: bool = True, **options: Any) -> None:
         self.config, self._tmp = _config(host, port, data_dir, persistent, fsync, **options)
         self.server = Server(self.config)
-        self.url = ""
-        self.port = 0
-        self.stomp_url = ""
-        self.stomp_port = 0
-        self.mqtt_url = ""  # mqtt://127.0.0.1:PORT (mqtt_port=None: no MQTT listener)
-        self.mqtt_port = 0
-        self.tls_url = ""  # amqps://...: with tls_port=0 (a free port) and tls_cert/tls_key
-        self.stomp_tls_url = ""  # stomp+ssl://...: with stomp_tls_port=0 and tls_cert/tls_key
-        self.stomp_tls_port = 0
-        self.stream_url = ""  # rabbitmq-stream://127.0.0.1:PORT (stream_port=None: none)
-        self.stream_port = 0
-        self.http_url = ""  # http://127.0.0.1:PORT: the management API (http_port=None: none)
-        self.http_port = 0
 
     async def start(self) -> str:
         self.url = await self.server.start()
@@ -89,7 +99,7 @@ class Broker:
         await self.stop()
 
 
-class EmbeddedBroker:
+class EmbeddedBroker(_Addresses):
     """`with ackmq.EmbeddedBroker() as broker: pika.URLParameters(broker.url)`;
     `broker.stomp_url` as for `Broker`."""
 
@@ -101,19 +111,6 @@ class EmbeddedBroker:
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._error: BaseException | None = None
-        self.url = ""
-        self.port = 0
-        self.stomp_url = ""
-        self.stomp_port = 0
-        self.mqtt_url = ""  # mqtt://127.0.0.1:PORT (mqtt_port=None: no MQTT listener)
-        self.mqtt_port = 0
-        self.tls_url = ""  # amqps://...: with tls_port=0 (a free port) and tls_cert/tls_key
-        self.stomp_tls_url = ""  # stomp+ssl://...: with stomp_tls_port=0 and tls_cert/tls_key
-        self.stomp_tls_port = 0
-        self.stream_url = ""  # RabbitMQ's stream protocol, as Broker.stream_url
-        self.stream_port = 0
-        self.http_url = ""  # the management API, as Broker.http_url
-        self.http_port = 0
 
     def start(self, timeout: float = 30.0) -> str:
         self._thread = threading.Thread(target=self._run, name="ackmq-broker", daemon=True)
@@ -122,14 +119,7 @@ class EmbeddedBroker:
             raise TimeoutError("embedded ackmq broker did not start")
         if self._error is not None:
             raise self._error
-        self.url, self.port = self._broker.url, self._broker.port
-        self.stomp_url, self.stomp_port = self._broker.stomp_url, self._broker.stomp_port
-        self.mqtt_url, self.mqtt_port = self._broker.mqtt_url, self._broker.mqtt_port
-        self.tls_url = self._broker.tls_url
-        self.stomp_tls_url = self._broker.stomp_tls_url
-        self.stomp_tls_port = self._broker.stomp_tls_port
-        self.stream_url, self.stream_port = self._broker.stream_url, self._broker.stream_port
-        self.http_url, self.http_port = self._broker.http_url, self._broker.http_port
+        self._take_addresses(self._broker)
         return self.url
 
     def _run(self) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import ChannelAccess
@@ -62,6 +64,15 @@ def http_error(e: ReplyError) -> OpError:
     prefix = REPLY_TEXT.get(e.code, "") + " - "
     text = e.text[len(prefix):] if e.text.startswith(prefix) else e.text
     return OpError(400, "bad_request", text)
+
+
+@contextmanager
+def as_http() -> Iterator[None]:
+    """A model refusal inside the block is answered over HTTP as `http_error` maps it."""
+    try:
+        yield
+    except ReplyError as e:
+        raise http_error(e) from None
 
 
 class _Output:

@@ -51,8 +51,9 @@ DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 _TRACE = os.environ.get("ACKMQ_SPARK_TRACE")
 
 
-def _trace(*parts: Any) -> None:
-    """Append one line to $ACKMQ_SPARK_TRACE: how tests see which call came when."""
+def trace(*parts: Any) -> None:
+    """Append one line to $ACKMQ_SPARK_TRACE: how tests see which call came when (both
+    sources' readers write it)."""
     if _TRACE:
         with open(_TRACE, "a") as f:
             f.write(" ".join(str(p) for p in (os.getpid(), *parts)) + "\n")
@@ -166,7 +167,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         c = self._ensure()
         n, hwm = int(start["n"]), int(start["hwm"])
-        _trace("latestOffset", n, hwm)
+        trace("latestOffset", n, hwm)
         # the acks the previous call sent are processed by now (one round trip, seldom a
         # wait); this call's own are confirmed by the next one, so the broker's ack work
         # overlaps Spark's batch instead of delaying it
@@ -279,7 +280,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         b, e = int(start["n"]), int(end["n"])
-        _trace("partitions", b, e)
+        trace("partitions", b, e)
         if b == e:
             return []
         table = self._tables.get(b)
@@ -296,7 +297,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for i in range(0, rows, step)]
 
     def commit(self, end: dict) -> None:
-        _trace("commit", end["n"])
+        trace("commit", end["n"])
         if self._consumer is not None:
             # no wait here: Spark calls commit() inside its offset-log write (walCommit);
             # the next latestOffset confirms the acks
@@ -326,7 +327,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._staged_changed()
         if acks and self._consumer is not None:
             self._consumer.ack(acks)  # confirmed by the next latestOffset, commit or stop
-            _trace("acked", len(acks), "up to", n)
+            trace("acked", len(acks), "up to", n)
             self._report()  # the query may stop before the consumer thread's next tick
         for s in self.staging.batches():
             if s.end <= n:

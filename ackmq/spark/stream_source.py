@@ -37,6 +37,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from ackmq.spark.source import DEFAULT_URL, trace
 from ackmq.spark.streamrows import stream_batch
 from ackmq.spark.streamwire import (
     data_loss,
@@ -46,15 +47,6 @@ from ackmq.spark.streamwire import (
     read_range,
     report_loss,
 )
-
-DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
-_TRACE = os.environ.get("ACKMQ_SPARK_TRACE")
-
-
-def _trace(*parts: Any) -> None:
-    if _TRACE:
-        with open(_TRACE, "a") as f:
-            f.write(" ".join(str(p) for p in (os.getpid(), *parts)) + "\n")
 
 
 def parse_position(text: str, what: str) -> str | int | dt.datetime:
@@ -122,7 +114,7 @@ class _StreamOptions:
         loss = data_loss(self.url, self.stream, start, end, None)
         if loss is None:
             return start
-        _trace("dataloss-plan", loss.start, loss.end)
+        trace("dataloss-plan", loss.start, loss.end)
         report_loss(loss, self.fail_on_data_loss)
         return loss.end
 
@@ -154,7 +146,7 @@ class _StreamOptions:
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         p: StreamRange = partition  # type: ignore[assignment]
-        _trace("read", p.start, p.end)
+        trace("read", p.start, p.end)
         _kill_hook(p)
         for items in read_range(self.url, self.stream, p.start, p.end,
                                 prefetch=self.prefetch,
@@ -189,7 +181,7 @@ class AckmqStreamSourceReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def initialOffset(self) -> dict:
         start = self.o.resolve(self.o.starting)
-        _trace("initialOffset", start)
+        trace("initialOffset", start)
         return {"offset": start}
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -215,7 +207,7 @@ class AckmqStreamSourceReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             if self._last is None:
                 return start
             end = self._last + 1 if want is None else min(want, self._last + 1)
-        _trace("latestOffset", s, max(s, end))
+        trace("latestOffset", s, max(s, end))
         return {"offset": max(s, end)}
 
     def reportLatestOffset(self) -> dict | None:
@@ -223,14 +215,14 @@ class AckmqStreamSourceReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         b, e = int(start["offset"]), int(end["offset"])
-        _trace("partitions", b, e)
+        trace("partitions", b, e)
         return self.o.split(self.o.check_start(b, e), e, self.o.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return self.o.read(partition)
 
     def commit(self, end: dict) -> None:
-        _trace("commit", end["offset"])  # the offsets are Spark's: nothing to settle
+        trace("commit", end["offset"])  # the offsets are Spark's: nothing to settle
 
 
 class AckmqStreamBatchReader(DataSourceReader):

@@ -116,20 +116,16 @@ def _from_json(e: ReplyError) -> ReplyError:
 async def delete_queue(request: web.Request) -> web.Response:
     q = _queue(request)
     qs = request.query
-    try:
+    with ops.as_http():
         ops.delete_queue(server(request), user(request).name, q,
                          if_unused=flag(qs.get("if-unused")), if_empty=flag(qs.get("if-empty")))
-    except ReplyError as e:
-        raise ops.http_error(e) from None
     return no_content()
 
 
 async def purge_queue(request: web.Request) -> web.Response:
     q = _queue(request)
-    try:
+    with ops.as_http():
         ops.purge(server(request), user(request).name, q)
-    except ReplyError as e:
-        raise ops.http_error(e) from None
     return no_content()
 
 
@@ -181,12 +177,10 @@ async def put_exchange(request: web.Request) -> web.Response:
     srv = server(request)
     existed = name in srv.broker.vhosts[vhost].exchanges
     with ops.MgmtChannel(srv, user(request).name, vhost) as ch:
-        try:
+        with ops.as_http():
             ch.declare_exchange(name, str(type_), False, flag(body.get("durable")),
                                 flag(body.get("auto_delete")), flag(body.get("internal")),
                                 args)
-        except ReplyError as e:
-            raise ops.http_error(e) from None
     return no_content(204 if existed else 201)
 
 
@@ -194,10 +188,8 @@ async def delete_exchange(request: web.Request) -> web.Response:
     vhost = vhost_arg(request)
     x = _exchange(request)
     with ops.MgmtChannel(server(request), user(request).name, vhost) as ch:
-        try:
+        with ops.as_http():
             ch.delete_exchange(x.name, flag(request.query.get("if-unused")))
-        except ReplyError as e:
-            raise ops.http_error(e) from None
     return no_content()
 
 
@@ -279,10 +271,8 @@ async def create_binding(request: web.Request) -> web.Response:
     if not isinstance(key, str) or not isinstance(args, dict):
         raise ops.bad_request("routing_key must be a string and arguments an object")
     with ops.MgmtChannel(server(request), user(request).name, vh.name) as ch:
-        try:
+        with ops.as_http():
             ch.bind(kind, dest, src, key, args)
-        except ReplyError as e:
-            raise ops.http_error(e) from None
     loc = quote(dest, safe="") + "/" + quote(views.properties_key(key, args), safe="")
     return no_content(201, {"Location": loc})
 
@@ -303,7 +293,7 @@ async def get_binding(request: web.Request) -> web.Response:
 async def delete_binding(request: web.Request) -> web.Response:
     vh, src, kind, dest, b = _binding(request)
     with ops.MgmtChannel(server(request), user(request).name, vh.name) as ch:
-        try:
+        with ops.as_http():
             x = vh.exchanges[src]
             destination = (vh.queues if kind == "queue" else vh.exchanges)[dest]
             args: dict[str, Any] = {}  # the bound arguments, as stored (JSON shows them)
@@ -313,8 +303,6 @@ async def delete_binding(request: web.Request) -> web.Response:
                     args = bound.arguments
                     break
             ch.unbind(kind, dest, src, b["routing_key"], args)
-        except ReplyError as e:
-            raise ops.http_error(e) from None
     return no_content()
 
 

@@ -5,13 +5,14 @@ lists only the vhosts it has permissions on."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
 from ackmq.broker.access import SHA256, AccessError, compile_check
 from ackmq.server import views
-from ackmq.server.http.app import requires
+from ackmq.server.http.app import Handler, requires
 from ackmq.server.http.common import (
     body_object,
     flag,
@@ -192,37 +193,42 @@ async def delete_vhost(request: web.Request) -> web.Response:
 
 
 # -- permissions -----------------------------------------------------------------------
-def _perms(request: web.Request, vhost: str | None = None, name: str | None = None
-           ) -> list[dict[str, Any]]:
-    return views.permissions(_access(request), vhost, name)
+def _readers(rows: Callable[[Any, str | None, str | None], list[dict[str, Any]]],
+             pair_as_list: bool) -> tuple[Handler, Handler, Handler, Handler]:
+    """The four GETs of a kind of permission - all, a vhost's, a user's, one user/vhost
+    pair - the same for permissions and topic permissions: RabbitMQ answers a pair's
+    permissions with the object, its topic permissions with a list (one per exchange)."""
+
+    def rows_of(request: web.Request, vhost: str | None = None, name: str | None = None
+                ) -> list[dict[str, Any]]:
+        return rows(_access(request), vhost, name)
+
+    @requires("administrator")
+    async def every(request: web.Request) -> web.Response:
+        return listing(request, rows_of(request))
+
+    @requires("administrator")
+    async def of_vhost(request: web.Request) -> web.Response:
+        return listing(request, rows_of(request, vhost=vhost_arg(request)))
+
+    @requires("administrator")
+    async def of_user(request: web.Request) -> web.Response:
+        return listing(request, rows_of(request, name=_user(request).name))
+
+    @requires("administrator")
+    async def of_pair(request: web.Request) -> web.Response:
+        found = rows_of(request, request.match_info["vhost"], request.match_info["user"])
+        if not found:
+            raise not_found()
+        return listing(request, found) if pair_as_list else one(request, found[0])
+
+    return every, of_vhost, of_user, of_pair
 
 
-def _topics(request: web.Request, vhost: str | None = None, name: str | None = None
-            ) -> list[dict[str, Any]]:
-    return views.topic_permissions(_access(request), vhost, name)
-
-
-@requires("administrator")
-async def list_permissions(request: web.Request) -> web.Response:
-    return listing(request, _perms(request))
-
-
-@requires("administrator")
-async def vhost_permissions(request: web.Request) -> web.Response:
-    return listing(request, _perms(request, vhost=vhost_arg(request)))
-
-
-@requires("administrator")
-async def user_permissions(request: web.Request) -> web.Response:
-    return listing(request, _perms(request, name=_user(request).name))
-
-
-@requires("administrator")
-async def get_permission(request: web.Request) -> web.Response:
-    found = _perms(request, request.match_info["vhost"], request.match_info["user"])
-    if not found:
-        raise not_found()
-    return one(request, found[0])
+list_permissions, vhost_permissions, user_permissions, get_permission = _readers(
+    views.permissions, pair_as_list=False)
+list_topic_permissions, vhost_topic_permissions, user_topic_permissions, \
+    get_topic_permission = _readers(views.topic_permissions, pair_as_list=True)
 
 
 def _check_patterns(*patterns: Any) -> None:
@@ -234,15 +240,24 @@ def _check_patterns(*patterns: Any) -> None:
             raise bad_request(f"invalid_regexp: {p!r}: {problem}")
 
 
-@requires("administrator")
-async def put_permission(request: web.Request) -> web.Response:
+async def _pair_body(request: web.Request, *keys: str
+                     ) -> tuple[Any, str, str, dict[str, Any]]:
+    """A PUT of a user/vhost pair's permissions or topic permissions: the access model,
+    the pair and the body, checked as RabbitMQ (keys present, both exist, the write and
+    read patterns (and configure) regular expressions)."""
     a = _access(request)
     vhost, name = request.match_info["vhost"], request.match_info["user"]
     body = await body_object(request)
-    _require(body, "configure", "write", "read")
+    _require(body, *keys)
     if vhost not in a.vhosts or name not in a.users:
         raise bad_request("vhost_or_user_not_found")
-    _check_patterns(body["configure"], body["write"], body["read"])
+    _check_patterns(*(body[k] for k in keys if k != "exchange"))
+    return a, vhost, name, body
+
+
+@requires("administrator")
+async def put_permission(request: web.Request) -> web.Response:
+    a, vhost, name, body = await _pair_body(request, "configure", "write", "read")
     existed = (name, vhost) in a.permissions
     _change(a.set_permissions, name, vhost, body["configure"], body["write"], body["read"])
     return no_content(204 if existed else 201)
@@ -259,37 +274,8 @@ async def delete_permission(request: web.Request) -> web.Response:
 
 
 @requires("administrator")
-async def list_topic_permissions(request: web.Request) -> web.Response:
-    return listing(request, _topics(request))
-
-
-@requires("administrator")
-async def vhost_topic_permissions(request: web.Request) -> web.Response:
-    return listing(request, _topics(request, vhost=vhost_arg(request)))
-
-
-@requires("administrator")
-async def user_topic_permissions(request: web.Request) -> web.Response:
-    return listing(request, _topics(request, name=_user(request).name))
-
-
-@requires("administrator")
-async def get_topic_permission(request: web.Request) -> web.Response:
-    found = _topics(request, request.match_info["vhost"], request.match_info["user"])
-    if not found:
-        raise not_found()
-    return listing(request, found)
-
-
-@requires("administrator")
 async def put_topic_permission(request: web.Request) -> web.Response:
-    a = _access(request)
-    vhost, name = request.match_info["vhost"], request.match_info["user"]
-    body = await body_object(request)
-    _require(body, "exchange", "write", "read")
-    if vhost not in a.vhosts or name not in a.users:
-        raise bad_request("vhost_or_user_not_found")
-    _check_patterns(body["write"], body["read"])
+    a, vhost, name, body = await _pair_body(request, "exchange", "write", "read")
     existed = body["exchange"] in a.topic_permissions.get((name, vhost), {})
     _change(a.set_topic_permissions, name, vhost, str(body["exchange"]), body["write"],
             body["read"])

@@ -33,3 +33,15 @@ def code_of(e: ReplyError) -> int:
     if e.code == NOT_FOUND_CODE:
         return K.STREAM_DOES_NOT_EXIST
     return K.PRECONDITION_FAILED
+
+
+def access_code(conn: StreamConnection, q: StreamQueue, write: bool) -> int:
+    """K.OK when the connection's user may write (a publisher, a stored offset) or read
+    (a subscription) the stream, else the refusal as a response code."""
+    ch = conn.channel
+    try:
+        if ch is not None:
+            (ch.check_stream_writer if write else ch.check_stream_reader)(q.name)
+    except ReplyError as e:
+        return code_of(e)
+    return K.OK

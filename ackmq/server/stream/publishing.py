@@ -17,7 +17,7 @@ from ackmq.protocol.stream import constants as K
 from ackmq.protocol.stream import frames as F
 from ackmq.protocol.stream.frames import Command
 from ackmq.protocol.stream.messages import to_record, with_filter_value
-from ackmq.server.stream.common import code_of, stream_queue
+from ackmq.server.stream.common import access_code, code_of, stream_queue
 
 if TYPE_CHECKING:
     from ackmq.server.stream.connection import StreamConnection
@@ -53,11 +53,7 @@ class Publishers:
                 p.reference == ref and p.queue is q for p in self.by_id.values())):
             code = K.PRECONDITION_FAILED
         else:
-            try:
-                if conn.channel is not None:
-                    conn.channel.check_stream_writer(q.name)
-            except ReplyError as e:
-                code = code_of(e)
+            code = access_code(conn, q, write=True)
         if code == K.OK:
             assert q is not None
             last = q.tracked(TRACK_PUBLISHER, ref) if ref else None

@@ -16,7 +16,7 @@ from ackmq.broker.stream import TRACK_OFFSET
 from ackmq.protocol.stream import constants as K
 from ackmq.protocol.stream import frames as F
 from ackmq.protocol.stream.frames import Command
-from ackmq.server.stream.common import code_of, stream_queue
+from ackmq.server.stream.common import access_code, code_of, stream_queue
 from ackmq.server.stream.subscriptions import offset_spec
 
 if TYPE_CHECKING:
@@ -132,11 +132,7 @@ def store_offset(conn: StreamConnection, c: Command) -> None:
     ref = c.reference or ""
     if q is None or not ref:
         return
-    ch = conn.channel
-    try:
-        if ch is not None:
-            ch.check_stream_writer(q.name)
-    except ReplyError:
+    if access_code(conn, q, write=True) != K.OK:
         return
     q.track(TRACK_OFFSET, ref, c.offset)
 

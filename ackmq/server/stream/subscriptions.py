@@ -15,14 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ackmq.broker.errors import ReplyError
 from ackmq.broker.stream import StreamQueue
 from ackmq.protocol.stream import constants as K
 from ackmq.protocol.stream import frames as F
 from ackmq.protocol.stream.chunk import deliver_parts, size_prefix
 from ackmq.protocol.stream.frames import Command
 from ackmq.protocol.stream.messages import filter_value, record_parts
-from ackmq.server.stream.common import code_of, stream_queue
+from ackmq.server.stream.common import access_code, stream_queue
 
 if TYPE_CHECKING:
     from ackmq.server.stream.connection import StreamConnection
@@ -98,11 +97,7 @@ class Subscriptions:
         elif q is None:
             code = K.STREAM_DOES_NOT_EXIST
         else:
-            try:
-                if conn.channel is not None:
-                    conn.channel.check_stream_reader(q.name)
-            except ReplyError as e:
-                code = code_of(e)
+            code = access_code(conn, q, write=False)
         if code != K.OK:
             conn.write(F.response(K.SUBSCRIBE, c.correlation_id, code))
             return
