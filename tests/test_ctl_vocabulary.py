@@ -32,7 +32,9 @@ SOCKET_ONLY = {
     "set_topic_permissions", "clear_topic_permissions", "list_topic_permissions",
     "list_user_topic_permissions", "set_vhost_limits", "clear_vhost_limits",
     "list_vhost_limits", "set_user_limits", "clear_user_limits", "list_user_limits",
-    "set_vm_memory_high_watermark", "set_disk_free_limit", "alarms"}
+    "set_vm_memory_high_watermark", "set_disk_free_limit", "alarms",
+    # the shovel verbs (docs/shovels.md): over HTTP, /api/shovels and /api/parameters
+    "shovel_status", "delete_shovel", "restart_shovel", "replay_messages"}
 
 
 def _cases(u: str, vh: str, q: str) -> list[tuple[list[str], list[str] | None]]:
@@ -80,6 +82,9 @@ def _cases(u: str, vh: str, q: str) -> list[tuple[list[str], list[str] | None]]:
         (["list_consumers"], None),
         (["list_connections", "user", "vhost"], None),
         (["list_channels", "user", "number"], None),
+        (["list_stream_connections"], None),
+        (["list_stream_consumers"], None),
+        (["list_stream_publishers"], None),
         (["purge_queue", q], None),
         (["purge_queue", "nope-" + u], None),  # refused
         (["delete_queue", "nope-" + u], None),  # refused
