@@ -39,10 +39,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="the stream protocol over TLS with the --tls-* certificate options "
                         "(RabbitMQ's stream.listeners.ssl, usually 5551; off unless given; "
                         "0 picks a free one)")
-    p.add_argument("--mqtt-port", type=int,
-                   default=int(os.environ.get("ACKMQ_MQTT_PORT") or D.mqtt_port or 0),
-                   help=f"MQTT 3.1/3.1.1/5.0 port (default {D.mqtt_port}, or env "
-                        "ACKMQ_MQTT_PORT); 0 picks a free one (docs/mqtt.md)")
+    _env_port(p, "--mqtt-port", "ACKMQ_MQTT_PORT", D.mqtt_port,
+              "MQTT 3.1/3.1.1/5.0 port (docs/mqtt.md)")
     p.add_argument("--no-mqtt", action="store_true", help="no MQTT listener")
     p.add_argument("--mqtt-tls-port", type=int, default=D.mqtt_tls_port,
                    help="MQTT over TLS port (off unless given, as RabbitMQ's "

@@ -152,3 +152,17 @@ def test_p4_a_settled_run_in_one_turn_is_one_frame(n):
     for s in range(n, 0, -1):  # fsynced in reverse order, still one turn
         t.ack(s)
     assert t.drain() == [(True, n, True)]
+
+
+def test_P1_take_confirmed_settles_one_or_everything_up_to_the_tag() -> None:
+    """What a front end owed per sequence number, taken by a confirm: one tag, or (as
+    `multiple`) every number up to it, in publish order; a value may be None."""
+    from collections import OrderedDict
+
+    from ackmq.broker.confirms import take_confirmed
+    owed: OrderedDict[int, str | None] = OrderedDict([(1, "a"), (2, None), (4, "d"), (7, "g")])
+    assert take_confirmed(owed, 2, False) == [None]
+    assert take_confirmed(owed, 3, False) == []
+    assert take_confirmed(owed, 5, True) == ["a", "d"]
+    assert list(owed) == [7]
+    assert take_confirmed(owed, 9, True) == ["g"] and not owed

@@ -10,6 +10,24 @@ still-outstanding number, single acks above it. Nacks are sent as they are.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import TypeVar
+
+V = TypeVar("V")
+
+
+def take_confirmed(owed: OrderedDict[int, V], tag: int, multiple: bool) -> list[V]:
+    """What a front end owed for the publishes a confirm (`basic.ack` / `basic.nack`
+    semantics: `multiple` covers every sequence number up to `tag`) settles, removed
+    from `owed` (keyed by sequence number, in publish order)."""
+    if not multiple:
+        return [owed.pop(tag)] if tag in owed else []
+    done: list[V] = []
+    while owed:
+        seq = next(iter(owed))
+        if seq > tag:
+            break
+        done.append(owed.popitem(last=False)[1])
+    return done
 
 
 class ConfirmTracker:

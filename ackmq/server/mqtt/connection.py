@@ -24,6 +24,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import ChannelAccess
+from ackmq.broker.confirms import take_confirmed
 from ackmq.broker.errors import ReplyError
 from ackmq.protocol.mqtt import (
     ConnAck,
@@ -101,7 +102,6 @@ class MQTTConnection(Subscriptions, ClientConnection):
         # confirms owed: publish sequence number -> (PubAck or PubRec, packet id, routed)
         self.owed: OrderedDict[int, tuple[type, int, bool]] = OrderedDict()
         self.qos2_pending: set[int] = set()  # QoS 2 ids published, PUBREC not sent yet
-        self._returned = False
         self._init_subscriptions()
 
     @property
@@ -334,11 +334,9 @@ class MQTTConnection(Subscriptions, ClientConnection):
         assert ch is not None and ch.confirms is not None
         raw = properties_for(qos, p.dup, props)
         key = to_amqp(topic)
-        seq = ch.confirms.next_seq
-        self._returned = False
         try:
-            ch.basic_publish(EXCHANGE, key, qos > 0 and self.level == rc.MQTT5, False, raw,
-                             p.payload)
+            seq, routed = ch.basic_publish(EXCHANGE, key, qos > 0 and self.level == rc.MQTT5,
+                                           False, raw, p.payload)
         except ReplyError as e:
             if qos and self.level == rc.MQTT5:  # 5.0 refuses the one message
                 code = rc.NOT_AUTHORIZED if e.code == 403 else rc.UNSPECIFIED_ERROR
@@ -351,7 +349,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
         if qos:
             if qos == 2:
                 self.qos2_pending.add(pid)
-            self.owed[seq] = (PubAck if qos == 1 else PubRec, pid, not self._returned)
+            self.owed[seq] = (PubAck if qos == 1 else PubRec, pid, routed)
 
     def _qos2_ids(self) -> set[int]:
         assert self.mqtt is not None and self.vhost is not None
@@ -376,23 +374,12 @@ class MQTTConnection(Subscriptions, ClientConnection):
 
     # -- ChannelOutput: confirms --------------------------------------------------------
     def unroutable(self, message: Message) -> None:
-        self._returned = True
+        pass  # the publish's outcome says it (C2): PUBACK 0x10 "no matching subscribers"
 
     def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None:
         if self.state == S.CLOSED:
             return
-        owed = self.owed
-        done: list[tuple[type, int, bool]] = []
-        if multiple:
-            while owed:
-                seq = next(iter(owed))
-                if seq > delivery_tag:
-                    break
-                done.append(owed.popitem(last=False)[1])
-        else:
-            got = owed.pop(delivery_tag, None)
-            if got is not None:
-                done.append(got)
+        done = take_confirmed(self.owed, delivery_tag, multiple)
         if not done:
             return
         st = self.mqtt

@@ -11,6 +11,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ackmq.broker.confirms import take_confirmed
 from ackmq.broker.errors import ReplyError
 from ackmq.broker.stream import TRACK_PUBLISHER, StreamQueue
 from ackmq.protocol.stream import constants as K
@@ -132,16 +133,7 @@ class Publishers:
 
     def confirmed(self, ack: bool, tag: int, multiple: bool) -> None:
         """The model confirmed (or nacked: a failed write) publishes up to `tag`."""
-        pending = self.pending
-        done: list[tuple[int, int] | None] = []
-        if multiple:
-            while pending:
-                seq = next(iter(pending))
-                if seq > tag:
-                    break
-                done.append(pending.popitem(last=False)[1])
-        elif tag in pending:
-            done.append(pending.pop(tag))
+        done = take_confirmed(self.pending, tag, multiple)
         oks: dict[int, list[int]] = {}
         errs: dict[int, list[tuple[int, int]]] = {}
         for v in done:
