@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import html
 import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 import pika
 import pytest
 from support.mgmthelp import Target, q
+from support.slowfsync import SlowFsync
 from support.stomphelp import Raw
 from support.uihelp import ui_call
 
@@ -64,25 +64,10 @@ def pika_props(props: Any) -> dict[str, Any]:
 
 
 # -- a UI publish is confirmed -------------------------------------------------------------
-class _SlowFsync:
-    """os.fdatasync (the store's durability call) taking 300 ms; records when each ended."""
-
-    def __init__(self) -> None:
-        self.real = os.fdatasync
-        self.done: list[float] = []
-        self.lock = threading.Lock()
-
-    def __call__(self, fd: int) -> None:
-        time.sleep(0.3)
-        self.real(fd)
-        with self.lock:
-            self.done.append(time.monotonic())
-
-
 @pytest.fixture
 def slow_fsync_broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                      ) -> Iterator[tuple[ackmq.EmbeddedBroker, _SlowFsync]]:
-    slow = _SlowFsync()
+                      ) -> Iterator[tuple[ackmq.EmbeddedBroker, SlowFsync]]:
+    slow = SlowFsync(0.3)
     monkeypatch.setattr(os, "fdatasync", slow)
     with ackmq.EmbeddedBroker(data_dir=tmp_path / "d") as b:
         yield b, slow

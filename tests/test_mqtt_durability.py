@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import BrokerProcess
 from support.mqtthelp import Closed, Raw, client_id
+from support.slowfsync import SlowFsync
 
 import ackmq
 from ackmq.protocol.mqtt import (
@@ -32,25 +33,10 @@ from ackmq.protocol.mqtt import (
 pytestmark = pytest.mark.slow
 
 
-class _SlowFsync:
-    """os.fdatasync taking 150 ms more, recording when each call ended."""
-
-    def __init__(self) -> None:
-        self.real = os.fdatasync
-        self.done: list[float] = []
-        self.lock = threading.Lock()
-
-    def __call__(self, fd: int) -> None:
-        time.sleep(0.15)
-        self.real(fd)
-        with self.lock:
-            self.done.append(time.monotonic())
-
-
 @pytest.fixture
 def slow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-         ) -> Iterator[tuple[ackmq.EmbeddedBroker, _SlowFsync]]:
-    s = _SlowFsync()
+         ) -> Iterator[tuple[ackmq.EmbeddedBroker, SlowFsync]]:
+    s = SlowFsync(0.15)
     monkeypatch.setattr(os, "fdatasync", s)
     with ackmq.EmbeddedBroker(data_dir=tmp_path / "d") as b:
         yield b, s
@@ -58,7 +44,7 @@ def slow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 @pytest.mark.parametrize("qos", [1, 2])
 def test_N3_puback_and_pubrec_come_after_the_fsync(slow: tuple[ackmq.EmbeddedBroker,
-                                                               _SlowFsync], qos: int) -> None:
+                                                               SlowFsync], qos: int) -> None:
     b, s = slow
     with Raw("127.0.0.1", b.mqtt_port) as sub:  # a persistent session: a durable queue
         sub.connect("fsync-sub", clean=False)
