@@ -14,8 +14,10 @@ from ackmq.broker.access import SHA256, AccessError, compile_check
 from ackmq.server import views
 from ackmq.server.http.app import Handler, requires
 from ackmq.server.http.common import (
+    add_listing,
     body_object,
     flag,
+    listed_vhosts,
     listing,
     no_content,
     one,
@@ -294,13 +296,9 @@ async def delete_topic_permission(request: web.Request) -> web.Response:
 
 # -- limits (U6) ---------------------------------------------------------------------
 async def list_vhost_limits(request: web.Request) -> web.Response:
-    a, srv = _access(request), server(request)
-    if "vhost" in request.match_info:
-        names = [vhost_arg(request)]
-    else:
-        names = visible_vhosts(srv, user(request))
+    a = _access(request)
     return listing(request, [{"vhost": n, "value": dict(a.vhosts[n].get("limits", {}))}
-                             for n in names if a.vhosts[n].get("limits")])
+                             for n in listed_vhosts(request) if a.vhosts[n].get("limits")])
 
 
 async def _limit_value(request: web.Request) -> int:
@@ -388,8 +386,7 @@ def register(app: web.Application) -> None:
     r.add_get("/api/topic-permissions/{vhost}/{user}", get_topic_permission)
     r.add_put("/api/topic-permissions/{vhost}/{user}", put_topic_permission)
     r.add_delete("/api/topic-permissions/{vhost}/{user}", delete_topic_permission)
-    r.add_get("/api/vhost-limits", list_vhost_limits)
-    r.add_get("/api/vhost-limits/{vhost}", list_vhost_limits)
+    add_listing(r, "/api/vhost-limits", list_vhost_limits)
     r.add_put("/api/vhost-limits/{vhost}/{name}", put_vhost_limit)
     r.add_delete("/api/vhost-limits/{vhost}/{name}", delete_vhost_limit)
     r.add_get("/api/user-limits", list_user_limits)

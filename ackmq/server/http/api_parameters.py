@@ -15,7 +15,9 @@ from aiohttp import web
 
 from ackmq.server.http.app import requires
 from ackmq.server.http.common import (
+    add_listing,
     body_json,
+    listed_vhosts,
     listing,
     no_content,
     one,
@@ -43,11 +45,7 @@ async def list_parameters(request: web.Request) -> web.Response:
         if "vhost" in mi:
             vhost_arg(request)
         return listing(request, [])
-    if "vhost" in mi:
-        vhosts = [vhost_arg(request)]
-    else:
-        vhosts = visible_vhosts(server(request), user(request))
-    return listing(request, [p for v in vhosts
+    return listing(request, [p for v in listed_vhosts(request)
                              for p in reg.listing(mi.get("component"), v)])
 
 
@@ -141,8 +139,7 @@ def register(app: web.Application) -> None:
     r.add_get(base, get_parameter)
     r.add_put(base, put_parameter)
     r.add_delete(base, delete_parameter)
-    r.add_get("/api/shovels", list_shovels)
-    r.add_get("/api/shovels/{vhost}", list_shovels)
+    add_listing(r, "/api/shovels", list_shovels)
     r.add_get("/api/shovels/vhost/{vhost}/{name}", get_shovel)
     r.add_delete("/api/shovels/vhost/{vhost}/{name}", delete_shovel)
     r.add_delete("/api/shovels/vhost/{vhost}/{name}/restart", restart_shovel)
