@@ -20,6 +20,7 @@ from ackmq.server import ops, views
 from ackmq.server.http.app import json_response
 from ackmq.server.http.common import (
     add_listing,
+    add_methods,
     alisting,
     body_object,
     flag,
@@ -316,25 +317,20 @@ def register(app: web.Application) -> None:
     )
     r = app.router
     add_listing(r, "/api/queues", list_queues)
-    r.add_get("/api/queues/{vhost}/{name}", get_queue)
-    r.add_put("/api/queues/{vhost}/{name}", put_queue)
-    r.add_delete("/api/queues/{vhost}/{name}", delete_queue)
+    add_methods(r, "/api/queues/{vhost}/{name}", get=get_queue, put=put_queue, delete=delete_queue)
     r.add_delete("/api/queues/{vhost}/{name}/contents", purge_queue)
     r.add_post("/api/queues/{vhost}/{name}/get", get_messages)
     r.add_get("/api/queues/{vhost}/{name}/bindings", queue_bindings)
     add_listing(r, "/api/exchanges", list_exchanges)
-    r.add_get("/api/exchanges/{vhost}/{name}", get_exchange)
-    r.add_put("/api/exchanges/{vhost}/{name}", put_exchange)
-    r.add_delete("/api/exchanges/{vhost}/{name}", delete_exchange)
+    add_methods(r, "/api/exchanges/{vhost}/{name}",
+                get=get_exchange, put=put_exchange, delete=delete_exchange)
     r.add_post("/api/exchanges/{vhost}/{name}/publish", publish)
     r.add_get("/api/exchanges/{vhost}/{name}/bindings/{side:source|destination}",
               exchange_bindings)
     add_listing(r, "/api/bindings", list_bindings)
     pair = "/api/bindings/{vhost}/e/{source}/{dtype:q|e}/{dest}"
-    r.add_get(pair, pair_bindings)
-    r.add_post(pair, create_binding)
-    r.add_get(pair + "/{props}", get_binding)
-    r.add_delete(pair + "/{props}", delete_binding)
+    add_methods(r, pair, get=pair_bindings, post=create_binding)
+    add_methods(r, pair + "/{props}", get=get_binding, delete=delete_binding)
     api_access.register(app)
     api_node.register(app)
     api_defs.register(app)

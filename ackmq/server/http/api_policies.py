@@ -16,6 +16,7 @@ from ackmq.server import policy_ops
 from ackmq.server.http.app import Handler, requires
 from ackmq.server.http.common import (
     add_listing,
+    add_methods,
     body_json,
     listed_vhosts,
     listing,
@@ -86,6 +87,5 @@ def register(app: web.Application) -> None:
     for base, tag in (("/api/policies", "policymaker"),
                       ("/api/operator-policies", "administrator")):
         add_listing(r, base, list_policies)
-        r.add_get(base + "/{vhost}/{name}", get_policy)
-        r.add_put(base + "/{vhost}/{name}", _needing(tag, _put))
-        r.add_delete(base + "/{vhost}/{name}", _needing(tag, _delete))
+        add_methods(r, base + "/{vhost}/{name}", get=get_policy, put=_needing(tag, _put),
+                    delete=_needing(tag, _delete))

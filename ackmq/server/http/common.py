@@ -62,6 +62,16 @@ def add_listing(router: web.UrlDispatcher, path: str, handler: Handler) -> None:
     router.add_get(path + "/{vhost}", handler)
 
 
+def add_methods(router: web.UrlDispatcher, path: str, **handlers: Handler) -> None:
+    """One path's handlers by method (`get=`, `put=`, `post=`, `delete=`), the path
+    written once; a GET also answers HEAD, as `add_get`."""
+    for method, handler in handlers.items():
+        if method == "get":
+            router.add_get(path, handler)
+        else:
+            router.add_route(method.upper(), path, handler)
+
+
 JSON_TYPE = "application/json"
 MAX_JSON_DEPTH = 64  # RabbitMQ's definitions nest 5 deep; a deeper body is an attack
 
