@@ -32,6 +32,7 @@ from ackmq.spark.lake import read_committed  # noqa: E402
 from ackmq.spark.schema import ARROW_SCHEMA  # noqa: E402
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
+KILLS = int(os.environ.get("ACKMQ_SPARK_KILLS", "1"))  # driver SIGKILLs mid-stream
 
 
 def test_S11_mqtt_columns_come_from_the_routing_key_and_the_qos_header() -> None:
@@ -51,6 +52,26 @@ def test_S11_mqtt_columns_come_from_the_routing_key_and_the_qos_header() -> None
     assert out.schema.names[-2:] == ["topic", "qos"]
     assert out.column("topic").to_pylist() == ["devices/d1/temp", None, "a/b/c", "a"]
     assert out.column("qos").to_pylist() == [1, 0, None, None]
+
+
+def test_S11_mqtt_columns_are_for_a_queue_not_a_stream(tmp_path: Path) -> None:
+    """No JVM: `option("mqtt")` with `option("stream")` is refused in words (a stream's
+    rows have no MQTT columns), and so is `pipeline land --stream --mqtt`: one line,
+    exit 1, before Spark starts."""
+    pytest.importorskip("pyspark")
+    from ackmq.spark.source import AckmqDataSource
+
+    with pytest.raises(ValueError, match="option\\('mqtt'\\) is for option\\('queue'\\)"):
+        AckmqDataSource({"stream": "s", "mqtt": "true"}).schema()
+    assert AckmqDataSource({"queue": "q", "mqtt": "true"}).schema().endswith(
+        ", topic string, qos int")
+    assert "topic" not in AckmqDataSource({"queue": "q"}).schema()
+    p = subprocess.run([sys.executable, "-m", "ackmq", "pipeline", "land", "--stream", "s",
+                        "--mqtt", "--to", str(tmp_path / "lake"), "--checkpoint",
+                        str(tmp_path / "chk")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.strip() == ("ackmq pipeline land: --mqtt is for --queue (a stream's "
+                                "rows have no MQTT columns)"), p.stderr
 
 
 def _need_spark() -> None:
@@ -177,8 +198,9 @@ def test_S11_mqtt_devices_land_exactly_once_through_driver_kills(
     """4 devices (two 3.1.1, two 5.0 with user properties, content type, correlation
     data, response topic) publish at QoS 1 into a queue bound to amq.topic with
     `devices.*.temp` while `pipeline land --mqtt` runs; its driver is SIGKILLed (its
-    whole process group) 0-2 s after its first landed batch, twice, then an
-    `--available-now` run lands the rest. Every PUBACKed message is in the table exactly
+    whole process group) 0-2 s after its first landed batch (once; $ACKMQ_SPARK_KILLS
+    times: each restart replays what the kill left logged), then an `--available-now`
+    run lands the rest. Every PUBACKed message is in the table exactly
     once, its `topic` the device's MQTT topic, `qos` 1, and the MQTT 5 properties in the
     AMQP columns RabbitMQ maps them to; the queue ends empty with no consumer."""
     _need_spark()
@@ -194,7 +216,7 @@ def test_S11_mqtt_devices_land_exactly_once_through_driver_kills(
     devices = Devices(broker.mqtt_port, k=4, at_least=250, rate=100.0)
     devices.start()
     try:
-        for _ in range(2):
+        for _ in range(KILLS):
             d = Driver(url, queue, tmp_path, available_now=False)
             if not d.landed.wait(240):
                 d.kill()

@@ -407,6 +407,9 @@ class AckmqDataSource(DataSource):
 
     def schema(self) -> str:
         if self._is_stream():
+            if bool_option(self.options.get("mqtt"), False):
+                raise ValueError("option('mqtt') is for option('queue'): a stream's rows "
+                                 "have no MQTT columns")
             from ackmq.spark.streamrows import STREAM_SCHEMA_DDL
 
             return STREAM_SCHEMA_DDL
