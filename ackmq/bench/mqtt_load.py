@@ -28,8 +28,8 @@ from typing import Any
 
 from ackmq.bench.context import RUN_TIMEOUT, RunContext, run_async, run_rate
 from ackmq.bench.mqtt_wire import MqttConnection
-from ackmq.bench.stomp_load import _body as body
-from ackmq.bench.stomp_load import _Tally as Tally
+from ackmq.bench.tally import Tally
+from ackmq.bench.tally import seq_body as body
 
 WINDOW = 100
 #: QoS 2 in flight: Mosquitto 2.0 takes at most 20 unfinished QoS 2 PUBLISHes from a 3.1.1
