@@ -34,6 +34,7 @@ from pamqp import commands as C
 
 from ackmq.client.errors import ChannelClosed, ClientError, ConnectionLost
 from ackmq.client.lowlevel import RawChannel, RawConnection, open_connection
+from ackmq.client.tls import TLS_KEYS
 from ackmq.protocol.amqp import (
     Content,
     decode_properties,
@@ -55,12 +56,14 @@ def connect_url(uri: str, local: Any, user: str) -> str:
     """Where `uri` connects: `amqp://` or `amqp:///vhost` (no host) is this broker, as
     the user who set the shovel (RabbitMQ's direct connection); any other is a network
     connection with the URI's credentials (guest/guest when none, as amqp_uri's). Of
-    the query only `heartbeat` is kept (RabbitMQ's other keys mean nothing here)."""
+    the query `heartbeat` and, for `amqps://`, the TLS keys (client/tls.py) are kept
+    (RabbitMQ's other keys mean nothing here)."""
     p = urlsplit(uri)
     if not p.hostname:
         path = p.path[1:] if p.path.startswith("/") else p.path
         return str(local.amqp_url(user, unquote(path) if path else "/"))
-    query = urlencode([(k, v) for k, v in parse_qsl(p.query) if k == "heartbeat"])
+    keep = ("heartbeat", *TLS_KEYS) if p.scheme == "amqps" else ("heartbeat",)
+    query = urlencode([(k, v) for k, v in parse_qsl(p.query) if k in keep])
     return urlunsplit((p.scheme, p.netloc, p.path or "/", query, ""))
 
 
