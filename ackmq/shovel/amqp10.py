@@ -224,6 +224,7 @@ class Peer10(asyncio.Protocol):
                 self._heartbeat = self.loop.call_later(self._idle, self._beat)
         elif kind == "begin":
             self.remote_window = int(p.incoming_window)
+            self._next_incoming = int(p.next_outgoing_id)
         elif kind == "attach":
             if self.role == "sender":
                 pass  # credit comes with a flow

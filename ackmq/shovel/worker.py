@@ -290,8 +290,9 @@ class Worker:
             except (ValueError, TypeError, OverflowError, struct.error) as e:
                 raise Unusable(f"dest-publish-properties cannot be encoded: {e}") from None
         if dest10 is not None:
-            if cfg.forward_headers or cfg.timestamp_header:
+            if cfg.forward_headers:
                 destination.extra = move.forward_properties  # type: ignore[union-attr]
+            destination.timestamp = cfg.timestamp_header  # type: ignore[union-attr]
             dest10.ended.add_done_callback(lambda f: _end(ended, f.result()))
         destination.on_confirm(move.confirmed)
         if src is not None:
@@ -359,17 +360,11 @@ class _Move:
         return properties_with_headers(raw, extra) if extra else raw
 
     def forward_properties(self) -> dict[str, Any]:
-        """An AMQP 1.0 destination's forward and timestamp application properties, as
-        RabbitMQ's amqp10 shovel sets them (shovelled-by, shovel-type, shovel-name,
-        shovel-vhost; x-shovelled-timestamp in milliseconds)."""
+        """An AMQP 1.0 destination's forward application properties, as RabbitMQ
+        3.10's amqp10 shovel sets them (checked there: these three keys)."""
         cfg, w = self.w.cfg, self.w
-        out: dict[str, Any] = {}
-        if cfg.forward_headers:
-            out.update({"shovelled-by": w.local.node, "shovel-type": "dynamic",
-                        "shovel-name": cfg.name, "shovel-vhost": cfg.vhost})
-        if cfg.timestamp_header:
-            out["x-shovelled-timestamp"] = int(time.time() * 1000)
-        return out
+        return {"shovel-name": cfg.name, "shovel-type": "dynamic",
+                "shovelled-by": w.local.node}
 
     def _forward_entry(self) -> dict[str, Any]:
         """RabbitMQ's x-shovelled table, its keys in its order."""
