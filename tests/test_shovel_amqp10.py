@@ -293,3 +293,33 @@ def test_V1_amqp10_status_and_definitions_as_rabbitmq(one: BrokerProcess,
         assert defs[0] == defs[1]
     finally:
         drop_side(s)
+
+
+def test_V1_amqp10_refused_link_or_login_waits_to_reconnect(one: BrokerProcess) -> None:
+    """A source address the broker refuses (a queue that is not there) and a wrong
+    password: each shovel stays `starting`, the broker's reason in the log, no
+    traceback; the good shovel beside them moves its messages."""
+    s = make_side("ackmq", http_target(one), one.url)
+    try:
+        base = s.amqp_base.rstrip("/")
+        bad_login = base.replace("guest:guest@", "guest:wrong@") + f"?hostname=vhost:{s.vhost}"
+        assert s.put("no-queue", {"src-protocol": "amqp10", "src-uri": uri10(s),
+                                  "src-address": "/amq/queue/missing", "dest-uri": s.local,
+                                  "dest-queue": "x", "reconnect-delay": 1}).status == 201
+        assert s.put("no-login", {"src-protocol": "amqp10", "src-uri": bad_login,
+                                  "src-address": "/queue/q", "dest-uri": s.local,
+                                  "dest-queue": "x", "reconnect-delay": 1}).status == 201
+        s.wait(lambda: any("'no-queue'" in line and "amqp:not-found" in line
+                           for line in one.log), "the refused attach logged")
+        s.wait(lambda: any("'no-login'" in line and "login refused" in line
+                           for line in one.log), "the refused login logged")
+        assert s.status("no-queue")["state"] == "starting"  # type: ignore[index]
+        assert s.status("no-login")["state"] == "starting"  # type: ignore[index]
+        s.publish("fine", 5)
+        assert s.put("good", {"src-protocol": "amqp10", "src-uri": s.local,
+                              "src-address": "/amq/queue/fine", "dest-uri": s.local,
+                              "dest-queue": "fine-out"}).status == 201
+        s.wait(lambda: s.depth("fine-out") == 5, "the good one moves")
+    finally:
+        drop_side(s)
+    assert not any("Traceback" in line for line in one.log), "".join(one.log[-30:])
