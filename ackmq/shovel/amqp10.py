@@ -12,7 +12,8 @@ just what a shovel needs, as RabbitMQ's amqp10 shovel uses amqp10_client:
   so at most `credit` are unsettled; `settle(first, last, outcome)`;
 - a sender sends within the link credit and the session window the peer grants
   (transfers wait in a deque otherwise) and reports each disposition's outcome;
-- heartbeats (empty frames) at half the peer's idle-time-out.
+- heartbeats (empty frames) at half the peer's idle-time-out; ours is 60 s, and a peer
+  silent for twice that is taken for gone (a host that died without a word).
 
 The end of the connection, a close, end or detach from the peer: `ended` is set with a
 ConnectionLost saying why.
@@ -49,6 +50,7 @@ from ackmq.protocol.amqp10.frames import SASL_FRAME, encode_frames
 from ackmq.protocol.amqp10.types import UInt
 
 MAX_FRAME = 1 << 20  # what this peer reads
+IDLE_TIME_OUT = 60.0  # seconds: what we ask of the peer; silent twice as long: gone
 WINDOW = 0x7FFFFFFF  # session incoming window offered (never the limit: credit is)
 SETTLED_MODE, UNSETTLED_MODE = 1, 0  # snd-settle-mode
 
@@ -111,7 +113,8 @@ class Peer10(asyncio.Protocol):
         self.target: Target10 | None = None
         self.peer_max_frame = 512
         self._heartbeat: asyncio.TimerHandle | None = None
-        self._idle = 0.0
+        self._idle = IDLE_TIME_OUT / 2  # between our heartbeats / silence checks
+        self._read_at = self.loop.time()
         self._wrote = False
         # session
         self.next_outgoing_id = 0
@@ -192,6 +195,7 @@ class Peer10(asyncio.Protocol):
 
     # -- reading ------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
+        self._read_at = self.loop.time()
         try:
             events = self.decoder.feed(data)
         except (FramingError, BadHeader) as e:
@@ -220,8 +224,8 @@ class Peer10(asyncio.Protocol):
             self.peer_max_frame = max(512, min(int(p.max_frame_size), MAX_FRAME))
             idle = p.idle_time_out
             if idle:
-                self._idle = int(idle) / 2000.0
-                self._heartbeat = self.loop.call_later(self._idle, self._beat)
+                self._idle = min(self._idle, max(0.05, int(idle) / 2000.0))
+            self._heartbeat = self.loop.call_later(self._idle, self._beat)
         elif kind == "begin":
             self.remote_window = int(p.incoming_window)
             self._next_incoming = int(p.next_outgoing_id)
@@ -279,7 +283,8 @@ class Peer10(asyncio.Protocol):
         assert t is not None
         self._write(encode_frame(0, Composite(
             "open", container_id=self.container, hostname=t.hostname,
-            max_frame_size=UInt(MAX_FRAME), channel_max=0)))
+            max_frame_size=UInt(MAX_FRAME), channel_max=0,
+            idle_time_out=UInt(int(IDLE_TIME_OUT * 1000)))))
         self._write(encode_frame(0, Composite(
             "begin", next_outgoing_id=UInt(0), incoming_window=UInt(WINDOW),
             outgoing_window=UInt(WINDOW))))
@@ -295,6 +300,12 @@ class Peer10(asyncio.Protocol):
             initial_delivery_count=None if receiver else UInt(0))))
 
     def _beat(self) -> None:
+        """An empty frame if we wrote nothing since the last beat (part 2.4.5); a peer
+        silent for twice the idle-time-out we sent is gone."""
+        if self.loop.time() - self._read_at > 2 * IDLE_TIME_OUT:
+            self._end(ConnectionLost(f"no frame from the AMQP 1.0 peer for "
+                                     f"{2 * IDLE_TIME_OUT:.0f} s"))
+            return
         if not self._wrote:
             self._write(HEARTBEAT)
         self._wrote = False
