@@ -25,6 +25,18 @@ def _env_port(p: argparse.ArgumentParser, flag: str, env: str, default: int | No
                    help=f"{what}: default {default}, or env {env}; 0 picks a free one")
 
 
+def _listener(p: argparse.ArgumentParser, name: str, label: str, env: str,
+              port: int | None, port_help: str, tls_flag: str, tls_port: int | None,
+              tls_help: str) -> None:
+    """A protocol's listener options: its port (_env_port), `--no-<name>`, and its TLS
+    port, which is off unless given and uses the --tls-* certificate options."""
+    _env_port(p, f"--{name}-port", env, port, port_help)
+    p.add_argument(f"--no-{name}", action="store_true", help=f"no {label} listener")
+    p.add_argument(tls_flag, type=int, default=tls_port,
+                   help=f"{tls_help} (off unless given; 0 picks a free one); uses the "
+                        "--tls-cert/--tls-key/--tls-ca options")
+
+
 def _serve_args(p: argparse.ArgumentParser) -> None:
     D = Config()  # noqa: N806 - the defaults, written once in server/config.py
     p.add_argument("--host", default=D.host, help="address to listen on (default loopback)")
@@ -32,20 +44,13 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stomp-port", type=int, default=D.stomp_port,
                    help=f"STOMP port (default {D.stomp_port}); 0 picks a free one")
     p.add_argument("--no-stomp", action="store_true", help="no STOMP listener")
-    _env_port(p, "--stream-port", "ACKMQ_STREAM_PORT", D.stream_port,
-              "RabbitMQ's stream protocol port (docs/stream-protocol.md)")
-    p.add_argument("--no-stream", action="store_true", help="no stream protocol listener")
-    p.add_argument("--stream-tls-port", type=int, default=D.stream_tls_port,
-                   help="the stream protocol over TLS with the --tls-* certificate options "
-                        "(RabbitMQ's stream.listeners.ssl, usually 5551; off unless given; "
-                        "0 picks a free one)")
-    _env_port(p, "--mqtt-port", "ACKMQ_MQTT_PORT", D.mqtt_port,
-              "MQTT 3.1/3.1.1/5.0 port (docs/mqtt.md)")
-    p.add_argument("--no-mqtt", action="store_true", help="no MQTT listener")
-    p.add_argument("--mqtt-tls-port", type=int, default=D.mqtt_tls_port,
-                   help="MQTT over TLS port (off unless given, as RabbitMQ's "
-                        "mqtt.listeners.ssl, usually 8883; 0 picks a free one); uses the "
-                        "--tls-cert/--tls-key/--tls-ca options")
+    _listener(p, "stream", "stream protocol", "ACKMQ_STREAM_PORT", D.stream_port,
+              "RabbitMQ's stream protocol port (docs/stream-protocol.md)",
+              "--stream-tls-port", D.stream_tls_port,
+              "the stream protocol over TLS (RabbitMQ's stream.listeners.ssl, usually 5551)")
+    _listener(p, "mqtt", "MQTT", "ACKMQ_MQTT_PORT", D.mqtt_port,
+              "MQTT 3.1/3.1.1/5.0 port (docs/mqtt.md)", "--mqtt-tls-port", D.mqtt_tls_port,
+              "MQTT over TLS port (RabbitMQ's mqtt.listeners.ssl, usually 8883)")
     p.add_argument("--mqtt-ws-port", type=int, default=D.mqtt_ws_port,
                    help="MQTT over WebSocket at /ws on this port (off unless given, as "
                         "RabbitMQ's web_mqtt, usually 15675; 0 picks a free one)")
@@ -130,12 +135,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="block publishers while the data dir's filesystem has less free "
                         "space than this (default %(default)s, as RabbitMQ; 1GiB, or "
                         "mem_relative:1.5 for 1.5 x RAM)")
-    _env_port(p, "--http-port", "ACKMQ_HTTP_PORT", D.http_port,
-              "management HTTP API port (RabbitMQ's)")
-    p.add_argument("--no-http", action="store_true", help="no management HTTP listener")
-    p.add_argument("--https-port", type=int, default=D.https_port,
-                   help="management API over TLS (off unless given; 0 picks a free one); "
-                        "uses the --tls-cert/--tls-key/--tls-ca options")
+    _listener(p, "http", "management HTTP", "ACKMQ_HTTP_PORT", D.http_port,
+              "management HTTP API port (RabbitMQ's)", "--https-port", D.https_port,
+              "management API over TLS")
     p.add_argument("--prometheus-port", type=int, default=D.prometheus_port,
                    help="also serve /metrics (no login) on this port, as RabbitMQ's "
                         "prometheus plugin on 15692 (off unless given; /metrics is on the "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -153,6 +154,29 @@ def test_config_file_bad_line_stops_the_start(tmp_path: Path, line: str,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r
     assert f"{conf}:3: " in r.stderr and message in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("line, message", [
+    ("listeners.tcp.default = 65536", "65536 is not a port (0 to 65535)"),
+    ("listeners.tcp.default = -1", "-1 is not a port (0 to 65535)"),
+    ("consumer_timeout = -5", "-5 must not be negative"),
+    ("handshake_timeout = 0", "0 must be a positive number of milliseconds"),
+    ("vm_memory_high_watermark.relative = -0.1", "-0.1 is not a fraction of RAM"),
+    ("vm_memory_high_watermark.relative = nan", "nan is not a fraction of RAM"),
+])
+def test_config_file_numbers_out_of_range(line: str, message: str) -> None:
+    """Every bounded number is checked by one rule (a NaN lies in no range), in-process."""
+    from ackmq.server.conffile import ConfigFileError, parse
+    with pytest.raises(ConfigFileError, match=re.escape(f"x.conf:1: {line}: {message}")):
+        parse(line + "\n", [], "x.conf")
+
+
+def test_config_file_numbers_in_range() -> None:
+    from ackmq.server.conffile import parse
+    assert parse("listeners.tcp.default = 65535\nconsumer_timeout = 0\n"
+                 "handshake_timeout = 1\nvm_memory_high_watermark.relative = 1\n", []) == {
+        "port": 65535, "consumer_timeout_ms": 0, "handshake_timeout": 0.001,
+        "memory_high_watermark": "1.0"}
 
 
 def test_config_file_key_set_twice(tmp_path: Path) -> None:

@@ -166,3 +166,16 @@ def test_P1_take_confirmed_settles_one_or_everything_up_to_the_tag() -> None:
     assert take_confirmed(owed, 5, True) == ["a", "d"]
     assert list(owed) == [7]
     assert take_confirmed(owed, 9, True) == ["g"] and not owed
+
+
+def test_P1_take_settled_keeps_each_sequence_number_with_what_was_owed() -> None:
+    """The pairs form (AMQP 1.0 sessions coalesce dispositions by number, the bench
+    counts them): the same numbers as take_confirmed, each with its value."""
+    from collections import OrderedDict
+
+    from ackmq.broker.confirms import take_settled
+    owed: OrderedDict[int, str] = OrderedDict([(1, "a"), (3, "c"), (4, "d"), (8, "h")])
+    assert take_settled(owed, 3, False) == [(3, "c")]
+    assert take_settled(owed, 2, False) == []
+    assert take_settled(owed, 4, True) == [(1, "a"), (4, "d")]
+    assert take_settled(owed, 5, True) == [] and list(owed) == [8]

@@ -320,12 +320,15 @@ def test_V1_fuzzed_shovel_definitions_answer_201_or_400(ackmq_broker: BrokerProc
             "src-delete-after", "src-prefetch-count", "reconnect-delay",
             "add-forward-headers", "dest-add-timestamp-header", "dest-publish-properties",
             "src-queue-args", "dest-queue-args", "src-consumer-args", "src-protocol",
-            "ackmq-dest-x-first-death-queue"]
+            "ackmq-dest-x-first-death-queue", "dest-protocol", "src-address",
+            "dest-address", "dest-properties", "dest-application-properties",
+            "dest-message-annotations"]
     values: list[Any] = ["amqp://", "amqp:///nope", "amqp://127.0.0.1:1", "amqp://h:0",
                          "amqp://[::1", "", "q", "x" * 300, -1, 0, 1, 2**70, 1e308, 0.5,
                          True, False, None, [], ["amqp://"], {}, {"delivery_mode": 300},
                          {"x-max-length": "a"}, {"priority": -1}, "on-confirm", "no-ack",
-                         "queue-length", "never", "amqp10"]
+                         "queue-length", "never", "amqp10", "/queue/q", {"subject": "s"},
+                         {"creation_time": "x"}, {"a": 1}, "amqps://127.0.0.1:1"]
     try:
         for i in range(150):
             value = {k: rnd.choice(values) for k in rnd.sample(keys, rnd.randrange(1, 9))}

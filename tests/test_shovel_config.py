@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from ackmq.server.parameters import LOCAL_LOGINS, ParameterError, Parameters
+from ackmq.shovel.amqp10 import target_of
 from ackmq.shovel.config import erl, parse, redact, validate
+from ackmq.shovel.ends import _runs
 from ackmq.shovel.worker import connect_url
 
 
@@ -67,6 +69,51 @@ def test_V1_local_uri_is_this_broker_as_the_user() -> None:
     assert connect_url("amqp://", p.local, "alice").endswith(":5999/%2F")
     assert connect_url("amqp://h:1/v?heartbeat=5&connection_timeout=9", p.local, "a") \
         == "amqp://h:1/v?heartbeat=5"
+
+    assert connect_url("amqps://h/v?cacertfile=/ca.pem&verify=verify_none&x=1", p.local,
+                       "a") == "amqps://h/v?cacertfile=%2Fca.pem&verify=verify_none"
+    assert connect_url("amqp://h/v?cacertfile=/ca.pem", p.local, "a") == "amqp://h/v"
+
+
+def test_V1_amqp10_uris_as_amqp10_client_reads_them() -> None:
+    """hostname from the query (RabbitMQ's `?hostname=vhost:x`), else vhost:<path>, else
+    the host; PLAIN with credentials, ANONYMOUS without; amqps with the TLS keys; no
+    host: this broker as the user, with the one-off loopback password."""
+    p = Parameters()
+    p.local.host, p.local.port = "127.0.0.1", 5999
+    t = target_of("amqp://u:p%40ss@h:1?hostname=vhost:v1", p.local, "alice")
+    assert (t.host, t.port, t.user, t.password, t.hostname, t.sasl, t.tls) == (
+        "h", 1, "u", "p@ss", "vhost:v1", "PLAIN", None)
+    t = target_of("amqp://h/v2", p.local, "alice")
+    assert (t.port, t.user, t.hostname, t.sasl) == (5672, None, "vhost:v2", "ANONYMOUS")
+    assert target_of("amqp://h", p.local, "a").hostname == "h"
+    t = target_of("amqps://h?verify=verify_none&server_name_indication=x.example",
+                  p.local, "a")
+    assert t.port == 5671 and t.tls is not None and t.server_hostname == "x.example"
+    t = target_of("amqp:///v3", p.local, "alice")
+    assert (t.host, t.port, t.user, t.hostname, t.sasl) == (
+        "127.0.0.1", 5999, "alice", "vhost:v3", "PLAIN")
+    assert LOCAL_LOGINS.accepts("alice", t.password or "")
+
+
+def test_V1_amqp10_definition_parsed() -> None:
+    cfg = parse("/", "n", {"src-protocol": "amqp10", "src-uri": "amqp://h",
+                           "src-address": "/queue/a", "dest-protocol": "amqp10",
+                           "dest-uri": "amqp://h", "dest-address": "/queue/b",
+                           "dest-properties": [], "dest-application-properties": {"k": "v"},
+                           "src-prefetch-count": 7})
+    assert (cfg.src.protocol, cfg.src.address, cfg.src.queue, cfg.dest.protocol,
+            cfg.dest.address, cfg.prefetch) == ("amqp10", "/queue/a", None, "amqp10",
+                                                "/queue/b", 7)
+    assert cfg.dest_properties == {} and cfg.dest_application_properties == {"k": "v"}
+    assert validate("n", {"src-protocol": "amqp10", "src-uri": "amqp://h",
+                          "src-address": "a", "dest-uri": "amqp://", "dest-queue": "b",
+                          "dest-exchange": "x"}) == [
+        "Cannot specify 'dest-exchange' and 'dest-queue'"]
+
+
+def test_V1_amqp10_settlement_ranges() -> None:
+    assert _runs([5, 3, 4, 9, 10, 1]) == [(1, 1, 1), (3, 5, 3), (9, 10, 2)]
 
 
 class _Comp:

@@ -27,6 +27,9 @@ ACTIVEMQ_STOMP_URL = "stomp://guest:guest@127.0.0.1:61613/"
 _URL_LINE = re.compile(r"listening on (amqp://\S+)")
 _STOMP_LINE = re.compile(r"(stomp://[^\s,)]+)")
 _STREAM_LINE = re.compile(r"(rabbitmq-stream://[^\s,)]+)")
+_MQTT_LINE = re.compile(r"(mqtt://[^\s,)]+)")
+RABBITMQ_MQTT_URL = "mqtt://guest:guest@127.0.0.1:1883"
+MOSQUITTO_URL = "mqtt://127.0.0.1:1884"  # /work/shared/tools/mosquitto-local: anonymous
 
 
 class BenchSetupError(Exception):
@@ -47,6 +50,7 @@ class Target:
     # rabbitmq-stream://host:port of its stream-protocol listener (ackmq's from its log;
     # RabbitMQ's stream plugin: 5552 on the AMQP host)
     stream_url: str = ""
+    mqtt_url: str = ""  # mqtt://[user:pass@]host:port when the broker has an MQTT listener
     _cleanup: list = field(default_factory=list, repr=False)
 
     @property
@@ -60,7 +64,7 @@ class Target:
 
     def public_url(self) -> str:
         """The URL without its password, for reports (the STOMP one when it has one)."""
-        return redact(self.stomp_url or self.url)
+        return redact(self.stomp_url or self.mqtt_url or self.url)
 
     def close(self) -> None:
         while self._cleanup:
@@ -210,24 +214,26 @@ def local_rabbitmq(start_timeout: float = 120.0, url: str | None = None) -> Targ
 
 
 def start_ackmq(data_dir: Path | None = None, timeout: float = 60.0,
-                stomp: bool = False) -> Target:
+                stomp: bool = False, mqtt: bool = False) -> Target:
     """`python -m ackmq serve --port 0` in a fresh data directory; stopped by Target.close.
 
     With `stomp`, STOMP listens on a free port (`--stomp-port 0`, never 61613: that is
-    ActiveMQ's, a reference broker in the same run), read from the log line."""
+    ActiveMQ's, a reference broker in the same run), read from the log line; with `mqtt`,
+    MQTT on a free one (`--mqtt-port 0`: 1883 and 1884 are the reference brokers')."""
     owned = data_dir is None
     # /var/tmp, not /tmp: /tmp is often tmpfs, where fsync costs nothing and flatters ackmq
     base = "/var/tmp" if os.path.isdir("/var/tmp") else None
     ddir = Path(tempfile.mkdtemp(prefix="ackmq-bench-data-", dir=base)) if owned else data_dir
     assert ddir is not None
     ddir.mkdir(parents=True, exist_ok=True)
-    stomp_args = (["--stomp-port", "0"] if stomp else ["--no-stomp"]) + ["--no-mqtt"]
+    stomp_args = ((["--stomp-port", "0"] if stomp else ["--no-stomp"])
+                  + (["--mqtt-port", "0"] if mqtt else ["--no-mqtt"]))
     proc = subprocess.Popen([sys.executable, "-m", "ackmq", "serve", "--port", "0", *stomp_args,
                              "--http-port", "0", "--stream-port", "0",
                              "--data-dir", str(ddir)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     log: list[str] = []
-    url = stomp_url = stream_url = ""
+    url = stomp_url = stream_url = mqtt_url = ""
     deadline = time.monotonic() + timeout
     assert proc.stdout is not None
     while time.monotonic() < deadline:
@@ -242,6 +248,8 @@ def start_ackmq(data_dir: Path | None = None, timeout: float = 60.0,
             stomp_url = sm.group(1) if sm else ""
             st = _STREAM_LINE.search(line)
             stream_url = st.group(1) if st else ""
+            mq = _MQTT_LINE.search(line)
+            mqtt_url = mq.group(1).replace("mqtt://", "mqtt://guest:guest@", 1) if mq else ""
             break
     if not url:
         proc.kill()
@@ -258,7 +266,7 @@ def start_ackmq(data_dir: Path | None = None, timeout: float = 60.0,
 
     threading.Thread(target=drain, daemon=True).start()
     target = Target(url, pid=proc.pid, data_dir=ddir, stomp_url=stomp_url,
-                    stream_url=stream_url)
+                    stream_url=stream_url, mqtt_url=mqtt_url)
 
     def stop() -> None:
         if proc.poll() is None:
@@ -277,6 +285,10 @@ def start_ackmq(data_dir: Path | None = None, timeout: float = 60.0,
     except BaseException:
         target.close()
         raise
+    if mqtt and not mqtt_url:
+        target.close()
+        raise BenchSetupError("`python -m ackmq serve --mqtt-port 0` logged no mqtt:// URL:\n"
+                              + "".join(log[-20:]))
     if stomp and not stomp_url:
         target.close()
         raise BenchSetupError("`python -m ackmq serve --stomp-port 0` logged no stomp:// URL:\n"
@@ -364,3 +376,73 @@ def ackmq_and_rabbitmq(url: str | None = None, pid: int | None = None,
             t.close()
         raise
     return targets
+
+
+def probe_mqtt_target(url: str, label: str = "", product: str = "", version: str = "",
+                      amqp_url: str = "") -> Target:
+    """An MQTT broker: a CONNECT answered by CONNACK 0 (MQTT says nothing of the product:
+    `label`/`product` are the caller's, else host:port), the pid of the process on its
+    port. `amqp_url`: the broker's AMQP side, when it has one (RabbitMQ's version)."""
+    from ackmq.bench.mqtt_wire import MqttConnection, MqttWireError, parse_mqtt_url
+
+    try:
+        host, port, user, _ = parse_mqtt_url(url)
+    except ValueError as exc:
+        raise BenchSetupError(str(exc)) from None
+
+    async def connect() -> None:
+        c = await MqttConnection.open(url, "ackmq-bench-probe")
+        await c.close()
+
+    from ackmq.bench.context import run_async
+    try:
+        run_async(connect())
+    except (OSError, MqttWireError, TimeoutError) as exc:
+        raise BenchSetupError(f"cannot connect to {redact(url)} over MQTT"
+                              f"{' as ' + user if user else ''}: {exc!r}") from None
+    pid = find_listener_pid(port) if host in ("127.0.0.1", "localhost", "::1") else None
+    return Target(amqp_url, label=label or f"{host}:{port}", product=product or "MQTT broker",
+                  version=version, pid=pid, mqtt_url=url)
+
+
+def rabbitmq_mqtt(url: str | None = None) -> Target:
+    """RabbitMQ's MQTT plugin on 127.0.0.1:1883 (MQTT 3.1.1; QoS 2 downgraded to 1); its
+    AMQP side on 5672 gives the version."""
+    url = url or RABBITMQ_MQTT_URL
+    from ackmq.bench.mqtt_wire import parse_mqtt_url
+
+    host, port, _, _ = parse_mqtt_url(url)
+    if not port_open(host, port):
+        raise BenchSetupError(f"--rabbitmq-mqtt: nothing listens on {host}:{port}; enable "
+                              "RabbitMQ's MQTT plugin (/work/shared/tools/rabbitmq-local "
+                              "enable mqtt)")
+    version, amqp = "", ""
+    if port_open("127.0.0.1", 5672):
+        try:
+            rmq = _expect_rabbitmq(RABBITMQ_URL)
+            version, amqp = rmq.version, RABBITMQ_URL
+        except BenchSetupError:
+            pass
+    return probe_mqtt_target(url, "rabbitmq", "RabbitMQ MQTT plugin", version, amqp)
+
+
+def mosquitto(url: str | None = None) -> Target:
+    """Mosquitto 2.0 on 127.0.0.1:1884 (/work/shared/tools/mosquitto-local start);
+    its version from `mosquitto -h` when it is installed here."""
+    url = url or MOSQUITTO_URL
+    from ackmq.bench.mqtt_wire import parse_mqtt_url
+
+    host, port, _, _ = parse_mqtt_url(url)
+    if not port_open(host, port):
+        raise BenchSetupError(f"--mosquitto: nothing listens on {host}:{port}; start it "
+                              "(/work/shared/tools/mosquitto-local start)")
+    version = ""
+    exe = shutil.which("mosquitto")
+    if exe:
+        try:
+            out = subprocess.run([exe, "-h"], capture_output=True, text=True, timeout=10).stdout
+            m = re.search(r"version (\S+)", out)
+            version = m.group(1) if m else ""
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return probe_mqtt_target(url, "mosquitto", "Mosquitto", version)

@@ -21,15 +21,18 @@ from ackmq.bench.brokers import (
     check_stomp_url,
     check_url,
     local_rabbitmq,
+    mosquitto,
     probe,
+    probe_mqtt_target,
     probe_stomp_target,
+    rabbitmq_mqtt,
     rabbitmq_stomp,
     start_ackmq,
 )
 from ackmq.bench.context import DEFAULT_PREFETCH, DEFAULT_STOMP_PREFETCH, Options, RunContext
 from ackmq.bench.progress import Progress
 from ackmq.bench.stats import schedule
-from ackmq.bench.workloads import AMQP_WORKLOADS, STOMP_WORKLOADS, WORKLOADS
+from ackmq.bench.workloads import AMQP_WORKLOADS, MQTT_WORKLOADS, STOMP_WORKLOADS, WORKLOADS
 
 
 def _prefetch_list(text: str) -> tuple[int, ...]:
@@ -84,6 +87,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "(/work/shared/tools/activemq-local start)")
     stomp.add_argument("--stomp-prefetch", type=_prefetch_list, default=DEFAULT_STOMP_PREFETCH,
                        help="stomp-consume-ci sweep, comma-separated (default 1,100,1000)")
+    mqtt = parser.add_argument_group(
+        "MQTT", "MQTT 3.1.1 workloads against up to N brokers in one run, as the STOMP ones")
+    mqtt.add_argument("--mqtt", action="store_true",
+                      help="run the MQTT workloads (" + ", ".join(MQTT_WORKLOADS) + ")")
+    mqtt.add_argument("--mqtt-url", metavar="URL", action="append", default=[],
+                      help="an MQTT broker, mqtt://[user:pass@]host:port; repeatable; the "
+                           "first is A unless --ackmq")
+    mqtt.add_argument("--mosquitto", action="store_true",
+                      help="add Mosquitto on 127.0.0.1:1884 "
+                           "(/work/shared/tools/mosquitto-local start)")
+    mqtt.add_argument("--rabbitmq-mqtt", action="store_true",
+                      help="add RabbitMQ's MQTT plugin on 127.0.0.1:1883 (QoS 2 downgraded "
+                           "to 1 there)")
     parser.add_argument("--json", metavar="FILE", help="write every run and the summary as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="draw the prefetch sweep and latency")
 
@@ -97,6 +113,9 @@ def _label_uniquely(targets: list[Target]) -> None:
 
 
 def _stomp_targets(args: argparse.Namespace) -> list[Target]:
+    if args.mqtt_url or args.mosquitto or args.rabbitmq_mqtt:
+        raise BenchSetupError("--mqtt-url, --mosquitto and --rabbitmq-mqtt are for the "
+                              "MQTT workloads: add --mqtt (not --stomp)")
     if args.url or args.compare or args.rabbitmq:
         raise BenchSetupError("STOMP workloads take STOMP brokers: --stomp-url URL, "
                               "--rabbitmq-stomp, --activemq (not --url/--compare/--rabbitmq)")
@@ -126,7 +145,41 @@ def _stomp_targets(args: argparse.Namespace) -> list[Target]:
     return targets
 
 
+def _mqtt_targets(args: argparse.Namespace) -> list[Target]:
+    if args.url or args.compare or args.rabbitmq or args.stomp_url or args.rabbitmq_stomp \
+            or args.activemq:
+        raise BenchSetupError("MQTT workloads take MQTT brokers: --mqtt-url URL, --mosquitto, "
+                              "--rabbitmq-mqtt, --ackmq (not --url/--compare/--rabbitmq/STOMP)")
+    targets: list[Target] = []
+    try:  # the references first: one that is not running must not cost an ackmq start
+        for url in args.mqtt_url:
+            try:
+                targets.append(probe_mqtt_target(url))
+            except BenchSetupError as exc:
+                raise BenchSetupError(f"--mqtt-url: {exc}") from None
+        if args.mosquitto:
+            targets.append(mosquitto())
+        if args.rabbitmq_mqtt:
+            targets.append(rabbitmq_mqtt())
+        if args.ackmq:
+            t = start_ackmq(args.data_dir, mqtt=True)
+            t.label = "ackmq"
+            targets.insert(0, t)
+    except BaseException:
+        for t in targets:
+            t.close()
+        raise
+    if not targets:
+        raise BenchSetupError("nothing to benchmark: give --ackmq, --mqtt-url URL, "
+                              "--mosquitto or --rabbitmq-mqtt")
+    _label_uniquely(targets)
+    return targets
+
+
 def _targets(args: argparse.Namespace) -> list[Target]:
+    if args.mqtt_url or args.mosquitto or args.rabbitmq_mqtt:
+        raise BenchSetupError("--mqtt-url, --mosquitto and --rabbitmq-mqtt are for the "
+                              "MQTT workloads: add --mqtt")
     if args.stomp_url or args.rabbitmq_stomp or args.activemq:
         raise BenchSetupError("--stomp-url, --rabbitmq-stomp and --activemq are for the "
                               "STOMP workloads: add --stomp")
@@ -185,11 +238,21 @@ def run_one(workload: str, target: Target, options: Options, rnd: int) -> dict[s
 def run(args: argparse.Namespace) -> int:
     """Entry point of `ackmq bench`; returns the exit status."""
     stomp = args.stomp or any(w in STOMP_WORKLOADS for w in args.workloads)
-    names = list(dict.fromkeys(args.workloads)) or (STOMP_WORKLOADS if stomp else AMQP_WORKLOADS)
+    mqtt = args.mqtt or any(w in MQTT_WORKLOADS for w in args.workloads)
+    if stomp and mqtt:
+        print("STOMP and MQTT workloads cannot share a run; run them separately",
+              file=sys.stderr)
+        return 2
+    names = list(dict.fromkeys(args.workloads)) or (
+        STOMP_WORKLOADS if stomp else MQTT_WORKLOADS if mqtt else AMQP_WORKLOADS)
     unknown = [w for w in names if w not in WORKLOADS]
     if unknown:
         print(f"unknown workload(s): {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}",
               file=sys.stderr)
+        return 2
+    if mqtt and any(not WORKLOADS[w].mqtt for w in names):
+        print("AMQP and MQTT workloads cannot share a run (Mosquitto has no AMQP); "
+              "run them separately", file=sys.stderr)
         return 2
     if stomp and any(not WORKLOADS[w].stomp for w in names):
         print("AMQP and STOMP workloads cannot share a run (ActiveMQ has no AMQP); "
@@ -203,7 +266,8 @@ def run(args: argparse.Namespace) -> int:
                       floor_dir=str(args.data_dir) if args.data_dir else None,
                       stomp_prefetch=tuple(args.stomp_prefetch))
     try:
-        targets = _stomp_targets(args) if stomp else _targets(args)
+        targets = (_stomp_targets(args) if stomp else _mqtt_targets(args) if mqtt
+                   else _targets(args))
     except BenchSetupError as exc:
         print(f"ackmq bench: {exc}", file=sys.stderr)
         return 2
@@ -217,7 +281,8 @@ def run(args: argparse.Namespace) -> int:
         "options": asdict(options), "workloads": names,
         "brokers": [{"label": t.label, "url": t.public_url(), "product": t.product,
                      "version": t.version, "pid": t.pid,
-                     "protocol": "stomp" if stomp else "amqp"} for t in targets],
+                     "protocol": "stomp" if stomp else "mqtt" if mqtt else "amqp"}
+                    for t in targets],
     }
     print("brokers: " + "; ".join(f"{t.label} = {t.product} {t.version} at {t.public_url()}"
                                   f" (pid {t.pid or 'unknown'})" for t in targets))

@@ -6,6 +6,7 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Callable
 
+from ackmq.broker.confirms import take_settled
 from ackmq.client.lowlevel import RawChannel, RawConnection
 
 CHUNK = 256  # messages per socket write
@@ -36,16 +37,7 @@ class OutstandingConfirms:
     def settle(self, tag: int, multiple: bool, ack: bool) -> None:
         """The confirm callback: runs on the I/O path, so it only does bookkeeping."""
         pending = self.pending
-        settled: list[tuple[int, object]] = []
-        if multiple:
-            while pending:
-                first = next(iter(pending))
-                if first > tag:
-                    break
-                settled.append(pending.popitem(last=False))
-        elif tag in pending:
-            settled.append((tag, pending.pop(tag)))
-        for seq, payload in settled:
+        for seq, payload in take_settled(pending, tag, multiple):
             if ack:
                 self.acked += 1
             else:

@@ -13,10 +13,11 @@ import asyncio
 
 from ackmq.bench.context import RUN_TIMEOUT, RunContext, run_async
 from ackmq.bench.stomp_wire import StompWireConnection
+from ackmq.bench.tally import Tally as _Tally
+from ackmq.bench.tally import seq_body as _body
 from ackmq.protocol.stomp import Frame, encode_frame
 
 CHUNK = 256          # frames per socket write when streaming
-SEQ_DIGITS = 10      # the body's sequence-number prefix
 
 
 def _url(ctx: RunContext) -> str:
@@ -24,11 +25,6 @@ def _url(ctx: RunContext) -> str:
     if not url:
         raise RuntimeError(f"{ctx.target.label} has no STOMP listener known to the bench")
     return url
-
-
-def _body(i: int, size: int) -> bytes:
-    head = b"%0*d" % (SEQ_DIGITS, i)
-    return head + b"x" * max(0, size - len(head))
 
 
 def _send_frame(dest: str, i: int, size: int, persistent: bool, receipt: str | None) -> bytes:
@@ -61,36 +57,6 @@ async def _stream(conn: StompWireConnection, dest: str, n: int, size: int, persi
         else:
             await asyncio.sleep(0)
     await done
-
-
-class _Tally:
-    """Which of n sequence numbers arrived, and how often: once each, or the run fails."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.seen = bytearray(n)
-        self.got = 0
-        self.duplicates = 0
-        self.strangers = 0
-
-    def add(self, body: bytes) -> None:
-        try:
-            i = int(body[:SEQ_DIGITS])
-        except ValueError:
-            self.strangers += 1
-            return
-        if not 0 <= i < self.n:
-            self.strangers += 1
-        elif self.seen[i]:
-            self.duplicates += 1
-        else:
-            self.seen[i] = 1
-            self.got += 1
-
-    def check(self, what: str) -> None:
-        if self.got != self.n or self.duplicates or self.strangers:
-            raise RuntimeError(f"{what}: {self.got:,} of {self.n:,} messages received, "
-                               f"{self.duplicates} duplicates, {self.strangers} unexpected")
 
 
 async def _drain(ctx: RunContext, dest: str, n: int, ack: str,

@@ -11,6 +11,7 @@ from ackmq.bench import (
     confirms,
     latency,
     memory,
+    mqtt_load,
     stomp_load,
     stream_load,
     throughput,
@@ -30,6 +31,9 @@ class Workload:
     # a stream-protocol workload: the AMQP brokers' stream listeners (ackmq's own, RabbitMQ's
     # plugin on 5552), run when named
     stream: bool = False
+    # an MQTT workload: the brokers' MQTT listeners (--mqtt: ackmq, Mosquitto, RabbitMQ's
+    # plugin), run with --mqtt or when named
+    mqtt: bool = False
 
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (
@@ -87,8 +91,24 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              "higher better)", stomp=True),
     Workload("stomp-consume-auto", stomp_load.consume_auto,
              "drain a pre-filled queue with ack:auto (msgs/s, higher better)", stomp=True),
+    Workload("mqtt-publish-qos0", mqtt_load.publish_qos0,
+             "MQTT: QoS 0 PUBLISHes, timed until one QoS 0 subscriber has them all "
+             "(msgs/s in -> out, higher better)", mqtt=True),
+    Workload("mqtt-publish-qos1", mqtt_load.publish_qos1,
+             "MQTT: QoS 1, each PUBACK awaited, a persistent subscription keeps them "
+             "(msgs/s, higher better)", mqtt=True),
+    Workload("mqtt-publish-qos1-window", mqtt_load.publish_qos1_window,
+             "MQTT: QoS 1 pipelined, up to 100 unacknowledged, a persistent subscription "
+             "keeps them (msgs/s, higher better)", mqtt=True),
+    Workload("mqtt-publish-qos2", mqtt_load.publish_qos2,
+             "MQTT: QoS 2 pipelined, up to 20 unfinished, PUBCOMP awaited (RabbitMQ 3.10: "
+             "downgraded to QoS 1, PUBACK) (msgs/s, higher better)", mqtt=True),
+    Workload("mqtt-fanout", mqtt_load.fanout,
+             "MQTT: QoS 1 publishes (100 in flight) to 10 QoS 1 subscribers, each delivery "
+             "PUBACKed (deliveries/s, higher better)", mqtt=True),
 )}
 
 AMQP_WORKLOADS = [w.name for w in WORKLOADS.values()
-                  if not w.stomp and not w.amqp10 and not w.stream]
+                  if not w.stomp and not w.amqp10 and not w.stream and not w.mqtt]
 STOMP_WORKLOADS = [w.name for w in WORKLOADS.values() if w.stomp]
+MQTT_WORKLOADS = [w.name for w in WORKLOADS.values() if w.mqtt]

@@ -15,19 +15,24 @@ from typing import TypeVar
 V = TypeVar("V")
 
 
-def take_confirmed(owed: OrderedDict[int, V], tag: int, multiple: bool) -> list[V]:
-    """What a front end owed for the publishes a confirm (`basic.ack` / `basic.nack`
-    semantics: `multiple` covers every sequence number up to `tag`) settles, removed
+def take_settled(owed: OrderedDict[int, V], tag: int, multiple: bool
+                 ) -> list[tuple[int, V]]:
+    """The (sequence number, what was owed) pairs a confirm settles (`basic.ack` /
+    `basic.nack` semantics: `multiple` covers every sequence number up to `tag`), removed
     from `owed` (keyed by sequence number, in publish order)."""
     if not multiple:
-        return [owed.pop(tag)] if tag in owed else []
-    done: list[V] = []
+        return [(tag, owed.pop(tag))] if tag in owed else []
+    done: list[tuple[int, V]] = []
     while owed:
-        seq = next(iter(owed))
-        if seq > tag:
+        if next(iter(owed)) > tag:
             break
-        done.append(owed.popitem(last=False)[1])
+        done.append(owed.popitem(last=False))
     return done
+
+
+def take_confirmed(owed: OrderedDict[int, V], tag: int, multiple: bool) -> list[V]:
+    """What a front end owed for the publishes a confirm settles (take_settled's values)."""
+    return [v for _, v in take_settled(owed, tag, multiple)]
 
 
 class ConfirmTracker:

@@ -202,11 +202,16 @@ class AsyncConnection(BaseConnection):
         core = Core(o, self.new_future)
         self.core = core
         self._lost_fut = self.loop.create_future()
+        tls: dict[str, Any] = {}
+        if o.tls is not None:
+            tls = {"ssl": o.tls.context(), "server_hostname": o.tls.server_hostname(o.host)
+                   or ""}
         try:
             transport, _ = await asyncio.wait_for(
-                self.loop.create_connection(lambda: _Protocol(self, core), o.host, o.port),
+                self.loop.create_connection(lambda: _Protocol(self, core), o.host, o.port,
+                                            **tls),
                 o.connect_timeout)
-        except (TimeoutError, OSError) as err:
+        except (TimeoutError, OSError) as err:  # ssl.SSLError is an OSError
             lost = ConnectionLost(f"cannot connect to {o.host}:{o.port}: {err!r}")
             core.lost(lost)
             raise (core.error or lost) from None

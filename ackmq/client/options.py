@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from .tls import TLS_KEYS, TlsOptions, tls_options
+
 
 class AckMode(enum.IntEnum):
     """JMS acknowledge modes (values as javax.jms.Session / ActiveMQSession)."""
@@ -135,6 +137,7 @@ class Options:
     idempotent: bool | None = None
     redelivery_policy: RedeliveryPolicy = field(default_factory=RedeliveryPolicy)
     connection_name: str | None = None     # client_properties.connection_name (tools show it)
+    tls: TlsOptions | None = None          # amqps:// (tls.py): RabbitMQ's URI TLS keys
 
     def with_(self, **changes: Any) -> Options:
         return replace(self, **changes)
@@ -162,9 +165,15 @@ def parse_url(url: str, **overrides: Any) -> Options:
     `jms.prefetchPolicy.all` sets both prefetches, as in ActiveMQ.
     """
     parts = urlsplit(url)
-    if parts.scheme not in ("amqp", ""):
-        raise ValueError(f"unsupported scheme {parts.scheme!r} (amqp:// only; no TLS yet)")
+    if parts.scheme not in ("amqp", "amqps", ""):
+        raise ValueError(f"unsupported scheme {parts.scheme!r} (amqp:// or amqps://)")
     values: dict[str, Any] = {}
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if parts.scheme == "amqps":
+        values["tls"] = tls_options(query)
+        values["port"] = 5671
+    elif any(k in TLS_KEYS for k, _ in query):
+        raise ValueError(f"the TLS options ({', '.join(TLS_KEYS)}) need an amqps:// URL")
     if parts.hostname:
         values["host"] = parts.hostname
     if parts.port:
@@ -176,7 +185,9 @@ def parse_url(url: str, **overrides: Any) -> Options:
     path = parts.path[1:] if parts.path.startswith("/") else parts.path
     values["vhost"] = unquote(path) if path else "/"
     policy: dict[str, Any] = {}
-    for key, raw in parse_qsl(parts.query, keep_blank_values=True):
+    for key, raw in query:
+        if key in TLS_KEYS:
+            continue
         try:
             if key.startswith("jms.redeliveryPolicy."):
                 name = key[len("jms.redeliveryPolicy."):]
@@ -195,7 +206,7 @@ def parse_url(url: str, **overrides: Any) -> Options:
         except KeyError:
             known = sorted(["jms." + k for k in _JMS_OPTIONS] + ["jms.prefetchPolicy.all"]
                            + ["jms.redeliveryPolicy." + k for k in RedeliveryPolicy._URL_NAMES]
-                           + list(_PLAIN_OPTIONS))
+                           + list(_PLAIN_OPTIONS) + list(TLS_KEYS))
             raise ValueError(f"unknown URL option {key!r}; known: {', '.join(known)}") from None
     if policy:
         values["redelivery_policy"] = RedeliveryPolicy(**policy)

@@ -13,6 +13,7 @@ import concurrent.futures
 import logging
 import select
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +32,19 @@ from .options import AckMode, Destination, Options, RedeliveryPolicy, parse_url
 from .producer import BaseProducer
 from .session import BaseSession
 from .steps import CALL, IDLE, OPEN, RECONNECT, SLEEP, Step, deadline_in
+
+# a non-blocking socket with nothing to read or no room; TLS says so with its own errors
+_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+def _recv(sock: socket.socket) -> bytes:
+    """What there is to read; over TLS also what the TLS layer already decrypted (poll
+    does not see it: it is no longer in the kernel's buffer)."""
+    data = sock.recv(_READ_SIZE)
+    if data and isinstance(sock, ssl.SSLSocket):
+        while sock.pending():
+            data += sock.recv(_READ_SIZE)
+    return data
 
 log = logging.getLogger("ackmq.client")
 
@@ -268,8 +282,8 @@ class Connection(BaseConnection):
             ready = poll.poll(max(0, int(timeout * 1000)))
             if not ready:
                 return
-            data = sock.recv(_READ_SIZE)
-        except BlockingIOError:
+            data = _recv(sock)
+        except _WOULD_BLOCK:
             return
         except OSError as err:
             self._lost(ConnectionLost(f"connection lost: {err}"), core)
@@ -357,7 +371,7 @@ class Connection(BaseConnection):
                 n = sock.send(view)
                 view = view[n:]
                 continue
-            except BlockingIOError:
+            except _WOULD_BLOCK:
                 pass
             except OSError as err:
                 self._lost(ConnectionLost(f"connection lost: {err}"), core)
@@ -376,8 +390,8 @@ class Connection(BaseConnection):
                 ready = p.poll(int(min(remaining if remaining is not None else 1.0, 1.0) * 1000))
                 if reading and any(ev & select.POLLIN for _, ev in ready):
                     try:
-                        chunk = sock.recv(_READ_SIZE)
-                    except BlockingIOError:
+                        chunk = _recv(sock)
+                    except _WOULD_BLOCK:
                         chunk = None
                     except OSError as err:
                         self._lost(ConnectionLost(f"connection lost: {err}"), core)
@@ -404,9 +418,12 @@ class Connection(BaseConnection):
         deadline = time.monotonic() + o.connect_timeout
         try:
             sock = socket.create_connection((o.host, o.port), timeout=o.connect_timeout)
-        except OSError as err:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if o.tls is not None:  # the handshake blocks (within the timeout), then not
+                sock = o.tls.context().wrap_socket(
+                    sock, server_hostname=o.tls.server_hostname(o.host))
+        except OSError as err:  # ssl.SSLError is an OSError
             raise ConnectionLost(f"cannot connect to {o.host}:{o.port}: {err}") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setblocking(False)
         with self._lock:
             self.core = Core(o, self.new_future)

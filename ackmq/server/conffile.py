@@ -63,11 +63,20 @@ def integer(v: str) -> int:
     return _as(int, v, "a whole number")
 
 
-def port(v: str) -> int:
-    n = integer(v)
-    if not 0 <= n <= 65535:
-        raise ValueError(f"{n} is not a port (0 to 65535)")
+N = TypeVar("N", int, float)
+
+
+def _within(convert: Callable[[str], N], v: str, low: N, high: N | None, why: str) -> N:
+    """`convert(v)` if it lies in [low, high] (no upper bound: None), else a ValueError
+    saying `why` ({n}: the number, {v}: the text)."""
+    n = convert(v)
+    if not (low <= n and (high is None or n <= high)):  # NaN is in no range
+        raise ValueError(why.format(n=n, v=v))
     return n
+
+
+def port(v: str) -> int:
+    return _within(integer, v, 0, 65535, "{n} is not a port (0 to 65535)")
 
 
 def _listener(v: str) -> dict[str, Any]:
@@ -82,17 +91,11 @@ def _listener(v: str) -> dict[str, Any]:
 
 
 def _ms_to_s(v: str) -> float:
-    ms = integer(v)
-    if ms <= 0:
-        raise ValueError(f"{ms} must be a positive number of milliseconds")
-    return ms / 1000
+    return _within(integer, v, 1, None, "{n} must be a positive number of milliseconds") / 1000
 
 
 def _nonneg(v: str) -> int:
-    n = integer(v)
-    if n < 0:
-        raise ValueError(f"{n} must not be negative")
-    return n
+    return _within(integer, v, 0, None, "{n} must not be negative")
 
 
 def _response(v: str) -> str:
@@ -106,10 +109,7 @@ def _float(v: str) -> float:
 
 
 def _watermark_relative(v: str) -> str:
-    f = _float(v)
-    if not 0 <= f <= 1:
-        raise ValueError(f"{v} is not a fraction of RAM (0.0 to 1.0)")
-    return str(f)
+    return str(_within(_float, v, 0.0, 1.0, "{v} is not a fraction of RAM (0.0 to 1.0)"))
 
 
 def _checked(parse: Callable[[str], Any]) -> Callable[[str], str]:

@@ -76,14 +76,17 @@ class ShovelComponent:
                 "name": n, "vhost": v, "type": "dynamic", "state": w.state}
             if w.state == "running":
                 cfg = w.cfg
-                s.update({"src_uri": redact(w.src_uri), "src_protocol": "amqp091",
-                          "dest_protocol": "amqp091", "dest_uri": redact(w.dest_uri)})
+                s.update({"src_uri": redact(w.src_uri), "src_protocol": cfg.src.protocol,
+                          "dest_protocol": cfg.dest.protocol,
+                          "dest_uri": redact(w.dest_uri)})
                 for key, val in (("src_exchange", cfg.src.exchange),
                                  ("src_exchange_key", cfg.src.exchange_key),
                                  ("src_queue", cfg.src.queue),
+                                 ("src_address", cfg.src.address),
                                  ("dest_exchange", cfg.dest.exchange),
                                  ("dest_exchange_key", cfg.dest.exchange_key),
-                                 ("dest_queue", cfg.dest.queue)):
+                                 ("dest_queue", cfg.dest.queue),
+                                 ("dest_address", cfg.dest.address)):
                     if val is not None:
                         s[key] = val
             elif w.state == "terminated" and w.reason is not None:

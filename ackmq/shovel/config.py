@@ -70,6 +70,19 @@ _PROPERTY_TYPES = [("content_type", "s"), ("content_encoding", "s"), ("headers",
                    ("cluster_id", "s")]
 
 
+def _binary_map(key: str, v: Any) -> str | None:
+    """An AMQP 1.0 destination's dest-properties, dest-application-properties,
+    dest-message-annotations: string values (RabbitMQ 3.10 checks them as a proplist of
+    binaries; a value that is neither an object nor a list crashes its validator: 500)."""
+    if isinstance(v, list):
+        return None if not v else f"Unrecognised terms [{','.join(erl(x) for x in v)}] in {key}"
+    if not isinstance(v, dict):
+        return f"{key} should be a JSON object, actually was {erl(v)}"
+    bad = [f"{k} should be binary, actually was {erl(x)}" for k, x in v.items()
+           if not isinstance(x, str)]
+    return bad[-1] if bad else None
+
+
 def _properties(key: str, v: Any) -> str | None:
     """dest-publish-properties as RabbitMQ's validate_properties: a proplist of the basic
     properties, strings and numbers; its first complaint."""
@@ -151,8 +164,9 @@ _SRC_10 = [("src-uri", _uri, True), ("src-address", _binary, True),
 _DEST_10 = [("dest-uri", _uri, True), ("dest-address", _binary, True),
             ("dest-add-forward-headers", _boolean, False),
             ("dest-add-timestamp-header", _boolean, False),
-            ("dest-application-properties", _table, False),
-            ("dest-message-annotations", _table, False), ("dest-properties", _table, False)]
+            ("dest-application-properties", _binary_map, False),
+            ("dest-message-annotations", _binary_map, False),
+            ("dest-properties", _binary_map, False)]
 
 
 def _two(d: dict[str, Any], a: str, b: str) -> int:
@@ -212,6 +226,12 @@ class Endpoint:
     exchange: str | None = None
     exchange_key: str | None = None
     queue_args: dict[str, Any] = field(default_factory=dict)
+    address: str | None = None  # AMQP 1.0: src-address / dest-address
+    amqp10: bool = False  # src-protocol / dest-protocol amqp10
+
+    @property
+    def protocol(self) -> str:
+        return "amqp10" if self.amqp10 else "amqp091"
 
 
 @dataclass
@@ -231,8 +251,12 @@ class ShovelConfig:
     timestamp_header: bool = False
     publish_properties: dict[str, Any] = field(default_factory=dict)
     consumer_args: dict[str, Any] = field(default_factory=dict)
-    amqp10: bool = False
     back_to_death_queue: bool = False
+    # an AMQP 1.0 destination's dest-properties, dest-application-properties,
+    # dest-message-annotations: set on every message
+    dest_properties: dict[str, Any] = field(default_factory=dict)
+    dest_application_properties: dict[str, Any] = field(default_factory=dict)
+    dest_message_annotations: dict[str, Any] = field(default_factory=dict)
 
 
 def _delay(v: Any) -> float:
@@ -260,9 +284,9 @@ def parse(vhost: str, name: str, value: dict[str, Any]) -> ShovelConfig:
     dest = Endpoint(_uris(d["dest-uri"]), d.get("dest-queue"), d.get("dest-exchange"),
                     d.get("dest-exchange-key"), dict(d.get("dest-queue-args") or {}))
     if d.get("src-protocol") == "amqp10":
-        src.queue = d.get("src-address")
+        src.address, src.amqp10 = d.get("src-address"), True
     if d.get("dest-protocol") == "amqp10":
-        dest.queue = d.get("dest-address")
+        dest.address, dest.amqp10 = d.get("dest-address"), True
     prefetch = int(_first(d, "src-prefetch-count", "prefetch-count", default=1000))
     return ShovelConfig(
         vhost, name, value, src, dest, str(d.get("ack-mode", "on-confirm")),
@@ -273,8 +297,9 @@ def parse(vhost: str, name: str, value: dict[str, Any]) -> ShovelConfig:
         bool(_first(d, "dest-add-timestamp-header", "add-timestamp-header", default=False)),
         dict(_first(d, "dest-publish-properties", "publish-properties", default={}) or {}),
         dict(d.get("src-consumer-args") or {}),
-        d.get("src-protocol") == "amqp10" or d.get("dest-protocol") == "amqp10",
-        d.get(BACK_KEY) is True)
+        d.get(BACK_KEY) is True,
+        dict(d.get("dest-properties") or {}), dict(d.get("dest-application-properties") or {}),
+        dict(d.get("dest-message-annotations") or {}))
 
 
 def redact(uri: str) -> str:

@@ -33,18 +33,19 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from pamqp import commands as C
 
 from ackmq.client.errors import ChannelClosed, ClientError, ConnectionLost
-from ackmq.client.lowlevel import RawChannel, RawConnection, open_connection
+from ackmq.client.lowlevel import RawConnection, open_connection
+from ackmq.client.tls import TLS_KEYS
 from ackmq.protocol.amqp import (
     Content,
     decode_properties,
-    encode_nack,
     encode_properties,
-    encode_publish,
     properties_with_headers,
 )
 from ackmq.protocol.amqp.properties import header_value
 from ackmq.protocol.amqp.property_names import to_pamqp
+from ackmq.shovel.amqp10 import Peer10, target_of
 from ackmq.shovel.config import ShovelConfig, redact
+from ackmq.shovel.ends import Dest091, Dest10, Source091, Source10
 
 log = logging.getLogger("ackmq.shovel")
 MAX_BACKOFF = 60.0  # seconds between reconnect attempts, at most
@@ -55,12 +56,14 @@ def connect_url(uri: str, local: Any, user: str) -> str:
     """Where `uri` connects: `amqp://` or `amqp:///vhost` (no host) is this broker, as
     the user who set the shovel (RabbitMQ's direct connection); any other is a network
     connection with the URI's credentials (guest/guest when none, as amqp_uri's). Of
-    the query only `heartbeat` is kept (RabbitMQ's other keys mean nothing here)."""
+    the query `heartbeat` and, for `amqps://`, the TLS keys (client/tls.py) are kept
+    (RabbitMQ's other keys mean nothing here)."""
     p = urlsplit(uri)
     if not p.hostname:
         path = p.path[1:] if p.path.startswith("/") else p.path
         return str(local.amqp_url(user, unquote(path) if path else "/"))
-    query = urlencode([(k, v) for k, v in parse_qsl(p.query) if k == "heartbeat"])
+    keep = ("heartbeat", *TLS_KEYS) if p.scheme == "amqps" else ("heartbeat",)
+    query = urlencode([(k, v) for k, v in parse_qsl(p.query) if k in keep])
     return urlunsplit((p.scheme, p.netloc, p.path or "/", query, ""))
 
 
@@ -103,6 +106,7 @@ class Worker:
         self.limit: int | None = None  # src-delete-after, fixed by the first session
         self._task: asyncio.Task[None] | None = None
         self._conns: list[RawConnection] = []
+        self._peers: list[Peer10] = []
 
     # -- life cycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -123,10 +127,8 @@ class Worker:
 
     async def _run(self) -> None:
         cfg = self.cfg
-        if cfg.amqp10:
-            self._set("terminated", '"AMQP 1.0 shovels are not supported by ackmq"')
-            return
-        if cfg.delete_after == "queue-length" and cfg.src.queue is None:
+        if cfg.delete_after == "queue-length" and cfg.src.queue is None \
+                and not cfg.src.amqp10:
             self._set("terminated", '"src-delete-after queue-length needs a src-queue"')
             return
         delay = cfg.reconnect_delay
@@ -163,6 +165,9 @@ class Worker:
             delay = min(delay * 2, max(MAX_BACKOFF, cfg.reconnect_delay))
 
     async def _close(self) -> None:
+        peers, self._peers = self._peers, []
+        for p in peers:
+            await p.close()
         conns, self._conns = self._conns, []
         for c in conns:
             try:
@@ -171,17 +176,11 @@ class Worker:
                 c.abort()
 
     async def _connect(self, uris: list[str], attempt: int, what: str) -> RawConnection:
-        uri = uris[attempt % len(uris)] if uris else ""
-        if not uri:
-            raise ConnectionLost(f"no {what} URI")
+        uri = self._uri(uris, attempt, what)
         conn = await open_connection(connect_url(uri, self.local, self.user),
                                      connection_name=f"Shovel {self.cfg.name}",
                                      heartbeat=30, reconnect=False)
         self._conns.append(conn)
-        if what == "source":
-            self.src_uri = uri
-        else:
-            self.dest_uri = uri
         return conn
 
     async def _ensure_queue(self, conn: RawConnection, name: str, args: dict[str, Any]) -> int:
@@ -199,18 +198,52 @@ class Worker:
         return int(ok.message_count)
 
     # -- one connected session --------------------------------------------------------------
+    def _uri(self, uris: list[str], attempt: int, what: str) -> str:
+        uri = uris[attempt % len(uris)] if uris else ""
+        if not uri:
+            raise ConnectionLost(f"no {what} URI")
+        if what == "source":
+            self.src_uri = uri
+        else:
+            self.dest_uri = uri
+        return uri
+
+    def _peer(self, what: str, address: str, settled: bool, credit: int = 0) -> Peer10:
+        """An AMQP 1.0 link (a receiver at the source, a sender at the destination), to
+        open once its callbacks are set."""
+        peer = Peer10("receiver" if what == "source" else "sender", address,
+                      f"shovel-{self.cfg.name}", settled, credit)
+        self._peers.append(peer)
+        return peer
+
+    async def _open_peer(self, peer: Peer10, uris: list[str], attempt: int,
+                         what: str) -> None:
+        uri = self._uri(uris, attempt, what)
+        await peer.open(target_of(uri, self.local, self.user), 30.0)
+
     async def _session(self, attempt: int) -> bool:
         """Move messages until a connection fails (raises / returns False) or
         src-delete-after is reached (returns True)."""
         cfg = self.cfg
         self.attempts += 1
-        src = await self._connect(cfg.src.uris, attempt, "source")
-        dest = await self._connect(cfg.dest.uris, attempt, "destination")
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[Any] = loop.create_future()
+        confirm = cfg.ack_mode == "on-confirm"
+        no_ack = cfg.ack_mode == "no-ack"
+        src10 = dest10 = None
+        src = dest = None
+        if cfg.src.amqp10:
+            if cfg.delete_after == "queue-length":
+                raise Unusable("src-delete-after queue-length needs an AMQP 0-9-1 src-queue")
+        else:
+            src = await self._connect(cfg.src.uris, attempt, "source")
+        if not cfg.dest.amqp10:
+            dest = await self._connect(cfg.dest.uris, attempt, "destination")
         queue = cfg.src.queue
         depth = 0
-        if queue is not None:
+        if src is not None and queue is not None:
             depth = await self._ensure_queue(src, queue, cfg.src.queue_args)
-        if cfg.dest.queue is not None:
+        if dest is not None and cfg.dest.queue is not None:
             await self._ensure_queue(dest, cfg.dest.queue, cfg.dest.queue_args)
         if self.limit is None and attempt == 0:
             if cfg.delete_after == "queue-length":
@@ -220,34 +253,61 @@ class Worker:
         limit = None if self.limit is None else max(0, self.limit - self.moved)
         if limit == 0:
             return True
-        src_ch = await src.channel()
-        dest_ch = await dest.channel()
-        if queue is None:  # an exchange: a queue of our own bound to it
-            ok = await src_ch.call(C.Queue.Declare(queue="", exclusive=True, auto_delete=True))
-            queue = ok.queue
-            await src_ch.call(C.Queue.Bind(queue=queue, exchange=cfg.src.exchange or "",
-                                           routing_key=cfg.src.exchange_key
-                                           if cfg.src.exchange_key is not None else "#"))
-        confirm = cfg.ack_mode == "on-confirm"
-        if confirm:
-            await dest_ch.confirm_select()
-        no_ack = cfg.ack_mode == "no-ack"
         prefetch = cfg.prefetch if limit is None else max(1, min(cfg.prefetch, limit))
-        if not no_ack:
-            await src_ch.qos(prefetch)
-        loop = asyncio.get_running_loop()
-        ended: asyncio.Future[Any] = loop.create_future()
-        move = _Move(self, src, src_ch, dest, dest_ch, confirm, no_ack, limit, ended)
+        destination: Dest091 | Dest10
+        if dest is not None:
+            dest_ch = await dest.channel()
+            if confirm:
+                await dest_ch.confirm_select()
+            dest_ch.chan.listener = _Listener(lambda c: None, ended)
+            destination = Dest091(dest, dest_ch)
+        else:
+            dest10 = self._peer("destination", cfg.dest.address or "", not confirm)
+            await self._open_peer(dest10, cfg.dest.uris, attempt, "destination")
+            destination = Dest10(dest10, cfg.dest_properties, cfg.dest_application_properties,
+                                 cfg.dest_message_annotations)
+            try:
+                destination.message("", "", b"\x00\x00", b"")
+            except (ValueError, TypeError, AttributeError, OverflowError, struct.error) as e:
+                raise Unusable(f"dest-properties cannot be encoded: {e}") from None
+        source: Source091 | Source10 | None = None  # 1.0: attached after the mover
+        if src is not None:
+            src_ch = await src.channel()
+            if queue is None:  # an exchange: a queue of our own bound to it
+                ok = await src_ch.call(C.Queue.Declare(queue="", exclusive=True,
+                                                       auto_delete=True))
+                queue = ok.queue
+                await src_ch.call(C.Queue.Bind(queue=queue, exchange=cfg.src.exchange or "",
+                                               routing_key=cfg.src.exchange_key
+                                               if cfg.src.exchange_key is not None else "#"))
+            if not no_ack:
+                await src_ch.qos(prefetch)
+            source = Source091(src, src_ch)
+        move = _Move(self, source, destination, confirm, no_ack, limit, ended)
         if move.edit:
             try:
                 move.edit_properties(b"\x00\x00")
             except (ValueError, TypeError, OverflowError, struct.error) as e:
                 raise Unusable(f"dest-publish-properties cannot be encoded: {e}") from None
-        src_ch.chan.listener = _Listener(move.deliver, ended)
-        dest_ch.chan.listener = _Listener(lambda c: None, ended)
-        dest_ch.on_confirm = move.confirmed
-        await src_ch.call(C.Basic.Consume(queue=queue, no_ack=no_ack,
-                                          arguments=cfg.consumer_args or None))
+        if dest10 is not None:
+            if cfg.forward_headers:
+                destination.extra = move.forward_properties  # type: ignore[union-attr]
+            destination.timestamp = cfg.timestamp_header  # type: ignore[union-attr]
+            dest10.ended.add_done_callback(lambda f: _end(ended, f.result()))
+        destination.on_confirm(move.confirmed)
+        if src is not None:
+            deliver = move.deliver
+            src_ch.chan.listener = _Listener(lambda c: deliver(
+                c.method.delivery_tag, c.method.exchange, c.method.routing_key,
+                c.properties, c.body), ended)
+            await src_ch.call(C.Basic.Consume(queue=queue or "", no_ack=no_ack,
+                                              arguments=cfg.consumer_args or None))
+        else:
+            src10 = self._peer("source", cfg.src.address or "", no_ack, prefetch)
+            source = move.source = Source10(src10)
+            source.deliver = move.deliver  # before the link opens: transfers follow it
+            src10.ended.add_done_callback(lambda f: _end(ended, f.result()))
+            await self._open_peer(src10, cfg.src.uris, attempt, "source")
         self._set("running")
         result = await ended
         if result is True:
@@ -255,13 +315,19 @@ class Worker:
         raise result if isinstance(result, BaseException) else ConnectionLost(str(result))
 
 
+def _end(ended: asyncio.Future[Any], why: Any) -> None:
+    if not ended.done():
+        ended.set_result(why)
+
+
 class _Move:
     """The per-message path of one session: called from the connections' reads."""
 
-    def __init__(self, worker: Worker, src: RawConnection, src_ch: RawChannel,
-                 dest: RawConnection, dest_ch: RawChannel, confirm: bool, no_ack: bool,
-                 limit: int | None, ended: asyncio.Future[Any]) -> None:
-        self.w, self.src, self.src_ch, self.dest, self.dest_ch = worker, src, src_ch, dest, dest_ch
+    def __init__(self, worker: Worker, source: Source091 | Source10 | None,
+                 dest: Dest091 | Dest10, confirm: bool, no_ack: bool, limit: int | None,
+                 ended: asyncio.Future[Any]) -> None:
+        self.w, self.dest = worker, dest
+        self.source: Source091 | Source10 | None = source
         self.confirm, self.no_ack, self.limit, self.ended = confirm, no_ack, limit, ended
         self.published = 0
         self.done = 0  # settled at the source this session
@@ -272,7 +338,8 @@ class _Move:
         if cfg.dest.queue is not None:
             self.exchange, self.key = "", cfg.dest.queue
         self.back = cfg.back_to_death_queue
-        self.edit = cfg.forward_headers or cfg.timestamp_header or bool(cfg.publish_properties)
+        self.edit = not cfg.dest.amqp10 and (cfg.forward_headers or cfg.timestamp_header
+                                             or bool(cfg.publish_properties))
 
     def edit_properties(self, raw: bytes) -> bytes:
         cfg = self.w.cfg
@@ -292,6 +359,13 @@ class _Move:
             extra["x-shovelled-timestamp"] = int(time.time())
         return properties_with_headers(raw, extra) if extra else raw
 
+    def forward_properties(self) -> dict[str, Any]:
+        """An AMQP 1.0 destination's forward application properties, as RabbitMQ
+        3.10's amqp10 shovel sets them (checked there: these three keys)."""
+        cfg, w = self.w.cfg, self.w
+        return {"shovel-name": cfg.name, "shovel-type": "dynamic",
+                "shovelled-by": w.local.node}
+
     def _forward_entry(self) -> dict[str, Any]:
         """RabbitMQ's x-shovelled table, its keys in its order."""
         cfg, w = self.w.cfg, self.w
@@ -300,34 +374,36 @@ class _Move:
                                  "src-uri": redact(w.src_uri), "dest-uri": redact(w.dest_uri)}
         for key, v in (("src-exchange", cfg.src.exchange),
                        ("src-exchange-key", cfg.src.exchange_key),
-                       ("src-queue", cfg.src.queue), ("dest-exchange", cfg.dest.exchange),
+                       ("src-queue", cfg.src.queue), ("src-address", cfg.src.address),
+                       ("dest-exchange", cfg.dest.exchange),
                        ("dest-exchange-key", cfg.dest.exchange_key),
                        ("dest-queue", cfg.dest.queue)):
             if v is not None:
                 entry[key] = v
         return entry
 
-    def deliver(self, content: Content) -> None:
-        m: Any = content.method
+    def deliver(self, tag: int, exchange: str, key: str, props: bytes, body: bytes) -> None:
         if self.limit is not None and self.published >= self.limit:
             return  # past src-delete-after: left unacked, requeued when we close
-        exchange = self.exchange if self.exchange is not None else m.exchange
-        key = self.key if self.key is not None else m.routing_key
+        if self.exchange is not None:
+            exchange = self.exchange
+        if self.key is not None:
+            key = self.key
         if self.back:
-            home = header_value(content.properties, "x-first-death-queue")
+            home = header_value(props, "x-first-death-queue")
             if isinstance(home, bytes | str) and home:
                 exchange = ""
                 key = home.decode("utf-8", "replace") if isinstance(home, bytes) else home
-        props = self.edit_properties(content.properties) if self.edit else content.properties
-        self.dest.write(encode_publish(self.dest_ch.number, exchange, key, False, False,
-                                       props, content.body, self.dest.frame_max))
+        if self.edit:
+            props = self.edit_properties(props)
+        self.dest.publish(exchange, key, props, body)
         self.published += 1
         if self.confirm:
             self.seq += 1
-            self.pending[self.seq] = m.delivery_tag
+            self.pending[self.seq] = tag
         else:
-            if not self.no_ack:
-                self.src.write(self.src_ch.ack_bytes(m.delivery_tag))
+            if not self.no_ack and self.source is not None:
+                self.source.ack([tag])
             self.w.moved += 1
             self.done += 1
             self._check_done()
@@ -345,18 +421,16 @@ class _Move:
             src_tag = pending.pop(tag, None)
             if src_tag is not None:
                 tags.append(src_tag)
-        if not tags:
+        if not tags or self.source is None:
             return
-        number = self.src_ch.number
-        if ack:
-            out = b"".join(self.src_ch.ack_bytes(t) for t in tags)
-            self.w.moved += len(tags)
-            self.done += len(tags)
-        else:
-            out = b"".join(encode_nack(number, t, False, True) for t in tags)
-            self.published -= len(tags)
         try:
-            self.src.write(out)
+            if ack:
+                self.source.ack(tags)
+                self.w.moved += len(tags)
+                self.done += len(tags)
+            else:
+                self.source.nack(tags)
+                self.published -= len(tags)
         except ClientError as e:
             if not self.ended.done():
                 self.ended.set_result(e)

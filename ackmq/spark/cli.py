@@ -40,6 +40,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
                       help="land what is in the queue now, then stop")
     land.add_argument("--partitions", type=int, default=None,
                       help="read tasks per batch (default 2 for a queue, 4 for a stream)")
+    land.add_argument("--mqtt", action="store_true",
+                      help="--queue: add the columns topic and qos (what MQTT devices "
+                           "published: docs/spark.md)")
     land.add_argument("--master", default=None,
                       help="Spark master (default local[2,4]: 2 cores, a task tried 4 times)")
     audit = sub.add_parser("audit", help="land the broker's lifecycle events (ackmq ctl "
@@ -138,6 +141,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
             check_broker(args.url)
             prepare(args.url, args.queue)
         elif cmd == "land":
+            if args.mqtt and args.stream is not None:
+                raise ValueError("--mqtt is for --queue (a stream's rows have no MQTT columns)")
             check_broker(args.url, queue=args.queue, stream=args.stream)
             if args.stream is not None:
                 from ackmq.spark.stream_source import parse_position
@@ -162,7 +167,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
                          available_now=args.available_now, num_partitions=parts,
                          progress=log, stream=args.stream,
                          starting_offsets=args.starting_offsets,
-                         fail_on_data_loss=args.fail_on_data_loss == "true", stop=stop.event)
+                         fail_on_data_loss=args.fail_on_data_loss == "true", stop=stop.event,
+                         mqtt=args.mqtt)
             else:
                 from ackmq.spark.audit import events
 

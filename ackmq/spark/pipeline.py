@@ -210,11 +210,12 @@ def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint:
          stream: str | None = None, starting_offsets: str = "earliest",
          fail_on_data_loss: bool = True,
          transform: Callable[[Any], Any] | None = None,
-         stop: threading.Event | None = None) -> LandStats:
+         stop: threading.Event | None = None, mqtt: bool = False) -> LandStats:
     """Land `queue` (staged batches live with the checkpoint) or `stream` (offset ranges,
     `num_partitions` read tasks per batch, from `starting_offsets` on a new checkpoint,
     failing on data loss unless told not to) into Parquet at `to`; `transform` maps the
-    message rows first (the audit's lifecycle columns: spark/audit.py). Setting `stop`
+    message rows first (the audit's lifecycle columns: spark/audit.py); `mqtt` adds the
+    queue source's `topic` and `qos` columns (S11). Setting `stop`
     (a signal handler's) ends the landing at the next batch boundary (`LandStats.stopped`)."""
     clear_unlogged_start(checkpoint)
     r = spark.readStream.format("ackmq").option("url", url)
@@ -230,7 +231,7 @@ def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint:
         staging = staging or under(checkpoint, "ackmq-staging")
         staging_at(staging).clear_status()  # a killed run's: it counts what that run held
         df = (r.option("queue", queue).option("numPartitions", num_partitions)
-              .option("stagingLocation", staging).load())
+              .option("stagingLocation", staging).option("mqtt", str(mqtt).lower()).load())
         name = queue
     if transform is not None:
         df = transform(df)

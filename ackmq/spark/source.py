@@ -124,6 +124,7 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.dedupe_window = int(options.get("dedupeWindow") or 100000)
         self.exclusive = bool_option(options.get("exclusive"), True)
         self.idle_timeout = float(options.get("availableNowIdleTimeout") or 1.0)
+        self.mqtt = bool_option(options.get("mqtt"), False)  # the topic and qos columns
         self.staging = staging_at(options.get("stagingLocation")
                                   or default_staging(self.url, self.queue))
         self._consumer: QueueConsumer | None = None
@@ -313,7 +314,13 @@ class AckmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor side --------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[Any]:
         p: StagedPartition = partition  # type: ignore[assignment]
-        yield from from_ipc(p.data)
+        if not self.mqtt:
+            yield from from_ipc(p.data)
+            return
+        from ackmq.spark.mqtt_columns import with_mqtt_columns
+
+        for batch in from_ipc(p.data):
+            yield with_mqtt_columns(batch)
 
     # -- bookkeeping ----------------------------------------------------------------------
     def _settle(self, n: int) -> None:
@@ -400,9 +407,16 @@ class AckmqDataSource(DataSource):
 
     def schema(self) -> str:
         if self._is_stream():
+            if bool_option(self.options.get("mqtt"), False):
+                raise ValueError("option('mqtt') is for option('queue'): a stream's rows "
+                                 "have no MQTT columns")
             from ackmq.spark.streamrows import STREAM_SCHEMA_DDL
 
             return STREAM_SCHEMA_DDL
+        if bool_option(self.options.get("mqtt"), False):
+            from ackmq.spark.mqtt_columns import MQTT_SCHEMA_DDL
+
+            return SCHEMA_DDL + MQTT_SCHEMA_DDL
         return SCHEMA_DDL
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:

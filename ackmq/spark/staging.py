@@ -23,6 +23,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from ackmq.store.fileio import fsync_dir
+
 _NAME = re.compile(r"^b-(\d{20})-(\d{20})\.(arrow|ids)$")
 
 
@@ -30,14 +32,6 @@ _NAME = re.compile(r"^b-(\d{20})-(\d{20})\.(arrow|ids)$")
 class Staged:
     begin: int
     end: int
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -74,7 +68,7 @@ class StagingDir:
         os.replace(tmp, path)
         if ids:  # no ids (ackmq: the seq dedupes): no file, one fsync less per batch
             _write_atomic(self.path(begin, end, "ids"), "\n".join(ids).encode())
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
 
     def batches(self, kind: str = "arrow") -> list[Staged]:
         if not self.root.is_dir():

@@ -50,18 +50,18 @@ class StoreStats:
     fsync_records: Histogram = field(default_factory=lambda: Histogram(BATCH_BUCKETS))
 
 
+@dataclass(slots=True, eq=False)
 class PendingAdd:
-    __slots__ = ("qid", "seq", "exchange", "routing_key", "properties", "body", "count")
+    """A message's add record, buffered until the writer takes it (eq=False: compared,
+    like any record the store tracks, by identity)."""
 
-    def __init__(self, qid: int, seq: int, exchange: str, routing_key: str,
-                 properties: bytes, body: bytes) -> None:
-        self.qid = qid
-        self.seq = seq
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self.properties = properties
-        self.body = body
-        self.count = 0
+    qid: int
+    seq: int
+    exchange: str
+    routing_key: str
+    properties: bytes
+    body: bytes
+    count: int = field(default=0, init=False)  # the highest delivery count seen
 
 
 class WriteBatch:

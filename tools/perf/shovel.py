@@ -72,13 +72,22 @@ def depth(amqp: str, vh: str, queue: str) -> int:
 
 
 def move(src_http: str, src_amqp: str, dest_amqp: str, dest_vh: str, n: int,
-         size: int, dest_uri: str) -> float:
+         size: int, dest_uri: str, amqp10_src: str | None = None) -> float:
+    """`amqp10_src`: both ends AMQP 1.0, the source URI with `{vhost}` to fill in (and
+    `dest_uri` a 1.0 URI)."""
     vh = vhost(src_http)
     fill(src_amqp, vh, n, size)
     t0 = time.monotonic()
-    status, body = call(src_http, "PUT", f"/api/parameters/shovel/{vh}/perf", {"value": {
+    value: dict[str, Any] = {
         "src-uri": f"amqp:///{quote(vh, safe='')}", "src-queue": "src",
-        "dest-uri": dest_uri, "dest-queue": f"dst-{vh}", "ack-mode": "on-confirm"}})
+        "dest-uri": dest_uri, "dest-queue": f"dst-{vh}", "ack-mode": "on-confirm"}
+    if amqp10_src is not None:
+        value = {"src-protocol": "amqp10", "src-uri": amqp10_src.format(vhost=vh),
+                 "src-address": "/amq/queue/src", "dest-protocol": "amqp10",
+                 "dest-uri": dest_uri, "dest-address": f"/queue/dst-{vh}",
+                 "ack-mode": "on-confirm"}
+    status, body = call(src_http, "PUT", f"/api/parameters/shovel/{vh}/perf",
+                        {"value": value})
     assert status == 201, (status, body)
     while depth(dest_amqp, dest_vh, f"dst-{vh}") < n:
         time.sleep(0.05)
@@ -91,7 +100,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--messages", type=int, default=20000)
     p.add_argument("--size", type=int, default=100)
+    p.add_argument("--amqp10", action="store_true",
+                   help="both ends AMQP 1.0 (ackmq's shovel, and RabbitMQ's amqp10 shovel)")
     a = p.parse_args()
+    if a.amqp10:
+        amqp10(a.messages, a.size)
+        return
     own = OwnBroker([])
     own.start()
     http_url = re.search(r"and http://(\S+)", own.log_path.read_text()).group(1)  # type: ignore[union-attr]
@@ -108,6 +122,31 @@ def main() -> None:
             rate = move(RABBIT_HTTP, RABBIT_AMQP, RABBIT_AMQP, rvh, a.messages, a.size,
                         f"amqp:///{rvh}")
             print(f"RabbitMQ -> RabbitMQ (its own shovel, same node): {rate:,.0f} msg/s")
+        finally:
+            call(RABBIT_HTTP, "DELETE", f"/api/vhosts/{rvh}")
+    finally:
+        own.stop()
+
+
+
+def amqp10(n: int, size: int) -> None:
+    own = OwnBroker([])
+    own.start()
+    http_url = re.search(r"and http://(\S+)", own.log_path.read_text()).group(1)  # type: ignore[union-attr]
+    rabbit10 = "amqp://guest:guest@127.0.0.1:5672?hostname=vhost:{vhost}"
+    try:
+        vh = vhost(http_url)
+        rate = move(http_url, own.url, own.url, vh, n, size, f"amqp:///{vh}",
+                    amqp10_src="amqp:///{vhost}")
+        print(f"AMQP 1.0 ackmq -> ackmq (same broker): {rate:,.0f} msg/s")
+        rvh = vhost(RABBIT_HTTP)
+        try:
+            rate = move(http_url, own.url, RABBIT_AMQP, rvh, n, size,
+                        rabbit10.format(vhost=rvh), amqp10_src="amqp:///{vhost}")
+            print(f"AMQP 1.0 ackmq -> RabbitMQ: {rate:,.0f} msg/s")
+            rate = move(RABBIT_HTTP, RABBIT_AMQP, RABBIT_AMQP, rvh, n, size,
+                        rabbit10.format(vhost=rvh), amqp10_src=rabbit10)
+            print(f"AMQP 1.0 RabbitMQ -> RabbitMQ (its own amqp10 shovel): {rate:,.0f} msg/s")
         finally:
             call(RABBIT_HTTP, "DELETE", f"/api/vhosts/{rvh}")
     finally:

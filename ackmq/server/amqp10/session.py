@@ -17,6 +17,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import ChannelAccess
+from ackmq.broker.confirms import take_settled
 from ackmq.protocol.amqp10 import Composite, Frame, encode_frame, encode_frames, error
 from ackmq.protocol.amqp10 import frames as F
 from ackmq.protocol.amqp10.types import UInt
@@ -112,16 +113,7 @@ class Session:
         """`basic_publish` returns it: the transfer's outcome says `released`."""
 
     def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None:
-        pending = self.pending
-        done: list[tuple[int, tuple[Incoming, int]]] = []
-        if multiple:
-            while pending:
-                seq = next(iter(pending))
-                if seq > delivery_tag:
-                    break
-                done.append(pending.popitem(last=False))
-        elif delivery_tag in pending:
-            done.append((delivery_tag, pending.pop(delivery_tag)))
+        done = take_settled(self.pending, delivery_tag, multiple)
         run: list[Any] = []  # (link role, first, last, state) runs to coalesce
         for seq, (link, did) in done:
             if seq in self.released:

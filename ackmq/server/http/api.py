@@ -19,9 +19,12 @@ from ackmq.broker.queue_type import Queue
 from ackmq.server import ops, views
 from ackmq.server.http.app import json_response
 from ackmq.server.http.common import (
+    add_listing,
+    add_methods,
     alisting,
     body_object,
     flag,
+    listed_vhosts,
     listing,
     no_content,
     one,
@@ -30,7 +33,6 @@ from ackmq.server.http.common import (
     vhost_arg,
 )
 from ackmq.server.http.sampler import SAMPLER_KEY, RateSampler, exchange_message_stats
-from ackmq.server.views import visible_vhosts
 
 DEFAULT = "amq.default"  # the default exchange's name in paths
 
@@ -41,9 +43,9 @@ def _xname(request: web.Request, key: str = "name") -> str:
 
 
 def _vhosts(request: web.Request) -> list[Any]:
-    srv = server(request)
-    names = visible_vhosts(srv, user(request))
-    return [srv.broker.vhosts[n] for n in names if n in srv.broker.vhosts]
+    """The VHosts a listing covers (listed_vhosts)."""
+    vhosts = server(request).broker.vhosts
+    return [vhosts[n] for n in listed_vhosts(request) if n in vhosts]
 
 
 def _vh(request: web.Request) -> Any:
@@ -61,13 +63,9 @@ def _vhost_to_write(request: web.Request) -> str:
 
 # -- queues --------------------------------------------------------------------------
 async def list_queues(request: web.Request) -> web.StreamResponse:
-    if "vhost" in request.match_info:
-        vhs = [_vh(request)]
-    else:
-        vhs = _vhosts(request)
     sampler = request.app.get(SAMPLER_KEY)
     return await alisting(request, (views.queue(q, message_stats=_queue_stats(sampler, q))
-                                    for vh in vhs for q in list(vh.queues.values())))
+                                    for vh in _vhosts(request) for q in list(vh.queues.values())))
 
 
 def _queue_stats(sampler: RateSampler | None, q: Any) -> dict[str, Any] | None:
@@ -145,7 +143,7 @@ async def queue_bindings(request: web.Request) -> web.Response:
 
 # -- exchanges -----------------------------------------------------------------------
 async def list_exchanges(request: web.Request) -> web.StreamResponse:
-    vhs = [_vh(request)] if "vhost" in request.match_info else _vhosts(request)
+    vhs = _vhosts(request)
     sampler = request.app.get(SAMPLER_KEY)
     return await alisting(request, (
         views.exchange(vh.name, x, exchange_message_stats(sampler, x))
@@ -214,8 +212,8 @@ async def exchange_bindings(request: web.Request) -> web.Response:
 
 # -- bindings ----------------------------------------------------------------------
 async def list_bindings(request: web.Request) -> web.StreamResponse:
-    vhs = [_vh(request)] if "vhost" in request.match_info else _vhosts(request)
-    return await alisting(request, (b for vh in vhs for b in views.iter_bindings(vh)))
+    return await alisting(request, (b for vh in _vhosts(request)
+                                    for b in views.iter_bindings(vh)))
 
 
 def _pair(request: web.Request) -> tuple[Any, str, str, str]:
@@ -318,29 +316,21 @@ def register(app: web.Application) -> None:
         api_stream,
     )
     r = app.router
-    r.add_get("/api/queues", list_queues)
-    r.add_get("/api/queues/{vhost}", list_queues)
-    r.add_get("/api/queues/{vhost}/{name}", get_queue)
-    r.add_put("/api/queues/{vhost}/{name}", put_queue)
-    r.add_delete("/api/queues/{vhost}/{name}", delete_queue)
+    add_listing(r, "/api/queues", list_queues)
+    add_methods(r, "/api/queues/{vhost}/{name}", get=get_queue, put=put_queue, delete=delete_queue)
     r.add_delete("/api/queues/{vhost}/{name}/contents", purge_queue)
     r.add_post("/api/queues/{vhost}/{name}/get", get_messages)
     r.add_get("/api/queues/{vhost}/{name}/bindings", queue_bindings)
-    r.add_get("/api/exchanges", list_exchanges)
-    r.add_get("/api/exchanges/{vhost}", list_exchanges)
-    r.add_get("/api/exchanges/{vhost}/{name}", get_exchange)
-    r.add_put("/api/exchanges/{vhost}/{name}", put_exchange)
-    r.add_delete("/api/exchanges/{vhost}/{name}", delete_exchange)
+    add_listing(r, "/api/exchanges", list_exchanges)
+    add_methods(r, "/api/exchanges/{vhost}/{name}",
+                get=get_exchange, put=put_exchange, delete=delete_exchange)
     r.add_post("/api/exchanges/{vhost}/{name}/publish", publish)
     r.add_get("/api/exchanges/{vhost}/{name}/bindings/{side:source|destination}",
               exchange_bindings)
-    r.add_get("/api/bindings", list_bindings)
-    r.add_get("/api/bindings/{vhost}", list_bindings)
+    add_listing(r, "/api/bindings", list_bindings)
     pair = "/api/bindings/{vhost}/e/{source}/{dtype:q|e}/{dest}"
-    r.add_get(pair, pair_bindings)
-    r.add_post(pair, create_binding)
-    r.add_get(pair + "/{props}", get_binding)
-    r.add_delete(pair + "/{props}", delete_binding)
+    add_methods(r, pair, get=pair_bindings, post=create_binding)
+    add_methods(r, pair + "/{props}", get=get_binding, delete=delete_binding)
     api_access.register(app)
     api_node.register(app)
     api_defs.register(app)

@@ -14,8 +14,11 @@ from ackmq.broker.access import SHA256, AccessError, compile_check
 from ackmq.server import views
 from ackmq.server.http.app import Handler, requires
 from ackmq.server.http.common import (
+    add_listing,
+    add_methods,
     body_object,
     flag,
+    listed_vhosts,
     listing,
     no_content,
     one,
@@ -294,13 +297,9 @@ async def delete_topic_permission(request: web.Request) -> web.Response:
 
 # -- limits (U6) ---------------------------------------------------------------------
 async def list_vhost_limits(request: web.Request) -> web.Response:
-    a, srv = _access(request), server(request)
-    if "vhost" in request.match_info:
-        names = [vhost_arg(request)]
-    else:
-        names = visible_vhosts(srv, user(request))
+    a = _access(request)
     return listing(request, [{"vhost": n, "value": dict(a.vhosts[n].get("limits", {}))}
-                             for n in names if a.vhosts[n].get("limits")])
+                             for n in listed_vhosts(request) if a.vhosts[n].get("limits")])
 
 
 async def _limit_value(request: web.Request) -> int:
@@ -369,30 +368,22 @@ def register(app: web.Application) -> None:
     r.add_get("/api/users", list_users)
     r.add_get("/api/users/", list_users)  # as RabbitMQ: PUT here (no name) is a 405
     r.add_get("/api/users/without-permissions", users_without_permissions)
-    r.add_get("/api/users/{user}", get_user)
-    r.add_put("/api/users/{user}", put_user)
-    r.add_delete("/api/users/{user}", delete_user)
+    add_methods(r, "/api/users/{user}", get=get_user, put=put_user, delete=delete_user)
     r.add_get("/api/users/{user}/permissions", user_permissions)
     r.add_get("/api/users/{user}/topic-permissions", user_topic_permissions)
     r.add_get("/api/vhosts", list_vhosts)
-    r.add_get("/api/vhosts/{vhost}", get_vhost)
-    r.add_put("/api/vhosts/{vhost}", put_vhost)
-    r.add_delete("/api/vhosts/{vhost}", delete_vhost)
+    add_methods(r, "/api/vhosts/{vhost}", get=get_vhost, put=put_vhost, delete=delete_vhost)
     r.add_get("/api/vhosts/{vhost}/permissions", vhost_permissions)
     r.add_get("/api/vhosts/{vhost}/topic-permissions", vhost_topic_permissions)
     r.add_get("/api/permissions", list_permissions)
-    r.add_get("/api/permissions/{vhost}/{user}", get_permission)
-    r.add_put("/api/permissions/{vhost}/{user}", put_permission)
-    r.add_delete("/api/permissions/{vhost}/{user}", delete_permission)
+    add_methods(r, "/api/permissions/{vhost}/{user}",
+                get=get_permission, put=put_permission, delete=delete_permission)
     r.add_get("/api/topic-permissions", list_topic_permissions)
-    r.add_get("/api/topic-permissions/{vhost}/{user}", get_topic_permission)
-    r.add_put("/api/topic-permissions/{vhost}/{user}", put_topic_permission)
-    r.add_delete("/api/topic-permissions/{vhost}/{user}", delete_topic_permission)
-    r.add_get("/api/vhost-limits", list_vhost_limits)
-    r.add_get("/api/vhost-limits/{vhost}", list_vhost_limits)
-    r.add_put("/api/vhost-limits/{vhost}/{name}", put_vhost_limit)
-    r.add_delete("/api/vhost-limits/{vhost}/{name}", delete_vhost_limit)
+    add_methods(r, "/api/topic-permissions/{vhost}/{user}", get=get_topic_permission,
+                put=put_topic_permission, delete=delete_topic_permission)
+    add_listing(r, "/api/vhost-limits", list_vhost_limits)
+    add_methods(r, "/api/vhost-limits/{vhost}/{name}",
+                put=put_vhost_limit, delete=delete_vhost_limit)
     r.add_get("/api/user-limits", list_user_limits)
     r.add_get("/api/user-limits/{user}", list_user_limits)
-    r.add_put("/api/user-limits/{user}/{name}", put_user_limit)
-    r.add_delete("/api/user-limits/{user}/{name}", delete_user_limit)
+    add_methods(r, "/api/user-limits/{user}/{name}", put=put_user_limit, delete=delete_user_limit)

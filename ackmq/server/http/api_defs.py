@@ -8,7 +8,14 @@ from aiohttp.web_request import FileField
 
 from ackmq.server import definitions
 from ackmq.server.http.app import json_response, requires
-from ackmq.server.http.common import body_json, no_content, parse_json, server, vhost_arg
+from ackmq.server.http.common import (
+    add_methods,
+    body_json,
+    no_content,
+    parse_json,
+    server,
+    vhost_arg,
+)
 from ackmq.server.ops import OpError, bad_request
 
 NOT_PARSED = "failed_to_parse_json"  # RabbitMQ's reason here (elsewhere "not_json")
@@ -57,7 +64,5 @@ async def post_definitions(request: web.Request) -> web.Response:
 
 def register(app: web.Application) -> None:
     r = app.router
-    r.add_get("/api/definitions", get_definitions)
-    r.add_post("/api/definitions", post_definitions)
-    r.add_get("/api/definitions/{vhost}", get_definitions)
-    r.add_post("/api/definitions/{vhost}", post_definitions)
+    add_methods(r, "/api/definitions", get=get_definitions, post=post_definitions)
+    add_methods(r, "/api/definitions/{vhost}", get=get_definitions, post=post_definitions)

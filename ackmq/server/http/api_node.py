@@ -11,7 +11,17 @@ from aiohttp import web
 from ackmq.server import ops, views
 from ackmq.server.http import health
 from ackmq.server.http.app import json_response, public, requires
-from ackmq.server.http.common import listing, no_content, one, sees_all, server, user, vhost_arg
+from ackmq.server.http.common import (
+    add_listing,
+    listed_vhosts,
+    listing,
+    no_content,
+    one,
+    sees_all,
+    server,
+    user,
+    vhost_arg,
+)
 from ackmq.server.http.sampler import SAMPLER_KEY, channel_message_stats, connection_rates
 
 CLOSED_VIA_MGMT = "Closed via management plugin"
@@ -201,11 +211,7 @@ async def get_channel(request: web.Request) -> web.Response:
 
 async def list_consumers(request: web.Request) -> web.Response:
     srv = server(request)
-    if "vhost" in request.match_info:
-        names = [vhost_arg(request)]
-    else:
-        names = views.visible_vhosts(srv, user(request))
-    return listing(request, [views.consumer(c) for n in names
+    return listing(request, [views.consumer(c) for n in listed_vhosts(request)
                              if n in srv.broker.vhosts
                              for q in srv.broker.vhosts[n].queues.values()
                              for c in q.consumers.values()])
@@ -274,5 +280,4 @@ def register(app: web.Application) -> None:
     r.add_get("/api/channels", list_channels)
     r.add_get("/api/vhosts/{vhost}/channels", list_channels)
     r.add_get("/api/channels/{name}", get_channel)
-    r.add_get("/api/consumers", list_consumers)
-    r.add_get("/api/consumers/{vhost}", list_consumers)
+    add_listing(r, "/api/consumers", list_consumers)

@@ -15,7 +15,10 @@ from aiohttp import web
 
 from ackmq.server.http.app import requires
 from ackmq.server.http.common import (
+    add_listing,
+    add_methods,
     body_json,
+    listed_vhosts,
     listing,
     no_content,
     one,
@@ -43,11 +46,7 @@ async def list_parameters(request: web.Request) -> web.Response:
         if "vhost" in mi:
             vhost_arg(request)
         return listing(request, [])
-    if "vhost" in mi:
-        vhosts = [vhost_arg(request)]
-    else:
-        vhosts = visible_vhosts(server(request), user(request))
-    return listing(request, [p for v in vhosts
+    return listing(request, [p for v in listed_vhosts(request)
                              for p in reg.listing(mi.get("component"), v)])
 
 
@@ -138,11 +137,7 @@ def register(app: web.Application) -> None:
     r.add_get("/api/parameters/{component}", list_parameters)
     r.add_get("/api/parameters/{component}/{vhost}", list_parameters)
     base = "/api/parameters/{component}/{vhost}/{name}"
-    r.add_get(base, get_parameter)
-    r.add_put(base, put_parameter)
-    r.add_delete(base, delete_parameter)
-    r.add_get("/api/shovels", list_shovels)
-    r.add_get("/api/shovels/{vhost}", list_shovels)
-    r.add_get("/api/shovels/vhost/{vhost}/{name}", get_shovel)
-    r.add_delete("/api/shovels/vhost/{vhost}/{name}", delete_shovel)
+    add_methods(r, base, get=get_parameter, put=put_parameter, delete=delete_parameter)
+    add_listing(r, "/api/shovels", list_shovels)
+    add_methods(r, "/api/shovels/vhost/{vhost}/{name}", get=get_shovel, delete=delete_shovel)
     r.add_delete("/api/shovels/vhost/{vhost}/{name}/restart", restart_shovel)

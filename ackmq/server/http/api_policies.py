@@ -13,10 +13,19 @@ from aiohttp import web
 
 from ackmq.broker.policy_check import PolicyError
 from ackmq.server import policy_ops
-from ackmq.server.http.app import requires
-from ackmq.server.http.common import body_json, listing, no_content, one, server, user, vhost_arg
+from ackmq.server.http.app import Handler, requires
+from ackmq.server.http.common import (
+    add_listing,
+    add_methods,
+    body_json,
+    listed_vhosts,
+    listing,
+    no_content,
+    one,
+    server,
+    vhost_arg,
+)
 from ackmq.server.ops import OpError, bad_request, not_found
-from ackmq.server.views import visible_vhosts
 
 
 def _operator(request: web.Request) -> bool:
@@ -24,14 +33,9 @@ def _operator(request: web.Request) -> bool:
 
 
 async def list_policies(request: web.Request) -> web.Response:
-    srv = server(request)
-    operator = _operator(request)
-    if "vhost" in request.match_info:
-        names = [vhost_arg(request)]
-    else:
-        names = visible_vhosts(srv, user(request))
-    return listing(request, [p for v in names
-                             for p in policy_ops.list_policies(srv.broker, v, operator)])
+    broker, operator = server(request).broker, _operator(request)
+    return listing(request, [p for v in listed_vhosts(request)
+                             for p in policy_ops.list_policies(broker, v, operator)])
 
 
 async def get_policy(request: web.Request) -> web.Response:
@@ -70,33 +74,18 @@ async def _delete(request: web.Request) -> web.Response:
     return no_content()
 
 
-@requires("policymaker")
-async def put_policy(request: web.Request) -> web.Response:
-    return await _put(request)
-
-
-@requires("policymaker")
-async def delete_policy(request: web.Request) -> web.Response:
-    return await _delete(request)
-
-
-@requires("administrator")
-async def put_operator_policy(request: web.Request) -> web.Response:
-    return await _put(request)
-
-
-@requires("administrator")
-async def delete_operator_policy(request: web.Request) -> web.Response:
-    return await _delete(request)
+def _needing(tag: str, handler: Handler) -> Handler:
+    """`handler` under `tag`: policies and operator policies share their handlers and
+    differ only in who may change them."""
+    async def tagged(request: web.Request) -> web.StreamResponse:
+        return await handler(request)
+    return requires(tag)(tagged)
 
 
 def register(app: web.Application) -> None:
     r = app.router
-    for base, put, delete in (("/api/policies", put_policy, delete_policy),
-                              ("/api/operator-policies", put_operator_policy,
-                               delete_operator_policy)):
-        r.add_get(base, list_policies)
-        r.add_get(base + "/{vhost}", list_policies)
-        r.add_get(base + "/{vhost}/{name}", get_policy)
-        r.add_put(base + "/{vhost}/{name}", put)
-        r.add_delete(base + "/{vhost}/{name}", delete)
+    for base, tag in (("/api/policies", "policymaker"),
+                      ("/api/operator-policies", "administrator")):
+        add_listing(r, base, list_policies)
+        add_methods(r, base + "/{vhost}/{name}", get=get_policy, put=_needing(tag, _put),
+                    delete=_needing(tag, _delete))

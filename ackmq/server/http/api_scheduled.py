@@ -12,7 +12,9 @@ from aiohttp import web
 
 from ackmq.broker import scheduled
 from ackmq.server.http.common import (
+    add_listing,
     is_admin,
+    listed_vhosts,
     listing,
     no_content,
     sees_all,
@@ -21,7 +23,7 @@ from ackmq.server.http.common import (
     vhost_arg,
 )
 from ackmq.server.ops import not_found
-from ackmq.server.views import scheduled_jobs, visible_vhosts
+from ackmq.server.views import scheduled_jobs
 
 
 def _jobs(srv: Any, vhost: str, u: Any) -> list[dict[str, Any]]:
@@ -31,9 +33,7 @@ def _jobs(srv: Any, vhost: str, u: Any) -> list[dict[str, Any]]:
 
 async def list_scheduled(request: web.Request) -> web.Response:
     srv, u = server(request), user(request)
-    names = [vhost_arg(request)] if "vhost" in request.match_info else \
-        visible_vhosts(srv, u)
-    return listing(request, [j for v in names for j in _jobs(srv, v, u)])
+    return listing(request, [j for v in listed_vhosts(request) for j in _jobs(srv, v, u)])
 
 
 async def delete_scheduled(request: web.Request) -> web.Response:
@@ -49,7 +49,5 @@ async def delete_scheduled(request: web.Request) -> web.Response:
 
 
 def register(app: web.Application) -> None:
-    r = app.router
-    r.add_get("/api/scheduled", list_scheduled)
-    r.add_get("/api/scheduled/{vhost}", list_scheduled)
-    r.add_delete("/api/scheduled/{vhost}/{id}", delete_scheduled)
+    add_listing(app.router, "/api/scheduled", list_scheduled)
+    app.router.add_delete("/api/scheduled/{vhost}/{id}", delete_scheduled)

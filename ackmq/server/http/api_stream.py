@@ -12,7 +12,7 @@ from aiohttp import web
 
 from ackmq.server import views_stream
 from ackmq.server.http.api_node import visible_connections
-from ackmq.server.http.common import listing, vhost_arg
+from ackmq.server.http.common import add_listing, listing, vhost_arg
 
 
 def _streams(request: web.Request) -> list[Any]:
@@ -36,10 +36,7 @@ async def list_consumers(request: web.Request) -> web.Response:
 
 def register(app: web.Application) -> None:
     r = app.router
-    r.add_get("/api/stream/connections", list_connections)
-    r.add_get("/api/stream/connections/{vhost}", list_connections)
-    r.add_get("/api/stream/publishers", list_publishers)
-    r.add_get("/api/stream/publishers/{vhost}", list_publishers)
+    add_listing(r, "/api/stream/connections", list_connections)
+    add_listing(r, "/api/stream/publishers", list_publishers)
     r.add_get("/api/stream/publishers/{vhost}/{queue}", list_publishers)
-    r.add_get("/api/stream/consumers", list_consumers)
-    r.add_get("/api/stream/consumers/{vhost}", list_consumers)
+    add_listing(r, "/api/stream/consumers", list_consumers)

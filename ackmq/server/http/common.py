@@ -13,8 +13,9 @@ from typing import Any
 
 from aiohttp import web
 
-from ackmq.server.http.app import SERVER_KEY, USER_KEY, json_response
+from ackmq.server.http.app import SERVER_KEY, USER_KEY, Handler, json_response
 from ackmq.server.ops import OpError, bad_request, not_found
+from ackmq.server.views import visible_vhosts
 
 
 def server(request: web.Request) -> Any:
@@ -45,6 +46,30 @@ def vhost_arg(request: web.Request, key: str = "vhost") -> str:
         # on one to read its objects by path
         raise OpError(401, "not_authorised", "User not authorised to access virtual host")
     return name
+
+
+def listed_vhosts(request: web.Request) -> list[str]:
+    """The vhosts a listing covers: the one its path names (vhost_arg's checks), else
+    every vhost the user sees (RabbitMQ's `/api/x` and `/api/x/<vhost>`)."""
+    if "vhost" in request.match_info:
+        return [vhost_arg(request)]
+    return visible_vhosts(server(request), user(request))
+
+
+def add_listing(router: web.UrlDispatcher, path: str, handler: Handler) -> None:
+    """A listing's two routes: every visible vhost's at `path`, one vhost's below it."""
+    router.add_get(path, handler)
+    router.add_get(path + "/{vhost}", handler)
+
+
+def add_methods(router: web.UrlDispatcher, path: str, **handlers: Handler) -> None:
+    """One path's handlers by method (`get=`, `put=`, `post=`, `delete=`), the path
+    written once; a GET also answers HEAD, as `add_get`."""
+    for method, handler in handlers.items():
+        if method == "get":
+            router.add_get(path, handler)
+        else:
+            router.add_route(method.upper(), path, handler)
 
 
 JSON_TYPE = "application/json"

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ackmq.broker import scheduled
 from ackmq.broker.access import ChannelAccess
+from ackmq.broker.confirms import take_confirmed
 from ackmq.broker.errors import ReplyError
 from ackmq.protocol.foreign import STOMP_FRAME, describe, name_bytes
 from ackmq.protocol.stomp import (
@@ -377,16 +378,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
     def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None:
         if self.state == S.CLOSED:
             return
-        receipts = self.receipts
-        owed: list[Receipt] = []
-        if multiple:
-            while receipts:
-                seq = next(iter(receipts))
-                if seq > delivery_tag:
-                    break
-                owed += receipts.popitem(last=False)[1]
-        else:
-            owed = receipts.pop(delivery_tag, [])
+        owed = [r for rs in take_confirmed(self.receipts, delivery_tag, multiple) for r in rs]
         for r in owed:
             if not ack:
                 self._error("Message refused",
@@ -397,7 +389,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
             r.remaining -= 1
             if r.remaining == 0 and r.id is not None:
                 self._write_receipt(r.id)
-        if self.state == S.DISCONNECTING and not receipts:
+        if self.state == S.DISCONNECTING and not self.receipts:
             assert self.disconnect_receipt is not None
             self._write_receipt(self.disconnect_receipt)
             self._shutdown()
