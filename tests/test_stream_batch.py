@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,21 @@ def test_X3_publish_stream_appends_a_frame_and_confirms_it_once_synced(
     broker.end_of_turn()
     assert out.confirms[-1] == (True, 2, False) and q.message_count == 4
     assert ch.publish_stream(q, []) == 0  # nothing to publish: no number
+
+
+def test_X3_publish_stream_nacked_when_its_write_fails(tmp_path: Path) -> None:
+    """P6: a frame whose records cannot be written is nacked, not confirmed."""
+    broker, ch, out = _world(tmp_path)
+    q = broker.vhost("/").queues["s"]
+    ch.publish_stream(q, [(b"\x00\x00", b"a")])
+    broker.end_of_turn()
+    assert out.confirms == [(True, 1, False)]
+    lg = q.log
+    os.close(lg._wfd)  # the segment open for reading only: the next write fails (EBADF)
+    lg._wfd = os.open(lg.segments[-1].path, os.O_RDONLY)
+    assert ch.publish_stream(q, [(b"\x00\x00", b"b"), (b"\x00\x00", b"c")]) == 2
+    broker.end_of_turn()
+    assert out.confirms[-1] == (False, 2, False) and ch.stats.confirmed == 1
 
 
 def test_X6_publish_stream_checked_once_for_the_frame(tmp_path: Path) -> None:

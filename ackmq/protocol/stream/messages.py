@@ -67,6 +67,7 @@ def to_record(data: bytes | memoryview) -> tuple[bytes, bytes]:
             if data[n:n + 4] == _DATA32 and n + 8 <= end and \
                     _U32.unpack_from(data, n + 4)[0] == end - n - 8:
                 return known, bytes(data[n + 8:])
+    data = bytes(data)  # (a memoryview from the frame until here)
     split = _split_data(data)
     if split is not None:
         props = _PUBLISHED.get(split[0])

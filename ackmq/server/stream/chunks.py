@@ -27,7 +27,7 @@ def deliver_from_spans(subscription_id: int, spans: list[tuple[bytes, list[int]]
     """(the Deliver frame, its first offset, its record count) of the records in
     `spans`, in order, as many as fit in `budget` bytes of chunk data (at least one);
     spans must hold at least one record."""
-    parts: list[bytes | memoryview] = []  # per record: size, head, data header, body
+    parts: list[bytes | memoryview] = []  # per record: size + head + data header, body
     append = parts.append
     size = count = 0
     first = stamp = 0
@@ -35,6 +35,7 @@ def deliver_from_spans(subscription_id: int, spans: list[tuple[bytes, list[int]]
     klx = klk = klp = -1
     key = b""
     head: bytes | None = None
+    pres: dict[int, bytes] = {}  # by body length: what goes before the body (per run)
     for data, positions in spans:
         view = memoryview(data)
         for p in positions:
@@ -43,6 +44,7 @@ def deliver_from_spans(subscription_id: int, spans: list[tuple[bytes, list[int]]
             b = q + lx + lk + lp
             if lx != klx or lk != klk or lp != klp or not data.startswith(key, q):
                 klx, klk, klp, key = lx, lk, lp, data[q:b]
+                pres = {}
                 x, k = _name(data[q:q + lx]), _name(data[q + lx:q + lx + lk])
                 head = record_head(data[q + lx + lk:b], x, k)
                 if head is None:
@@ -59,18 +61,19 @@ def deliver_from_spans(subscription_id: int, spans: list[tuple[bytes, list[int]]
                     size += 4 + n
                     count += 1
                     continue
-            assert head is not None
-            dh = data_header(lb)
-            n = len(head) + len(dh) + lb
-            if count and size + 4 + n > budget:
+            pre = pres.get(lb)  # the entry's size, the head, the data section's header
+            if pre is None:
+                assert head is not None
+                dh = data_header(lb)
+                pre = pres[lb] = size_prefix(len(head) + len(dh) + lb) + head + dh
+            n = len(pre) + lb
+            if count and size + n > budget:
                 break
             if not count:
                 first, stamp = off, ts
-            append(size_prefix(n))
-            append(head)
-            append(dh)
+            append(pre)
             append(view[b:b + lb])
-            size += 4 + n
+            size += n
             count += 1
         else:
             continue

@@ -9,6 +9,7 @@ records it follows (store/streamtrack.py), so it holds across a kill -9."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -102,11 +103,17 @@ class Publishers:
                 continue
             if pubid > top:
                 top = pubid
-            messages = [data] if kind == 0 else F.subentries(kind, data, max_size)
+            messages: Sequence[bytes | memoryview]
+            if kind == 0:
+                messages = (data,)
+                too_large = len(data) > max_size
+            else:
+                messages = F.subentries(kind, data, max_size)
+                too_large = any(len(m) > max_size for m in messages)
             if not messages:
                 dups.append(pubid)
                 continue
-            if any(len(m) > max_size for m in messages):
+            if too_large:
                 errors.append((pubid, K.PRECONDITION_FAILED))
                 continue
             for m in messages:
