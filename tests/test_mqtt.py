@@ -172,6 +172,28 @@ def test_N2_paho_and_pika_exchange_messages_through_amq_topic(broker: BrokerProc
 
 
 # -- N3 QoS --------------------------------------------------------------------------------
+def test_N2_wildcard_filters_do_not_match_dollar_topics(port: int) -> None:
+    """[MQTT-4.7.2-1]: a filter starting with `+` or `#` does not match a topic name
+    starting with `$`; a filter naming the `$` level does (Paho's test_dollar_topics)."""
+    wild = paho(port)
+    wild.subscribe([("#", 1), ("+/+", 1)])
+    share = paho(port, v5=True)
+    share.subscribe("$share/g/+/+", 1)
+    dollar = paho(port)
+    dollar.subscribe("$dq/+", 1)
+    time.sleep(0.3)
+    pub = paho(port)
+    pub.publish("$dq/b", b"dollar", qos=1).wait_for_publish(10)
+    pub.publish("dq/b", b"plain", qos=1).wait_for_publish(10)
+    assert wait_for(lambda: any(m.payload == b"plain" for m in wild.got))
+    assert wait_for(lambda: any(m.payload == b"plain" for m in share.got))
+    assert wait_for(lambda: len(dollar.got) == 1)
+    assert [m.payload for m in wild.got if m.topic.startswith("$")] == []  # FIFO: it
+    assert [m.payload for m in share.got] == [b"plain"]  # would have come first
+    assert (dollar.got[0].topic, dollar.got[0].payload) == ("$dq/b", b"dollar")
+    _stop(wild, share, dollar, pub)
+
+
 def test_N3_delivery_qos_is_the_lower_of_published_and_subscribed(port: int) -> None:
     sub = paho(port)
     sub.subscribe([("q/one", 1), ("q/two", 2), ("q/zero", 0)])

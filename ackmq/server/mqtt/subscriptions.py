@@ -271,6 +271,10 @@ class Subscriptions:
         pq = publish_qos(raw)
         qos = sub_qos if pq is None or pq > sub_qos else pq
         topic = from_amqp(msg.routing_key)
+        if topic[:1] == "$" and not self._dollar_matched(consumer.tag, topic):
+            if not consumer.no_ack:  # amq.topic's `*`/`#` matched it; MQTT's do not
+                self._ack_later(delivery_tag)
+            return
         props = b""
         if self.level == rc.MQTT5:
             props = self._v5_properties(raw, msg.expiration_ms, topic,
@@ -289,6 +293,16 @@ class Subscriptions:
                 self._ack_later(delivery_tag)
             return
         self.write(data)
+
+    def _dollar_matched(self, tag: str, topic: str) -> bool:
+        """Does one of the consumer's subscriptions match this `$` topic by MQTT's rule
+        (no wildcard first level, [MQTT-4.7.2-1]), and not only by amq.topic's?"""
+        if tag.startswith("share:"):
+            sub = self.subs.get(tag[len("share:"):])
+            return sub is not None and matches(sub.flt.topic, topic)
+        qos = self.consumer_qos.get(tag, 0)
+        return any(matches(s.flt.topic, topic) for s in self.subs.values()
+                   if s.flt.share is None and s.options.qos == qos)
 
     def _v5_properties(self, raw: bytes, expiration_ms: int | None, topic: str,
                        own_queue: bool, sub_qos: int) -> bytes:
