@@ -34,6 +34,7 @@ from ackmq.protocol.mqtt import (
     UnsubAck,
     Unsubscribe,
     Will,
+    encode,
 )
 from ackmq.protocol.mqtt import constants as rc
 
@@ -477,6 +478,28 @@ def test_N7_reason_codes_on_unsubscribe_and_for_no_subscribers(port: int) -> Non
 
 
 # -- N8 bad input --------------------------------------------------------------------------
+def test_N7_receive_maximum_told_and_one_more_is_disconnect_0x93(port: int) -> None:
+    """[MQTT-3.3.4-7]: the server's Receive Maximum is in CONNACK; a client with more QoS 1
+    and 2 PUBLISHes unanswered by PUBACK / PUBCOMP gets DISCONNECT 0x93 (Paho's
+    test_flow_control2, which sends one more than the CONNACK says)."""
+    with Raw("127.0.0.1", port, V5) as r:
+        ack = r.connect(client_id())
+        assert isinstance(ack, ConnAck)
+        most = ack.properties["receive_maximum"]
+        assert 20 <= most <= 65535
+        topic = "rm/" + client_id()
+        r.sendraw(b"".join(encode(Publish(topic, b"x", 2, packet_id=i), V5)
+                           for i in range(1, most + 2)))  # no PUBREL: none completes
+        got = []
+        while not isinstance(got[-1:] and got[-1], Disconnect):
+            got.append(r.recv())
+        assert got[-1].reason_code == rc.RECEIVE_MAXIMUM_EXCEEDED, got[-1]
+        # PUBRECs of those confirmed before the one too many was read, if any
+        assert [p.packet_id for p in got[:-1]] == list(range(1, len(got)))
+        assert all(isinstance(p, PubRec) for p in got[:-1])
+        assert r.closed()
+
+
 def test_N8_malformed_packet_v5_disconnect_0x81_then_close(port: int) -> None:
     with Raw("127.0.0.1", port, V5) as r:
         r.connect(client_id())

@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
@@ -58,7 +57,6 @@ from ackmq.server.transport import ClientConnection, events_from
 if TYPE_CHECKING:
     from ackmq.broker.channel import ChannelModel
     from ackmq.broker.message import Message
-    from ackmq.broker.vhost import VHost
     from ackmq.protocol.mqtt import Packet
     from ackmq.server.context import FrontEnd
 
@@ -66,6 +64,9 @@ log = logging.getLogger("ackmq.mqtt")
 
 EXCHANGE = "amq.topic"  # RabbitMQ's mqtt.exchange
 TOPIC_ALIAS_MAXIMUM = 1024  # per connection, client to server (5.0)
+# 5.0: QoS 1 and 2 PUBLISHes a client may have unanswered (no PUBACK / PUBCOMP yet), told
+# in CONNACK; one more is DISCONNECT 0x93 ([MQTT-3.3.4-7]). Room for group commits.
+RECEIVE_MAXIMUM = 1024
 NEVER = 0xFFFFFFFF  # a session expiry interval that never ends
 PROTOCOL_NAMES = {rc.MQTT31: "MQTT 3.1", rc.MQTT311: "MQTT 3.1.1", rc.MQTT5: "MQTT 5-0"}
 
@@ -91,7 +92,6 @@ class MQTTConnection(Subscriptions, ClientConnection):
         self.level = rc.MQTT311
         self.client_id = ""
         self.channel: ChannelModel | None = None
-        self.vhost: VHost | None = None
         self.mqtt: MQTTState | None = None
         self.keep_alive = 0
         self.will: Will | None = None
@@ -109,10 +109,6 @@ class MQTTConnection(Subscriptions, ClientConnection):
         return PROTOCOL_NAMES.get(self.level, "MQTT 3.1.1")
 
     @property
-    def vhost_name(self) -> str | None:
-        return None if self.channel is None else self.channel.vhost.name
-
-    @property
     def channel_count(self) -> int:
         return 1 if self.channel is not None else 0
 
@@ -121,12 +117,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
         return [(1, ch)] if ch is not None and ch.open else []
 
     # -- input ------------------------------------------------------------------------
-    def data_received(self, data: bytes) -> None:
-        self.last_recv = time.monotonic()
-        self.recv_oct += len(data)
-        self.recv_cnt += 1
-        if self.reading_paused and self.transport is not None:
-            self.transport.pause_reading()
+    def _input(self, data: bytes) -> None:
         if self.state == S.CLOSED:
             return
         error = None
@@ -262,14 +253,13 @@ class MQTTConnection(Subscriptions, ClientConnection):
             if assigned is not None:
                 ack_props["assigned_client_identifier"] = assigned
             ack_props["topic_alias_maximum"] = TOPIC_ALIAS_MAXIMUM
+            ack_props["receive_maximum"] = RECEIVE_MAXIMUM
             ack_props["maximum_packet_size"] = ctx.config.mqtt_packet_limit()
         self.write(encode(ConnAck(rc.SUCCESS, present, ack_props), self.level))
         self._to(S.OPEN)
-        if self._close_timer is not None:
-            self._close_timer.cancel()
-            self._close_timer = None
-        if self.keep_alive:
-            self._hb_timer = ctx.loop.call_later(self.keep_alive, self._keep_alive_tick)
+        self._handshake_done()
+        if self.keep_alive:  # a client silent for 1.5 keep-alives is gone [MQTT-3.1.2-24]
+            self.start_heartbeats(0.0, 1.5 * self.keep_alive)
         for pid in sorted(self.released):  # [MQTT-4.4.0-1]: PUBRELs owed go again
             self.write(encode(PubRel(pid), self.level))
         self._start_consumers()
@@ -330,6 +320,10 @@ class MQTTConnection(Subscriptions, ClientConnection):
                 # (PUBREL) had not reached the disk before a crash. So releases need no
                 # sync before PUBCOMP: a stale id never stops a new message
                 self._release_qos2(pid)
+        if qos and self.level == rc.MQTT5 and \
+                len(self.owed) + len(self._qos2_ids()) >= RECEIVE_MAXIMUM:
+            raise Refused(rc.RECEIVE_MAXIMUM_EXCEEDED, f"more than {RECEIVE_MAXIMUM} QoS 1 "
+                          "and 2 PUBLISH packets not answered with PUBACK or PUBCOMP")
         ch = self.channel
         assert ch is not None and ch.confirms is not None
         raw = properties_for(qos, p.dup, props)
@@ -424,20 +418,11 @@ class MQTTConnection(Subscriptions, ClientConnection):
             self.session_expiry = expiry
         self._shutdown()
 
-    def _keep_alive_tick(self) -> None:
-        """A client silent for one and a half keep-alive periods is gone ([MQTT-3.1.2-24])."""
-        self._hb_timer = None
-        if self.state != S.OPEN:
-            return
-        limit = self.keep_alive * 1.5
-        quiet = time.monotonic() - self.last_recv
-        if quiet >= limit and not self.alarm_blocked and not self.reading_paused:
-            log.info("MQTT keep alive expired for %s (client %r)", self.peer, self.client_id)
-            self._disconnect(rc.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
-            self.ctx.request_flush()
-            return
-        self._hb_timer = self.ctx.loop.call_later(max(0.1, limit - quiet),
-                                                  self._keep_alive_tick)
+    def _heartbeats_missed(self) -> None:
+        """Keep alive expired: 5.0's DISCONNECT 0x8D, and the will goes (N6)."""
+        log.info("MQTT keep alive expired for %s (client %r)", self.peer, self.client_id)
+        self._disconnect(rc.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
+        self.ctx.request_flush()
 
     # -- closing --------------------------------------------------------------------------
     def _disconnect(self, reason: int, text: str) -> None:
@@ -453,25 +438,9 @@ class MQTTConnection(Subscriptions, ClientConnection):
         """Another connection CONNECTed with this client id (N4)."""
         self._disconnect(rc.SESSION_TAKEN_OVER, "another connection took the session over")
 
-    def _shutdown(self) -> None:
-        self._release()
-        self._to(S.CLOSED)
-        self.flush()
-        self.close_transport()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._release()
-        self._to(S.CLOSED)
-        self.out.clear()
-        self.ctx.connections.discard(self)
-
-    def _release(self) -> None:
+    def _release_channels(self) -> None:
         """The will (N6) if the connection ended without DISCONNECT; unacked deliveries go
         back to the session's queues (D8); a clean session's queues go."""
-        for t in (self._hb_timer, self._close_timer):
-            if t is not None:
-                t.cancel()
-        self._hb_timer = self._close_timer = None
         ch, self.channel = self.channel, None
         if ch is None:
             return
@@ -487,19 +456,11 @@ class MQTTConnection(Subscriptions, ClientConnection):
                           self.session_expiry)
         ch.close()
         self._end_session(ch)
-        ch.vhost.connection_closed(self)
-        self.ctx.request_flush()
 
-    def force_close(self, text: str) -> None:
+    def _close_forced(self, text: str) -> None:
         """Broker shutdown, vhost or user deleted."""
         self._disconnect(rc.SERVER_SHUTTING_DOWN if "shutdown" in text
                          else rc.ADMINISTRATIVE_ACTION, text)
-
-    def _handshake_timeout(self) -> None:
-        self._close_timer = None
-        if self.state == S.CONNECT:
-            log.info("MQTT handshake timeout from %s", self.peer)
-            self._shutdown()
 
     def close(self, code: int, text: str) -> None:
         """The model closes the channel on its own (consumer timeout)."""
