@@ -25,25 +25,9 @@ from typing import TYPE_CHECKING, Any
 from ackmq.broker.access import ChannelAccess
 from ackmq.broker.confirms import take_confirmed
 from ackmq.broker.errors import ReplyError
-from ackmq.protocol.mqtt import (
-    ConnAck,
-    Connect,
-    Decoder,
-    Disconnect,
-    MQTTError,
-    PingReq,
-    PingResp,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    Subscribe,
-    Unsubscribe,
-    Will,
-    encode,
-)
+from ackmq.protocol.mqtt import Decoder, MQTTError, encode
 from ackmq.protocol.mqtt import constants as rc
+from ackmq.protocol.mqtt import packets as pk
 from ackmq.protocol.mqtt.amqp_map import properties_for
 from ackmq.protocol.mqtt.topics import TopicError, check_name, to_amqp
 from ackmq.server import admission
@@ -94,7 +78,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
         self.channel: ChannelModel | None = None
         self.mqtt: MQTTState | None = None
         self.keep_alive = 0
-        self.will: Will | None = None
+        self.will: pk.Will | None = None
         self.clean = True
         self.session_expiry = 0
         self.aliases: dict[int, str] = {}
@@ -134,7 +118,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
             if self.state == S.CLOSED:
                 return
             self._packet(p)
-            if blocking and type(p) is Publish and self.state == S.OPEN:
+            if blocking and type(p) is pk.Publish and self.state == S.OPEN:
                 self.block_for_alarm(events_from(packets + [error], p)[1:])
                 return
         if error is not None and self.state != S.CLOSED:
@@ -150,7 +134,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
             log.info("MQTT CONNECT from %s refused: %s", self.peer, e.text)
             if e.reason_code == rc.UNSUPPORTED_PROTOCOL_VERSION:
                 # answered in the version the client can read: 3.1.1's return code 1
-                self.write(encode(ConnAck(rc.REFUSED_PROTOCOL_VERSION), rc.MQTT311))
+                self.write(encode(pk.ConnAck(rc.REFUSED_PROTOCOL_VERSION), rc.MQTT311))
             self._shutdown()
             return
         self._disconnect(e.reason_code, e.text)
@@ -158,7 +142,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
     def _packet(self, p: Packet) -> None:
         try:
             if self.state == S.CONNECT:
-                if type(p) is not Connect:
+                if type(p) is not pk.Connect:
                     raise Refused(rc.PROTOCOL_ERROR, "the first packet must be CONNECT")
                 self._connect(p)
                 return
@@ -173,7 +157,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
                              e.text)
 
     # -- CONNECT (N1, N4) ----------------------------------------------------------------
-    def _connect(self, p: Connect) -> None:
+    def _connect(self, p: pk.Connect) -> None:
         self.level = p.level
         v5 = p.level == rc.MQTT5
         ctx = self.ctx
@@ -255,13 +239,13 @@ class MQTTConnection(Subscriptions, ClientConnection):
             ack_props["topic_alias_maximum"] = TOPIC_ALIAS_MAXIMUM
             ack_props["receive_maximum"] = RECEIVE_MAXIMUM
             ack_props["maximum_packet_size"] = ctx.config.mqtt_packet_limit()
-        self.write(encode(ConnAck(rc.SUCCESS, present, ack_props), self.level))
+        self.write(encode(pk.ConnAck(rc.SUCCESS, present, ack_props), self.level))
         self._to(S.OPEN)
         self._handshake_done()
         if self.keep_alive:  # a client silent for 1.5 keep-alives is gone [MQTT-3.1.2-24]
             self.start_heartbeats(0.0, 1.5 * self.keep_alive)
         for pid in sorted(self.released):  # [MQTT-4.4.0-1]: PUBRELs owed go again
-            self.write(encode(PubRel(pid), self.level))
+            self.write(encode(pk.PubRel(pid), self.level))
         self._start_consumers()
 
     @staticmethod
@@ -278,14 +262,14 @@ class MQTTConnection(Subscriptions, ClientConnection):
         log.info("MQTT CONNECT from %s refused: %s", self.peer, text)
         if self.level == rc.MQTT5:
             props = {"reason_string": text}
-            self.write(encode(ConnAck(reason, False, props), self.level))
+            self.write(encode(pk.ConnAck(reason, False, props), self.level))
         else:
-            self.write(encode(ConnAck(rc.V311_CONNACK.get(reason, rc.REFUSED_NOT_AUTHORIZED)),
+            self.write(encode(pk.ConnAck(rc.V311_CONNACK.get(reason, rc.REFUSED_NOT_AUTHORIZED)),
                               self.level))
         self._shutdown()
 
     # -- PUBLISH (N3, N5) ------------------------------------------------------------------
-    def _on_publish(self, p: Publish) -> None:
+    def _on_publish(self, p: pk.Publish) -> None:
         topic = p.topic
         props = p.properties
         if props:
@@ -314,7 +298,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
                 return
             if pid in self._qos2_ids():
                 if p.dup:  # received before: PUBREC again, no second copy
-                    self.write(encode(PubRec(pid), self.level))
+                    self.write(encode(pk.PubRec(pid), self.level))
                     return
                 # without DUP it is a new message ([MQTT-3.3.1-1]): the id's release
                 # (PUBREL) had not reached the disk before a crash. So releases need no
@@ -334,7 +318,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
         except ReplyError as e:
             if qos and self.level == rc.MQTT5:  # 5.0 refuses the one message
                 code = rc.NOT_AUTHORIZED if e.code == 403 else rc.UNSPECIFIED_ERROR
-                ack = PubAck if qos == 1 else PubRec
+                ack = pk.PubAck if qos == 1 else pk.PubRec
                 self.write(encode(ack(pid, code, {"reason_string": e.text}), self.level))
                 return
             raise
@@ -343,18 +327,18 @@ class MQTTConnection(Subscriptions, ClientConnection):
         if qos:
             if qos == 2:
                 self.qos2_pending.add(pid)
-            self.owed[seq] = (PubAck if qos == 1 else PubRec, pid, routed)
+            self.owed[seq] = (pk.PubAck if qos == 1 else pk.PubRec, pid, routed)
 
     def _qos2_ids(self) -> set[int]:
         assert self.mqtt is not None and self.vhost is not None
         return self.mqtt.qos2_ids(self.vhost.name, self.client_id)
 
-    def _on_pubrel(self, p: PubRel) -> None:
+    def _on_pubrel(self, p: pk.PubRel) -> None:
         """The client releases a QoS 2 message it sent: forget its id (durably), PUBCOMP."""
         pid = p.packet_id
         known = self._release_qos2(pid)
         code = rc.SUCCESS if known or self.level != rc.MQTT5 else rc.PACKET_IDENTIFIER_NOT_FOUND
-        self.write(encode(PubComp(pid, code), self.level))
+        self.write(encode(pk.PubComp(pid, code), self.level))
 
     def _release_qos2(self, pid: int) -> bool:
         st = self.mqtt
@@ -379,7 +363,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
         st = self.mqtt
         v5 = self.level == rc.MQTT5
         for kind, pid, _routed in done:
-            if kind is PubRec:
+            if kind is pk.PubRec:
                 self.qos2_pending.discard(pid)
                 if ack and st is not None and self.vhost is not None:
                     st.qos2_add(self.vhost.name, self.client_id, pid)
@@ -404,10 +388,10 @@ class MQTTConnection(Subscriptions, ClientConnection):
                 self.write(data)
 
     # -- PINGREQ, DISCONNECT, keep alive ------------------------------------------------
-    def _on_pingreq(self, p: PingReq) -> None:
+    def _on_pingreq(self, p: pk.PingReq) -> None:
         self.write(b"\xd0\x00")
 
-    def _on_disconnect(self, p: Disconnect) -> None:
+    def _on_disconnect(self, p: pk.Disconnect) -> None:
         if p.reason_code != rc.DISCONNECT_WITH_WILL:
             self.will = None  # N6: a normal DISCONNECT discards the will
         expiry = p.properties.get("session_expiry_interval")
@@ -431,7 +415,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
             return
         log.info("MQTT connection from %s closed: %s", self.peer, text[:300])
         if self.level == rc.MQTT5 and self.state == S.OPEN:
-            self.write(encode(Disconnect(reason, {"reason_string": text[:200]}), self.level))
+            self.write(encode(pk.Disconnect(reason, {"reason_string": text[:200]}), self.level))
         self._shutdown()
 
     def taken_over(self) -> None:
@@ -474,14 +458,14 @@ class MQTTConnection(Subscriptions, ClientConnection):
 PREFETCH = 10  # 3.1.1's deliveries in flight per connection (RabbitMQ's mqtt.prefetch)
 
 _HANDLERS: dict[type, Any] = {
-    Publish: MQTTConnection._on_publish,
-    PubAck: MQTTConnection._on_puback,
-    PubRec: MQTTConnection._on_pubrec,
-    PubRel: MQTTConnection._on_pubrel,
-    PubComp: MQTTConnection._on_pubcomp,
-    Subscribe: MQTTConnection._on_subscribe,
-    Unsubscribe: MQTTConnection._on_unsubscribe,
-    PingReq: MQTTConnection._on_pingreq,
-    Disconnect: MQTTConnection._on_disconnect,
+    pk.Publish: MQTTConnection._on_publish,
+    pk.PubAck: MQTTConnection._on_puback,
+    pk.PubRec: MQTTConnection._on_pubrec,
+    pk.PubRel: MQTTConnection._on_pubrel,
+    pk.PubComp: MQTTConnection._on_pubcomp,
+    pk.Subscribe: MQTTConnection._on_subscribe,
+    pk.Unsubscribe: MQTTConnection._on_unsubscribe,
+    pk.PingReq: MQTTConnection._on_pingreq,
+    pk.Disconnect: MQTTConnection._on_disconnect,
 }
-_ = PingResp  # a server never receives PINGRESP: refused as any packet not above
+# a server never receives PINGRESP (or anything else not above): a protocol error
