@@ -500,6 +500,27 @@ def test_N7_receive_maximum_told_and_one_more_is_disconnect_0x93(port: int) -> N
         assert r.closed()
 
 
+def test_N7_message_expiry_interval_is_what_is_left_of_it(port: int) -> None:
+    """[MQTT-3.3.2-6]: the Message Expiry Interval a subscriber gets is the published one
+    minus the time the message waited in the server (Paho's test_publication_expiry)."""
+    cid = client_id()
+    sub = paho(port, cid, v5=True, clean=True, session_expiry=300)
+    sub.subscribe("expiry/left", 1)
+    time.sleep(0.3)
+    _stop(sub)
+    pub = paho(port, v5=True)
+    props = Properties(PacketTypes.PUBLISH)
+    props.MessageExpiryInterval = 20
+    pub.publish("expiry/left", b"m", qos=1, properties=props).wait_for_publish(10)
+    _stop(pub)
+    time.sleep(2.5)
+    sub = paho(port, cid, v5=True, clean=False, session_expiry=300)
+    assert wait_for(lambda: len(sub.got) == 1)
+    left = sub.got[0].properties.MessageExpiryInterval
+    assert 0 < left <= 18, left
+    _stop(sub)
+
+
 def test_N8_malformed_packet_v5_disconnect_0x81_then_close(port: int) -> None:
     with Raw("127.0.0.1", port, V5) as r:
         r.connect(client_id())

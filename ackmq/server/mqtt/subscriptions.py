@@ -16,6 +16,7 @@ message from then on; PUBREL / PUBCOMP finish the exchange)."""
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -264,8 +265,11 @@ class Subscriptions:
             return
         props = b""
         if self.level == rc.MQTT5:
-            props = self._v5_properties(raw, msg.expiration_ms, topic,
-                                        consumer.tag.startswith("qos"), sub_qos)
+            left = msg.expiration_ms
+            if left is not None and entry.expires_at is not None:  # what is left of it
+                left = min(left, max(0, int((entry.expires_at - time.monotonic()) * 1000)))
+            props = self._v5_properties(raw, left, topic, consumer.tag.startswith("qos"),
+                                        sub_qos)
         pid = 0
         if qos:
             pid = self._next_pid()
