@@ -52,6 +52,7 @@ TOPIC_ALIAS_MAXIMUM = 1024  # per connection, client to server (5.0)
 # in CONNACK; one more is DISCONNECT 0x93 ([MQTT-3.3.4-7]). Room for group commits.
 RECEIVE_MAXIMUM = 1024
 NEVER = 0xFFFFFFFF  # a session expiry interval that never ends
+_GONE = (S.CLOSING, S.CLOSED)  # input is dropped: our close is on its way
 PROTOCOL_NAMES = {rc.MQTT31: "MQTT 3.1", rc.MQTT311: "MQTT 3.1.1", rc.MQTT5: "MQTT 5-0"}
 
 
@@ -102,7 +103,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
 
     # -- input ------------------------------------------------------------------------
     def _input(self, data: bytes) -> None:
-        if self.state == S.CLOSED:
+        if self.state in _GONE:
             return
         error = None
         try:
@@ -115,18 +116,18 @@ class MQTTConnection(Subscriptions, ClientConnection):
     def _packets(self, packets: list[Any], error: MQTTError | None) -> None:
         blocking = self.ctx.blocking
         for p in packets:
-            if self.state == S.CLOSED:
+            if self.state in _GONE:
                 return
             self._packet(p)
             if blocking and type(p) is pk.Publish and self.state == S.OPEN:
                 self.block_for_alarm(events_from(packets + [error], p)[1:])
                 return
-        if error is not None and self.state != S.CLOSED:
+        if error is not None and self.state not in _GONE:
             self._decode_error(error)
 
     def _handle_held(self, held: list[Any]) -> None:
         *packets, error = held
-        if self.state != S.CLOSED:
+        if self.state not in _GONE:
             self._packets(packets, error)
 
     def _decode_error(self, e: MQTTError) -> None:
@@ -410,12 +411,17 @@ class MQTTConnection(Subscriptions, ClientConnection):
 
     # -- closing --------------------------------------------------------------------------
     def _disconnect(self, reason: int, text: str) -> None:
-        """5.0: DISCONNECT with the reason (once CONNACKed), then close; 3.x: close."""
-        if self.state == S.CLOSED:
+        """5.0: DISCONNECT with the reason (once CONNACKed), then close; 3.x: close.
+        The DISCONNECT is every protocol's close (C3, `_close_with`): what is confirmed
+        is answered first, and what the client still sends is read and dropped until it
+        closes (or CLOSE_OK_WAIT), so it meets no reset before it has read why."""
+        if self.state in _GONE:
             return
         log.info("MQTT connection from %s closed: %s", self.peer, text[:300])
         if self.level == rc.MQTT5 and self.state == S.OPEN:
-            self.write(encode(pk.Disconnect(reason, {"reason_string": text[:200]}), self.level))
+            self._close_with(encode(pk.Disconnect(reason, {"reason_string": text[:200]}),
+                                    self.level))
+            return
         self._shutdown()
 
     def taken_over(self) -> None:
