@@ -34,6 +34,7 @@ from ackmq.protocol.mqtt import (
     UnsubAck,
     Unsubscribe,
     Will,
+    encode,
 )
 from ackmq.protocol.mqtt import constants as rc
 
@@ -172,6 +173,28 @@ def test_N2_paho_and_pika_exchange_messages_through_amq_topic(broker: BrokerProc
 
 
 # -- N3 QoS --------------------------------------------------------------------------------
+def test_N2_wildcard_filters_do_not_match_dollar_topics(port: int) -> None:
+    """[MQTT-4.7.2-1]: a filter starting with `+` or `#` does not match a topic name
+    starting with `$`; a filter naming the `$` level does (Paho's test_dollar_topics)."""
+    wild = paho(port)
+    wild.subscribe([("#", 1), ("+/+", 1)])
+    share = paho(port, v5=True)
+    share.subscribe("$share/g/+/+", 1)
+    dollar = paho(port)
+    dollar.subscribe("$dq/+", 1)
+    time.sleep(0.3)
+    pub = paho(port)
+    pub.publish("$dq/b", b"dollar", qos=1).wait_for_publish(10)
+    pub.publish("dq/b", b"plain", qos=1).wait_for_publish(10)
+    assert wait_for(lambda: any(m.payload == b"plain" for m in wild.got))
+    assert wait_for(lambda: any(m.payload == b"plain" for m in share.got))
+    assert wait_for(lambda: len(dollar.got) == 1)
+    assert [m.payload for m in wild.got if m.topic.startswith("$")] == []  # FIFO: it
+    assert [m.payload for m in share.got] == [b"plain"]  # would have come first
+    assert (dollar.got[0].topic, dollar.got[0].payload) == ("$dq/b", b"dollar")
+    _stop(wild, share, dollar, pub)
+
+
 def test_N3_delivery_qos_is_the_lower_of_published_and_subscribed(port: int) -> None:
     sub = paho(port)
     sub.subscribe([("q/one", 1), ("q/two", 2), ("q/zero", 0)])
@@ -455,6 +478,49 @@ def test_N7_reason_codes_on_unsubscribe_and_for_no_subscribers(port: int) -> Non
 
 
 # -- N8 bad input --------------------------------------------------------------------------
+def test_N7_receive_maximum_told_and_one_more_is_disconnect_0x93(port: int) -> None:
+    """[MQTT-3.3.4-7]: the server's Receive Maximum is in CONNACK; a client with more QoS 1
+    and 2 PUBLISHes unanswered by PUBACK / PUBCOMP gets DISCONNECT 0x93 (Paho's
+    test_flow_control2, which sends one more than the CONNACK says)."""
+    with Raw("127.0.0.1", port, V5) as r:
+        ack = r.connect(client_id())
+        assert isinstance(ack, ConnAck)
+        most = ack.properties["receive_maximum"]
+        assert 20 <= most <= 65535
+        topic = "rm/" + client_id()
+        r.sendraw(b"".join(encode(Publish(topic, b"x", 2, packet_id=i), V5)
+                           for i in range(1, most + 2)))  # no PUBREL: none completes
+        got = []
+        while not isinstance(got[-1:] and got[-1], Disconnect):
+            got.append(r.recv())
+        assert got[-1].reason_code == rc.RECEIVE_MAXIMUM_EXCEEDED, got[-1]
+        # PUBRECs of those confirmed before the one too many was read, if any
+        assert [p.packet_id for p in got[:-1]] == list(range(1, len(got)))
+        assert all(isinstance(p, PubRec) for p in got[:-1])
+        assert r.closed()
+
+
+def test_N7_message_expiry_interval_is_what_is_left_of_it(port: int) -> None:
+    """[MQTT-3.3.2-6]: the Message Expiry Interval a subscriber gets is the published one
+    minus the time the message waited in the server (Paho's test_publication_expiry)."""
+    cid = client_id()
+    sub = paho(port, cid, v5=True, clean=True, session_expiry=300)
+    sub.subscribe("expiry/left", 1)
+    time.sleep(0.3)
+    _stop(sub)
+    pub = paho(port, v5=True)
+    props = Properties(PacketTypes.PUBLISH)
+    props.MessageExpiryInterval = 20
+    pub.publish("expiry/left", b"m", qos=1, properties=props).wait_for_publish(10)
+    _stop(pub)
+    time.sleep(2.5)
+    sub = paho(port, cid, v5=True, clean=False, session_expiry=300)
+    assert wait_for(lambda: len(sub.got) == 1)
+    left = sub.got[0].properties.MessageExpiryInterval
+    assert 0 < left <= 18, left
+    _stop(sub)
+
+
 def test_N8_malformed_packet_v5_disconnect_0x81_then_close(port: int) -> None:
     with Raw("127.0.0.1", port, V5) as r:
         r.connect(client_id())

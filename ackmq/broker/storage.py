@@ -10,7 +10,7 @@ Definition operations (exchanges, queues, bindings) are rare and durable on retu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sized
+from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -152,7 +152,15 @@ class StreamLogLike(Protocol):
     def append(self, exchange: str, routing_key: str, properties: bytes, body: bytes) -> int:
         """Buffer a record; written and fsynced by the StreamStorage's next commit."""
 
+    def append_many(self, exchange: str, routing_key: str,
+                    records: Sequence[tuple[bytes, bytes]]) -> int:
+        """Buffer (properties, body) records published together; the first's offset."""
+
     def read(self, offset: int, limit: int) -> list[StreamRecord]: ...
+    def read_spans(self, offset: int, limit: int, max_bytes: int = ...
+                   ) -> list[tuple[bytes, list[int]]]:
+        """`read`'s records as the log's bytes: (bytes read at once, where each record's
+        payload starts in them) per stretch (a chunk built without a tuple per record)."""
     def offset_for_timestamp(self, ts_ms: int) -> int: ...
     def retain(self, segment_bytes: int, max_bytes: int | None,
                max_age_ms: int | None) -> None:

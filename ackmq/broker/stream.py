@@ -11,6 +11,7 @@ for many records), so a stream's length costs no broker memory.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ackmq.broker import stream_args
@@ -129,6 +130,23 @@ class StreamQueue(Queue):
         if lg is None or self.deleted:
             return False
         lg.append(message.exchange, message.routing_key, message.properties, message.body)
+        self.vhost.broker.streams.appended(self.vhost.name, self.name, lg)  # type: ignore[union-attr]
+        if self._waiting:
+            self.dispatch()
+        if self.readers:
+            for r in self.readers.values():
+                r.appended()
+        return True
+
+    def publish_records(self, exchange: str, routing_key: str,
+                        records: Sequence[tuple[bytes, bytes]]) -> bool:
+        """Several (properties, body) records published together (a stream-protocol
+        Publish frame, broker/operations.py's `publish_stream`): appended in one go,
+        consumers and readers told once."""
+        lg = self.log
+        if lg is None or self.deleted:
+            return False
+        lg.append_many(exchange, routing_key, records)
         self.vhost.broker.streams.appended(self.vhost.name, self.name, lg)  # type: ignore[union-attr]
         if self._waiting:
             self.dispatch()

@@ -10,7 +10,7 @@ strings as before.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import TypeVar
 
@@ -26,3 +26,16 @@ def check_transition(table: Mapping[S, frozenset[S]], old: S, new: S) -> S:
     if new not in table[old]:
         raise IllegalTransition(f"{type(old).__name__}: {old} -> {new} is not allowed")
     return new
+
+
+def connection_table(handshake: Mapping[S, Iterable[S]], open_: S, closing: S,
+                     closed: S) -> dict[S, frozenset[S]]:
+    """A connection's table in the shape every protocol shares: its handshake's states,
+    each to the next ones it names or to `closed` (the socket lost), then one end for
+    all: open -> closing (our close sent, waiting) -> closed, closed repeating (the
+    teardown is idempotent)."""
+    table = {state: frozenset({*nxt, closed}) for state, nxt in handshake.items()}
+    table[open_] = frozenset({closing, closed})
+    table[closing] = frozenset({closed})
+    table[closed] = frozenset({closed})
+    return table

@@ -29,7 +29,7 @@ import threading
 import time
 import zlib
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -262,6 +262,33 @@ class StreamLog:
         buf += payload
         return offset
 
+    def append_many(self, exchange: str, routing_key: str,
+                    records: Sequence[tuple[builtins.bytes, builtins.bytes]]) -> int:
+        """Buffer several records of one publish (a stream-protocol Publish frame) with
+        one timestamp; each body is copied once, into the buffer (the checksum runs
+        over the record's head and body apart). The first one's offset."""
+        first = offset = self._pending_first + len(self._pending)
+        ts = int(time.time() * 1000)
+        if ts < self._last_ts:
+            ts = self._last_ts
+        self._last_ts = ts
+        x = exchange.encode("utf-8", "surrogateescape")
+        k = routing_key.encode("utf-8", "surrogateescape")
+        lx, lk, xk = len(x), len(k), x + k
+        buf, starts = self._buf, self._pending
+        pack, hdr, crc32 = REC.pack, REC_HDR.pack, zlib.crc32
+        head_size = REC.size + lx + lk
+        for properties, body in records:
+            lp, lb = len(properties), len(body)
+            head = b"".join((pack(offset, ts, lx, lk, lp, lb), xk, properties))
+            starts.append(len(buf))
+            buf += hdr(head_size + lp + lb, crc32(body, crc32(head)))
+            buf += head
+            buf += body
+            offset += 1
+        self._pending_ts.extend([ts] * (offset - first))
+        return first
+
     def flush(self) -> None:
         """Write the buffered records (rolling segments past the size limit)."""
         if not self._pending:
@@ -405,25 +432,35 @@ class StreamLog:
     def read(self, offset: int, limit: int, max_bytes: int = 4 << 20) -> list[StreamRecord]:
         """Up to `limit` records from `offset` on (fewer at the end of the stream, none
         past it); `offset` below the first retained one starts at the first."""
+        return [_decode(data, p) for data, ps in self.read_spans(offset, limit, max_bytes)
+                for p in ps]
+
+    def read_spans(self, offset: int, limit: int, max_bytes: int = 4 << 20
+                   ) -> list[tuple[builtins.bytes, list[int]]]:
+        """`read`'s records as the log's bytes, checksums checked: per stretch read at
+        once, (its bytes, where each record's payload starts in them), in offset order,
+        so a reader that sends them on (a stream-protocol chunk) makes no object per
+        record."""
         offset = max(offset, self.first_offset)
-        out: list[StreamRecord] = []
+        spans: list[tuple[builtins.bytes, list[int]]] = []
+        got = 0
         if offset < self._pending_first:
             i = bisect.bisect_right(self._firsts, offset) - 1
-            self._read_segment(self.segments[i], offset, limit, max_bytes, out)
-        if len(out) < limit and offset + len(out) >= self._pending_first:
-            start = offset + len(out) - self._pending_first
+            got = self._read_segment(self.segments[i], offset, limit, max_bytes, spans)
+        if got < limit and offset + got >= self._pending_first:
+            start = offset + got - self._pending_first
             buf, starts = self._buf, self._pending
-            stop = min(len(starts), start + limit - len(out))
+            stop = min(len(starts), start + limit - got)
             if start < stop:
                 end = starts[stop] if stop < len(starts) else len(buf)
                 data = bytes(buf[starts[start]:end])  # one copy: records decode from bytes
                 base = starts[start] - REC_HDR.size
-                for k in range(start, stop):
-                    out.append(_decode(data, starts[k] - base))
-        return out
+                spans.append((data, [starts[k] - base for k in range(start, stop)]))
+        return spans
 
     def _read_segment(self, seg: _Segment, offset: int, limit: int, max_bytes: int,
-                      out: list[StreamRecord]) -> None:
+                      spans: list[tuple[builtins.bytes, list[int]]]) -> int:
+        """Records of `seg` from `offset` into `spans`; how many."""
         if seg.fd < 0:
             seg.fd = os.open(seg.path, os.O_RDONLY)
         rel = offset - seg.first
@@ -431,35 +468,42 @@ class StreamLog:
         skip = rel % STRIDE  # records before `offset` since the indexed one
         want = limit + skip
         got = size = 0
+        hsize, unpack, crc32 = REC_HDR.size, REC_HDR.unpack_from, zlib.crc32
         while got < want and pos < seg.size and size < max_bytes:
             data = os.pread(seg.fd, min(READ_CHUNK, seg.size - pos), pos)
             view = memoryview(data)
             p = 0
-            while got < want and p + REC_HDR.size <= len(data) and size < max_bytes:
-                n, crc = REC_HDR.unpack_from(data, p)
-                stop = p + REC_HDR.size + n
+            ps: list[int] = []
+            while got < want and p + hsize <= len(data) and size < max_bytes:
+                n, crc = unpack(data, p)
+                stop = p + hsize + n
                 if stop > len(data):
                     if p == 0:  # one record larger than the chunk
-                        data = os.pread(seg.fd, REC_HDR.size + n, pos)
+                        data = os.pread(seg.fd, hsize + n, pos)
                         view = memoryview(data)
                         continue
                     break
                 if got >= skip:
-                    if zlib.crc32(view[p + REC_HDR.size:stop]) != crc:
+                    if crc32(view[p + hsize:stop]) != crc:
                         bad = seg.first + rel - skip + got
                         if bad not in self._damaged:  # logged once, not on every read
                             self._damaged.add(bad)
                             log.error("stream %s: record %d in %s fails its checksum; "
                                       "readers stop there", self.dir.name, bad, seg.path.name)
-                        return
-                    out.append(_decode(data, p + REC_HDR.size))
+                        if ps:
+                            spans.append((data, ps))
+                        return max(got - skip, 0)
+                    ps.append(p + hsize)
                     size += n
                 got += 1
                 p = stop
+            if ps:
+                spans.append((data, ps))
             pos += p
         if pos < seg.size or seg is self.segments[-1]:
             # the kernel reads the next stretch meanwhile: the next pread is a copy
             os.posix_fadvise(seg.fd, pos, READ_AHEAD, os.POSIX_FADV_WILLNEED)
+        return max(got - skip, 0)
 
     # -- tracking (the stream protocol's deduplication and offsets) -------------------
     def tracked(self, kind: int, ref: str) -> int | None:

@@ -71,7 +71,7 @@ def main() -> None:
     proc = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
          sys.executable, "-m", "ackmq", "serve", "--port", "0", "--no-stomp",
-         "--http-port", "0", "--stream-port", str(port), "--data-dir", str(work / "data")],
+         "--http-port", "0", "--no-mqtt", "--stream-port", str(port), "--data-dir", str(work / "data")],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONHASHSEED": "0"})
     try:
         for _ in range(1200):

@@ -3,31 +3,9 @@
 (`constants.py`) and topics on amq.topic (`topics.py`). No sockets, no asyncio, no broker:
 the server's MQTT connection drives the broker with these."""
 
+from . import packets
 from .codec import Decoder, MQTTError, encode, encode_properties, encode_publish
-from .packets import (
-    Auth,
-    ConnAck,
-    Connect,
-    Disconnect,
-    Packet,
-    PingReq,
-    PingResp,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    SubAck,
-    SubOptions,
-    Subscribe,
-    UnsubAck,
-    Unsubscribe,
-    Will,
-)
+from .packets import *  # noqa: F403 (the packet classes, listed once in packets.__all__)
 
-__all__ = [
-    "Auth", "ConnAck", "Connect", "Decoder", "Disconnect", "MQTTError", "Packet", "PingReq",
-    "PingResp", "PubAck", "PubComp", "PubRec", "PubRel", "Publish", "SubAck", "SubOptions",
-    "Subscribe", "UnsubAck", "Unsubscribe", "Will", "encode", "encode_properties",
-    "encode_publish",
-]
+__all__ = ["Decoder", "MQTTError", "encode", "encode_properties", "encode_publish"]
+__all__ += packets.__all__

@@ -7,6 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+__all__ = [
+    "Auth", "ConnAck", "Connect", "Disconnect", "Packet", "PingReq", "PingResp", "Properties",
+    "PubAck", "PubComp", "PubRec", "PubRel", "Publish", "SubAck", "SubOptions", "Subscribe",
+    "UnsubAck", "Unsubscribe", "Will",
+]
+
 Properties = dict[str, Any]  # by property name (constants.PROPERTIES); repeatables: lists
 
 

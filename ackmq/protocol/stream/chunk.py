@@ -44,7 +44,7 @@ def deliver(subscription_id: int, first_offset: int, timestamp_ms: int,
 
 
 def deliver_parts(subscription_id: int, first_offset: int, timestamp_ms: int,
-                  parts: list[bytes], count: int, epoch: int = 1) -> bytes:
+                  parts: Sequence[bytes | memoryview], count: int, epoch: int = 1) -> bytes:
     """A Deliver (version 1) frame of one chunk of `count` messages given as `parts`:
     per message its u32 size, head and body (`size_prefix`, `record_parts`), joined
     once here."""

@@ -245,13 +245,14 @@ def read_publish(content: bytes | memoryview, version: int
     r = Reader(content, 1)  # past the publisher id
     n = r.count()
     end = r.end
+    view = memoryview(content)  # the usual entry's data: a view, copied once by its reader
     for _ in range(n):
         pos = r.pos
         if version == 1 and pos + 12 <= end:  # the usual entry, read in one go
             pid, size = _ENTRY.unpack_from(content, pos)
             if not size & 0x80000000 and pos + 12 + size <= end:
                 r.pos = pos = pos + 12 + size
-                yield pid, None, 0, content[pos - size:pos]
+                yield pid, None, 0, view[pos - size:pos]
                 continue
         pid = r.u64()
         fv = r.string() if version == 2 else None

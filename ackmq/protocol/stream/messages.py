@@ -67,6 +67,7 @@ def to_record(data: bytes | memoryview) -> tuple[bytes, bytes]:
             if data[n:n + 4] == _DATA32 and n + 8 <= end and \
                     _U32.unpack_from(data, n + 4)[0] == end - n - 8:
                 return known, bytes(data[n + 8:])
+    data = bytes(data)  # (a memoryview from the frame until here)
     split = _split_data(data)
     if split is not None:
         props = _PUBLISHED.get(split[0])
@@ -121,15 +122,23 @@ def record_parts(properties: bytes, body: bytes, exchange: str, routing_key: str
     body), so a chunk joins the body once, straight from what the log read."""
     last = _last_record  # a stream's records mostly repeat the one before
     if properties == last[0] and exchange == last[1] and routing_key == last[2]:
-        prefix = last[3]
-        n = len(body)
-        if n < 256:
-            return prefix + _DATA8 + bytes((n,)), body
-        return prefix + _DATA32 + _U32.pack(n), body
+        return last[3] + data_header(len(body)), body
     if properties == _RAW_PROPERTIES:
         return b"", body
-    if _AMQP_BODY in properties:  # 1.0 body sections kept encoded: the full conversion
+    prefix = record_head(properties, exchange, routing_key)
+    if prefix is None:  # 1.0 body sections kept encoded: the full conversion
         return from_amqp091(properties, body, exchange, routing_key).encode(), b""
+    last[:] = properties, exchange, routing_key, prefix
+    return prefix + data_header(len(body)), body
+
+
+def record_head(properties: bytes, exchange: str, routing_key: str) -> bytes | None:
+    """The sections that come before the body's data section in the message a stream
+    consumer gets for a stored record (cached by properties, exchange and routing key);
+    None when the record is not given as head + data section + body: a raw payload
+    (given back as it is) or an AMQP 1.0 body kept encoded (converted in full)."""
+    if properties == _RAW_PROPERTIES or _AMQP_BODY in properties:
+        return None
     key = (properties, exchange, routing_key)
     prefix = _PREFIXES.get(key)
     if prefix is None:
@@ -138,11 +147,14 @@ def record_parts(properties: bytes, body: bytes, exchange: str, routing_key: str
         if len(_PREFIXES) >= _PREFIXES_MAX:
             _PREFIXES.clear()
         _PREFIXES[key] = prefix
-    last[:] = properties, exchange, routing_key, prefix
-    n = len(body)
+    return prefix
+
+
+def data_header(n: int) -> bytes:
+    """The header of a data section of `n` bytes (its descriptor, type and length)."""
     if n < 256:
-        return prefix + _DATA8 + bytes((n,)), body
-    return prefix + _DATA32 + _U32.pack(n), body
+        return _DATA8 + bytes((n,))
+    return _DATA32 + _U32.pack(n)
 
 
 def with_filter_value(properties: bytes, value: str | None) -> bytes:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from ackmq.server.states import connection_table
+
 
 class AMQPState(StrEnum):
     HEADER = "header"        # waiting for the protocol header
@@ -28,12 +30,9 @@ class AMQPState(StrEnum):
 
 _S = AMQPState
 
-TRANSITIONS: dict[AMQPState, frozenset[AMQPState]] = {
-    _S.HEADER: frozenset({_S.START, _S.CLOSING, _S.CLOSED}),
-    _S.START: frozenset({_S.TUNE, _S.CLOSING, _S.CLOSED}),
-    _S.TUNE: frozenset({_S.OPEN_WAIT, _S.CLOSING, _S.CLOSED}),
-    _S.OPEN_WAIT: frozenset({_S.OPEN, _S.CLOSING, _S.CLOSED}),
-    _S.OPEN: frozenset({_S.CLOSING, _S.CLOSED}),
-    _S.CLOSING: frozenset({_S.CLOSED}),
-    _S.CLOSED: frozenset({_S.CLOSED}),
-}
+TRANSITIONS = connection_table({
+    _S.HEADER: {_S.START, _S.CLOSING},
+    _S.START: {_S.TUNE, _S.CLOSING},
+    _S.TUNE: {_S.OPEN_WAIT, _S.CLOSING},
+    _S.OPEN_WAIT: {_S.OPEN, _S.CLOSING},
+}, _S.OPEN, _S.CLOSING, _S.CLOSED)

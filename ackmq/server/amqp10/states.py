@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from ackmq.server.states import connection_table
+
 
 class AMQP10State(StrEnum):
     HEADER = "header"
@@ -28,12 +30,9 @@ class AMQP10State(StrEnum):
 
 _S = AMQP10State
 
-TRANSITIONS: dict[AMQP10State, frozenset[AMQP10State]] = {
-    _S.HEADER: frozenset({_S.SASL, _S.CLOSED}),
-    _S.SASL: frozenset({_S.SASL_DONE, _S.CLOSED}),
-    _S.SASL_DONE: frozenset({_S.OPEN_WAIT, _S.CLOSED}),
-    _S.OPEN_WAIT: frozenset({_S.OPEN, _S.CLOSING, _S.CLOSED}),
-    _S.OPEN: frozenset({_S.CLOSING, _S.CLOSED}),
-    _S.CLOSING: frozenset({_S.CLOSED}),
-    _S.CLOSED: frozenset({_S.CLOSED}),
-}
+TRANSITIONS = connection_table({
+    _S.HEADER: {_S.SASL},
+    _S.SASL: {_S.SASL_DONE},
+    _S.SASL_DONE: {_S.OPEN_WAIT},
+    _S.OPEN_WAIT: {_S.OPEN, _S.CLOSING},
+}, _S.OPEN, _S.CLOSING, _S.CLOSED)

@@ -19,32 +19,15 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import ChannelAccess
 from ackmq.broker.confirms import take_confirmed
 from ackmq.broker.errors import ReplyError
-from ackmq.protocol.mqtt import (
-    ConnAck,
-    Connect,
-    Decoder,
-    Disconnect,
-    MQTTError,
-    PingReq,
-    PingResp,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    Subscribe,
-    Unsubscribe,
-    Will,
-    encode,
-)
+from ackmq.protocol.mqtt import Decoder, MQTTError, encode
 from ackmq.protocol.mqtt import constants as rc
+from ackmq.protocol.mqtt import packets as pk
 from ackmq.protocol.mqtt.amqp_map import properties_for
 from ackmq.protocol.mqtt.topics import TopicError, check_name, to_amqp
 from ackmq.server import admission
@@ -58,7 +41,6 @@ from ackmq.server.transport import ClientConnection, events_from
 if TYPE_CHECKING:
     from ackmq.broker.channel import ChannelModel
     from ackmq.broker.message import Message
-    from ackmq.broker.vhost import VHost
     from ackmq.protocol.mqtt import Packet
     from ackmq.server.context import FrontEnd
 
@@ -66,7 +48,11 @@ log = logging.getLogger("ackmq.mqtt")
 
 EXCHANGE = "amq.topic"  # RabbitMQ's mqtt.exchange
 TOPIC_ALIAS_MAXIMUM = 1024  # per connection, client to server (5.0)
+# 5.0: QoS 1 and 2 PUBLISHes a client may have unanswered (no PUBACK / PUBCOMP yet), told
+# in CONNACK; one more is DISCONNECT 0x93 ([MQTT-3.3.4-7]). Room for group commits.
+RECEIVE_MAXIMUM = 1024
 NEVER = 0xFFFFFFFF  # a session expiry interval that never ends
+_GONE = (S.CLOSING, S.CLOSED)  # input is dropped: our close is on its way
 PROTOCOL_NAMES = {rc.MQTT31: "MQTT 3.1", rc.MQTT311: "MQTT 3.1.1", rc.MQTT5: "MQTT 5-0"}
 
 
@@ -91,10 +77,9 @@ class MQTTConnection(Subscriptions, ClientConnection):
         self.level = rc.MQTT311
         self.client_id = ""
         self.channel: ChannelModel | None = None
-        self.vhost: VHost | None = None
         self.mqtt: MQTTState | None = None
         self.keep_alive = 0
-        self.will: Will | None = None
+        self.will: pk.Will | None = None
         self.clean = True
         self.session_expiry = 0
         self.aliases: dict[int, str] = {}
@@ -109,10 +94,6 @@ class MQTTConnection(Subscriptions, ClientConnection):
         return PROTOCOL_NAMES.get(self.level, "MQTT 3.1.1")
 
     @property
-    def vhost_name(self) -> str | None:
-        return None if self.channel is None else self.channel.vhost.name
-
-    @property
     def channel_count(self) -> int:
         return 1 if self.channel is not None else 0
 
@@ -121,13 +102,8 @@ class MQTTConnection(Subscriptions, ClientConnection):
         return [(1, ch)] if ch is not None and ch.open else []
 
     # -- input ------------------------------------------------------------------------
-    def data_received(self, data: bytes) -> None:
-        self.last_recv = time.monotonic()
-        self.recv_oct += len(data)
-        self.recv_cnt += 1
-        if self.reading_paused and self.transport is not None:
-            self.transport.pause_reading()
-        if self.state == S.CLOSED:
+    def _input(self, data: bytes) -> None:
+        if self.state in _GONE:
             return
         error = None
         try:
@@ -140,18 +116,18 @@ class MQTTConnection(Subscriptions, ClientConnection):
     def _packets(self, packets: list[Any], error: MQTTError | None) -> None:
         blocking = self.ctx.blocking
         for p in packets:
-            if self.state == S.CLOSED:
+            if self.state in _GONE:
                 return
             self._packet(p)
-            if blocking and type(p) is Publish and self.state == S.OPEN:
+            if blocking and type(p) is pk.Publish and self.state == S.OPEN:
                 self.block_for_alarm(events_from(packets + [error], p)[1:])
                 return
-        if error is not None and self.state != S.CLOSED:
+        if error is not None and self.state not in _GONE:
             self._decode_error(error)
 
     def _handle_held(self, held: list[Any]) -> None:
         *packets, error = held
-        if self.state != S.CLOSED:
+        if self.state not in _GONE:
             self._packets(packets, error)
 
     def _decode_error(self, e: MQTTError) -> None:
@@ -159,7 +135,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
             log.info("MQTT CONNECT from %s refused: %s", self.peer, e.text)
             if e.reason_code == rc.UNSUPPORTED_PROTOCOL_VERSION:
                 # answered in the version the client can read: 3.1.1's return code 1
-                self.write(encode(ConnAck(rc.REFUSED_PROTOCOL_VERSION), rc.MQTT311))
+                self.write(encode(pk.ConnAck(rc.REFUSED_PROTOCOL_VERSION), rc.MQTT311))
             self._shutdown()
             return
         self._disconnect(e.reason_code, e.text)
@@ -167,7 +143,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
     def _packet(self, p: Packet) -> None:
         try:
             if self.state == S.CONNECT:
-                if type(p) is not Connect:
+                if type(p) is not pk.Connect:
                     raise Refused(rc.PROTOCOL_ERROR, "the first packet must be CONNECT")
                 self._connect(p)
                 return
@@ -182,7 +158,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
                              e.text)
 
     # -- CONNECT (N1, N4) ----------------------------------------------------------------
-    def _connect(self, p: Connect) -> None:
+    def _connect(self, p: pk.Connect) -> None:
         self.level = p.level
         v5 = p.level == rc.MQTT5
         ctx = self.ctx
@@ -262,16 +238,15 @@ class MQTTConnection(Subscriptions, ClientConnection):
             if assigned is not None:
                 ack_props["assigned_client_identifier"] = assigned
             ack_props["topic_alias_maximum"] = TOPIC_ALIAS_MAXIMUM
+            ack_props["receive_maximum"] = RECEIVE_MAXIMUM
             ack_props["maximum_packet_size"] = ctx.config.mqtt_packet_limit()
-        self.write(encode(ConnAck(rc.SUCCESS, present, ack_props), self.level))
+        self.write(encode(pk.ConnAck(rc.SUCCESS, present, ack_props), self.level))
         self._to(S.OPEN)
-        if self._close_timer is not None:
-            self._close_timer.cancel()
-            self._close_timer = None
-        if self.keep_alive:
-            self._hb_timer = ctx.loop.call_later(self.keep_alive, self._keep_alive_tick)
+        self._handshake_done()
+        if self.keep_alive:  # a client silent for 1.5 keep-alives is gone [MQTT-3.1.2-24]
+            self.start_heartbeats(0.0, 1.5 * self.keep_alive)
         for pid in sorted(self.released):  # [MQTT-4.4.0-1]: PUBRELs owed go again
-            self.write(encode(PubRel(pid), self.level))
+            self.write(encode(pk.PubRel(pid), self.level))
         self._start_consumers()
 
     @staticmethod
@@ -288,14 +263,14 @@ class MQTTConnection(Subscriptions, ClientConnection):
         log.info("MQTT CONNECT from %s refused: %s", self.peer, text)
         if self.level == rc.MQTT5:
             props = {"reason_string": text}
-            self.write(encode(ConnAck(reason, False, props), self.level))
+            self.write(encode(pk.ConnAck(reason, False, props), self.level))
         else:
-            self.write(encode(ConnAck(rc.V311_CONNACK.get(reason, rc.REFUSED_NOT_AUTHORIZED)),
+            self.write(encode(pk.ConnAck(rc.V311_CONNACK.get(reason, rc.REFUSED_NOT_AUTHORIZED)),
                               self.level))
         self._shutdown()
 
     # -- PUBLISH (N3, N5) ------------------------------------------------------------------
-    def _on_publish(self, p: Publish) -> None:
+    def _on_publish(self, p: pk.Publish) -> None:
         topic = p.topic
         props = p.properties
         if props:
@@ -324,12 +299,16 @@ class MQTTConnection(Subscriptions, ClientConnection):
                 return
             if pid in self._qos2_ids():
                 if p.dup:  # received before: PUBREC again, no second copy
-                    self.write(encode(PubRec(pid), self.level))
+                    self.write(encode(pk.PubRec(pid), self.level))
                     return
                 # without DUP it is a new message ([MQTT-3.3.1-1]): the id's release
                 # (PUBREL) had not reached the disk before a crash. So releases need no
                 # sync before PUBCOMP: a stale id never stops a new message
                 self._release_qos2(pid)
+        if qos and self.level == rc.MQTT5 and \
+                len(self.owed) + len(self._qos2_ids()) >= RECEIVE_MAXIMUM:
+            raise Refused(rc.RECEIVE_MAXIMUM_EXCEEDED, f"more than {RECEIVE_MAXIMUM} QoS 1 "
+                          "and 2 PUBLISH packets not answered with PUBACK or PUBCOMP")
         ch = self.channel
         assert ch is not None and ch.confirms is not None
         raw = properties_for(qos, p.dup, props)
@@ -340,7 +319,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
         except ReplyError as e:
             if qos and self.level == rc.MQTT5:  # 5.0 refuses the one message
                 code = rc.NOT_AUTHORIZED if e.code == 403 else rc.UNSPECIFIED_ERROR
-                ack = PubAck if qos == 1 else PubRec
+                ack = pk.PubAck if qos == 1 else pk.PubRec
                 self.write(encode(ack(pid, code, {"reason_string": e.text}), self.level))
                 return
             raise
@@ -349,18 +328,18 @@ class MQTTConnection(Subscriptions, ClientConnection):
         if qos:
             if qos == 2:
                 self.qos2_pending.add(pid)
-            self.owed[seq] = (PubAck if qos == 1 else PubRec, pid, routed)
+            self.owed[seq] = (pk.PubAck if qos == 1 else pk.PubRec, pid, routed)
 
     def _qos2_ids(self) -> set[int]:
         assert self.mqtt is not None and self.vhost is not None
         return self.mqtt.qos2_ids(self.vhost.name, self.client_id)
 
-    def _on_pubrel(self, p: PubRel) -> None:
+    def _on_pubrel(self, p: pk.PubRel) -> None:
         """The client releases a QoS 2 message it sent: forget its id (durably), PUBCOMP."""
         pid = p.packet_id
         known = self._release_qos2(pid)
         code = rc.SUCCESS if known or self.level != rc.MQTT5 else rc.PACKET_IDENTIFIER_NOT_FOUND
-        self.write(encode(PubComp(pid, code), self.level))
+        self.write(encode(pk.PubComp(pid, code), self.level))
 
     def _release_qos2(self, pid: int) -> bool:
         st = self.mqtt
@@ -385,7 +364,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
         st = self.mqtt
         v5 = self.level == rc.MQTT5
         for kind, pid, _routed in done:
-            if kind is PubRec:
+            if kind is pk.PubRec:
                 self.qos2_pending.discard(pid)
                 if ack and st is not None and self.vhost is not None:
                     st.qos2_add(self.vhost.name, self.client_id, pid)
@@ -410,10 +389,10 @@ class MQTTConnection(Subscriptions, ClientConnection):
                 self.write(data)
 
     # -- PINGREQ, DISCONNECT, keep alive ------------------------------------------------
-    def _on_pingreq(self, p: PingReq) -> None:
+    def _on_pingreq(self, p: pk.PingReq) -> None:
         self.write(b"\xd0\x00")
 
-    def _on_disconnect(self, p: Disconnect) -> None:
+    def _on_disconnect(self, p: pk.Disconnect) -> None:
         if p.reason_code != rc.DISCONNECT_WITH_WILL:
             self.will = None  # N6: a normal DISCONNECT discards the will
         expiry = p.properties.get("session_expiry_interval")
@@ -424,54 +403,34 @@ class MQTTConnection(Subscriptions, ClientConnection):
             self.session_expiry = expiry
         self._shutdown()
 
-    def _keep_alive_tick(self) -> None:
-        """A client silent for one and a half keep-alive periods is gone ([MQTT-3.1.2-24])."""
-        self._hb_timer = None
-        if self.state != S.OPEN:
-            return
-        limit = self.keep_alive * 1.5
-        quiet = time.monotonic() - self.last_recv
-        if quiet >= limit and not self.alarm_blocked and not self.reading_paused:
-            log.info("MQTT keep alive expired for %s (client %r)", self.peer, self.client_id)
-            self._disconnect(rc.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
-            self.ctx.request_flush()
-            return
-        self._hb_timer = self.ctx.loop.call_later(max(0.1, limit - quiet),
-                                                  self._keep_alive_tick)
+    def _heartbeats_missed(self) -> None:
+        """Keep alive expired: 5.0's DISCONNECT 0x8D, and the will goes (N6)."""
+        log.info("MQTT keep alive expired for %s (client %r)", self.peer, self.client_id)
+        self._disconnect(rc.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
+        self.ctx.request_flush()
 
     # -- closing --------------------------------------------------------------------------
     def _disconnect(self, reason: int, text: str) -> None:
-        """5.0: DISCONNECT with the reason (once CONNACKed), then close; 3.x: close."""
-        if self.state == S.CLOSED:
+        """5.0: DISCONNECT with the reason (once CONNACKed), then close; 3.x: close.
+        The DISCONNECT is every protocol's close (C3, `_close_with`): what is confirmed
+        is answered first, and what the client still sends is read and dropped until it
+        closes (or CLOSE_OK_WAIT), so it meets no reset before it has read why."""
+        if self.state in _GONE:
             return
         log.info("MQTT connection from %s closed: %s", self.peer, text[:300])
         if self.level == rc.MQTT5 and self.state == S.OPEN:
-            self.write(encode(Disconnect(reason, {"reason_string": text[:200]}), self.level))
+            self._close_with(encode(pk.Disconnect(reason, {"reason_string": text[:200]}),
+                                    self.level))
+            return
         self._shutdown()
 
     def taken_over(self) -> None:
         """Another connection CONNECTed with this client id (N4)."""
         self._disconnect(rc.SESSION_TAKEN_OVER, "another connection took the session over")
 
-    def _shutdown(self) -> None:
-        self._release()
-        self._to(S.CLOSED)
-        self.flush()
-        self.close_transport()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._release()
-        self._to(S.CLOSED)
-        self.out.clear()
-        self.ctx.connections.discard(self)
-
-    def _release(self) -> None:
+    def _release_channels(self) -> None:
         """The will (N6) if the connection ended without DISCONNECT; unacked deliveries go
         back to the session's queues (D8); a clean session's queues go."""
-        for t in (self._hb_timer, self._close_timer):
-            if t is not None:
-                t.cancel()
-        self._hb_timer = self._close_timer = None
         ch, self.channel = self.channel, None
         if ch is None:
             return
@@ -487,19 +446,11 @@ class MQTTConnection(Subscriptions, ClientConnection):
                           self.session_expiry)
         ch.close()
         self._end_session(ch)
-        ch.vhost.connection_closed(self)
-        self.ctx.request_flush()
 
-    def force_close(self, text: str) -> None:
+    def _close_forced(self, text: str) -> None:
         """Broker shutdown, vhost or user deleted."""
         self._disconnect(rc.SERVER_SHUTTING_DOWN if "shutdown" in text
                          else rc.ADMINISTRATIVE_ACTION, text)
-
-    def _handshake_timeout(self) -> None:
-        self._close_timer = None
-        if self.state == S.CONNECT:
-            log.info("MQTT handshake timeout from %s", self.peer)
-            self._shutdown()
 
     def close(self, code: int, text: str) -> None:
         """The model closes the channel on its own (consumer timeout)."""
@@ -513,14 +464,14 @@ class MQTTConnection(Subscriptions, ClientConnection):
 PREFETCH = 10  # 3.1.1's deliveries in flight per connection (RabbitMQ's mqtt.prefetch)
 
 _HANDLERS: dict[type, Any] = {
-    Publish: MQTTConnection._on_publish,
-    PubAck: MQTTConnection._on_puback,
-    PubRec: MQTTConnection._on_pubrec,
-    PubRel: MQTTConnection._on_pubrel,
-    PubComp: MQTTConnection._on_pubcomp,
-    Subscribe: MQTTConnection._on_subscribe,
-    Unsubscribe: MQTTConnection._on_unsubscribe,
-    PingReq: MQTTConnection._on_pingreq,
-    Disconnect: MQTTConnection._on_disconnect,
+    pk.Publish: MQTTConnection._on_publish,
+    pk.PubAck: MQTTConnection._on_puback,
+    pk.PubRec: MQTTConnection._on_pubrec,
+    pk.PubRel: MQTTConnection._on_pubrel,
+    pk.PubComp: MQTTConnection._on_pubcomp,
+    pk.Subscribe: MQTTConnection._on_subscribe,
+    pk.Unsubscribe: MQTTConnection._on_unsubscribe,
+    pk.PingReq: MQTTConnection._on_pingreq,
+    pk.Disconnect: MQTTConnection._on_disconnect,
 }
-_ = PingResp  # a server never receives PINGRESP: refused as any packet not above
+# a server never receives PINGRESP (or anything else not above): a protocol error

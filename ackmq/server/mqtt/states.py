@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from ackmq.server.states import connection_table
+
 
 class MQTTState(StrEnum):
     CONNECT = "connect"  # waiting for CONNECT
@@ -21,9 +23,6 @@ class MQTTState(StrEnum):
 
 _S = MQTTState
 
-TRANSITIONS: dict[MQTTState, frozenset[MQTTState]] = {
-    _S.CONNECT: frozenset({_S.OPEN, _S.CLOSING, _S.CLOSED}),
-    _S.OPEN: frozenset({_S.CLOSING, _S.CLOSED}),
-    _S.CLOSING: frozenset({_S.CLOSED}),
-    _S.CLOSED: frozenset({_S.CLOSED}),
-}
+TRANSITIONS = connection_table({
+    _S.CONNECT: {_S.OPEN, _S.CLOSING},
+}, _S.OPEN, _S.CLOSING, _S.CLOSED)

@@ -16,26 +16,14 @@ message from then on; PUBREL / PUBCOMP finish the exchange)."""
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.errors import ReplyError
-from ackmq.protocol.mqtt import (
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    SubAck,
-    SubOptions,
-    Subscribe,
-    UnsubAck,
-    Unsubscribe,
-    encode,
-    encode_properties,
-    encode_publish,
-)
 from ackmq.protocol.mqtt import constants as rc
+from ackmq.protocol.mqtt import encode, encode_properties, encode_publish
+from ackmq.protocol.mqtt import packets as pk
 from ackmq.protocol.mqtt.amqp_map import mqtt5_properties, publish_qos
 from ackmq.protocol.mqtt.topics import Filter, TopicError, from_amqp, matches, parse_filter, to_amqp
 
@@ -56,7 +44,7 @@ MAX_CLIENT_ID = 200  # bytes: the queue names must stay within AMQP's 255
 @dataclass(slots=True)
 class Sub:
     flt: Filter
-    options: SubOptions
+    options: pk.SubOptions
     sub_id: int | None = None
 
 
@@ -103,7 +91,7 @@ class Subscriptions:
             for source, key in vh.bindings_to(q):
                 if source == EXCHANGE:
                     text = from_amqp(key)
-                    self.subs[text] = Sub(Filter(text, text), SubOptions(qos))
+                    self.subs[text] = Sub(Filter(text, text), pk.SubOptions(qos))
         if clean:
             self.mqtt.forget_session(vh.name, self.client_id)
         else:  # QoS 2 deliveries PUBRECed before: their PUBREL goes again
@@ -161,7 +149,7 @@ class Subscriptions:
         ch.bind("queue", q.name, EXCHANGE, key)
 
     # -- SUBSCRIBE / UNSUBSCRIBE -----------------------------------------------------------
-    def _on_subscribe(self, p: Subscribe) -> None:
+    def _on_subscribe(self, p: pk.Subscribe) -> None:
         v5 = self.level == rc.MQTT5
         sub_ids = p.properties.get("subscription_identifier", [])
         if len(sub_ids) > 1 or (sub_ids and sub_ids[0] == 0):
@@ -201,7 +189,7 @@ class Subscriptions:
             if flt.share is None and (opts.retain_handling == 0
                                       or (opts.retain_handling == 1 and new)):
                 retained.append((sub, qos))
-        self.write(encode(SubAck(p.packet_id, codes), self.level))
+        self.write(encode(pk.SubAck(p.packet_id, codes), self.level))
         for queue, tag, qos in start:
             self._consume(queue, tag, qos)
         for sub, qos in retained:
@@ -230,7 +218,7 @@ class Subscriptions:
             vh.unbind(EXCHANGE, "queue", self._queue_name(old.options.qos), key, {}, self)
         return old is None
 
-    def _on_unsubscribe(self, p: Unsubscribe) -> None:
+    def _on_unsubscribe(self, p: pk.Unsubscribe) -> None:
         ch = self.channel
         assert ch is not None
         codes = []
@@ -252,7 +240,7 @@ class Subscriptions:
                 ch.vhost.unbind(EXCHANGE, "queue", self._queue_name(sub.options.qos),
                                 to_amqp(sub.flt.topic), {}, self)
             codes.append(rc.SUCCESS)
-        self.write(encode(UnsubAck(p.packet_id, codes), self.level))
+        self.write(encode(pk.UnsubAck(p.packet_id, codes), self.level))
 
     # -- deliveries --------------------------------------------------------------------
     def _next_pid(self) -> int:
@@ -271,10 +259,17 @@ class Subscriptions:
         pq = publish_qos(raw)
         qos = sub_qos if pq is None or pq > sub_qos else pq
         topic = from_amqp(msg.routing_key)
+        if topic[:1] == "$" and not self._dollar_matched(consumer.tag, topic):
+            if not consumer.no_ack:  # amq.topic's `*`/`#` matched it; MQTT's do not
+                self._ack_later(delivery_tag)
+            return
         props = b""
         if self.level == rc.MQTT5:
-            props = self._v5_properties(raw, msg.expiration_ms, topic,
-                                        consumer.tag.startswith("qos"), sub_qos)
+            left = msg.expiration_ms
+            if left is not None and entry.expires_at is not None:  # what is left of it
+                left = min(left, max(0, int((entry.expires_at - time.monotonic()) * 1000)))
+            props = self._v5_properties(raw, left, topic, consumer.tag.startswith("qos"),
+                                        sub_qos)
         pid = 0
         if qos:
             pid = self._next_pid()
@@ -289,6 +284,16 @@ class Subscriptions:
                 self._ack_later(delivery_tag)
             return
         self.write(data)
+
+    def _dollar_matched(self, tag: str, topic: str) -> bool:
+        """Does one of the consumer's subscriptions match this `$` topic by MQTT's rule
+        (no wildcard first level, [MQTT-4.7.2-1]), and not only by amq.topic's?"""
+        if tag.startswith("share:"):
+            sub = self.subs.get(tag[len("share:"):])
+            return sub is not None and matches(sub.flt.topic, topic)
+        qos = self.consumer_qos.get(tag, 0)
+        return any(matches(s.flt.topic, topic) for s in self.subs.values()
+                   if s.flt.share is None and s.options.qos == qos)
 
     def _v5_properties(self, raw: bytes, expiration_ms: int | None, topic: str,
                        own_queue: bool, sub_qos: int) -> bytes:
@@ -318,12 +323,12 @@ class Subscriptions:
                 ch.basic_ack(tag, False)
         self.ctx.request_flush()
 
-    def _on_puback(self, p: PubAck) -> None:
+    def _on_puback(self, p: pk.PubAck) -> None:
         got = self.inflight.pop(p.packet_id, None)
         if got is not None and got[0] is not None and self.channel is not None:
             self.channel.basic_ack(got[0], False)
 
-    def _on_pubrec(self, p: PubRec) -> None:
+    def _on_pubrec(self, p: pk.PubRec) -> None:
         """The client has the QoS 2 message: once that is on disk (`mqtt-qos2.log`: the
         PUBREL goes again after a crash or a reconnect, [MQTT-4.4.0-1]) the queue lets
         it go and PUBREL goes out."""
@@ -332,7 +337,7 @@ class Subscriptions:
         if got is None:
             code = rc.PACKET_IDENTIFIER_NOT_FOUND if self.level == rc.MQTT5 else 0
             if p.reason_code < 0x80:
-                self.write(encode(PubRel(pid, code), self.level))
+                self.write(encode(pk.PubRel(pid, code), self.level))
             return
         tag = got[0]
         if p.reason_code >= 0x80:  # the client refused it: no PUBREL ([MQTT-4.3.3])
@@ -353,9 +358,9 @@ class Subscriptions:
             return  # gone meanwhile: the PUBREL goes when the session comes back
         if tag is not None and tag in ch.unacked:
             ch.basic_ack(tag, False)
-        self.write(encode(PubRel(pid), self.level))
+        self.write(encode(pk.PubRel(pid), self.level))
 
-    def _on_pubcomp(self, p: PubComp) -> None:
+    def _on_pubcomp(self, p: pk.PubComp) -> None:
         self.released.discard(p.packet_id)
         if self.mqtt is not None and self.vhost is not None:
             self.mqtt.qos2_remove(self.vhost.name, self.client_id, p.packet_id, out=True)
@@ -388,5 +393,3 @@ class Subscriptions:
         the subscriptions on it) or a consumer timed out: the subscription ends."""
         self.consumer_qos.pop(consumer_tag, None)
 
-
-_ = Publish

@@ -1,6 +1,7 @@
 """Publishers (X1-X3): declare/delete, Publish (simple entries and sub-entry batches) onto
-the stream queue through the model channel in confirm mode, PublishConfirm once the
-model confirms (after fsync: P5c), PublishError with the protocol's codes, and
+the stream queue through the model channel in confirm mode, a frame's records in one
+call (`publish_stream`: one permission check, one append, one confirm number for the
+frame), PublishConfirm once the model confirms (after fsync: P5c), PublishError with the protocol's codes, and
 deduplication by named publisher: a publishing id at or below the publisher's last one
 is dropped and confirmed; the last id is kept in the stream's tracking, durable with the
 records it follows (store/streamtrack.py), so it holds across a kill -9."""
@@ -8,6 +9,7 @@ records it follows (store/streamtrack.py), so it holds across a kill -9."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,9 +41,9 @@ class Publishers:
     def __init__(self, conn: StreamConnection) -> None:
         self.conn = conn
         self.by_id: dict[int, Publisher] = {}
-        # the model's confirm seq -> (publisher id, publishing id) on an entry's last
-        # record, None on the records before it (a sub-entry batch)
-        self.pending: OrderedDict[int, tuple[int, int] | None] = OrderedDict()
+        # the model's confirm seq of a Publish frame's records (ChannelModel.
+        # publish_stream) -> (publisher id, publishing id) of the entries it took
+        self.pending: OrderedDict[int, list[tuple[int, int]]] = OrderedDict()
 
     def declare(self, c: Command) -> None:
         conn = self.conn
@@ -87,12 +89,13 @@ class Publishers:
             conn.write(F.publish_error(pid, [(e[0], code) for e in entries]))
             return
         ch = conn.channel
-        assert ch is not None and ch.confirms is not None
-        confirms, pending, name = ch.confirms, self.pending, pub.queue.name
+        assert ch is not None
         named = bool(pub.reference)
         top = pub.last
         dups: list[int] = []
         errors: list[tuple[int, int]] = []
+        taken: list[tuple[int, int]] = []  # (publisher id, publishing id) of the frame
+        records: list[tuple[bytes, bytes]] = []
         max_size = conn.ctx.config.max_message_size
         for pubid, fv, kind, data in entries:
             if named and pubid <= top:
@@ -100,26 +103,32 @@ class Publishers:
                 continue
             if pubid > top:
                 top = pubid
-            messages = [data] if kind == 0 else F.subentries(kind, data, max_size)
+            messages: Sequence[bytes | memoryview]
+            if kind == 0:
+                messages = (data,)
+                too_large = len(data) > max_size
+            else:
+                messages = F.subentries(kind, data, max_size)
+                too_large = any(len(m) > max_size for m in messages)
             if not messages:
                 dups.append(pubid)
                 continue
-            try:
-                seq = -1
-                for m in messages:
-                    if len(m) > max_size:
-                        raise _TooLarge
-                    props, body = to_record(m)
-                    if fv is not None:
-                        props = with_filter_value(props, fv)
-                    seq = confirms.next_seq
-                    ch.basic_publish("", name, False, False, props, body)
-                    pending[seq] = None
-                pending[seq] = (pid, pubid)
-            except _TooLarge:
+            if too_large:
                 errors.append((pubid, K.PRECONDITION_FAILED))
+                continue
+            for m in messages:
+                props, body = to_record(m)
+                if fv is not None:
+                    props = with_filter_value(props, fv)
+                records.append((props, body))
+            taken.append((pid, pubid))
+        if records:
+            try:  # the frame's records together, one confirm for them (X3)
+                seq = ch.publish_stream(pub.queue, records)
+                self.pending[seq] = taken
             except ReplyError as e:
-                errors.append((pubid, code_of(e)))
+                code = code_of(e)
+                errors += [(pubid, code) for _pid, pubid in taken]
         pub.published += len(entries)
         pub.confirmed += len(dups)
         pub.errored += len(errors)
@@ -136,15 +145,13 @@ class Publishers:
         done = take_confirmed(self.pending, tag, multiple)
         oks: dict[int, list[int]] = {}
         errs: dict[int, list[tuple[int, int]]] = {}
-        for v in done:
-            if v is None:
-                continue
-            pid, pubid = v
-            if ack:
-                oks.setdefault(pid, []).append(pubid)
-            else:
-                errs.setdefault(pid, []).append((pubid, K.INTERNAL_ERROR))
-                self._not_taken(pid, pubid)
+        for taken in done:
+            for pid, pubid in taken:
+                if ack:
+                    oks.setdefault(pid, []).append(pubid)
+                else:
+                    errs.setdefault(pid, []).append((pubid, K.INTERNAL_ERROR))
+                    self._not_taken(pid, pubid)
         by_id = self.by_id
         for pid, ids in oks.items():
             if (pub := by_id.get(pid)) is not None:
@@ -170,7 +177,3 @@ class Publishers:
     def close(self) -> None:
         self.by_id.clear()
         self.pending.clear()
-
-
-class _TooLarge(Exception):
-    pass

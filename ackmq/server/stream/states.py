@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from ackmq.server.states import connection_table
+
 
 class StreamState(StrEnum):
     PEER = "peer"
@@ -26,12 +28,9 @@ class StreamState(StrEnum):
 
 _S = StreamState
 
-TRANSITIONS: dict[StreamState, frozenset[StreamState]] = {
-    _S.PEER: frozenset({_S.SASL, _S.CLOSING, _S.CLOSED}),
-    _S.SASL: frozenset({_S.SASL, _S.TUNING, _S.CLOSING, _S.CLOSED}),
-    _S.TUNING: frozenset({_S.OPENING, _S.CLOSING, _S.CLOSED}),
-    _S.OPENING: frozenset({_S.OPEN, _S.CLOSING, _S.CLOSED}),
-    _S.OPEN: frozenset({_S.CLOSING, _S.CLOSED}),
-    _S.CLOSING: frozenset({_S.CLOSED}),
-    _S.CLOSED: frozenset({_S.CLOSED}),
-}
+TRANSITIONS = connection_table({
+    _S.PEER: {_S.SASL, _S.CLOSING},
+    _S.SASL: {_S.SASL, _S.TUNING, _S.CLOSING},
+    _S.TUNING: {_S.OPENING, _S.CLOSING},
+    _S.OPENING: {_S.OPEN, _S.CLOSING},
+}, _S.OPEN, _S.CLOSING, _S.CLOSED)

@@ -21,6 +21,7 @@ from ackmq.protocol.stream import frames as F
 from ackmq.protocol.stream.chunk import deliver_parts, size_prefix
 from ackmq.protocol.stream.frames import Command
 from ackmq.protocol.stream.messages import filter_value, record_parts
+from ackmq.server.stream.chunks import deliver_from_spans
 from ackmq.server.stream.common import access_code, stream_queue
 
 if TYPE_CHECKING:
@@ -182,17 +183,27 @@ class Subscriptions:
             skipped = 0
             while sub.credit > 0 and sub.ready and conn.writable and lg is not None \
                     and sub.subscription_id in self.by_id:
+                if not sub.filters:  # straight from the log's bytes (chunks.py)
+                    spans = lg.read_spans(sub.offset, CHUNK_RECORDS)
+                    if not spans:
+                        break
+                    frame, first_offset, count = deliver_from_spans(
+                        sub.subscription_id, spans, budget)
+                    conn.write(frame)
+                    sub.offset = first_offset + count
+                    sub.consumed += count
+                    sub.credit -= 1
+                    continue
                 records = lg.read(sub.offset, CHUNK_RECORDS)
                 if not records:
                     break
-                if sub.filters:
-                    records = self._filtered(sub, records)
-                    if not records:  # nothing of this stretch matches: skipped, no credit
-                        skipped += 1
-                        if skipped >= MAX_SKIPPED:  # the rest on a later turn
-                            conn.ctx.loop.call_soon(conn.want_delivery)
-                            break
-                        continue
+                records = self._filtered(sub, records)
+                if not records:  # nothing of this stretch matches: skipped, no credit
+                    skipped += 1
+                    if skipped >= MAX_SKIPPED:  # the rest on a later turn
+                        conn.ctx.loop.call_soon(conn.want_delivery)
+                        break
+                    continue
                 parts: list[bytes] = []  # size, head, body per message: joined once
                 size = count = 0
                 for _off, _ts, exchange, routing_key, props, body in records:
