@@ -42,7 +42,7 @@ BODIES = [b"", b"x" * 100, b"\x00\x53\x75\xa0\x03abc", os.urandom(300),
           b"\x00Su\xa0\x05" * 70, b"y" * 70000]
 
 
-@pytest.mark.parametrize("props", PROPS)
+@pytest.mark.parametrize("props", PROPS, ids=["durable", "id-and-headers", "amqp-sections"])
 def test_V2_amqp10_kept_conversions_equal_the_full_ones(props: bytes) -> None:
     peer = _Peer()
     src, dest = Source10(peer), Dest10(peer, {}, {}, {})  # type: ignore[arg-type]
