@@ -175,7 +175,25 @@ class StreamConnection(ClientConnection):
         if handler is None:
             self.close_connection(K.UNKNOWN_FRAME, "unknown frame")
             return
+        out = self.out
+        n = len(out)
         handler(c)
+        if len(out) != n and key != K.PUBLISH:  # (a Publish counts its PublishError)
+            self._count_answers(out, n)
+
+    def _count_answers(self, out: list[bytes], start: int) -> None:
+        """RabbitMQ's stream error counters, from the answers a command got: one place
+        for every handler's refusals (after Open only: RabbitMQ 3.10 counts none of the
+        opening's)."""
+        for data in out[start:]:
+            code = F.answer_code(data)
+            if code is not None and code != K.OK:
+                self.count_error(code)
+
+    def count_error(self, code: int) -> None:
+        name = K.ERROR_NAMES.get(code)
+        if name is not None:
+            self.ctx.broker.stats.errors["stream"][name] += 1
 
     # -- opening ----------------------------------------------------------------------------
     def _handshake(self, c: Command) -> None:
@@ -294,14 +312,21 @@ class StreamConnection(ClientConnection):
 
     # -- closing ------------------------------------------------------------------------------
     def close_connection(self, code: int, reason: str) -> None:
-        """Bad input: the protocol's Close with its code, then wait briefly for the answer."""
+        """Bad input: the protocol's Close with its code (counted, as RabbitMQ counts its
+        stream errors), then wait briefly for the answer."""
+        if self.state not in (S.CLOSING, S.CLOSED):
+            self.count_error(code)
+            self._close_frame(code, reason)
+
+    def _close_frame(self, code: int, reason: str) -> None:
         if self.state in (S.CLOSING, S.CLOSED):
             return
         log.info("closing stream protocol connection %s: %d %s", self.peer, code, reason)
         self._close_with(F.close_request(self._close_correlation, code, reason[:1000]))
 
     def _close_forced(self, text: str) -> None:
-        self.close_connection(K.INTERNAL_ERROR, text)  # RabbitMQ: connection_forced
+        """RabbitMQ's connection_forced: no client's error, not counted."""
+        self._close_frame(K.INTERNAL_ERROR, text)
 
     def _release_channels(self) -> None:
         self.subscriptions.close()
