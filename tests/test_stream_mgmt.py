@@ -23,8 +23,16 @@ from typing import Any
 
 import pytest
 from conftest import BrokerProcess
-from rstream import AMQPMessage, Consumer, ConsumerOffsetSpecification, OffsetType, Producer
+from rstream import (
+    AMQPMessage,
+    Consumer,
+    ConsumerOffsetSpecification,
+    OffsetType,
+    Producer,
+    schema,
+)
 from support.mgmthelp import Target
+from support.streamraw import StreamPeer
 
 from ackmq.cli import main
 
@@ -180,3 +188,100 @@ def test_X1_ctl_list_stream_verbs_socket_and_url(broker: BrokerProcess) -> None:
             assert ctl(*how, "list_stream_publishers", "-p", "/",
                        "stream").splitlines()[2].startswith("xm-")
     _run(broker, check)
+
+
+def _ctl_fails(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["ctl", *args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def _ways(b: BrokerProcess) -> list[tuple[str, ...]]:
+    return [("--data-dir", str(b.data_dir)),
+            ("--url", http_base(b).replace("http://", "http://guest:guest@"))]
+
+
+def test_X5_ctl_list_stream_group_consumers_socket_and_url(broker: BrokerProcess) -> None:
+    """rabbitmq-streams list_stream_group_consumers (RabbitMQ 3.11+, so its CLI command
+    and man page are the reference): a single active consumer group's members, the
+    active one first, `subscription_id connection_name state`; a group that is not
+    there: "The group does not exist"."""
+    port = broker.stream_port
+    stream = f"xg-{uuid.uuid4().hex[:8]}"
+    admin, a, b = StreamPeer(port), StreamPeer(port), StreamPeer(port)
+    props = [schema.Property("single-active-consumer", "true"), schema.Property("name", "grp")]
+    spec = schema.OffsetSpec.from_params(OffsetType.FIRST, None)
+    try:
+        assert admin.login() == 1
+        assert admin.call(schema.Create(admin.next_corr(), stream=stream, arguments=[]),
+                          schema.CreateResponse).response_code == 1
+        for sid, p in ((3, a), (4, b)):
+            assert p.login() == 1
+            assert p.call(schema.Subscribe(p.next_corr(), subscription_id=sid, stream=stream,
+                                           offset_spec=spec, credit=1, properties=props),
+                          schema.SubscribeResponse).response_code == 1
+        up = a.wait(schema.ConsumerUpdateResponse)
+        a.send(schema.ConsumerUpdateServerResponse(
+            correlation_id=up.correlation_id, response_code=1,
+            offset_specification=schema.OffsetSpecification(OffsetType.FIRST, 0)))
+        names = {c["name"] for c in get(broker, "/api/stream/connections")}
+        for how in _ways(broker):
+            out = ctl(*how, "list_stream_group_consumers", "--stream", stream,
+                      "--reference", "grp").splitlines()
+            assert out[:2] == ["Listing group consumers ...",
+                               "subscription_id\tconnection_name\tstate"]
+            rows = [line.split("\t") for line in out[2:]]
+            assert [(r[0], r[2]) for r in rows] == [("3", "active"), ("4", "inactive")]
+            assert {r[1] for r in rows} <= names and rows[0][1] != rows[1][1]
+            out = ctl(*how, "list_stream_group_consumers", "--stream", stream,
+                      "--reference", "grp", "state", "-p", "/").splitlines()
+            assert out[1:] == ["state", "active", "inactive"]
+            code, _, err = _ctl_fails(*how, "list_stream_group_consumers", "--stream", stream,
+                                      "--reference", "nobody")
+            assert (code, err) == (70, "Error:\nThe group does not exist\n")
+    finally:
+        for p in (a, b):
+            p.close()
+        admin.call(schema.Delete(admin.next_corr(), stream=stream), schema.DeleteResponse)
+        admin.close()
+
+
+def test_X3_X4_ctl_list_stream_tracking_socket_and_url(broker: BrokerProcess) -> None:
+    """rabbitmq-streams list_stream_tracking STREAM [--all|--offset|--writer] (RabbitMQ
+    3.11+: its CLI command is the reference): `type name tracking_value` rows, a named
+    publisher's last publishing id as `writer`, a consumer's stored offset as `offset`;
+    a stream that is not there: "The stream does not exist."."""
+    port = broker.stream_port
+    stream = f"xt-{uuid.uuid4().hex[:8]}"
+    p = StreamPeer(port)
+    try:
+        assert p.login() == 1
+        assert p.call(schema.Create(p.next_corr(), stream=stream, arguments=[]),
+                      schema.CreateResponse).response_code == 1
+        assert p.call(schema.DeclarePublisher(p.next_corr(), publisher_id=1, reference="w1",
+                                              stream=stream),
+                      schema.DeclarePublisherResponse).response_code == 1
+        p.send(schema.Publish(publisher_id=1, messages=[schema.Message(
+            publishing_id=i, filter_value=None, data=bytes(AMQPMessage(body=b"t")))
+            for i in (5, 6, 7)]))
+        confirmed: list[int] = []
+        while len(confirmed) < 3:
+            confirmed += p.wait(schema.PublishConfirm).publishing_ids
+        p.send(schema.StoreOffset(reference="c1", stream=stream, offset=2))
+        assert p.call(schema.QueryOffset(p.next_corr(), reference="c1", stream=stream),
+                      schema.QueryOffsetResponse).offset == 2
+        for how in _ways(broker):
+            out = ctl(*how, "list_stream_tracking", stream).splitlines()
+            assert out == [f"Listing tracking information for stream {stream} ...",
+                           "type\tname\ttracking_value", "writer\tw1\t7", "offset\tc1\t2"]
+            assert ctl(*how, "list_stream_tracking", stream, "--all").splitlines() == out
+            assert ctl(*how, "list_stream_tracking", stream, "--offset",
+                       "--vhost", "/").splitlines()[2:] == ["offset\tc1\t2"]
+            assert ctl(*how, "list_stream_tracking", stream,
+                       "--writer").splitlines()[2:] == ["writer\tw1\t7"]
+            code, _, err = _ctl_fails(*how, "list_stream_tracking", stream + "-nope")
+            assert (code, err) == (70, "Error:\nThe stream does not exist.\n")
+    finally:
+        p.call(schema.Delete(p.next_corr(), stream=stream), schema.DeleteResponse)
+        p.close()

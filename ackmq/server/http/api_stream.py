@@ -10,9 +10,11 @@ from typing import Any
 
 from aiohttp import web
 
+from ackmq.broker.access import READ
 from ackmq.server import views_stream
 from ackmq.server.http.api_node import visible_connections
-from ackmq.server.http.common import add_listing, listing, vhost_arg
+from ackmq.server.http.common import add_listing, listing, one, sees_all, server, user, vhost_arg
+from ackmq.server.ops import OpError, not_found
 
 
 def _streams(request: web.Request) -> list[Any]:
@@ -34,9 +36,26 @@ async def list_consumers(request: web.Request) -> web.Response:
     return listing(request, [s for c in _streams(request) for s in views_stream.consumers(c)])
 
 
+async def list_tracking(request: web.Request) -> web.Response:
+    """ackmq's own (RabbitMQ reads it over Erlang distribution): a stream's tracking,
+    rabbitmq-streams list_stream_tracking's rows, for `ackmq ctl --url`. Who may: an
+    administrator or monitoring user, or one with read permission on the stream."""
+    vhost = vhost_arg(request)
+    srv = server(request)
+    q = views_stream.stream_of(srv.broker.vhosts[vhost], request.match_info["queue"])
+    if q is None:
+        raise not_found()
+    u = user(request)
+    perm = srv.access.permission(u.name, vhost)
+    if not sees_all(u) and (perm is None or not perm.allows(READ, q.name)):
+        raise OpError(401, "not_authorised", "Access refused.")
+    return one(request, {"items": views_stream.tracking(q)})
+
+
 def register(app: web.Application) -> None:
     r = app.router
     add_listing(r, "/api/stream/connections", list_connections)
     add_listing(r, "/api/stream/publishers", list_publishers)
     r.add_get("/api/stream/publishers/{vhost}/{queue}", list_publishers)
     add_listing(r, "/api/stream/consumers", list_consumers)
+    r.add_get("/api/stream/tracking/{vhost}/{queue}", list_tracking)
