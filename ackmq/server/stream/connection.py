@@ -205,7 +205,7 @@ class StreamConnection(ClientConnection):
         elif key == K.SASL_HANDSHAKE and self.state in (S.PEER, S.SASL):
             if self.state == S.PEER:
                 self._to(S.SASL)
-            self.write(F.sasl_handshake_response(c.correlation_id, MECHANISMS))
+            self.write(F.sasl_handshake_response(c.correlation_id, self._mechanisms()))
         elif key == K.SASL_AUTHENTICATE and self.state == S.SASL:
             self._authenticate(c)
         elif key in (K.TUNE, K.RESPONSE | K.TUNE) and self.state == S.TUNING:
@@ -228,14 +228,21 @@ class StreamConnection(ClientConnection):
         return {"product": "ackmq", "version": VERSION, "platform": "Python",
                 "information": "ackmq: RabbitMQ's stream protocol, docs/stream-protocol.md"}
 
+    def _mechanisms(self) -> list[str]:
+        """RabbitMQ 3.10's two, and EXTERNAL on a TLS connection with a verified client
+        certificate (as with RabbitMQ's rabbitmq_auth_mechanism_ssl, whose mechanism is
+        offered where a peer certificate is)."""
+        return MECHANISMS + ["EXTERNAL"] if self.certificate_user() else MECHANISMS
+
     def _authenticate(self, c: Command) -> None:
         mech = c.mechanism or ""
-        if mech not in MECHANISMS:
+        if mech not in self._mechanisms():
             self.write(F.sasl_authenticate_response(c.correlation_id,
                                                     K.SASL_MECHANISM_NOT_SUPPORTED))
             return
         got = admission.counted(self.ctx.broker.stats, "stream", admission.sasl_login(
-            self.ctx, mech, c.data or b"", self.peer, None))
+            self.ctx, mech, c.data or b"", self.peer,
+            self.certificate_user() if mech == "EXTERNAL" else None))
         if isinstance(got, Refusal):
             log.warning("stream protocol %s login refused for user %r from %s", mech,
                         got.user, self.peer)
