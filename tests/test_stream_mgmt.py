@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from conftest import BrokerProcess
@@ -284,4 +285,48 @@ def test_X3_X4_ctl_list_stream_tracking_socket_and_url(broker: BrokerProcess) ->
             assert (code, err) == (70, "Error:\nThe stream does not exist.\n")
     finally:
         p.call(schema.Delete(p.next_corr(), stream=stream), schema.DeleteResponse)
+        p.close()
+
+
+def test_X1_api_stream_connection_pages(broker: BrokerProcess) -> None:
+    """rabbitmq_stream_management's per-connection pages: GET
+    /api/stream/connections/{vhost}/{name} (the connection with its counts),
+    .../publishers and .../consumers (that connection's only), DELETE closes it; a name
+    that is no stream connection: 404."""
+    def check() -> None:
+        (con,) = get(broker, "/api/stream/consumers")
+        (pub,) = get(broker, "/api/stream/publishers")
+        cname, pname = con["connection_details"]["name"], pub["connection_details"]["name"]
+        assert cname != pname
+        page = get(broker, f"/api/stream/connections/%2F/{quote(cname, safe='')}")
+        assert (page["name"], page["protocol"], page["consumers"], page["publishers"]) == (
+            cname, "stream", 1, 0)
+        base = f"/api/stream/connections/%2F/{quote(pname, safe='')}"
+        assert get(broker, base + "/publishers") == [pub]
+        assert get(broker, base + "/consumers") == []
+        assert get(broker, f"/api/stream/connections/%2F/{quote(cname, safe='')}"
+                           "/consumers") == [con]
+        t = Target("ackmq", http_base(broker), "")
+        assert t.call("GET", "/api/stream/connections/%2F/no-such-conn").status == 404
+        # an AMQP connection is no stream connection
+        amqp = [c["name"] for c in get(broker, "/api/connections") if c["protocol"] != "stream"]
+        for n in amqp:
+            assert t.call("GET", f"/api/stream/connections/%2F/{quote(n, safe='')}"
+                          ).status == 404
+    _run(broker, check)
+
+
+def test_X1_api_stream_connection_delete_closes_it(broker: BrokerProcess) -> None:
+    port = broker.stream_port
+    p = StreamPeer(port)
+    try:
+        assert p.login() == 1
+        (conn,) = get(broker, "/api/stream/connections")
+        r = Target("ackmq", http_base(broker), "").call(
+            "DELETE", f"/api/stream/connections/%2F/{quote(conn['name'], safe='')}",
+            headers={"X-Reason": "bye"})
+        assert r.status == 204
+        close = p.wait(schema.Close)
+        assert close.reason == "bye"
+    finally:
         p.close()
