@@ -321,7 +321,9 @@ def test_X1_api_stream_connection_delete_closes_it(broker: BrokerProcess) -> Non
     p = StreamPeer(port)
     try:
         assert p.login() == 1
-        (conn,) = get(broker, "/api/stream/connections")
+        mine = p.sock.getsockname()[1]
+        (conn,) = [c for c in get(broker, "/api/stream/connections")
+                   if c["peer_port"] == mine]
         r = Target("ackmq", http_base(broker), "").call(
             "DELETE", f"/api/stream/connections/%2F/{quote(conn['name'], safe='')}",
             headers={"X-Reason": "bye"})
