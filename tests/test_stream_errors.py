@@ -146,3 +146,20 @@ def test_X6_stream_error_counters_as_rabbitmq(mgmt: Target) -> None:
         "delete": {"stream_not_available": 1},
         "unknown frame": {"unknown_frame": 1}, "bad password": {}, "no such vhost": {},
         "close": {}}, mgmt.kind
+
+
+def test_X6_answer_code_reads_the_code_of_every_answer_and_of_nothing_else() -> None:
+    """In process: the front end counts errors from the answers it wrote
+    (frames.answer_code), so the code must be found in each answer's layout (Credit's
+    has no correlation id) and not in frames that carry none."""
+    from ackmq.protocol.stream import constants as K
+    from ackmq.protocol.stream import frames as F
+    assert F.answer_code(F.response(K.SUBSCRIBE, 7, K.STREAM_DOES_NOT_EXIST)) == 0x02
+    assert F.answer_code(F.u64_response(K.QUERY_OFFSET, 7, K.NO_OFFSET, 0)) == 0x13
+    assert F.answer_code(F.credit_response(K.SUBSCRIPTION_ID_DOES_NOT_EXIST, 3)) == 0x04
+    assert F.answer_code(F.response(K.DELETE, 1, K.OK)) == K.OK
+    assert F.answer_code(F.publish_confirm(1, [1, 2])) is None
+    assert F.answer_code(F.metadata_update(K.STREAM_NOT_AVAILABLE, "s")) is None
+    assert F.answer_code(F.heartbeat()) is None
+    assert F.answer_code(b"") is None
+    assert set(K.ERROR_NAMES) == set(range(0x02, 0x13))  # every code but OK, NO_OFFSET

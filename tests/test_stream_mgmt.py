@@ -332,3 +332,22 @@ def test_X1_api_stream_connection_delete_closes_it(broker: BrokerProcess) -> Non
         assert close.reason == "bye"
     finally:
         p.close()
+
+
+def test_X5_group_consumers_from_the_consumers_listing() -> None:
+    """In process: a group is the single active consumers of one name on one stream (a
+    plain subscription with the same name is none of it), the active one first."""
+    from ackmq.ctl.streams import group_consumers
+
+    def sub(sid: int, stream: str, name: str, sac: bool, active: bool) -> dict[str, Any]:
+        props = {"name": name} | ({"single-active-consumer": "true"} if sac else {})
+        return {"queue": {"name": stream}, "subscription_id": sid, "properties": props,
+                "active": active, "connection_details": {"name": f"c{sid}"}}
+
+    listing = [sub(1, "s", "g", True, False), sub(2, "s", "g", False, True),
+               sub(3, "t", "g", True, True), sub(4, "s", "g", True, True),
+               sub(5, "s", "h", True, True)]
+    assert group_consumers(listing, "s", "g") == [
+        {"subscription_id": 4, "connection_name": "c4", "state": "active"},
+        {"subscription_id": 1, "connection_name": "c1", "state": "inactive"}]
+    assert group_consumers(listing, "s", "nobody") == []
