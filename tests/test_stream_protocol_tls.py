@@ -23,6 +23,7 @@ from rstream import (
     SlasMechanism,
     schema,
 )
+from support.mgmthelp import Target
 from support.streamraw import StreamPeer
 from support.tlshelp import cert_broker, port_in_log, server_files
 
@@ -79,6 +80,14 @@ def verifying(tmp_path: Path, files: dict[str, Path]) -> Iterator[BrokerProcess]
     b.stop()
 
 
+def _stream_connections(b: BrokerProcess) -> list[dict[str, object]]:
+    base = port_in_log(b, re.compile(r"(http://\S+?:\d+)"), "management URL")
+    r = Target("ackmq", base.replace("0.0.0.0", "127.0.0.1"), "").call(
+        "GET", "/api/stream/connections")
+    assert r.status == 200
+    return list(r.body)
+
+
 def _client_tls(ca: trustme.CA, cert_for: str | None) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
     ca.configure_trust(ctx)
@@ -118,6 +127,9 @@ def test_X1_U4_stream_external_login_by_certificate_cn(verifying: BrokerProcess,
                             ) as p:
             await p.create_stream("ext-s")
             await p.send_wait("ext-s", AMQPMessage(body=b"by certificate"))
+            conns = await asyncio.to_thread(_stream_connections, verifying)
+            assert {(c["user"], c["auth_mechanism"], c["ssl"]) for c in conns} == {
+                ("guest", "EXTERNAL", True)}
 
     asyncio.run(asyncio.wait_for(go(), 60))
     assert _mechanisms_and_login(port, _client_tls(ca, "guest")) == (

@@ -251,6 +251,7 @@ class StreamConnection(ClientConnection):
             self._close_with(F.sasl_authenticate_response(c.correlation_id, code))
             return
         self.user = got
+        self.auth_mechanism = mech  # (the API's connection listings show it)
         self._to(S.TUNING)
         self.write(F.sasl_authenticate_response(c.correlation_id, K.OK))
         self.write(F.tune(FRAME_MAX, self.ctx.config.heartbeat))
