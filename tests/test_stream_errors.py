@@ -3,14 +3,17 @@
 answers a command with that code. The same calls against RabbitMQ 3.10.8's stream plugin
 (its Prometheus endpoint on 15692) and ackmq give the same increments: one per refused
 command (a Publish frame of an unknown publisher counts once, whatever its messages), the
-Close of an unknown frame counted, the MetadataUpdate telling a connection with a
+Close of an unknown frame counted (not a frame too large: rabbit_stream_reader closes
+for it without counting), the MetadataUpdate telling a connection with a
 publisher on a deleted stream counted as stream_not_available, nothing counted for QueryOffset's "no offset",
 Metadata of a missing stream or the opening's refusals (bad password, vhost, mechanism),
 which RabbitMQ 3.10 does not count."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import struct
 import uuid
 from typing import Any
 
@@ -64,6 +67,17 @@ def _steps(port: int, stream: str) -> list[tuple[str, Any]]:
                 q.close()
         return go
 
+    def too_large() -> None:
+        q = StreamPeer(port)
+        try:
+            assert q.login() == 1
+            n = 1048576 + 100  # above the frame max both brokers tune (1 MiB)
+            q.send(struct.pack(">I", n) + b"\x00\x0d\x00\x01" + bytes(n - 4))
+            with contextlib.suppress(EOFError, OSError):  # RabbitMQ 3.10 may just close
+                q.wait(schema.Close)
+        finally:
+            q.close()
+
     missing = stream + "-nope"
     return [
         ("create", call(schema.Create(p.next_corr(), stream=stream, arguments=[]),
@@ -113,6 +127,7 @@ def _steps(port: int, stream: str) -> list[tuple[str, Any]]:
                              schema.UnsubscribeResponse)),
         ("delete", call(schema.Delete(p.next_corr(), stream=stream), schema.DeleteResponse)),
         ("unknown frame", garbage),
+        ("frame too large", too_large),
         ("bad password", login("guest", "wrong", "/")),
         ("no such vhost", login("guest", "guest", "no-such-vhost-xe")),
         ("close", lambda: p.close()),
@@ -144,7 +159,7 @@ def test_X6_stream_error_counters_as_rabbitmq(mgmt: Target) -> None:
         "metadata missing": {}, "unsubscribe": {},
         # the connection's publisher is told the stream went (MetadataUpdate 0x06)
         "delete": {"stream_not_available": 1},
-        "unknown frame": {"unknown_frame": 1}, "bad password": {}, "no such vhost": {},
+        "unknown frame": {"unknown_frame": 1}, "frame too large": {}, "bad password": {}, "no such vhost": {},
         "close": {}}, mgmt.kind
 
 

@@ -321,9 +321,11 @@ class StreamConnection(ClientConnection):
     # -- closing ------------------------------------------------------------------------------
     def close_connection(self, code: int, reason: str) -> None:
         """Bad input: the protocol's Close with its code (counted, as RabbitMQ counts its
-        stream errors), then wait briefly for the answer."""
+        stream errors: all but a frame too large, which rabbit_stream_reader closes
+        without counting), then wait briefly for the answer."""
         if self.state not in (S.CLOSING, S.CLOSED):
-            self.count_error(code)
+            if code != K.FRAME_TOO_LARGE:
+                self.count_error(code)
             self._close_frame(code, reason)
 
     def _close_frame(self, code: int, reason: str) -> None:
