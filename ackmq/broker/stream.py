@@ -175,6 +175,9 @@ class StreamQueue(Queue):
     def tracked(self, kind: int, ref: str) -> int | None:
         return None if self.log is None else self.log.tracked(kind, ref)
 
+    def tracked_all(self) -> list[tuple[int, str, int]]:
+        return [] if self.log is None else self.log.tracked_all()
+
     def track(self, kind: int, ref: str, value: int) -> None:
         """A publisher's sequence or a consumer's offset, durable with this turn's commit."""
         lg = self.log

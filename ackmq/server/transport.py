@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from ackmq.server.states import check_transition
+from ackmq.server.tls import certificate_user
 
 if TYPE_CHECKING:
     from ackmq.broker.channel import ChannelModel
@@ -108,6 +109,12 @@ class ClientConnection(asyncio.Protocol):
         # a client that never completes the handshake is dropped (RabbitMQ: 10 s)
         self._close_timer = self.ctx.loop.call_later(
             self.ctx.config.handshake_timeout, self._handshake_timeout)
+
+    def certificate_user(self) -> str | None:
+        """The EXTERNAL mechanism's user: the CN of the client's verified TLS certificate
+        (None: no TLS, no certificate), for every protocol's SASL (admission.sasl_login)."""
+        t = self.transport
+        return None if t is None else certificate_user(t.get_extra_info("peercert"))
 
     def data_received(self, data: bytes) -> None:
         self.last_recv = time.monotonic()
