@@ -38,6 +38,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ackmq.spark.source import DEFAULT_URL, trace
+from ackmq.spark.streamproto import read_range as read_range_stream
+from ackmq.spark.streamproto import stream_url_for
 from ackmq.spark.streamrows import stream_batch
 from ackmq.spark.streamwire import (
     data_loss,
@@ -47,6 +49,9 @@ from ackmq.spark.streamwire import (
     read_range,
     report_loss,
 )
+
+PROTOCOLS = ("stream", "amqp")
+DEFAULT_PROTOCOL = "amqp"
 
 
 def parse_position(text: str, what: str) -> str | int | dt.datetime:
@@ -104,6 +109,16 @@ class _StreamOptions:
         self.plan_timeout = float(options.get("planTimeout") or 3.0)
         self.fail_on_data_loss = parse_bool(options.get("failOnDataLoss") or "true",
                                             "failOnDataLoss")
+        # how read tasks read their range: RabbitMQ's stream protocol (the default: see
+        # docs/spark.md for the figures) or AMQP 0-9-1; the probes use AMQP either way
+        self.protocol = str(options.get("protocol") or DEFAULT_PROTOCOL).strip().lower()
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got "
+                             f"{options.get('protocol')!r}")
+        self.stream_url = ""
+        if self.protocol == "stream":
+            self.stream_url = options.get("streamUrl") or os.environ.get(
+                "ACKMQ_STREAM_URL") or stream_url_for(self.url)
 
     def check_start(self, start: int, end: int) -> int:
         """Planning a range [start, end): when retention already removed its head (the
@@ -148,9 +163,15 @@ class _StreamOptions:
         p: StreamRange = partition  # type: ignore[assignment]
         trace("read", p.start, p.end)
         _kill_hook(p)
-        for items in read_range(self.url, self.stream, p.start, p.end,
-                                prefetch=self.prefetch,
-                                fail_on_data_loss=self.fail_on_data_loss):
+        if self.protocol == "stream":
+            reads = read_range_stream(self.stream_url, self.stream, p.start, p.end,
+                                      amqp_url=self.url,
+                                      fail_on_data_loss=self.fail_on_data_loss)
+        else:
+            reads = read_range(self.url, self.stream, p.start, p.end,
+                               prefetch=self.prefetch,
+                               fail_on_data_loss=self.fail_on_data_loss)
+        for items in reads:
             yield stream_batch(items)
 
 
