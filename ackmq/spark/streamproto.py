@@ -34,7 +34,14 @@ from ackmq.protocol.stream import constants as K
 from ackmq.protocol.stream.chunk import read_chunk
 from ackmq.protocol.stream.frames import StreamFrameError, frame
 from ackmq.protocol.stream.messages import RAW_HEADER, split_data
-from ackmq.protocol.stream.peer import ServerFrame, close_response, read_frame, request
+from ackmq.protocol.stream.peer import (
+    ServerFrame,
+    close_response,
+    metadata_codes,
+    read_frame,
+    read_properties,
+    request,
+)
 from ackmq.spark.amqp import ConsumerError, safe_url
 from ackmq.spark.schema import PROPERTY_FIELDS, properties_columns
 from ackmq.spark.streamwire import Delivered, data_loss, report_loss
@@ -141,14 +148,21 @@ class StreamPeer:
     def __init__(self, url: str, timeout: float = 10.0) -> None:
         self.url = url
         u = urlsplit(url)
-        self.sock = socket.create_connection((u.hostname or "127.0.0.1",
-                                              u.port or DEFAULT_PORT), timeout=timeout)
+        try:
+            self.sock = socket.create_connection((u.hostname or "127.0.0.1",
+                                                  u.port or DEFAULT_PORT), timeout=timeout)
+        except OSError as exc:
+            raise ConsumerError(
+                f"cannot reach the {self.what()}: {exc!r} (is the stream protocol enabled "
+                "there, RabbitMQ's rabbitmq_stream plugin? set the source option streamUrl, "
+                "or protocol=amqp)") from exc
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = bytearray()
         self.corr = 0
         self.pending: list[ServerFrame] = []  # frames read while waiting for a response
         self.timeout = timeout
-        self.call(K.PEER_PROPERTIES, properties={"product": "ackmq-spark"})
+        r = self.call(K.PEER_PROPERTIES, properties={"product": "ackmq-spark"})
+        self.properties = read_properties(r.rest)
         self.call(K.SASL_HANDSHAKE)
         cred = b"\0" + unquote(u.username or "guest").encode() + b"\0" + \
             unquote(u.password or "guest").encode()
@@ -240,6 +254,30 @@ class StreamPeer:
         finally:
             with contextlib.suppress(OSError):
                 self.sock.close()
+
+
+def unusable(url: str, stream: str, product: str) -> str | None:
+    """Why the stream protocol at `url` cannot stand in for the AMQP broker whose
+    `product` is given, to read `stream` (None: it can): nothing listens, the login or
+    vhost is refused, another broker answers, or it has no such stream."""
+    try:
+        peer = StreamPeer(url, timeout=5.0)
+    except (ConsumerError, StreamFrameError) as exc:
+        return str(exc)
+    try:
+        theirs = peer.properties.get("product", "")
+        if theirs != product:
+            return (f"{peer.what()} is {theirs!r}, the AMQP broker {product!r} (set the "
+                    "source option streamUrl)")
+        r = peer.call(K.METADATA, streams=[stream])
+        code = metadata_codes(r.rest).get(stream, K.STREAM_DOES_NOT_EXIST)
+        if code != K.OK:
+            return f"{peer.what()}: stream {stream!r}: {code_name(code)}"
+        return None
+    except (ConsumerError, StreamFrameError) as exc:
+        return str(exc)
+    finally:
+        peer.close()
 
 
 def read_range(url: str, stream: str, start: int, end: int, *, amqp_url: str,

@@ -131,3 +131,30 @@ def read_frame(data: bytes | memoryview) -> ServerFrame:
 def close_response(correlation_id: int) -> bytes:
     """The answer to the server's Close."""
     return frame(K.RESPONSE | K.CLOSE, 1, _U32.pack(correlation_id) + _U16.pack(K.OK))
+
+
+def read_properties(rest: bytes | memoryview) -> dict[str, str]:
+    """PeerProperties' and Open's response: the map after the code."""
+    r = Reader(rest)
+    out: dict[str, str] = {}
+    for _ in range(r.count()):
+        k = r.string()
+        out[k or ""] = r.string() or ""
+    return out
+
+
+def metadata_codes(rest: bytes | memoryview) -> dict[str, int]:
+    """Metadata's response (after the correlation id): each stream's code."""
+    r = Reader(rest)
+    for _ in range(r.count()):  # brokers: reference, host, port
+        r.u16()
+        r.string()
+        r.u32()
+    out: dict[str, int] = {}
+    for _ in range(r.count()):
+        name, code = r.string() or "", r.u16()
+        r.u16()  # leader
+        for _ in range(r.count()):
+            r.u16()
+        out[name] = code
+    return out
