@@ -74,7 +74,10 @@ class StreamDriver:
             cmd += ["--starting-offsets", starting]
         self.trace = work / "trace.log"
         self.trace_from = self.trace.stat().st_size if self.trace.exists() else 0
-        env = dict(os.environ, ACKMQ_SPARK_TRACE=str(self.trace), **(env or {}))
+        # the broker's own stream port (the session ackmq's is a free one): the read
+        # tasks' default protocol is then the stream protocol on both brokers
+        env = dict(os.environ, ACKMQ_SPARK_TRACE=str(self.trace),
+                   ACKMQ_STREAM_URL=streamhelp.stream_protocol_url(url), **(env or {}))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, start_new_session=True, env=env)
         self.landed = threading.Event()

@@ -751,3 +751,42 @@ def test_X1_the_stream_listener_in_overview_and_health_checks(mgmt: Target) -> N
     assert [x["port"] for x in r.body["listeners"] if x["protocol"] == "stream"] == [port]
     r = mgmt.call("GET", "/api/health/checks/protocol-listener/stream")
     assert (r.status, r.body) == (200, {"status": "ok", "protocol": "stream"})
+
+
+def test_X1_last_is_the_newest_chunk_not_a_whole_large_batch(mgmt: Target) -> None:
+    """rstream's own `test_offset_type_last`: 4,999 messages sent with one `send_batch`,
+    then a consumer from `last` gets the newest chunk: fewer than all of them, ending
+    with the last. RabbitMQ's chunks hold what its writer took at once; ackmq's are the
+    Delivers it builds, at most 256 records, so `last` starts at most 256 records before
+    the end of the newest batch (before: the whole batch written in one loop turn)."""
+    port = _stream_port(mgmt)
+    stream = _name("last")
+
+    async def go() -> None:
+        async with producer(port) as p:
+            await p.create_stream(stream)
+            try:
+                await p.send_batch(stream, [AMQPMessage(body=b"%d" % i)
+                                            for i in range(1, 5000)])
+                got: list[bytes] = []
+                done = asyncio.Event()
+
+                async def on(msg: Any, ctx: MessageContext) -> None:
+                    got.append(bytes(msg.body))
+                    if got[-1] == b"4999":
+                        done.set()
+
+                c = Consumer("127.0.0.1", port=port, username="guest", password="guest")
+                await c.start()
+                try:
+                    await c.subscribe(stream, on, decoder=amqp_decoder,
+                                      offset_specification=ConsumerOffsetSpecification(
+                                          OffsetType.LAST))
+                    await asyncio.wait_for(done.wait(), 30)
+                finally:
+                    await c.close()
+                assert 0 < len(got) < 4999 and got[-1] == b"4999"
+                assert got == [b"%d" % i for i in range(5000 - len(got), 5000)]
+            finally:
+                await p.delete_stream(stream)
+    run(go())

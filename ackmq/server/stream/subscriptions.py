@@ -34,9 +34,15 @@ _SPEC = {K.OFFSET_FIRST: "first", K.OFFSET_LAST: "last", K.OFFSET_NEXT: "next",
 
 
 def offset_spec(q: StreamQueue, spec: tuple[int, int]) -> int:
-    """Where (type, value) starts in `q` (a timestamp in ms, as Erlang's system time)."""
+    """Where (type, value) starts in `q` (a timestamp in ms, as Erlang's system time).
+    `last` is the newest chunk: ackmq's chunks are its Delivers, at most CHUNK_RECORDS
+    records, so at most that many before the end of the newest batch written together
+    (a client's 5,000-message batch is not one chunk)."""
     kind, value = spec
-    return q.start_offset(_SPEC.get(kind, "next"), value)
+    start = q.start_offset(_SPEC.get(kind, "next"), value)
+    if kind == K.OFFSET_LAST and q.log is not None:
+        start = max(start, q.log.next_offset - CHUNK_RECORDS)
+    return start
 
 
 @dataclass(slots=True, eq=False)
