@@ -623,6 +623,79 @@ def test_X5_single_active_consumer_hands_over_on_unsubscribe(broker: BrokerProce
         b.close()
 
 
+def test_X5_super_stream_single_active_consumers_take_one_partition_each(
+        broker: BrokerProcess) -> None:
+    """rstream's own `test_consume_superstream_with_sac_*`: three SuperStreamConsumers of
+    one name on a three-partition super stream get one partition each, as RabbitMQ 3.11+
+    rebalances (super streams and single active consumer arrived in 3.11; the reference
+    is RabbitMQ's documentation, "Single Active Consumer" with super streams, and its
+    sac coordinator: the active member of a partition's group is the one at the
+    partition's index modulo the group's size). The first consumer is told it is
+    inactive on the partitions the later ones take over. Before: the first consumer kept
+    all three, the others got nothing."""
+    from rstream import EventContext, OffsetSpecification, SuperStreamConsumer
+
+    name, port = _name("sacss"), broker.stream_port
+    parts = [f"{name}-{i}" for i in range(3)]
+
+    def super_stream(create: bool) -> None:
+        peer = StreamPeer(port)
+        try:
+            assert peer.login() == 1
+            frame: Any = schema.CreateSuperStream(
+                peer.next_corr(), super_stream=name, partitions=parts,
+                binding_keys=["k0", "k1", "k2"], arguments=[]) if create else \
+                schema.DeleteSuperStream(peer.next_corr(), super_stream=name)
+            reply = schema.CreateSuperStreamResponse if create else \
+                schema.DeleteSuperStreamResponse
+            assert peer.call(frame, reply).response_code == 1
+        finally:
+            peer.close()
+
+    async def go() -> None:
+        events: list[tuple[int, str, bool]] = []
+        got: list[list[str]] = [[], [], []]
+        consumers = [SuperStreamConsumer("127.0.0.1", port=port, username="guest",
+                                         password="guest", super_stream=name)
+                     for _ in range(3)]
+
+        def listener(i: int) -> Callable[[bool, EventContext], Awaitable[Any]]:
+            async def on_update(active: bool, ctx: EventContext) -> OffsetSpecification:
+                events.append((i, ctx.stream, active))
+                return OffsetSpecification(OffsetType.NEXT, 0)
+            return on_update
+
+        try:
+            for i, c in enumerate(consumers):
+                await c.start()
+                await c.subscribe(
+                    lambda m, ctx, i=i: got[i].append(ctx.stream), decoder=amqp_decoder,
+                    properties={"single-active-consumer": "true", "name": "grp",
+                                "super-stream": name},
+                    consumer_update_listener=listener(i))
+            want = {(0, parts[0], True), (1, parts[1], True), (2, parts[2], True),
+                    (0, parts[1], False), (0, parts[2], False)}
+            deadline = time.monotonic() + 20
+            while not want <= set(events) and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert want <= set(events), events
+            async with producer(port) as p:
+                for part in parts:
+                    for k in range(5):
+                        await p.send_wait(part, AMQPMessage(body=b"%d" % k))
+            while sum(map(len, got)) < 15 and time.monotonic() < deadline + 10:
+                await asyncio.sleep(0.1)
+            assert got == [[parts[0]] * 5, [parts[1]] * 5, [parts[2]] * 5]
+        finally:
+            for c in consumers:
+                await c.close()
+    super_stream(True)
+    try:
+        run(go())
+    finally:
+        super_stream(False)
+
+
 async def _publish_named_stream(port: int, stream: str, n: int) -> None:
     async with producer(port) as p:
         await p.create_stream(stream)
