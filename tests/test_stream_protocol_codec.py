@@ -195,8 +195,9 @@ def test_X2_conversions_by_the_last_prefix_keep_each_message_whole() -> None:
 
 def test_X1_client_side_codec_against_rstreams() -> None:
     """protocol/stream/peer.py (the Spark reader's client side): its requests are what
-    rstream encodes and the server's table decodes; server frames
-    them are read back (the server's encoder, which rstream reads); a chunk's gzip sub-entry batch is read record by record."""
+    rstream encodes and the server's table decodes; server frames (from the server's
+    encoder, which rstream reads) are read back; a chunk's gzip sub-entry batch is read
+    record by record."""
     from ackmq.protocol.stream import peer as P
 
     sub = P.request(K.SUBSCRIBE, correlation_id=5, subscription_id=1, stream="s",
