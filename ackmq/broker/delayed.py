@@ -44,6 +44,7 @@ from ackmq.broker.exchange import EXCHANGE_CLASSES, Exchange
 from ackmq.broker.message import Message
 from ackmq.broker.queue_type import Queue
 from ackmq.broker.storage import QueueDef, QueuedMessages, Store
+from ackmq.broker.timers import Deadline
 from ackmq.protocol.amqp.properties import header_value, properties_with_header
 
 if TYPE_CHECKING:
@@ -144,8 +145,7 @@ class TimerStore(Queue):
         self._far_keys: list[int] = []
         self._far_count = 0
         self._next = (vhost.broker.epoch << 40) + 1
-        self._timer: Any = None
-        self._armed = 0  # due time (ms) the timer is set for; 0: none
+        self._deadline = Deadline(vhost.broker.timers, self.fire)
         self.fired = 0   # routed when due, so far (introspection)
 
     # -- counters -----------------------------------------------------------------
@@ -166,9 +166,7 @@ class TimerStore(Queue):
 
     def destroy(self) -> None:
         self.deleted = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadline.cancel()
         self._heap.clear()
         self._hot.clear()
         self._far.clear()
@@ -222,9 +220,7 @@ class TimerStore(Queue):
             store.add(self.name, seq, self._record_exchange(due, message, seq),
                       message.routing_key, message.properties, message.body)
             stored = True
-        wake = self._hold(seq, due, message, stored)
-        if not self._armed or wake < self._armed:
-            self._arm()
+        self._wake_by(self._hold(seq, due, message, stored))
 
     def _hold(self, seq: int, due: int, message: Message, stored: bool) -> int:
         """Keep a pending message: in the heap when due within NEAR_MS (its body too,
@@ -261,24 +257,22 @@ class TimerStore(Queue):
                 heapq.heappush(self._heap, (due << 64) | seq)
                 self._hot[seq] = msg  # due within seconds: held until then
 
+    def _wake_by(self, wake: int) -> None:
+        """Fire no later than `wake` (ms since the epoch, on the broker's one timers)."""
+        d = self._deadline
+        d.arm_by(d.timers.now() + (wake - now_ms()) / 1000.0)
+
     def _arm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._armed = 0
+        self._deadline.cancel()
         if self.deleted or not (self._heap or self._far_keys):
             return
         wake = self._heap[0] >> 64 if self._heap else 1 << 62
         if self._far_keys:
             wake = min(wake, (self._far_keys[0] << BUCKET_SHIFT) - LEAD_MS)
-        self._armed = wake
-        self._timer = self.vhost.broker.scheduler.call_later(
-            max(0.0, (wake - now_ms()) / 1000.0), self.fire)
+        self._wake_by(wake)
 
     def fire(self) -> None:
         """Route what is due (at most FIRE_BATCH now; the rest next turn), then re-arm."""
-        self._timer = None
-        self._armed = 0
         if self.deleted:
             return
         heap, now, n = self._heap, now_ms(), 0
@@ -290,8 +284,7 @@ class TimerStore(Queue):
         if n:
             self.vhost.broker.request_flush()
         if heap and n >= FIRE_BATCH and heap[0] >> 64 <= now:
-            self._armed = now
-            self._timer = self.vhost.broker.scheduler.call_later(0, self.fire)
+            self._deadline.arm_in(0)
         else:
             self._arm()
 

@@ -30,6 +30,7 @@ from ackmq.broker.message import Message, QueueEntry
 from ackmq.broker.queue_type import ACK, QUEUE_TYPES, REJECT, REQUEUE, Queue
 from ackmq.broker.readylist import ReadyList
 from ackmq.broker.retry import Backoff, RetryHeap, backoff_of
+from ackmq.broker.timers import Deadline
 
 if TYPE_CHECKING:
     from ackmq.broker.storage import QueuedMessages
@@ -79,9 +80,9 @@ class ClassicQueue(Queue):
         self._n = 0
         self.deleted = False
         self.had_consumers = False
-        self._ttl_timer: Any = None
-        self._ttl_due: float | None = None
-        self._expiry_timer: Any = None
+        timers = vhost.broker.timers
+        self._ttl = Deadline(timers, self._on_ttl)  # the head's message TTL
+        self._expiry = Deadline(timers, self._expired_unused)  # x-expires
         self.persistent_store = vhost.store if durable else None
         self.recovered_counts: dict[int, int] = {}  # seq -> deliveries before a restart
         # x-message-deduplication: the ids of the messages held (broker/dedup.py)
@@ -118,9 +119,7 @@ class ClassicQueue(Queue):
         expires = self.expires
         self._settings(self.vhost.broker.policies.queue_arguments(self))
         if self.expires != expires:
-            if self._expiry_timer is not None:
-                self._expiry_timer.cancel()
-                self._expiry_timer = None
+            self._expiry.cancel()
             self.touch()
         if self.overflow == "drop-head":
             ml, mlb, ready = self.max_length, self.max_length_bytes, self.ready
@@ -400,7 +399,7 @@ class ClassicQueue(Queue):
             delay = rule.delay_ms(entry.delivery_count, failed)
             if delay > 0:
                 if self._retry is None:
-                    self._retry = RetryHeap(self.vhost.broker.scheduler, self._retry_due)
+                    self._retry = RetryHeap(self.vhost.broker.timers, self._retry_due)
                 self._retry.push(entry, delay)
                 return
         self._back_in_place(entry, dispatch)
@@ -450,13 +449,9 @@ class ClassicQueue(Queue):
         """Used now: restart the x-expires countdown."""
         if self.expires is None or self.deleted:
             return
-        sched = self.vhost.broker.scheduler
-        if self._expiry_timer is not None:
-            self._expiry_timer.cancel()
-        self._expiry_timer = sched.call_later(self.expires / 1000.0, self._expired_unused)
+        self._expiry.arm_in(self.expires / 1000.0)
 
     def _expired_unused(self) -> None:
-        self._expiry_timer = None
         if self.deleted:
             return
         if self.consumers:
@@ -468,10 +463,8 @@ class ClassicQueue(Queue):
     def destroy(self) -> None:
         """Called by the vhost on delete: stop timers, forget everything."""
         self.deleted = True
-        for t in (self._ttl_timer, self._expiry_timer):
-            if t is not None:
-                t.cancel()
-        self._ttl_timer = self._expiry_timer = None
+        self._ttl.cancel()
+        self._expiry.cancel()
         if self._retry is not None:
             self._retry.clear()
         self.ready.discard()
@@ -497,17 +490,9 @@ class ClassicQueue(Queue):
         head = self.ready.peek()
         if head is None or head.expires_at is None:
             return
-        if self._ttl_due is not None and self._ttl_due <= head.expires_at:
-            return
-        if self._ttl_timer is not None:
-            self._ttl_timer.cancel()
-        self._ttl_due = head.expires_at
-        delay = max(0.0, head.expires_at - time.monotonic())
-        self._ttl_timer = self.vhost.broker.scheduler.call_later(delay, self._on_ttl)
+        self._ttl.arm_by(head.expires_at)
 
     def _on_ttl(self) -> None:
-        self._ttl_timer = None
-        self._ttl_due = None
         if self.deleted:
             return
         self._expire_head()

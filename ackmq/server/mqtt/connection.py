@@ -265,11 +265,9 @@ class MQTTConnection(Subscriptions, ClientConnection):
             ack_props["maximum_packet_size"] = ctx.config.mqtt_packet_limit()
         self.write(encode(ConnAck(rc.SUCCESS, present, ack_props), self.level))
         self._to(S.OPEN)
-        if self._close_timer is not None:
-            self._close_timer.cancel()
-            self._close_timer = None
+        self._handshake_done()
         if self.keep_alive:
-            self._hb_timer = ctx.loop.call_later(self.keep_alive, self._keep_alive_tick)
+            self._hb.arm_in(self.keep_alive, self._keep_alive_tick)
         for pid in sorted(self.released):  # [MQTT-4.4.0-1]: PUBRELs owed go again
             self.write(encode(PubRel(pid), self.level))
         self._start_consumers()
@@ -426,7 +424,6 @@ class MQTTConnection(Subscriptions, ClientConnection):
 
     def _keep_alive_tick(self) -> None:
         """A client silent for one and a half keep-alive periods is gone ([MQTT-3.1.2-24])."""
-        self._hb_timer = None
         if self.state != S.OPEN:
             return
         limit = self.keep_alive * 1.5
@@ -436,8 +433,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
             self._disconnect(rc.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
             self.ctx.request_flush()
             return
-        self._hb_timer = self.ctx.loop.call_later(max(0.1, limit - quiet),
-                                                  self._keep_alive_tick)
+        self._hb.arm_in(max(0.1, limit - quiet))
 
     # -- closing --------------------------------------------------------------------------
     def _disconnect(self, reason: int, text: str) -> None:
@@ -468,10 +464,8 @@ class MQTTConnection(Subscriptions, ClientConnection):
     def _release(self) -> None:
         """The will (N6) if the connection ended without DISCONNECT; unacked deliveries go
         back to the session's queues (D8); a clean session's queues go."""
-        for t in (self._hb_timer, self._close_timer):
-            if t is not None:
-                t.cancel()
-        self._hb_timer = self._close_timer = None
+        self._hb.cancel()
+        self._close.cancel()
         ch, self.channel = self.channel, None
         if ch is None:
             return
@@ -496,7 +490,6 @@ class MQTTConnection(Subscriptions, ClientConnection):
                          else rc.ADMINISTRATIVE_ACTION, text)
 
     def _handshake_timeout(self) -> None:
-        self._close_timer = None
         if self.state == S.CONNECT:
             log.info("MQTT handshake timeout from %s", self.peer)
             self._shutdown()
