@@ -31,9 +31,9 @@ from ackmq.broker.errors import (
     SoftError,
     check_shortstr,
 )
-from ackmq.broker.message import Message, QueueEntry
+from ackmq.broker.message import Message
 from ackmq.broker.operations import Operations
-from ackmq.broker.queue_type import ACK, RECOVER, REJECT, REQUEUE, RETURN, Queue
+from ackmq.broker.queue_type import ACK, RECOVER, REJECT, REQUEUE, RETURN, Queue, QueueEntry
 from ackmq.broker.scheduled import store_of
 from ackmq.broker.stats import MessageStats, ProtocolStats
 from ackmq.broker.timers import Deadline

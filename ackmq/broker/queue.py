@@ -26,8 +26,8 @@ from ackmq.broker.arguments import (
 from ackmq.broker.consumer import Consumer
 from ackmq.broker.dedup import QUEUE_ARG, DedupExchange, QueueIds, message_id
 from ackmq.broker.delayed import delay_ms
-from ackmq.broker.message import Message, QueueEntry
-from ackmq.broker.queue_type import ACK, QUEUE_TYPES, REJECT, REQUEUE, Queue
+from ackmq.broker.message import Message
+from ackmq.broker.queue_type import ACK, QUEUE_TYPES, REJECT, REQUEUE, Queue, QueueEntry
 from ackmq.broker.readylist import ReadyList
 from ackmq.broker.retry import Backoff, RetryHeap, backoff_of
 from ackmq.broker.timers import Deadline

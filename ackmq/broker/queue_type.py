@@ -20,7 +20,7 @@ from ackmq.broker.errors import ACCESS_REFUSED, PRECONDITION_FAILED, SoftError
 
 if TYPE_CHECKING:
     from ackmq.broker.consumer import Consumer
-    from ackmq.broker.message import Message, QueueEntry
+    from ackmq.broker.message import Message
     from ackmq.broker.retry import Backoff
     from ackmq.broker.storage import QueuedMessages, Store
     from ackmq.broker.vhost import VHost
@@ -31,6 +31,34 @@ RECOVER = "recover"  # basic.recover: asked of `check_settle` only (settled as R
 # a requeue the client did not ask for (channel or connection closed, basic.recover,
 # consumer timeout): as REQUEUE, except for a back-off of type "failed"/"returned" (L6)
 RETURN = "return"
+
+
+class QueueEntry:
+    """One message in one queue: `seq` orders the queue and survives requeue and restart.
+
+    `message` is None only for spilled entries handed back by `ReadyList.clear` (seq and
+    flags are all a purge needs).
+    """
+
+    __slots__ = ("message", "seq", "delivery_count", "redelivered", "expires_at", "persisted",
+                 "queue", "size", "priority")
+
+    def __init__(self, message: Message | None, seq: int, queue: Queue, size: int = 0,
+                 priority: int = 0) -> None:
+        self.message = message
+        if message is not None:
+            size, priority = len(message.body), message.priority
+        self.size = size
+        self.priority = priority
+        self.seq = seq
+        self.queue = queue
+        self.delivery_count = 0   # times returned to the queue after a delivery (D10)
+        self.redelivered = False  # D9
+        self.expires_at: float | None = None
+        self.persisted = False    # written to the store: an ack must remove it there
+
+    def __lt__(self, other: QueueEntry) -> bool:  # heap order for requeued entries
+        return self.seq < other.seq
 
 
 class Queue:

@@ -34,7 +34,7 @@ from ackmq.broker.argument_table import MAX_DELAY_MS, as_number, as_text
 from ackmq.broker.timers import Deadline, Timers
 
 if TYPE_CHECKING:
-    from ackmq.broker.message import QueueEntry
+    from ackmq.broker.queue_type import QueueEntry
 
 TYPE_ARG = "x-delayed-retry-type"
 MIN_ARG = "x-delayed-retry-min"

@@ -17,8 +17,8 @@ from ackmq.broker import stream_args
 from ackmq.broker.arguments import as_text
 from ackmq.broker.consumer import Consumer
 from ackmq.broker.errors import NOT_IMPLEMENTED, HardError
-from ackmq.broker.message import Message, QueueEntry
-from ackmq.broker.queue_type import ACK, QUEUE_TYPES, RECOVER, Queue
+from ackmq.broker.message import Message
+from ackmq.broker.queue_type import ACK, QUEUE_TYPES, RECOVER, Queue, QueueEntry
 from ackmq.protocol.amqp.properties import properties_with_header
 
 if TYPE_CHECKING:

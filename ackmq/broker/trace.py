@@ -34,8 +34,7 @@ from ackmq.protocol.amqp.properties import FLAGS
 if TYPE_CHECKING:
     from ackmq.broker.channel import ChannelModel, Taken
     from ackmq.broker.exchange import Exchange
-    from ackmq.broker.message import QueueEntry
-    from ackmq.broker.queue_type import Queue
+    from ackmq.broker.queue_type import Queue, QueueEntry
     from ackmq.broker.vhost import VHost
 
 TRACE_EXCHANGE = "amq.rabbitmq.trace"

@@ -36,9 +36,9 @@ from ackmq.broker.exchange import (
     Exchange,
     args_key,
 )
-from ackmq.broker.message import Message, QueueEntry
+from ackmq.broker.message import Message
 from ackmq.broker.queue import ClassicQueue  # noqa: F401 - registers classic
-from ackmq.broker.queue_type import Queue, queue_class
+from ackmq.broker.queue_type import Queue, QueueEntry, queue_class
 from ackmq.broker.storage import BindingDef, ExchangeDef, QueueDef
 from ackmq.broker.stream import StreamQueue  # noqa: F401 - registers stream
 from ackmq.broker.trace import TRACE_EXCHANGE, Tracer
