@@ -581,7 +581,7 @@ class ChannelModel(Operations):
         for _tag, d in taken:
             q = d.entry.queue
             if not q.deleted:
-                q.vhost.dead_letter(q, d.entry, reason, target[0], target[1])
+                self.vhost.dead_letter(q, d.entry, reason, target[0], target[1])
         self._settle(ACK, taken, "nack")  # the copy is dead-lettered: the original is
         # settled (a NACK for the lifecycle events, not an ack)
 

@@ -116,6 +116,7 @@ class TimerStore(Queue):
     destination; it is in no listing and takes no consumers."""
 
     kind = "timer"
+    vhost: VHost
     hidden = True
 
     def __init__(self, vhost: VHost, owner: Exchange | Queue | None, durable: bool,

@@ -56,13 +56,14 @@ def _str_arg(args: dict[str, Any], name: str) -> str | None:
 
 class ClassicQueue(Queue):
     kind = "classic"
+    vhost: VHost
 
     def __init__(self, vhost: VHost, name: str, durable: bool = False, exclusive_owner: Any = None,
                  auto_delete: bool = False, arguments: dict[str, Any] | None = None,
                  epoch: int = 0) -> None:
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments, epoch)
         a = self.arguments
-        self._retry: RetryHeap | None = None  # L6: messages waiting out a back-off
+        self._retry: RetryHeap[QueueEntry] | None = None  # L6: messages waiting out a back-off
         self._settings(vhost.broker.policies.queue_arguments(self))
         self.max_priority = min(_int_arg(a, "x-max-priority") or 0, 255)
         broker = vhost.broker

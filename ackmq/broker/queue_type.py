@@ -8,7 +8,7 @@ and registers itself in `QUEUE_TYPES`; nothing outside a type touches its counte
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ackmq.broker.arguments import (
     QUEUE_EQUIVALENCE_KEYS,
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from ackmq.broker.message import Message
     from ackmq.broker.retry import Backoff
     from ackmq.broker.storage import QueuedMessages, Store
-    from ackmq.broker.vhost import VHost
 
 # what a channel asks a queue to do with a settled delivery
 ACK, REQUEUE, REJECT = "ack", "requeue", "reject"
@@ -61,6 +60,15 @@ class QueueEntry:
         return self.seq < other.seq
 
 
+class Host(Protocol):
+    """What the queue-type seam knows of a queue's vhost: its name (for the texts). A
+    type's own module, above the seam, annotates `vhost` with the `VHost` it uses; the
+    seam stays below the vhost (docs/DESIGN.md, "broker's inner layers")."""
+
+    @property
+    def name(self) -> str: ...
+
+
 class Queue:
     """A queue of any type. Attributes every type has: `vhost`, `name`, `durable`,
     `exclusive_owner`, `auto_delete`, `arguments`, `deleted`, `consumers` (by id),
@@ -75,7 +83,7 @@ class Queue:
     # compared on redeclare, in this order (RabbitMQ: the type's queue_arguments)
     equivalence_keys: tuple[str, ...] = QUEUE_EQUIVALENCE_KEYS
     server_named = True  # may be declared with an empty name (amq.gen-…)
-    vhost: VHost
+    vhost: Host
     name: str
     durable: bool
     exclusive_owner: Any
@@ -100,7 +108,7 @@ class Queue:
     timers: Any = None
     hidden = False  # a timer store (broker/delayed.py): in no listing, no trace
 
-    def __init__(self, vhost: VHost, name: str, durable: bool = False,
+    def __init__(self, vhost: Host, name: str, durable: bool = False,
                  exclusive_owner: Any = None, auto_delete: bool = False,
                  arguments: dict[str, Any] | None = None, epoch: int = 0) -> None:
         """Every type is made so (VHost.declare_queue, reply_queue); a type's own

@@ -47,6 +47,7 @@ def _int(args: dict[str, Any], key: str) -> int | None:
 
 class StreamQueue(Queue):
     kind = "stream"
+    vhost: VHost
     equivalence_keys = stream_args.EQUIVALENCE_KEYS
     server_named = False
 
