@@ -226,7 +226,7 @@ class BrokerModel:
                      user: str | None = None, protocol: str = "amqp091") -> ChannelModel:
         """`user`: who logged in (a publish's `user_id` must name them, as RabbitMQ);
         `protocol`: whose message counters it bumps ("amqp091", "stomp")."""
-        ch = ChannelModel(vhost, owner, output, self.consumer_timeout_ms, user)
+        ch = ChannelModel(self, vhost, owner, output, self.consumer_timeout_ms, user)
         ch.stats = self.stats.protocol(protocol).channel()
         ch.protocol_stats = self.stats.protocol(protocol)
         self.stats.churn.channels_opened += 1

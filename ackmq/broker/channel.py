@@ -34,10 +34,10 @@ from ackmq.broker.errors import (
 from ackmq.broker.message import Message
 from ackmq.broker.operations import Operations
 from ackmq.broker.queue_type import ACK, RECOVER, REJECT, REQUEUE, RETURN, Queue, QueueEntry
-from ackmq.broker.scheduled import store_of
+from ackmq.broker.scheduled import Bounds, store_of
 from ackmq.broker.stats import MessageStats, ProtocolStats
 from ackmq.broker.timers import Deadline
-from ackmq.broker.vhost import REPLY_TO
+from ackmq.broker.vhost import REPLY_TO, VHostBroker
 from ackmq.protocol.amqp.properties import FLAGS, PropertiesView, properties_edit
 
 if TYPE_CHECKING:
@@ -106,13 +106,28 @@ class _Tx:
 _NO_STATS = MessageStats()  # a channel made without open_channel counts into this
 
 
+class ChannelBroker(VHostBroker, Protocol):
+    """The broker as a channel sees it (`BrokerModel`, above the channel in broker's
+    inner layers, satisfies it): the turn's commit and confirms, the consumer-timeout
+    rule, the scheduled-message bounds."""
+
+    @property
+    def notify_on_timeout(self) -> bool: ...
+    @property
+    def schedule_bounds(self) -> Bounds: ...
+    def mark_dirty(self, ch: ChannelModel) -> None: ...
+    def await_commit(self, ch: ChannelModel, seq: int) -> None: ...
+    def await_commit_callback(self, fn: Callable[[BaseException | None], None]) -> None: ...
+    def channel_closed(self, ch: ChannelModel) -> None: ...
+
+
 class ChannelModel(Operations):
-    def __init__(self, vhost: VHost, owner: Any, output: ChannelOutput,
+    def __init__(self, broker: ChannelBroker, vhost: VHost, owner: Any, output: ChannelOutput,
                  consumer_timeout_ms: int | None = None, user: str | None = None) -> None:
         self.vhost = vhost
         self.user = user
         self.reply_to: Queue | None = None  # direct reply-to: this channel's reply queue
-        self.broker = vhost.broker
+        self.broker = broker
         self.owner = owner  # the connection: exclusive queues belong to it
         self.output = output
         self.open = True

@@ -48,7 +48,7 @@ from ackmq.broker.timers import Deadline
 from ackmq.protocol.amqp.properties import header_value, properties_with_header
 
 if TYPE_CHECKING:
-    from ackmq.broker.vhost import VHost
+    from ackmq.broker.host import QueueHost
 
 log = logging.getLogger("ackmq.broker")
 
@@ -116,10 +116,10 @@ class TimerStore(Queue):
     destination; it is in no listing and takes no consumers."""
 
     kind = "timer"
-    vhost: VHost
+    vhost: QueueHost
     hidden = True
 
-    def __init__(self, vhost: VHost, owner: Exchange | Queue | None, durable: bool,
+    def __init__(self, vhost: QueueHost, owner: Exchange | Queue | None, durable: bool,
                  name: str = "") -> None:
         """`owner`: a delaying exchange (a due message is routed by it) or a queue that
         opted in (a due message goes to it alone); None for a subclass that says where
@@ -357,7 +357,7 @@ class Delaying:
     name: str
     durable: bool
 
-    def declared(self, vhost: VHost) -> None:
+    def declared(self, vhost: QueueHost) -> None:
         t = TimerStore(vhost, self, self.durable)  # type: ignore[arg-type]
         t.save()
         vhost.hidden[t.name] = t
@@ -442,7 +442,7 @@ def exchange_class(cls: type[Exchange], arguments: dict[str, Any]) -> type[Excha
     return opted
 
 
-def queue_declared(vhost: VHost, q: Queue) -> None:
+def queue_declared(vhost: QueueHost, q: Queue) -> None:
     """A new (or recovered) queue with `x-delayed-delivery: true` gets its timer store:
     a message routed to it with a positive `x-delay` waits there (L1, any exchange)."""
     if opts_in(q.arguments) and q.timers is None:
@@ -451,7 +451,7 @@ def queue_declared(vhost: VHost, q: Queue) -> None:
         vhost.hidden[t.name] = t
 
 
-def queue_deleted(vhost: VHost, q: Queue) -> None:
+def queue_deleted(vhost: QueueHost, q: Queue) -> None:
     t = q.timers
     if t is not None:
         vhost.hidden.pop(t.name, None)

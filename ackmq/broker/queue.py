@@ -33,8 +33,8 @@ from ackmq.broker.retry import Backoff, RetryHeap, backoff_of
 from ackmq.broker.timers import Deadline
 
 if TYPE_CHECKING:
+    from ackmq.broker.host import QueueHost
     from ackmq.broker.storage import QueuedMessages
-    from ackmq.broker.vhost import VHost
 
 log = logging.getLogger("ackmq.queue")
 
@@ -56,9 +56,9 @@ def _str_arg(args: dict[str, Any], name: str) -> str | None:
 
 class ClassicQueue(Queue):
     kind = "classic"
-    vhost: VHost
+    vhost: QueueHost
 
-    def __init__(self, vhost: VHost, name: str, durable: bool = False, exclusive_owner: Any = None,
+    def __init__(self, vhost: QueueHost, name: str, durable: bool = False, exclusive_owner: Any = None,
                  auto_delete: bool = False, arguments: dict[str, Any] | None = None,
                  epoch: int = 0) -> None:
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments, epoch)
