@@ -175,3 +175,32 @@ class _Output:
 
     def close(self, code: int, text: str) -> None:
         raise AssertionError(f"channel closed: {code} {text}")
+
+
+def test_C5_the_loop_driver_keeps_one_loop_timer_at_the_soonest() -> None:
+    """server/timers.py: the service on a real asyncio loop; however many deadlines are
+    armed, the loop holds one timer handle for them (at the soonest)."""
+    import asyncio
+
+    from ackmq.server.timers import LoopTimers
+
+    async def main() -> tuple[list[str], int, int]:
+        loop = asyncio.get_running_loop()
+        timers = Timers()
+        flushed = [0]
+        driver = LoopTimers(timers, loop, lambda: flushed.__setitem__(0, flushed[0] + 1))
+        fired: list[str] = []
+        done = loop.create_future()
+        for name, delay in (("c", 0.06), ("a", 0.02), ("b", 0.04)):
+            Deadline(timers, lambda name=name: fired.append(name)).arm_in(delay)  # type: ignore[misc]
+        Deadline(timers, lambda: done.set_result(None)).arm_in(0.08)
+        # asyncio's timer heap (its cancelled handles wait there until they come up)
+        handles = sum(not h.cancelled() for h in loop._scheduled)  # type: ignore[attr-defined]
+        await asyncio.wait_for(done, 30)
+        driver.close()
+        return fired, handles, flushed[0]
+
+    fired, handles, flushed = asyncio.run(main())
+    assert fired == ["a", "b", "c"]
+    assert handles == 1  # four deadlines, one loop timer
+    assert flushed >= 1  # the end of turn asked for after a run that fired
