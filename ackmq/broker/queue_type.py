@@ -62,7 +62,7 @@ class QueueEntry:
 
 class Host(Protocol):
     """What the queue-type seam knows of a queue's vhost: its name (for the texts). A
-    type's own module, above the seam, annotates `vhost` with the `VHost` it uses; the
+    type's own module, above the seam, annotates `vhost` with host.QueueHost; the
     seam stays below the vhost (docs/DESIGN.md, "broker's inner layers")."""
 
     @property
