@@ -499,6 +499,8 @@ class Server:
         if self.ctx is not None:  # MQTT's logs beside the store (server/mqtt/state.py)
             for state in self.ctx.protocol_state.values():
                 state.close()
+        if self._timers is not None:  # no deadline fires against the closing store
+            self._timers.close()
         if self.broker is not None:
             await self.loop.run_in_executor(None, self.broker.close)
         if self._spill_tmp:
