@@ -393,7 +393,7 @@ class AMQPConnection(ClientConnection):
         log.error("closing connection %s: %s", self.peer, reason)
         self._release()
         self._to(S.CLOSED)
-        self._close_timer = self.ctx.loop.call_later(SILENT_CLOSE_DELAY, self._shutdown)
+        self._close.arm_in(SILENT_CLOSE_DELAY, self._shutdown)
 
     def _closing_method(self, m: Any) -> None:
         if isinstance(m, C.Connection.Close):

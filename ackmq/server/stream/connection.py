@@ -32,7 +32,8 @@ from ackmq.server.transport import ClientConnection, events_from
 if TYPE_CHECKING:
     from ackmq.broker.channel import ChannelModel
     from ackmq.broker.consumer import Consumer
-    from ackmq.broker.message import Message, QueueEntry
+    from ackmq.broker.message import Message
+    from ackmq.broker.queue_type import QueueEntry
     from ackmq.broker.vhost import VHost
     from ackmq.server.context import FrontEnd
 
