@@ -155,8 +155,9 @@ def _in_loop(fn: Any, *args: Any) -> None:
     asyncio.run(fn(*args))
 
 
-def run(cycles: int, work: Path | None = None, seed: int = 1,
-        progress: bool = False) -> StreamReport:
+def run(cycles: int, work: Path | None = None, seed: int = 1, progress: bool = False,
+        fsync: bool = True) -> StreamReport:
+    """`fsync=False` (`--no-fsync`): the run must then see confirmed messages lost."""
     rng = random.Random(seed)
     own = work is None
     work = work or Path(tempfile.mkdtemp(prefix="ackmq-powerloss-stream-", dir="/var/tmp"))
@@ -167,7 +168,8 @@ def run(cycles: int, work: Path | None = None, seed: int = 1,
     synced_offset = -1
     try:
         with LazyFS(work) as fs:
-            broker = OwnBroker(["--disk-free-limit", "0", "--stream-port", str(port)],
+            broker = OwnBroker(["--disk-free-limit", "0", "--stream-port", str(port)]
+                               + ([] if fsync else ["--no-fsync"]),
                                work_dir=work / "broker")
             broker.data_dir = fs.mount / "data"
             broker.start()
@@ -236,14 +238,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cycles", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", type=Path)
+    ap.add_argument("--no-fsync", action="store_true")
     a = ap.parse_args(argv)
     why = lazyfs_unavailable()
     if why:
         print(f"cannot run: {why}", file=sys.stderr)
         return 2
     t0 = time.monotonic()
-    rep = run(a.cycles, work=a.work, seed=a.seed, progress=True)
-    print(f"{rep.cycles} cycles (kill -9 + clear-cache), stream protocol: "
+    rep = run(a.cycles, work=a.work, seed=a.seed, progress=True, fsync=not a.no_fsync)
+    print(f"{rep.cycles} cycles (kill -9 + clear-cache), stream protocol, fsync "
+          f"{'off' if a.no_fsync else 'on'}: "
           f"{rep.confirmed:,} confirmed, {rep.lost:,} lost, {rep.duplicates:,} twice, "
           f"{rep.sequence_low} sequences below a confirmed id, {rep.offsets_lost} stored "
           f"offsets lost, {rep.refused} refused starts, {len(rep.tracebacks)} tracebacks, "
