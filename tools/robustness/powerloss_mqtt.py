@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
-import socket
 import sys
 import tempfile
 import threading
@@ -40,7 +39,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from tools.harness.ownbroker import OwnBroker, log_trouble
-from tools.robustness.powerloss import LazyFS, lazyfs_unavailable
+from tools.robustness.powerloss import LazyFS, free_port, lazyfs_unavailable
 
 WAIT = 20.0  # seconds for any one acknowledgement (a loaded 2-core machine)
 
@@ -58,12 +57,6 @@ class MqttReport:
     refused: int = 0
     tracebacks: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def client(port: int, cid: str, clean: bool) -> Any:
@@ -162,6 +155,7 @@ def run(cycles: int, work: Path | None = None, seed: int = 1, progress: bool = F
             broker = OwnBroker(["--disk-free-limit", "0", "--mqtt-port", str(port)]
                                + ([] if fsync else ["--no-fsync"]),
                                work_dir=work / "broker", mqtt=True)
+            broker.port = free_port(avoid=port)  # AMQP's: kept across restarts, so not an ephemeral one
             broker.data_dir = fs.mount / "data"
             broker.start()
             for cycle in range(cycles):

@@ -43,8 +43,7 @@ from rstream import (
 )
 
 from tools.harness.ownbroker import OwnBroker, log_trouble
-from tools.robustness.powerloss import LazyFS, lazyfs_unavailable
-from tools.robustness.powerloss_mqtt import free_port
+from tools.robustness.powerloss import LazyFS, free_port, lazyfs_unavailable
 
 STREAM = "powerloss-stream"
 PUBLISHER = "pl-pub"
@@ -171,6 +170,7 @@ def run(cycles: int, work: Path | None = None, seed: int = 1, progress: bool = F
             broker = OwnBroker(["--disk-free-limit", "0", "--stream-port", str(port)]
                                + ([] if fsync else ["--no-fsync"]),
                                work_dir=work / "broker")
+            broker.port = free_port(avoid=port)  # AMQP's: kept across restarts, so not an ephemeral one
             broker.data_dir = fs.mount / "data"
             broker.start()
 
