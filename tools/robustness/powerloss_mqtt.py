@@ -62,7 +62,7 @@ class MqttReport:
 def client(port: int, cid: str, clean: bool) -> Any:
     """A connected paho 3.1.1 client (guest) with its loop running; received messages in
     `.got`, the CONNACK's session-present flag in `.session_present`."""
-    c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=cid, clean_session=clean)
+    c: Any = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=cid, clean_session=clean)
     c.username_pw_set("guest", "guest")
     c.got = []
     c.session_present = None
