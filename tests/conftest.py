@@ -105,15 +105,24 @@ class BrokerProcess:
                 self.proc.wait(5)
 
 
+# the stream protocol's URL of a test broker, by its AMQP URL (the session broker's
+# stream port is a free one; ACKMQ_TEST_STREAM_URL with ACKMQ_TEST_URL)
+STREAM_URLS: dict[str, str] = {}
+
+
 @pytest.fixture(scope="session")
 def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of the broker under test: ACKMQ_TEST_URL if set, else a fresh `ackmq serve`."""
     external = os.environ.get("ACKMQ_TEST_URL")
     if external:
+        if os.environ.get("ACKMQ_TEST_STREAM_URL"):
+            STREAM_URLS[external] = os.environ["ACKMQ_TEST_STREAM_URL"]
         yield external
         return
     broker = BrokerProcess(tmp_path_factory.mktemp("ackmq-data"))
     url = broker.start()
+    if broker.stream_port:
+        STREAM_URLS[url] = f"rabbitmq-stream://guest:guest@127.0.0.1:{broker.stream_port}/"
     yield url
     broker.stop()
 

@@ -85,6 +85,9 @@ def _cases(u: str, vh: str, q: str) -> list[tuple[list[str], list[str] | None]]:
         (["list_stream_connections"], None),
         (["list_stream_consumers"], None),
         (["list_stream_publishers"], None),
+        (["list_stream_group_consumers", "--stream", q, "--reference", "g"], None),  # none
+        (["list_stream_tracking", "nope-" + u], None),  # refused: no stream
+        (["list_stream_tracking", q], None),  # refused: not a stream
         (["purge_queue", q], None),
         (["purge_queue", "nope-" + u], None),  # refused
         (["delete_queue", "nope-" + u], None),  # refused

@@ -8,7 +8,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ackmq.broker.message import Message, QueueEntry
+from ackmq.broker.message import Message
+from ackmq.broker.queue_type import QueueEntry
 from ackmq.broker.readylist import HOT_FLOOR, REFILL, HotBudget, ReadyList
 
 

@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from support.mgmthelp import Target, q, rabbit_http
 from support.pikahelp import uniq
 
-from ackmq.broker.message import Message, QueueEntry
+from ackmq.broker.message import Message
+from ackmq.broker.queue_type import QueueEntry
 from ackmq.broker.readylist import ReadyList
 
 

@@ -63,17 +63,21 @@ class StreamDriver:
 
     def __init__(self, url: str, name: str, work: Path, *, lake: str = "lake",
                  chk: str = "chk", available_now: bool = False,
-                 starting: str | None = None, env: dict[str, str] | None = None) -> None:
+                 starting: str | None = None, env: dict[str, str] | None = None,
+                 extra: tuple[str, ...] = ()) -> None:
         cmd = [sys.executable, "-m", "ackmq.spark", "pipeline", "land", "--url", url,
                "--stream", name, "--to", str(work / lake), "--checkpoint", str(work / chk),
-               "--max-per-trigger", "1000", "--partitions", "4"]
+               "--max-per-trigger", "1000", "--partitions", "4", *extra]
         if available_now:
             cmd.append("--available-now")
         if starting is not None:
             cmd += ["--starting-offsets", starting]
         self.trace = work / "trace.log"
         self.trace_from = self.trace.stat().st_size if self.trace.exists() else 0
-        env = dict(os.environ, ACKMQ_SPARK_TRACE=str(self.trace), **(env or {}))
+        # the broker's own stream port (the session ackmq's is a free one): the read
+        # tasks' default protocol is then the stream protocol on both brokers
+        env = dict(os.environ, ACKMQ_SPARK_TRACE=str(self.trace),
+                   ACKMQ_STREAM_URL=streamhelp.stream_protocol_url(url), **(env or {}))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, start_new_session=True, env=env)
         self.landed = threading.Event()
@@ -222,6 +226,59 @@ def test_R4_stream_landing_exactly_once_through_driver_and_executor_kills(
     finally:
         stopper.cancel()
         pub.stop.set()
+
+
+def _table(table_dir: Path) -> list[tuple[Any, ...]]:
+    """Every column but received_at, by stream offset (headers sorted: a map's order is
+    the broker's)."""
+    t = read_committed(table_dir)
+    assert t is not None, f"nothing committed in {table_dir}"
+    cols = [c for c in t.column_names if c != "received_at"]
+    rows = zip(*(t.column(c).to_pylist() for c in cols), strict=True)
+    h = cols.index("headers")
+    return sorted(tuple(sorted(v) if i == h and v else v for i, v in enumerate(r))
+                  for r in rows)
+
+
+@pytest.mark.timeout(400)
+def test_R4_X2_landing_over_the_stream_protocol_exactly_once_through_a_killed_read_task(
+        stream_url: str, stream: str, spark: Any, tmp_path: Path) -> None:
+    """`pipeline land --stream --stream-protocol stream`: the read tasks read their ranges
+    over RabbitMQ's stream protocol; one of them SIGKILLs its Python worker (Spark retries
+    it). Every message lands once, each batch in 4 tasks, and the table equals, column
+    for column, a replay of the stream over AMQP 0-9-1 (this process's Spark session)."""
+    n = 2500
+    streamhelp.publish(stream_url, stream, [b"%d" % i for i in range(n - 3)])
+    streamhelp.publish(stream_url, stream, [b"%d" % i for i in range(n - 3, n)],
+                       message_id="mid", app_id="app", priority=2, headers={"k": "v"})
+    killed = tmp_path / "killed-read-task"
+    surl = streamhelp.stream_protocol_url(stream_url)
+    d = StreamDriver(stream_url, stream, tmp_path, available_now=True,
+                     env={"ACKMQ_SPARK_KILL_READ_ONCE": str(killed)},
+                     extra=("--stream-protocol", "stream", "--stream-url", surl))
+    rc = d.wait(300)
+    assert rc == 0, "".join(d.lines[-40:])
+    assert killed.exists(), "no read task was killed"
+    rows = _rows(tmp_path / "lake")
+    assert sorted(int(b) for _, b in rows) == list(range(n))
+    traced = d.traces()
+    batches = [(int(p[2]), int(p[3])) for p in traced
+               if p[1] == "partitions" and int(p[3]) - int(p[2]) >= 4]
+    reads = {(int(p[2]), int(p[3])) for p in traced if p[1] == "read"}
+    assert batches
+    for b, e in batches:
+        mine = sorted(r for r in reads if b <= r[0] and r[1] <= e)
+        assert len(mine) == 4 and mine[0][0] == b and mine[-1][1] == e, (b, e, mine)
+    q = (spark.readStream.format("ackmq").option("url", stream_url).option("stream", stream)
+         .option("protocol", "amqp").option("minPartitions", 2).load()
+         .writeStream.format("parquet").option("path", str(tmp_path / "lake2"))
+         .option("checkpointLocation", str(tmp_path / "chk2"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(180)
+    assert not q.isActive, "the AMQP replay did not finish in 180 s"
+    over_stream, over_amqp = _table(tmp_path / "lake"), _table(tmp_path / "lake2")
+    assert len(over_stream) == n and over_stream == over_amqp
+    assert over_stream[-1][-1] is not None  # stream_offset
 
 
 @pytest.mark.timeout(180)

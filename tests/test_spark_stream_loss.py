@@ -40,6 +40,7 @@ from ackmq.spark.stream_source import (  # noqa: E402
 from ackmq.spark.streamwire import DataLossError, first_offset, last_offset  # noqa: E402
 
 stream_url = streamhelp.stream_url  # fixtures: ackmq and RabbitMQ, skipped without streams
+read_protocol = streamhelp.read_protocol  # the read tasks over AMQP and the stream protocol
 
 
 @pytest.fixture
@@ -109,10 +110,10 @@ def rows(reader: Any, part: StreamRange) -> list[tuple[int, bytes]]:
     return out
 
 
-def test_R4_task_fails_when_retention_removed_its_planned_range(stream_url: str,
-                                                                small: str) -> None:
+def test_R4_task_fails_when_retention_removed_its_planned_range(
+        stream_url: str, small: str, read_protocol: dict[str, str]) -> None:
     publish(stream_url, small, 0, 5)
-    reader = AckmqStreamBatchReader(options(stream_url, small))
+    reader = AckmqStreamBatchReader(options(stream_url, small, **read_protocol))
     parts = reader.partitions()  # planned while everything is there
     assert parts[0].start == 0 and len(parts) == 2
     drop_past(stream_url, small, parts[-1].end, 5)
@@ -127,12 +128,14 @@ def test_R4_task_fails_when_retention_removed_its_planned_range(stream_url: str,
 
 
 def test_R4_task_goes_on_from_what_is_left_without_failOnDataLoss(
-        stream_url: str, small: str, caplog: pytest.LogCaptureFixture) -> None:
+        stream_url: str, small: str, caplog: pytest.LogCaptureFixture,
+        read_protocol: dict[str, str]) -> None:
     publish(stream_url, small, 0, 5)
     first = drop_past(stream_url, small, 2, 5)  # the head went, the tail is there
     last = last_offset(stream_url, small, 3.0)
     assert last is not None
-    reader = AckmqStreamBatchReader(options(stream_url, small, failOnDataLoss="false"))
+    reader = AckmqStreamBatchReader(options(stream_url, small, failOnDataLoss="false",
+                                            **read_protocol))
     with caplog.at_level(logging.WARNING, logger="ackmq.spark.stream"):
         got = rows(reader, StreamRange(0, last + 1))  # a range planned before the loss
     assert got and got[0][0] == first  # from the oldest message on
@@ -145,7 +148,8 @@ def test_R4_task_goes_on_from_what_is_left_without_failOnDataLoss(
     assert "going on from offset" in warned[0]
     # the same range, failing by default
     with pytest.raises(DataLossError):
-        rows(AckmqStreamBatchReader(options(stream_url, small)), StreamRange(0, last + 1))
+        rows(AckmqStreamBatchReader(options(stream_url, small, **read_protocol)),
+             StreamRange(0, last + 1))
 
 
 def test_R4_planning_finds_a_start_older_than_the_stream(stream_url: str, small: str,
@@ -176,14 +180,15 @@ def test_R4_planning_finds_a_start_older_than_the_stream(stream_url: str, small:
     assert parts[0].start == first  # type: ignore[attr-defined]
 
 
-def test_R4_no_loss_reported_for_a_range_read_in_time(stream_url: str, small: str) -> None:
+def test_R4_no_loss_reported_for_a_range_read_in_time(stream_url: str, small: str,
+                                                      read_protocol: dict[str, str]) -> None:
     """Ranges starting anywhere in what is retained (on RabbitMQ also on the offsets its
     tracking chunks take, which no consumer is given) are read without a loss."""
     publish(stream_url, small, 0, 5)
     drop_past(stream_url, small, 2, 5)  # gaps on RabbitMQ, and a head that is gone
     first, last = first_offset(stream_url, small, 3.0), last_offset(stream_url, small, 3.0)
     assert first is not None and last is not None
-    reader = AckmqStreamBatchReader(options(stream_url, small))
+    reader = AckmqStreamBatchReader(options(stream_url, small, **read_protocol))
     seen = rows(reader, StreamRange(first, last + 1))
     for start in range(first, last + 1):
         assert rows(reader, StreamRange(start, last + 1)) == [m for m in seen if m[0] >= start]

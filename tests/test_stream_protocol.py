@@ -623,6 +623,79 @@ def test_X5_single_active_consumer_hands_over_on_unsubscribe(broker: BrokerProce
         b.close()
 
 
+def test_X5_super_stream_single_active_consumers_take_one_partition_each(
+        broker: BrokerProcess) -> None:
+    """rstream's own `test_consume_superstream_with_sac_*`: three SuperStreamConsumers of
+    one name on a three-partition super stream get one partition each, as RabbitMQ 3.11+
+    rebalances (super streams and single active consumer arrived in 3.11; the reference
+    is RabbitMQ's documentation, "Single Active Consumer" with super streams, and its
+    sac coordinator: the active member of a partition's group is the one at the
+    partition's index modulo the group's size). The first consumer is told it is
+    inactive on the partitions the later ones take over. Before: the first consumer kept
+    all three, the others got nothing."""
+    from rstream import EventContext, OffsetSpecification, SuperStreamConsumer
+
+    name, port = _name("sacss"), broker.stream_port
+    parts = [f"{name}-{i}" for i in range(3)]
+
+    def super_stream(create: bool) -> None:
+        peer = StreamPeer(port)
+        try:
+            assert peer.login() == 1
+            frame: Any = schema.CreateSuperStream(
+                peer.next_corr(), super_stream=name, partitions=parts,
+                binding_keys=["k0", "k1", "k2"], arguments=[]) if create else \
+                schema.DeleteSuperStream(peer.next_corr(), super_stream=name)
+            reply = schema.CreateSuperStreamResponse if create else \
+                schema.DeleteSuperStreamResponse
+            assert peer.call(frame, reply).response_code == 1
+        finally:
+            peer.close()
+
+    async def go() -> None:
+        events: list[tuple[int, str, bool]] = []
+        got: list[list[str]] = [[], [], []]
+        consumers = [SuperStreamConsumer("127.0.0.1", port=port, username="guest",
+                                         password="guest", super_stream=name)
+                     for _ in range(3)]
+
+        def listener(i: int) -> Callable[[bool, EventContext], Awaitable[Any]]:
+            async def on_update(active: bool, ctx: EventContext) -> OffsetSpecification:
+                events.append((i, ctx.stream, active))
+                return OffsetSpecification(OffsetType.NEXT, 0)
+            return on_update
+
+        try:
+            for i, c in enumerate(consumers):
+                await c.start()
+                await c.subscribe(
+                    lambda m, ctx, i=i: got[i].append(ctx.stream), decoder=amqp_decoder,
+                    properties={"single-active-consumer": "true", "name": "grp",
+                                "super-stream": name},
+                    consumer_update_listener=listener(i))
+            want = {(0, parts[0], True), (1, parts[1], True), (2, parts[2], True),
+                    (0, parts[1], False), (0, parts[2], False)}
+            deadline = time.monotonic() + 20
+            while not want <= set(events) and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert want <= set(events), events
+            async with producer(port) as p:
+                for part in parts:
+                    for k in range(5):
+                        await p.send_wait(part, AMQPMessage(body=b"%d" % k))
+            while sum(map(len, got)) < 15 and time.monotonic() < deadline + 10:
+                await asyncio.sleep(0.1)
+            assert got == [[parts[0]] * 5, [parts[1]] * 5, [parts[2]] * 5]
+        finally:
+            for c in consumers:
+                await c.close()
+    super_stream(True)
+    try:
+        run(go())
+    finally:
+        super_stream(False)
+
+
 async def _publish_named_stream(port: int, stream: str, n: int) -> None:
     async with producer(port) as p:
         await p.create_stream(stream)
@@ -751,3 +824,42 @@ def test_X1_the_stream_listener_in_overview_and_health_checks(mgmt: Target) -> N
     assert [x["port"] for x in r.body["listeners"] if x["protocol"] == "stream"] == [port]
     r = mgmt.call("GET", "/api/health/checks/protocol-listener/stream")
     assert (r.status, r.body) == (200, {"status": "ok", "protocol": "stream"})
+
+
+def test_X1_last_is_the_newest_chunk_not_a_whole_large_batch(mgmt: Target) -> None:
+    """rstream's own `test_offset_type_last`: 4,999 messages sent with one `send_batch`,
+    then a consumer from `last` gets the newest chunk: fewer than all of them, ending
+    with the last. RabbitMQ's chunks hold what its writer took at once; ackmq's are the
+    Delivers it builds, at most 256 records, so `last` starts at most 256 records before
+    the end of the newest batch (before: the whole batch written in one loop turn)."""
+    port = _stream_port(mgmt)
+    stream = _name("last")
+
+    async def go() -> None:
+        async with producer(port) as p:
+            await p.create_stream(stream)
+            try:
+                await p.send_batch(stream, [AMQPMessage(body=b"%d" % i)
+                                            for i in range(1, 5000)])
+                got: list[bytes] = []
+                done = asyncio.Event()
+
+                async def on(msg: Any, ctx: MessageContext) -> None:
+                    got.append(bytes(msg.body))
+                    if got[-1] == b"4999":
+                        done.set()
+
+                c = Consumer("127.0.0.1", port=port, username="guest", password="guest")
+                await c.start()
+                try:
+                    await c.subscribe(stream, on, decoder=amqp_decoder,
+                                      offset_specification=ConsumerOffsetSpecification(
+                                          OffsetType.LAST))
+                    await asyncio.wait_for(done.wait(), 30)
+                finally:
+                    await c.close()
+                assert 0 < len(got) < 4999 and got[-1] == b"4999"
+                assert got == [b"%d" % i for i in range(5000 - len(got), 5000)]
+            finally:
+                await p.delete_stream(stream)
+    run(go())

@@ -9,7 +9,7 @@ import random
 import struct
 
 import pytest
-from rstream import schema
+from rstream import OffsetType, schema
 from rstream.encoding import decode_frame, encode_frame, encode_publish
 
 from ackmq.protocol.stream import constants as K
@@ -191,3 +191,44 @@ def test_X2_conversions_by_the_last_prefix_keep_each_message_whole() -> None:
         assert from_record(props, data, x, "s") == head + rest
         heads.append(head[:-5] if len(data) < 256 else head[:-8])
     assert heads[0] == heads[2] != heads[1]  # the exchange is in the annotations
+
+
+def test_X1_client_side_codec_against_rstreams() -> None:
+    """protocol/stream/peer.py (the Spark reader's client side): its requests are what
+    rstream encodes and the server's table decodes; server frames (from the server's
+    encoder, which rstream reads) are read back; a chunk's gzip sub-entry batch is read
+    record by record."""
+    from ackmq.protocol.stream import peer as P
+
+    sub = P.request(K.SUBSCRIBE, correlation_id=5, subscription_id=1, stream="s",
+                    offset=(K.OFFSET_OFFSET, 1234), credit=8, properties={"a": "b"})
+    assert sub == encode_frame(schema.Subscribe(
+        5, subscription_id=1, stream="s", offset_spec=schema.OffsetSpec.from_params(
+            OffsetType.OFFSET, 1234), credit=8, properties=[schema.Property("a", "b")]))
+    assert _one(sub).fields["offset"] == (K.OFFSET_OFFSET, 1234)
+    auth = P.request(K.SASL_AUTHENTICATE, correlation_id=2, mechanism="PLAIN",
+                     data=b"\0guest\0guest")
+    assert decode_frame(auth[4:]).data == b"\0guest\0guest"
+    # server frames as the server's encoder writes them (which rstream reads: above)
+    f = P.read_frame(F.peer_properties_response(3, {"product": "RabbitMQ"})[4:])
+    assert (f.correlation_id, f.code, P.read_properties(f.rest)) == \
+        (3, K.OK, {"product": "RabbitMQ"})
+    f = P.read_frame(F.close_request(9, 1, "bye")[4:])
+    assert (f.key, f.correlation_id, f.code, f.reason) == (K.CLOSE, 9, 1, "bye")
+    f = P.read_frame(deliver(4, 100, 0, [b"m0", b"m1"])[4:])
+    assert (f.key, f.subscription_id, read_chunk(f.chunk)[::2]) == \
+        (K.DELIVER, 4, (100, [b"m0", b"m1"]))
+    # a chunk holding a gzip sub-entry batch of three records, then a simple entry
+    records = [b"r0", b"r11", b"r222"]
+    raw = b"".join(struct.pack(">I", len(r)) + r for r in records)
+    packed = gzip.compress(raw)
+    data = bytes((0x80 | (K.COMPRESSION_GZIP << 4),)) + struct.pack(
+        ">HII", 3, len(raw), len(packed)) + packed + struct.pack(">I", 2) + b"s4"
+    import zlib
+
+    from ackmq.protocol.stream.chunk import HEADER
+    chunk = HEADER.pack(K.CHUNK_MAGIC_VERSION, 0, 2, 4, 0, 1, 40, zlib.crc32(data),
+                        len(data), 0, 0) + data
+    assert read_chunk(chunk) == (40, 0, [*records, b"s4"])
+    with pytest.raises(F.BadFrame):
+        read_chunk(chunk[:-1] + b"x")  # the crc

@@ -39,6 +39,8 @@ def test_X3_X4_tracking_survives_a_reopen(tmp_path: Path) -> None:
     lg = _store(tmp_path).open("/", "s", False, 0, None, None)
     assert (lg.tracked(PUBLISHER, "app"), lg.tracked(OFFSET, "reader")) == (10, 7)
     assert lg.tracked(PUBLISHER, "nobody") is None
+    # every entry at once (list_stream_tracking), the latest values
+    assert lg.tracked_all() == [(PUBLISHER, "app", 10), (OFFSET, "reader", 7)]
 
 
 def test_X3_an_entry_whose_records_were_lost_is_ignored(tmp_path: Path) -> None:

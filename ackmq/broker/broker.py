@@ -22,37 +22,25 @@ from ackmq.broker.queue_type import Queue
 from ackmq.broker.readylist import QUEUE_HOT_MESSAGES, QUEUE_MEMORY_MB, HotBudget
 from ackmq.broker.stats import BrokerStats
 from ackmq.broker.storage import QueuedMessages, Store, StreamStorage
+from ackmq.broker.timers import Timers
 from ackmq.broker.vhost import VHost
 from ackmq.broker.vhost_store import VHostStore, split
 
 log = logging.getLogger("ackmq.broker")
 
 
-class TimerHandle(Protocol):
-    def cancel(self) -> None: ...
-
-
 class Scheduler(Protocol):
-    """Time for the model, supplied by the server (asyncio) or a test."""
-
-    def call_later(self, delay: float, fn: Callable[[], None]) -> TimerHandle: ...
+    """The turn for the model, supplied by the server (asyncio) or a test. Time is the
+    broker's `timers` (broker/timers.py), driven by whoever owns the clock."""
 
     def request_flush(self) -> None:
         """Ask for `BrokerModel.end_of_turn` to run soon (after the current callbacks)."""
 
 
-class _NoTimer:
-    def cancel(self) -> None:
-        pass
-
-
 class NullScheduler:
-    """A Scheduler whose timers never fire and whose flush requests do nothing: for
-    driving the model without a server (model tests, in-process benches), where the
-    caller runs `end_of_turn` itself."""
-
-    def call_later(self, delay: float, fn: Callable[[], None]) -> TimerHandle:
-        return _NoTimer()
+    """A Scheduler whose flush requests do nothing, for driving the model without a
+    server (model tests, in-process benches): the caller runs `end_of_turn` itself, and
+    the broker's timers fire only when it runs them."""
 
     def request_flush(self) -> None:
         pass
@@ -91,6 +79,7 @@ class BrokerModel:
                  queue_memory: int = QUEUE_MEMORY_MB << 20,
                  streams: StreamStorage | None = None) -> None:
         self.scheduler = scheduler
+        self.timers = Timers()  # C5: every deadline (broker/timers.py)
         self.store = store
         self.streams = streams  # stream queues' logs (R1), committed before the store
         self.spill = spill  # deep queues keep their tails there (ackmq.store.spill)
@@ -237,7 +226,7 @@ class BrokerModel:
                      user: str | None = None, protocol: str = "amqp091") -> ChannelModel:
         """`user`: who logged in (a publish's `user_id` must name them, as RabbitMQ);
         `protocol`: whose message counters it bumps ("amqp091", "stomp")."""
-        ch = ChannelModel(vhost, owner, output, self.consumer_timeout_ms, user)
+        ch = ChannelModel(self, vhost, owner, output, self.consumer_timeout_ms, user)
         ch.stats = self.stats.protocol(protocol).channel()
         ch.protocol_stats = self.stats.protocol(protocol)
         self.stats.churn.channels_opened += 1

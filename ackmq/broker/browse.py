@@ -10,8 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ackmq.broker.message import QueueEntry
-    from ackmq.broker.queue_type import Queue
+    from ackmq.broker.queue_type import Queue, QueueEntry
 
 READY, UNACKED = "ready", "unacked"
 STATES = (READY, UNACKED)

@@ -31,12 +31,13 @@ from ackmq.broker.errors import (
     SoftError,
     check_shortstr,
 )
-from ackmq.broker.message import Message, QueueEntry
+from ackmq.broker.message import Message
 from ackmq.broker.operations import Operations
-from ackmq.broker.queue_type import ACK, RECOVER, REJECT, REQUEUE, RETURN, Queue
-from ackmq.broker.scheduled import store_of
+from ackmq.broker.queue_type import ACK, RECOVER, REJECT, REQUEUE, RETURN, Queue, QueueEntry
+from ackmq.broker.scheduled import Bounds, store_of
 from ackmq.broker.stats import MessageStats, ProtocolStats
-from ackmq.broker.vhost import REPLY_TO
+from ackmq.broker.timers import Deadline
+from ackmq.broker.vhost import REPLY_TO, VHostBroker
 from ackmq.protocol.amqp.properties import FLAGS, PropertiesView, properties_edit
 
 if TYPE_CHECKING:
@@ -105,13 +106,28 @@ class _Tx:
 _NO_STATS = MessageStats()  # a channel made without open_channel counts into this
 
 
+class ChannelBroker(VHostBroker, Protocol):
+    """The broker as a channel sees it (`BrokerModel`, above the channel in broker's
+    inner layers, satisfies it): the turn's commit and confirms, the consumer-timeout
+    rule, the scheduled-message bounds."""
+
+    @property
+    def notify_on_timeout(self) -> bool: ...
+    @property
+    def schedule_bounds(self) -> Bounds: ...
+    def mark_dirty(self, ch: ChannelModel) -> None: ...
+    def await_commit(self, ch: ChannelModel, seq: int) -> None: ...
+    def await_commit_callback(self, fn: Callable[[BaseException | None], None]) -> None: ...
+    def channel_closed(self, ch: ChannelModel) -> None: ...
+
+
 class ChannelModel(Operations):
-    def __init__(self, vhost: VHost, owner: Any, output: ChannelOutput,
+    def __init__(self, broker: ChannelBroker, vhost: VHost, owner: Any, output: ChannelOutput,
                  consumer_timeout_ms: int | None = None, user: str | None = None) -> None:
         self.vhost = vhost
         self.user = user
         self.reply_to: Queue | None = None  # direct reply-to: this channel's reply queue
-        self.broker = vhost.broker
+        self.broker = broker
         self.owner = owner  # the connection: exclusive queues belong to it
         self.output = output
         self.open = True
@@ -124,8 +140,8 @@ class ChannelModel(Operations):
         self.confirms: ConfirmTracker | None = None
         self.tx: _Tx | None = None
         self.consumer_timeout_ms = consumer_timeout_ms
-        self._timeout_timer: Any = None
-        self._timeout_due: float | None = None
+        # H2/L7: one deadline per channel, at its soonest unacked delivery's timeout
+        self._timeout = Deadline(vhost.broker.timers, self._check_timeout)
         # L7: tags of deliveries taken back from timed-out consumers; a late ack or nack
         # of one is ignored (RabbitMQ 4.3), not a 406 unknown delivery tag
         self._reclaimed: set[int] = set()
@@ -306,32 +322,19 @@ class ChannelModel(Operations):
         return ms if ms is not None else self.consumer_timeout_ms
 
     def _deadline(self, queue: Queue, consumer: Consumer | None) -> float | None:
-        # `timeout_ms`, inlined: this runs for every delivery that needs an ack
-        ms = consumer.timeout_ms if consumer is not None and consumer.timeout_ms is not None \
-            else queue.consumer_timeout if queue.consumer_timeout is not None \
-            else self.consumer_timeout_ms
+        """When a delivery that needs an ack times out; the channel's one deadline is
+        moved earlier when this is sooner (not one timer per delivery)."""
+        ms = self.timeout_ms(queue, consumer)
         if not ms:
             return None
         deadline = time.monotonic() + ms / 1000.0
-        due = self._timeout_due
-        if due is None or deadline < due:
-            self._arm_timeout(deadline)
+        self._timeout.arm_by(deadline)
         return deadline
-
-    def _arm_timeout(self, due: float) -> None:
-        """One timer per channel, at the soonest deadline (not one per delivery)."""
-        if self._timeout_timer is not None:
-            self._timeout_timer.cancel()
-        self._timeout_due = due
-        self._timeout_timer = self.broker.scheduler.call_later(
-            max(0.0, due - time.monotonic()), self._check_timeout)
 
     def _check_timeout(self) -> None:
         """H2/L7: an unacked delivery older than its timeout cancels its consumer (the
         front end tells it; its deliveries return) or, for a client that cannot be
         told and for a basic.get, closes the channel (RabbitMQ 3.10's 406)."""
-        self._timeout_timer = None
-        self._timeout_due = None
         if not self.open:
             return
         now = time.monotonic()
@@ -357,9 +360,8 @@ class ChannelModel(Operations):
                 soonest = deadline
         for c in expired.values():
             self._time_out(c)
-        if self.open and soonest is not None and (self._timeout_due is None
-                                                  or soonest < self._timeout_due):
-            self._arm_timeout(soonest)
+        if self.open and soonest is not None:
+            self._timeout.arm_by(soonest)
 
     def _time_out(self, c: Consumer) -> None:
         """L7 (RabbitMQ 4.3): cancel `c`, tell its client, and return its unacked
@@ -594,7 +596,7 @@ class ChannelModel(Operations):
         for _tag, d in taken:
             q = d.entry.queue
             if not q.deleted:
-                q.vhost.dead_letter(q, d.entry, reason, target[0], target[1])
+                self.vhost.dead_letter(q, d.entry, reason, target[0], target[1])
         self._settle(ACK, taken, "nack")  # the copy is dead-lettered: the original is
         # settled (a NACK for the lifecycle events, not an ack)
 
@@ -733,9 +735,7 @@ class ChannelModel(Operations):
         if not self.open:
             return
         self.open = False
-        if self._timeout_timer is not None:
-            self._timeout_timer.cancel()
-            self._timeout_timer = None
+        self._timeout.cancel()
         for c in list(self.consumers.values()):
             c.queue.remove_consumer(c)
         self.consumers.clear()

@@ -44,10 +44,11 @@ from ackmq.broker.exchange import EXCHANGE_CLASSES, Exchange
 from ackmq.broker.message import Message
 from ackmq.broker.queue_type import Queue
 from ackmq.broker.storage import QueueDef, QueuedMessages, Store
+from ackmq.broker.timers import Deadline
 from ackmq.protocol.amqp.properties import header_value, properties_with_header
 
 if TYPE_CHECKING:
-    from ackmq.broker.vhost import VHost
+    from ackmq.broker.host import QueueHost
 
 log = logging.getLogger("ackmq.broker")
 
@@ -115,9 +116,10 @@ class TimerStore(Queue):
     destination; it is in no listing and takes no consumers."""
 
     kind = "timer"
+    vhost: QueueHost
     hidden = True
 
-    def __init__(self, vhost: VHost, owner: Exchange | Queue | None, durable: bool,
+    def __init__(self, vhost: QueueHost, owner: Exchange | Queue | None, durable: bool,
                  name: str = "") -> None:
         """`owner`: a delaying exchange (a due message is routed by it) or a queue that
         opted in (a due message goes to it alone); None for a subclass that says where
@@ -144,8 +146,7 @@ class TimerStore(Queue):
         self._far_keys: list[int] = []
         self._far_count = 0
         self._next = (vhost.broker.epoch << 40) + 1
-        self._timer: Any = None
-        self._armed = 0  # due time (ms) the timer is set for; 0: none
+        self._deadline = Deadline(vhost.broker.timers, self.fire)
         self.fired = 0   # routed when due, so far (introspection)
 
     # -- counters -----------------------------------------------------------------
@@ -166,9 +167,7 @@ class TimerStore(Queue):
 
     def destroy(self) -> None:
         self.deleted = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadline.cancel()
         self._heap.clear()
         self._hot.clear()
         self._far.clear()
@@ -222,9 +221,7 @@ class TimerStore(Queue):
             store.add(self.name, seq, self._record_exchange(due, message, seq),
                       message.routing_key, message.properties, message.body)
             stored = True
-        wake = self._hold(seq, due, message, stored)
-        if not self._armed or wake < self._armed:
-            self._arm()
+        self._wake_by(self._hold(seq, due, message, stored))
 
     def _hold(self, seq: int, due: int, message: Message, stored: bool) -> int:
         """Keep a pending message: in the heap when due within NEAR_MS (its body too,
@@ -261,24 +258,22 @@ class TimerStore(Queue):
                 heapq.heappush(self._heap, (due << 64) | seq)
                 self._hot[seq] = msg  # due within seconds: held until then
 
+    def _wake_by(self, wake: int) -> None:
+        """Fire no later than `wake` (ms since the epoch, on the broker's one timers)."""
+        d = self._deadline
+        d.arm_by(d.timers.now() + (wake - now_ms()) / 1000.0)
+
     def _arm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._armed = 0
+        self._deadline.cancel()
         if self.deleted or not (self._heap or self._far_keys):
             return
         wake = self._heap[0] >> 64 if self._heap else 1 << 62
         if self._far_keys:
             wake = min(wake, (self._far_keys[0] << BUCKET_SHIFT) - LEAD_MS)
-        self._armed = wake
-        self._timer = self.vhost.broker.scheduler.call_later(
-            max(0.0, (wake - now_ms()) / 1000.0), self.fire)
+        self._wake_by(wake)
 
     def fire(self) -> None:
         """Route what is due (at most FIRE_BATCH now; the rest next turn), then re-arm."""
-        self._timer = None
-        self._armed = 0
         if self.deleted:
             return
         heap, now, n = self._heap, now_ms(), 0
@@ -290,8 +285,7 @@ class TimerStore(Queue):
         if n:
             self.vhost.broker.request_flush()
         if heap and n >= FIRE_BATCH and heap[0] >> 64 <= now:
-            self._armed = now
-            self._timer = self.vhost.broker.scheduler.call_later(0, self.fire)
+            self._deadline.arm_in(0)
         else:
             self._arm()
 
@@ -363,7 +357,7 @@ class Delaying:
     name: str
     durable: bool
 
-    def declared(self, vhost: VHost) -> None:
+    def declared(self, vhost: QueueHost) -> None:
         t = TimerStore(vhost, self, self.durable)  # type: ignore[arg-type]
         t.save()
         vhost.hidden[t.name] = t
@@ -448,7 +442,7 @@ def exchange_class(cls: type[Exchange], arguments: dict[str, Any]) -> type[Excha
     return opted
 
 
-def queue_declared(vhost: VHost, q: Queue) -> None:
+def queue_declared(vhost: QueueHost, q: Queue) -> None:
     """A new (or recovered) queue with `x-delayed-delivery: true` gets its timer store:
     a message routed to it with a positive `x-delay` waits there (L1, any exchange)."""
     if opts_in(q.arguments) and q.timers is None:
@@ -457,7 +451,7 @@ def queue_declared(vhost: VHost, q: Queue) -> None:
         vhost.hidden[t.name] = t
 
 
-def queue_deleted(vhost: VHost, q: Queue) -> None:
+def queue_deleted(vhost: QueueHost, q: Queue) -> None:
     t = q.timers
     if t is not None:
         vhost.hidden.pop(t.name, None)

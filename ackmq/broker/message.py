@@ -1,4 +1,5 @@
-"""A published message and its place in a queue.
+"""A published message (its place in a queue, `QueueEntry`, is the queue type's:
+broker/queue_type.py).
 
 Properties stay in their AMQP 0-9-1 encoding (as RabbitMQ keeps `properties_bin`): the
 broker forwards them untouched and only peeks at delivery-mode, priority, expiration and
@@ -8,7 +9,6 @@ headers. A message routed to several queues is one `Message` and several `QueueE
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from ackmq.broker.arguments import MAX_EXPIRY_MS, type_name
 from ackmq.broker.errors import PRECONDITION_FAILED, SoftError, erl_bytes
@@ -19,9 +19,6 @@ from ackmq.protocol.amqp.properties import (
     peek_routing_fields,
     properties_edit,
 )
-
-if TYPE_CHECKING:
-    from ackmq.broker.queue_type import Queue
 
 _LEADING_INT = re.compile(rb"[+-]?[0-9]+")
 
@@ -139,31 +136,3 @@ class Message:
     @property
     def size(self) -> int:
         return len(self.body)
-
-
-class QueueEntry:
-    """One message in one queue: `seq` orders the queue and survives requeue and restart.
-
-    `message` is None only for spilled entries handed back by `ReadyList.clear` (seq and
-    flags are all a purge needs).
-    """
-
-    __slots__ = ("message", "seq", "delivery_count", "redelivered", "expires_at", "persisted",
-                 "queue", "size", "priority")
-
-    def __init__(self, message: Message | None, seq: int, queue: Queue, size: int = 0,
-                 priority: int = 0) -> None:
-        self.message = message
-        if message is not None:
-            size, priority = len(message.body), message.priority
-        self.size = size
-        self.priority = priority
-        self.seq = seq
-        self.queue = queue
-        self.delivery_count = 0   # times returned to the queue after a delivery (D10)
-        self.redelivered = False  # D9
-        self.expires_at: float | None = None
-        self.persisted = False    # written to the store: an ack must remove it there
-
-    def __lt__(self, other: QueueEntry) -> bool:  # heap order for requeued entries
-        return self.seq < other.seq

@@ -10,7 +10,8 @@ import math
 import struct
 from typing import Any
 
-from ackmq.broker.message import Message, QueueEntry
+from ackmq.broker.message import Message
+from ackmq.broker.queue_type import QueueEntry
 
 _HDR = struct.Struct(">QBBdIBB")  # seq, flags, priority, expires_at, delivery_count, |ex|, |rk|
 _U32 = struct.Struct(">I")

@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ackmq.broker import argument_table as table
 from ackmq.broker.arguments import as_text, declared_type
@@ -41,7 +41,6 @@ from ackmq.broker.policy_check import (
 )
 
 if TYPE_CHECKING:
-    from ackmq.broker.broker import BrokerModel
     from ackmq.broker.exchange import Exchange
     from ackmq.broker.queue_type import Queue
     from ackmq.broker.vhost import VHost
@@ -137,10 +136,19 @@ def effective_arguments(arguments: dict[str, Any], definition: dict[str, Any]) -
     return out
 
 
+class PolicyOwner(Protocol):
+    """The broker as its policy book sees it (`BrokerModel`, above the book in broker's
+    inner layers, satisfies it)."""
+
+    @property
+    def vhosts(self) -> dict[str, VHost]: ...
+    def request_flush(self) -> None: ...
+
+
 class PolicyBook:
     """Every vhost's policies and operator policies, and what they apply to."""
 
-    def __init__(self, broker: BrokerModel) -> None:
+    def __init__(self, broker: PolicyOwner) -> None:
         self.broker = broker
         # (operator?) -> vhost -> name -> Policy
         self._books: dict[bool, dict[str, dict[str, Policy]]] = {False: {}, True: {}}

@@ -26,14 +26,15 @@ from ackmq.broker.arguments import (
 from ackmq.broker.consumer import Consumer
 from ackmq.broker.dedup import QUEUE_ARG, DedupExchange, QueueIds, message_id
 from ackmq.broker.delayed import delay_ms
-from ackmq.broker.message import Message, QueueEntry
-from ackmq.broker.queue_type import ACK, QUEUE_TYPES, REJECT, REQUEUE, Queue
+from ackmq.broker.message import Message
+from ackmq.broker.queue_type import ACK, QUEUE_TYPES, REJECT, REQUEUE, Queue, QueueEntry
 from ackmq.broker.readylist import ReadyList
 from ackmq.broker.retry import Backoff, RetryHeap, backoff_of
+from ackmq.broker.timers import Deadline
 
 if TYPE_CHECKING:
+    from ackmq.broker.host import QueueHost
     from ackmq.broker.storage import QueuedMessages
-    from ackmq.broker.vhost import VHost
 
 log = logging.getLogger("ackmq.queue")
 
@@ -55,13 +56,14 @@ def _str_arg(args: dict[str, Any], name: str) -> str | None:
 
 class ClassicQueue(Queue):
     kind = "classic"
+    vhost: QueueHost
 
-    def __init__(self, vhost: VHost, name: str, durable: bool = False, exclusive_owner: Any = None,
+    def __init__(self, vhost: QueueHost, name: str, durable: bool = False, exclusive_owner: Any = None,
                  auto_delete: bool = False, arguments: dict[str, Any] | None = None,
                  epoch: int = 0) -> None:
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments, epoch)
         a = self.arguments
-        self._retry: RetryHeap | None = None  # L6: messages waiting out a back-off
+        self._retry: RetryHeap[QueueEntry] | None = None  # L6: messages waiting out a back-off
         self._settings(vhost.broker.policies.queue_arguments(self))
         self.max_priority = min(_int_arg(a, "x-max-priority") or 0, 255)
         broker = vhost.broker
@@ -79,9 +81,9 @@ class ClassicQueue(Queue):
         self._n = 0
         self.deleted = False
         self.had_consumers = False
-        self._ttl_timer: Any = None
-        self._ttl_due: float | None = None
-        self._expiry_timer: Any = None
+        timers = vhost.broker.timers
+        self._ttl = Deadline(timers, self._on_ttl)  # the head's message TTL
+        self._expiry = Deadline(timers, self._expired_unused)  # x-expires
         self.persistent_store = vhost.store if durable else None
         self.recovered_counts: dict[int, int] = {}  # seq -> deliveries before a restart
         # x-message-deduplication: the ids of the messages held (broker/dedup.py)
@@ -118,9 +120,7 @@ class ClassicQueue(Queue):
         expires = self.expires
         self._settings(self.vhost.broker.policies.queue_arguments(self))
         if self.expires != expires:
-            if self._expiry_timer is not None:
-                self._expiry_timer.cancel()
-                self._expiry_timer = None
+            self._expiry.cancel()
             self.touch()
         if self.overflow == "drop-head":
             ml, mlb, ready = self.max_length, self.max_length_bytes, self.ready
@@ -400,7 +400,7 @@ class ClassicQueue(Queue):
             delay = rule.delay_ms(entry.delivery_count, failed)
             if delay > 0:
                 if self._retry is None:
-                    self._retry = RetryHeap(self.vhost.broker.scheduler, self._retry_due)
+                    self._retry = RetryHeap(self.vhost.broker.timers, self._retry_due)
                 self._retry.push(entry, delay)
                 return
         self._back_in_place(entry, dispatch)
@@ -450,13 +450,9 @@ class ClassicQueue(Queue):
         """Used now: restart the x-expires countdown."""
         if self.expires is None or self.deleted:
             return
-        sched = self.vhost.broker.scheduler
-        if self._expiry_timer is not None:
-            self._expiry_timer.cancel()
-        self._expiry_timer = sched.call_later(self.expires / 1000.0, self._expired_unused)
+        self._expiry.arm_in(self.expires / 1000.0)
 
     def _expired_unused(self) -> None:
-        self._expiry_timer = None
         if self.deleted:
             return
         if self.consumers:
@@ -468,10 +464,8 @@ class ClassicQueue(Queue):
     def destroy(self) -> None:
         """Called by the vhost on delete: stop timers, forget everything."""
         self.deleted = True
-        for t in (self._ttl_timer, self._expiry_timer):
-            if t is not None:
-                t.cancel()
-        self._ttl_timer = self._expiry_timer = None
+        self._ttl.cancel()
+        self._expiry.cancel()
         if self._retry is not None:
             self._retry.clear()
         self.ready.discard()
@@ -497,17 +491,9 @@ class ClassicQueue(Queue):
         head = self.ready.peek()
         if head is None or head.expires_at is None:
             return
-        if self._ttl_due is not None and self._ttl_due <= head.expires_at:
-            return
-        if self._ttl_timer is not None:
-            self._ttl_timer.cancel()
-        self._ttl_due = head.expires_at
-        delay = max(0.0, head.expires_at - time.monotonic())
-        self._ttl_timer = self.vhost.broker.scheduler.call_later(delay, self._on_ttl)
+        self._ttl.arm_by(head.expires_at)
 
     def _on_ttl(self) -> None:
-        self._ttl_timer = None
-        self._ttl_due = None
         if self.deleted:
             return
         self._expire_head()

@@ -8,7 +8,7 @@ and registers itself in `QUEUE_TYPES`; nothing outside a type touches its counte
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ackmq.broker.arguments import (
     QUEUE_EQUIVALENCE_KEYS,
@@ -20,10 +20,9 @@ from ackmq.broker.errors import ACCESS_REFUSED, PRECONDITION_FAILED, SoftError
 
 if TYPE_CHECKING:
     from ackmq.broker.consumer import Consumer
-    from ackmq.broker.message import Message, QueueEntry
+    from ackmq.broker.message import Message
     from ackmq.broker.retry import Backoff
     from ackmq.broker.storage import QueuedMessages, Store
-    from ackmq.broker.vhost import VHost
 
 # what a channel asks a queue to do with a settled delivery
 ACK, REQUEUE, REJECT = "ack", "requeue", "reject"
@@ -31,6 +30,43 @@ RECOVER = "recover"  # basic.recover: asked of `check_settle` only (settled as R
 # a requeue the client did not ask for (channel or connection closed, basic.recover,
 # consumer timeout): as REQUEUE, except for a back-off of type "failed"/"returned" (L6)
 RETURN = "return"
+
+
+class QueueEntry:
+    """One message in one queue: `seq` orders the queue and survives requeue and restart.
+
+    `message` is None only for spilled entries handed back by `ReadyList.clear` (seq and
+    flags are all a purge needs).
+    """
+
+    __slots__ = ("message", "seq", "delivery_count", "redelivered", "expires_at", "persisted",
+                 "queue", "size", "priority")
+
+    def __init__(self, message: Message | None, seq: int, queue: Queue, size: int = 0,
+                 priority: int = 0) -> None:
+        self.message = message
+        if message is not None:
+            size, priority = len(message.body), message.priority
+        self.size = size
+        self.priority = priority
+        self.seq = seq
+        self.queue = queue
+        self.delivery_count = 0   # times returned to the queue after a delivery (D10)
+        self.redelivered = False  # D9
+        self.expires_at: float | None = None
+        self.persisted = False    # written to the store: an ack must remove it there
+
+    def __lt__(self, other: QueueEntry) -> bool:  # heap order for requeued entries
+        return self.seq < other.seq
+
+
+class Host(Protocol):
+    """What the queue-type seam knows of a queue's vhost: its name (for the texts). A
+    type's own module, above the seam, annotates `vhost` with host.QueueHost; the
+    seam stays below the vhost (docs/DESIGN.md, "broker's inner layers")."""
+
+    @property
+    def name(self) -> str: ...
 
 
 class Queue:
@@ -47,7 +83,7 @@ class Queue:
     # compared on redeclare, in this order (RabbitMQ: the type's queue_arguments)
     equivalence_keys: tuple[str, ...] = QUEUE_EQUIVALENCE_KEYS
     server_named = True  # may be declared with an empty name (amq.gen-…)
-    vhost: VHost
+    vhost: Host
     name: str
     durable: bool
     exclusive_owner: Any
@@ -72,7 +108,7 @@ class Queue:
     timers: Any = None
     hidden = False  # a timer store (broker/delayed.py): in no listing, no trace
 
-    def __init__(self, vhost: VHost, name: str, durable: bool = False,
+    def __init__(self, vhost: Host, name: str, durable: bool = False,
                  exclusive_owner: Any = None, auto_delete: bool = False,
                  arguments: dict[str, Any] | None = None, epoch: int = 0) -> None:
         """Every type is made so (VHost.declare_queue, reply_queue); a type's own

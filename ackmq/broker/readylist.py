@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from itertools import chain, islice
 from typing import Any
 
-from ackmq.broker.message import QueueEntry
 from ackmq.broker.paging import decode_entry, encode_entry
+from ackmq.broker.queue_type import QueueEntry
 
 REFILL = 512  # entries read back from the spill at a time
 STORED = 1 << 63  # a cold-tail value with this bit is a seq in the durable store, not a spill

@@ -27,13 +27,13 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, TypeVar
 
 from ackmq.broker import argument_table as table
 from ackmq.broker.argument_table import MAX_DELAY_MS, as_number, as_text
+from ackmq.broker.timers import Deadline, Timers
 
-if TYPE_CHECKING:
-    from ackmq.broker.message import QueueEntry
+E = TypeVar("E")  # what waits: a queue's QueueEntry (retry stays below the queue types)
 
 TYPE_ARG = "x-delayed-retry-type"
 MIN_ARG = "x-delayed-retry-min"
@@ -93,59 +93,42 @@ def check_retry_argument(key: str, v: Any, args: dict[str, Any]) -> str | None:
     return None if check is None else check(v, args)
 
 
-class RetryHeap:
+class RetryHeap(Generic[E]):
     """A queue's messages waiting out their back-off, soonest first: O(log n) a push,
-    one loop timer for the soonest, nothing done per message until it is due.
-    `release` takes the due entries (in due order) back into the queue."""
+    one deadline (broker/timers.py) for the soonest, nothing done per message until it
+    is due. `release` takes the due entries (in due order) back into the queue."""
 
-    __slots__ = ("_heap", "_n", "_timer", "_due", "_scheduler", "_release")
+    __slots__ = ("_heap", "_n", "_deadline", "_release")
 
-    def __init__(self, scheduler: Any, release: Callable[[list[QueueEntry]], None]) -> None:
-        self._heap: list[tuple[float, int, QueueEntry]] = []
+    def __init__(self, timers: Timers, release: Callable[[list[E]], None]) -> None:
+        self._heap: list[tuple[float, int, E]] = []
         self._n = 0  # tie-break: equal due times leave in the order they came
-        self._timer: Any = None
-        self._due: float | None = None
-        self._scheduler = scheduler
+        self._deadline = Deadline(timers, self._fire)
         self._release = release
 
     def __len__(self) -> int:
         return len(self._heap)
 
-    def push(self, entry: QueueEntry, delay_ms: int) -> None:
+    def push(self, entry: E, delay_ms: int) -> None:
         due = time.monotonic() + delay_ms / 1000.0
         self._n += 1
         heapq.heappush(self._heap, (due, self._n, entry))
-        self._arm()
-
-    def _arm(self) -> None:
-        if not self._heap:
-            return
-        due = self._heap[0][0]
-        if self._due is not None and self._due <= due:
-            return  # the timer already fires no later
-        if self._timer is not None:
-            self._timer.cancel()
-        self._due = due
-        self._timer = self._scheduler.call_later(max(0.0, due - time.monotonic()), self._fire)
+        self._deadline.arm_by(self._heap[0][0])
 
     def _fire(self) -> None:
-        self._timer = None
-        self._due = None
         now = time.monotonic()
         heap = self._heap
-        out = []
+        out: list[E] = []
         while heap and heap[0][0] <= now:
             out.append(heapq.heappop(heap)[2])
         if out:
             self._release(out)
-        self._arm()
+        if heap:
+            self._deadline.arm_by(heap[0][0])
 
-    def clear(self) -> list[QueueEntry]:
+    def clear(self) -> list[E]:
         """Stop the timer; the entries still waiting (purge, delete)."""
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = None
-        self._due = None
+        self._deadline.cancel()
         out = [e for _due, _n, e in self._heap]
         self._heap.clear()
         return out

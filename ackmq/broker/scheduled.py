@@ -53,7 +53,7 @@ from ackmq.protocol.amqp.properties import (
 )
 
 if TYPE_CHECKING:
-    from ackmq.broker.vhost import VHost
+    from ackmq.broker.host import QueueHost
 
 DELAY, PERIOD, REPEAT, CRON = ("AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_PERIOD",
                                "AMQ_SCHEDULED_REPEAT", "AMQ_SCHEDULED_CRON")
@@ -153,7 +153,7 @@ class ScheduledStore(TimerStore):
 
     kind = "scheduled"
 
-    def __init__(self, vhost: VHost) -> None:
+    def __init__(self, vhost: QueueHost) -> None:
         super().__init__(vhost, None, True, STORE_NAME)
         self._left: dict[int, int] = {}  # seq -> repeats left (only when not 0)
         # pending copies by destination and by user: a queue, exchange or user deletion
@@ -336,17 +336,17 @@ def limit_text(vhost: str, limit: int) -> str:
             f"({limit}) is reached")
 
 
-def pending(vhost: VHost) -> int:
+def pending(vhost: QueueHost) -> int:
     """The vhost's pending scheduled and delayed messages (what max-scheduled-messages
     bounds)."""
     return sum(t.message_count for t in vhost.hidden.values())
 
 
-def existing(vhost: VHost) -> ScheduledStore | None:
+def existing(vhost: QueueHost) -> ScheduledStore | None:
     return vhost.hidden.get(STORE_NAME)  # type: ignore[return-value]
 
 
-def destination_gone(vhost: VHost, exchange: str, queue: str | None = None) -> None:
+def destination_gone(vhost: QueueHost, exchange: str, queue: str | None = None) -> None:
     """An exchange (or, `queue` given, a queue) was deleted: its schedules end."""
     t = existing(vhost)
     if t is None:
@@ -358,7 +358,7 @@ def destination_gone(vhost: VHost, exchange: str, queue: str | None = None) -> N
         t.cancel(lambda m: m.exchange == "" and m.routing_key == queue)
 
 
-def user_gone(vhost: VHost, user: str) -> None:
+def user_gone(vhost: QueueHost, user: str) -> None:
     """A user was deleted: the schedules they made end."""
     t = existing(vhost)
     if t is not None and user in t.by_user:
@@ -373,7 +373,7 @@ def _schedule_of(message: Message) -> Schedule | None:
         return None
 
 
-def store_of(vhost: VHost) -> ScheduledStore:
+def store_of(vhost: QueueHost) -> ScheduledStore:
     """The vhost's scheduled store, made on first use (registered as hidden)."""
     t = vhost.hidden.get(STORE_NAME)
     if t is None:

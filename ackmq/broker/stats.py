@@ -13,6 +13,7 @@ events of the same value (the publishes one commit confirmed).
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
 
 PROTOCOLS = ("amqp091", "stomp", "amqp10", "stream", "mqtt")
 
@@ -165,6 +166,9 @@ class BrokerStats:
         self.confirm_latency = Histogram(LATENCY_BUCKETS)
         self.churn = Churn()
         self.auth = AuthAttempts()
+        # commands a front end refused, per protocol and error name (the stream
+        # protocol's rabbitmq_global_stream_error_<name>_total)
+        self.errors: dict[str, Counter[str]] = {p: Counter() for p in PROTOCOLS}
 
     def protocol(self, name: str) -> ProtocolStats:
         return self.messages[name]

@@ -173,6 +173,9 @@ class StreamLogLike(Protocol):
     def track(self, kind: int, ref: str, value: int) -> None:
         """Set it; durable with the next commit, after the records appended before it."""
 
+    def tracked_all(self) -> list[tuple[int, str, int]]:
+        """Every (kind, reference, value) tracked (rabbitmq-streams list_stream_tracking)."""
+
 
 class StreamStorage(Protocol):
     """Where stream queues keep their logs (store/streamlog.StreamStore): the broker

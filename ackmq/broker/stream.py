@@ -18,13 +18,13 @@ from ackmq.broker import stream_args
 from ackmq.broker.arguments import as_text
 from ackmq.broker.consumer import Consumer
 from ackmq.broker.errors import NOT_IMPLEMENTED, HardError
-from ackmq.broker.message import Message, QueueEntry
-from ackmq.broker.queue_type import ACK, QUEUE_TYPES, RECOVER, Queue
+from ackmq.broker.message import Message
+from ackmq.broker.queue_type import ACK, QUEUE_TYPES, RECOVER, Queue, QueueEntry
 from ackmq.protocol.amqp.properties import properties_with_header
 
 if TYPE_CHECKING:
+    from ackmq.broker.host import QueueHost
     from ackmq.broker.storage import QueuedMessages, StreamLogLike
-    from ackmq.broker.vhost import VHost
 
 OFFSET_HEADER = "x-stream-offset"
 
@@ -48,10 +48,11 @@ def _int(args: dict[str, Any], key: str) -> int | None:
 
 class StreamQueue(Queue):
     kind = "stream"
+    vhost: QueueHost
     equivalence_keys = stream_args.EQUIVALENCE_KEYS
     server_named = False
 
-    def __init__(self, vhost: VHost, name: str, durable: bool = True, exclusive_owner: Any = None,
+    def __init__(self, vhost: QueueHost, name: str, durable: bool = True, exclusive_owner: Any = None,
                  auto_delete: bool = False, arguments: dict[str, Any] | None = None,
                  epoch: int = 0) -> None:
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments, epoch)
@@ -174,6 +175,9 @@ class StreamQueue(Queue):
 
     def tracked(self, kind: int, ref: str) -> int | None:
         return None if self.log is None else self.log.tracked(kind, ref)
+
+    def tracked_all(self) -> list[tuple[int, str, int]]:
+        return [] if self.log is None else self.log.tracked_all()
 
     def track(self, kind: int, ref: str, value: int) -> None:
         """A publisher's sequence or a consumer's offset, durable with this turn's commit."""

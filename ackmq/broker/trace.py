@@ -23,8 +23,8 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ackmq.broker.message import Message
 from ackmq.broker.queue_type import REQUEUE
@@ -32,11 +32,27 @@ from ackmq.protocol.amqp.firehose import copy_properties, event_properties
 from ackmq.protocol.amqp.properties import FLAGS
 
 if TYPE_CHECKING:
-    from ackmq.broker.channel import ChannelModel, Taken
     from ackmq.broker.exchange import Exchange
-    from ackmq.broker.message import QueueEntry
-    from ackmq.broker.queue_type import Queue
-    from ackmq.broker.vhost import VHost
+    from ackmq.broker.host import QueueHost
+    from ackmq.broker.queue_type import Queue, QueueEntry
+
+
+class TracedChannel(Protocol):
+    """What an event names of its channel (a `ChannelModel`, above the tracer)."""
+
+    @property
+    def owner(self) -> Any: ...
+    @property
+    def output(self) -> object: ...
+    @property
+    def user(self) -> str | None: ...
+
+
+class Settled(Protocol):
+    """A settled delivery (the channel's `Delivery`)."""
+
+    @property
+    def entry(self) -> QueueEntry: ...
 
 TRACE_EXCHANGE = "amq.rabbitmq.trace"
 ID_HEADER = "x-ackmq-id"
@@ -65,7 +81,7 @@ class Tracer:
     messages on `amq.rabbitmq.trace`. `connection_name(owner)` names a channel's
     connection as the management API does ("peer -> local"), given by the server."""
 
-    def __init__(self, vhost: VHost, node: str, connection_name: Callable[[Any], str],
+    def __init__(self, vhost: QueueHost, node: str, connection_name: Callable[[Any], str],
                  lifecycle: bool = False) -> None:
         self.vhost = vhost
         self.node = node
@@ -101,7 +117,7 @@ class Tracer:
             head.append(("message_id", mid))
         self._emit(f"{kind}.{name}", event_properties(head + entries))
 
-    def _channel_tail(self, ch: ChannelModel) -> list[tuple[str, Any]]:
+    def _channel_tail(self, ch: TracedChannel) -> list[tuple[str, Any]]:
         try:
             conn = self.connection_name(ch.owner) if ch.owner is not None else ""
         except Exception:  # an internal channel (management publish/get)
@@ -126,7 +142,7 @@ class Tracer:
         return msg.view.message_id
 
     # -- the firehose (M9) ------------------------------------------------------------
-    def published(self, ch: ChannelModel, x: Exchange, msg: Message,
+    def published(self, ch: TracedChannel, x: Exchange, msg: Message,
                   queues: list[Queue]) -> None:
         """A channel's publish, routed to `queues` (none: unroutable)."""
         if self._ours(msg):
@@ -142,7 +158,7 @@ class Tracer:
                                                ("routing_keys", keys),
                                                ("routed_queues", routed)])
 
-    def delivered(self, ch: ChannelModel, entry: QueueEntry) -> None:
+    def delivered(self, ch: TracedChannel, entry: QueueEntry) -> None:
         """A delivery to a consumer or a basic.get."""
         msg = entry.message
         if msg is None or self._ours(msg):
@@ -158,7 +174,7 @@ class Tracer:
                                    msg.properties, tail), msg.body)
 
     # -- lifecycle (S10) ------------------------------------------------------------
-    def confirm_owed(self, ch: ChannelModel, seq: int, x: Exchange, msg: Message,
+    def confirm_owed(self, ch: TracedChannel, seq: int, x: Exchange, msg: Message,
                      stored: bool, refused: bool) -> None:
         """A publish in confirm mode: confirmed now, or once the store's commit is synced."""
         if not self.lifecycle or self._ours(msg):
@@ -168,7 +184,7 @@ class Tracer:
         else:
             self._confirm(x.name, msg, not refused, 0, 0)
 
-    def committed(self, ch: ChannelModel, seq: int, commit_t0: float,
+    def committed(self, ch: TracedChannel, seq: int, commit_t0: float,
                   failed: bool) -> None:
         """The store's commit that started at `commit_t0` (monotonic; 0: unknown) is
         synced (or failed): the confirm owed for `seq` goes out."""
@@ -186,7 +202,7 @@ class Tracer:
                                             ("fsync_us", fsync_us),
                                             ("latency_us", latency_us)])
 
-    def settled(self, verb: str, action: str, taken: Taken) -> None:
+    def settled(self, verb: str, action: str, taken: Iterable[tuple[int, Settled]]) -> None:
         """ack / nack / reject of deliveries (`action`: the queue's ACK, REQUEUE, REJECT)."""
         if not self.lifecycle:
             return

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ackmq.broker import dedup, delayed, scheduled
 from ackmq.broker.arguments import (
@@ -36,17 +36,32 @@ from ackmq.broker.exchange import (
     Exchange,
     args_key,
 )
-from ackmq.broker.message import Message, QueueEntry
+from ackmq.broker.host import BrokerHost, Policies
+from ackmq.broker.message import Message
 from ackmq.broker.queue import ClassicQueue  # noqa: F401 - registers classic
-from ackmq.broker.queue_type import Queue, queue_class
-from ackmq.broker.storage import BindingDef, ExchangeDef, QueueDef
+from ackmq.broker.queue_type import Queue, QueueEntry, queue_class
+from ackmq.broker.stats import BrokerStats
+from ackmq.broker.storage import BindingDef, ExchangeDef, QueueDef, Store
 from ackmq.broker.stream import StreamQueue  # noqa: F401 - registers stream
 from ackmq.broker.trace import TRACE_EXCHANGE, Tracer
 from ackmq.broker.vhost_store import VHostStore
 from ackmq.protocol.amqp.erlang import erl_term
 
-if TYPE_CHECKING:
-    from ackmq.broker.broker import BrokerModel
+
+class VHostPolicies(Policies, Protocol):
+    def apply_exchange(self, vhost: str, x: Exchange) -> None: ...
+
+
+class VHostBroker(BrokerHost, Protocol):
+    """The broker as a vhost sees it (`BrokerModel`, above the vhost in broker's inner
+    layers, satisfies it): what its queue types see, its policies, stats and store."""
+
+    @property
+    def policies(self) -> VHostPolicies: ...
+    @property
+    def stats(self) -> BrokerStats: ...
+    @property
+    def store(self) -> Store | None: ...
 
 DEFAULT_EXCHANGE_REFUSED = "operation not permitted on the default exchange"
 DEFAULT_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"),
@@ -70,7 +85,7 @@ REPLY_TO = "amq.rabbitmq.reply-to"  # the pseudo-queue of direct reply-to
 
 
 class VHost:
-    def __init__(self, broker: BrokerModel, name: str = "/") -> None:
+    def __init__(self, broker: VHostBroker, name: str = "/") -> None:
         self.broker = broker
         self.name = name
         self.queues: dict[str, Queue] = {}

@@ -29,6 +29,8 @@ verbs go to a broker's management HTTP API, ackmq's or RabbitMQ's, with the same
   list_consumers [-p <vhost>] [<column> ...]
   list_stream_connections [<column> ...]    (rabbitmq-streams'; default: conn_name)
   list_stream_consumers [-p <vhost>] [<column> ...]  list_stream_publishers [-p <vhost>] [<column> ...]
+  list_stream_group_consumers --stream <s> --reference <r> [--vhost <vhost>] [<column> ...]
+  list_stream_tracking <stream> [--all|--offset|--writer] [--vhost <vhost>]
   purge_queue [-p <vhost>] <queue>          delete_queue [-p <vhost>] <queue> [--if-empty] [--if-unused]
   close_connection <connection name> <explanation>
   status [--formatter json]                 environment

@@ -87,3 +87,11 @@ class HttpSource:
     def close(self, name: str, reason: str) -> None:
         self.call("DELETE", f"/api/connections/{quote(name, safe='')}",
                   headers={"X-Reason": reason})
+
+    def tracking(self, vhost: str, stream: str) -> list[Item]:
+        """A stream's tracking rows (ackmq's /api/stream/tracking: RabbitMQ has none)."""
+        try:
+            return list(self.call("GET", f"/api/stream/tracking/{quote(vhost, safe='')}/"
+                                         f"{quote(stream, safe='')}")["items"])
+        except CtlError as e:  # 404: in rabbitmq-streams' words
+            raise e if e.code != 69 else CtlError("The stream does not exist.", 70) from None

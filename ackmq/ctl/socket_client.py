@@ -60,3 +60,6 @@ class SocketSource:
 
     def close(self, name: str, reason: str) -> None:
         self._ok("close_connection", [name, reason], "/")
+
+    def tracking(self, vhost: str, stream: str) -> list[Item]:
+        return list(self._ok("stream_tracking", [stream], vhost)["items"])

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ackmq.ctl import streams
 from ackmq.ctl.errors import CtlError
 
 Item = dict[str, Any]
@@ -110,7 +111,8 @@ LISTS: dict[str, tuple[str, str, list[str], dict[str, Callable[[Item], Any]]]] =
 }
 BROKER_WIDE = {"list_connections", "list_channels",  # rabbitmqctl: not per vhost
                "list_stream_connections"}
-OTHER_VERBS = ("purge_queue", "delete_queue", "close_connection", "status", "environment")
+OTHER_VERBS = ("purge_queue", "delete_queue", "close_connection", "status", "environment",
+               *streams.VERBS)
 VERBS = tuple(LISTS) + OTHER_VERBS
 
 
@@ -255,6 +257,8 @@ def run(args: Any, src: Any) -> int:
             return 0
         if verb == "status":
             return _status(src, formatter, args.quiet)
+        if verb in streams.VERBS:
+            return streams.run(args, src)
         if verb == "environment":
             st = src.node()
             env = {"node": st["node"]["name"], "listeners": st["overview"]["listeners"],
@@ -294,3 +298,4 @@ def add_parsers(sub: Any) -> None:
     for verb in ("status", "environment"):
         vp = sub.add_parser(verb)
         vp.add_argument("--formatter", choices=("table", "json"), default="table")
+    streams.add_parsers(sub)

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ackmq.broker.timers import Deadline, Timers
+
 if TYPE_CHECKING:
-    import asyncio
+    pass
 
 log = logging.getLogger("ackmq.alarms")
 
@@ -198,12 +200,11 @@ class ResourceMonitor:
     """Samples memory every `memory_interval` s and disk every `disk_interval` s on the
     loop; tells `on_change(active)` when the set of alarms changes."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, limits: Limits, data_dir: Path | None,
+    def __init__(self, timers: Timers, limits: Limits, data_dir: Path | None,
                  on_change: Callable[[set[str]], None], node: str,
                  memory_interval: float = 0.1, disk_interval: float = 1.0,
                  set_paging: Callable[[bool], None] | None = None,
                  page_out: Callable[[], int] | None = None) -> None:
-        self.loop = loop
         self.limits = limits
         self.data_dir = data_dir
         self.on_change = on_change
@@ -215,8 +216,8 @@ class ResourceMonitor:
         self.paging = False
         self.rss = 0
         self.disk_free: int | None = None
-        self._memory_timer: asyncio.TimerHandle | None = None
-        self._disk_timer: asyncio.TimerHandle | None = None
+        self._memory_timer = Deadline(timers, self._memory_tick)  # C5: the broker's timers
+        self._disk_timer = Deadline(timers, self._disk_tick)
         self._last_trim = 0.0
         self._stopped = False
 
@@ -233,9 +234,8 @@ class ResourceMonitor:
 
     def stop(self) -> None:
         self._stopped = True
-        for t in (self._memory_timer, self._disk_timer):
-            if t is not None:
-                t.cancel()
+        self._memory_timer.cancel()
+        self._disk_timer.cancel()
 
     # -- changes at run time (ackmq ctl) ------------------------------------------------
     def set_watermark(self, watermark: Limit) -> None:
@@ -266,13 +266,13 @@ class ResourceMonitor:
         if self._stopped:
             return
         self.check_memory()
-        self._memory_timer = self.loop.call_later(self.memory_interval, self._memory_tick)
+        self._memory_timer.arm_in(self.memory_interval)
 
     def _disk_tick(self) -> None:
         if self._stopped:
             return
         self.check_disk()
-        self._disk_timer = self.loop.call_later(self.disk_interval, self._disk_tick)
+        self._disk_timer.arm_in(self.disk_interval)
 
     def check_memory(self) -> None:
         lim = self.limits

@@ -10,7 +10,7 @@ from ackmq.protocol.amqp.constants import DELIVERY_COUNT_HEADER, SEQ_HEADER
 from ackmq.protocol.amqp.properties import properties_with_header, properties_with_headers
 
 if TYPE_CHECKING:
-    from ackmq.broker.message import QueueEntry
+    from ackmq.broker.queue_type import QueueEntry
 
 
 def delivery_properties(entry: QueueEntry, seq_header: bool, count_header: bool) -> bytes:

@@ -27,6 +27,7 @@ from ackmq.broker.storage import CorruptStore, StoreError
 from ackmq.server.config import Config
 from ackmq.server.context import FrontEnd, HttpContext
 from ackmq.server.parameters import Parameters
+from ackmq.server.timers import LoopTimers
 from ackmq.server.transport import ClientConnection
 
 log = logging.getLogger("ackmq.server")
@@ -97,6 +98,7 @@ class Server:
         self.broker: BrokerModel = None  # type: ignore[assignment]
         self.ctx: FrontEnd = None  # type: ignore[assignment]  # set by start()
         self._flush_scheduled = False
+        self._timers: LoopTimers | None = None  # the broker's timers on the loop (C5)
         self.listeners: list[Listener] = []
         self.url = ""  # for a client on this machine (loopback when bound to all interfaces)
         self.port = 0
@@ -141,12 +143,6 @@ class Server:
         return self.ctx is not None and self.ctx.blocking
 
     # -- Scheduler for the model -------------------------------------------------------
-    def call_later(self, delay: float, fn: Callable[[], None]) -> asyncio.TimerHandle:
-        def run() -> None:
-            fn()
-            self.request_flush()
-        return self.loop.call_later(delay, run)
-
     def request_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -196,6 +192,7 @@ class Server:
                              spill=spill, queue_hot_messages=cfg.queue_hot_messages,
                              queue_memory=cfg.queue_memory_mb << 20, streams=streams)
         self.broker.notify_on_timeout = cfg.consumer_timeout_response != "close_channel"
+        self._timers = LoopTimers(self.broker.timers, self.loop, self.request_flush)  # C5
         self.access = self._open_access()
         self.broker.vhost_limit = self.access.vhost_limit
         self.broker.schedule_bounds = Bounds(cfg.scheduled_max_repeat,
@@ -409,7 +406,7 @@ class Server:
         limits = Limits(parse_watermark(cfg.memory_high_watermark),
                         parse_disk_limit(cfg.disk_free_limit), total_memory())
         self.alarms = ResourceMonitor(
-            self.loop, limits, cfg.data_dir, self._alarms_changed,
+            self.broker.timers, limits, cfg.data_dir, self._alarms_changed,
             f"ackmq@{socket.gethostname().split('.')[0]}",
             memory_interval=cfg.memory_check_interval, disk_interval=cfg.disk_check_interval,
             set_paging=self._set_paging, page_out=self.broker.page_out)
@@ -502,6 +499,8 @@ class Server:
         if self.ctx is not None:  # MQTT's logs beside the store (server/mqtt/state.py)
             for state in self.ctx.protocol_state.values():
                 state.close()
+        if self._timers is not None:  # no deadline fires against the closing store
+            self._timers.close()
         if self.broker is not None:
             await self.loop.run_in_executor(None, self.broker.close)
         if self._spill_tmp:

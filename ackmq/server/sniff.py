@@ -13,6 +13,8 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
+from ackmq.broker.timers import Deadline
+
 if TYPE_CHECKING:
     from ackmq.server.context import FrontEnd
     from ackmq.server.transport import ClientConnection
@@ -43,13 +45,13 @@ class Sniffer(asyncio.Protocol):
         self.amqp10 = amqp10
         self.head = b""
         self.transport: asyncio.Transport | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: Deadline | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         # a client that sends nothing is dropped as a silent 0-9-1 client is
-        self.timer = self.ctx.loop.call_later(self.ctx.config.handshake_timeout,
-                                              self.transport.close)
+        self.timer = Deadline(self.ctx.broker.timers, self.transport.close)
+        self.timer.arm_in(self.ctx.config.handshake_timeout)
 
     def data_received(self, data: bytes) -> None:
         self.head += data

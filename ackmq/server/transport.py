@@ -22,7 +22,9 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
+from ackmq.broker.timers import Deadline
 from ackmq.server.states import check_transition
+from ackmq.server.tls import certificate_user
 
 if TYPE_CHECKING:
     from ackmq.broker.channel import ChannelModel
@@ -85,9 +87,10 @@ class ClientConnection(asyncio.Protocol):
         self.held: list[Any] = []  # what was read past the blocking publish, for later
         self.last_recv = self.last_sent = time.monotonic()
         self.vhost: VHost | None = None  # the vhost it opened (set by the protocol)
-        self._hb_timer: asyncio.TimerHandle | None = None
-        # the handshake timer, then the wait for the peer's answer to our close
-        self._close_timer: asyncio.TimerHandle | None = None
+        timers = ctx.broker.timers  # C5: the broker's one timer service
+        self._hb = Deadline(timers, self._heartbeat_tick)
+        # the handshake timeout, then the wait for the peer's answer to our close
+        self._close = Deadline(timers, self._handshake_timeout)
         self._hb_send = self._hb_expect = self._hb_tick = 0.0  # start_heartbeats
 
     def __repr__(self) -> str:
@@ -106,8 +109,13 @@ class ClientConnection(asyncio.Protocol):
         transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)
         self.ctx.connections.add(self)
         # a client that never completes the handshake is dropped (RabbitMQ: 10 s)
-        self._close_timer = self.ctx.loop.call_later(
-            self.ctx.config.handshake_timeout, self._handshake_timeout)
+        self._close.arm_in(self.ctx.config.handshake_timeout, self._handshake_timeout)
+
+    def certificate_user(self) -> str | None:
+        """The EXTERNAL mechanism's user: the CN of the client's verified TLS certificate
+        (None: no TLS, no certificate), for every protocol's SASL (admission.sasl_login)."""
+        t = self.transport
+        return None if t is None else certificate_user(t.get_extra_info("peercert"))
 
     def data_received(self, data: bytes) -> None:
         self.last_recv = time.monotonic()
@@ -149,16 +157,13 @@ class ClientConnection(asyncio.Protocol):
 
     # -- the handshake timer ---------------------------------------------------------
     def _handshake_timeout(self) -> None:
-        self._close_timer = None
         if self.state != "open":
             self.log.info("%s handshake timeout from %s", self.protocol, self.peer)
             self._shutdown()
 
     def _handshake_done(self) -> None:
         """Opened: the handshake timer stops."""
-        if self._close_timer is not None:
-            self._close_timer.cancel()
-            self._close_timer = None
+        self._close.cancel()
 
     # -- heartbeats (H1, W2, A: idle-time-out) ------------------------------------------
     def start_heartbeats(self, send: float, expect: float, tick: float = 0.0) -> None:
@@ -171,10 +176,9 @@ class ClientConnection(asyncio.Protocol):
             tick = min(x for x in (send, expect / 4) if x > 0) if send or expect else 0.0
         self._hb_tick = max(HEARTBEAT_TICK_MIN, tick)
         if send or expect:
-            self._hb_timer = self.ctx.loop.call_later(self._hb_tick, self._heartbeat_tick)
+            self._hb.arm_in(self._hb_tick)
 
     def _heartbeat_tick(self) -> None:
-        self._hb_timer = None
         t = self.transport
         if self.state in _ENDING or t is None:
             return
@@ -194,7 +198,7 @@ class ClientConnection(asyncio.Protocol):
         if self._hb_send and now - self.last_sent >= self._hb_send:
             self.write(self.heartbeat_frame)
             self.ctx.request_flush()
-        self._hb_timer = self.ctx.loop.call_later(self._hb_tick, self._heartbeat_tick)
+        self._hb.arm_in(self._hb_tick)
 
     def _heartbeats_missed(self) -> None:
         """The peer fell silent: dropped without a word (AMQP 0-9-1, STOMP); a protocol
@@ -209,10 +213,8 @@ class ClientConnection(asyncio.Protocol):
     def _release(self) -> None:
         """D8: the timers stop, every channel's unacked deliveries go back, exclusive
         queues go. Idempotent: each way out calls it."""
-        for t in (self._hb_timer, self._close_timer):
-            if t is not None:
-                t.cancel()
-        self._hb_timer = self._close_timer = None
+        self._hb.cancel()
+        self._close.cancel()
         self._release_channels()
         if self.vhost is not None:
             self.vhost.connection_closed(self)
@@ -236,7 +238,7 @@ class ClientConnection(asyncio.Protocol):
         after CLOSE_OK_WAIT."""
         self.write(frame)
         self.ctx.request_flush()
-        self._close_timer = self.ctx.loop.call_later(CLOSE_OK_WAIT, self._shutdown)
+        self._close.arm_in(CLOSE_OK_WAIT, self._shutdown)
 
     def _shutdown(self) -> None:
         """Flush what is queued and close the socket (see close_transport)."""
@@ -268,7 +270,7 @@ class ClientConnection(asyncio.Protocol):
         if t is not None and not t.is_closing():
             t.close()
             if t.get_write_buffer_size():
-                self._close_timer = self.ctx.loop.call_later(grace, t.abort)
+                self._close.arm_in(grace, t.abort)
 
     # -- output -----------------------------------------------------------------------
     def write(self, data: bytes) -> None:

@@ -399,7 +399,7 @@ def connection(conn: Any, octet_rates: tuple[float, ...] = (0.0, 0.0)) -> dict[s
     ssl = t is not None and t.get_extra_info("ssl_object") is not None
     props = jsonable(getattr(conn, "client_properties", {}) or {})
     return {
-        "auth_mechanism": "PLAIN", "channel_max": getattr(conn, "channel_max", 1),
+        "auth_mechanism": getattr(conn, "auth_mechanism", "PLAIN"), "channel_max": getattr(conn, "channel_max", 1),
         "channels": len(channels_of(conn)), "client_properties": props,
         "connected_at": None, "frame_max": getattr(conn, "frame_max", 0),
         "host": h, "name": connection_name(conn), "node": node_name(),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ackmq.broker.stream import TRACK_PUBLISHER
 from ackmq.server.views import connection, connection_name, hostport, node_name
 
 
@@ -63,3 +64,18 @@ def consumers(conn: Any, queue: str | None = None) -> list[dict[str, Any]]:
                     "offset_lag": lag, "properties": dict(s.properties),
                     "active": s.ready, "activity_status": status})
     return out
+
+
+def stream_of(vhost: Any, name: str) -> Any:
+    """The vhost's stream queue `name`, or None (not there, or not a stream)."""
+    q = vhost.queues.get(name)
+    return q if q is not None and hasattr(q, "tracked_all") and not q.deleted else None
+
+
+def tracking(q: Any) -> list[dict[str, Any]]:
+    """rabbitmq-streams list_stream_tracking's rows: each named publisher's last
+    publishing id (`writer`, deduplication) and each named consumer's stored offset
+    (`offset`), writers first, as RabbitMQ lists them."""
+    rows = [{"type": "writer" if kind == TRACK_PUBLISHER else "offset", "name": ref,
+             "tracking_value": value} for kind, ref, value in q.tracked_all()]
+    return sorted(rows, key=lambda r: r["type"] != "writer")

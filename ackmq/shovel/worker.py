@@ -408,10 +408,17 @@ class _Move:
             self.done += 1
             self._check_done()
 
-    def confirmed(self, tag: int, multiple: bool, ack: bool) -> None:
+    def confirmed(self, tag: int, multiple: bool, ack: bool, first: int = 0) -> None:
+        """`first`: an AMQP 1.0 disposition's range first..tag, settled at the source
+        together (one disposition per run there, not one per message)."""
         pending = self.pending
         tags: list[int] = []
-        if multiple:
+        if first:
+            for seq in range(first, tag + 1):
+                src_tag = pending.pop(seq, None)
+                if src_tag is not None:
+                    tags.append(src_tag)
+        elif multiple:
             while pending:
                 seq = next(iter(pending))
                 if seq > tag:

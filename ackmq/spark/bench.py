@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 from ackmq.client import AckMode
 from ackmq.spark.amqp import ConfirmingPublisher, open_connection
 from ackmq.spark.lake import read_committed
+from ackmq.spark.streamproto import stream_url_for
 
 # Full-size batches landed before the measured runs. With a warm-up of 2 batches of
 # 1,000 rows, whichever broker ran first paid the JIT of the 10,000-row path: its driver
@@ -105,15 +106,23 @@ def naive(url: str, queue: str, n: int, out: Path, file_rows: int) -> float:
     return got / dt
 
 
+# the stream protocol's URL of each `ackmq serve` the bench started (by its AMQP URL);
+# --ackmq-stream-url for a broker of one's own; RabbitMQ's: its AMQP host, port 5552
+STREAM_URLS: dict[str, str] = {}
+
+
 def spark_land(spark: object, url: str, queue: str, n: int, work: Path, per_trigger: int,
-               *, stream: bool = False, partitions: int = 2) -> tuple[float, float, int]:
+               *, stream: bool = False, partitions: int = 2,
+               protocol: str | None = None) -> tuple[float, float, int]:
     """Returns (msgs/s over the whole query, msgs/s after the first batch, rows landed).
-    With `stream` the queue is read as a stream (offset ranges, `partitions` tasks)."""
+    With `stream` the queue is read as a stream (offset ranges, `partitions` tasks, read
+    over `protocol`: the source's option, its default when None)."""
     from ackmq.spark.pipeline import land
 
     s = land(spark, url=url, to=str(work / "lake"), checkpoint=str(work / "chk"),
              max_per_trigger=per_trigger, available_now=True, num_partitions=partitions,
-             stream=queue if stream else None, queue=None if stream else queue)
+             stream=queue if stream else None, queue=None if stream else queue,
+             stream_protocol=protocol, stream_url=STREAM_URLS.get(url))
     t = read_committed(work / "lake", ["offset"])
     rows = 0 if t is None else t.num_rows
     # after batch 1, by Spark's own batch timestamps (not by when the progress was polled)
@@ -129,7 +138,8 @@ def ackmq_broker(url: str | None, work: Path) -> Iterator[str]:
         yield url
         return
     # a process of its own, as RabbitMQ is: no GIL shared with the consumers measured
-    proc = subprocess.Popen([sys.executable, "-m", "ackmq", "serve", "--port", "0", "--no-stomp", "--http-port", "0", "--no-stream", "--no-mqtt",
+    proc = subprocess.Popen([sys.executable, "-m", "ackmq", "serve", "--port", "0", "--no-stomp",
+                             "--http-port", "0", "--stream-port", "0", "--no-mqtt",
                              "--data-dir", str(work / "broker")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -138,6 +148,9 @@ def ackmq_broker(url: str | None, work: Path) -> Iterator[str]:
             m = re.search(r"listening on (amqp://\S+)", line)
             if m:
                 threading.Thread(target=proc.stdout.read, daemon=True).start()
+                ms = re.search(r"rabbitmq-stream://\S+:(\d+)", line)
+                if ms:
+                    STREAM_URLS[m.group(1)] = stream_url_for(m.group(1), int(ms.group(1)))
                 yield m.group(1)
                 return
         raise RuntimeError("ackmq serve did not start")
@@ -223,12 +236,18 @@ def streams(a: argparse.Namespace) -> None:
     results: list[tuple[str, float, float, int, int]] = []
     try:
         with ackmq_broker(a.ackmq_url, work) as ackmq_url:
-            cases = [("ackmq classic queue (queue source)", ackmq_url, False),
-                     ("ackmq stream", ackmq_url, True),
-                     ("RabbitMQ stream", a.rabbitmq_url, True),
-                     ("RabbitMQ classic queue (queue source)", a.rabbitmq_url, False)]
+            if a.ackmq_stream_url:
+                STREAM_URLS[ackmq_url] = a.ackmq_stream_url
+            protocols = [p.strip() for p in a.protocols.split(",") if p.strip()]
+            cases = [("ackmq classic queue (queue source)", ackmq_url, False, None),
+                     *[(f"ackmq stream over {p}", ackmq_url, True, p) for p in protocols],
+                     *[(f"RabbitMQ stream over {p}", a.rabbitmq_url, True, p)
+                       for p in protocols],
+                     ("RabbitMQ classic queue (queue source)", a.rabbitmq_url, False, None)]
+            if a.no_queues:
+                cases = [c for c in cases if c[2]]
             runnable = []
-            for name, url, is_stream in cases:
+            for name, url, is_stream, protocol in cases:
                 if is_stream:
                     try:
                         fill(url, "bench.spark.r4.probe", 1, 10, STREAM)
@@ -236,22 +255,28 @@ def streams(a: argparse.Namespace) -> None:
                     except Exception as exc:  # noqa: BLE001 - reported, case skipped
                         print(f"skipped {name}: {str(exc)[:160]}", flush=True)
                         continue
-                runnable.append((name, url, is_stream))
-            warm = WARMUP_BATCHES * a.max_per_trigger  # both read paths, not reported
-            for _name, url, is_stream in runnable[:1] + [c for c in runnable if c[2]][:1]:
-                fill(url, f"bench.spark.r4.warmup.{int(is_stream)}", warm, a.body_size,
+                runnable.append((name, url, is_stream, protocol))
+            warm = WARMUP_BATCHES * a.max_per_trigger  # every read path, not reported
+            warmups = {(c[2], c[3]): c for c in runnable}
+            for w, (_name, url, is_stream, protocol) in enumerate(warmups.values()):
+                fill(url, f"bench.spark.r4.warmup.{w}", warm, a.body_size,
                      STREAM if is_stream else None)
-                spark_land(spark, url, f"bench.spark.r4.warmup.{int(is_stream)}", warm,
-                           work / f"warm-{is_stream}",
-                           a.max_per_trigger, stream=is_stream, partitions=a.partitions)
+                spark_land(spark, url, f"bench.spark.r4.warmup.{w}", warm,
+                           work / f"warm-{w}", a.max_per_trigger, stream=is_stream,
+                           partitions=a.partitions, protocol=protocol)
+            filled: dict[tuple[str, bool, int], str] = {}
             for r in range(a.rounds):
-                for i, (name, url, is_stream) in enumerate(runnable):
-                    q = f"bench.spark.r4.{i}"
-                    fill(url, q, a.messages, a.body_size, STREAM if is_stream else None)
+                for i, (name, url, is_stream, protocol) in enumerate(runnable):
+                    # the protocols of one broker read the very same stream
+                    q = filled.get((url, is_stream, r)) or f"bench.spark.r4.{i}"
+                    if (url, is_stream, r) not in filled:
+                        fill(url, q, a.messages, a.body_size, STREAM if is_stream else None)
+                        filled[(url, is_stream, r)] = q
                     cpu0 = _cpu_by_kind(url)
                     total, steady, rows = spark_land(
                         spark, url, q, a.messages, work / f"{i}-{r}", a.max_per_trigger,
-                        stream=is_stream, partitions=a.partitions if is_stream else 2)
+                        stream=is_stream, partitions=a.partitions if is_stream else 2,
+                        protocol=protocol)
                     cpu1 = _cpu_by_kind(url)
                     per = {k: (cpu1[k] - cpu0[k]) / max(rows, 1) * 1e6 for k in cpu0}
                     results.append((name, total, steady, rows, r))
@@ -340,7 +365,8 @@ def ceiling(a: argparse.Namespace) -> int:
         cpu0, t0 = _cpu_by_kind(url), time.monotonic()
         s = land(spark, url=url, to=str(work / tag / "lake"), checkpoint=str(work / tag / "chk"),
                  available_now=True, num_partitions=4 if is_stream else 2,
-                 stream=queue if is_stream else None, queue=None if is_stream else queue)
+                 stream=queue if is_stream else None, queue=None if is_stream else queue,
+                 stream_url=STREAM_URLS.get(url))
         dt, cpu1 = time.monotonic() - t0, _cpu_by_kind(url)
         t = read_committed(work / tag / "lake", ["offset"])
         rows = 0 if t is None else t.num_rows
@@ -406,6 +432,12 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--rounds", type=int, default=1)
         sp.add_argument("--ackmq-url", default=None)
         sp.add_argument("--rabbitmq-url", default="amqp://guest:guest@127.0.0.1:5672/")
+        sp.add_argument("--ackmq-stream-url", default=None,
+                        help="with --ackmq-url: its stream protocol's rabbitmq-stream:// URL")
+        sp.add_argument("--protocols", default="stream,amqp",
+                        help="the stream source's read protocols to measure, in this order")
+        sp.add_argument("--no-queues", action="store_true",
+                        help="only the stream landings (no classic-queue cases)")
         streams(sp.parse_args(argv[1:]))
         return 0
     if argv[:1] == ["backlog"]:

@@ -31,6 +31,12 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     land.add_argument("--fail-on-data-loss", choices=("true", "false"), default="true",
                       help="--stream: fail (default) or warn and go on when retention removed "
                            "offsets before they were read (Kafka's failOnDataLoss)")
+    land.add_argument("--stream-protocol", choices=("stream", "amqp"), default=None,
+                      help="--stream: how read tasks read their offsets: RabbitMQ's stream "
+                           "protocol or AMQP 0-9-1 (default: the source's, stream)")
+    land.add_argument("--stream-url", default=None,
+                      help="--stream-protocol stream: rabbitmq-stream://user:pass@host:port"
+                           "/vhost (default: --url's host, login and vhost, port 5552)")
     land.add_argument("--to", required=True, help="Parquet directory")
     land.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
     land.add_argument("--max-per-trigger", type=int, default=None,
@@ -168,7 +174,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
                          progress=log, stream=args.stream,
                          starting_offsets=args.starting_offsets,
                          fail_on_data_loss=args.fail_on_data_loss == "true", stop=stop.event,
-                         mqtt=args.mqtt)
+                         mqtt=args.mqtt, stream_protocol=args.stream_protocol,
+                         stream_url=args.stream_url)
             else:
                 from ackmq.spark.audit import events
 

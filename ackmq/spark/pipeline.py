@@ -208,12 +208,14 @@ def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint:
          progress: Callable[[str], None] | None = None,
          stop_when: Callable[[LandStats], bool] | None = None,
          stream: str | None = None, starting_offsets: str = "earliest",
-         fail_on_data_loss: bool = True,
+         fail_on_data_loss: bool = True, stream_protocol: str | None = None,
+         stream_url: str | None = None,
          transform: Callable[[Any], Any] | None = None,
          stop: threading.Event | None = None, mqtt: bool = False) -> LandStats:
     """Land `queue` (staged batches live with the checkpoint) or `stream` (offset ranges,
     `num_partitions` read tasks per batch, from `starting_offsets` on a new checkpoint,
-    failing on data loss unless told not to) into Parquet at `to`; `transform` maps the
+    failing on data loss unless told not to, read over `stream_protocol`: the source's
+    `protocol` option, at `stream_url`) into Parquet at `to`; `transform` maps the
     message rows first (the audit's lifecycle columns: spark/audit.py); `mqtt` adds the
     queue source's `topic` and `qos` columns (S11). Setting `stop`
     (a signal handler's) ends the landing at the next batch boundary (`LandStats.stopped`)."""
@@ -224,7 +226,12 @@ def land(spark: Any, *, url: str, queue: str | None = None, to: str, checkpoint:
     if stream is not None:
         df = (r.option("stream", stream).option("startingOffsets", starting_offsets)
               .option("minPartitions", num_partitions)
-              .option("failOnDataLoss", str(fail_on_data_loss).lower()).load())
+              .option("failOnDataLoss", str(fail_on_data_loss).lower()))
+        if stream_protocol:
+            df = df.option("protocol", stream_protocol)
+        if stream_url:
+            df = df.option("streamUrl", stream_url)
+        df = df.load()
         name = stream
     else:
         assert queue is not None, "land() needs queue or stream"

@@ -24,6 +24,7 @@ same rows) writes its files anew.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
 import os
 from collections.abc import Iterator, Sequence
@@ -38,6 +39,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ackmq.spark.source import DEFAULT_URL, trace
+from ackmq.spark.streamproto import read_range as read_range_stream
+from ackmq.spark.streamproto import stream_url_for, unusable
 from ackmq.spark.streamrows import stream_batch
 from ackmq.spark.streamwire import (
     data_loss,
@@ -46,7 +49,11 @@ from ackmq.spark.streamwire import (
     offset_at,
     read_range,
     report_loss,
+    server_product,
 )
+
+PROTOCOLS = ("stream", "amqp")
+log = logging.getLogger("ackmq.spark.stream")
 
 
 def parse_position(text: str, what: str) -> str | int | dt.datetime:
@@ -80,9 +87,10 @@ def parse_bool(text: str, what: str) -> bool:
 class StreamRange(InputPartition):
     """Stream offsets [start, end) for one executor task."""
 
-    def __init__(self, start: int, end: int) -> None:
+    def __init__(self, start: int, end: int, protocol: str | None = None) -> None:
         super().__init__((start, end))
         self.start, self.end = start, end
+        self.protocol = protocol  # None: the reader's (a range made by hand)
 
 
 class _StreamOptions:
@@ -104,6 +112,23 @@ class _StreamOptions:
         self.plan_timeout = float(options.get("planTimeout") or 3.0)
         self.fail_on_data_loss = parse_bool(options.get("failOnDataLoss") or "true",
                                             "failOnDataLoss")
+        # how read tasks read their range: RabbitMQ's stream protocol or AMQP 0-9-1 (the
+        # probes use AMQP either way). Unset: the stream protocol where it answers for
+        # this broker and stream (checked once, when the first batch is planned), else
+        # AMQP: docs/spark.md has the figures
+        given = options.get("protocol")
+        self.protocol: str | None = str(given).strip().lower() if given else None
+        if self.protocol is not None and self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {given!r}")
+        self.stream_url_given = options.get("streamUrl") or os.environ.get("ACKMQ_STREAM_URL")
+        self.stream_url = ""
+        if self.protocol != "amqp":
+            try:
+                self.stream_url = self.stream_url_given or stream_url_for(self.url)
+            except ValueError:
+                if self.protocol == "stream":
+                    raise
+                self.protocol = "amqp"  # amqps://: the stream reader has no TLS yet
 
     def check_start(self, start: int, end: int) -> int:
         """Planning a range [start, end): when retention already removed its head (the
@@ -135,6 +160,19 @@ class _StreamOptions:
             return at
         return last + 1 if last is not None else 0  # nothing written since `where`
 
+    def read_protocol(self) -> str:
+        """The read tasks' protocol: as given, or (unset) the stream protocol when it
+        answers for this broker and stream, else AMQP with a warning saying why. Decided
+        once, in the driver; the partitions carry it to the executors."""
+        if self.protocol is None:
+            why = unusable(self.stream_url, self.stream, server_product(self.url))
+            self.protocol = "stream" if why is None else "amqp"
+            trace("protocol", self.protocol)
+            if why is not None:
+                log.warning("stream %r: read tasks read over AMQP 0-9-1, not the stream "
+                            "protocol: %s", self.stream, why)
+        return self.protocol
+
     def split(self, start: int, end: int, k: int) -> list[StreamRange]:
         """k ranges of (nearly) equal offset span; fewer if the range is smaller."""
         span = end - start
@@ -142,15 +180,24 @@ class _StreamOptions:
             return []
         k = max(1, min(k, span))
         step = math.ceil(span / k)
-        return [StreamRange(s, min(end, s + step)) for s in range(start, end, step)]
+        protocol = self.read_protocol()
+        return [StreamRange(s, min(end, s + step), protocol)
+                for s in range(start, end, step)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         p: StreamRange = partition  # type: ignore[assignment]
         trace("read", p.start, p.end)
         _kill_hook(p)
-        for items in read_range(self.url, self.stream, p.start, p.end,
-                                prefetch=self.prefetch,
-                                fail_on_data_loss=self.fail_on_data_loss):
+        protocol = getattr(p, "protocol", None) or self.read_protocol()
+        if protocol == "stream":
+            reads = read_range_stream(self.stream_url, self.stream, p.start, p.end,
+                                      amqp_url=self.url,
+                                      fail_on_data_loss=self.fail_on_data_loss)
+        else:
+            reads = read_range(self.url, self.stream, p.start, p.end,
+                               prefetch=self.prefetch,
+                               fail_on_data_loss=self.fail_on_data_loss)
+        for items in reads:
             yield stream_batch(items)
 
 
@@ -243,7 +290,7 @@ class AckmqStreamBatchReader(DataSourceReader):
         end = self.o.resolve(self.ending)
         start = self.o.check_start(start, end)
         k = max(self.o.min_partitions, math.ceil(max(0, end - start) / self.MAX_SPAN))
-        return self.o.split(start, end, k) or [StreamRange(0, 0)]
+        return self.o.split(start, end, k) or [StreamRange(0, 0, "amqp")]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return self.o.read(partition)

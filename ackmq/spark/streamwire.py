@@ -234,6 +234,21 @@ class _Session:
         self.loop.close()
 
 
+def server_product(url: str) -> str:
+    """The broker's `product` server property (RabbitMQ, ackmq): which broker answers."""
+    s = _Session(url, "")
+
+    async def go() -> str:
+        s.conn = await open_connection(url, connection_name="ackmq-spark-stream",
+                                       connect_timeout=10.0)
+        p = s.conn.core.server_properties.get("product", "")
+        return p.decode("utf-8", "replace") if isinstance(p, bytes) else str(p)
+    try:
+        return str(s.run(go()))
+    finally:
+        s.close()
+
+
 def _offset_arg(where: str | int | dt.datetime) -> Any:
     return where
 

@@ -513,6 +513,9 @@ class StreamLog:
         """Written by the next commit, after the records appended before it (X3, X4)."""
         self.tracking.set(kind, ref, value)
 
+    def tracked_all(self) -> list[tuple[int, str, int]]:
+        return sorted((k, r, v) for (k, r), v in self.tracking.values.items())
+
     # -- life cycle -----------------------------------------------------------------
     def close(self) -> None:
         self.flush()

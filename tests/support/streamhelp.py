@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pika
 import pytest
-from conftest import rabbitmq_url
+from conftest import STREAM_URLS, rabbitmq_url
 
 
 def stream_support(url: str) -> str | None:
@@ -84,3 +84,20 @@ def publish(url: str, stream: str, bodies: list[bytes], **props: object) -> None
         pub.flush()
     finally:
         pub.close()
+
+
+def stream_protocol_url(url: str) -> str:
+    """The stream protocol's URL of the broker at AMQP `url`: the session ackmq's free
+    port, RabbitMQ's 5552 (its plugin, enabled on the reference broker)."""
+    from ackmq.spark.streamproto import stream_url_for
+
+    return STREAM_URLS.get(url) or stream_url_for(url)
+
+
+@pytest.fixture(params=["amqp", "stream"])
+def read_protocol(request: pytest.FixtureRequest, stream_url: str) -> dict[str, str]:
+    """The Spark stream source's options for each way its read tasks read: AMQP 0-9-1
+    and RabbitMQ's stream protocol."""
+    if request.param == "amqp":
+        return {"protocol": "amqp"}
+    return {"protocol": "stream", "streamUrl": stream_protocol_url(stream_url)}

@@ -5,6 +5,7 @@ exactly the calls it compares between ackmq and RabbitMQ and read exactly the an
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from typing import Any
 
@@ -13,8 +14,10 @@ from rstream.encoding import decode_frame, encode_frame, encode_publish
 
 
 class StreamPeer:
-    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0,
+                 tls: ssl.SSLContext | None = None) -> None:
+        sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock = sock if tls is None else tls.wrap_socket(sock, server_hostname="localhost")
         self.corr = 0
         self.events: list[Any] = []  # frames read while waiting for another (Deliver, ...)
 

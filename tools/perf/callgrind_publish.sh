@@ -17,7 +17,7 @@ cd "$code"
 PYTHONHASHSEED=0 PYTHONPATH=$code valgrind --tool=callgrind --callgrind-out-file="$out.cg" \
   "$py" -m ackmq serve --port "$port" --no-stomp --no-mqtt --no-stream --no-http --data-dir "$data" > "$out.log" 2>&1 &
 vp=$!
-for _ in $(seq 1 600); do grep -qs "listening" "$out.log" && break; sleep 1; done
+for _ in $(seq 1 600); do grep -qs "listening" "$out.log" && break; kill -0 $vp 2>/dev/null || { cat "$out.log" >&2; exit 1; }; sleep 1; done
 "$py" - "$port" "$n" "$mode" <<'PY'
 import sys, time, pika
 port, n, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]

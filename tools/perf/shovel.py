@@ -2,7 +2,10 @@
 on-confirm dynamic shovel — ackmq to itself, ackmq to RabbitMQ, and RabbitMQ's own
 shovel on the same RabbitMQ node for comparison. Each run uses a vhost of its own
 (deleted after); the time is from the PUT of the shovel to the last message counted at
-the destination (polled every 50 ms).
+the destination (polled every 50 ms). Wall-clock rates depend on the machine's load:
+compare them only with RabbitMQ's measured in the same run. For ackmq's own moves the
+broker process's CPU time per message moved is printed too (psutil, user + system:
+the shovel and both ends run in it), which the load moves much less.
 
     python -m tools.perf.shovel --messages 20000 --size 100
 """
@@ -20,6 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pika
+import psutil
 
 from tools.harness.ownbroker import OwnBroker
 
@@ -71,12 +75,21 @@ def depth(amqp: str, vh: str, queue: str) -> int:
             conn.close()
 
 
+def cpu(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
 def move(src_http: str, src_amqp: str, dest_amqp: str, dest_vh: str, n: int,
-         size: int, dest_uri: str, amqp10_src: str | None = None) -> float:
+         size: int, dest_uri: str, amqp10_src: str | None = None,
+         pid: int | None = None) -> float:
     """`amqp10_src`: both ends AMQP 1.0, the source URI with `{vhost}` to fill in (and
-    `dest_uri` a 1.0 URI)."""
+    `dest_uri` a 1.0 URI). `pid`: the ackmq broker whose CPU time per message to print."""
     vh = vhost(src_http)
     fill(src_amqp, vh, n, size)
+    c0 = cpu(pid)
     t0 = time.monotonic()
     value: dict[str, Any] = {
         "src-uri": f"amqp:///{quote(vh, safe='')}", "src-queue": "src",
@@ -92,6 +105,8 @@ def move(src_http: str, src_amqp: str, dest_amqp: str, dest_vh: str, n: int,
     while depth(dest_amqp, dest_vh, f"dst-{vh}") < n:
         time.sleep(0.05)
     took = time.monotonic() - t0
+    if pid is not None:
+        print(f"  (ackmq broker CPU: {(cpu(pid) - c0) * 1e6 / n:,.0f} us per message)")
     call(src_http, "DELETE", f"/api/vhosts/{vh}")
     return n / took
 
@@ -111,13 +126,14 @@ def main() -> None:
     http_url = re.search(r"and http://(\S+)", own.log_path.read_text()).group(1)  # type: ignore[union-attr]
     try:
         vh = vhost(http_url)
+        pid = own.proc.pid if own.proc is not None else None
         rate = move(http_url, own.url, own.url, vh, a.messages, a.size,
-                    f"amqp:///{vh}")
+                    f"amqp:///{vh}", pid=pid)
         print(f"ackmq -> ackmq (same broker): {rate:,.0f} msg/s")
         rvh = vhost(RABBIT_HTTP)
         try:
             rate = move(http_url, own.url, RABBIT_AMQP, rvh, a.messages, a.size,
-                        RABBIT_AMQP.rstrip("/") + "/" + rvh)
+                        RABBIT_AMQP.rstrip("/") + "/" + rvh, pid=pid)
             print(f"ackmq -> RabbitMQ: {rate:,.0f} msg/s")
             rate = move(RABBIT_HTTP, RABBIT_AMQP, RABBIT_AMQP, rvh, a.messages, a.size,
                         f"amqp:///{rvh}")
@@ -128,21 +144,21 @@ def main() -> None:
         own.stop()
 
 
-
 def amqp10(n: int, size: int) -> None:
     own = OwnBroker([])
     own.start()
     http_url = re.search(r"and http://(\S+)", own.log_path.read_text()).group(1)  # type: ignore[union-attr]
     rabbit10 = "amqp://guest:guest@127.0.0.1:5672?hostname=vhost:{vhost}"
     try:
+        pid = own.proc.pid if own.proc is not None else None
         vh = vhost(http_url)
         rate = move(http_url, own.url, own.url, vh, n, size, f"amqp:///{vh}",
-                    amqp10_src="amqp:///{vhost}")
+                    amqp10_src="amqp:///{vhost}", pid=pid)
         print(f"AMQP 1.0 ackmq -> ackmq (same broker): {rate:,.0f} msg/s")
         rvh = vhost(RABBIT_HTTP)
         try:
             rate = move(http_url, own.url, RABBIT_AMQP, rvh, n, size,
-                        rabbit10.format(vhost=rvh), amqp10_src="amqp:///{vhost}")
+                        rabbit10.format(vhost=rvh), amqp10_src="amqp:///{vhost}", pid=pid)
             print(f"AMQP 1.0 ackmq -> RabbitMQ: {rate:,.0f} msg/s")
             rate = move(RABBIT_HTTP, RABBIT_AMQP, RABBIT_AMQP, rvh, n, size,
                         rabbit10.format(vhost=rvh), amqp10_src=rabbit10)

@@ -32,6 +32,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -68,6 +69,26 @@ def lazyfs_unavailable() -> str | None:
     if r.returncode != 0:
         return "LazyFS cannot be built here: " + (r.stderr.strip() or r.stdout.strip())[-300:]
     return None
+
+
+def free_port(avoid: int = 0) -> int:
+    """A free port below the kernel's ephemeral range: the broker listens on it again
+    after each restart, and a port the kernel hands out could meanwhile be the local
+    end of someone's outgoing connection ("address already in use", seen once)."""
+    ranges = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    low = int(ranges.read_text().split()[0]) if ranges.exists() else 32768
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12000), low)
+        if port == avoid:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 class LazyFS:
@@ -207,6 +228,7 @@ def run(cycles: int, fsync: bool = True, work: Path | None = None, seed: int = 1
     try:
         with LazyFS(work) as fs:
             broker = OwnBroker(extra, work_dir=work / "broker")
+            broker.port = free_port()  # kept across restarts, so not an ephemeral one
             broker.data_dir = fs.mount / "data"  # the log stays off LazyFS
             url = broker.start()
             conn = pika.BlockingConnection(pika.URLParameters(url))

@@ -76,6 +76,27 @@ def encode_body(body: list[tuple[int, Any]]) -> bytes:
     return b"".join(b"\x00\x53" + bytes((code,)) + encode(v) for code, v in body)
 
 
+_DATA_HEAD = b"\x00\x53\x75"
+
+
+def trailing_data(payload: bytes, tries: int = 4) -> tuple[int, int]:
+    """(offset, header length) of what looks like a data section (`00 53 75`, vbin8 or
+    vbin32) running exactly to the payload's end, without decoding: (-1, 0) if none of
+    the first `tries` candidates fits. A guess: only a decode of the sections before it
+    (decode_sections' `starts`) shows it is one."""
+    n = len(payload)
+    p = payload.find(_DATA_HEAD)
+    while p >= 0 and tries > 0:
+        c = payload[p + 3] if p + 3 < n else -1
+        if c == 0xA0 and p + 5 <= n and payload[p + 4] == n - p - 5:
+            return p, 5
+        if c == 0xB0 and p + 8 <= n and int.from_bytes(payload[p + 4:p + 8]) == n - p - 8:
+            return p, 8
+        p = payload.find(_DATA_HEAD, p + 1)
+        tries -= 1
+    return -1, 0
+
+
 def section_code(descriptor: Any) -> int | None:
     if isinstance(descriptor, int) and not isinstance(descriptor, bool):
         return int(descriptor) if HEADER <= descriptor <= FOOTER else None
@@ -84,11 +105,14 @@ def section_code(descriptor: Any) -> int | None:
     return None
 
 
-def decode_sections(payload: Any) -> list[tuple[int, Any]]:
-    """(section code, value) of each section, in order; DecodeError if malformed."""
+def decode_sections(payload: Any, starts: list[int] | None = None) -> list[tuple[int, Any]]:
+    """(section code, value) of each section, in order; DecodeError if malformed.
+    `starts`: each section's offset in the payload is appended there."""
     out = []
     pos, n = 0, len(payload)
     while pos < n:
+        if starts is not None:
+            starts.append(pos)
         v, pos = decode(payload, pos)
         if not isinstance(v, Described):
             raise DecodeError("a message section is not a described value")
@@ -99,13 +123,14 @@ def decode_sections(payload: Any) -> list[tuple[int, Any]]:
     return out
 
 
-def decode_message(payload: Any) -> Message10:
+def decode_message(payload: Any, starts: list[int] | None = None) -> Message10:
     """Sections in any order are read (RabbitMQ 4 reads them so, and
     rabbitmq-amqp-python-client 1.0 writes a null amqp-value ahead of its properties);
-    a section other than data/amqp-sequence twice, or mixed body kinds, is refused."""
+    a section other than data/amqp-sequence twice, or mixed body kinds, is refused.
+    `starts`: as decode_sections'."""
     m = Message10()
     seen: set[int] = set()
-    for code, value in decode_sections(payload):
+    for code, value in decode_sections(payload, starts):
         if code in BODY_KINDS:
             if m.body and (m.body[0][0] != code or code == AMQP_VALUE):
                 raise DecodeError("mixed or repeated body sections")

@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Sequence
 
 from ackmq.protocol.stream import constants as K
-from ackmq.protocol.stream.frames import BadFrame, Reader
+from ackmq.protocol.stream.frames import BadFrame, Reader, subentries
 
 HEADER = struct.Struct(">BBHIqQQIIIB3x")
 _DELIVER_HDR = struct.Struct(">IHHB")  # frame size, key, version, subscription id
@@ -58,9 +58,12 @@ def deliver_parts(subscription_id: int, first_offset: int, timestamp_ms: int,
 size_prefix = _SIZE.pack  # a simple entry's header: its size
 
 
-def read_chunk(chunk: bytes) -> tuple[int, int, list[bytes]]:
-    """(first offset, timestamp, messages) of a chunk (simple entries and uncompressed
-    sub-entry batches): what a client does with a Deliver; for tests and tools."""
+def read_chunk(chunk: bytes | memoryview, max_inflated: int = 1 << 26
+               ) -> tuple[int, int, list[bytes]]:
+    """(first offset, timestamp, messages) of a chunk (simple entries, sub-entry batches
+    uncompressed or gzip, inflating to at most `max_inflated` bytes each): what a client
+    does with a Deliver (the Spark source's stream-protocol reader, tests, tools). The
+    i-th message's offset is first + i."""
     (_magic, _type, entries, _records, ts, _epoch, first, crc, length, _trailer,
      _bloom) = HEADER.unpack_from(chunk, 0)
     data = chunk[HEADER.size:HEADER.size + length]
@@ -75,13 +78,8 @@ def read_chunk(chunk: bytes) -> tuple[int, int, list[bytes]]:
             n = r.u16()
             r.u32()
             size = r.u32()
-            end = r.pos + size
-            while r.pos < end and n:
-                s = r.u32()
-                p = r.need(s)
-                out.append(bytes(data[p:p + s]))
-                n -= 1
-            r.pos = end
+            p = r.need(size)
+            out += subentries((head << 16) | n, data[p:p + size], max_inflated)
         else:
             s = r.u32()
             p = r.need(s)

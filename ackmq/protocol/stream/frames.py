@@ -421,6 +421,19 @@ def u64_response(key: int, correlation_id: int, code: int, value: int) -> bytes:
     return response(key, correlation_id, code, _U64.pack(value))
 
 
+def answer_code(data: bytes) -> int | None:
+    """The response code of one of the server's answers (`data` as written: size first),
+    or None for a frame that carries none (not an answer, Metadata's answer)."""
+    if len(data) < 10:
+        return None
+    key = _U16.unpack_from(data, 4)[0]
+    if key == K.RESPONSE | K.CREDIT:
+        return int(_U16.unpack_from(data, 8)[0])
+    if not key & K.RESPONSE or key == K.RESPONSE | K.METADATA or len(data) < 14:
+        return None
+    return int(_U16.unpack_from(data, 12)[0])
+
+
 def credit_response(code: int, subscription_id: int) -> bytes:
     return frame(K.RESPONSE | K.CREDIT, 1, _U16.pack(code) + bytes((subscription_id,)))
 

@@ -32,7 +32,7 @@ _U32 = struct.Struct(">I")
 _PUBLISHED: dict[bytes, bytes] = {}
 
 
-def _split_data(data: bytes | memoryview) -> tuple[bytes, bytes] | None:
+def split_data(data: bytes | memoryview) -> tuple[bytes, bytes] | None:
     """(the bytes before the body, the body) when the message ends with one data section
     (the usual shape); None otherwise. Found by the section's length, not trusted yet:
     only a prefix a full decode has accepted is looked up."""
@@ -68,7 +68,7 @@ def to_record(data: bytes | memoryview) -> tuple[bytes, bytes]:
                     _U32.unpack_from(data, n + 4)[0] == end - n - 8:
                 return known, bytes(data[n + 8:])
     data = bytes(data)  # (a memoryview from the frame until here)
-    split = _split_data(data)
+    split = split_data(data)
     if split is not None:
         props = _PUBLISHED.get(split[0])
         if props is not None:

@@ -31,7 +31,8 @@ from ackmq.server.delivery import delivery_properties
 
 if TYPE_CHECKING:
     from ackmq.broker.consumer import Consumer
-    from ackmq.broker.message import Message, QueueEntry
+    from ackmq.broker.message import Message
+    from ackmq.broker.queue_type import QueueEntry
     from ackmq.server.amqp.connection import AMQPConnection
 
 def _s(v: Any) -> str:

@@ -47,7 +47,6 @@ from ackmq.server.admission import LOOPBACK_ONLY, VHOST_LIMIT, Refusal
 from ackmq.server.amqp.channel import HANDLERS, AMQPChannel
 from ackmq.server.amqp.states import TRANSITIONS, AMQPState
 from ackmq.server.amqp.states import AMQPState as S
-from ackmq.server.tls import certificate_user
 from ackmq.server.transport import CLOSING_TIMEOUT, ClientConnection, events_from
 
 if TYPE_CHECKING:
@@ -274,8 +273,7 @@ class AMQPConnection(ClientConnection):
 
     def _peer_user(self) -> str | None:
         """The CN of the client's verified TLS certificate (None: no TLS, no certificate)."""
-        t = self.transport
-        return certificate_user(t.get_extra_info("peercert")) if t is not None else None
+        return self.certificate_user()
 
     def _mechanisms(self) -> str:
         """RabbitMQ's two, and EXTERNAL on a TLS connection with a verified client
@@ -395,7 +393,7 @@ class AMQPConnection(ClientConnection):
         log.error("closing connection %s: %s", self.peer, reason)
         self._release()
         self._to(S.CLOSED)
-        self._close_timer = self.ctx.loop.call_later(SILENT_CLOSE_DELAY, self._shutdown)
+        self._close.arm_in(SILENT_CLOSE_DELAY, self._shutdown)
 
     def _closing_method(self, m: Any) -> None:
         if isinstance(m, C.Connection.Close):

@@ -37,7 +37,6 @@ from ackmq.server.amqp10.errors import AmqpError
 from ackmq.server.amqp10.session import Session
 from ackmq.server.amqp10.states import TRANSITIONS, AMQP10State
 from ackmq.server.amqp10.states import AMQP10State as S
-from ackmq.server.tls import certificate_user
 from ackmq.server.transport import ClientConnection, events_from
 
 if TYPE_CHECKING:
@@ -158,8 +157,7 @@ class AMQP10Connection(ClientConnection):
         return out
 
     def _cert_user(self) -> str | None:
-        t = self.transport
-        return certificate_user(t.get_extra_info("peercert")) if t is not None else None
+        return self.certificate_user()
 
     def _sasl(self, f: Frame) -> None:
         p = f.performative

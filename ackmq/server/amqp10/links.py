@@ -40,8 +40,8 @@ from ackmq.server.amqp10.errors import AmqpError, LinkError, SessionError
 from ackmq.server.delivery import delivery_properties
 
 if TYPE_CHECKING:
-    from ackmq.broker.message import QueueEntry
     from ackmq.broker.queue import Queue
+    from ackmq.broker.queue_type import QueueEntry
     from ackmq.server.amqp10.session import Session
 
 log = logging.getLogger("ackmq.amqp10")

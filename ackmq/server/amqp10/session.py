@@ -26,7 +26,8 @@ from ackmq.server.amqp10.links import ACCEPTED, RELEASED, Incoming, Outgoing, ou
 
 if TYPE_CHECKING:
     from ackmq.broker.consumer import Consumer
-    from ackmq.broker.message import Message, QueueEntry
+    from ackmq.broker.message import Message
+    from ackmq.broker.queue_type import QueueEntry
     from ackmq.server.amqp10.connection import AMQP10Connection
 
 log = logging.getLogger("ackmq.amqp10")

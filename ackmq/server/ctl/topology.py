@@ -106,6 +106,12 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str) -> dict[str
             ctx, args[0], None if args[1:] == ["all"] else vhost)}
     if verb == "node_status":
         return {"ok": True, **node(ctx)}
+    if verb == "stream_tracking":
+        nargs(args, 1, "stream_tracking [-p <vhost>] <stream>")
+        q = views_stream.stream_of(_vhost(ctx, vhost), args[0])
+        if q is None:  # rabbitmq-streams' words
+            raise AccessError("The stream does not exist.", 70)
+        return {"ok": True, "items": views_stream.tracking(q)}
     if verb == "purge_queue":
         nargs(args, 1, "purge_queue [-p <vhost>] <queue>")
         return {"ok": True, "count": purge_queue(ctx, vhost, args[0])}

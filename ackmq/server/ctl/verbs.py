@@ -121,7 +121,7 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str,
             raise AccessError(f"User \"{args[0]}\" does not exist", 69)
         return {**ok, "json": a.user_limits.get(args[0], {})}
     elif verb in ("list_items", "node_status", "purge_queue", "delete_queue",
-                  "close_connection"):
+                  "close_connection", "stream_tracking"):
         return topology.handle(ctx, verb, args, vhost)
     elif verb in ("trace_on", "trace_off"):  # M9, S10
         return topology.trace(ctx, verb, args, vhost)

@@ -31,6 +31,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import generate_latest
 
 from ackmq.broker.stats import Histogram
+from ackmq.protocol.stream.constants import ERROR_NAMES
 from ackmq.server.http.app import SERVER_KEY, public
 
 log = logging.getLogger("ackmq.http.metrics")
@@ -67,6 +68,8 @@ GLOBAL_COUNTERS = (
     ("redelivered", "Total number of messages redelivered to consumers", True),
     ("acknowledged", "Total number of messages acknowledged by consumers", True),
 )
+
+STREAM_ERRORS = sorted(ERROR_NAMES.values())
 
 QUEUE_GAUGES = (
     ("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers"),
@@ -170,6 +173,15 @@ def collect(server: HttpContext, per_object: bool) -> Iterator[Metric]:
         fam = CounterMetricFamily(f"rabbitmq_global_messages_{counter}", doc, labels=labels)
         for proto, ms in stats.messages.items():
             fam.add_metric([proto, CLASSIC] if typed else [proto], ms.total(counter))
+        yield fam
+
+    # -- the stream protocol's refusals, by code (rabbitmq_stream's protocol counters) --
+    errors = stats.errors["stream"]
+    for name in STREAM_ERRORS:
+        fam = CounterMetricFamily(f"rabbitmq_global_stream_error_{name}", "Total number of "
+                                  f"commands failed with {name.replace('_', ' ')}",
+                                  labels=["protocol"])
+        fam.add_metric(["stream"], errors[name])
         yield fam
 
     # -- ackmq's own: the disk and the confirms ---------------------------------------------

@@ -11,13 +11,14 @@ Nothing is done per message. Started with the HTTP app, stopped with it.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+
+from ackmq.broker.timers import Deadline
 
 if TYPE_CHECKING:
     from ackmq.server.context import HttpContext
@@ -108,19 +109,17 @@ class RateSampler:
         self.history: deque[Sample] = deque(maxlen=HISTORY)
         # id(obj) -> (obj, when, its counters then, rates up to then)
         self._snaps: dict[int, tuple[Any, float, tuple[int, ...], tuple[float, ...]]] = {}
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer = Deadline(server.broker.timers, self._tick)  # C5: the broker's timers
 
     def start(self) -> None:
         self._tick()
 
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
 
     def _tick(self) -> None:
         self.sample()
-        self._timer = asyncio.get_running_loop().call_later(self.interval, self._tick)
+        self._timer.arm_in(self.interval)
 
     def sample(self) -> Sample:
         stats = self.server.broker.stats

@@ -628,8 +628,16 @@ def register(app: web.Application) -> None:
     app.router.add_get("/exchanges", exchanges_page)
     app.router.add_get("/admin", admin_page)
     app.router.add_get("/static/{file}", static)
-    from ackmq.server.http import ui_browse, ui_login, ui_policies, ui_scheduled, ui_shovels
+    from ackmq.server.http import (
+        ui_browse,
+        ui_login,
+        ui_policies,
+        ui_scheduled,
+        ui_shovels,
+        ui_stream,
+    )
     ui_policies.register(app)
+    ui_stream.register(app)
     ui_scheduled.register(app)
     ui_login.register(app)
     ui_browse.register(app)
@@ -638,4 +646,5 @@ def register(app: web.Application) -> None:
 
 # what the policies page (ui_policies.py) shares: the page frame, the form checks
 render, back, user_vhosts, ui_server = _render, _back, _vhosts, _server
+visible_connections = _connections
 

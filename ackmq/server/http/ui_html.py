@@ -12,7 +12,8 @@ from urllib.parse import quote, urlencode
 
 from ackmq.server.views import jsonable
 
-NAV = (("/", "Overview"), ("/connections", "Connections"), ("/queues", "Queues"),
+NAV = (("/", "Overview"), ("/connections", "Connections"),
+       ("/stream/connections", "Stream Connections"), ("/queues", "Queues"),
        ("/exchanges", "Exchanges"), ("/policies", "Policies"), ("/admin", "Admin"))
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ackmq.broker.timers import Deadline
 from ackmq.protocol.mqtt.topics import matches
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ class MQTTState:
     retained: dict[str, dict[str, Retained]] = field(default_factory=dict)  # vhost -> topic
     # ("in" | "out", vhost, client id) -> packet ids
     qos2: dict[tuple[str, str, str], set[int]] = field(default_factory=dict)
-    wills: dict[tuple[str, str], asyncio.TimerHandle] = field(default_factory=dict)
+    wills: dict[tuple[str, str], Deadline] = field(default_factory=dict)
     _after: list[Callable[[], None]] = field(default_factory=list)  # after_sync's
     _syncing: bool = False  # a sync thread is at work for the answers taken from _after
     _retained_log: Any = None

@@ -30,8 +30,7 @@ from ackmq.protocol.mqtt.topics import Filter, TopicError, from_amqp, matches, p
 if TYPE_CHECKING:
     from ackmq.broker.channel import ChannelModel
     from ackmq.broker.consumer import Consumer
-    from ackmq.broker.message import QueueEntry
-    from ackmq.broker.queue_type import Queue
+    from ackmq.broker.queue_type import Queue, QueueEntry
     from ackmq.broker.vhost import VHost
     from ackmq.server.context import FrontEnd
     from ackmq.server.mqtt.state import MQTTState, Retained

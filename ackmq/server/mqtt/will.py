@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import ChannelAccess
 from ackmq.broker.errors import ReplyError
+from ackmq.broker.timers import Deadline
 from ackmq.protocol.mqtt.amqp_map import properties_for
 from ackmq.protocol.mqtt.topics import TopicError, check_name, to_amqp
 
@@ -58,7 +59,8 @@ def send_will(ctx: FrontEnd, st: MQTTState, vhost: str, user: str, client_id: st
         st.wills.pop(key, None)
         publish_will(ctx, st, vhost, user, will)
         ctx.request_flush()
-    st.wills[key] = ctx.loop.call_later(delay, due)
+    st.wills[key] = d = Deadline(ctx.broker.timers, due)  # C5: the broker's timers
+    d.arm_in(delay)
 
 
 def publish_will(ctx: FrontEnd, st: MQTTState, vhost: str, user: str, will: Will) -> None:

@@ -63,7 +63,8 @@ _LIVE = (_CONNECT, _OPEN)
 if TYPE_CHECKING:
     from ackmq.broker.channel import ChannelModel
     from ackmq.broker.consumer import Consumer
-    from ackmq.broker.message import Message, QueueEntry
+    from ackmq.broker.message import Message
+    from ackmq.broker.queue_type import QueueEntry
     from ackmq.server.context import FrontEnd
 
 log = logging.getLogger("ackmq.stomp")

@@ -222,7 +222,9 @@ class Subscriptions:
         """A subscription queue we declared and could not use goes again."""
         if dest.kind in (TOPIC, EXCHANGE) and q.auto_delete and not q.consumers \
                 and not q.deleted:
-            q.vhost.delete_queue(q, notify=False)
+            ch = self.channel
+            assert ch is not None
+            ch.vhost.delete_queue(q, notify=False)
 
     def _on_unsubscribe(self, f: Frame) -> None:
         h = f.headers

@@ -12,6 +12,7 @@ from ackmq.protocol.stream import constants as K
 if TYPE_CHECKING:
     from ackmq.server.stream.connection import StreamConnection
 
+PARTITION_ORDER = "x-stream-partition-order"
 ACCESS_REFUSED_CODE = 403
 NOT_FOUND_CODE = 404
 
@@ -45,3 +46,20 @@ def access_code(conn: StreamConnection, q: StreamQueue, write: bool) -> int:
     except ReplyError as e:
         return code_of(e)
     return K.OK
+
+
+def super_stream_partitions(conn: StreamConnection, super_stream: str | None
+                            ) -> list[tuple[str, str]] | None:
+    """(partition, binding key) of a super stream, by partition order (the bindings'
+    `x-stream-partition-order`); None when there is no such exchange."""
+    vh = conn.vhost
+    x = vh.exchanges.get(super_stream or "") if vh is not None and super_stream else None
+    if x is None:
+        return None
+    bound = []
+    for b in x.bindings.values():
+        q = b.destination
+        if getattr(q, "kind", "") == "stream" and not q.deleted:
+            order = b.arguments.get(PARTITION_ORDER, 0)
+            bound.append((order if isinstance(order, int) else 0, q.name, b.routing_key))
+    return [(name, key) for _o, name, key in sorted(bound)]

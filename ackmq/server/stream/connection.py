@@ -32,7 +32,8 @@ from ackmq.server.transport import ClientConnection, events_from
 if TYPE_CHECKING:
     from ackmq.broker.channel import ChannelModel
     from ackmq.broker.consumer import Consumer
-    from ackmq.broker.message import Message, QueueEntry
+    from ackmq.broker.message import Message
+    from ackmq.broker.queue_type import QueueEntry
     from ackmq.broker.vhost import VHost
     from ackmq.server.context import FrontEnd
 
@@ -175,7 +176,25 @@ class StreamConnection(ClientConnection):
         if handler is None:
             self.close_connection(K.UNKNOWN_FRAME, "unknown frame")
             return
+        out = self.out
+        n = len(out)
         handler(c)
+        if len(out) != n and key != K.PUBLISH:  # (a Publish counts its PublishError)
+            self._count_answers(out, n)
+
+    def _count_answers(self, out: list[bytes], start: int) -> None:
+        """RabbitMQ's stream error counters, from the answers a command got: one place
+        for every handler's refusals (after Open only: RabbitMQ 3.10 counts none of the
+        opening's)."""
+        for data in out[start:]:
+            code = F.answer_code(data)
+            if code is not None and code != K.OK:
+                self.count_error(code)
+
+    def count_error(self, code: int) -> None:
+        name = K.ERROR_NAMES.get(code)
+        if name is not None:
+            self.ctx.broker.stats.errors["stream"][name] += 1
 
     # -- opening ----------------------------------------------------------------------------
     def _handshake(self, c: Command) -> None:
@@ -187,7 +206,7 @@ class StreamConnection(ClientConnection):
         elif key == K.SASL_HANDSHAKE and self.state in (S.PEER, S.SASL):
             if self.state == S.PEER:
                 self._to(S.SASL)
-            self.write(F.sasl_handshake_response(c.correlation_id, MECHANISMS))
+            self.write(F.sasl_handshake_response(c.correlation_id, self._mechanisms()))
         elif key == K.SASL_AUTHENTICATE and self.state == S.SASL:
             self._authenticate(c)
         elif key in (K.TUNE, K.RESPONSE | K.TUNE) and self.state == S.TUNING:
@@ -210,14 +229,21 @@ class StreamConnection(ClientConnection):
         return {"product": "ackmq", "version": VERSION, "platform": "Python",
                 "information": "ackmq: RabbitMQ's stream protocol, docs/stream-protocol.md"}
 
+    def _mechanisms(self) -> list[str]:
+        """RabbitMQ 3.10's two, and EXTERNAL on a TLS connection with a verified client
+        certificate (as with RabbitMQ's rabbitmq_auth_mechanism_ssl, whose mechanism is
+        offered where a peer certificate is)."""
+        return MECHANISMS + ["EXTERNAL"] if self.certificate_user() else MECHANISMS
+
     def _authenticate(self, c: Command) -> None:
         mech = c.mechanism or ""
-        if mech not in MECHANISMS:
+        if mech not in self._mechanisms():
             self.write(F.sasl_authenticate_response(c.correlation_id,
                                                     K.SASL_MECHANISM_NOT_SUPPORTED))
             return
         got = admission.counted(self.ctx.broker.stats, "stream", admission.sasl_login(
-            self.ctx, mech, c.data or b"", self.peer, None))
+            self.ctx, mech, c.data or b"", self.peer,
+            self.certificate_user() if mech == "EXTERNAL" else None))
         if isinstance(got, Refusal):
             log.warning("stream protocol %s login refused for user %r from %s", mech,
                         got.user, self.peer)
@@ -226,6 +252,7 @@ class StreamConnection(ClientConnection):
             self._close_with(F.sasl_authenticate_response(c.correlation_id, code))
             return
         self.user = got
+        self.auth_mechanism = mech  # (the API's connection listings show it)
         self._to(S.TUNING)
         self.write(F.sasl_authenticate_response(c.correlation_id, K.OK))
         self.write(F.tune(FRAME_MAX, self.ctx.config.heartbeat))
@@ -294,14 +321,23 @@ class StreamConnection(ClientConnection):
 
     # -- closing ------------------------------------------------------------------------------
     def close_connection(self, code: int, reason: str) -> None:
-        """Bad input: the protocol's Close with its code, then wait briefly for the answer."""
+        """Bad input: the protocol's Close with its code (counted, as RabbitMQ counts its
+        stream errors: all but a frame too large, which rabbit_stream_reader closes
+        without counting), then wait briefly for the answer."""
+        if self.state not in (S.CLOSING, S.CLOSED):
+            if code != K.FRAME_TOO_LARGE:
+                self.count_error(code)
+            self._close_frame(code, reason)
+
+    def _close_frame(self, code: int, reason: str) -> None:
         if self.state in (S.CLOSING, S.CLOSED):
             return
         log.info("closing stream protocol connection %s: %d %s", self.peer, code, reason)
         self._close_with(F.close_request(self._close_correlation, code, reason[:1000]))
 
     def _close_forced(self, text: str) -> None:
-        self.close_connection(K.INTERNAL_ERROR, text)  # RabbitMQ: connection_forced
+        """RabbitMQ's connection_forced: no client's error, not counted."""
+        self._close_frame(K.INTERNAL_ERROR, text)
 
     def _release_channels(self) -> None:
         self.subscriptions.close()

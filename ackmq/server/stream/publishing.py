@@ -87,6 +87,7 @@ class Publishers:
         if pub is None or pub.queue.deleted:
             code = K.PUBLISHER_DOES_NOT_EXIST if pub is None else K.STREAM_NOT_AVAILABLE
             conn.write(F.publish_error(pid, [(e[0], code) for e in entries]))
+            conn.count_error(code)  # once per frame, as RabbitMQ
             return
         ch = conn.channel
         assert ch is not None
@@ -139,6 +140,7 @@ class Publishers:
             conn.write(F.publish_confirm(pid, dups))
         if errors:
             conn.write(F.publish_error(pid, errors))
+            conn.count_error(errors[0][1])
 
     def confirmed(self, ack: bool, tag: int, multiple: bool) -> None:
         """The model confirmed (or nacked: a failed write) publishes up to `tag`."""
@@ -161,6 +163,7 @@ class Publishers:
             if (pub := by_id.get(pid)) is not None:
                 pub.errored += len(errors)
             self.conn.write(F.publish_error(pid, errors))
+            self.conn.count_error(K.INTERNAL_ERROR)
 
     def _not_taken(self, pid: int, pubid: int) -> None:
         """A publish failed (a failed write): its id must be taken again when resent,
@@ -171,6 +174,10 @@ class Publishers:
             pub.queue.track(TRACK_PUBLISHER, pub.reference, pub.last)
 
     def stream_gone(self, q: StreamQueue) -> None:
+        """The stream was deleted: its publishers go. The connection is then told by a
+        MetadataUpdate 0x06 (Subscriptions.stream_gone, the one caller), counted here as
+        RabbitMQ counts it: once per connection."""
+        self.conn.count_error(K.STREAM_NOT_AVAILABLE)
         for pid in [p.publisher_id for p in self.by_id.values() if p.queue is q]:
             del self.by_id[pid]
 

@@ -16,7 +16,13 @@ from ackmq.broker.stream import TRACK_OFFSET
 from ackmq.protocol.stream import constants as K
 from ackmq.protocol.stream import frames as F
 from ackmq.protocol.stream.frames import Command
-from ackmq.server.stream.common import access_code, code_of, stream_queue
+from ackmq.server.stream.common import (
+    PARTITION_ORDER,
+    access_code,
+    code_of,
+    stream_queue,
+    super_stream_partitions,
+)
 from ackmq.server.stream.subscriptions import offset_spec
 
 if TYPE_CHECKING:
@@ -24,7 +30,6 @@ if TYPE_CHECKING:
 
 LEADER = 0  # this broker's reference in Metadata
 NO_LEADER = 0xFFFF
-PARTITION_ORDER = "x-stream-partition-order"
 
 
 def _create_arguments() -> dict[str, str]:
@@ -158,19 +163,11 @@ def resolve_offset_spec(conn: StreamConnection, c: Command) -> None:
 
 # -- super streams (RabbitMQ 3.11+: the protocol document is the reference) ----------------
 def _partitions(conn: StreamConnection, super_stream: str | None) -> list[tuple[str, str]]:
-    """(partition, binding key) of a super stream, by partition order; [] if none."""
-    vh = conn.vhost
-    assert vh is not None
-    x = vh.exchanges.get(super_stream or "")
-    if x is None or not super_stream:
+    """(partition, binding key) of a super stream, by partition order; refused if none."""
+    parts = super_stream_partitions(conn, super_stream)
+    if parts is None:
         raise _Refused(K.STREAM_DOES_NOT_EXIST)
-    bound = []
-    for b in x.bindings.values():
-        q = b.destination
-        if getattr(q, "kind", "") == "stream" and not q.deleted:
-            order = b.arguments.get(PARTITION_ORDER, 0)
-            bound.append((order if isinstance(order, int) else 0, q.name, b.routing_key))
-    return [(name, key) for _o, name, key in sorted(bound)]
+    return parts
 
 
 def partitions(conn: StreamConnection, c: Command) -> None:

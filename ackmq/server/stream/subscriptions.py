@@ -8,7 +8,11 @@ Single active consumer (`single-active-consumer=true` with a `name`): the subscr
 of one name on one stream form a group (StreamQueue.groups), the first is active. The
 active one is told by ConsumerUpdate(active) and starts from the offset its answer
 names; the others get nothing until the active one goes (unsubscribe, connection
-closed), when the next in line is told the same way."""
+closed), when the next in line is told the same way. A group on a super stream's
+partition (the `super-stream` property) is rebalanced as RabbitMQ 3.11+'s
+(rabbit_stream_sac_coordinator): on every join and leave the active one is the member at
+the partition's index modulo the group's size, so N consumers of N partitions get one
+each; one that steps down is told ConsumerUpdate(inactive) and stops at once."""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from ackmq.protocol.stream.chunk import deliver_parts, size_prefix
 from ackmq.protocol.stream.frames import Command
 from ackmq.protocol.stream.messages import filter_value, record_parts
 from ackmq.server.stream.chunks import deliver_from_spans
-from ackmq.server.stream.common import access_code, stream_queue
+from ackmq.server.stream.common import access_code, stream_queue, super_stream_partitions
 
 if TYPE_CHECKING:
     from ackmq.server.stream.connection import StreamConnection
@@ -35,9 +39,15 @@ _SPEC = {K.OFFSET_FIRST: "first", K.OFFSET_LAST: "last", K.OFFSET_NEXT: "next",
 
 
 def offset_spec(q: StreamQueue, spec: tuple[int, int]) -> int:
-    """Where (type, value) starts in `q` (a timestamp in ms, as Erlang's system time)."""
+    """Where (type, value) starts in `q` (a timestamp in ms, as Erlang's system time).
+    `last` is the newest chunk: ackmq's chunks are its Delivers, at most CHUNK_RECORDS
+    records, so at most that many before the end of the newest batch written together
+    (a client's 5,000-message batch is not one chunk)."""
     kind, value = spec
-    return q.start_offset(_SPEC.get(kind, "next"), value)
+    start = q.start_offset(_SPEC.get(kind, "next"), value)
+    if kind == K.OFFSET_LAST and q.log is not None:
+        start = max(start, q.log.next_offset - CHUNK_RECORDS)
+    return start
 
 
 @dataclass(slots=True, eq=False)
@@ -53,6 +63,34 @@ class Subscription:
     filters: frozenset[str] = frozenset()  # X5: `filter.N` values (none: no filtering)
     match_unfiltered: bool = False  # `match-unfiltered`: records without a value too
     consumed: int = 0  # messages sent (the management API's)
+    active: bool = False  # X5: the group's active member (told so)
+    partition: int = -1  # X5: its stream's index in the `super-stream` (-1: none)
+
+
+def _partition_index(conn: StreamConnection, super_stream: str | None, stream: str) -> int:
+    """The stream's index among its super stream's partitions (-1: not one of them)."""
+    if not super_stream:
+        return -1
+    names = list(dict.fromkeys(n for n, _k in super_stream_partitions(conn, super_stream)
+                               or []))
+    return names.index(stream) if stream in names else -1
+
+
+def _rebalance(q: StreamQueue, group: str) -> None:
+    """Who of a group is active: the one already active (the first to come), or on a
+    super stream's partition the member at its index modulo the group's size; the one
+    that steps down is told first."""
+    members = q.groups.get(group) or []
+    if not members:
+        return
+    current = next((m for m in members if m.active), None)
+    index = members[0].partition
+    want = members[index % len(members)] if index >= 0 else current or members[0]
+    if want is current:
+        return
+    if current is not None:
+        current.owner.tell(current, False)
+    want.owner.tell(want, True)
 
 
 class _Watch:
@@ -75,7 +113,8 @@ class Subscriptions:
         self.conn = conn
         self.by_id: dict[int, Subscription] = {}
         self.watches: dict[int, _Watch] = {}  # id(queue) ->
-        self.updates: dict[int, Subscription] = {}  # ConsumerUpdate correlation id ->
+        # ConsumerUpdate correlation id -> (the subscription, told active or inactive)
+        self.updates: dict[int, tuple[Subscription, bool]] = {}
         self._correlation = 0
 
     @property
@@ -118,24 +157,27 @@ class Subscriptions:
         self.watch(q)
         conn.write(F.response(K.SUBSCRIBE, c.correlation_id, K.OK))
         if group is not None:
-            members = q.groups.setdefault(group, [])
-            members.append(sub)
-            if len(members) == 1:
-                self.activate(sub)
+            sub.partition = _partition_index(conn, props.get("super-stream"), q.name)
+            q.groups.setdefault(group, []).append(sub)
+            _rebalance(q, group)
             return
         conn.want_delivery()
 
     # -- single active consumer (X5) ---------------------------------------------------------
-    def activate(self, sub: Subscription) -> None:
-        """Tell `sub` it is the group's active one; it delivers once answered."""
+    def tell(self, sub: Subscription, active: bool) -> None:
+        """Tell `sub` it is (no longer) the group's active one; active, it delivers once
+        answered; inactive, it stopped already."""
+        sub.active = active
+        sub.ready = False
         self._correlation += 1
-        self.updates[self._correlation] = sub
-        self.conn.write(F.consumer_update(self._correlation, sub.subscription_id, True))
+        self.updates[self._correlation] = (sub, active)
+        self.conn.write(F.consumer_update(self._correlation, sub.subscription_id, active))
         self.conn.ctx.request_flush()
 
     def consumer_update_answer(self, c: Command) -> None:
-        sub = self.updates.pop(c.correlation_id, None)
-        if sub is None or self.by_id.get(sub.subscription_id) is not sub:
+        sub, active = self.updates.pop(c.correlation_id, (None, False))
+        if sub is None or self.by_id.get(sub.subscription_id) is not sub \
+                or not active or not sub.active:
             return
         kind, _value = c.offset
         if kind != K.OFFSET_NONE and sub.queue.log is not None:
@@ -148,15 +190,13 @@ class Subscriptions:
         if sub.group is None:
             return
         members = sub.queue.groups.get(sub.group, [])
-        was_active = bool(members) and members[0] is sub
         if sub in members:
             members.remove(sub)
+        sub.active = False
         if not members:
             sub.queue.groups.pop(sub.group, None)
-        elif was_active and not sub.queue.deleted:
-            nxt = members[0]
-            owner: Subscriptions = nxt.owner
-            owner.activate(nxt)
+        elif not sub.queue.deleted:
+            _rebalance(sub.queue, sub.group)
 
     def credit(self, c: Command) -> None:
         sub = self.by_id.get(c.subscription_id)
