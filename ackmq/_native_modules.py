@@ -6,6 +6,7 @@ NATIVE: tuple[str, ...] = (
     "ackmq.protocol.amqp.properties",
     "ackmq.broker.confirms",
     "ackmq.broker.consumer",
+    "ackmq.broker.operations",
     "ackmq.broker.message",
     "ackmq.broker.readylist",
     "ackmq.broker.queue",
