@@ -715,3 +715,58 @@ def test_N3_qos2_pubrel_goes_again_after_a_reconnect(port: int) -> None:
     with Raw("127.0.0.1", port) as r:
         r.connect(cid, clean=True)
     _stop(pub)
+
+
+# -- issue 36: the gaps ------------------------------------------------------------------
+def _publishes(r: Raw, wait: float = 1.5) -> list[Publish]:
+    """The PUBLISHes that come within `wait` s (each QoS 1 one PUBACKed)."""
+    got: list[Publish] = []
+    try:
+        while True:
+            p = r.recv(wait)
+            if isinstance(p, Publish):
+                got.append(p)
+                if p.qos == 1:
+                    r.send(PubAck(p.packet_id))
+    except TimeoutError:
+        return got
+
+
+def test_N7_no_local_is_applied(port: int) -> None:
+    """[MQTT-3.8.3-3]: with No Local a client does not get what it published itself
+    (what another client publishes it does get); another subscription of the same client
+    without No Local that matches still brings it (Paho's test_subscribe_options)."""
+    topic = "nolocal/" + client_id()
+    with Raw("127.0.0.1", port, V5) as r, Raw("127.0.0.1", port, V5) as other:
+        r.connect(client_id())
+        other.connect(client_id())
+        r.send(Subscribe(1, [(topic, SubOptions(1, no_local=True))]))
+        assert r.recv() == SubAck(1, [1])
+        r.send(Publish(topic, b"mine", 1, False, False, 2))
+        other.send(Publish(topic, b"theirs", 1, False, False, 3))
+        assert other.recv() == PubAck(3)
+        got = _publishes(r)
+        assert [p.payload for p in got] == [b"theirs"]
+        r.send(Subscribe(4, [(topic.split("/")[0] + "/+", SubOptions(1))]))
+        assert r.recv() == SubAck(4, [1])
+        r.send(Publish(topic, b"mine again", 1, False, False, 5))
+        assert [p.payload for p in _publishes(r)] == [b"mine again"]
+
+
+def test_N7_retain_as_published_keeps_the_retain_flag(port: int) -> None:
+    """Retain As Published: a message published with RETAIN is forwarded with it set
+    ([MQTT-3.3.1-13]); without the option it is forwarded with it clear ([MQTT-3.3.1-12])."""
+    topic = "rap/" + client_id()
+    with Raw("127.0.0.1", port, V5) as a, Raw("127.0.0.1", port, V5) as b:
+        a.connect(client_id())
+        b.connect(client_id())
+        a.send(Subscribe(1, [(topic, SubOptions(1, retain_as_published=True))]))
+        b.send(Subscribe(1, [(topic, SubOptions(1))]))
+        assert a.recv() == SubAck(1, [1]) and b.recv() == SubAck(1, [1])
+        pub = paho(port)
+        pub.publish(topic, b"r", qos=1, retain=True).wait_for_publish(10)
+        pub.publish(topic, b"", qos=1, retain=True).wait_for_publish(10)
+        _stop(pub)
+        pa, pb = _publishes(a)[0], _publishes(b)[0]
+        assert (pa.payload, pa.retain) == (b"r", True)
+        assert (pb.payload, pb.retain) == (b"r", False)

@@ -315,6 +315,11 @@ class VHost:
         return [(b.source.name, b.routing_key)
                 for b in self._inbound.get(id(destination), {}).values()]
 
+    def bindings_with_args(self, destination: Any) -> list[tuple[str, str, dict[str, Any]]]:
+        """(source exchange, routing key, arguments) of each binding to `destination`."""
+        return [(b.source.name, b.routing_key, b.arguments)
+                for b in self._inbound.get(id(destination), {}).values()]
+
     def unbind(self, source: str, kind: str, destination: str, routing_key: str,
                arguments: dict[str, Any], owner: Any = None) -> None:
         """As RabbitMQ: unbinding what is not bound succeeds, whether the binding, its

@@ -311,7 +311,8 @@ class MQTTConnection(Subscriptions, ClientConnection):
                           "and 2 PUBLISH packets not answered with PUBACK or PUBCOMP")
         ch = self.channel
         assert ch is not None and ch.confirms is not None
-        raw = properties_for(qos, p.dup, props)
+        raw = properties_for(qos, p.dup, props, p.retain,
+                             self.client_id if self.no_local else None)
         key = to_amqp(topic)
         try:
             seq, routed = ch.basic_publish(EXCHANGE, key, qos > 0 and self.level == rc.MQTT5,
