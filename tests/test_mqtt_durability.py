@@ -272,3 +272,49 @@ def test_N4_N7_subscription_options_and_ids_survive_a_restart(tmp_path: Path) ->
             o.send(Publish("o/t", b"", 1, True, False, 3))
     finally:
         b.stop()
+
+
+def test_N4_session_expiry_changed_by_connect_and_disconnect_is_the_queues(
+        tmp_path: Path) -> None:
+    """[MQTT-3.1.2-11] / 3.14.2.2.2: a later CONNECT, or a DISCONNECT, sets another
+    Session Expiry Interval; the session's queues' x-expires follow it and keep it across
+    a restart (Paho's test_session_expiry). A DISCONNECT that sets one where CONNECT had 0
+    is a protocol error, 0x82 ([MQTT-3.14.2-2])."""
+    import json
+    import urllib.request
+    from base64 import b64encode
+    b = BrokerProcess(tmp_path / "d")
+    b.start()
+
+    def x_expires() -> object:
+        import re
+        url = next(m.group(1) for line in reversed(b.log)  # this run's port
+                   if (m := re.search(r"(http://\S+:\d+)", line)))
+        req = urllib.request.Request(url + "/api/queues/%2F/mqtt-subscription-seqos1", headers={
+            "Authorization": "Basic " + b64encode(b"guest:guest").decode()})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())["arguments"].get("x-expires")
+
+    try:
+        with Raw("127.0.0.1", b.mqtt_port, 5) as r:
+            r.connect("se", clean=True, properties={"session_expiry_interval": 300})
+            r.send(Subscribe(1, [("se/t", SubOptions(1))]))
+            r.recv()
+            assert x_expires() == 300_000
+            r.send(Disconnect(0, {"session_expiry_interval": 60}))
+            assert r.closed()
+        assert x_expires() == 60_000
+        with Raw("127.0.0.1", b.mqtt_port, 5) as r:
+            r.connect("se", clean=False, properties={"session_expiry_interval": 120})
+            assert x_expires() == 120_000
+            r.send(Disconnect())
+        b.stop()
+        b.start()
+        assert x_expires() == 120_000
+        with Raw("127.0.0.1", b.mqtt_port, 5) as r:
+            r.connect(client_id(), properties={"session_expiry_interval": 0})
+            r.send(Disconnect(0, {"session_expiry_interval": 30}))
+            d = r.recv()
+            assert isinstance(d, Disconnect) and d.reason_code == 0x82
+    finally:
+        b.stop()

@@ -229,6 +229,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
         ch.basic_qos(0, receive_max, True)
         try:
             present = self._open_session(self.clean)
+            self._apply_session_expiry()
         except ReplyError as e:  # e.g. an AMQP client's exclusive queue of that name
             self.will = None
             return self._connack_refused(
@@ -402,6 +403,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
                 raise Refused(rc.PROTOCOL_ERROR, "the session expiry interval was 0 at "
                                                  "CONNECT and cannot be set at DISCONNECT")
             self.session_expiry = expiry
+            self._apply_session_expiry()
         self._shutdown()
 
     def _heartbeats_missed(self) -> None:

@@ -132,7 +132,7 @@ class Subscriptions:
                 vh.delete_queue(q, notify=False)
                 continue
             present = True
-            for source, key, args in vh.bindings_with_args(q):
+            for source, key, args in vh.bindings_to(q):
                 if source == EXCHANGE:
                     text = from_amqp(key)
                     self.subs[text] = sub_from_binding(text, qos, args)
@@ -156,6 +156,25 @@ class Subscriptions:
         if persistent and self.session_expiry != NEVER:
             args["x-expires"] = self.session_expiry * 1000
         return ch.declare_queue(name, False, persistent, not persistent, False, args)
+
+    def _apply_session_expiry(self) -> None:
+        """The session expiry interval as it is now (a later CONNECT, or DISCONNECT, may
+        change it) on the session's durable queues: their x-expires, stored."""
+        ch = self.channel
+        if ch is None or not self.session_expiry:
+            return  # 0: the queues go with the connection (`_end_session`)
+        vh = ch.vhost
+        for qos in (0, 1, 2):
+            q = vh.queues.get(self._queue_name(qos))
+            if q is None or q.exclusive_owner is not None:
+                continue
+            args = dict(q.arguments)
+            if self.session_expiry == NEVER:
+                args.pop("x-expires", None)
+            else:
+                args["x-expires"] = self.session_expiry * 1000
+            if args != q.arguments:
+                vh.set_queue_arguments(q, args)
 
     def _start_consumers(self) -> None:
         """Consume the session's queues (after CONNACK is written)."""
