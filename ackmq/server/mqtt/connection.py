@@ -326,7 +326,8 @@ class MQTTConnection(Subscriptions, ClientConnection):
                 return
             raise
         if p.retain and self.mqtt is not None and self.vhost is not None:
-            self.mqtt.retain(self.vhost.name, topic, qos, raw, p.payload)
+            self.mqtt.retain(self.vhost.name, topic, qos, raw, p.payload,
+                             props.get("message_expiry_interval") if props else None)
         if qos:
             if qos == 2:
                 self.qos2_pending.add(pid)

@@ -455,13 +455,15 @@ class Subscriptions:
     # -- retained messages (N5) -----------------------------------------------------------
     def _send_retained(self, sub: Sub, granted: int) -> None:
         assert self.mqtt is not None and self.vhost is not None
-        for r in self.mqtt.retained_for(self.vhost.name, sub.flt.topic):
-            self._publish_retained(r, min(r.qos, granted), sub.sub_id)
+        now = time.time()
+        for r in self.mqtt.retained_for(self.vhost.name, sub.flt.topic, now):
+            self._publish_retained(r, min(r.qos, granted), sub.sub_id, r.left_ms(now))
 
-    def _publish_retained(self, r: Retained, qos: int, sub_id: int | None) -> None:
+    def _publish_retained(self, r: Retained, qos: int, sub_id: int | None,
+                          left_ms: int | None) -> None:
         props = b""
         if self.level == rc.MQTT5:
-            d = mqtt5_properties(r.properties, None)
+            d = mqtt5_properties(r.properties, left_ms)
             if sub_id is not None:
                 d["subscription_identifier"] = [sub_id]
             props = encode_properties(d) if d else b""

@@ -77,7 +77,8 @@ def publish_will(ctx: FrontEnd, st: MQTTState, vhost: str, user: str, will: Will
     try:
         ch.basic_publish("amq.topic", to_amqp(will.topic), False, False, raw, will.payload)
         if will.retain:
-            st.retain(vhost, will.topic, will.qos, raw, will.payload)
+            st.retain(vhost, will.topic, will.qos, raw, will.payload,
+                      props.get("message_expiry_interval"))
             st.sync()
     except ReplyError as e:
         log.info("MQTT will of user %r not published: %s", user, e.text)
