@@ -770,3 +770,27 @@ def test_N7_retain_as_published_keeps_the_retain_flag(port: int) -> None:
         pa, pb = _publishes(a)[0], _publishes(b)[0]
         assert (pa.payload, pa.retain) == (b"r", True)
         assert (pb.payload, pb.retain) == (b"r", False)
+
+
+def test_N1_topic_permission_variables_username_vhost_client_id(broker: BrokerProcess,
+                                                                 port: int) -> None:
+    """RabbitMQ's MQTT topic authorisation: `{username}`, `{vhost}` and `{client_id}` in a
+    topic permission are the connection's, so each device may publish under its own
+    client id only (the same rule for the will, published with the session's)."""
+    sock = broker.data_dir / "ctl.sock"
+    assert request(sock, "add_user", ["device", "pw"])["ok"]
+    assert request(sock, "set_permissions", ["device", ".*", ".*", ".*"], "mqtt-vh")["ok"]
+    assert request(sock, "set_topic_permissions",
+                   ["device", "amq.topic", "^{vhost}\\.{username}\\.{client_id}\\.",
+                    "^cmd\\.{client_id}$"], "mqtt-vh")["ok"]
+    cid = client_id("dev")
+    with Raw("127.0.0.1", port, V5) as r:
+        ack = r.connect(cid, "mqtt-vh:device", "pw")
+        assert isinstance(ack, ConnAck) and ack.reason_code == 0, ack
+        r.send(Publish(f"mqtt-vh/device/{cid}/temp", b"ok", 1, False, False, 1))
+        assert r.recv().reason_code in (rc.SUCCESS, rc.NO_MATCHING_SUBSCRIBERS)
+        r.send(Publish("mqtt-vh/device/someone-else/temp", b"no", 1, False, False, 2))
+        p = r.recv()
+        assert isinstance(p, PubAck) and p.reason_code == rc.NOT_AUTHORIZED
+        r.send(Subscribe(3, [(f"cmd/{cid}", SubOptions(1)), ("cmd/other", SubOptions(1))]))
+        assert r.recv() == SubAck(3, [1, rc.NOT_AUTHORIZED])

@@ -26,6 +26,9 @@ class Config:
     # MQTT over TLS (N1), with the tls_* certificate options; off unless asked, as
     # RabbitMQ's mqtt.listeners.ssl (its usual port is 8883); 0: a free port
     mqtt_tls_port: int | None = None
+    # RabbitMQ's mqtt.ssl_cert_login: a CONNECT over TLS without user name and password
+    # logs in as the verified client certificate's CN (U4)
+    mqtt_ssl_cert_login: bool = False
     # MQTT over WebSocket at /ws (RabbitMQ's web_mqtt, usually 15675); off unless asked
     mqtt_ws_port: int | None = None
     # the largest packet a client may send (5.0: told in CONNACK); 0: max_message_size

@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from ackmq.server.states import check_transition
+from ackmq.server.tls import certificate_user
 
 if TYPE_CHECKING:
     from ackmq.broker.channel import ChannelModel
@@ -153,6 +154,12 @@ class ClientConnection(asyncio.Protocol):
         if self.state != "open":
             self.log.info("%s handshake timeout from %s", self.protocol, self.peer)
             self._shutdown()
+
+    def certificate_user(self) -> str | None:
+        """The CN of the client's verified TLS certificate (None: no TLS, no certificate):
+        the user of EXTERNAL and of STOMP's and MQTT's ssl_cert_login (U4)."""
+        t = self.transport
+        return certificate_user(t.get_extra_info("peercert")) if t is not None else None
 
     def _handshake_done(self) -> None:
         """Opened: the handshake timer stops."""

@@ -174,7 +174,12 @@ class MQTTConnection(Subscriptions, ClientConnection):
             return self._connack_refused(rc.CLIENT_IDENTIFIER_NOT_VALID,
                                          f"client id longer than {MAX_CLIENT_ID} bytes")
         vhost_name, user = self._vhost_user(p.username)
-        if p.username is None:
+        cert_user = self.certificate_user() if ctx.config.mqtt_ssl_cert_login and \
+            p.username is None and p.password is None else None
+        if cert_user is not None:  # U4, mqtt.ssl_cert_login: the certificate names the user
+            got = admission.certificate_login(ctx.access, ctx.config.loopback_users,
+                                              cert_user, self.peer)
+        elif p.username is None:
             anonymous = ctx.config.mqtt_anonymous_user
             if anonymous is None:
                 return self._connack_refused(rc.NOT_AUTHORIZED, "no user name, and "
@@ -223,7 +228,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
         st.sessions[key] = self
         self.vhost = vhost
         ch = self.channel = ctx.broker.open_channel(vhost, self, self, user, "mqtt")
-        ch.access = ChannelAccess(ctx.access, user, vhost_name)
+        ch.access = ChannelAccess(ctx.access, user, vhost_name, {"client_id": client_id})
         ch.confirm_select()
         receive_max = props.get("receive_maximum", 65535) if v5 else PREFETCH
         ch.basic_qos(0, receive_max, True)
