@@ -794,3 +794,26 @@ def test_N1_topic_permission_variables_username_vhost_client_id(broker: BrokerPr
         assert isinstance(p, PubAck) and p.reason_code == rc.NOT_AUTHORIZED
         r.send(Subscribe(3, [(f"cmd/{cid}", SubOptions(1)), ("cmd/other", SubOptions(1))]))
         assert r.recv() == SubAck(3, [1, rc.NOT_AUTHORIZED])
+
+
+def test_N8_server_keep_alive_caps_the_clients(tmp_path: Any) -> None:
+    """`--mqtt-max-keep-alive 2`: an MQTT 5 client asking 60 s (or 0, none) is told Server
+    Keep Alive 2 in CONNACK and held to it ([MQTT-3.2.2-21]: silent for 1.5 × 2 s, it
+    gets DISCONNECT 0x8D); one asking 1 s keeps its own and is told nothing (Paho's
+    test_server_keep_alive)."""
+    b = BrokerProcess(tmp_path / "d", "--mqtt-max-keep-alive", "2")
+    b.start()
+    try:
+        for asked in (60, 0):
+            with Raw("127.0.0.1", b.mqtt_port, V5) as r:
+                ack = r.connect(client_id(), keep_alive=asked)
+                assert isinstance(ack, ConnAck) and ack.properties["server_keep_alive"] == 2
+        with Raw("127.0.0.1", b.mqtt_port, V5) as r:
+            ack = r.connect(client_id(), keep_alive=60)
+            d = r.recv(15)
+            assert isinstance(d, Disconnect) and d.reason_code == rc.KEEP_ALIVE_TIMEOUT
+        with Raw("127.0.0.1", b.mqtt_port, V5) as r:
+            ack = r.connect(client_id(), keep_alive=1)
+            assert isinstance(ack, ConnAck) and "server_keep_alive" not in ack.properties
+    finally:
+        b.stop()

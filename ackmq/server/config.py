@@ -34,6 +34,10 @@ class Config:
     # the largest packet a client may send (5.0: told in CONNACK); 0: max_message_size
     # plus 64 KiB for the topic and properties
     mqtt_max_packet_size: int = 0
+    # the longest Keep Alive (s) an MQTT 5 client may use: a longer one, or 0 (none), is
+    # replaced by this, told in CONNACK as Server Keep Alive ([MQTT-3.2.2-21]); 0: the
+    # client's (Mosquitto's max_keepalive)
+    mqtt_max_keep_alive: int = 0
 
     def mqtt_packet_limit(self) -> int:
         return self.mqtt_max_packet_size or self.max_message_size + 65536

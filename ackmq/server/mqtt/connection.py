@@ -209,6 +209,10 @@ class MQTTConnection(Subscriptions, ClientConnection):
         self.user = user
         self.client_id = client_id
         self.keep_alive = p.keep_alive
+        most = ctx.config.mqtt_max_keep_alive
+        server_keep_alive = None
+        if v5 and most and not 0 < p.keep_alive <= most:  # [MQTT-3.2.2-21]
+            self.keep_alive = server_keep_alive = most
         self.will = p.will
         self.clean = p.clean_start
         props = p.properties
@@ -246,6 +250,8 @@ class MQTTConnection(Subscriptions, ClientConnection):
             ack_props["topic_alias_maximum"] = TOPIC_ALIAS_MAXIMUM
             ack_props["receive_maximum"] = RECEIVE_MAXIMUM
             ack_props["maximum_packet_size"] = ctx.config.mqtt_packet_limit()
+            if server_keep_alive is not None:
+                ack_props["server_keep_alive"] = server_keep_alive
         self.write(encode(pk.ConnAck(rc.SUCCESS, present, ack_props), self.level))
         self._to(S.OPEN)
         self._handshake_done()
