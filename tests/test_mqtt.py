@@ -817,3 +817,26 @@ def test_N8_server_keep_alive_caps_the_clients(tmp_path: Any) -> None:
             assert isinstance(ack, ConnAck) and "server_keep_alive" not in ack.properties
     finally:
         b.stop()
+
+
+def test_N7_topic_aliases_from_the_server_up_to_the_clients_maximum(port: int) -> None:
+    """The client's Topic Alias Maximum (CONNECT): deliveries use aliases, the first with
+    the topic name and the alias, later ones with the alias and an empty name
+    ([MQTT-3.3.2-9]); no more aliases than it allows, and none without it (Paho's
+    test_server_topic_alias)."""
+    base = "talias/" + client_id()
+    with Raw("127.0.0.1", port, V5) as r, Raw("127.0.0.1", port, V5) as plain:
+        r.connect(client_id(), properties={"topic_alias_maximum": 1})
+        plain.connect(client_id())
+        for c in (r, plain):
+            c.send(Subscribe(1, [(base + "/#", SubOptions(1))]))
+            assert c.recv() == SubAck(1, [1])
+        pub = paho(port)
+        for t in ("a", "a", "b", "a"):
+            pub.publish(f"{base}/{t}", t.encode(), qos=1).wait_for_publish(10)
+        _stop(pub)
+        got = [(p.topic, p.payload, p.properties.get("topic_alias")) for p in _publishes(r)]
+        assert got == [(f"{base}/a", b"a", 1), ("", b"a", 1), (f"{base}/b", b"b", None),
+                       ("", b"a", 1)]
+        assert [(p.topic, p.properties.get("topic_alias")) for p in _publishes(plain)] == \
+            [(f"{base}/{t}", None) for t in ("a", "a", "b", "a")]

@@ -219,6 +219,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
         if v5:
             self.session_expiry = props.get("session_expiry_interval", 0)
             self.client_max_packet = props.get("maximum_packet_size", self.client_max_packet)
+            self.alias_max = props.get("topic_alias_maximum", 0)
         else:
             self.session_expiry = 0 if p.clean_start else NEVER
         self.mqtt = st = state_of(ctx)

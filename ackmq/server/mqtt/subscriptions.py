@@ -104,6 +104,9 @@ class Subscriptions:
         self.with_ids = 0  # subscriptions with a subscription identifier (5.0)
         self.no_local = 0  # ... with No Local: this client's publishes are marked
         self.as_published = 0  # ... with Retain As Published
+        # 5.0 topic aliases towards the client: at most the Topic Alias Maximum it sent
+        self.alias_max = 0
+        self.out_aliases: dict[str, int] = {}
 
     def _recount(self) -> None:
         """The counts that let deliveries skip what no subscription asks for."""
@@ -335,25 +338,41 @@ class Subscriptions:
         retain = bool(self.as_published and own_queue and header_of(raw, RETAIN)
                       and self._as_published(sub_qos, topic))
         props = b""
+        name, alias = topic, None
         if self.level == rc.MQTT5:
             left = msg.expiration_ms
             if left is not None and entry.expires_at is not None:  # what is left of it
                 left = min(left, max(0, int((entry.expires_at - time.monotonic()) * 1000)))
-            props = self._v5_properties(raw, left, topic, own_queue, sub_qos)
+            if self.alias_max:
+                name, alias = self._alias(topic)
+            props = self._v5_properties(raw, left, topic, own_queue, sub_qos, alias)
         pid = 0
         if qos:
             pid = self._next_pid()
             self.inflight[pid] = (delivery_tag, qos)
         elif not consumer.no_ack:
             self._ack_later(delivery_tag)
-        data = encode_publish(topic, msg.body, qos, retain, bool(qos and entry.redelivered),
+        data = encode_publish(name, msg.body, qos, retain, bool(qos and entry.redelivered),
                               pid, self.level, props)
         if len(data) > self.client_max_packet:  # 5.0: dropped as if delivered ([MQTT-3.1.2-25])
             if qos:
                 del self.inflight[pid]
                 self._ack_later(delivery_tag)
             return
+        if alias is not None and name:  # the client learns the alias with this packet
+            self.out_aliases[topic] = alias
         self.write(data)
+
+    def _alias(self, topic: str) -> tuple[str, int | None]:
+        """The topic name to send and its alias (5.0, [MQTT-3.3.2-9]): a known one with
+        an empty name; a new one, while there is room, with the name (recorded once the
+        packet is written); none when the client's Topic Alias Maximum is used up."""
+        alias = self.out_aliases.get(topic)
+        if alias is not None:
+            return "", alias
+        if len(self.out_aliases) < self.alias_max:
+            return topic, len(self.out_aliases) + 1
+        return topic, None
 
     def _dollar_matched(self, tag: str, topic: str) -> bool:
         """Does one of the consumer's subscriptions match this `$` topic by MQTT's rule
@@ -383,8 +402,10 @@ class Subscriptions:
                    and matches(s.flt.topic, topic))
 
     def _v5_properties(self, raw: bytes, expiration_ms: int | None, topic: str,
-                       own_queue: bool, sub_qos: int) -> bytes:
+                       own_queue: bool, sub_qos: int, alias: int | None = None) -> bytes:
         props = mqtt5_properties(raw, expiration_ms)
+        if alias is not None:
+            props["topic_alias"] = alias
         if self.with_ids and own_queue:
             ids = [s.sub_id for s in self.subs.values()
                    if s.sub_id is not None and s.flt.share is None
