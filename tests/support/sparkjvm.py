@@ -1,7 +1,7 @@
 """One warmed-up JVM class path for every Spark driver the suite starts.
 
-A Spark driver's JVM spends most of its start loading and verifying ~15,000 classes
-from PySpark's jars; the suite starts dozens of drivers (every kill test needs a fresh
+A Spark driver's JVM spends most of its start loading and verifying classes from
+PySpark's jars; the suite starts dozens of drivers (every kill test needs a fresh
 one). A class-data-sharing archive (JDK 13+ `-XX:ArchiveClassesAtExit`) of one small
 local job, dumped once and cached, lets every later driver map those classes instead:
 a driver start plus its first job took 41-46 s without it and 22-25 s with it at load
