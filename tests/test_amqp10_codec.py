@@ -235,3 +235,20 @@ def test_A9_numeric_fields_out_of_their_type_range_are_decode_errors():
     with pytest.raises(T.DecodeError):
         from_fields("begin", [None, 0, 2 ** 32, 0])
     assert from_fields("open", ["c", None, T.UInt(512), T.UShort(7)]).channel_max == 7
+
+
+@pytest.mark.parametrize("settled", [False, True])
+def test_amqp10_delivery_frames_are_encode_frames(settled: bool) -> None:
+    """The delivery path's transfer, written without a performative (issue 39), is
+    byte for byte the performative's encoding, split alike when the payload needs
+    more than one frame."""
+    for handle, did, size, frame_max in ((0, 0, 0, 512), (1, 255, 100, 512),
+                                          (300, 70000, 1000, 512), (7, 2**32 - 1, 300, 65536),
+                                          (2, 256, 5000, 4096)):
+        tag = (did * 3).to_bytes(8, "big")
+        payload = bytes(range(256)) * (size // 256) + b"p" * (size % 256)
+        want = F.encode_frames(5, Composite("transfer", handle=T.UInt(handle),
+                                            delivery_id=T.UInt(did), delivery_tag=tag,
+                                            message_format=T.UInt(0), settled=settled or None),
+                               payload, frame_max)
+        assert F.delivery_frames(5, handle, did, tag, settled, payload, frame_max) == want

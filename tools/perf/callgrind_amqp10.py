@@ -80,7 +80,7 @@ def send_stream(port: int, n: int, size: int, window: int) -> None:
     out: list = []  # unsettled deliveries, oldest first
 
     def room() -> bool:
-        while out and out[0].remote_settled:
+        while out and out[0].settled:  # settled by the broker
             out.pop(0).settle()
         return len(out) < window and link.credit > 0
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ackmq.protocol.amqp10.composite import Composite, descriptor_name, from_fields
-from ackmq.protocol.amqp10.types import DecodeError, Described, decode
+from ackmq.protocol.amqp10.types import DecodeError, Described, UInt, decode
 
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"
@@ -223,6 +223,37 @@ def encode_frames(channel: int, transfer: Composite, payload: bytes, max_frame_s
     chunk = payload[pos:]
     out.append(_FH.pack(8 + len(last) + len(chunk), 2, AMQP_FRAME, channel) + last + chunk)
     return out
+
+
+def _uint(v: int) -> bytes:
+    """A uint in its smallest encoding (types.py's)."""
+    if v == 0:
+        return b"\x43"
+    if v < 256:
+        return b"\x52" + bytes((v,))
+    return b"\x70" + v.to_bytes(4, "big")
+
+
+# after delivery-tag: message-format 0, settled (null / true), then more false,
+# rcv-settle-mode null, state null, resume, aborted, batchable false
+_UNSETTLED_TAIL = b"\x43\x40\x42\x40\x40\x42\x42\x42"
+_SETTLED_TAIL = b"\x43\x41\x42\x40\x40\x42\x42\x42"
+
+
+def delivery_frames(channel: int, handle: int, delivery_id: int, tag: bytes, settled: bool,
+                    payload: bytes, max_frame_size: int) -> list[bytes]:
+    """A delivery's transfer (message-format 0, `settled` true or absent) as
+    `encode_frames` gives it, without building the performative each time: a
+    delivery is one frame unless the payload needs more."""
+    fields = (_uint(handle) + _uint(delivery_id) + b"\xa0" + bytes((len(tag),)) + tag
+              + (_SETTLED_TAIL if settled else _UNSETTLED_TAIL))
+    size = 8 + 6 + len(fields) + len(payload)
+    if size > max_frame_size or len(tag) > 32:
+        return encode_frames(channel, Composite(
+            "transfer", handle=UInt(handle), delivery_id=UInt(delivery_id), delivery_tag=tag,
+            message_format=UInt(0), settled=settled or None), payload, max_frame_size)
+    return [_FH.pack(size, 2, AMQP_FRAME, channel) + b"\x00\x53\x14\xc0"
+            + bytes((len(fields) + 1, 11)) + fields + payload]
 
 
 HEARTBEAT = _FH.pack(8, 2, AMQP_FRAME, 0)

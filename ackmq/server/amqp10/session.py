@@ -82,11 +82,10 @@ class Session:
         if consumer.credit is not None:
             consumer.credit -= 1
         payload = link.payload(entry)
-        transfer = Composite("transfer", handle=UInt(link.handle),
-                             delivery_id=UInt(self.next_outgoing_id & 0xFFFFFFFF),
-                             delivery_tag=delivery_tag.to_bytes(8, "big"),
-                             message_format=UInt(0), settled=consumer.no_ack or None)
-        frames = encode_frames(self.channel_number, transfer, payload, self.conn.max_frame_size)
+        frames = F.delivery_frames(self.channel_number, link.handle,
+                                   self.next_outgoing_id & 0xFFFFFFFF,
+                                   delivery_tag.to_bytes(8, "big"), consumer.no_ack, payload,
+                                   self.conn.max_frame_size)
         for fr in frames:
             self.conn.write(fr)
         if not consumer.no_ack:
