@@ -88,8 +88,8 @@ def test_amqp10_kept_delivery_conversion_equals_the_full_one(props: bytes) -> No
     for body in BODIES + [b"\x00\x53\x77\xa1\x02hi"]:
         for count, first in ((0, True), (0, True), (2, False), (2, False)):
             got = conv.payload((props, "ex", "rk", count, first), props, body,
-                               lambda b: from_amqp091(props, b, "ex", "rk", count,
-                                                      first).encode())
+                               lambda b, c=count, f=first: from_amqp091(
+                                   props, b, "ex", "rk", c, f).encode())
             assert got == from_amqp091(props, body, "ex", "rk", count, first).encode()
 
 
