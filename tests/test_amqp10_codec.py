@@ -252,3 +252,16 @@ def test_amqp10_delivery_frames_are_encode_frames(settled: bool) -> None:
                                             message_format=T.UInt(0), settled=settled or None),
                                payload, frame_max)
         assert F.delivery_frames(5, handle, did, tag, settled, payload, frame_max) == want
+
+
+def test_amqp10_settled_disposition_is_encode_frame() -> None:
+    """A publisher's outcomes, written without a performative (issue 39), are byte for
+    byte the performative's encoding."""
+    for state in (Composite("accepted"), Composite("released"), Composite("rejected"),
+                  Composite("rejected", error=Composite("error", condition=T.Symbol("c"),
+                                                        description="d" * 300))):
+        for role, first, last in ((True, 0, None), (True, 5, 7), (False, 300, 2**32 - 1)):
+            want = F.encode_frame(3, Composite(
+                "disposition", role=role, first=T.UInt(first),
+                last=T.UInt(last) if last is not None else None, settled=True, state=state))
+            assert F.settled_disposition(3, role, first, last, state.encode_amqp()) == want

@@ -256,4 +256,19 @@ def delivery_frames(channel: int, handle: int, delivery_id: int, tag: bytes, set
             + bytes((len(fields) + 1, 11)) + fields + payload]
 
 
+def settled_disposition(channel: int, role: bool, first: int, last: int | None,
+                        state: bytes) -> bytes:
+    """A settled disposition with an encoded `state` (batchable false), as
+    `encode_frame` writes the performative, without building it: a publisher's
+    outcomes go out in one per confirm."""
+    fields = ((b"\x41" if role else b"\x42") + _uint(first)
+              + (_uint(last) if last is not None else b"\x40") + b"\x41" + state + b"\x42")
+    if len(fields) + 1 < 256:
+        body = b"\x00\x53\x15\xc0" + bytes((len(fields) + 1, 6)) + fields
+    else:
+        body = (b"\x00\x53\x15\xd0" + (len(fields) + 4).to_bytes(4, "big")
+                + (6).to_bytes(4, "big") + fields)
+    return _FH.pack(8 + len(body), 2, AMQP_FRAME, channel) + body
+
+
 HEARTBEAT = _FH.pack(8, 2, AMQP_FRAME, 0)
