@@ -7,7 +7,8 @@ Runs `python -m ackmq serve --no-stomp --no-mqtt --no-stream --no-http` (this
 checkout) under valgrind --tool=callgrind and drives it with python-qpid-proton's
 blocking API, three phases into one durable queue:
 
-    send-outcome   N durable messages, each outcome awaited before the next
+    send-outcome   N durable messages (the body one data section), each outcome
+                   awaited before the next
     send-stream    N durable messages, at most --window unsettled at once
     receive        the 2N messages, a receiver with credit --window accepting each
 
@@ -62,12 +63,20 @@ def _connect(port: int) -> BlockingConnection:
                               allowed_mechs="PLAIN")
 
 
+def _message(body: bytes) -> Message:
+    """A durable message whose body is one data section, as AMQP 1.0 publishers send
+    bytes (proton's default for bytes is an amqp-value)."""
+    m = Message(body=body, durable=True)
+    m.inferred = True
+    return m
+
+
 def send_outcome(port: int, n: int, size: int, window: int) -> None:
     conn = _connect(port)
     snd = conn.create_sender(f"/queues/{QUEUE}")
     body = b"x" * size
     for _ in range(n):
-        snd.send(Message(body=body, durable=True))
+        snd.send(_message(body))
     snd.close()
     conn.close()
 
@@ -86,7 +95,7 @@ def send_stream(port: int, n: int, size: int, window: int) -> None:
 
     for _ in range(n):
         conn.wait(room, msg="window")
-        out.append(link.send(Message(body=body, durable=True)))
+        out.append(link.send(_message(body)))
     conn.wait(lambda: (room(), not out)[1], msg="outcomes")
     snd.close()
     conn.close()
