@@ -5,12 +5,14 @@ ackmq decodes to the same values; what ackmq encodes, proton decodes to the same
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
 from ackmq.protocol.amqp10 import Composite, Decoder, FramingError, decode, encode
 from ackmq.protocol.amqp10 import frames as F
 from ackmq.protocol.amqp10 import types as T
+from ackmq.protocol.amqp10.composite import from_described
 from ackmq.protocol.amqp10.message import (
     AMQP_SEQUENCE,
     AMQP_VALUE,
@@ -18,6 +20,7 @@ from ackmq.protocol.amqp10.message import (
     Message10,
     decode_message,
 )
+from ackmq.protocol.amqp10.types import DecodeError
 
 proton = pytest.importorskip("proton")
 
@@ -265,3 +268,49 @@ def test_amqp10_settled_disposition_is_encode_frame() -> None:
                 "disposition", role=role, first=T.UInt(first),
                 last=T.UInt(last) if last is not None else None, settled=True, state=state))
             assert F.settled_disposition(3, role, first, last, state.encode_amqp()) == want
+
+
+def _general(body: bytes) -> Any:
+    """The general decoder's reading of a performative: (Composite, end) or the error."""
+    try:
+        v, end = decode(body, 0)
+        return from_described(v), end
+    except DecodeError as e:
+        return type(e)
+
+
+def test_amqp10_transfer_fast_read_is_the_general_one() -> None:
+    """Transfers read without the general decoder (issue 39) give the Composite it
+    gives; anything else (other encodings, truncated, mutated bytes) is left to it."""
+    import random
+    rnd = random.Random(39)
+    cases = []
+    for fields in (dict(handle=T.UInt(0)),
+                   dict(handle=T.UInt(1), delivery_id=T.UInt(300), delivery_tag=b"t" * 8,
+                        message_format=T.UInt(0), settled=False, more=False),
+                   dict(handle=T.UInt(255), delivery_id=T.UInt(2**32 - 1), delivery_tag=b"",
+                        settled=True, more=True, rcv_settle_mode=T.UByte(1), resume=True,
+                        aborted=True, batchable=True),
+                   dict(handle=T.UInt(7), state=Composite("accepted")),
+                   dict(handle=T.UInt(7), delivery_tag=b"z" * 40)):
+        cases.append(Composite("transfer", **fields).encode_amqp())
+    cases.append(b"\x00\x53\x14\xc0\x04\x02\x43\x56\x01")  # not a transfer's field types
+    cases.append(b"\x00\x53\x14\xc0\x07\x05\x43\x43\x40\x43\x56\x01")  # settled as 56 01
+    cases.append(b"\x00\x53\x14\xc0\x02\x01\x40")  # a null handle
+    for base in list(cases):
+        cases.extend(base[:k] for k in range(len(base)))
+        for _ in range(200):
+            b = bytearray(base)
+            b[rnd.randrange(4, len(b))] = rnd.randrange(256)
+            cases.append(bytes(b))
+    fast = 0
+    for body in cases:
+        for tail in (b"", b"\x00\x53\x75\xa0\x01x"):
+            want = _general(body + tail)
+            if not isinstance(want, tuple):  # refused: the frame reader says so
+                with pytest.raises(F.FramingError):
+                    F._performative(memoryview(body + tail))
+                continue
+            fast += F._transfer(memoryview(body + tail)) is not None
+            assert F._performative(memoryview(body + tail)) == want
+    assert fast > 100
