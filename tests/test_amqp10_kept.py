@@ -15,7 +15,7 @@ from proton import Message, symbol, ulong
 from ackmq.protocol.amqp.properties import encode_fields
 from ackmq.protocol.amqp10 import decode_message
 from ackmq.protocol.amqp10.amqp_map import from_amqp091, to_amqp091
-from ackmq.protocol.amqp10.kept import From091, To091, data_section
+from ackmq.protocol.amqp10.kept import KEPT_BYTES, From091, To091, data_section
 from ackmq.protocol.amqp10.message import DATA, encode_body
 
 BODIES = [b"", b"x" * 100, b"\x00\x53\x75\xa0\x03abc", os.urandom(255), os.urandom(256),
@@ -96,3 +96,22 @@ def test_amqp10_kept_delivery_conversion_equals_the_full_one(props: bytes) -> No
 def test_amqp10_data_section_is_the_codecs() -> None:
     for body in BODIES:
         assert data_section(body) == encode_body([(DATA, body)])
+
+
+def test_amqp10_kept_not_for_large_sections() -> None:
+    """Sections before the body larger than KEPT_BYTES are converted each time, not
+    kept (what a link keeps stays bounded); the output is the same."""
+    big = {"k": "v" * KEPT_BYTES}
+    payload = _proton(b"body", properties=big)
+    conv = To091()
+    for _ in range(2):
+        _, props, body = conv.convert(payload)
+        assert (props, body) == to_amqp091(decode_message(payload))
+    assert not conv._kept
+    props = encode_fields({"headers": big})
+    out = From091()
+    for _ in range(2):
+        got = out.payload((props, "", "q"), props, b"b",
+                          lambda b: from_amqp091(props, b, "", "q").encode())
+        assert got == from_amqp091(props, b"b", "", "q").encode()
+    assert not out._kept

@@ -15,6 +15,8 @@ from ackmq.protocol.amqp10.amqp_map import AMQP_CONTENT_TYPE, to_amqp091
 from ackmq.protocol.amqp10.message import Message10, decode_message, trailing_data
 
 KEPT = 1024  # conversions kept per converter (cleared when full)
+KEPT_BYTES = 4096  # larger sections before the body are converted each time: what is
+# kept stays under KEPT x KEPT_BYTES x 2 per link, and their conversion is not the cost
 _DATA_HEAD = b"\x00\x53\x75"
 _EMPTY_DATA_LEN = 5  # 00 53 75 a0 00: an empty body's data section, last
 
@@ -47,7 +49,7 @@ class To091:
         starts: list[int] = []
         m = decode_message(payload, starts)
         props, body = to_amqp091(m)
-        if at >= 0 and starts[-1] == at and m.data is not None:
+        if 0 <= at <= KEPT_BYTES and starts[-1] == at and m.data is not None:
             # the sections before `at` decode on their own: trailing_data's guess was right
             kept = self._kept
             if len(kept) >= KEPT:
@@ -67,6 +69,8 @@ class From091:
 
     def payload(self, key: Hashable, properties: bytes, body: bytes,
                 full: Callable[[bytes], bytes]) -> bytes:
+        if len(properties) > KEPT_BYTES:
+            return full(body)
         kept = self._kept
         prefix = kept.get(key)
         if prefix is None:
