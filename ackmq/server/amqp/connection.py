@@ -138,8 +138,9 @@ class AMQPConnection(ClientConnection):
             self._events(getattr(e, "events", []))
             self.close_connection(e.reply_code, e.reply_text, e.class_id, e.method_id)
             return
-        self._events(events)
-        self.ctx.request_flush()
+        if events:  # a read holding only part of a frame changes nothing: no turn's end
+            self._events(events)
+            self.ctx.request_flush()
 
     def _events(self, events: list[Any]) -> None:
         blocking = self.ctx.blocking  # U5: alarms change between reads, never within
