@@ -3,7 +3,7 @@
 The modules in `NATIVE` are compiled with mypyc when a build finds mypyc, a C compiler
 and Python's headers; otherwise, or with ACKMQ_COMPILE=0, the package installs as pure
 Python. At run time ACKMQ_PURE=1 selects the pure modules even where compiled ones are
-installed, and a build whose sources have changed since is passed over (ackmq/_native.py).
+installed, and a build whose sources have changed since is passed over (ackmq/native.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import sysconfig
 from setuptools import setup
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ackmq._native import STAMP, source_sha1  # noqa: E402
-from ackmq._native_modules import NATIVE  # noqa: E402 - the one list, read by the guard too
+from ackmq.native import STAMP, source_sha1  # noqa: E402
+from ackmq.native_modules import NATIVE  # noqa: E402 - the one list, read by the guard too
 
 
 def _can_compile() -> str | None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os as _os
 from typing import TYPE_CHECKING, Any
 
-from ackmq import _native
+from ackmq import native
 
-_native.install(_os.path.dirname(__file__))  # compiled or pure hot path (ackmq/_native.py)
+native.install(_os.path.dirname(__file__))  # compiled or pure hot path (ackmq/native.py)
 
 __all__ = ["Broker", "EmbeddedBroker", "__version__"]
 

@@ -3,6 +3,7 @@ dependency is missing says what to install, and a bad --data-dir is named as suc
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -68,15 +69,17 @@ def _checkout(tmp_path: Path) -> Path:
     install stamp current — so ./run installs nothing (the shared venv stays as it is)."""
     co = tmp_path / "checkout"
     (co / ".venv" / "bin").mkdir(parents=True)
-    for name in ("run", "pyproject.toml"):
+    for name in ("run", "pyproject.toml", "setup.py"):
         (co / name).write_bytes((REPO / name).read_bytes())
     (co / "run").chmod(0o755)
+    (co / "ackmq").symlink_to(REPO / "ackmq")  # the compiled modules' sources, in the stamp
     (co / ".venv" / "bin" / "python").symlink_to(sys.executable)
     ackmq = co / ".venv" / "bin" / "ackmq"
     ackmq.write_text(f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m ackmq "$@"\n')
     ackmq.chmod(0o755)
-    digest = subprocess.run(["sha1sum", str(co / "pyproject.toml")], capture_output=True,
-                            text=True, check=True).stdout[:40]
+    from ackmq.native_modules import NATIVE  # what ./run's stamp covers, in its order
+    sources = ["pyproject.toml", "setup.py", *(m.replace(".", "/") + ".py" for m in NATIVE)]
+    digest = hashlib.sha1(b"".join((co / f).read_bytes() for f in sources)).hexdigest()
     (co / ".venv" / ".ackmq-stamp-server").write_text(digest + "\n")
     return co
 

@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     # first message would be parsed and compiled inside the measured run only
     import compileall
     compileall.compile_dir(str(ROOT / "ackmq"), quiet=1)
-    from ackmq import _native
-    mode_, why = _native.mode()
+    from ackmq import native
+    mode_, why = native.mode()
     build = "pure (ACKMQ_PURE=1)" if a.pure else f"{mode_} ({why})"
     print(f"hot path: {build}", flush=True)
     for mode in a.modes:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import random
 import shutil
 import sys
@@ -57,7 +58,11 @@ class StreamReport:
     cycles: int = 0
     confirmed: int = 0
     lost: int = 0              # confirmed ids not in the stream after the cut
-    duplicates: int = 0        # ids in the stream more than once (after the resend)
+    duplicates: int = 0        # confirmed ids in the stream more than once (after the resend)
+    # ids unconfirmed at the cut in the stream twice: the record survived the cut but the
+    # publisher's tracking entry (synced after it) did not, so the resend was not dropped
+    # (docs/stream-protocol.md, "Power loss")
+    unconfirmed_twice: int = 0
     sequence_low: int = 0      # cycles whose publisher sequence was below a confirmed id
     offsets_lost: int = 0      # cycles whose stored offset was below the last synced one
     refused: int = 0
@@ -208,17 +213,20 @@ def run(cycles: int, work: Path | None = None, seed: int = 1, progress: bool = F
                     _after_cut(port, resend, next_id), 180))
                 ids = set(got)
                 lost = [i for i in f.confirmed if i not in ids]
-                dupes = len(got) - len(ids)
+                counts = collections.Counter(got)
+                dupes = sum(n - 1 for i, n in counts.items() if n > 1 and i in done)
+                dupes_unconfirmed = sum(n - 1 for i, n in counts.items() if n > 1 and i not in done)
                 gaps = [i for i in range(next_id) if i not in ids]
                 rep.cycles += 1
                 rep.confirmed += len(f.confirmed)
                 rep.lost += len(lost)
                 rep.duplicates += dupes
+                rep.unconfirmed_twice += dupes_unconfirmed
                 rep.sequence_low += seq < max_confirmed
                 rep.offsets_lost += offset < synced_offset
                 line = (f"cycle {cycle}: {len(f.confirmed)} confirmed "
                         f"({len(f.sent) - len(f.confirmed)} unconfirmed), {len(lost)} lost, "
-                        f"{dupes} twice, sequence {seq} (confirmed up to {max_confirmed}), "
+                        f"{dupes} twice ({dupes_unconfirmed} unconfirmed twice), sequence {seq} (confirmed up to {max_confirmed}), "
                         f"offset {offset} (synced {synced_offset}), {len(got)} in the stream"
                         + (f", ids missing {gaps[:5]}" if gaps else ""))
                 rep.lines.append(line)

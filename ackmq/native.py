@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 
-from ackmq._native_modules import NATIVE
+from ackmq.native_modules import NATIVE
 
 STAMP = "_native_stamp.json"
 """The build's record of the sources it compiled: {module: sha1 of its .py} (setup.py)."""
