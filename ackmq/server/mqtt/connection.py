@@ -297,14 +297,13 @@ class MQTTConnection(Subscriptions, ClientConnection):
         if qos == 2:
             if pid in self.qos2_pending:  # its PUBREC is on its way
                 return
-            if pid in self._qos2_ids():
-                if p.dup:  # received before: PUBREC again, no second copy
-                    self.write(encode(pk.PubRec(pid), self.level))
-                    return
-                # without DUP it is a new message ([MQTT-3.3.1-1]): the id's release
-                # (PUBREL) had not reached the disk before a crash. So releases need no
-                # sync before PUBCOMP: a stale id never stops a new message
-                self._release_qos2(pid)
+            if pid in self._qos2_ids():  # received before: PUBREC again, no second copy
+                # DUP or not: until its PUBREL the id is this message's (MQTT 4.3.3), and a
+                # client seen here (paho) resends a PUBLISH it had not finished writing
+                # before the broker died without DUP. A released id is never stale: the
+                # PUBCOMP waits for the release to be durable (_on_pubrel)
+                self.write(encode(pk.PubRec(pid), self.level))
+                return
         if qos and self.level == rc.MQTT5 and \
                 len(self.owed) + len(self._qos2_ids()) >= RECEIVE_MAXIMUM:
             raise Refused(rc.RECEIVE_MAXIMUM_EXCEEDED, f"more than {RECEIVE_MAXIMUM} QoS 1 "
