@@ -239,8 +239,8 @@ def test_N3_qos2_exactly_once_for_a_resent_publish(port: int) -> None:
 
 def test_N3_qos2_resend_without_dup_before_pubrel_is_no_copy(port: int) -> None:
     """Until its PUBREL the id is that message's (MQTT 4.3.3): a PUBLISH sent again
-    without DUP (paho-mqtt does so for one it had not finished writing when the
-    connection went) is PUBRECed again and not routed."""
+    without DUP (paho-mqtt did so after a power cut, docs/mqtt.md) is PUBRECed again
+    and not routed."""
     sub = paho(port)
     sub.subscribe("nodup/#", 2)
     time.sleep(0.3)

@@ -298,10 +298,10 @@ class MQTTConnection(Subscriptions, ClientConnection):
             if pid in self.qos2_pending:  # its PUBREC is on its way
                 return
             if pid in self._qos2_ids():  # received before: PUBREC again, no second copy
-                # DUP or not: until its PUBREL the id is this message's (MQTT 4.3.3), and a
-                # client seen here (paho) resends a PUBLISH it had not finished writing
-                # before the broker died without DUP. A released id is never stale: the
-                # PUBCOMP waits for the release to be durable (_on_pubrel)
+                # DUP or not: until its PUBREL the id is this message's (MQTT 4.3.3), and
+                # paho-mqtt was seen resending one the broker had, after a power cut,
+                # without DUP. A released id is never stale: the PUBCOMP waits for the
+                # release to be durable (_on_pubrel)
                 self.write(encode(pk.PubRec(pid), self.level))
                 return
         if qos and self.level == rc.MQTT5 and \
