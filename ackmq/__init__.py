@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os as _os
 from typing import TYPE_CHECKING, Any
+
+from ackmq import _native
+
+_native.install(_os.path.dirname(__file__))  # compiled or pure hot path (ackmq/_native.py)
 
 __all__ = ["Broker", "EmbeddedBroker", "__version__"]
 

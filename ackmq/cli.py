@@ -54,6 +54,14 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mqtt-ws-port", type=int, default=D.mqtt_ws_port,
                    help="MQTT over WebSocket at /ws on this port (off unless given, as "
                         "RabbitMQ's web_mqtt, usually 15675; 0 picks a free one)")
+    p.add_argument("--mqtt-max-keep-alive", type=int, default=D.mqtt_max_keep_alive,
+                   metavar="SECONDS",
+                   help="an MQTT 5 client's Keep Alive longer than this, or 0, is replaced by "
+                        "it, told in CONNACK as Server Keep Alive (default 0: the client's)")
+    p.add_argument("--mqtt-ssl-cert-login", action="store_true",
+                   help="an MQTT CONNECT over TLS without user name and password logs in "
+                        "as the verified client certificate's CN (RabbitMQ's "
+                        "mqtt.ssl_cert_login)")
     p.add_argument("--mqtt-anonymous-user", default=D.mqtt_anonymous_user,
                    help="an MQTT CONNECT without a user name logs in as this user "
                         "(default: refused, as 'not authorized')")
@@ -203,6 +211,14 @@ def serve(args: argparse.Namespace) -> int:
         print("ackmq: --stomp-ssl-cert-login needs --stomp-tls-port (and --tls-ca "
               "--tls-verify-peer, so that clients present a certificate)", file=sys.stderr)
         return 2
+    if not 0 <= args.mqtt_max_keep_alive <= 65535:
+        print("ackmq: --mqtt-max-keep-alive must be between 0 and 65535 seconds, got "
+              f"{args.mqtt_max_keep_alive}", file=sys.stderr)
+        return 2
+    if args.mqtt_ssl_cert_login and args.mqtt_tls_port is None:
+        print("ackmq: --mqtt-ssl-cert-login needs --mqtt-tls-port (and --tls-ca "
+              "--tls-verify-peer, so that clients present a certificate)", file=sys.stderr)
+        return 2
     if not 0 < args.handshake_timeout <= 3600:
         print("ackmq: --handshake-timeout must be between 0 and 3600 seconds, got "
               f"{args.handshake_timeout:g}", file=sys.stderr)
@@ -225,6 +241,8 @@ def serve(args: argparse.Namespace) -> int:
                  mqtt_port=None if args.no_mqtt else args.mqtt_port,
                  mqtt_anonymous_user=args.mqtt_anonymous_user,
                  mqtt_tls_port=args.mqtt_tls_port,
+                 mqtt_ssl_cert_login=args.mqtt_ssl_cert_login,
+                 mqtt_max_keep_alive=args.mqtt_max_keep_alive,
                  mqtt_ws_port=None if args.no_mqtt else args.mqtt_ws_port,
                  amqp10=not args.no_amqp10, amqp10_anonymous_user=args.amqp10_anonymous_user,
                  amqp10_rabbitmq_compat=args.amqp10_rabbitmq_compat,

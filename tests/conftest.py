@@ -15,7 +15,7 @@ import pika
 import pytest
 
 pytest_plugins = ("support.stomphelp", "support.tlshelp", "support.mgmthelp",
-                  "support.sparkcluster")  # STOMP fixtures (target, queue, ...); TLS: ca; mgmt
+                  "support.sparkcluster", "support.sparkjvm")  # STOMP fixtures (target, queue, ...); TLS: ca; mgmt
 # every `ackmq serve` the tests start takes a free management port: RabbitMQ's
 # management plugin holds 15672 on CI
 os.environ.setdefault("ACKMQ_HTTP_PORT", "0")

@@ -594,6 +594,31 @@ def test_A1_anonymous_when_configured(tmp_path: Path) -> None:
         b.stop()
 
 
+def test_A4_redelivery_header_after_kept_deliveries(ackmq10: Target) -> None:
+    """Messages alike but for their body, so the delivery's conversion is kept (issue
+    39): a released one comes back with header.delivery-count 1, as the full
+    conversion writes it (and as before the conversion was kept), the others with 0."""
+    q = uniq("a4-kept-redelivery")
+    _declare(ackmq10, q)
+    conn = connect(ackmq10.port)
+    try:
+        s = conn.create_sender(f"/amq/queue/{q}")
+        for i in range(3):
+            s.send(Message(body=b"m%d" % i, inferred=True, durable=True,
+                           content_type="text/plain"))
+        r = conn.create_receiver(f"/amq/queue/{q}", credit=10)
+        got = [r.receive(timeout=WAIT)]
+        r.release()  # released: back to the queue, redelivered after the two in flight
+        for _ in range(3):
+            got.append(r.receive(timeout=WAIT))
+            r.accept()
+    finally:
+        conn.close()
+    _delete(ackmq10, q)
+    assert [(bytes(m.body), m.delivery_count) for m in got] == [
+        (b"m0", 0), (b"m1", 0), (b"m2", 0), (b"m0", 1)]
+
+
 def test_A4_modified_counts_toward_the_delivery_limit(ackmq10: Target) -> None:
     """RabbitMQ 4: `modified` (delivery-failed) requeues and counts toward
     x-delivery-limit; past it the message is dead-lettered."""

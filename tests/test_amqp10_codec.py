@@ -5,12 +5,14 @@ ackmq decodes to the same values; what ackmq encodes, proton decodes to the same
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
 from ackmq.protocol.amqp10 import Composite, Decoder, FramingError, decode, encode
 from ackmq.protocol.amqp10 import frames as F
 from ackmq.protocol.amqp10 import types as T
+from ackmq.protocol.amqp10.composite import from_described
 from ackmq.protocol.amqp10.message import (
     AMQP_SEQUENCE,
     AMQP_VALUE,
@@ -18,6 +20,7 @@ from ackmq.protocol.amqp10.message import (
     Message10,
     decode_message,
 )
+from ackmq.protocol.amqp10.types import DecodeError
 
 proton = pytest.importorskip("proton")
 
@@ -235,3 +238,79 @@ def test_A9_numeric_fields_out_of_their_type_range_are_decode_errors():
     with pytest.raises(T.DecodeError):
         from_fields("begin", [None, 0, 2 ** 32, 0])
     assert from_fields("open", ["c", None, T.UInt(512), T.UShort(7)]).channel_max == 7
+
+
+@pytest.mark.parametrize("settled", [False, True])
+def test_amqp10_delivery_frames_are_encode_frames(settled: bool) -> None:
+    """The delivery path's transfer, written without a performative (issue 39), is
+    byte for byte the performative's encoding, split alike when the payload needs
+    more than one frame."""
+    for handle, did, size, frame_max in ((0, 0, 0, 512), (1, 255, 100, 512),
+                                          (300, 70000, 1000, 512), (7, 2**32 - 1, 300, 65536),
+                                          (2, 256, 5000, 4096)):
+        tag = (did * 3).to_bytes(8, "big")
+        payload = bytes(range(256)) * (size // 256) + b"p" * (size % 256)
+        want = F.encode_frames(5, Composite("transfer", handle=T.UInt(handle),
+                                            delivery_id=T.UInt(did), delivery_tag=tag,
+                                            message_format=T.UInt(0), settled=settled or None),
+                               payload, frame_max)
+        assert F.delivery_frames(5, handle, did, tag, settled, payload, frame_max) == want
+
+
+def test_amqp10_settled_disposition_is_encode_frame() -> None:
+    """A publisher's outcomes, written without a performative (issue 39), are byte for
+    byte the performative's encoding."""
+    for state in (Composite("accepted"), Composite("released"), Composite("rejected"),
+                  Composite("rejected", error=Composite("error", condition=T.Symbol("c"),
+                                                        description="d" * 300))):
+        for role, first, last in ((True, 0, None), (True, 5, 7), (False, 300, 2**32 - 1)):
+            want = F.encode_frame(3, Composite(
+                "disposition", role=role, first=T.UInt(first),
+                last=T.UInt(last) if last is not None else None, settled=True, state=state))
+            assert F.settled_disposition(3, role, first, last, state.encode_amqp()) == want
+
+
+def _general(body: bytes) -> Any:
+    """The general decoder's reading of a performative: (Composite, end) or the error."""
+    try:
+        v, end = decode(body, 0)
+        return from_described(v), end
+    except DecodeError as e:
+        return type(e)
+
+
+def test_amqp10_transfer_fast_read_is_the_general_one() -> None:
+    """Transfers read without the general decoder (issue 39) give the Composite it
+    gives; anything else (other encodings, truncated, mutated bytes) is left to it."""
+    import random
+    rnd = random.Random(39)
+    cases = []
+    for fields in (dict(handle=T.UInt(0)),
+                   dict(handle=T.UInt(1), delivery_id=T.UInt(300), delivery_tag=b"t" * 8,
+                        message_format=T.UInt(0), settled=False, more=False),
+                   dict(handle=T.UInt(255), delivery_id=T.UInt(2**32 - 1), delivery_tag=b"",
+                        settled=True, more=True, rcv_settle_mode=T.UByte(1), resume=True,
+                        aborted=True, batchable=True),
+                   dict(handle=T.UInt(7), state=Composite("accepted")),
+                   dict(handle=T.UInt(7), delivery_tag=b"z" * 40)):
+        cases.append(Composite("transfer", **fields).encode_amqp())
+    cases.append(b"\x00\x53\x14\xc0\x04\x02\x43\x56\x01")  # not a transfer's field types
+    cases.append(b"\x00\x53\x14\xc0\x07\x05\x43\x43\x40\x43\x56\x01")  # settled as 56 01
+    cases.append(b"\x00\x53\x14\xc0\x02\x01\x40")  # a null handle
+    for base in list(cases):
+        cases.extend(base[:k] for k in range(len(base)))
+        for _ in range(200):
+            b = bytearray(base)
+            b[rnd.randrange(4, len(b))] = rnd.randrange(256)
+            cases.append(bytes(b))
+    fast = 0
+    for body in cases:
+        for tail in (b"", b"\x00\x53\x75\xa0\x01x"):
+            want = _general(body + tail)
+            if not isinstance(want, tuple):  # refused: the frame reader says so
+                with pytest.raises(F.FramingError):
+                    F._performative(memoryview(body + tail))
+                continue
+            fast += F._transfer(memoryview(body + tail)) is not None
+            assert F._performative(memoryview(body + tail)) == want
+    assert fast > 100

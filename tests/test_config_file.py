@@ -219,3 +219,9 @@ def test_config_file_documented_example_parses() -> None:
            "stomp.listeners.tcp"}  # alternatives of keys set above
     parse("\n".join(x for x in uncommented.splitlines()
                      if x.split("=")[0].strip() not in dup), opts)
+
+
+def test_U4_mqtt_ssl_cert_login_key() -> None:
+    """RabbitMQ's `mqtt.ssl_cert_login` is `--mqtt-ssl-cert-login` (docs/mqtt.md)."""
+    from ackmq.server.conffile import parse
+    assert parse("mqtt.ssl_cert_login = true\n", []) == {"mqtt_ssl_cert_login": True}

@@ -736,3 +736,128 @@ def test_N3_qos2_pubrel_goes_again_after_a_reconnect(port: int) -> None:
     with Raw("127.0.0.1", port) as r:
         r.connect(cid, clean=True)
     _stop(pub)
+
+
+# -- issue 36: the gaps ------------------------------------------------------------------
+def _publishes(r: Raw, wait: float = 1.5) -> list[Publish]:
+    """The PUBLISHes that come within `wait` s (each QoS 1 one PUBACKed)."""
+    got: list[Publish] = []
+    try:
+        while True:
+            p = r.recv(wait)
+            if isinstance(p, Publish):
+                got.append(p)
+                if p.qos == 1:
+                    r.send(PubAck(p.packet_id))
+    except TimeoutError:
+        return got
+
+
+def test_N7_no_local_is_applied(port: int) -> None:
+    """[MQTT-3.8.3-3]: with No Local a client does not get what it published itself
+    (what another client publishes it does get); another subscription of the same client
+    without No Local that matches still brings it (Paho's test_subscribe_options)."""
+    topic = "nolocal/" + client_id()
+    with Raw("127.0.0.1", port, V5) as r, Raw("127.0.0.1", port, V5) as other:
+        r.connect(client_id())
+        other.connect(client_id())
+        r.send(Subscribe(1, [(topic, SubOptions(1, no_local=True))]))
+        assert r.recv() == SubAck(1, [1])
+        r.send(Publish(topic, b"mine", 1, False, False, 2))
+        other.send(Publish(topic, b"theirs", 1, False, False, 3))
+        assert other.recv() == PubAck(3)
+        got = _publishes(r)
+        assert [p.payload for p in got] == [b"theirs"]
+        r.send(Subscribe(4, [(topic.split("/")[0] + "/+", SubOptions(1))]))
+        assert r.recv() == SubAck(4, [1])
+        r.send(Publish(topic, b"mine again", 1, False, False, 5))
+        assert [p.payload for p in _publishes(r)] == [b"mine again"]
+
+
+def test_N7_retain_as_published_keeps_the_retain_flag(port: int) -> None:
+    """Retain As Published: a message published with RETAIN is forwarded with it set
+    ([MQTT-3.3.1-13]); without the option it is forwarded with it clear ([MQTT-3.3.1-12])."""
+    topic = "rap/" + client_id()
+    with Raw("127.0.0.1", port, V5) as a, Raw("127.0.0.1", port, V5) as b:
+        a.connect(client_id())
+        b.connect(client_id())
+        a.send(Subscribe(1, [(topic, SubOptions(1, retain_as_published=True))]))
+        b.send(Subscribe(1, [(topic, SubOptions(1))]))
+        assert a.recv() == SubAck(1, [1]) and b.recv() == SubAck(1, [1])
+        pub = paho(port)
+        pub.publish(topic, b"r", qos=1, retain=True).wait_for_publish(10)
+        pub.publish(topic, b"", qos=1, retain=True).wait_for_publish(10)
+        _stop(pub)
+        pa, pb = _publishes(a)[0], _publishes(b)[0]
+        assert (pa.payload, pa.retain) == (b"r", True)
+        assert (pb.payload, pb.retain) == (b"r", False)
+
+
+def test_N1_topic_permission_variables_username_vhost_client_id(broker: BrokerProcess,
+                                                                 port: int) -> None:
+    """RabbitMQ's MQTT topic authorisation: `{username}`, `{vhost}` and `{client_id}` in a
+    topic permission are the connection's, so each device may publish under its own
+    client id only (the same rule for the will, published with the session's)."""
+    sock = broker.data_dir / "ctl.sock"
+    assert request(sock, "add_user", ["device", "pw"])["ok"]
+    assert request(sock, "set_permissions", ["device", ".*", ".*", ".*"], "mqtt-vh")["ok"]
+    assert request(sock, "set_topic_permissions",
+                   ["device", "amq.topic", "^{vhost}\\.{username}\\.{client_id}\\.",
+                    "^cmd\\.{client_id}$"], "mqtt-vh")["ok"]
+    cid = client_id("dev")
+    with Raw("127.0.0.1", port, V5) as r:
+        ack = r.connect(cid, "mqtt-vh:device", "pw")
+        assert isinstance(ack, ConnAck) and ack.reason_code == 0, ack
+        r.send(Publish(f"mqtt-vh/device/{cid}/temp", b"ok", 1, False, False, 1))
+        assert r.recv().reason_code in (rc.SUCCESS, rc.NO_MATCHING_SUBSCRIBERS)
+        r.send(Publish("mqtt-vh/device/someone-else/temp", b"no", 1, False, False, 2))
+        p = r.recv()
+        assert isinstance(p, PubAck) and p.reason_code == rc.NOT_AUTHORIZED
+        r.send(Subscribe(3, [(f"cmd/{cid}", SubOptions(1)), ("cmd/other", SubOptions(1))]))
+        assert r.recv() == SubAck(3, [1, rc.NOT_AUTHORIZED])
+
+
+def test_N8_server_keep_alive_caps_the_clients(tmp_path: Any) -> None:
+    """`--mqtt-max-keep-alive 2`: an MQTT 5 client asking 60 s (or 0, none) is told Server
+    Keep Alive 2 in CONNACK and held to it ([MQTT-3.2.2-21]: silent for 1.5 × 2 s, it
+    gets DISCONNECT 0x8D); one asking 1 s keeps its own and is told nothing (Paho's
+    test_server_keep_alive)."""
+    b = BrokerProcess(tmp_path / "d", "--mqtt-max-keep-alive", "2")
+    b.start()
+    try:
+        for asked in (60, 0):
+            with Raw("127.0.0.1", b.mqtt_port, V5) as r:
+                ack = r.connect(client_id(), keep_alive=asked)
+                assert isinstance(ack, ConnAck) and ack.properties["server_keep_alive"] == 2
+        with Raw("127.0.0.1", b.mqtt_port, V5) as r:
+            ack = r.connect(client_id(), keep_alive=60)
+            d = r.recv(15)
+            assert isinstance(d, Disconnect) and d.reason_code == rc.KEEP_ALIVE_TIMEOUT
+        with Raw("127.0.0.1", b.mqtt_port, V5) as r:
+            ack = r.connect(client_id(), keep_alive=1)
+            assert isinstance(ack, ConnAck) and "server_keep_alive" not in ack.properties
+    finally:
+        b.stop()
+
+
+def test_N7_topic_aliases_from_the_server_up_to_the_clients_maximum(port: int) -> None:
+    """The client's Topic Alias Maximum (CONNECT): deliveries use aliases, the first with
+    the topic name and the alias, later ones with the alias and an empty name
+    ([MQTT-3.3.2-9]); no more aliases than it allows, and none without it (Paho's
+    test_server_topic_alias)."""
+    base = "talias/" + client_id()
+    with Raw("127.0.0.1", port, V5) as r, Raw("127.0.0.1", port, V5) as plain:
+        r.connect(client_id(), properties={"topic_alias_maximum": 1})
+        plain.connect(client_id())
+        for c in (r, plain):
+            c.send(Subscribe(1, [(base + "/#", SubOptions(1))]))
+            assert c.recv() == SubAck(1, [1])
+        pub = paho(port)
+        for t in ("a", "a", "b", "a"):
+            pub.publish(f"{base}/{t}", t.encode(), qos=1).wait_for_publish(10)
+        _stop(pub)
+        got = [(p.topic, p.payload, p.properties.get("topic_alias")) for p in _publishes(r)]
+        assert got == [(f"{base}/a", b"a", 1), ("", b"a", 1), (f"{base}/b", b"b", None),
+                       ("", b"a", 1)]
+        assert [(p.topic, p.properties.get("topic_alias")) for p in _publishes(plain)] == \
+            [(f"{base}/{t}", None) for t in ("a", "a", "b", "a")]

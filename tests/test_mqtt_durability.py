@@ -25,6 +25,7 @@ from ackmq.protocol.mqtt import (
     Publish,
     PubRec,
     PubRel,
+    SubAck,
     SubOptions,
     Subscribe,
     encode,
@@ -240,5 +241,98 @@ def test_N3_qos2_pubrel_owed_survives_kill_9(tmp_path: Path) -> None:
             r.send(PubComp(p.packet_id))
             with pytest.raises(TimeoutError):
                 r.recv(2)
+    finally:
+        b.stop()
+
+
+def test_N4_N7_subscription_options_and_ids_survive_a_restart(tmp_path: Path) -> None:
+    """A persistent MQTT 5 session's subscriptions come back after a restart with their
+    options (No Local, Retain As Published, Retain Handling) and subscription identifier,
+    kept in their bindings' `x-mqtt-subscription-opts` as RabbitMQ 3.13 keeps them."""
+    b = BrokerProcess(tmp_path / "d")
+    b.start()
+    expiry = {"session_expiry_interval": 600}
+    try:
+        with Raw("127.0.0.1", b.mqtt_port, 5) as r:
+            r.connect("opts", clean=False, properties=dict(expiry))
+            r.send(Subscribe(1, [("o/t", SubOptions(1, no_local=True, retain_as_published=True,
+                                                     retain_handling=2))],
+                             {"subscription_identifier": [77]}))
+            assert r.recv() == SubAck(1, [1])
+            r.send(Disconnect())
+        b.kill()
+        b.start()
+        with Raw("127.0.0.1", b.mqtt_port, 5) as r, Raw("127.0.0.1", b.mqtt_port, 5) as o:
+            ack = r.connect("opts", clean=False, properties=dict(expiry))
+            assert isinstance(ack, ConnAck) and ack.session_present
+            o.connect(client_id())
+            r.send(Publish("o/t", b"mine", 1, False, False, 1))  # No Local: not back to r
+            o.send(Publish("o/t", b"theirs", 1, True, False, 2))  # retained: RAP keeps it
+            assert o.recv() == PubAck(2)
+            got = []
+            while len(got) < 1:
+                p = r.recv()
+                if isinstance(p, Publish):
+                    got.append(p)
+                    r.send(PubAck(p.packet_id))
+            with pytest.raises(TimeoutError):
+                while True:
+                    p = r.recv(1.5)
+                    assert not isinstance(p, Publish), p
+            assert (got[0].payload, got[0].retain) == (b"theirs", True)
+            assert got[0].properties["subscription_identifier"] == [77]
+            # retain handling 2 came back too: subscribing again sends no retained message
+            r.send(Subscribe(3, [("o/t", SubOptions(1, no_local=True, retain_as_published=True,
+                                                     retain_handling=2))]))
+            assert r.recv() == SubAck(3, [1])
+            with pytest.raises(TimeoutError):
+                r.recv(1.5)
+            o.send(Publish("o/t", b"", 1, True, False, 3))
+    finally:
+        b.stop()
+
+
+def test_N4_session_expiry_changed_by_connect_and_disconnect_is_the_queues(
+        tmp_path: Path) -> None:
+    """[MQTT-3.1.2-11] / 3.14.2.2.2: a later CONNECT, or a DISCONNECT, sets another
+    Session Expiry Interval; the session's queues' x-expires follow it and keep it across
+    a restart (Paho's test_session_expiry). A DISCONNECT that sets one where CONNECT had 0
+    is a protocol error, 0x82 ([MQTT-3.14.2-2])."""
+    import json
+    import urllib.request
+    from base64 import b64encode
+    b = BrokerProcess(tmp_path / "d")
+    b.start()
+
+    def x_expires() -> object:
+        import re
+        url = next(m.group(1) for line in reversed(b.log)  # this run's port
+                   if (m := re.search(r"(http://\S+:\d+)", line)))
+        req = urllib.request.Request(url + "/api/queues/%2F/mqtt-subscription-seqos1", headers={
+            "Authorization": "Basic " + b64encode(b"guest:guest").decode()})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())["arguments"].get("x-expires")
+
+    try:
+        with Raw("127.0.0.1", b.mqtt_port, 5) as r:
+            r.connect("se", clean=True, properties={"session_expiry_interval": 300})
+            r.send(Subscribe(1, [("se/t", SubOptions(1))]))
+            r.recv()
+            assert x_expires() == 300_000
+            r.send(Disconnect(0, {"session_expiry_interval": 60}))
+            assert r.closed()
+        assert x_expires() == 60_000
+        with Raw("127.0.0.1", b.mqtt_port, 5) as r:
+            r.connect("se", clean=False, properties={"session_expiry_interval": 120})
+            assert x_expires() == 120_000
+            r.send(Disconnect())
+        b.stop()
+        b.start()
+        assert x_expires() == 120_000
+        with Raw("127.0.0.1", b.mqtt_port, 5) as r:
+            r.connect(client_id(), properties={"session_expiry_interval": 0})
+            r.send(Disconnect(0, {"session_expiry_interval": 30}))
+            d = r.recv()
+            assert isinstance(d, Disconnect) and d.reason_code == 0x82
     finally:
         b.stop()

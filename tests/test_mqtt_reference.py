@@ -279,3 +279,53 @@ def test_N7_receive_maximum_exceeded_is_disconnect_0x93(v5: Target) -> None:
 
 def uuid_level() -> str:
     return client_id("lvl")
+
+
+def _publishes_within(r: Raw, wait: float) -> list[Publish]:
+    got: list[Publish] = []
+    try:
+        while True:
+            p = r.recv(wait)
+            if isinstance(p, Publish):
+                got.append(p)
+                if p.qos == 1:
+                    r.send(PubAck(p.packet_id))
+    except TimeoutError:
+        return got
+
+
+def test_N7_no_local(v5: Target) -> None:
+    """[MQTT-3.8.3-3]: a No Local subscription gets nothing its own client published."""
+    topic = f"nolocal/{client_id()}"
+    with v5.raw(rc.MQTT5) as r, v5.raw(rc.MQTT5) as other:
+        v5.connect(r, client_id())
+        v5.connect(other, client_id())
+        r.send(Subscribe(1, [(topic, SubOptions(1, no_local=True))]))
+        assert r.recv() == SubAck(1, [1])
+        r.send(Publish(topic, b"mine", 1, False, False, 2))
+        other.send(Publish(topic, b"theirs", 1, False, False, 3))
+        assert other.recv() == PubAck(3)
+        assert [p.payload for p in _publishes_within(r, 1.5)] == [b"theirs"]
+
+
+def test_N5_retained_message_expires_and_carries_what_is_left(v5: Target) -> None:
+    """[MQTT-3.3.2-5]: a retained message whose Message Expiry Interval has passed is not
+    sent to a new subscriber; one that has not is sent with what is left of it
+    ([MQTT-3.3.2-6])."""
+    base = f"retexp/{client_id()}"
+    with v5.raw(rc.MQTT5) as pub:
+        v5.connect(pub, client_id())
+        pub.send(Publish(base + "/short", b"s", 1, True, False, 1,
+                         {"message_expiry_interval": 1}))
+        pub.send(Publish(base + "/long", b"l", 1, True, False, 2,
+                         {"message_expiry_interval": 60}))
+        assert {pub.recv().packet_id, pub.recv().packet_id} == {1, 2}  # type: ignore[attr-defined]
+    time.sleep(2.5)
+    with v5.raw(rc.MQTT5) as r:
+        v5.connect(r, client_id())
+        r.send(Subscribe(1, [(base + "/#", SubOptions(1))]))
+        assert r.recv() == SubAck(1, [1])
+        got = _publishes_within(r, 1.5)
+        assert [(p.topic, p.retain) for p in got] == [(base + "/long", True)]
+        assert 0 < got[0].properties["message_expiry_interval"] <= 58
+        r.send(Publish(base + "/long", b"", 1, True, False, 3))

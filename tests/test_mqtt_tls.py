@@ -18,12 +18,20 @@ from paho.mqtt.enums import CallbackAPIVersion
 from support.mqtthelp import client_id, wait_for
 from support.tlshelp import cert_broker, port_in_log, server_files
 
+from ackmq.ctl.socket_client import request
+
 MQTTS = re.compile(r"mqtts://\S+:(\d+)")
 
 
 @pytest.fixture(scope="module")
 def files(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return server_files(ca, tmp_path_factory.mktemp("mqtt-tls"))
+    d = tmp_path_factory.mktemp("mqtt-tls")
+    out = server_files(ca, d)
+    for cn in ("certuser", "nobody"):  # client certificates, key in the same file
+        ca.issue_cert(cn, common_name=cn).private_key_and_cert_chain_pem.write_to_path(
+            str(d / f"{cn}.pem"))
+        out[cn] = d / f"{cn}.pem"
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -61,3 +69,54 @@ def test_N1_a_client_that_does_not_trust_the_certificate_fails(broker: BrokerPro
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s, \
             pytest.raises(ssl.SSLError):
         ctx.wrap_socket(s, server_hostname="localhost")
+
+
+def _tls_connect(port: int, files: dict[str, Path], cert: str | None,
+                 user: str | None = None) -> tuple[int, mqtt.Client]:
+    """CONNECT over TLS (with the client certificate `cert`); the CONNACK's reason code."""
+    c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id())
+    c.tls_set(ca_certs=str(files["ca"]),
+              certfile=None if cert is None else str(files[cert]))
+    if user is not None:
+        c.username_pw_set(user, user)
+    codes: list[int] = []
+    c.on_connect = lambda cl, u, f, reason, p: codes.append(reason.value)
+    c.connect("127.0.0.1", port)
+    c.loop_start()
+    assert wait_for(lambda: bool(codes))
+    return codes[0], c
+
+
+def test_U4_N1_mqtt_ssl_cert_login(tmp_path: Path, files: dict[str, Path]) -> None:
+    """RabbitMQ's mqtt.ssl_cert_login (`--mqtt-ssl-cert-login`): a CONNECT over TLS
+    without user name and password logs in as the verified certificate's CN, through the
+    shared admission (U4); a CN that names no user is refused (CONNACK 4, as a failed
+    login is in RabbitMQ's plugin);
+    a user name and password still win over the certificate (as RabbitMQ)."""
+    b = cert_broker(tmp_path, files, "--mqtt-tls-port", "0", "--tls-verify-peer",
+                    "--mqtt-ssl-cert-login")
+    try:
+        port = int(port_in_log(b, MQTTS, "mqtts:// URL"))
+        assert request(b.data_dir / "ctl.sock", "add_user", ["certuser", "pw"])["ok"]
+        assert request(b.data_dir / "ctl.sock", "set_permissions",
+                       ["certuser", ".*", ".*", ".*"])["ok"]
+        code, c = _tls_connect(port, files, "certuser")
+        assert code == 0  # without the certificate's user: 5, no user name (SPEC N1)
+        got: list[bytes] = []
+        c.on_message = lambda cl, u, m: got.append(m.payload)
+        c.subscribe("cert/t", 1)
+        time.sleep(0.3)
+        c.publish("cert/t", b"by cert", qos=1).wait_for_publish(10)
+        assert wait_for(lambda: got == [b"by cert"])
+        c.disconnect()
+        c.loop_stop()
+        code, c = _tls_connect(port, files, "nobody")
+        assert code == 134  # CONNACK 4, bad user name or password (paho shows 0x86)
+        c.loop_stop()
+        code, c = _tls_connect(port, files, "nobody", user="guest")
+        assert code == 0
+        c.disconnect()
+        c.loop_stop()
+        assert "Traceback" not in "".join(b.log)
+    finally:
+        b.stop()

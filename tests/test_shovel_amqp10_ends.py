@@ -57,7 +57,7 @@ def test_V2_amqp10_kept_conversions_equal_the_full_ones(props: bytes) -> None:
             p, b = to_amqp091(m)
             assert got == [("ex", "rk", p, b)]
             assert dest.message("e2", "k2", p, b) == from_amqp091(p, b, "e2", "k2").encode()
-    assert src._memo and dest._memo
+    assert src._to091._kept and dest._from091._kept
 
 
 def test_V2_amqp10_trailing_data_is_found_or_refused() -> None:

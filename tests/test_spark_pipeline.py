@@ -108,7 +108,8 @@ class Driver:
                                      text=True, start_new_session=True, env=env)
         self.landed = threading.Event()
         self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)  # ends at EOF
+        self.reader.start()
 
     def _read(self) -> None:
         assert self.proc.stderr is not None
@@ -378,7 +379,7 @@ def test_S2_sigint_and_sigterm_stop_a_landing_between_batches_with_one_line(
                 rc = d.proc.wait(120)
             finally:
                 d.kill()
-            time.sleep(0.5)  # the reader thread has the last lines
+            d.reader.join(30)  # the reader thread has the last lines (EOF: group reaped)
             after = [ln for ln in d.lines[before:] if not BATCH_LINE.match(ln)]
             assert rc == 128 + sig, f"rc {rc} (seed {seed}):\n" + "".join(d.lines[-40:])
             assert len(after) == 1, f"{len(after)} lines after {sig.name}:\n" + "".join(after)

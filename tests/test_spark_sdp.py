@@ -29,6 +29,7 @@ pytest.importorskip("grpc", reason="spark-pipelines needs the Spark Connect clie
 from support.streamhelp import stream_support  # noqa: E402
 
 from ackmq.spark.lake import read_committed  # noqa: E402
+from ackmq.spark.pipeline import JAVA_OPTIONS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,8 +60,12 @@ def _init(project: Path, *args: str) -> str:
     r = subprocess.run([sys.executable, "-m", "ackmq.spark", "pipeline", "init", str(project),
                         *args], check=True, capture_output=True, text=True)
     (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("run it: ")]
-    with open(project / "conf" / "spark-defaults.conf", "a") as f:
-        f.write(TEST_DEFAULTS)
+    conf = project / "conf" / "spark-defaults.conf"
+    # the driver's JVM (the Spark Connect server) with the flags `pipeline land`'s driver
+    # has: a C1-only JIT and serial GC start faster on a shared 2-core machine
+    lines = [f"{ln} {JAVA_OPTIONS}" if ln.startswith("spark.driver.extraJavaOptions ") else ln
+             for ln in conf.read_text().splitlines()]
+    conf.write_text("\n".join(lines) + "\n" + TEST_DEFAULTS)
     return line.removeprefix("run it: ")
 
 

@@ -25,7 +25,7 @@ import json
 import os
 import re
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,19 +108,23 @@ class TopicPermission:
     regular expressions matched against a routing key (publish) or binding key (bind)
     of a topic exchange. `{username}` and `{vhost}` are replaced by the user's and the
     vhost's names before matching, as RabbitMQ 3.10 does (plain text, not escaped);
-    `{client_id}` is left as it is (RabbitMQ fills it for MQTT only)."""
+    a protocol may bring more: MQTT's `{client_id}`, as RabbitMQ's MQTT plugin (left as
+    it is where none is given, as RabbitMQ does for AMQP)."""
 
     write: str
     read: str
     _res: tuple[re.Pattern[str] | None, ...] = field(default=(), repr=False, compare=False)
 
-    def expanded(self, user: str, vhost: str) -> TopicPermission:
+    def expanded(self, user: str, vhost: str,
+                 variables: Mapping[str, str] | None = None) -> TopicPermission:
         """A copy with the variables filled and the patterns compiled (a pattern that the
         expansion made invalid matches nothing)."""
         t = TopicPermission(self.write, self.read)
         res: list[re.Pattern[str] | None] = []
         for p in (self.write, self.read):
             p = (p or "^$").replace("{username}", user).replace("{vhost}", vhost)
+            for name, value in (variables or {}).items():
+                p = p.replace("{" + name + "}", value)
             try:
                 res.append(re.compile(p))
             except re.error:
@@ -463,9 +467,11 @@ class AccessModel(AccessModelLimits):
                 del self.topic_permissions[(user, vhost)]
         self._changed("topic_permissions", user)
 
-    def topic_permission(self, user: str, vhost: str) -> dict[str, TopicPermission]:
+    def topic_permission(self, user: str, vhost: str,
+                         variables: Mapping[str, str] | None = None
+                         ) -> dict[str, TopicPermission]:
         """The user's topic permissions in the vhost, variables filled (for a channel)."""
-        return {x: t.expanded(user, vhost)
+        return {x: t.expanded(user, vhost, variables)
                 for x, t in self.topic_permissions.get((user, vhost), {}).items()}
 
 
@@ -483,18 +489,22 @@ class ChannelAccess:
     for never enters `write_exchanges`, so only publishes to it take the slow path
     (`check_topic` on the routing key, itself cached per channel)."""
 
-    __slots__ = ("model", "user", "vhost", "_perm", "_ok", "write_exchanges", "topics",
-                 "_topic_ok", "__weakref__")
+    __slots__ = ("model", "user", "vhost", "variables", "_perm", "_ok", "write_exchanges",
+                 "topics", "_topic_ok", "__weakref__")
 
-    def __init__(self, model: AccessModel, user: str, vhost: str) -> None:
+    def __init__(self, model: AccessModel, user: str, vhost: str,
+                 variables: Mapping[str, str] | None = None) -> None:
+        """`variables`: a protocol's own topic-permission variables (MQTT's client_id)."""
         self.model = model
         self.user = user
         self.vhost = vhost
+        self.variables = variables
         self._ok: set[tuple[int, str, str]] = set()
         self.write_exchanges: set[str] = set()  # the publish hot path's own cache
         self._perm: Permission | None = model.permission(user, vhost)
         # exchange -> topic permission (variables filled); empty for most users
-        self.topics: dict[str, TopicPermission] = model.topic_permission(user, vhost)
+        self.topics: dict[str, TopicPermission] = model.topic_permission(user, vhost,
+                                                                          variables)
         self._topic_ok: set[tuple[int, str, str]] = set()
         model.caches.add(self)
 
@@ -502,7 +512,7 @@ class ChannelAccess:
         self._ok.clear()
         self.write_exchanges.clear()
         self._perm = self.model.permission(self.user, self.vhost)
-        self.topics = self.model.topic_permission(self.user, self.vhost)
+        self.topics = self.model.topic_permission(self.user, self.vhost, self.variables)
         self._topic_ok.clear()
 
     def check(self, perm: int, kind: str, name: str) -> None:

@@ -269,6 +269,17 @@ class VHost:
         delayed.queue_declared(self, q)
         return q
 
+    def set_queue_arguments(self, q: Queue, arguments: dict[str, Any]) -> None:
+        """A front end's own queue whose declared arguments change (MQTT 5's session
+        expiry interval, changed by a later CONNECT or by DISCONNECT, is its session
+        queues' x-expires): in force at once, and stored again when the queue is."""
+        q.arguments = dict(arguments)
+        apply = getattr(q, "apply_policy", None)  # the settings of the queue's type
+        if apply is not None:
+            apply()
+        if q.durable and not q.exclusive_owner and self.store is not None:
+            self.store.save_queue(QueueDef(q.name, True, q.auto_delete, dict(arguments)))
+
     def reply_queue(self, owner: Any) -> Queue:
         """Direct reply-to (RabbitMQ's `amq.rabbitmq.reply-to`): a consumer's own
         non-durable, auto-delete queue, named `amq.rabbitmq.reply-to.<token>` so a reply
@@ -325,9 +336,9 @@ class VHost:
                     destination, "exclusive_owner", None):
                 store.save_binding(self._binding_def(b))
 
-    def bindings_to(self, destination: Any) -> list[tuple[str, str]]:
-        """(source exchange, routing key) of each binding to `destination`."""
-        return [(b.source.name, b.routing_key)
+    def bindings_to(self, destination: Any) -> list[tuple[str, str, dict[str, Any]]]:
+        """(source exchange, routing key, arguments) of each binding to `destination`."""
+        return [(b.source.name, b.routing_key, b.arguments)
                 for b in self._inbound.get(id(destination), {}).values()]
 
     def unbind(self, source: str, kind: str, destination: str, routing_key: str,

@@ -154,6 +154,7 @@ SHARED: dict[str, Callable[[str], dict[str, Any]]] = {
     "mqtt.listeners.tcp.*": lambda v: _split("mqtt_port", v),
     "mqtt.listeners.tcp": lambda v: {"no_mqtt": _disable(v)},
     "mqtt.listeners.ssl.*": lambda v: _split("mqtt_tls_port", v),
+    "mqtt.ssl_cert_login": lambda v: {"mqtt_ssl_cert_login": boolean(v)},
     "web_mqtt.tcp.port": lambda v: {"mqtt_ws_port": port(v)},
     "management.tcp.port": lambda v: {"http_port": port(v)},
     "management.ssl.port": lambda v: {"https_port": port(v)},

@@ -26,11 +26,18 @@ class Config:
     # MQTT over TLS (N1), with the tls_* certificate options; off unless asked, as
     # RabbitMQ's mqtt.listeners.ssl (its usual port is 8883); 0: a free port
     mqtt_tls_port: int | None = None
+    # RabbitMQ's mqtt.ssl_cert_login: a CONNECT over TLS without user name and password
+    # logs in as the verified client certificate's CN (U4)
+    mqtt_ssl_cert_login: bool = False
     # MQTT over WebSocket at /ws (RabbitMQ's web_mqtt, usually 15675); off unless asked
     mqtt_ws_port: int | None = None
     # the largest packet a client may send (5.0: told in CONNACK); 0: max_message_size
     # plus 64 KiB for the topic and properties
     mqtt_max_packet_size: int = 0
+    # the longest Keep Alive (s) an MQTT 5 client may use: a longer one, or 0 (none), is
+    # replaced by this, told in CONNACK as Server Keep Alive ([MQTT-3.2.2-21]); 0: the
+    # client's (Mosquitto's max_keepalive)
+    mqtt_max_keep_alive: int = 0
 
     def mqtt_packet_limit(self) -> int:
         return self.mqtt_max_packet_size or self.max_message_size + 65536

@@ -112,8 +112,9 @@ class ClientConnection(asyncio.Protocol):
         self._close.arm_in(self.ctx.config.handshake_timeout, self._handshake_timeout)
 
     def certificate_user(self) -> str | None:
-        """The EXTERNAL mechanism's user: the CN of the client's verified TLS certificate
-        (None: no TLS, no certificate), for every protocol's SASL (admission.sasl_login)."""
+        """The CN of the client's verified TLS certificate (None: no TLS, no certificate):
+        the user of EXTERNAL (every protocol's SASL, admission.sasl_login) and of STOMP's
+        and MQTT's ssl_cert_login (U4)."""
         t = self.transport
         return None if t is None else certificate_user(t.get_extra_info("peercert"))
 

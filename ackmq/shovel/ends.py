@@ -20,10 +20,9 @@ from typing import Any
 
 from ackmq.client.lowlevel import RawChannel, RawConnection
 from ackmq.protocol.amqp import encode_nack, encode_publish
-from ackmq.protocol.amqp.properties import PropertiesView
-from ackmq.protocol.amqp10 import Composite, DecodeError, Symbol, decode_message, encode
-from ackmq.protocol.amqp10.amqp_map import AMQP_CONTENT_TYPE, from_amqp091, to_amqp091
-from ackmq.protocol.amqp10.message import trailing_data
+from ackmq.protocol.amqp10 import Composite, DecodeError, Symbol
+from ackmq.protocol.amqp10.amqp_map import AMQP_CONTENT_TYPE, from_amqp091
+from ackmq.protocol.amqp10.kept import From091, To091
 from ackmq.protocol.amqp10.types import Timestamp, UInt
 from ackmq.shovel.amqp10 import Peer10
 
@@ -32,8 +31,6 @@ Confirmed = Callable[[int, bool, bool], None]
 ConfirmedRange = Callable[[int, bool, bool, int], None]  # seq, multiple, ack, first seq
 _AMQP_CONTENT = (b"\x80\x00" + bytes((len(AMQP_CONTENT_TYPE),))
                  + AMQP_CONTENT_TYPE.encode())  # properties: content_type only
-_DATA_HEAD = b"\x00\x53\x75"
-_EMPTY_DATA = _DATA_HEAD + encode(b"")  # an empty body's data section, last
 
 
 class Source091:
@@ -74,42 +71,24 @@ def _runs(tags: list[int]) -> list[tuple[int, int, int]]:
     return out
 
 
-_MEMO = 1024  # converted prefixes kept per end (cleared when full)
-
-
 class Source10:
-    """A receiving link: each transfer converted to the model's format. Messages of a
-    backlog mostly differ in their body alone: the conversion of what precedes a
-    trailing data section is kept, keyed by those bytes (the same bytes convert the
-    same way), so such a message costs a dict look-up instead of a decode."""
+    """A receiving link: each transfer converted to the model's format, the
+    conversion of what precedes a trailing data section kept (kept.py)."""
 
     def __init__(self, peer: Peer10) -> None:
         self.peer = peer
         self.deliver: Deliver = lambda t, x, k, p, b: None
-        self._memo: dict[bytes, tuple[str, str, bytes]] = {}
+        self._to091 = To091()
         peer.on_message = self._message
 
     def _message(self, delivery_id: int, payload: bytes, settled: bool) -> None:
-        at, head = trailing_data(payload)
-        if at >= 0:
-            known = self._memo.get(payload[:at])
-            if known is not None:
-                self.deliver(delivery_id, known[0], known[1], known[2], payload[at + head:])
-                return
         exchange = key = ""
-        starts: list[int] = []
         try:
-            m = decode_message(payload, starts)
-            props, body = to_amqp091(m)
+            m, props, body = self._to091.convert(payload)
             ann = m.message_annotations or {}
             x, k = ann.get("x-exchange"), ann.get("x-routing-key")
             exchange = x if isinstance(x, str) else ""
             key = k if isinstance(k, str) else ""
-            if at >= 0 and starts[-1] == at and m.data is not None:
-                # the sections before `at` decode on their own: its guess was right
-                if len(self._memo) >= _MEMO:
-                    self._memo.clear()
-                self._memo[payload[:at]] = (exchange, key, props)
         except DecodeError:  # moved as it came: a 1.0 consumer gets the sections back
             props, body = _AMQP_CONTENT, payload
         self.deliver(delivery_id, exchange, key, props, body)
@@ -144,7 +123,7 @@ class Dest10:
         self.annotations = {Symbol(k): v for k, v in annotations.items()}
         self.extra: Callable[[], dict[str, Any]] | None = None  # forward properties
         self.timestamp = False
-        self._memo: dict[tuple[bytes, str, str], bytes] = {}
+        self._from091 = From091()
         self._confirmed: ConfirmedRange = lambda s, m, a, f: None
         peer.on_outcome = self._outcome
 
@@ -152,25 +131,14 @@ class Dest10:
         self.peer.send(self.message(exchange, key, props, body))
 
     def message(self, exchange: str, key: str, props: bytes, body: bytes) -> bytes:
-        """As `convert`; what precedes the data section is kept per (properties,
-        exchange, routing key) when nothing in it changes per message (no timestamp,
-        no forward properties) and the body is not AMQP sections."""
+        """As `convert`; what precedes the data section is kept (kept.py) per
+        (properties, exchange, routing key) when nothing in it changes per message
+        (no timestamp, no forward properties)."""
         if self.timestamp or self.extra is not None:
             return self.convert(exchange, key, props, body)
-        memo = self._memo
-        k = (props, exchange, key)
-        prefix = memo.get(k)
-        if prefix is None:
-            if PropertiesView(props).content_type == AMQP_CONTENT_TYPE:
-                prefix = b""  # the body is the sections themselves: no data section
-            else:
-                prefix = self.convert(exchange, key, props, b"")[:-len(_EMPTY_DATA)]
-            if len(memo) >= _MEMO:
-                memo.clear()
-            memo[k] = prefix
-        if not prefix:
-            return self.convert(exchange, key, props, body)
-        return prefix + _DATA_HEAD + encode(body)
+        return self._from091.payload(
+            (props, exchange, key), props, body,
+            lambda b: self.convert(exchange, key, props, b))
 
     def convert(self, exchange: str, key: str, props: bytes, body: bytes) -> bytes:
         m = from_amqp091(props, body, exchange, key)

@@ -17,15 +17,20 @@ PUBLISH_QOS = "x-mqtt-publish-qos"
 DUP = "x-mqtt-dup"
 PAYLOAD_FORMAT = "x-mqtt-payload-format"
 CORRELATION = "x-correlation-id"  # correlation data that is no short UTF-8 string
-OWN = frozenset((PUBLISH_QOS, DUP, PAYLOAD_FORMAT, CORRELATION))
+# the publishing client id, only while its session has a No Local subscription (5.0)
+PUBLISHER = "x-mqtt-client-id"
+RETAIN = "x-mqtt-retain"  # published with the retain flag (for Retain As Published)
+OWN = frozenset((PUBLISH_QOS, DUP, PAYLOAD_FORMAT, CORRELATION, PUBLISHER, RETAIN))
 
 _PLAIN: dict[tuple[int, bool], bytes] = {}  # (qos, dup) -> properties: the usual case
 _PLAIN_QOS: dict[bytes, int] = {}  # and back: a delivery's QoS without a header peek
 
 
-def properties_for(qos: int, dup: bool, props: dict[str, Any]) -> bytes:
-    """Raw AMQP properties for a PUBLISH (its MQTT 5 properties in `props`)."""
-    if not props:
+def properties_for(qos: int, dup: bool, props: dict[str, Any], retain: bool = False,
+                   publisher: str | None = None) -> bytes:
+    """Raw AMQP properties for a PUBLISH (its MQTT 5 properties in `props`); `retain`
+    and `publisher` (the client id, for No Local) become headers only when given."""
+    if not props and not retain and publisher is None:
         raw = _PLAIN.get((qos, dup))
         if raw is None:
             raw = _PLAIN[(qos, dup)] = encode_fields(
@@ -33,6 +38,10 @@ def properties_for(qos: int, dup: bool, props: dict[str, Any]) -> bytes:
             _PLAIN_QOS[raw] = qos
         return raw
     headers: dict[str, Any] = {PUBLISH_QOS: qos, DUP: dup}
+    if retain:
+        headers[RETAIN] = True
+    if publisher is not None:
+        headers[PUBLISHER] = publisher
     for name, value in props.get("user_property", ()):
         headers[name] = value  # the last of a repeated name, as AMQP has one per name
     fields: dict[str, Any] = {"delivery_mode": 2 if qos else 1, "headers": headers}
@@ -65,6 +74,11 @@ def publish_qos(raw: bytes) -> int | None:
         return q
     v = header_value(raw, PUBLISH_QOS)
     return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def header_of(raw: bytes, name: str) -> Any:
+    """One header of a message (None for a plain MQTT message: it has none of ours)."""
+    return None if raw in _PLAIN_QOS else header_value(raw, name)
 
 
 def mqtt5_properties(raw: bytes, remaining_ms: int | None) -> dict[str, Any]:

@@ -138,8 +138,9 @@ class AMQPConnection(ClientConnection):
             self._events(getattr(e, "events", []))
             self.close_connection(e.reply_code, e.reply_text, e.class_id, e.method_id)
             return
-        self._events(events)
-        self.ctx.request_flush()
+        if events:  # a read holding only part of a frame changes nothing: no turn's end
+            self._events(events)
+            self.ctx.request_flush()
 
     def _events(self, events: list[Any]) -> None:
         blocking = self.ctx.blocking  # U5: alarms change between reads, never within
@@ -271,14 +272,10 @@ class AMQPConnection(ClientConnection):
         self.write(encode_method(0, M(C.Connection.Start,
             server_properties=props, mechanisms=self._mechanisms(), locales="en_US")))
 
-    def _peer_user(self) -> str | None:
-        """The CN of the client's verified TLS certificate (None: no TLS, no certificate)."""
-        return self.certificate_user()
-
     def _mechanisms(self) -> str:
         """RabbitMQ's two, and EXTERNAL on a TLS connection with a verified client
         certificate (as RabbitMQ's rabbitmq_auth_mechanism_ssl)."""
-        return "AMQPLAIN PLAIN EXTERNAL" if self._peer_user() else "AMQPLAIN PLAIN"
+        return "AMQPLAIN PLAIN EXTERNAL" if self.certificate_user() else "AMQPLAIN PLAIN"
 
     def _handshake(self, number: int, m: Any) -> None:
         if number != 0:
@@ -339,7 +336,7 @@ class AMQPConnection(ClientConnection):
         """The user start-ok names, checked (403 with RabbitMQ's texts otherwise)."""
         got = admission.counted(self.ctx.broker.stats, "amqp091", admission.sasl_login(
             self.ctx, m.mechanism, m.response, self.peer,
-            self._peer_user() if m.mechanism == "EXTERNAL" else None))
+            self.certificate_user() if m.mechanism == "EXTERNAL" else None))
         if not isinstance(got, Refusal):
             return got
         if m.mechanism == "EXTERNAL":  # U4: the verified client certificate names the user

@@ -149,15 +149,12 @@ class AMQP10Connection(ClientConnection):
 
     def _mechanisms(self) -> list[str]:
         out = []
-        if self._cert_user():
+        if self.certificate_user():
             out.append("EXTERNAL")
         out.append("PLAIN")
         if self.ctx.config.amqp10_anonymous_user:
             out.append("ANONYMOUS")
         return out
-
-    def _cert_user(self) -> str | None:
-        return self.certificate_user()
 
     def _sasl(self, f: Frame) -> None:
         p = f.performative
@@ -173,7 +170,7 @@ class AMQP10Connection(ClientConnection):
                 self.ctx.config.amqp10_anonymous_user, self.peer)
         else:
             got = admission.sasl_login(self.ctx, mech, p.initial_response or b"", self.peer,
-                                       self._cert_user() if mech == "EXTERNAL" else None)
+                                       self.certificate_user() if mech == "EXTERNAL" else None)
         if isinstance(got, Refusal):
             log.warning("AMQP 1.0 %s login refused for user %r from %s", mech, got.user,
                         self.peer)

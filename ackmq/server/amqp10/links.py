@@ -31,8 +31,9 @@ from ackmq.protocol.amqp10.addresses import (
     AddressError,
     parse_address,
 )
-from ackmq.protocol.amqp10.amqp_map import from_amqp091, to_amqp091
+from ackmq.protocol.amqp10.amqp_map import from_amqp091
 from ackmq.protocol.amqp10.composite import from_described
+from ackmq.protocol.amqp10.kept import From091, To091
 from ackmq.protocol.amqp10.types import Described, Timestamp, UInt, ULong
 from ackmq.protocol.stomp.destinations import AMQQUEUE, EXCHANGE, QUEUE, TOPIC
 from ackmq.server.amqp10 import management
@@ -134,6 +135,7 @@ class Incoming(_Link):
         self.partial: bytearray | None = None
         self.partial_id = 0
         self.partial_settled = False
+        self.to091 = To091()  # conversions kept per publisher (kept.py)
         if attach.initial_delivery_count is not None:
             self.delivery_count = int(attach.initial_delivery_count)
 
@@ -227,7 +229,10 @@ class Incoming(_Link):
     def _publish(self, did: int, settled: bool, data: bytes) -> None:
         s = self.session
         try:
-            msg = decode_message(data)
+            if self.management:
+                msg = decode_message(data)
+            else:
+                msg, props, body = self.to091.convert(data)
         except DecodeError as e:
             raise LinkError(F.DECODE_ERROR, f"message: {e}") from None
         if self.management:  # A7: a request to the management node, answered on the pair
@@ -257,7 +262,6 @@ class Incoming(_Link):
                 raise _Reject(F.NOT_FOUND, f"no queue '{target.name}' in vhost "
                                            f"'{s.channel.vhost.name}'")
             exchange, key = target.routing(subject)
-            props, body = to_amqp091(msg)
             seq, routed = s.channel.basic_publish(exchange, key, True, False, props, body)
         except _Reject as r:
             if not settled:
@@ -293,6 +297,7 @@ class Outgoing(_Link):
     def __init__(self, session: Session, attach: Composite) -> None:
         super().__init__(session, attach)
         self.unsettled: dict[int, int] = {}  # delivery id -> the model's delivery tag
+        self.from091 = From091()  # conversions kept per consumer (kept.py)
         self.tag = ""
         self.no_ack = attach.snd_settle_mode == 1
         self.management = False  # the management node's replies (A7), no consumer
@@ -397,9 +402,11 @@ class Outgoing(_Link):
         assert msg is not None
         c = self.session.channel.consumers.get(self.tag)
         props = delivery_properties(entry, bool(c and c.seq_header), bool(c and c.count_header))
-        m = from_amqp091(props, msg.body, msg.exchange, msg.routing_key,
-                         entry.delivery_count, not entry.redelivered)
-        return m.encode()
+        exchange, key, count, first = (msg.exchange, msg.routing_key, entry.delivery_count,
+                                       not entry.redelivered)
+        return self.from091.payload(
+            (props, exchange, key, count, first), props, msg.body,
+            lambda b: from_amqp091(props, b, exchange, key, count, first).encode())
 
     def flow_fields(self) -> dict[str, Any]:
         if self.management:

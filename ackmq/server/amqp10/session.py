@@ -22,7 +22,7 @@ from ackmq.protocol.amqp10 import Composite, Frame, encode_frame, encode_frames,
 from ackmq.protocol.amqp10 import frames as F
 from ackmq.protocol.amqp10.types import UInt
 from ackmq.server.amqp10.errors import AmqpError, LinkError, SessionError
-from ackmq.server.amqp10.links import ACCEPTED, RELEASED, Incoming, Outgoing, outcome
+from ackmq.server.amqp10.links import ACCEPTED, REJECTED, RELEASED, Incoming, Outgoing, outcome
 
 if TYPE_CHECKING:
     from ackmq.broker.consumer import Consumer
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("ackmq.amqp10")
 
 INCOMING_WINDOW = 5000  # transfer frames a client may send before our next flow
+# a publisher's outcomes, encoded once
+_OUTCOMES = {state: outcome(state).encode_amqp() for state in (ACCEPTED, RELEASED, REJECTED)}
 
 
 class Session:
@@ -83,11 +85,10 @@ class Session:
         if consumer.credit is not None:
             consumer.credit -= 1
         payload = link.payload(entry)
-        transfer = Composite("transfer", handle=UInt(link.handle),
-                             delivery_id=UInt(self.next_outgoing_id & 0xFFFFFFFF),
-                             delivery_tag=delivery_tag.to_bytes(8, "big"),
-                             message_format=UInt(0), settled=consumer.no_ack or None)
-        frames = encode_frames(self.channel_number, transfer, payload, self.conn.max_frame_size)
+        frames = F.delivery_frames(self.channel_number, link.handle,
+                                   self.next_outgoing_id & 0xFFFFFFFF,
+                                   delivery_tag.to_bytes(8, "big"), consumer.no_ack, payload,
+                                   self.conn.max_frame_size)
         for fr in frames:
             self.conn.write(fr)
         if not consumer.no_ack:
@@ -121,15 +122,15 @@ class Session:
                 self.released.discard(seq)
                 state = RELEASED
             else:
-                state = ACCEPTED if ack else "rejected"
+                state = ACCEPTED if ack else REJECTED
             if run and run[-1][2] == did - 1 and run[-1][3] == state:
                 run[-1][2] = did
             else:
                 run.append([link, did, did, state])
         for _link, first, last, state in run:
-            self.write(Composite("disposition", role=True, first=UInt(first),
-                                 last=UInt(last) if last != first else None, settled=True,
-                                 state=outcome(state)))
+            self.conn.write(F.settled_disposition(self.channel_number, True, first,
+                                                  last if last != first else None,
+                                                  _OUTCOMES[state]))
 
     def consumer_cancelled(self, consumer_tag: str, reason: str = "") -> None:
         """The queue went away: detach the link with RabbitMQ 4's resource-deleted (the

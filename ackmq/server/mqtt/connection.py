@@ -174,7 +174,12 @@ class MQTTConnection(Subscriptions, ClientConnection):
             return self._connack_refused(rc.CLIENT_IDENTIFIER_NOT_VALID,
                                          f"client id longer than {MAX_CLIENT_ID} bytes")
         vhost_name, user = self._vhost_user(p.username)
-        if p.username is None:
+        cert_user = self.certificate_user() if ctx.config.mqtt_ssl_cert_login and \
+            p.username is None and p.password is None else None
+        if cert_user is not None:  # U4, mqtt.ssl_cert_login: the certificate names the user
+            got = admission.certificate_login(ctx.access, ctx.config.loopback_users,
+                                              cert_user, self.peer)
+        elif p.username is None:
             anonymous = ctx.config.mqtt_anonymous_user
             if anonymous is None:
                 return self._connack_refused(rc.NOT_AUTHORIZED, "no user name, and "
@@ -204,12 +209,17 @@ class MQTTConnection(Subscriptions, ClientConnection):
         self.user = user
         self.client_id = client_id
         self.keep_alive = p.keep_alive
+        most = ctx.config.mqtt_max_keep_alive
+        server_keep_alive = None
+        if v5 and most and not 0 < p.keep_alive <= most:  # [MQTT-3.2.2-21]
+            self.keep_alive = server_keep_alive = most
         self.will = p.will
         self.clean = p.clean_start
         props = p.properties
         if v5:
             self.session_expiry = props.get("session_expiry_interval", 0)
             self.client_max_packet = props.get("maximum_packet_size", self.client_max_packet)
+            self.alias_max = props.get("topic_alias_maximum", 0)
         else:
             self.session_expiry = 0 if p.clean_start else NEVER
         self.mqtt = st = state_of(ctx)
@@ -223,12 +233,13 @@ class MQTTConnection(Subscriptions, ClientConnection):
         st.sessions[key] = self
         self.vhost = vhost
         ch = self.channel = ctx.broker.open_channel(vhost, self, self, user, "mqtt")
-        ch.access = ChannelAccess(ctx.access, user, vhost_name)
+        ch.access = ChannelAccess(ctx.access, user, vhost_name, {"client_id": client_id})
         ch.confirm_select()
         receive_max = props.get("receive_maximum", 65535) if v5 else PREFETCH
         ch.basic_qos(0, receive_max, True)
         try:
             present = self._open_session(self.clean)
+            self._apply_session_expiry()
         except ReplyError as e:  # e.g. an AMQP client's exclusive queue of that name
             self.will = None
             return self._connack_refused(
@@ -240,6 +251,8 @@ class MQTTConnection(Subscriptions, ClientConnection):
             ack_props["topic_alias_maximum"] = TOPIC_ALIAS_MAXIMUM
             ack_props["receive_maximum"] = RECEIVE_MAXIMUM
             ack_props["maximum_packet_size"] = ctx.config.mqtt_packet_limit()
+            if server_keep_alive is not None:
+                ack_props["server_keep_alive"] = server_keep_alive
         self.write(encode(pk.ConnAck(rc.SUCCESS, present, ack_props), self.level))
         self._to(S.OPEN)
         self._handshake_done()
@@ -310,7 +323,8 @@ class MQTTConnection(Subscriptions, ClientConnection):
                           "and 2 PUBLISH packets not answered with PUBACK or PUBCOMP")
         ch = self.channel
         assert ch is not None and ch.confirms is not None
-        raw = properties_for(qos, p.dup, props)
+        raw = properties_for(qos, p.dup, props, p.retain,
+                             self.client_id if self.no_local else None)
         key = to_amqp(topic)
         try:
             seq, routed = ch.basic_publish(EXCHANGE, key, qos > 0 and self.level == rc.MQTT5,
@@ -323,7 +337,8 @@ class MQTTConnection(Subscriptions, ClientConnection):
                 return
             raise
         if p.retain and self.mqtt is not None and self.vhost is not None:
-            self.mqtt.retain(self.vhost.name, topic, qos, raw, p.payload)
+            self.mqtt.retain(self.vhost.name, topic, qos, raw, p.payload,
+                             props.get("message_expiry_interval") if props else None)
         if qos:
             if qos == 2:
                 self.qos2_pending.add(pid)
@@ -417,6 +432,7 @@ class MQTTConnection(Subscriptions, ClientConnection):
                 raise Refused(rc.PROTOCOL_ERROR, "the session expiry interval was 0 at "
                                                  "CONNECT and cannot be set at DISCONNECT")
             self.session_expiry = expiry
+            self._apply_session_expiry()
         self._shutdown()
 
     def _heartbeats_missed(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("ackmq.mqtt")
 _RETAINED = struct.Struct(">BI")  # qos, properties length; then properties, payload
 _NOTE = b"mqtt-qos2-in\x00"  # + vhost NUL client NUL packet id: a QoS 2 id received
+# with this bit in the qos byte, the expiry (ms since the epoch) follows the struct
+_EXPIRES = 0x80
+_AT = struct.Struct(">Q")
 
 
 @dataclass(slots=True)
@@ -36,6 +40,12 @@ class Retained:
     qos: int
     properties: bytes  # AMQP properties, as the message was routed
     payload: bytes
+    expires_at: float | None = None  # wall clock (it holds across restarts), 5.0's expiry
+
+    def left_ms(self, now: float) -> int | None:
+        """What is left of its Message Expiry Interval ([MQTT-3.3.2-6])."""
+        return None if self.expires_at is None else max(0, int((self.expires_at - now)
+                                                               * 1000))
 
 
 @dataclass(eq=False)
@@ -63,8 +73,13 @@ class MQTTState:
             vhost, _, topic = key.decode("utf-8", "surrogateescape").partition("\x00")
             qos, plen = _RETAINED.unpack_from(value)
             start = _RETAINED.size
+            at = None
+            if qos & _EXPIRES:
+                qos &= ~_EXPIRES
+                at = _AT.unpack_from(value, start)[0] / 1000
+                start += _AT.size
             self.retained.setdefault(vhost, {})[topic] = Retained(
-                topic, qos, value[start:start + plen], value[start + plen:])
+                topic, qos, value[start:start + plen], value[start + plen:], at)
         self._qos2_log = KVLog(cfg.data_dir, "mqtt-qos2", cfg.fsync)
         for key in self._qos2_log.items:  # received ids here: a data dir of an older ackmq
             way, vhost, client, pid = key.decode("utf-8", "surrogateescape").split("\x00")
@@ -135,8 +150,9 @@ class MQTTState:
 
     # -- retained messages (N5) ----------------------------------------------------------
     def retain(self, vhost: str, topic: str, qos: int, properties: bytes,
-               payload: bytes) -> None:
-        """Keep (or, with an empty payload, clear) the retained message of `topic`."""
+               payload: bytes, expiry: int | None = None) -> None:
+        """Keep (or, with an empty payload, clear) the retained message of `topic`;
+        `expiry`: its Message Expiry Interval (s), after which it is gone ([MQTT-3.3.2-5])."""
         key = f"{vhost}\x00{topic}".encode("utf-8", "surrogateescape")
         if not payload:
             kept = self.retained.get(vhost)
@@ -145,13 +161,26 @@ class MQTTState:
             if self._retained_log is not None:
                 self._retained_log.delete(key)
             return
-        self.retained.setdefault(vhost, {})[topic] = Retained(topic, qos, properties, payload)
+        at = None if expiry is None else time.time() + expiry
+        self.retained.setdefault(vhost, {})[topic] = Retained(topic, qos, properties, payload,
+                                                              at)
         if self._retained_log is not None:
-            self._retained_log.put(key, _RETAINED.pack(qos, len(properties)) + properties
-                                   + payload)
+            head = _RETAINED.pack(qos, len(properties)) if at is None else \
+                _RETAINED.pack(qos | _EXPIRES, len(properties)) + _AT.pack(int(at * 1000))
+            self._retained_log.put(key, head + properties + payload)
 
-    def retained_for(self, vhost: str, flt: str) -> list[Retained]:
-        return [r for t, r in self.retained.get(vhost, {}).items() if matches(flt, t)]
+    def retained_for(self, vhost: str, flt: str, now: float) -> list[Retained]:
+        """The retained messages a filter matches; those expired go (from disk too)."""
+        kept = self.retained.get(vhost, {})
+        out = []
+        for t, r in list(kept.items()):
+            if not matches(flt, t):
+                continue
+            if r.expires_at is not None and r.expires_at <= now:
+                self.retain(vhost, t, 0, b"", b"")
+                continue
+            out.append(r)
+        return out
 
     # -- QoS 2 packet identifiers (N3) ----------------------------------------------------
     # in: received from the client, PUBREC sent, PUBREL awaited (a resend is no copy);

@@ -21,10 +21,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.errors import ReplyError
+from ackmq.broker.exchange import args_key
 from ackmq.protocol.mqtt import constants as rc
 from ackmq.protocol.mqtt import encode, encode_properties, encode_publish
 from ackmq.protocol.mqtt import packets as pk
-from ackmq.protocol.mqtt.amqp_map import mqtt5_properties, publish_qos
+from ackmq.protocol.mqtt.amqp_map import (
+    PUBLISHER,
+    RETAIN,
+    header_of,
+    mqtt5_properties,
+    publish_qos,
+)
 from ackmq.protocol.mqtt.topics import Filter, TopicError, from_amqp, matches, parse_filter, to_amqp
 
 if TYPE_CHECKING:
@@ -38,6 +45,9 @@ if TYPE_CHECKING:
 EXCHANGE = "amq.topic"
 NEVER = 0xFFFFFFFF
 MAX_CLIENT_ID = 200  # bytes: the queue names must stay within AMQP's 255
+# RabbitMQ 3.13's binding argument: an MQTT 5 subscription's options, kept with its binding
+# so that a persistent session's subscriptions come back with them after a restart
+OPTS = "x-mqtt-subscription-opts"
 
 
 @dataclass(slots=True)
@@ -45,6 +55,31 @@ class Sub:
     flt: Filter
     options: pk.SubOptions
     sub_id: int | None = None
+    bound: dict[str, Any] | None = None  # the arguments of its binding, as bound (or restored)
+
+    def binding_args(self, v5: bool) -> dict[str, Any]:
+        """As RabbitMQ 3.13: none for 3.1.1, the options as a table for 5.0."""
+        if not v5:
+            return {}
+        o = self.options
+        table: dict[str, Any] = {"qos": o.qos, "no-local": o.no_local,
+                                 "retain-as-published": o.retain_as_published,
+                                 "retain-handling": o.retain_handling}
+        if self.sub_id is not None:
+            table["id"] = self.sub_id
+        return {OPTS: table}
+
+
+def sub_from_binding(text: str, qos: int, args: dict[str, Any]) -> Sub:
+    """A persistent session's subscription as its binding kept it."""
+    t = args.get(OPTS)
+    if not isinstance(t, dict):
+        return Sub(Filter(text, text), pk.SubOptions(qos), None, args)
+    sid = t.get("id")
+    return Sub(Filter(text, text), pk.SubOptions(
+        qos, bool(t.get("no-local")), bool(t.get("retain-as-published")),
+        int(t.get("retain-handling") or 0)), sid if isinstance(sid, int) and sid else None,
+        args)
 
 
 class Subscriptions:
@@ -66,6 +101,18 @@ class Subscriptions:
         self.next_pid = 1
         self.ack_later: list[int] = []  # delivery tags of QoS 0 deliveries from QoS 1+ queues
         self.with_ids = 0  # subscriptions with a subscription identifier (5.0)
+        self.no_local = 0  # ... with No Local: this client's publishes are marked
+        self.as_published = 0  # ... with Retain As Published
+        # 5.0 topic aliases towards the client: at most the Topic Alias Maximum it sent
+        self.alias_max = 0
+        self.out_aliases: dict[str, int] = {}
+
+    def _recount(self) -> None:
+        """The counts that let deliveries skip what no subscription asks for."""
+        own = [s for s in self.subs.values() if s.flt.share is None]
+        self.with_ids = sum(1 for s in own if s.sub_id is not None)
+        self.no_local = sum(1 for s in own if s.options.no_local)
+        self.as_published = sum(1 for s in own if s.options.retain_as_published)
 
     # -- the session's queues ---------------------------------------------------------------
     def _queue_name(self, qos: int) -> str:
@@ -87,10 +134,11 @@ class Subscriptions:
                 vh.delete_queue(q, notify=False)
                 continue
             present = True
-            for source, key in vh.bindings_to(q):
+            for source, key, args in vh.bindings_to(q):
                 if source == EXCHANGE:
                     text = from_amqp(key)
-                    self.subs[text] = Sub(Filter(text, text), pk.SubOptions(qos))
+                    self.subs[text] = sub_from_binding(text, qos, args)
+        self._recount()
         if clean:
             self.mqtt.forget_session(vh.name, self.client_id)
         else:  # QoS 2 deliveries PUBRECed before: their PUBREL goes again
@@ -110,6 +158,25 @@ class Subscriptions:
         if persistent and self.session_expiry != NEVER:
             args["x-expires"] = self.session_expiry * 1000
         return ch.declare_queue(name, False, persistent, not persistent, False, args)
+
+    def _apply_session_expiry(self) -> None:
+        """The session expiry interval as it is now (a later CONNECT, or DISCONNECT, may
+        change it) on the session's durable queues: their x-expires, stored."""
+        ch = self.channel
+        if ch is None or not self.session_expiry:
+            return  # 0: the queues go with the connection (`_end_session`)
+        vh = ch.vhost
+        for qos in (0, 1, 2):
+            q = vh.queues.get(self._queue_name(qos))
+            if q is None or q.exclusive_owner is not None:
+                continue
+            args = dict(q.arguments)
+            if self.session_expiry == NEVER:
+                args.pop("x-expires", None)
+            else:
+                args["x-expires"] = self.session_expiry * 1000
+            if args != q.arguments:
+                vh.set_queue_arguments(q, args)
 
     def _start_consumers(self) -> None:
         """Consume the session's queues (after CONNACK is written)."""
@@ -140,12 +207,12 @@ class Subscriptions:
         if self.mqtt is not None:
             self.mqtt.forget_session(vh.name, self.client_id)
 
-    def _bind(self, q: Queue, key: str) -> None:
+    def _bind(self, q: Queue, key: str, args: dict[str, Any] | None = None) -> None:
         """queue.bind as the model checks it (U3: write on the queue, read on amq.topic
         and the topic permission)."""
         ch = self.channel
         assert ch is not None
-        ch.bind("queue", q.name, EXCHANGE, key)
+        ch.bind("queue", q.name, EXCHANGE, key, args)
 
     # -- SUBSCRIBE / UNSUBSCRIBE -----------------------------------------------------------
     def _on_subscribe(self, p: pk.Subscribe) -> None:
@@ -171,31 +238,28 @@ class Subscriptions:
                 from ackmq.server.mqtt.connection import Refused
                 raise Refused(rc.PROTOCOL_ERROR, "no local on a shared subscription")
             qos = opts.qos
+            sub = Sub(flt, opts, sub_id)
             try:
-                new = self._subscribe(flt, qos, start)
+                new = self._subscribe(sub, start)
             except ReplyError as e:
                 codes.append((rc.NOT_AUTHORIZED if e.code == 403 else rc.UNSPECIFIED_ERROR)
                              if v5 else 0x80)
                 continue
-            sub = Sub(flt, opts, sub_id)
-            old = self.subs.get(text)
-            if old is not None and old.sub_id is not None:
-                self.with_ids -= 1
-            if sub_id is not None:
-                self.with_ids += 1
             self.subs[text] = sub
             codes.append(qos)
             if flt.share is None and (opts.retain_handling == 0
                                       or (opts.retain_handling == 1 and new)):
                 retained.append((sub, qos))
+        self._recount()
         self.write(encode(pk.SubAck(p.packet_id, codes), self.level))
         for queue, tag, qos in start:
             self._consume(queue, tag, qos)
         for sub, qos in retained:
             self._send_retained(sub, qos)
 
-    def _subscribe(self, flt: Filter, qos: int, start: list[tuple[str, str, int]]) -> bool:
+    def _subscribe(self, sub: Sub, start: list[tuple[str, str, int]]) -> bool:
         """Bind the filter; True when the client had no such subscription."""
+        flt, qos = sub.flt, sub.options.qos
         ch = self.channel
         assert ch is not None
         vh = ch.vhost
@@ -211,10 +275,14 @@ class Subscriptions:
             return flt.text not in self.subs
         old = self.subs.get(flt.text)
         q = self._session_queue(qos)
-        self._bind(q, key)
+        args = sub.bound = sub.binding_args(self.level == rc.MQTT5)
+        self._bind(q, key, args)
         start.append((q.name, f"qos{qos}", qos))
-        if old is not None and old.options.qos != qos:  # moved to another QoS's queue
-            vh.unbind(EXCHANGE, "queue", self._queue_name(old.options.qos), key, {}, self)
+        if old is not None:  # moved to another QoS's queue, or other options: unbind the old
+            old_args = old.bound or {}
+            if old.options.qos != qos or args_key(old_args) != args_key(args):
+                vh.unbind(EXCHANGE, "queue", self._queue_name(old.options.qos), key,
+                          old_args, self)
         return old is None
 
     def _on_unsubscribe(self, p: pk.Unsubscribe) -> None:
@@ -226,8 +294,6 @@ class Subscriptions:
             if sub is None:
                 codes.append(rc.NO_SUBSCRIPTION_EXISTED)
                 continue
-            if sub.sub_id is not None:
-                self.with_ids -= 1
             if sub.flt.share is not None:
                 tag = "share:" + text
                 mine = ch.unacked_of(tag)
@@ -237,8 +303,9 @@ class Subscriptions:
                     ch.settle(RETURN, ch.take_for_consumer(tag, mine[-1], True))
             else:
                 ch.vhost.unbind(EXCHANGE, "queue", self._queue_name(sub.options.qos),
-                                to_amqp(sub.flt.topic), {}, self)
+                                to_amqp(sub.flt.topic), sub.bound or {}, self)
             codes.append(rc.SUCCESS)
+        self._recount()
         self.write(encode(pk.UnsubAck(p.packet_id, codes), self.level))
 
     # -- deliveries --------------------------------------------------------------------
@@ -262,27 +329,49 @@ class Subscriptions:
             if not consumer.no_ack:  # amq.topic's `*`/`#` matched it; MQTT's do not
                 self._ack_later(delivery_tag)
             return
+        own_queue = consumer.tag.startswith("qos")
+        if self.no_local and own_queue and self._local_only(raw, sub_qos, topic):
+            if not consumer.no_ack:  # [MQTT-3.8.3-3]: not to the client that published it
+                self._ack_later(delivery_tag)
+            return
+        retain = bool(self.as_published and own_queue and header_of(raw, RETAIN)
+                      and self._as_published(sub_qos, topic))
         props = b""
+        name, alias = topic, None
         if self.level == rc.MQTT5:
             left = msg.expiration_ms
             if left is not None and entry.expires_at is not None:  # what is left of it
                 left = min(left, max(0, int((entry.expires_at - time.monotonic()) * 1000)))
-            props = self._v5_properties(raw, left, topic, consumer.tag.startswith("qos"),
-                                        sub_qos)
+            if self.alias_max:
+                name, alias = self._alias(topic)
+            props = self._v5_properties(raw, left, topic, own_queue, sub_qos, alias)
         pid = 0
         if qos:
             pid = self._next_pid()
             self.inflight[pid] = (delivery_tag, qos)
         elif not consumer.no_ack:
             self._ack_later(delivery_tag)
-        data = encode_publish(topic, msg.body, qos, False, bool(qos and entry.redelivered),
+        data = encode_publish(name, msg.body, qos, retain, bool(qos and entry.redelivered),
                               pid, self.level, props)
         if len(data) > self.client_max_packet:  # 5.0: dropped as if delivered ([MQTT-3.1.2-25])
             if qos:
                 del self.inflight[pid]
                 self._ack_later(delivery_tag)
             return
+        if alias is not None and name:  # the client learns the alias with this packet
+            self.out_aliases[topic] = alias
         self.write(data)
+
+    def _alias(self, topic: str) -> tuple[str, int | None]:
+        """The topic name to send and its alias (5.0, [MQTT-3.3.2-9]): a known one with
+        an empty name; a new one, while there is room, with the name (recorded once the
+        packet is written); none when the client's Topic Alias Maximum is used up."""
+        alias = self.out_aliases.get(topic)
+        if alias is not None:
+            return "", alias
+        if len(self.out_aliases) < self.alias_max:
+            return topic, len(self.out_aliases) + 1
+        return topic, None
 
     def _dollar_matched(self, tag: str, topic: str) -> bool:
         """Does one of the consumer's subscriptions match this `$` topic by MQTT's rule
@@ -294,9 +383,28 @@ class Subscriptions:
         return any(matches(s.flt.topic, topic) for s in self.subs.values()
                    if s.flt.share is None and s.options.qos == qos)
 
+    def _local_only(self, raw: bytes, sub_qos: int, topic: str) -> bool:
+        """Did this client publish it, and is every subscription of the queue that
+        matches it a No Local one?"""
+        who = header_of(raw, PUBLISHER)
+        if isinstance(who, bytes):
+            who = who.decode("utf-8", "surrogateescape")
+        if who != self.client_id:
+            return False
+        return not any(not s.options.no_local for s in self.subs.values()
+                       if s.flt.share is None and s.options.qos == sub_qos
+                       and matches(s.flt.topic, topic))
+
+    def _as_published(self, sub_qos: int, topic: str) -> bool:
+        return any(s.options.retain_as_published for s in self.subs.values()
+                   if s.flt.share is None and s.options.qos == sub_qos
+                   and matches(s.flt.topic, topic))
+
     def _v5_properties(self, raw: bytes, expiration_ms: int | None, topic: str,
-                       own_queue: bool, sub_qos: int) -> bytes:
+                       own_queue: bool, sub_qos: int, alias: int | None = None) -> bytes:
         props = mqtt5_properties(raw, expiration_ms)
+        if alias is not None:
+            props["topic_alias"] = alias
         if self.with_ids and own_queue:
             ids = [s.sub_id for s in self.subs.values()
                    if s.sub_id is not None and s.flt.share is None
@@ -367,13 +475,15 @@ class Subscriptions:
     # -- retained messages (N5) -----------------------------------------------------------
     def _send_retained(self, sub: Sub, granted: int) -> None:
         assert self.mqtt is not None and self.vhost is not None
-        for r in self.mqtt.retained_for(self.vhost.name, sub.flt.topic):
-            self._publish_retained(r, min(r.qos, granted), sub.sub_id)
+        now = time.time()
+        for r in self.mqtt.retained_for(self.vhost.name, sub.flt.topic, now):
+            self._publish_retained(r, min(r.qos, granted), sub.sub_id, r.left_ms(now))
 
-    def _publish_retained(self, r: Retained, qos: int, sub_id: int | None) -> None:
+    def _publish_retained(self, r: Retained, qos: int, sub_id: int | None,
+                          left_ms: int | None) -> None:
         props = b""
         if self.level == rc.MQTT5:
-            d = mqtt5_properties(r.properties, None)
+            d = mqtt5_properties(r.properties, left_ms)
             if sub_id is not None:
                 d["subscription_identifier"] = [sub_id]
             props = encode_properties(d) if d else b""

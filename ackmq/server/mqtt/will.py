@@ -48,7 +48,7 @@ def send_will(ctx: FrontEnd, st: MQTTState, vhost: str, user: str, client_id: st
               will: Will, session_expiry: int) -> None:
     delay = min(will.properties.get("will_delay_interval", 0), session_expiry)
     if delay <= 0:
-        publish_will(ctx, st, vhost, user, will)
+        publish_will(ctx, st, vhost, user, client_id, will)
         return
     key = (vhost, client_id)
     old = st.wills.pop(key, None)
@@ -57,13 +57,14 @@ def send_will(ctx: FrontEnd, st: MQTTState, vhost: str, user: str, client_id: st
 
     def due() -> None:
         st.wills.pop(key, None)
-        publish_will(ctx, st, vhost, user, will)
+        publish_will(ctx, st, vhost, user, client_id, will)
         ctx.request_flush()
     st.wills[key] = d = Deadline(ctx.broker.timers, due)  # C5: the broker's timers
     d.arm_in(delay)
 
 
-def publish_will(ctx: FrontEnd, st: MQTTState, vhost: str, user: str, will: Will) -> None:
+def publish_will(ctx: FrontEnd, st: MQTTState, vhost: str, user: str, client_id: str,
+                 will: Will) -> None:
     vh = ctx.broker.vhosts.get(vhost)
     if vh is None:
         return
@@ -75,11 +76,12 @@ def publish_will(ctx: FrontEnd, st: MQTTState, vhost: str, user: str, will: Will
     props = {k: v for k, v in will.properties.items() if k != "will_delay_interval"}
     raw = properties_for(will.qos, False, props)
     ch = ctx.broker.open_channel(vh, _Owner(user), _Output(), user, "mqtt")
-    ch.access = ChannelAccess(ctx.access, user, vhost)
+    ch.access = ChannelAccess(ctx.access, user, vhost, {"client_id": client_id})
     try:
         ch.basic_publish("amq.topic", to_amqp(will.topic), False, False, raw, will.payload)
         if will.retain:
-            st.retain(vhost, will.topic, will.qos, raw, will.payload)
+            st.retain(vhost, will.topic, will.qos, raw, will.payload,
+                      props.get("message_expiry_interval"))
             st.sync()
     except ReplyError as e:
         log.info("MQTT will of user %r not published: %s", user, e.text)

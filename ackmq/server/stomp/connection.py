@@ -52,7 +52,6 @@ from ackmq.server.stomp.states import TRANSITIONS, StompState
 from ackmq.server.stomp.states import StompState as S
 from ackmq.server.stomp.subscriptions import Subscription, Subscriptions
 from ackmq.server.stomp.transactions import Receipt, Transactions
-from ackmq.server.tls import certificate_user
 from ackmq.server.transport import ClientConnection, events_from
 
 # per-frame state reads as module globals (an enum class attribute lookup costs ~75 ns
@@ -273,7 +272,7 @@ class StompConnection(Subscriptions, Transactions, ClientConnection):
         connection (RabbitMQ's stomp.ssl_cert_login; its ssl_cert_login_from common_name)."""
         if not self.ctx.config.stomp_ssl_cert_login or self.transport is None:
             return None
-        return certificate_user(self.transport.get_extra_info("peercert"))
+        return self.certificate_user()
 
     def _destination(self, command: str, f: Frame) -> tuple[str, Destination]:
         text = f.headers.get("destination")

@@ -1,0 +1,61 @@
+"""The compiled hot path (docs/performance.md, "The compiled hot path").
+
+The modules in `NATIVE` are compiled with mypyc when a build finds mypyc, a C compiler
+and Python's headers; otherwise, or with ACKMQ_COMPILE=0, the package installs as pure
+Python. At run time ACKMQ_PURE=1 selects the pure modules even where compiled ones are
+installed, and a build whose sources have changed since is passed over (ackmq/_native.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import sysconfig
+
+from setuptools import setup
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ackmq._native import STAMP, source_sha1  # noqa: E402
+from ackmq._native_modules import NATIVE  # noqa: E402 - the one list, read by the guard too
+
+
+def _can_compile() -> str | None:
+    """Why not, or None when mypyc, a compiler and the headers are all here."""
+    if os.environ.get("ACKMQ_COMPILE", "1") == "0":
+        return "ACKMQ_COMPILE=0"
+    try:
+        import mypyc  # noqa: F401
+    except ImportError:
+        return "mypyc is not installed"
+    include = sysconfig.get_paths()["include"]
+    if not os.path.exists(os.path.join(include, "Python.h")):
+        return f"no Python headers in {include} (Debian: apt-get install python3-dev)"
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if not any(os.access(os.path.join(d, cc), os.X_OK) for d in os.environ.get("PATH", "").split(":")):
+        return f"no C compiler ({cc})"
+    return None
+
+
+def _ext_modules() -> list:  # type: ignore[type-arg]
+    why = _can_compile()
+    if why is not None:
+        print(f"ackmq: installing pure Python ({why})", file=sys.stderr)
+        return []
+    from mypyc.build import mypycify
+
+    paths = [m.replace(".", "/") + ".py" for m in NATIVE]
+    with open(os.path.join("ackmq", STAMP), "w", encoding="utf-8") as f:  # what is compiled
+        json.dump({m: source_sha1(p) for m, p in zip(NATIVE, paths, strict=True)}, f, indent=1)
+    print(f"ackmq: compiling {len(paths)} hot-path modules with mypyc", file=sys.stderr)
+    # the build's isolated environment lacks the dependencies' types, so ignores that
+    # matter for `mypy ackmq` may be unused there
+    flags = ["--no-warn-unused-ignores"]
+    try:
+        return mypycify(flags + paths, opt_level="3", group_name="ackmq_native")  # type: ignore[no-any-return]
+    except (SystemExit, Exception) as e:  # mypyc stops on a type error: install pure, loudly
+        print(f"ackmq: mypyc failed ({e}); installing pure Python", file=sys.stderr)
+        return []
+
+
+setup(ext_modules=_ext_modules())

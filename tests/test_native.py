@@ -1,0 +1,113 @@
+"""The compiled hot path (issue 39; docs/performance.md, "The compiled hot path").
+
+`./run` installs the package with the modules of `ackmq/_native_modules.py` compiled by
+mypyc where a C compiler and Python's headers are (setup.py); the suite then runs on
+them. ACKMQ_PURE=1 selects the pure modules, which a smoke set runs here; a compiled
+module not built from the source beside it is never run (ackmq/_native.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from ackmq import _native
+from ackmq._native_modules import NATIVE
+from tools import ROOT, python_env
+
+SMOKE = ["tests/test_model_confirms.py", "tests/test_model_readylist.py",
+         "tests/test_protocol_fastpath.py", "tests/test_confirms.py"]
+
+
+def _compiler_here() -> str | None:
+    """Why this machine cannot build the compiled modules, or None if it can."""
+    if os.environ.get("ACKMQ_COMPILE") == "0":
+        return "ACKMQ_COMPILE=0"
+    if not Path(sysconfig.get_paths()["include"], "Python.h").exists():
+        return "no Python headers"
+    if shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is None:
+        return "no C compiler"
+    return None
+
+
+def test_the_suite_runs_the_compiled_hot_path_where_it_can_be_built() -> None:
+    why = _compiler_here()
+    if why is not None or os.environ.get("ACKMQ_PURE") == "1":
+        pytest.skip(f"pure Python by choice or necessity: {why or 'ACKMQ_PURE=1'}")
+    mode, reason = _native.mode()
+    assert mode == "compiled", (
+        f"a C compiler and headers are here but the hot path is pure ({reason}): "
+        "./run test builds it (pip install -e . compiles with mypyc)")
+    for name in NATIVE:
+        module = importlib.import_module(name)
+        assert not str(module.__file__).endswith(".py"), name
+
+
+def test_pure_modules_selected_by_ackmq_pure_pass_the_smoke_set() -> None:
+    env = python_env({**os.environ, "ACKMQ_PURE": "1"})
+    probe = subprocess.run(
+        [sys.executable, "-c", "import ackmq, sys; from ackmq import _native; "
+         "import ackmq.broker.channel as c; print(_native.mode()[0], c.__file__)"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.split()[0] == "pure" and probe.stdout.split()[1].endswith(".py")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SMOKE],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+
+
+def _package(tmp: Path, compiled: list[str], stale: str | None = None) -> Path:
+    """A fake package dir: a .py for every hot module, a .so for `compiled`, and the
+    build's stamp of the sources (`stale`'s edited after the build)."""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    stamp = {}
+    for name in NATIVE:
+        base = tmp.joinpath(*name.split(".")[1:])
+        base.parent.mkdir(parents=True, exist_ok=True)
+        src = base.with_name(base.name + ".py")
+        src.write_text(f"NAME = {name!r}\n")
+        stamp[name] = _native.source_sha1(str(src))
+        if name in compiled:
+            base.with_name(base.name + suffix).write_bytes(b"")
+        if name == stale:
+            src.write_text("EDITED = True\n")
+    (tmp / _native.STAMP).write_text(json.dumps(stamp))
+    return tmp
+
+
+def test_a_compiled_build_of_these_sources_runs_compiled(tmp_path: Path) -> None:
+    mode, why, sources = _native.decide(str(_package(tmp_path, list(NATIVE))), NATIVE, {})
+    assert (mode, sources) == ("compiled", {}), why
+
+
+def test_a_source_edited_after_the_build_sends_every_module_to_its_source(tmp_path: Path) -> None:
+    pkg = _package(tmp_path, list(NATIVE), stale="ackmq.broker.queue")
+    mode, why, sources = _native.decide(str(pkg), NATIVE, {})
+    assert mode == "pure" and "ackmq.broker.queue changed after the build" in why
+    assert set(sources) == set(NATIVE)  # all or none: the group's classes call each other
+    assert all(p.endswith(".py") for p in sources.values())
+
+
+def test_ackmq_pure_and_a_partial_build_run_pure(tmp_path: Path) -> None:
+    pkg = str(_package(tmp_path, list(NATIVE)))
+    assert _native.decide(pkg, NATIVE, {"ACKMQ_PURE": "1"})[:2] == ("pure", "ACKMQ_PURE=1")
+    partial = str(_package(tmp_path / "p", list(NATIVE)[:3]))
+    mode, why, sources = _native.decide(partial, NATIVE, {})
+    assert mode == "pure" and why.startswith("only 3 of") and set(sources) == set(NATIVE)
+    assert _native.decide(str(_package(tmp_path / "n", [])), NATIVE, {})[:1] == ("pure",)
+
+
+def test_the_source_finder_loads_a_listed_module_from_its_py(tmp_path: Path) -> None:
+    src = tmp_path / "m.py"
+    src.write_text("X = 42\n")
+    spec = _native.SourceFinder({"fake.m": str(src)}).find_spec("fake.m")
+    assert spec is not None and spec.origin == str(src)
+    assert _native.SourceFinder({}).find_spec("fake.m") is None
