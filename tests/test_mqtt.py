@@ -236,6 +236,27 @@ def test_N3_qos2_exactly_once_for_a_resent_publish(port: int) -> None:
     _stop(sub)
 
 
+
+def test_N3_qos2_resend_without_dup_before_pubrel_is_no_copy(port: int) -> None:
+    """Until its PUBREL the id is that message's (MQTT 4.3.3): a PUBLISH sent again
+    without DUP (paho-mqtt did so after a power cut, docs/mqtt.md) is PUBRECed again
+    and not routed."""
+    sub = paho(port)
+    sub.subscribe("nodup/#", 2)
+    time.sleep(0.3)
+    with Raw("127.0.0.1", port) as r:
+        r.connect(client_id())
+        r.send(Publish("nodup/a", b"first", 2, False, False, 9))
+        assert r.recv() == PubRec(9)
+        r.send(Publish("nodup/a", b"first", 2, False, False, 9))
+        assert r.recv() == PubRec(9)
+        r.send(PubRel(9))
+        assert r.recv() == PubComp(9)
+    assert wait_for(lambda: len(sub.got) >= 1)
+    time.sleep(0.5)
+    assert [m.payload for m in sub.got] == [b"first"]
+    _stop(sub)
+
 def test_N3_qos2_delivery_to_a_subscriber_pubrec_pubrel_pubcomp(port: int) -> None:
     with Raw("127.0.0.1", port) as r:
         r.connect(client_id())

@@ -67,6 +67,24 @@ def test_N3_puback_and_pubrec_come_after_the_fsync(slow: tuple[ackmq.EmbeddedBro
             assert [a.packet_id for a in acks] == list(range(1, 41))
 
 
+
+def test_N3_pubcomp_comes_after_the_release_is_durable(
+        slow: tuple[ackmq.EmbeddedBroker, SlowFsync]) -> None:
+    """The client may reuse a released id at once, and must resend that new message with
+    DUP after a crash: had the release not reached the disk, the old id would take it
+    for a duplicate and lose it (docs/mqtt.md, "QoS 2 across a power cut")."""
+    b, s = slow
+    with Raw("127.0.0.1", b.mqtt_port) as r:
+        r.connect(client_id())
+        r.send(Publish("f/y", b"once", 2, False, False, 1))
+        assert r.recv() == PubRec(1)
+        s.done.clear()
+        sent = time.monotonic()
+        r.send(PubRel(1))
+        assert r.recv() == PubComp(1)
+        got = time.monotonic()
+        assert s.done and sent < s.done[0] <= got, "PUBCOMP before the release's fsync"
+
 def _drain(port: int, cid: str, level: int = 4) -> list[bytes]:
     """Everything queued for the persistent session `cid`, each PUBACKed."""
     bodies = []

@@ -265,7 +265,10 @@ def test_N7_receive_maximum_exceeded_is_disconnect_0x93(v5: Target) -> None:
         r.sendraw(b"".join(encode(Publish(f"rm/{uuid_level()}", b"x", 2, packet_id=i),
                                   rc.MQTT5) for i in range(1, most + 2)))
         got = [r.recv()]
-        while isinstance(got[-1], PubRec) and got[-1].reason_code == 0:
+        # PUBRECs answered before the one too many came: success, or on ackmq 0x10 (the
+        # topic has no subscribers), now that a PUBREC waits for one fsync, not two
+        while isinstance(got[-1], PubRec) and got[-1].reason_code in (
+                0, rc.NO_MATCHING_SUBSCRIBERS) and got[-1].packet_id <= most:
             got.append(r.recv())
         if v5.name == "mosquitto":
             assert got[-1] == PubRec(most + 1, rc.QUOTA_EXCEEDED)

@@ -76,16 +76,17 @@ def test_N3_N4_N5_lazyfs_power_cuts_keep_mqtt_state(lazyfs: None) -> None:
     """paho QoS 1 and QoS 2 publishers, a persistent session subscribed and a retained
     message PUBACKed before each kill -9 + clear-cache: every PUBACKed message and every
     QoS 2 message (its publisher resuming its session) is in the session after the cut,
-    the session is present and still routes, every retained message is sent. A QoS 2
-    message can come twice only when the cut falls between its fsync and its packet id's
-    (docs/mqtt.md): at most the one in flight a cycle."""
+    the session is present and still routes, every retained message is sent, and no
+    QoS 2 message comes twice by the broker's doing: its id is written in its frame in
+    the store (docs/mqtt.md, "QoS 2 across a power cut"). A copy the client made itself
+    (paho-mqtt sending a PUBLISH again after the cut whose PUBREL it had already sent,
+    read from its log) is counted apart."""
     from tools.robustness.powerloss_mqtt import run
     rep = run(cycles=3, seed=7)
     assert rep.refused == 0, rep.lines
     assert rep.cycles == 3
     assert rep.confirmed > 0
-    assert (rep.lost, rep.duplicates) == (0, 0), rep.lines
-    assert rep.qos2_twice <= rep.cycles, rep.lines
+    assert (rep.lost, rep.duplicates, rep.qos2_twice) == (0, 0, 0), rep.lines
     assert (rep.sessions_lost, rep.retained_lost, rep.unfinished_qos2) == (0, 0, 0), rep.lines
     assert rep.tracebacks == []
 

@@ -118,6 +118,16 @@ class Store(Protocol):
         fsync here than a turn later (few waiters); the store may then sync before
         returning and call `callback` from within this call."""
 
+    def note(self, key: bytes) -> None:
+        """Buffer a front end's key, written in the same frame as the messages buffered
+        with it: durable with them, or lost with them (MQTT's QoS 2 ids)."""
+
+    def forget(self, key: bytes) -> None:
+        """Buffer the removal of a note (durable with the next commit)."""
+
+    def notes(self) -> list[bytes]:
+        """The live notes (after `open`: those recovered)."""
+
     def read_body(self, location: int) -> bytes:
         """Read back a body the broker dropped from memory."""
 

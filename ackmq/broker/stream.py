@@ -131,12 +131,7 @@ class StreamQueue(Queue):
         if lg is None or self.deleted:
             return False
         lg.append(message.exchange, message.routing_key, message.properties, message.body)
-        self.vhost.broker.streams.appended(self.vhost.name, self.name, lg)  # type: ignore[union-attr]
-        if self._waiting:
-            self.dispatch()
-        if self.readers:
-            for r in self.readers.values():
-                r.appended()
+        self._appended(lg)
         return True
 
     def publish_records(self, exchange: str, routing_key: str,
@@ -148,13 +143,17 @@ class StreamQueue(Queue):
         if lg is None or self.deleted:
             return False
         lg.append_many(exchange, routing_key, records)
+        self._appended(lg)
+        return True
+
+    def _appended(self, lg: StreamLogLike) -> None:
+        """What follows an append: the store told, waiting consumers and readers woken."""
         self.vhost.broker.streams.appended(self.vhost.name, self.name, lg)  # type: ignore[union-attr]
         if self._waiting:
             self.dispatch()
         if self.readers:
             for r in self.readers.values():
                 r.appended()
-        return True
 
     # -- the stream protocol: offsets, tracking, readers outside the model ---------------
     def start_offset(self, how: str, value: Any = None) -> int:

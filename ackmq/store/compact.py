@@ -29,9 +29,11 @@ from .format import (
     ADD_HDR,
     DELIVERED,
     DELIVERED_REC,
+    NOTE_PUT,
     REC_HDR,
     FrameWriter,
     encode_delivered,
+    encode_note,
     file_header,
     iter_records,
     log,
@@ -144,6 +146,10 @@ def compact_prefix(st: SegmentStore, prefix: list[int]) -> None:
             if key in keys:
                 fw.begin_record()
                 encode_delivered(fw.out, key[0], key[1], c)
+        notes = st.notes_in(prefix)  # only notes already written: none becomes durable early
+        for note in notes:
+            fw.begin_record()
+            encode_note(fw.out, NOTE_PUT, note)
         pos += fileio.write_all(fd, fw.finish())
         fileio.fsync(fd)
     except BaseException:
@@ -151,13 +157,13 @@ def compact_prefix(st: SegmentStore, prefix: list[int]) -> None:
         fileio.unlink(tmp, missing_ok=True)
         raise
     fileio.close(fd)
-    if not moved:
+    if not moved and not notes:
         fileio.unlink(tmp)
         st.replace_prefix(prefix, None)
     else:
         fileio.replace(tmp, done)
         fileio.fsync_dir(st.dir)  # commit point: from here on the prefix is replaced
-        st.replace_prefix(prefix, (k, done, pos, moved, copied))
+        st.replace_prefix(prefix, (k, done, pos, moved, copied), notes)
     st.stats.compactions += 1
     st.stats.segments_deleted += len(prefix)
     st.stats.bytes_copied += copied

@@ -41,15 +41,26 @@ class CompactionMixin(StoreState):
             return True
         return self._unwritten_removes.get((qid, seq)) == pos
 
+    def notes_in(self, prefix: list[int]) -> list[bytes]:
+        """The live notes (notes.py) whose record is in `prefix`: compaction copies them."""
+        segs = set(prefix)
+        with self._lock:
+            return [k for k, s in self._notes.items() if s in segs]
+
     def replace_prefix(self, prefix: list[int],
-                       new: tuple[int, Path, int, list[tuple[int, int, int, int]], int] | None
-                       ) -> None:
+                       new: tuple[int, Path, int, list[tuple[int, int, int, int]], int] | None,
+                       notes: list[bytes] | None = None) -> None:
         """Switch the index to the compacted file `new` (k, path, size, moved (qid, seq,
-        old position, new position), bytes copied), if any, then delete the prefix."""
+        old position, new position), bytes copied), if any, then delete the prefix;
+        `notes` were copied into it too."""
         with self._lock:
             self._forget_read_ahead()
             if new is not None:
                 k, path, size, moved, copied = new
+                segs = set(prefix)
+                for key in notes or ():
+                    if self._notes.get(key) in segs:  # not forgotten or put again since
+                        self._notes[key] = k
                 info = SegInfo(size=size, adds=len(moved), add_bytes=copied)
                 for qid, seq, old, pos in moved:
                     idx = self._index.get(qid)

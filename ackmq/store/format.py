@@ -14,7 +14,7 @@ verified when read back alone (`read_body`).
                    | u32 crc32(previous 12 bytes)
     record       : u32 body length | u32 crc32(body) | body
     body         : u8 type | fields (little endian), see ADD / REMOVE / DELIVERED / DEF
-                   / SYNCED
+                   / SYNCED / NOTE
 """
 
 from __future__ import annotations
@@ -37,7 +37,11 @@ FRAME_HDR = struct.Struct("<IIII")
 REC_HDR = struct.Struct("<II")
 WRITE_FRAME_MAX = 16 << 20  # a frame is closed once its payload passes this (one record may exceed)
 
-ADD, REMOVE, DELIVERED, DEF, SYNCED = 1, 2, 3, 4, 5
+ADD, REMOVE, DELIVERED, DEF, SYNCED, NOTE = 1, 2, 3, 4, 5, 6
+# NOTE: type, op (NOTE_PUT | NOTE_FORGET), then the key: a front end's mark written in the
+# same frame as the messages of its batch (MQTT's QoS 2 packet ids: store/notes.py)
+NOTE_HDR = struct.Struct("<BB")
+NOTE_PUT, NOTE_FORGET = 1, 2
 # type, qid, seq, delivery_count, len(exchange), len(routing_key), len(properties), len(body)
 ADD_HDR = struct.Struct("<BIQIBBII")
 REMOVE_REC = struct.Struct("<BIQ")
@@ -100,19 +104,25 @@ def encode_synced(out: bytearray, offset: int) -> None:
     encode_small(out, SYNCED_REC.pack(SYNCED, offset))
 
 
+def encode_note(out: bytearray, op: int, key: bytes) -> None:
+    encode_small(out, NOTE_HDR.pack(NOTE, op) + key)
+
+
 class FrameWriter:
     """Builds one write's worth of frames in a bytearray, closing a frame past WRITE_FRAME_MAX."""
 
-    __slots__ = ("out", "_start", "records")
+    __slots__ = ("out", "_start", "records", "one_frame")
 
-    def __init__(self) -> None:
+    def __init__(self, one_frame: bool = False) -> None:
         self.out = bytearray()
         self._start = -1
         self.records = 0
+        self.one_frame = one_frame  # all or nothing: a batch holding notes (NOTE above)
 
     def begin_record(self) -> int:
         """Call before encoding a record; returns the record's offset within `out`."""
-        if self._start < 0 or len(self.out) - self._start > WRITE_FRAME_MAX:
+        if self._start < 0 or (not self.one_frame
+                               and len(self.out) - self._start > WRITE_FRAME_MAX):
             self._close()
             self._start = len(self.out)
             self.out += bytes(FRAME_HDR.size)

@@ -18,6 +18,8 @@ from .format import (
     DELIVERED,
     DELIVERED_REC,
     FRAME_HDR,
+    NOTE,
+    NOTE_PUT,
     REC_HDR,
     REMOVE,
     REMOVE_REC,
@@ -133,6 +135,12 @@ class RecoveryMixin(StoreState):
                         counts[qid][seq] = count
                 elif kind == SYNCED:
                     pass  # only recovery's torn-vs-corrupt check reads it
+                elif kind == NOTE:
+                    key = bytes(data[b + 2:b + size])
+                    if data[b + 1] == NOTE_PUT:
+                        self._notes[key] = s
+                    else:
+                        self._notes.pop(key, None)
                 else:
                     raise CorruptStore(f"{path}: unknown record type {kind} at offset {off}")
                 off = b + size

@@ -40,6 +40,7 @@ from .compact_api import CompactionMixin
 from .defs import DefsLog, binding_key, encode_value
 from .format import log
 from .index import DEAD, PENDING, QueueIndex
+from .notes import NotesMixin
 from .reads import READ_AHEAD, ReadsMixin
 from .recovered import RecoveredQueue
 from .recovery import RecoveryMixin
@@ -49,7 +50,7 @@ from .writer import PREALLOC_CHUNK, WriterMixin
 __all__ = ["PREALLOC_CHUNK", "READ_AHEAD", "SegmentStore", "StoreStats", "seg_name"]
 
 
-class SegmentStore(RecoveryMixin, WriterMixin, ReadsMixin, CompactionMixin):
+class SegmentStore(RecoveryMixin, WriterMixin, ReadsMixin, CompactionMixin, NotesMixin):
     """The `Store` of ackmq: see docs/storage.md for the design and the figures.
 
     Its parts: state.py (the shared fields), recovery.py (open's scan), writer.py (commit,

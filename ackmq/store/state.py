@@ -67,17 +67,18 @@ class PendingAdd:
 class WriteBatch:
     """What the broker buffered between two commits. Immutable once handed to the writer."""
 
-    __slots__ = ("adds", "removes", "delivered", "callbacks", "nbytes")
+    __slots__ = ("adds", "removes", "delivered", "notes", "callbacks", "nbytes")
 
     def __init__(self) -> None:
         self.nbytes = 0                        # rough size of the records it will write
         self.adds: dict[Key, PendingAdd] = {}
         self.removes: dict[Key, int] = {}     # key -> position at removal time
         self.delivered: dict[Key, int] = {}   # key -> highest delivery count
+        self.notes: list[tuple[int, bytes]] = []  # (NOTE_PUT | NOTE_FORGET, key), in order
         self.callbacks: list[Callback] = []
 
     def __bool__(self) -> bool:
-        return bool(self.adds or self.removes or self.delivered)
+        return bool(self.adds or self.removes or self.delivered or self.notes)
 
 
 @dataclass
@@ -140,6 +141,8 @@ class StoreState:
         self._unwritten: dict[Key, PendingAdd] = {}          # adds not yet on disk
         self._unwritten_removes: dict[Key, int] = {}   # removes not yet on disk -> old pos
         self._failed: dict[Key, PendingAdd] = {}             # adds whose commit failed
+        # live notes -> the segment of their NOTE_PUT record (-1: not written yet)
+        self._notes: dict[bytes, int] = {}
         self._segs: dict[int, SegInfo] = {}
         self._rfds: dict[int, int] = {}
         self._ra: tuple[int, int, bytes] = (0, 0, b"")  # read-ahead: segment, offset, bytes

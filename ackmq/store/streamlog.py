@@ -243,14 +243,17 @@ class StreamLog:
         return seg
 
     # -- append ---------------------------------------------------------------------
+    def _timestamp(self) -> int:
+        """Now in ms, never before the last record's (a clock stepped back)."""
+        ts = max(int(time.time() * 1000), self._last_ts)
+        self._last_ts = ts
+        return ts
+
     def append(self, exchange: str, routing_key: str, properties: builtins.bytes,
                body: builtins.bytes) -> int:  # (`bytes` in this class is the property)
         """Buffer one record; it is on disk after `flush`, durable after `sync`."""
         offset = self._pending_first + len(self._pending)
-        ts = int(time.time() * 1000)
-        if ts < self._last_ts:
-            ts = self._last_ts
-        self._last_ts = ts
+        ts = self._timestamp()
         x = exchange.encode("utf-8", "surrogateescape")
         k = routing_key.encode("utf-8", "surrogateescape")
         payload = b"".join((REC.pack(offset, ts, len(x), len(k), len(properties), len(body)),
@@ -268,10 +271,7 @@ class StreamLog:
         one timestamp; each body is copied once, into the buffer (the checksum runs
         over the record's head and body apart). The first one's offset."""
         first = offset = self._pending_first + len(self._pending)
-        ts = int(time.time() * 1000)
-        if ts < self._last_ts:
-            ts = self._last_ts
-        self._last_ts = ts
+        ts = self._timestamp()
         x = exchange.encode("utf-8", "surrogateescape")
         k = routing_key.encode("utf-8", "surrogateescape")
         lx, lk, xk = len(x), len(k), x + k

@@ -14,10 +14,12 @@ from ackmq.broker.storage import StoreError
 from . import fileio
 from .format import (
     ADD_HDR,
+    NOTE_PUT,
     REC_HDR,
     FrameWriter,
     encode_add,
     encode_delivered,
+    encode_note,
     encode_remove,
     encode_synced,
     file_header,
@@ -238,7 +240,7 @@ class WriterMixin(StoreState):
             if self._broken is not None:
                 self._fail_batch(b)
                 return self._broken
-        fw = FrameWriter()
+        fw = FrameWriter(one_frame=bool(b.notes))
         out = fw.out
         base = self._woff
         synced_seg, synced = self._synced_at
@@ -257,6 +259,9 @@ class WriterMixin(StoreState):
         for qid, seq in b.removes:
             fw.begin_record()
             encode_remove(out, qid, seq)
+        for nop, note in b.notes:  # after the ADDs, in their frame: both or neither
+            fw.begin_record()
+            encode_note(out, nop, note)
         data = fw.finish()
         if base + len(data) > self._alloc_end and self._prealloc:
             self._preallocate(base + len(data))
@@ -292,6 +297,11 @@ class WriterMixin(StoreState):
                                   + len(op.exchange) + len(op.routing_key) for op, _ in placed)
             for key in b.removes:
                 self._unwritten_removes.pop(key, None)
+            if b.notes:  # where each live note's record is now (compaction copies it)
+                later = {n for _op, n in self._pending.notes}
+                for nop, note in b.notes:
+                    if nop == NOTE_PUT and note not in later and self._notes.get(note) == -1:
+                        self._notes[note] = seg
         self._wstate = (self._wfd, self._wstate[1] + 1, seg, self._woff)
         return None
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -51,6 +52,7 @@ class MqttReport:
     lost: int = 0              # of those, not in the session after the cut
     duplicates: int = 0        # QoS 1 messages delivered more than once
     qos2_twice: int = 0        # QoS 2 messages delivered more than once (see run's doc)
+    qos2_client_resent: int = 0  # of which the client sent the PUBLISH again after its PUBREL
     sessions_lost: int = 0     # session present 0, or its subscription no longer routing
     retained_lost: int = 0     # a PUBACKed retained message not sent to a new subscriber
     unfinished_qos2: int = 0   # QoS 2 in flight the resumed paho client could not finish
@@ -74,6 +76,8 @@ def client(port: int, cid: str, clean: bool) -> Any:
 
     c.on_connect = on_connect
     c.on_message = lambda cl, ud, msg: c.got.append(msg.payload.decode())
+    c.sent_log = []  # paho's "Sending ..." lines: what the client put on the wire
+    c.on_log = lambda cl, ud, level, buf: buf.startswith("Sending") and c.sent_log.append(buf)
     c.connect("127.0.0.1", port, keepalive=60)
     c.loop_start()
     if not connected.wait(WAIT):
@@ -139,11 +143,10 @@ def run(cycles: int, work: Path | None = None, seed: int = 1, progress: bool = F
         fsync: bool = True) -> MqttReport:
     """`fsync=False` (`--no-fsync`): the run must then see acknowledged messages lost.
 
-    `qos2_twice` is counted apart: a QoS 2 message is PUBRECed once its packet id is on
-    disk, which is one fdatasync (of `mqtt-qos2.log`) after the message's own; a cut
-    between the two keeps the message but not the id, and the client's resend (DUP, it
-    never had the PUBREC) is taken as new. Only the message in flight at the cut can be
-    doubled, so at most one a cycle (docs/mqtt.md)."""
+    `qos2_twice` is counted apart (QoS 2's own promise) and fails the run: the id is in
+    its message's frame (docs/mqtt.md, "QoS 2 across a power cut"), but paho-mqtt was
+    seen re-sending after the cut a PUBLISH whose PUBREL it had sent (a new message to
+    the broker, which had forgotten the id): the segments tell which it was."""
     rng = random.Random(seed)
     own = work is None
     work = work or Path(tempfile.mkdtemp(prefix="ackmq-powerloss-mqtt-", dir="/var/tmp"))
@@ -181,6 +184,7 @@ def run(cycles: int, work: Path | None = None, seed: int = 1, progress: bool = F
                     time.sleep(0.05)
                 time.sleep(rng.uniform(0.2, 1.5))
                 broker.kill()
+                cut_log = len(p2.sent_log)
                 stop.set()
                 for c in (p1, p2):
                     c.loop_stop()  # no reconnect attempts while the broker is down
@@ -215,7 +219,16 @@ def run(cycles: int, work: Path | None = None, seed: int = 1, progress: bool = F
                 lost = want - set(got)
                 twice = sorted({b for b in got if got.count(b) > 1})
                 twice2 = [b for b in twice if ".q2:" in b]
-                dupes = len(got) - len(set(got)) - len(twice2)
+                # a PUBLISH sent again after the client had sent its PUBREL is a new message
+                # to the broker (MQTT 4.3.3 forbids the client that resend): p2's ids are
+                # 1, 2, ... for its bodies 0, 1, ...
+                before, after_cut = "\n".join(p2.sent_log[:cut_log]), "\n".join(p2.sent_log[cut_log:])
+                released = set(re.findall(r"Sending PUBREL \(Mid: (\d+)\)", before))
+                again = set(re.findall(r"Sending PUBLISH \(d\d, q2, r\d, m(\d+)\)", after_cut))
+                resent = [b for b in twice2 if str(int(b.rsplit(":", 1)[1]) + 1) in released & again]
+                rep.qos2_client_resent += len(resent)
+                twice2 = [b for b in twice2 if b not in resent]
+                dupes = len(got) - len(set(got)) - len(twice2) - len(resent)
                 routed = after in got
                 rc = client(port, f"pl-rc{cycle}", clean=True)
                 _subscribe(rc, "ret/#", 1)
@@ -232,7 +245,7 @@ def run(cycles: int, work: Path | None = None, seed: int = 1, progress: bool = F
                 rep.retained_lost += len(rlost)
                 rep.unfinished_qos2 += unfinished
                 line = (f"cycle {cycle}: {len(acked1)} QoS 1 PUBACKed + {len(sent2)} QoS 2, "
-                        f"{len(lost)} lost, {dupes} QoS 1 twice, {len(twice2)} QoS 2 twice, session present {present}, "
+                        f"{len(lost)} lost, {dupes} QoS 1 twice, {len(twice2)} QoS 2 twice (+{len(resent)} resent by the client), session present {present}, "
                         f"subscription routing {routed}, {len(retained)} retained "
                         f"({len(rlost)} lost), {unfinished} QoS 2 unfinished"
                         + (f"; lost e.g. {sorted(lost)[:3]}" if lost else "")
@@ -265,13 +278,13 @@ def main(argv: list[str] | None = None) -> int:
     rep = run(a.cycles, work=a.work, seed=a.seed, progress=True, fsync=not a.no_fsync)
     print(f"{rep.cycles} cycles (kill -9 + clear-cache), MQTT, fsync "
           f"{'off' if a.no_fsync else 'on'}: {rep.confirmed:,} confirmed, "
-          f"{rep.lost:,} lost, {rep.duplicates:,} QoS 1 twice, {rep.qos2_twice} QoS 2 twice, {rep.sessions_lost} sessions lost, "
+          f"{rep.lost:,} lost, {rep.duplicates:,} QoS 1 twice, {rep.qos2_twice} QoS 2 twice (+{rep.qos2_client_resent} resent by the client after its PUBREL), {rep.sessions_lost} sessions lost, "
           f"{rep.retained_lost} retained lost, {rep.unfinished_qos2} QoS 2 unfinished, "
           f"{rep.refused} refused starts, {len(rep.tracebacks)} tracebacks, "
           f"{time.monotonic() - t0:.0f} s")
     for line in rep.tracebacks[:5]:
         print("  " + line)
-    bad = (rep.lost or rep.duplicates or rep.qos2_twice > rep.cycles or rep.sessions_lost
+    bad = (rep.lost or rep.duplicates or rep.qos2_twice or rep.sessions_lost
            or rep.retained_lost or rep.unfinished_qos2 or rep.refused or rep.tracebacks)
     return 1 if bad else 0
 

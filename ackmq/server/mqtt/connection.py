@@ -310,14 +310,13 @@ class MQTTConnection(Subscriptions, ClientConnection):
         if qos == 2:
             if pid in self.qos2_pending:  # its PUBREC is on its way
                 return
-            if pid in self._qos2_ids():
-                if p.dup:  # received before: PUBREC again, no second copy
-                    self.write(encode(pk.PubRec(pid), self.level))
-                    return
-                # without DUP it is a new message ([MQTT-3.3.1-1]): the id's release
-                # (PUBREL) had not reached the disk before a crash. So releases need no
-                # sync before PUBCOMP: a stale id never stops a new message
-                self._release_qos2(pid)
+            if pid in self._qos2_ids():  # received before: PUBREC again, no second copy
+                # DUP or not: until its PUBREL the id is this message's (MQTT 4.3.3), and
+                # paho-mqtt was seen resending one the broker had, after a power cut,
+                # without DUP. A released id is never stale: the PUBCOMP waits for the
+                # release to be durable (_on_pubrel)
+                self.write(encode(pk.PubRec(pid), self.level))
+                return
         if qos and self.level == rc.MQTT5 and \
                 len(self.owed) + len(self._qos2_ids()) >= RECEIVE_MAXIMUM:
             raise Refused(rc.RECEIVE_MAXIMUM_EXCEEDED, f"more than {RECEIVE_MAXIMUM} QoS 1 "
@@ -343,6 +342,8 @@ class MQTTConnection(Subscriptions, ClientConnection):
         if qos:
             if qos == 2:
                 self.qos2_pending.add(pid)
+                if self.mqtt is not None and self.vhost is not None:  # in the message's frame
+                    self.mqtt.qos2_note(self.vhost.name, self.client_id, pid)
             self.owed[seq] = (pk.PubAck if qos == 1 else pk.PubRec, pid, routed)
 
     def _qos2_ids(self) -> set[int]:
@@ -350,11 +351,23 @@ class MQTTConnection(Subscriptions, ClientConnection):
         return self.mqtt.qos2_ids(self.vhost.name, self.client_id)
 
     def _on_pubrel(self, p: pk.PubRel) -> None:
-        """The client releases a QoS 2 message it sent: forget its id (durably), PUBCOMP."""
+        """The client releases a QoS 2 message it sent: forget its id, and once that is
+        durable, PUBCOMP. Not before: the client may reuse the id at once, and a new
+        message resent with DUP after a crash must not meet the old id."""
         pid = p.packet_id
         known = self._release_qos2(pid)
         code = rc.SUCCESS if known or self.level != rc.MQTT5 else rc.PACKET_IDENTIFIER_NOT_FOUND
-        self.write(encode(pk.PubComp(pid, code), self.level))
+        data = encode(pk.PubComp(pid, code), self.level)
+        st = self.mqtt
+        if known and st is not None and st.qos2_noted():
+            def durable(exc: BaseException | None) -> None:
+                if exc is None and self.state == S.OPEN:  # else the client sends PUBREL again
+                    self.write(data)
+                    self.ctx.request_flush()
+            self.ctx.broker.await_commit_callback(durable)
+            self.ctx.request_flush()
+        else:
+            self.write(data)
 
     def _release_qos2(self, pid: int) -> bool:
         st = self.mqtt
@@ -381,8 +394,11 @@ class MQTTConnection(Subscriptions, ClientConnection):
         for kind, pid, _routed in done:
             if kind is pk.PubRec:
                 self.qos2_pending.discard(pid)
-                if ack and st is not None and self.vhost is not None:
-                    st.qos2_add(self.vhost.name, self.client_id, pid)
+                if st is not None and self.vhost is not None:
+                    if ack:
+                        st.qos2_add(self.vhost.name, self.client_id, pid)
+                    else:
+                        st.qos2_unnote(self.vhost.name, self.client_id, pid)
         answers = []
         for kind, pid, routed in done:
             if not ack:

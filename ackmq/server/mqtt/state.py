@@ -1,7 +1,10 @@
 """What MQTT keeps beside the queues, once per broker: who holds which client id (session
 takeover), the retained messages (N5) and the QoS 2 packet identifiers received and not
-yet released (N3), both durable in the data dir (store/kvlog.py: `mqtt-retained.log`,
-`mqtt-qos2.log`), and the wills waiting for their delay (N6).
+yet released (N3), durable in the data dir (store/kvlog.py: `mqtt-retained.log`,
+`mqtt-qos2.log`), and the wills waiting for their delay (N6). The ids received (QoS 2
+in) are notes in the message store itself (store/notes.py), written in the frame of
+their message: both survive a power cut or neither (docs/mqtt.md, "QoS 2 across a power
+cut"); `mqtt-qos2.log` keeps the ids sent (out), and received ones without a store.
 
 Sessions themselves are queues and bindings (`mqtt-subscription-<client id>qos<n>` on
 amq.topic, as RabbitMQ's plugin names them): the store keeps them like any other."""
@@ -20,10 +23,12 @@ from ackmq.broker.timers import Deadline
 from ackmq.protocol.mqtt.topics import matches
 
 if TYPE_CHECKING:
+    from ackmq.broker.storage import Store
     from ackmq.server.context import FrontEnd
 
 log = logging.getLogger("ackmq.mqtt")
 _RETAINED = struct.Struct(">BI")  # qos, properties length; then properties, payload
+_NOTE = b"mqtt-qos2-in\x00"  # + vhost NUL client NUL packet id: a QoS 2 id received
 # with this bit in the qos byte, the expiry (ms since the epoch) follows the struct
 _EXPIRES = 0x80
 _AT = struct.Struct(">Q")
@@ -76,9 +81,19 @@ class MQTTState:
             self.retained.setdefault(vhost, {})[topic] = Retained(
                 topic, qos, value[start:start + plen], value[start + plen:], at)
         self._qos2_log = KVLog(cfg.data_dir, "mqtt-qos2", cfg.fsync)
-        for key in self._qos2_log.items:
+        for key in self._qos2_log.items:  # received ids here: a data dir of an older ackmq
             way, vhost, client, pid = key.decode("utf-8", "surrogateescape").split("\x00")
             self.qos2.setdefault((way, vhost, client), set()).add(int(pid))
+        store = self._store()
+        for key in store.notes() if store is not None else ():
+            if key.startswith(_NOTE):
+                vhost, client, pid = key[len(_NOTE):].decode(
+                    "utf-8", "surrogateescape").split("\x00")
+                self.qos2.setdefault(("in", vhost, client), set()).add(int(pid))
+
+    def _store(self) -> Store | None:
+        broker = getattr(self.ctx, "broker", None)  # crashsim's kvsim drives the logs alone
+        return broker.store if broker is not None else None
 
     def sync(self) -> None:
         """Make the retained and QoS 2 changes so far durable (before acknowledging)."""
@@ -178,18 +193,44 @@ class MQTTState:
         return f"{'out' if out else 'in'}\x00{vhost}\x00{client}\x00{pid}".encode(
             "utf-8", "surrogateescape")
 
+    @staticmethod
+    def _note_key(vhost: str, client: str, pid: int) -> bytes:
+        return _NOTE + f"{vhost}\x00{client}\x00{pid}".encode("utf-8", "surrogateescape")
+
+    def qos2_note(self, vhost: str, client: str, pid: int) -> bool:
+        """A QoS 2 PUBLISH was just routed (this loop turn): its id goes into the store's
+        batch after the message, so one fdatasync makes both durable. False: no store."""
+        store = self._store()
+        if store is None:
+            return False
+        store.note(self._note_key(vhost, client, pid))
+        return True
+
+    def qos2_noted(self) -> bool:
+        """Received ids are notes in the store (else in `mqtt-qos2.log`, or memory)."""
+        return self._store() is not None
+
     def qos2_add(self, vhost: str, client: str, pid: int, out: bool = False) -> None:
+        """The id is known (in: its message confirmed, and noted with it if a store)."""
         self.qos2_ids(vhost, client, out).add(pid)
-        if self._qos2_log is not None:
+        if self._qos2_log is not None and (out or self._store() is None):
             self._qos2_log.put(self._qos2_key(vhost, client, pid, out), b"")
+
+    def qos2_unnote(self, vhost: str, client: str, pid: int) -> None:
+        """The message was refused: its note goes (the id was never known)."""
+        store = self._store()
+        if store is not None:
+            store.forget(self._note_key(vhost, client, pid))
 
     def qos2_remove(self, vhost: str, client: str, pid: int, out: bool = False) -> bool:
         ids = self.qos2.get(("out" if out else "in", vhost, client))
         if ids is None or pid not in ids:
             return False
         ids.discard(pid)
-        if self._qos2_log is not None:
+        if self._qos2_log is not None:  # (a received id may be in it from an older ackmq)
             self._qos2_log.delete(self._qos2_key(vhost, client, pid, out))
+        if not out:
+            self.qos2_unnote(vhost, client, pid)
         return True
 
     def forget_session(self, vhost: str, client: str) -> None:
