@@ -95,12 +95,14 @@ def _work(root: Path, c: _Client) -> None:
                 _commit(store)  # PUBCOMP once the release is durable
             c.pubcomp.add(i)
         maybe_compact(store)
+    st.close()
     store.close()
 
 
 def _check(image: Path, c: _Client) -> str | None:
     store = _store(image)
     rec = store.open()
+    st: MQTTState | None = None
     try:
         kept = {seq - 1 for seq, _loc, _n in rec.messages.get("q", ())}
         st = _state(image, store)
@@ -116,6 +118,8 @@ def _check(image: Path, c: _Client) -> str | None:
                 return f"message {i}: {copies} copies (ids after the cut: {sorted(ids)})"
         return None
     finally:
+        if st is not None:
+            st.close()  # its logs' descriptors: 500 checks would use up the process's
         store.close()
 
 
