@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,27 +33,9 @@ from pathlib import Path
 from proton import Message
 from proton.utils import BlockingConnection
 
+from tools.perf.callgrind import dump, free_port, zero
+
 QUEUE = "cg10"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _dump(pid: int, out: str, label: str) -> int:
-    """Dump the counters since the last zeroing; the run's total instructions."""
-    before = set(Path(out).parent.glob(Path(out).name + ".*"))
-    subprocess.run(["callgrind_control", "-d", label, str(pid)], check=True,
-                   capture_output=True)
-    for _ in range(600):
-        for f in set(Path(out).parent.glob(Path(out).name + ".*")) - before:
-            m = re.search(r"^(?:summary|totals): (\d+)", f.read_text(errors="replace"), re.M)
-            if m:
-                return int(m.group(1))
-        time.sleep(0.5)
-    raise RuntimeError("callgrind did not dump")
 
 
 def _connect(port: int) -> BlockingConnection:
@@ -127,7 +107,7 @@ def main() -> None:
     n = args.messages
     work = Path(tempfile.mkdtemp(prefix="ackmq-cg10-", dir="/var/tmp"))
     out = args.out or str(work / "cg")
-    port = _free_port()
+    port = free_port()
     log = open(work / "broker.log", "wb")  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
@@ -158,10 +138,9 @@ def main() -> None:
         for name, fn, mult in PHASES:
             totals = []
             for count in (0, n):
-                subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True,
-                               capture_output=True)
+                zero(proc.pid)
                 fn(port, count * mult, args.size, args.window)
-                totals.append(_dump(proc.pid, out, f"{name}-{count}"))
+                totals.append(dump(proc.pid, out, f"{name}-{count}"))
             figures.append(f"{name} {(totals[1] - totals[0]) / (n * mult):,.0f}")
         print(f"{n} x {args.size} B, window {args.window}: instructions per message  "
               + "  ".join(figures) + f"   (dumps: {out}.*)", flush=True)

@@ -16,45 +16,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from tools.perf.callgrind import dump, free_port, zero
 from tools.perf.stream_protocol import consume, publish
 
 # (the stream gets one warm-up message first: the consume phase reads n + 1)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _dump(pid: int, out: str, label: str) -> int:
-    """Dump the counters since the last zeroing; the phase's total instructions."""
-    before = set(Path(out).parent.glob(Path(out).name + ".*"))
-    subprocess.run(["callgrind_control", "-d", label, str(pid)], check=True,
-                   capture_output=True)
-    for _ in range(600):
-        new = set(Path(out).parent.glob(Path(out).name + ".*")) - before
-        for f in new:
-            text = f.read_text(errors="replace")
-            m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
-            if m:
-                return int(m.group(1))
-        time.sleep(0.5)
-    raise RuntimeError("callgrind did not dump")
-
-
-def _zero(pid: int) -> None:
-    subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
 
 
 def main() -> None:
@@ -66,7 +39,7 @@ def main() -> None:
     n = args.messages
     work = Path(tempfile.mkdtemp(prefix="ackmq-cg-", dir="/var/tmp"))
     out = args.out or str(work / "cg")
-    port = _free_port()
+    port = free_port()
     log = open(work / "broker.log", "wb")  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
@@ -85,19 +58,19 @@ def main() -> None:
                 break
             except (TimeoutError, OSError):
                 time.sleep(2)
-        _zero(proc.pid)
+        zero(proc.pid)
         t0 = time.monotonic()
         asyncio.run(publish(port, stream, n, args.size))
-        pub = _dump(proc.pid, out, "publish")
+        pub = dump(proc.pid, out, "publish")
         took_pub = time.monotonic() - t0
-        _zero(proc.pid)
+        zero(proc.pid)
         t0 = time.monotonic()
         asyncio.run(consume(port, stream, n))
-        con = _dump(proc.pid, out, "consume")
+        con = dump(proc.pid, out, "consume")
         took = time.monotonic() - t0
-        _zero(proc.pid)
+        zero(proc.pid)
         time.sleep(took)
-        idle = _dump(proc.pid, out, "idle")
+        idle = dump(proc.pid, out, "idle")
         print(f"{n} x {args.size} B  publish {pub / n:,.0f} instr/msg ({took_pub:.0f} s)  "
               f"consume {con / n:,.0f} instr/msg ({took:.0f} s)  idle for {took:.0f} s "
               f"{idle / n:,.0f} per msg-equivalent   (dumps: {out}.*)", flush=True)

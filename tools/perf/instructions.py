@@ -14,13 +14,13 @@ package's bytecode is written first, so nothing is compiled from source inside o
 from __future__ import annotations
 
 import argparse
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from tools import ROOT, python_env
+from tools.perf.callgrind import total
 
 N = {"cycle": 20_000, "transient": 2_000, "confirm": 1_000, "roundtrip": 2_000}
 CYCLE = ("import sys; from tools.perf.trace_cost import measure; "
@@ -28,10 +28,10 @@ CYCLE = ("import sys; from tools.perf.trace_cost import measure; "
 
 
 def _total(text: str) -> int:
-    m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
-    if m is None:
+    n = total(text)
+    if n is None:
         raise RuntimeError(f"no callgrind total in: {text[-500:]}")
-    return int(m.group(1))
+    return n
 
 
 def _run_cycle(n: int, env: dict[str, str], tmp: Path) -> int:
