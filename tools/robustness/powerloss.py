@@ -310,21 +310,33 @@ def run(cycles: int, fsync: bool = True, work: Path | None = None, seed: int = 1
     return rep
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.robustness.powerloss",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cycles", type=int, default=100)
+def cut_arguments(prog: str, doc: str | None, cycles: int) -> argparse.ArgumentParser:
+    """The options every power-cut run takes (this one, powerloss_mqtt, powerloss_stream)."""
+    ap = argparse.ArgumentParser(prog=f"python -m {prog}",
+                                 description=(doc or "").split("\n\n")[0])
+    ap.add_argument("--cycles", type=int, default=cycles)
     ap.add_argument("--no-fsync", action="store_true")
-    ap.add_argument("--torn", action="store_true",
-                    help="cut with LazyFS's torn-op fault instead of clear-cache")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--delayed", type=int, default=0, metavar="MAX_MS",
-                    help="publish through a durable delayed exchange, x-delay 1..MAX_MS")
     ap.add_argument("--work", type=Path)
-    a = ap.parse_args(argv)
+    return ap
+
+
+def cannot_run() -> bool:
+    """LazyFS missing: say why (the runs exit 2 then)."""
     why = lazyfs_unavailable()
     if why:
         print(f"cannot run: {why}", file=sys.stderr)
+    return bool(why)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = cut_arguments("tools.robustness.powerloss", __doc__, 100)
+    ap.add_argument("--torn", action="store_true",
+                    help="cut with LazyFS's torn-op fault instead of clear-cache")
+    ap.add_argument("--delayed", type=int, default=0, metavar="MAX_MS",
+                    help="publish through a durable delayed exchange, x-delay 1..MAX_MS")
+    a = ap.parse_args(argv)
+    if cannot_run():
         return 2
     t0 = time.monotonic()
     rep = run(a.cycles, fsync=not a.no_fsync, work=a.work, seed=a.seed, progress=True,

@@ -24,7 +24,6 @@ The session is then ended (a clean-session connect), so sessions do not pile up.
 
 from __future__ import annotations
 
-import argparse
 import random
 import re
 import shutil
@@ -40,7 +39,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from tools.harness.ownbroker import OwnBroker, log_trouble
-from tools.robustness.powerloss import LazyFS, free_port, lazyfs_unavailable
+from tools.robustness.powerloss import LazyFS, cannot_run, cut_arguments, free_port
 
 WAIT = 20.0  # seconds for any one acknowledgement (a loaded 2-core machine)
 
@@ -263,16 +262,8 @@ def run(cycles: int, work: Path | None = None, seed: int = 1, progress: bool = F
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.robustness.powerloss_mqtt",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cycles", type=int, default=20)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--work", type=Path)
-    ap.add_argument("--no-fsync", action="store_true")
-    a = ap.parse_args(argv)
-    why = lazyfs_unavailable()
-    if why:
-        print(f"cannot run: {why}", file=sys.stderr)
+    a = cut_arguments("tools.robustness.powerloss_mqtt", __doc__, 20).parse_args(argv)
+    if cannot_run():
         return 2
     t0 = time.monotonic()
     rep = run(a.cycles, work=a.work, seed=a.seed, progress=True, fsync=not a.no_fsync)
