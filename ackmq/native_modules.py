@@ -11,4 +11,7 @@ NATIVE: tuple[str, ...] = (
     "ackmq.broker.readylist",
     "ackmq.broker.queue",
     "ackmq.broker.channel",
+    "ackmq.broker.exchange",
+    "ackmq.broker.queue_type",
+    "ackmq.broker.vhost",
 )

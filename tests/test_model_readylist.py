@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ackmq.broker.message import Message
-from ackmq.broker.queue_type import QueueEntry
+from ackmq.broker.queue_type import Queue, QueueEntry
 from ackmq.broker.readylist import HOT_FLOOR, REFILL, HotBudget, ReadyList
 
 
@@ -38,9 +38,18 @@ class MemSpill:
         del self.records[loc]
 
 
+class _Host:
+    """The vhost as the queue-type seam sees it: a name."""
+
+    name = "/"
+
+
+OWNER = Queue(_Host(), "q")  # entries belong to a queue (the compiled QueueEntry checks it)
+
+
 def entry(seq: int, priority: int = 0) -> QueueEntry:
     props = b"\x00\x00" if not priority else b"\x08\x00" + bytes([priority])
-    return QueueEntry(Message("", "q", props, b"m%d" % seq), seq, None)
+    return QueueEntry(Message("", "q", props, b"m%d" % seq), seq, OWNER)
 
 
 def drain(rl: ReadyList) -> list[int]:
@@ -145,7 +154,7 @@ def test_d6_any_history_pops_the_smallest_ready_seq(ops, max_priority):
 
 def test_cold_tail_past_hot_max_keeps_order_and_reads_back():
     spill = MemSpill()
-    rl = ReadyList(spill=spill, hot_max=10)
+    rl = ReadyList(spill=spill, owner=OWNER, hot_max=10)
     n = 10 + 2 * REFILL + 7
     for s in range(1, n + 1):
         rl.append(entry(s))
@@ -158,7 +167,7 @@ def test_cold_tail_past_hot_max_keeps_order_and_reads_back():
 
 def test_cold_tail_requeue_of_a_read_back_entry_goes_before_the_rest():
     spill = MemSpill()
-    rl = ReadyList(spill=spill, hot_max=2)
+    rl = ReadyList(spill=spill, owner=OWNER, hot_max=2)
     for s in range(1, 8):
         rl.append(entry(s))
     got = [rl.pop() for _ in range(4)]  # 1, 2 hot; 3, 4 read back from the spill
@@ -171,7 +180,7 @@ def test_cold_tail_requeue_of_a_read_back_entry_goes_before_the_rest():
 def test_cold_tail_once_the_budget_is_used_up():
     spill = MemSpill()
     budget = HotBudget(limit=0)
-    rl = ReadyList(spill=spill, budget=budget)
+    rl = ReadyList(spill=spill, owner=OWNER, budget=budget)
     n = HOT_FLOOR + 5
     for s in range(1, n + 1):
         rl.append(entry(s))
@@ -182,7 +191,7 @@ def test_cold_tail_once_the_budget_is_used_up():
 
 def test_spill_failure_keeps_the_message_in_memory_after_the_spilled_ones():
     spill = MemSpill()
-    rl = ReadyList(spill=spill, hot_max=2)
+    rl = ReadyList(spill=spill, owner=OWNER, hot_max=2)
     for s in range(1, 5):
         rl.append(entry(s))
     spill.fail = True
@@ -192,7 +201,7 @@ def test_spill_failure_keeps_the_message_in_memory_after_the_spilled_ones():
 
 def test_page_out_keeps_order():
     spill = MemSpill()
-    rl = ReadyList(spill=spill, hot_max=3)
+    rl = ReadyList(spill=spill, owner=OWNER, hot_max=3)
     for s in range(1, 7):
         rl.append(entry(s))
     e = rl.pop()
@@ -203,7 +212,7 @@ def test_page_out_keeps_order():
 
 def test_clear_returns_every_entry_spilled_ones_too():
     spill = MemSpill()
-    rl = ReadyList(spill=spill, hot_max=2)
+    rl = ReadyList(spill=spill, owner=OWNER, hot_max=2)
     for s in range(1, 6):
         rl.append(entry(s))
     assert sorted(e.seq for e in rl.clear()) == [1, 2, 3, 4, 5]

@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.mgmthelp import Target, q, rabbit_http
 from support.pikahelp import uniq
+from test_model_readylist import OWNER
 
 from ackmq.broker.message import Message
 from ackmq.broker.queue_type import QueueEntry
@@ -53,7 +54,7 @@ class MemSpill:
 
 def _entry(seq: int, priority: int = 0) -> QueueEntry:
     props = b"\x00\x00" if not priority else b"\x08\x00" + bytes([priority])
-    return QueueEntry(Message("", "q", props, b"m%d" % seq), seq, None)  # type: ignore[arg-type]
+    return QueueEntry(Message("", "q", props, b"m%d" % seq), seq, OWNER)
 
 
 @settings(max_examples=150, deadline=None)
@@ -65,7 +66,7 @@ def test_V3_model_browse_is_the_delivery_order_and_changes_nothing(
     """Whatever mix of spill, requeue and priorities: browse(offset, count) is the slice
     of the order pops would give, and popping afterwards gives that same order."""
     spill = MemSpill()
-    rl = ReadyList(max_priority, spill, owner=None, hot_max=3)
+    rl = ReadyList(max_priority, spill, owner=OWNER, hot_max=3)
     seq, taken = 0, []
     for op, prio in ops:
         if op == "add":

@@ -14,7 +14,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ackmq.broker import browse
 from ackmq.broker.access import WRITE
@@ -64,8 +64,8 @@ UNROUTED: Outcome = (0, False)
 QUEUE_DLX = (None, None)  # the queue's own dead-letter exchange
 
 
-USER_ID_FLAG = FLAGS["user_id"]  # in the low byte of the property flags
-REPLY_TO_FLAG = FLAGS["reply_to"] >> 8  # in the high byte
+USER_ID_FLAG: Final = FLAGS["user_id"]  # in the low byte of the property flags
+REPLY_TO_FLAG: Final = FLAGS["reply_to"] >> 8  # in the high byte
 
 
 class ChannelOutput(Protocol):

@@ -7,7 +7,9 @@ routing cheap: a dict for direct, a set for fanout, a cache per routing key for 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar, Final
+
+from mypy_extensions import mypyc_attr
 
 from ackmq.broker.message import Message
 
@@ -32,10 +34,11 @@ class Binding:
         self.key = (id(destination), routing_key, args_key(arguments))
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Exchange:
     """Base: bookkeeping of bindings; subclasses implement `route`."""
 
-    type = ""
+    type: ClassVar[str] = ""
     policy: str | None = None  # the policy in force (broker/policy.py sets it)
 
     def __init__(self, name: str, durable: bool = False, auto_delete: bool = False,
@@ -91,11 +94,13 @@ class Exchange:
         raise NotImplementedError
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # broker/delayed.py's opt-in
 class DirectExchange(Exchange):
     type = "direct"
 
-    def __init__(self, *a: Any, **kw: Any) -> None:
-        super().__init__(*a, **kw)
+    def __init__(self, name: str, durable: bool = False, auto_delete: bool = False,
+                 internal: bool = False, arguments: dict[str, Any] | None = None) -> None:
+        super().__init__(name, durable, auto_delete, internal, arguments)
         self._by_key: dict[str, list[Any]] = {}
 
     def _added(self, b: Binding) -> None:
@@ -112,6 +117,7 @@ class DirectExchange(Exchange):
         return self._by_key.get(routing_key, [])
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # broker/delayed.py's opt-in
 class FanoutExchange(Exchange):
     type = "fanout"
 
@@ -143,12 +149,14 @@ def topic_match(pattern: list[str], words: list[str]) -> bool:
     return True
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # broker/delayed.py's opt-in
 class TopicExchange(Exchange):
     type = "topic"
-    _CACHE_MAX = 4096
+    _CACHE_MAX: Final = 4096
 
-    def __init__(self, *a: Any, **kw: Any) -> None:
-        super().__init__(*a, **kw)
+    def __init__(self, name: str, durable: bool = False, auto_delete: bool = False,
+                 internal: bool = False, arguments: dict[str, Any] | None = None) -> None:
+        super().__init__(name, durable, auto_delete, internal, arguments)
         self._cache: dict[str, list[Any]] = {}
 
     def _added(self, b: Binding) -> None:
@@ -202,6 +210,7 @@ def headers_match(args: dict[str, Any], headers: dict[str, Any]) -> bool:
     return want_all or matched_any
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # broker/delayed.py's opt-in
 class HeadersExchange(Exchange):
     type = "headers"
 
@@ -213,6 +222,7 @@ class HeadersExchange(Exchange):
                 if headers_match(b.arguments, headers)]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # broker/delayed.py's opt-in
 class DefaultExchange(Exchange):
     """The nameless direct exchange: every queue is bound to it by its name."""
 

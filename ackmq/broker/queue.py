@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ackmq.broker.arguments import (
     DELIVERY_COUNT_ARG,
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ackmq.queue")
 
-SEQ_BITS = 40  # seq = (epoch << 40) | n: grows across restarts (x-ackmq-seq, S2)
+SEQ_BITS: Final = 40  # seq = (epoch << 40) | n: grows across restarts (x-ackmq-seq, S2)
 
 
 def _int_arg(args: dict[str, Any], name: str) -> int | None:
@@ -56,12 +56,12 @@ def _str_arg(args: dict[str, Any], name: str) -> str | None:
 
 class ClassicQueue(Queue):
     kind = "classic"
-    vhost: QueueHost
 
     def __init__(self, vhost: QueueHost, name: str, durable: bool = False, exclusive_owner: Any = None,
                  auto_delete: bool = False, arguments: dict[str, Any] | None = None,
                  epoch: int = 0) -> None:
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments, epoch)
+        self.host = vhost  # the vhost as this type sees it (the seam knows only its name)
         a = self.arguments
         self._retry: RetryHeap[QueueEntry] | None = None  # L6: messages waiting out a back-off
         self._settings(vhost.broker.policies.queue_arguments(self))
@@ -118,7 +118,7 @@ class ClassicQueue(Queue):
         excess under reject-publish); a new TTL applies to messages published from now
         on, as RabbitMQ's per-message expiry; the x-expires countdown restarts."""
         expires = self.expires
-        self._settings(self.vhost.broker.policies.queue_arguments(self))
+        self._settings(self.host.broker.policies.queue_arguments(self))
         if self.expires != expires:
             self._expiry.cancel()
             self.touch()
@@ -218,7 +218,7 @@ class ClassicQueue(Queue):
     def recover(self, messages: QueuedMessages, hot: int | None) -> int:
         if self.max_priority:
             hot = None  # a priority queue orders by priority: it needs every entry
-        if self.dedup is not None or self.vhost.feeds_dedup(self):
+        if self.dedup is not None or self.host.feeds_dedup(self):
             hot = None  # every stored message's id is remembered again (broker/dedup.py)
         n = 0
         for seq, _location, delivered in messages:
@@ -252,7 +252,7 @@ class ClassicQueue(Queue):
             key = message_id(msg)
             if self.dedup is not None and key is not None:
                 self.dedup.add(key, entry.seq)
-            x = self.vhost.exchanges.get(msg.exchange)
+            x = self.host.exchanges.get(msg.exchange)
             if isinstance(x, DedupExchange):
                 x.seed(msg)
         self.ready.append(entry)
@@ -295,7 +295,7 @@ class ClassicQueue(Queue):
             if self._single is not None:
                 self.activate(self._single)
         if self.auto_delete and not self.consumers and self.had_consumers and not self.deleted:
-            self.vhost.delete_queue(self, notify=False)
+            self.host.delete_queue(self, notify=False)
 
     def activate(self, c: Consumer) -> None:
         """A consumer has room again: put it back in the round-robin and deliver."""
@@ -400,7 +400,7 @@ class ClassicQueue(Queue):
             delay = rule.delay_ms(entry.delivery_count, failed)
             if delay > 0:
                 if self._retry is None:
-                    self._retry = RetryHeap(self.vhost.broker.timers, self._retry_due)
+                    self._retry = RetryHeap(self.host.broker.timers, self._retry_due)
                 self._retry.push(entry, delay)
                 return
         self._back_in_place(entry, dispatch)
@@ -412,7 +412,7 @@ class ClassicQueue(Queue):
         for e in entries:
             self._back_in_place(e, False)
         self.dispatch()
-        self.vhost.broker.request_flush()
+        self.host.broker.request_flush()
 
     def _back_in_place(self, entry: QueueEntry, dispatch: bool) -> None:
         self.ready.requeue(entry)
@@ -432,10 +432,10 @@ class ClassicQueue(Queue):
         self.settled(entry)
 
     def _dead_letter(self, entry: QueueEntry, reason: str) -> None:
-        if self.vhost.trace is not None:
-            self.vhost.trace.dropped(self, entry, reason)
+        if self.host.trace is not None:
+            self.host.trace.dropped(self, entry, reason)
         if self.dlx is not None:
-            self.vhost.dead_letter(self, entry, reason)
+            self.host.dead_letter(self, entry, reason)
 
     # -- admin --------------------------------------------------------------------
     def purge(self) -> int:
@@ -459,7 +459,7 @@ class ClassicQueue(Queue):
             self.touch()
             return
         log.info("queue %r expired (x-expires)", self.name)
-        self.vhost.delete_queue(self, notify=True)
+        self.host.delete_queue(self, notify=True)
 
     def destroy(self) -> None:
         """Called by the vhost on delete: stop timers, forget everything."""
@@ -497,7 +497,7 @@ class ClassicQueue(Queue):
         if self.deleted:
             return
         self._expire_head()
-        self.vhost.broker.request_flush()
+        self.host.broker.request_flush()
         # RabbitMQ expires only at the head; a later message with a shorter TTL waits
         self._schedule_ttl()
 

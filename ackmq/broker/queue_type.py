@@ -8,7 +8,9 @@ and registers itself in `QUEUE_TYPES`; nothing outside a type touches its counte
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
+
+from mypy_extensions import mypyc_attr
 
 from ackmq.broker.arguments import (
     QUEUE_EQUIVALENCE_KEYS,
@@ -26,10 +28,10 @@ if TYPE_CHECKING:
 
 # what a channel asks a queue to do with a settled delivery
 ACK, REQUEUE, REJECT = "ack", "requeue", "reject"
-RECOVER = "recover"  # basic.recover: asked of `check_settle` only (settled as RETURN)
+RECOVER: Final = "recover"  # basic.recover: asked of `check_settle` only (settled as RETURN)
 # a requeue the client did not ask for (channel or connection closed, basic.recover,
 # consumer timeout): as REQUEUE, except for a back-off of type "failed"/"returned" (L6)
-RETURN = "return"
+RETURN: Final = "return"
 
 
 class QueueEntry:
@@ -69,6 +71,7 @@ class Host(Protocol):
     def name(self) -> str: ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Queue:
     """A queue of any type. Attributes every type has: `vhost`, `name`, `durable`,
     `exclusive_owner`, `auto_delete`, `arguments`, `deleted`, `consumers` (by id),
@@ -79,10 +82,10 @@ class Queue:
     A plain base class, not an ABC: `isinstance(x, Queue)` runs on every publish's route,
     and ABCMeta's check costs ~100 ns more; `missing_methods` checks a type instead."""
 
-    kind = ""
+    kind: ClassVar[str] = ""
     # compared on redeclare, in this order (RabbitMQ: the type's queue_arguments)
-    equivalence_keys: tuple[str, ...] = QUEUE_EQUIVALENCE_KEYS
-    server_named = True  # may be declared with an empty name (amq.gen-…)
+    equivalence_keys: ClassVar[tuple[str, ...]] = QUEUE_EQUIVALENCE_KEYS
+    server_named: ClassVar[bool] = True  # may be declared with an empty name (amq.gen-…)
     vhost: Host
     name: str
     durable: bool
@@ -106,7 +109,7 @@ class Queue:
     dlrk: str | None = None
     # a queue with x-delayed-delivery: its timer store (broker/delayed.py), else None
     timers: Any = None
-    hidden = False  # a timer store (broker/delayed.py): in no listing, no trace
+    hidden: ClassVar[bool] = False  # a timer store (broker/delayed.py): in no listing, no trace
 
     def __init__(self, vhost: Host, name: str, durable: bool = False,
                  exclusive_owner: Any = None, auto_delete: bool = False,

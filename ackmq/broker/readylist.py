@@ -19,18 +19,18 @@ from array import array
 from collections import deque
 from collections.abc import Iterator
 from itertools import chain, islice
-from typing import Any
+from typing import Any, Final
 
 from ackmq.broker.paging import decode_entry, encode_entry
 from ackmq.broker.queue_type import QueueEntry
 
-REFILL = 512  # entries read back from the spill at a time
-STORED = 1 << 63  # a cold-tail value with this bit is a seq in the durable store, not a spill
-HOT_FLOOR = REFILL  # what a queue keeps in memory even when the budget is used up
-ENTRY_COST = 256  # bytes an in-memory entry costs beyond its body (objects, deque slot)
+REFILL: Final = 512  # entries read back from the spill at a time
+STORED: Final = 1 << 63  # a cold-tail value with this bit is a seq in the durable store, not a spill
+HOT_FLOOR: Final = REFILL  # what a queue keeps in memory even when the budget is used up
+ENTRY_COST: Final = 256  # bytes an in-memory entry costs beyond its body (objects, deque slot)
 # the defaults of --queue-hot-messages and --queue-memory-mb (server.config.Config)
-QUEUE_HOT_MESSAGES = 65536  # ready messages one queue keeps in memory, at most
-QUEUE_MEMORY_MB = 256       # ready messages in memory, all queues together
+QUEUE_HOT_MESSAGES: Final = 65536  # ready messages one queue keeps in memory, at most
+QUEUE_MEMORY_MB: Final = 256       # ready messages in memory, all queues together
 
 
 class HotBudget:

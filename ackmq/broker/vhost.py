@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ackmq.broker import dedup, delayed, scheduled
 from ackmq.broker.arguments import (
@@ -63,7 +63,7 @@ class VHostBroker(BrokerHost, Protocol):
     @property
     def store(self) -> Store | None: ...
 
-DEFAULT_EXCHANGE_REFUSED = "operation not permitted on the default exchange"
+DEFAULT_EXCHANGE_REFUSED: Final = "operation not permitted on the default exchange"
 DEFAULT_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"),
                      ("amq.topic", "topic"), ("amq.headers", "headers"),
                      ("amq.match", "headers"))
@@ -81,7 +81,7 @@ def _norm(v: Any) -> Any:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
 
 
-REPLY_TO = "amq.rabbitmq.reply-to"  # the pseudo-queue of direct reply-to
+REPLY_TO: Final = "amq.rabbitmq.reply-to"  # the pseudo-queue of direct reply-to
 
 
 class VHost:

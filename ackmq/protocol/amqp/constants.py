@@ -2,61 +2,63 @@
 
 from __future__ import annotations
 
-FRAME_METHOD = 1
-FRAME_HEADER = 2
-FRAME_BODY = 3
-FRAME_HEARTBEAT = 8
-FRAME_END = 0xCE
-FRAME_END_BYTE = b"\xce"
-FRAME_HEADER_SIZE = 7  # type(1) + channel(2) + size(4)
-FRAME_OVERHEAD = 8  # header + frame-end octet
-FRAME_MIN_SIZE = 4096  # spec: frame-max may not be negotiated below this
-PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
-FRAME_MAX_DEFAULT = 131072  # the frame-max a server proposes and a client asks (RabbitMQ's)
+from typing import Final
+
+FRAME_METHOD: Final = 1
+FRAME_HEADER: Final = 2
+FRAME_BODY: Final = 3
+FRAME_HEARTBEAT: Final = 8
+FRAME_END: Final = 0xCE
+FRAME_END_BYTE: Final = b"\xce"
+FRAME_HEADER_SIZE: Final = 7  # type(1) + channel(2) + size(4)
+FRAME_OVERHEAD: Final = 8  # header + frame-end octet
+FRAME_MIN_SIZE: Final = 4096  # spec: frame-max may not be negotiated below this
+PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
+FRAME_MAX_DEFAULT: Final = 131072  # the frame-max a server proposes and a client asks (RabbitMQ's)
 
 # ackmq's opt-in delivery headers (S2, D10): the queue/consume arguments asking for them
 # and the headers a delivery then carries
-SEQ_HEADER = "x-ackmq-seq"  # the per-queue sequence number (S2)
-DELIVERY_COUNT_HEADER = "x-delivery-count"  # redeliveries so far (D10, RabbitMQ's name)
+SEQ_HEADER: Final = "x-ackmq-seq"  # the per-queue sequence number (S2)
+DELIVERY_COUNT_HEADER: Final = "x-delivery-count"  # redeliveries so far (D10, RabbitMQ's name)
 
 # Class ids used by the codec.
-CLASS_CONNECTION = 10
-CLASS_CHANNEL = 20
-CLASS_EXCHANGE = 40
-CLASS_QUEUE = 50
-CLASS_BASIC = 60
-CLASS_CONFIRM = 85
-CLASS_TX = 90
+CLASS_CONNECTION: Final = 10
+CLASS_CHANNEL: Final = 20
+CLASS_EXCHANGE: Final = 40
+CLASS_QUEUE: Final = 50
+CLASS_BASIC: Final = 60
+CLASS_CONFIRM: Final = 85
+CLASS_TX: Final = 90
 
 # (class id << 16) | method id of the frames with hand-written fast paths (decoder, client)
-BASIC_PUBLISH = 0x003C0028
-BASIC_RETURN = 0x003C0032
-BASIC_DELIVER = 0x003C003C
-BASIC_GET_OK = 0x003C0047
-BASIC_ACK = 0x003C0050
-BASIC_REJECT = 0x003C005A
-BASIC_NACK = 0x003C0078
+BASIC_PUBLISH: Final = 0x003C0028
+BASIC_RETURN: Final = 0x003C0032
+BASIC_DELIVER: Final = 0x003C003C
+BASIC_GET_OK: Final = 0x003C0047
+BASIC_ACK: Final = 0x003C0050
+BASIC_REJECT: Final = 0x003C005A
+BASIC_NACK: Final = 0x003C0078
 
 # Reply codes.
-REPLY_SUCCESS = 200
-CONTENT_TOO_LARGE = 311
-NO_ROUTE = 312
-NO_CONSUMERS = 313
-CONNECTION_FORCED = 320
-INVALID_PATH = 402
-ACCESS_REFUSED = 403
-NOT_FOUND = 404
-RESOURCE_LOCKED = 405
-PRECONDITION_FAILED = 406
-FRAME_ERROR = 501
-SYNTAX_ERROR = 502
-COMMAND_INVALID = 503
-CHANNEL_ERROR = 504
-UNEXPECTED_FRAME = 505
-RESOURCE_ERROR = 506
-NOT_ALLOWED = 530
-NOT_IMPLEMENTED = 540
-INTERNAL_ERROR = 541
+REPLY_SUCCESS: Final = 200
+CONTENT_TOO_LARGE: Final = 311
+NO_ROUTE: Final = 312
+NO_CONSUMERS: Final = 313
+CONNECTION_FORCED: Final = 320
+INVALID_PATH: Final = 402
+ACCESS_REFUSED: Final = 403
+NOT_FOUND: Final = 404
+RESOURCE_LOCKED: Final = 405
+PRECONDITION_FAILED: Final = 406
+FRAME_ERROR: Final = 501
+SYNTAX_ERROR: Final = 502
+COMMAND_INVALID: Final = 503
+CHANNEL_ERROR: Final = 504
+UNEXPECTED_FRAME: Final = 505
+RESOURCE_ERROR: Final = 506
+NOT_ALLOWED: Final = 530
+NOT_IMPLEMENTED: Final = 540
+INTERNAL_ERROR: Final = 541
 
 REPLY_TEXT: dict[int, str] = {
     REPLY_SUCCESS: "REPLY_SUCCESS",

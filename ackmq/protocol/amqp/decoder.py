@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from pamqp import commands, decode
 
@@ -114,13 +114,13 @@ _CONTENT_HEAD = struct.Struct(">HHQ")
 _HEADER_FRAME = struct.Struct(">BHIHHQ")
 _TAG_BIT = struct.Struct(">QB")
 
-_PUBLISH = BASIC_PUBLISH
-_RETURN = BASIC_RETURN
-_DELIVER = BASIC_DELIVER
-_GET_OK = BASIC_GET_OK
-_ACK = BASIC_ACK
-_REJECT = BASIC_REJECT
-_NACK = BASIC_NACK
+_PUBLISH: Final = BASIC_PUBLISH
+_RETURN: Final = BASIC_RETURN
+_DELIVER: Final = BASIC_DELIVER
+_GET_OK: Final = BASIC_GET_OK
+_ACK: Final = BASIC_ACK
+_REJECT: Final = BASIC_REJECT
+_NACK: Final = BASIC_NACK
 _CONTENT_METHODS = frozenset((_PUBLISH, _RETURN, _DELIVER, _GET_OK))
 
 _Ack = commands.Basic.Ack
@@ -128,13 +128,13 @@ _Nack = commands.Basic.Nack
 _Reject = commands.Basic.Reject
 _Deliver = commands.Basic.Deliver
 _new = object.__new__
-_NO_LIMIT = 1 << 62
-_SMALL_CARRY = 65536  # a carried-over partial frame smaller than this is copied per read
-_ARGS_CACHE = 1024    # distinct (exchange, routing key, bits) remembered per connection
+_NO_LIMIT: Final = 1 << 62
+_SMALL_CARRY: Final = 65536  # a carried-over partial frame smaller than this is copied per read
+_ARGS_CACHE: Final = 1024    # distinct (exchange, routing key, bits) remembered per connection
 
-_EXPECT_HEADER = "expected content header for class 60, got non content header frame instead"
-_EXPECT_BODY = "expected content body, got non content body frame instead"
-_EXPECT_METHOD = "expected method frame, got non method frame instead"
+_EXPECT_HEADER: Final = "expected content header for class 60, got non content header frame instead"
+_EXPECT_BODY: Final = "expected content body, got non content body frame instead"
+_EXPECT_METHOD: Final = "expected method frame, got non method frame instead"
 
 
 class _Pending:
@@ -248,6 +248,10 @@ class Decoder:
         payload_max = self._payload_max
         pending = self._pending
         append = events.append
+        ftype: int  # typed, so the compiled loop compares machine ints
+        channel: int
+        size: int
+        method_id: int
         while n - pos >= 7:
             ftype, channel, size = unpack_head(buf, pos)
             if size > payload_max:
@@ -415,6 +419,12 @@ def _fused_content(
     `props_ok`: property bytes known valid (equal ones are not checked again)."""
     if n - pos < 22:
         return None
+    ftype: int  # typed, so the compiled code compares machine ints
+    chan: int
+    size: int
+    class_id: int
+    weight: int
+    body_size: int
     ftype, chan, size, class_id, weight, body_size = _HEADER_FRAME.unpack_from(buf, pos)
     if (ftype != FRAME_HEADER or chan != channel or size > payload_max or size < 14
             or class_id != CLASS_BASIC or weight or body_size > max_size):
