@@ -13,7 +13,6 @@ wait behind it (for at most that commit), so the ready list stays in seq order.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -71,7 +70,3 @@ class Holding:
 
     def __len__(self) -> int:
         return sum(len(b.entries) for b in self.batches)
-
-    def __iter__(self) -> Iterator[QueueEntry]:
-        for b in self.batches:
-            yield from b.entries
