@@ -230,7 +230,8 @@ class ClassicQueue(Queue):
         if held is None:
             held = self._held = Holding()
         batch = held.start()
-        self.vhost.broker.await_commit_callback(lambda exc: self._held_durable(batch))
+        self.vhost.broker.await_commit_callback(lambda exc: self._held_durable(batch),
+                                                waiter=False)
 
     def _held_durable(self, batch: HeldBatch) -> None:
         """A held batch's commit is done: its entries (and those of every done batch
