@@ -122,3 +122,22 @@ def test_N3_held_batches_go_in_order_whatever_order_their_commits_report() -> No
     assert h.durable(second) == []  # the first batch still waits: order is kept
     assert h.durable(first) == e
     assert not h
+
+
+def test_N3_a_lone_held_publish_keeps_the_inline_fdatasync(tmp_path: Path) -> None:
+    """The release rides on the commit its confirm waits for and is no waiter of its
+    own: a lone QoS 2 publisher's commits stay fdatasynced inline in the turn (counted
+    as a waiter, each turn had two and the average soon passed INLINE_SYNC_AVG, sending
+    every commit to the sync thread: a thread hop more per QoS 2 message)."""
+    m = _Model(tmp_path)
+    try:
+        d = m.consume("d")
+        before = m.store.stats.inline_syncs
+        for i in range(10):
+            m.publish(b"%d" % i, hold=True)
+            m.turn()
+            m.store.sync_round()  # the delivery's removal (no-ack), written at the turn's end
+        assert m.store.stats.inline_syncs - before == 10
+        assert len(d.bodies) == 10
+    finally:
+        m.close()
