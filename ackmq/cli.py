@@ -54,6 +54,10 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mqtt-ws-port", type=int, default=D.mqtt_ws_port,
                    help="MQTT over WebSocket at /ws on this port (off unless given, as "
                         "RabbitMQ's web_mqtt, usually 15675; 0 picks a free one)")
+    p.add_argument("--mqtt-wss-port", type=int, default=D.mqtt_wss_port,
+                   help="MQTT over secure WebSocket (wss://) at /ws on this port, with the "
+                        "--tls-* options (off unless given, as RabbitMQ's web_mqtt.ssl.port, "
+                        "usually 15676; 0 picks a free one)")
     p.add_argument("--mqtt-max-keep-alive", type=int, default=D.mqtt_max_keep_alive,
                    metavar="SECONDS",
                    help="an MQTT 5 client's Keep Alive longer than this, or 0, is replaced by "
@@ -192,7 +196,7 @@ def serve(args: argparse.Namespace) -> int:
                         stream=sys.stdout)
     log = logging.getLogger("ackmq")
     for opt in ("port", "stomp_port", "stream_port", "stream_tls_port", "mqtt_port",
-                "mqtt_tls_port", "mqtt_ws_port", "tls_port",
+                "mqtt_tls_port", "mqtt_ws_port", "mqtt_wss_port", "tls_port",
                 "stomp_tls_port", "http_port", "https_port", "prometheus_port"):
         port = getattr(args, opt)  # None: a listener that is off
         if port is not None and not 0 <= port <= 65535:
@@ -200,7 +204,8 @@ def serve(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
     if args.tls_port is None and args.stomp_tls_port is None and args.https_port is None \
-            and args.stream_tls_port is None and args.mqtt_tls_port is None and (
+            and args.stream_tls_port is None and args.mqtt_tls_port is None \
+            and args.mqtt_wss_port is None and (
             args.tls_cert or args.tls_key or args.tls_ca or args.tls_verify_peer
             or args.tls_fail_if_no_peer_cert):
         print("ackmq: the --tls-* options need --tls-port (e.g. --tls-port 5671) and/or "
@@ -215,9 +220,10 @@ def serve(args: argparse.Namespace) -> int:
         print("ackmq: --mqtt-max-keep-alive must be between 0 and 65535 seconds, got "
               f"{args.mqtt_max_keep_alive}", file=sys.stderr)
         return 2
-    if args.mqtt_ssl_cert_login and args.mqtt_tls_port is None:
-        print("ackmq: --mqtt-ssl-cert-login needs --mqtt-tls-port (and --tls-ca "
-              "--tls-verify-peer, so that clients present a certificate)", file=sys.stderr)
+    if args.mqtt_ssl_cert_login and args.mqtt_tls_port is None and args.mqtt_wss_port is None:
+        print("ackmq: --mqtt-ssl-cert-login needs --mqtt-tls-port or --mqtt-wss-port (and "
+              "--tls-ca --tls-verify-peer, so that clients present a certificate)",
+              file=sys.stderr)
         return 2
     if not 0 < args.handshake_timeout <= 3600:
         print("ackmq: --handshake-timeout must be between 0 and 3600 seconds, got "
@@ -244,6 +250,7 @@ def serve(args: argparse.Namespace) -> int:
                  mqtt_ssl_cert_login=args.mqtt_ssl_cert_login,
                  mqtt_max_keep_alive=args.mqtt_max_keep_alive,
                  mqtt_ws_port=None if args.no_mqtt else args.mqtt_ws_port,
+                 mqtt_wss_port=None if args.no_mqtt else args.mqtt_wss_port,
                  amqp10=not args.no_amqp10, amqp10_anonymous_user=args.amqp10_anonymous_user,
                  amqp10_rabbitmq_compat=args.amqp10_rabbitmq_compat,
                  data_dir=None if args.no_persistence else args.data_dir,
@@ -310,6 +317,7 @@ def serve(args: argparse.Namespace) -> int:
                                          server.stream_tls_url, server.tls_url,
                                          server.stomp_tls_url, server.mqtt_url,
                                          server.mqtt_tls_url, server.mqtt_ws_url,
+                                         server.mqtt_wss_url,
                                          http and http.url,
                                          http and http.https_url) if u)
         log.info("ackmq listening on %s (%s, fsync %s)", urls, where,

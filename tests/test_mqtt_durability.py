@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BrokerProcess
-from support.mqtthelp import Closed, Raw, client_id
+from support.mqtthelp import Closed, Raw, client_id, paho, wait_for
 from support.slowfsync import SlowFsync
 
 import ackmq
@@ -84,6 +84,46 @@ def test_N3_pubcomp_comes_after_the_release_is_durable(
         assert r.recv() == PubComp(1)
         got = time.monotonic()
         assert s.done and sent < s.done[0] <= got, "PUBCOMP before the release's fsync"
+
+@pytest.mark.parametrize("v5", [False, True])
+def test_N3_qos2_message_reaches_a_subscriber_only_after_its_fsync(
+        slow: tuple[ackmq.EmbeddedBroker, SlowFsync], v5: bool) -> None:
+    """A subscriber connected when QoS 2 PUBLISHes arrive gets them only once the
+    group commit that writes them (and their packet ids) is fsynced: handed over
+    before, a power cut would undo messages and ids, the publisher would resend them,
+    and the subscriber would get them twice (docs/mqtt.md, "QoS 2 across a power cut").
+    40 PUBLISHes in one write: one turn, whose commit goes to the store's sync thread
+    (a lone one is synced inline, before the turn's writes leave anyway). The
+    subscription is QoS 1, so paho hands a message over on its PUBLISH."""
+    b, s = slow
+    arrived: list[float] = []
+    sub = paho(b.mqtt_port, client_id("hold-sub"), v5=v5, clean=False,
+               session_expiry=60)
+    try:
+        sub.on_message = lambda client, userdata, msg: arrived.append(time.monotonic())
+        subscribed = threading.Event()
+        sub.on_subscribe = lambda *a: subscribed.set()
+        sub.subscribe("hold/#", 1)
+        assert subscribed.wait(10)
+        with Raw("127.0.0.1", b.mqtt_port) as r:
+            r.connect(client_id("hold-pub"))
+            time.sleep(0.5)  # the subscription's own commits are over
+            s.done.clear()
+            sent = time.monotonic()
+            r.sendraw(b"".join(encode(Publish("hold/x", b"once", 2, False, False, pid))
+                               for pid in range(1, 41)))
+            assert wait_for(lambda: arrived, 10), "not delivered"
+            done = list(s.done)
+            assert done and sent < done[0] <= arrived[0], \
+                f"delivered {arrived[0] - sent:.3f} s after the PUBLISH, before its fsync"
+            assert [r.recv().packet_id for _ in range(40)] == list(range(1, 41))  # PUBRECs
+            assert wait_for(lambda: len(arrived) >= 40, 10)
+            time.sleep(0.3)
+            assert len(arrived) == 40
+    finally:
+        sub.disconnect()
+        sub.loop_stop()
+
 
 def _drain(port: int, cid: str, level: int = 4) -> list[bytes]:
     """Everything queued for the persistent session `cid`, each PUBACKed."""

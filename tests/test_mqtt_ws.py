@@ -62,3 +62,19 @@ def test_N1_websocket_off_unless_asked(tmp_path: Path) -> None:
         assert not any(WS_URL.search(line) for line in b.log)
     finally:
         b.stop()
+
+
+def test_N9_websocket_listener_is_listed_as_http_web_mqtt(broker: BrokerProcess) -> None:
+    """`ctl status` (and /api/overview) list it as RabbitMQ's web_mqtt does."""
+    import contextlib
+    import io
+    import json
+
+    from ackmq.cli import main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["ctl", "--data-dir", str(broker.data_dir), "status",
+                     "--formatter", "json"]) == 0
+    got = {x["protocol"]: x["port"] for x in json.loads(out.getvalue())["listeners"]}
+    assert got["http/web-mqtt"] == _ws_port(broker)
+    assert "https/web-mqtt" not in got

@@ -92,6 +92,7 @@ class BrokerModel:
         self._dirty: dict[int, ChannelModel] = {}
         self._commit_waiters: list[tuple[ChannelModel, int]] = []
         self._commit_callbacks: list[Callable[[BaseException | None], None]] = []
+        self._riders = 0  # of those, callbacks no one waits on (await_commit_callback)
         self._waiters_avg = 0.0  # waiters per commit that had any (moving average)
         # inside end_of_turn: a commit synced inline confirms in this same turn (the
         # _dirty loop below), so it asks for another turn only if it left work behind
@@ -239,8 +240,14 @@ class BrokerModel:
     def await_commit(self, ch: ChannelModel, seq: int) -> None:
         self._commit_waiters.append((ch, seq))
 
-    def await_commit_callback(self, fn: Callable[[BaseException | None], None]) -> None:
+    def await_commit_callback(self, fn: Callable[[BaseException | None], None],
+                              waiter: bool = True) -> None:
+        """`fn(error or None)` once this turn's commit is durable. `waiter` False: no
+        client waits on it (a held publish's release, broker/hold.py, rides on the
+        commit its confirm waits for), so it does not count towards the inline sync."""
         self._commit_callbacks.append(fn)
+        if not waiter:
+            self._riders += 1
 
     def channel_closed(self, ch: ChannelModel) -> None:
         self._dirty.pop(id(ch), None)
@@ -277,6 +284,7 @@ class BrokerModel:
                 # streams and the main store have synced what the turn wrote (P5c)
                 waiters, callbacks = self._commit_waiters, self._commit_callbacks
                 self._commit_waiters, self._commit_callbacks = [], []
+                self._riders = 0
                 done = _Join(2 if store is not None else 1,
                              lambda exc: self._committed(waiters, callbacks, exc))
                 streams.commit(done)
@@ -289,7 +297,8 @@ class BrokerModel:
                                   or self._commit_callbacks):
             waiters, callbacks = self._commit_waiters, self._commit_callbacks
             self._commit_waiters, self._commit_callbacks = [], []
-            n = len(waiters) + len(callbacks)
+            n = len(waiters) + len(callbacks) - self._riders
+            self._riders = 0
             if n:
                 self._waiters_avg += (n - self._waiters_avg) * 0.25
             # few waiters, and few lately: sync on this thread when the store's sync thread

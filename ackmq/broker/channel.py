@@ -117,7 +117,8 @@ class ChannelBroker(VHostBroker, Protocol):
     def schedule_bounds(self) -> Bounds: ...
     def mark_dirty(self, ch: ChannelModel) -> None: ...
     def await_commit(self, ch: ChannelModel, seq: int) -> None: ...
-    def await_commit_callback(self, fn: Callable[[BaseException | None], None]) -> None: ...
+    def await_commit_callback(self, fn: Callable[[BaseException | None], None],
+                              waiter: bool = True) -> None: ...
     def channel_closed(self, ch: ChannelModel) -> None: ...
 
 
@@ -198,13 +199,16 @@ class ChannelModel(Operations):
 
     # -- publish --------------------------------------------------------------------
     def basic_publish(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool,
-                      properties: bytes, body: bytes, scheduled: bool = False) -> Outcome:
+                      properties: bytes, body: bytes, scheduled: bool = False,
+                      hold: bool = False) -> Outcome:
         """The publish verb (C2): returns its outcome, (confirm sequence number or 0,
         routed?): routed False is a message no queue took (returned to the output when
         `mandatory`); the confirm of that number comes later through the output. In a
         transaction nothing is routed until the commit: (0, True). `scheduled`: held by
         the vhost's scheduled store and routed when due (STOMP's AMQ_SCHEDULED_*
-        headers, broker/scheduled.py)."""
+        headers, broker/scheduled.py). `hold`: a persistent message reaches no consumer
+        of a durable queue before the commit that writes it is durable (MQTT QoS 2,
+        broker/hold.py)."""
         if immediate:
             raise HardError(NOT_IMPLEMENTED, "immediate=true")
         if len(routing_key) > 63:  # only STOMP and HTTP can send more than a shortstr
@@ -244,9 +248,9 @@ class ChannelModel(Operations):
             return ROUTED
         confirms = self.confirms
         if confirms is None:
-            return ROUTED if self._enqueue(x, msg, mandatory, scheduled)[2] else UNROUTED
+            return ROUTED if self._enqueue(x, msg, mandatory, scheduled, hold)[2] else UNROUTED
         seq = confirms.publish()
-        stored, refused, routed = self._enqueue(x, msg, mandatory, scheduled)
+        stored, refused, routed = self._enqueue(x, msg, mandatory, scheduled, hold)
         if self.vhost.trace is not None:
             self.vhost.trace.confirm_owed(self, seq, x, msg, stored, refused)
         stats.received_confirm += 1
@@ -263,7 +267,7 @@ class ChannelModel(Operations):
         return seq, routed
 
     def _enqueue(self, x: Any, msg: Message, mandatory: bool,
-                 scheduled: bool = False) -> tuple[bool, bool, bool]:
+                 scheduled: bool = False, hold: bool = False) -> tuple[bool, bool, bool]:
         """Route and hand to queues: (written to the store?, refused by a queue?,
         routed?)."""
         queues: list[Queue] = [store_of(self.vhost)] if scheduled else \
@@ -284,6 +288,9 @@ class ChannelModel(Operations):
         self.stats.routed += 1
         if not queues[0].hidden:  # a timer store's message is counted out when it fires
             x.stat_out += len(queues)
+        if hold and msg.persistent:
+            for q in queues:
+                q.hold()
         stored = refused = False
         for q in queues:
             q.stat_published += 1

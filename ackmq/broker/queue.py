@@ -26,6 +26,7 @@ from ackmq.broker.arguments import (
 from ackmq.broker.consumer import Consumer
 from ackmq.broker.dedup import QUEUE_ARG, DedupExchange, QueueIds, message_id
 from ackmq.broker.delayed import delay_ms
+from ackmq.broker.hold import HeldBatch, Holding
 from ackmq.broker.message import Message
 from ackmq.broker.queue_type import ACK, QUEUE_TYPES, REJECT, REQUEUE, Queue, QueueEntry
 from ackmq.broker.readylist import ReadyList
@@ -64,6 +65,7 @@ class ClassicQueue(Queue):
         self.host = vhost  # the vhost as this type sees it (the seam knows only its name)
         a = self.arguments
         self._retry: RetryHeap[QueueEntry] | None = None  # L6: messages waiting out a back-off
+        self._held: Holding | None = None  # waiting for their commit (MQTT QoS 2, hold.py)
         self._settings(vhost.broker.policies.queue_arguments(self))
         self.max_priority = min(_int_arg(a, "x-max-priority") or 0, 255)
         broker = vhost.broker
@@ -144,7 +146,8 @@ class ClassicQueue(Queue):
 
     @property
     def message_count(self) -> int:
-        return len(self.ready)
+        held = self._held
+        return len(self.ready) + (len(held) if held is not None else 0)
 
     @property
     def unacked_count(self) -> int:
@@ -189,7 +192,7 @@ class ClassicQueue(Queue):
             ttl = message.expiration_ms if ttl is None else min(ttl, message.expiration_ms)
         if ttl == 0:
             # TTL 0: delivered only if a consumer can take it right now, else expired
-            if not self._active or len(self.ready):
+            if not self._active or len(self.ready) or self._held is not None:
                 self._dead_letter(entry, "expired")
                 return True
             if ids is not None and key is not None:
@@ -208,12 +211,47 @@ class ClassicQueue(Queue):
             entry.persisted = True
         if ids is not None and key is not None:
             ids.add(key, entry.seq)
+        held = self._held
+        if held is not None:  # behind a held publish: waits for its commit too
+            held.add(entry)
+            return True
         self.ready.append(entry)
         if self._active:
             self.dispatch()
         if entry.expires_at is not None and self.ready.peek() is entry:
             self._schedule_ttl()
         return True
+
+    def hold(self) -> None:
+        """From this publish on, new entries wait for this turn's commit (hold.py)."""
+        if self.persistent_store is None or self.deleted:
+            return  # nothing is written: nothing to wait for
+        held = self._held
+        if held is None:
+            held = self._held = Holding()
+        batch = held.start()
+        self.vhost.broker.await_commit_callback(lambda exc: self._held_durable(batch),
+                                                waiter=False)
+
+    def _held_durable(self, batch: HeldBatch) -> None:
+        """A held batch's commit is done: its entries (and those of every done batch
+        after it) become ready. A failed commit releases them too, as it leaves every
+        other message it carried in its queue (their publishers have their nacks)."""
+        held = self._held
+        if held is None or self.deleted:
+            return
+        entries = held.durable(batch)
+        if not held:
+            self._held = None
+        if not entries:
+            return
+        ready = self.ready
+        for e in entries:
+            ready.append(e)
+        self._schedule_ttl()
+        if self._active:
+            self.dispatch()
+        self.vhost.broker.request_flush()
 
     def recover(self, messages: QueuedMessages, hot: int | None) -> int:
         if self.max_priority:
@@ -440,6 +478,8 @@ class ClassicQueue(Queue):
     # -- admin --------------------------------------------------------------------
     def purge(self) -> int:
         entries = self.ready.clear()
+        if self._held is not None:  # in the queue, waiting for their commit
+            entries.extend(self._held.take_all())
         if self._retry is not None:  # waiting out a back-off: in the queue, not with a consumer
             entries.extend(self._retry.clear())
         for e in entries:
@@ -464,6 +504,7 @@ class ClassicQueue(Queue):
     def destroy(self) -> None:
         """Called by the vhost on delete: stop timers, forget everything."""
         self.deleted = True
+        self._held = None
         self._ttl.cancel()
         self._expiry.cancel()
         if self._retry is not None:

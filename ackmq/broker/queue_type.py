@@ -178,6 +178,11 @@ class Queue:
         """Take a message; False when the queue refuses it (a nack, P6)."""
         raise NotImplementedError
 
+    def hold(self) -> None:
+        """Keep the next publish, and those after it, from consumers until this turn's
+        store commit is durable (an MQTT QoS 2 publish: broker/hold.py). A type whose
+        messages are not in the store's commit holds nothing."""
+
     def check_consume(self, arguments: dict[str, Any], no_ack: bool, exclusive: bool,
                       prefetch: int) -> None:
         """basic.consume's arguments and flags before consume-ok (the consumer's own

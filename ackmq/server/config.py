@@ -31,6 +31,9 @@ class Config:
     mqtt_ssl_cert_login: bool = False
     # MQTT over WebSocket at /ws (RabbitMQ's web_mqtt, usually 15675); off unless asked
     mqtt_ws_port: int | None = None
+    # the same over TLS (wss://, RabbitMQ's web_mqtt.ssl.port, usually 15676), with the
+    # tls_* certificate options; off unless asked; 0: a free port
+    mqtt_wss_port: int | None = None
     # the largest packet a client may send (5.0: told in CONNACK); 0: max_message_size
     # plus 64 KiB for the topic and properties
     mqtt_max_packet_size: int = 0

@@ -92,6 +92,8 @@ class HttpContext:
     parameters: Parameters | None = None
     mqtt_port: int = 0
     mqtt_tls_port: int = 0
+    mqtt_ws_port: int = 0  # MQTT over WebSocket (RabbitMQ's http/web-mqtt)
+    mqtt_wss_port: int = 0  # and over TLS (https/web-mqtt)
 
     @property
     def broker(self) -> BrokerModel:

@@ -123,6 +123,8 @@ class Server:
         self.mqtt_tls_port = 0
         self.mqtt_ws: Any = None  # server/mqtt/websocket.MQTTWebSocketListener
         self.mqtt_ws_url = ""  # ws://host:port/ws, "" without it
+        self.mqtt_wss: Any = None  # the same over TLS
+        self.mqtt_wss_url = ""  # wss://host:port/ws, "" without it
         self._tls_ctx: Any = None  # one ssl.SSLContext for every TLS listener
         self._spill_tmp: str | None = None
         self._streams_tmp: str | None = None
@@ -214,12 +216,18 @@ class Server:
                                   cfg.load_definitions)
         host = await self._start_listeners()
         if cfg.mqtt_ws_port is not None:
-            await self._start_mqtt_ws(host)
+            self.mqtt_ws, self.mqtt_ws_url = await self._start_mqtt_ws(
+                host, cfg.mqtt_ws_port, False)
+        if cfg.mqtt_wss_port is not None:
+            self.mqtt_wss, self.mqtt_wss_url = await self._start_mqtt_ws(
+                host, cfg.mqtt_wss_port, True)
         # what the management front ends (server/http/, server/ctl/) reach
         mgmt = HttpContext(self.ctx, self.alarms, self.port, self.tls_port, self.stomp_port,
                            self.stomp_tls_port, stream_port=self.stream_port,
                            stream_tls_port=self.stream_tls_port, parameters=self.parameters,
-                           mqtt_port=self.mqtt_port, mqtt_tls_port=self.mqtt_tls_port)
+                           mqtt_port=self.mqtt_port, mqtt_tls_port=self.mqtt_tls_port,
+                           mqtt_ws_port=self.mqtt_ws.port if self.mqtt_ws else 0,
+                           mqtt_wss_port=self.mqtt_wss.port if self.mqtt_wss else 0)
         if cfg.http_port is not None or cfg.https_port is not None:
             await self._start_http(host, mgmt)  # the management API (M1), on the same loop
         if cfg.data_dir is not None and cfg.admin_socket:
@@ -341,19 +349,23 @@ class Server:
         listener.bound_port = sock.getsockname()[1]
         listener.bound = [_host_port(s.getsockname()[0], s.getsockname()[1]) for s in socks]
 
-    async def _start_mqtt_ws(self, host: str) -> None:
-        """MQTT over WebSocket (server/mqtt/websocket.py), on aiohttp as the management API."""
+    async def _start_mqtt_ws(self, host: str, port: int, tls: bool) -> tuple[Any, str]:
+        """MQTT over WebSocket (server/mqtt/websocket.py), on aiohttp as the management
+        API; `tls`: over TLS (wss://) with the certificate options. The listener and its
+        URL."""
         from ackmq.server.mqtt.websocket import PATH, MQTTWebSocketListener
         ws = MQTTWebSocketListener(self.ctx)
-        port = self.config.mqtt_ws_port
+        ssl_context = self._tls_context() if tls else None
         try:
-            await ws.start(self.config.host, port or 0)
+            await ws.start(self.config.host, port or 0, ssl_context)
         except OSError as e:
             self._close_listeners()
-            e.listener = f"{_host_port(self.config.host, port or 0)} (MQTT over WebSocket)"  # type: ignore[attr-defined]
+            if self.mqtt_ws is not None:
+                await self.mqtt_ws.stop()
+            what = "MQTT over secure WebSocket" if tls else "MQTT over WebSocket"
+            e.listener = f"{_host_port(self.config.host, port or 0)} ({what})"  # type: ignore[attr-defined]
             raise
-        self.mqtt_ws = ws
-        self.mqtt_ws_url = f"ws://{_host_port(host, ws.port)}{PATH}"
+        return ws, f"{'wss' if tls else 'ws'}://{_host_port(host, ws.port)}{PATH}"
 
     def _tls_context(self) -> Any:
         """The certificate options' context, made once; on a bad option the listeners
@@ -365,6 +377,7 @@ class Server:
                                               ("--stomp-tls-port", cfg.stomp_tls_port),
                                               ("--stream-tls-port", cfg.stream_tls_port),
                                               ("--mqtt-tls-port", cfg.mqtt_tls_port),
+                                              ("--mqtt-wss-port", cfg.mqtt_wss_port),
                                               ("--https-port", cfg.https_port))
                                if p is not None)
             try:
@@ -476,8 +489,9 @@ class Server:
             await self.admin.stop()
         if self.http is not None:
             await self.http.stop()
-        if self.mqtt_ws is not None:
-            await self.mqtt_ws.stop()
+        for ws in (self.mqtt_ws, self.mqtt_wss):
+            if ws is not None:
+                await ws.stop()
         if self.alarms is not None:
             self.alarms.stop()
         self._close_listeners()

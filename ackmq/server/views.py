@@ -67,6 +67,8 @@ def listeners(server: HttpContext) -> list[dict[str, Any]]:
                         ("stomp", server.stomp_port), ("stomp/ssl", server.stomp_tls_port),
                         ("stream", server.stream_port), ("stream/ssl", server.stream_tls_port),
                         ("mqtt", server.mqtt_port), ("mqtt/ssl", server.mqtt_tls_port),
+                        ("http/web-mqtt", server.mqtt_ws_port),
+                        ("https/web-mqtt", server.mqtt_wss_port),
                         ("http", server.http.port if server.http else 0),
                         ("https", server.http.https_port if server.http else 0)):
         if port:

@@ -327,8 +327,9 @@ class MQTTConnection(Subscriptions, ClientConnection):
                              self.client_id if self.no_local else None)
         key = to_amqp(topic)
         try:
+            # QoS 2: no consumer has it before its commit (and its id's note) is durable
             seq, routed = ch.basic_publish(EXCHANGE, key, qos > 0 and self.level == rc.MQTT5,
-                                           False, raw, p.payload)
+                                           False, raw, p.payload, hold=qos == 2)
         except ReplyError as e:
             if qos and self.level == rc.MQTT5:  # 5.0 refuses the one message
                 code = rc.NOT_AUTHORIZED if e.code == 403 else rc.UNSPECIFIED_ERROR

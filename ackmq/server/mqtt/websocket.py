@@ -1,5 +1,5 @@
 """MQTT over WebSocket (N1), as RabbitMQ's web_mqtt plugin: path `/ws`, subprotocol `mqtt`,
-MQTT packets in binary messages. Each WebSocket is an `MQTTConnection` like a TCP one:
+MQTT packets in binary messages, on `ws://` or, with the broker's TLS context, `wss://`. Each WebSocket is an `MQTTConnection` like a TCP one:
 its bytes go to `data_received`, and `WSTransport` stands for the asyncio transport it
 writes to (one WebSocket message per loop turn's output, as the TCP transports get one
 `writelines`)."""
@@ -12,6 +12,8 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import ssl
+
     from aiohttp import web
 
     from ackmq.server.context import FrontEnd
@@ -88,7 +90,9 @@ class WSTransport(asyncio.Transport):
 
 
 class MQTTWebSocketListener:
-    """`/ws` on its own port (RabbitMQ's web_mqtt.tcp.port, 15675)."""
+    """`/ws` on its own port (RabbitMQ's web_mqtt.tcp.port, 15675, or over TLS its
+    web_mqtt.ssl.port, 15676). Over TLS a connection's `certificate_user` is the client
+    certificate's CN, as over MQTT's own TLS port (`--mqtt-ssl-cert-login`)."""
 
     def __init__(self, ctx: FrontEnd) -> None:
         self.ctx = ctx
@@ -96,13 +100,15 @@ class MQTTWebSocketListener:
         self.port = 0
         self.bound: list[str] = []
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+                    ) -> None:
         from aiohttp import web
         app = web.Application()
         app.router.add_get(PATH, self._handle)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, host or None, port, backlog=1024, reuse_address=True)
+        site = web.TCPSite(runner, host or None, port, backlog=1024, reuse_address=True,
+                           ssl_context=ssl_context)
         try:
             await site.start()
         except OSError:
