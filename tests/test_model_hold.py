@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from test_model_readylist import OWNER
+
 from ackmq.broker import BrokerModel, NullScheduler
 from ackmq.broker.hold import Holding
 from ackmq.broker.queue_type import QueueEntry
@@ -112,7 +114,7 @@ def test_N3_held_messages_are_purged_and_counted(tmp_path: Path) -> None:
 
 def test_N3_held_batches_go_in_order_whatever_order_their_commits_report() -> None:
     h = Holding()
-    e = [QueueEntry(None, n, None) for n in range(3)]
+    e = [QueueEntry(None, n, OWNER) for n in range(3)]
     first = h.start()
     h.add(e[0])
     second = h.start()

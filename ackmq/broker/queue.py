@@ -230,7 +230,7 @@ class ClassicQueue(Queue):
         if held is None:
             held = self._held = Holding()
         batch = held.start()
-        self.vhost.broker.await_commit_callback(lambda exc: self._held_durable(batch),
+        self.host.broker.await_commit_callback(lambda exc: self._held_durable(batch),
                                                 waiter=False)
 
     def _held_durable(self, batch: HeldBatch) -> None:
@@ -251,7 +251,7 @@ class ClassicQueue(Queue):
         self._schedule_ttl()
         if self._active:
             self.dispatch()
-        self.vhost.broker.request_flush()
+        self.host.broker.request_flush()
 
     def recover(self, messages: QueuedMessages, hot: int | None) -> int:
         if self.max_priority:
