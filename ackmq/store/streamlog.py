@@ -252,9 +252,11 @@ class StreamLog:
         """The trailers of a closed segment's records at `since` or later (its publishes
         are whole: it was synced before the next segment was written)."""
         rel = max(since - seg.first, 0)
+        base = seg.positions[rel // STRIDE] if seg.positions else SEG_HDR.size
         with open(seg.path, "rb") as f:
-            data = f.read(seg.size)
-        pos = seg.positions[rel // STRIDE] if seg.positions else SEG_HDR.size
+            f.seek(base)
+            data = f.read(seg.size - base)  # from the indexed record before `since`
+        pos = 0
         mv = memoryview(data)
         while pos + REC_HDR.size <= len(data):
             n, crc = REC_HDR.unpack_from(data, pos)
