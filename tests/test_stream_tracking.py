@@ -296,3 +296,27 @@ def test_X3_X4_a_log_written_before_trailers_opens_with_its_tracking_file(
     assert lg.tracked(PUBLISHER, "app") == 40
     assert _ids(lg) == list(range(41))
     lg.close()
+
+
+def test_X3_a_clean_close_snapshots_the_whole_log(tmp_path: Path) -> None:
+    """A named publish, then unnamed ones filling segments: the tracking file's point
+    would stay at the named one, and every open would read the segment holding it for
+    trailers; a clean close writes the publishers' entries again covering the whole
+    log, so the next open starts from its end."""
+    store = _store(tmp_path)
+    lg = store.open("/", "s", True, 2000, None, None)
+    _publish(lg, range(1, 6))
+    store.appended("/", "s", lg)
+    _commit(store)
+    assert lg.tracking.point == 5
+    for i in range(100):
+        lg.append("", "s", b"\x00\x00", f"m{i}".encode())
+        store.appended("/", "s", lg)
+        _commit(store)
+    assert len(lg.segments) > 1 and lg.tracking.point == 5
+    d = lg.dir
+    store.close()
+    lg = StreamLog(d, 2000)
+    assert lg.tracking.point == lg.next_offset == 105
+    assert lg.tracked(PUBLISHER, "app") == 5
+    lg.close()

@@ -232,8 +232,9 @@ class StreamLog:
     def _rebuild_tracking(self, since: int) -> None:
         """Give the tracking the publisher trailers of the records from `since` (the
         tracking file's snapshot point) on: the scanned segments' were read by `_scan`,
-        a closed segment past it that may hold some is read for them here (only after a
-        crash: a commit's snapshot normally covers its own records)."""
+        a closed segment past it that may hold some is read for them here (after a
+        crash: a commit's snapshot covers its own records, and a clean close snapshots
+        the whole log)."""
         for seg in self._indexed:
             if seg.trailers and seg.first + seg.count > since:
                 self._segment_trailers(seg, since)
@@ -662,6 +663,7 @@ class StreamLog:
     def close(self) -> None:
         self.flush()
         self.sync()
+        self.tracking.snapshot(self.next_offset)  # (the next open reads no trailer)
         if self.tracking.pending:
             self.tracking.write_pending(self.next_offset)
             if self.tracking.fd >= 0:

@@ -60,6 +60,7 @@ class Tracking:
         self._covered: dict[tuple[int, str], int] = {}
         self._pending: dict[tuple[int, str], int] = {}
         self._records = 0
+        self.point = 0  # the highest `covered` in the file: its snapshot's point
         self.fd = -1
 
     def load(self, log_end: int) -> int:
@@ -98,6 +99,7 @@ class Tracking:
                         "ignored", self.path, ignored, log_end)
         if pos != len(data) or ignored or self._records > 2 * len(self.values) + 64:
             self.compact()
+        self.point = since
         return since
 
     def recovered(self, found: dict[str, tuple[int, int]], since: int, log_end: int) -> None:
@@ -146,6 +148,7 @@ class Tracking:
         pending, self._pending = self._pending, {}
         for key in pending:
             self._covered[key] = covered
+        self.point = max(self.point, covered)
         self._records += len(pending)
         data = b"".join(_record(k, r, v, covered) for (k, r), v in pending.items())
         if self.fd < 0:
@@ -153,6 +156,15 @@ class Tracking:
         done = 0
         while done < len(data):
             done += os.write(self.fd, data[done:])
+
+    def snapshot(self, log_end: int) -> None:
+        """Every publisher's entry to be written again, covering the log up to `log_end`
+        (its records all written and synced: a clean close), if the file's point is
+        below it: the next open then has no trailer to read."""
+        if self.point < log_end:
+            for key, value in self.values.items():
+                if key[0] == PUBLISHER:
+                    self._pending[key] = value
 
     def drop_pending(self) -> None:
         self._pending = {}
