@@ -19,6 +19,7 @@ from rstream.encoding import decode_frame, encode_frame
 from ackmq.broker import BrokerModel, NullScheduler
 from ackmq.broker.access import AccessModel, ChannelAccess
 from ackmq.broker.errors import SoftError
+from ackmq.broker.trace import Tracer
 from ackmq.protocol.amqp.properties import encode_fields
 from ackmq.protocol.amqp10.message import AMQP_VALUE, Message10
 from ackmq.protocol.stream import constants as K
@@ -78,6 +79,35 @@ def test_X3_publish_stream_appends_a_frame_and_confirms_it_once_synced(
     broker.end_of_turn()
     assert out.confirms[-1] == (True, 2, False) and q.message_count == 4
     assert ch.publish_stream(q, []) == 0  # nothing to publish: no number
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_X3_publish_stream_keeps_the_publishers_sequence_with_its_records(
+        tmp_path: Path, traced: bool) -> None:
+    """A named publisher's frame: its (reference, last publishing id) goes into the
+    trailer of the frame's first record (store/streamlog.py), so the log alone gives
+    the sequence back, the tracking file gone; the firehose's record-by-record way
+    (S10) too. Readers see the records as they were published."""
+    broker, ch, out = _world(tmp_path, (".*", ".*", ".*"))
+    vh = broker.vhost("/")
+    if traced:
+        vh.trace = Tracer(vh, "node", lambda owner: "conn")
+        out.number = 1  # type: ignore[attr-defined]  # (the channel number a copy names)
+    q = vh.queues["s"]
+    records = [(b"\x00\x00", b"a"), (b"\x00\x00", b"bb")]
+    ch.publish_stream(q, [(b"\x00\x00", b"u")])  # an unnamed publisher's: no trailer
+    ch.publish_stream(q, records, ("app", 7))
+    ch.publish_stream(q, records, ("other", 3))
+    broker.end_of_turn()
+    assert out.confirms[-1][0] is True
+    assert [r[BODY] for r in q.log.read(0, 10)] == [b"u", b"a", b"bb", b"a", b"bb"]
+    d = q.log.dir
+    q.log.close()
+    (d / "tracking").unlink()
+    lg = StreamLog(d)
+    assert (lg.tracked(0, "app"), lg.tracked(0, "other")) == (7, 3)
+    assert [r[BODY] for r in lg.read(0, 10)] == [b"u", b"a", b"bb", b"a", b"bb"]
+    lg.close()
 
 
 def test_X3_publish_stream_nacked_when_its_write_fails(tmp_path: Path) -> None:

@@ -225,8 +225,8 @@ class Operations:
         if self.access is not None:
             self.access.read("queue", queue)
 
-    def publish_stream(self, queue: StreamQueue, records: Sequence[tuple[bytes, bytes]]
-                       ) -> int:
+    def publish_stream(self, queue: StreamQueue, records: Sequence[tuple[bytes, bytes]],
+                       publisher: tuple[str, int] | None = None) -> int:
         """A stream-protocol Publish frame's (properties, body) records, appended to the
         stream together (SPEC X1-X3) on a channel in confirm mode. Checked once for the
         frame: write on the default exchange (the publish's way in, cached per channel
@@ -234,8 +234,10 @@ class Operations:
         RabbitMQ's stream plugin writes to its log: not routed, properties not read (no
         CC routing, user-id or expiration check: the plugin makes none). One confirm
         sequence number covers the records: confirmed (or nacked) once the turn's
-        commit has fdatasynced them (P5c); returned (0: no records). With the firehose
-        on (S10) each record goes through `basic_publish`, which traces it."""
+        commit has fdatasynced them (P5c); returned (0: no records). `publisher`: a
+        named publisher's (reference, last publishing id), kept with the records (X3).
+        With the firehose on (S10) each record goes through `basic_publish`, which
+        traces it."""
         if not records:
             return 0
         access = self.access
@@ -249,8 +251,11 @@ class Operations:
         if vh.trace is not None:
             model: Any = self
             seq = 0
+            first = 0 if queue.log is None else queue.log.next_offset
             for properties, body in records:
                 seq = model.basic_publish("", queue.name, False, False, properties, body)[0]
+            if publisher is not None:
+                queue.track_publish(first, *publisher)
             return seq
         n = len(records)
         stats = self.stats
@@ -262,7 +267,7 @@ class Operations:
         x.stat_out += n
         queue.stat_published += n
         seq = confirms.publish()
-        if not queue.publish_records("", queue.name, records):
+        if not queue.publish_records("", queue.name, records, publisher):
             confirms.nack(seq)
             self.broker.mark_dirty(self)
             return seq

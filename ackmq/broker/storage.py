@@ -183,6 +183,10 @@ class StreamLogLike(Protocol):
     def track(self, kind: int, ref: str, value: int) -> None:
         """Set it; durable with the next commit, after the records appended before it."""
 
+    def track_publish(self, first: int, ref: str, value: int) -> None:
+        """A named publisher's last publishing id, kept with its publish's records (from
+        offset `first` to the newest, still buffered): synced with them, all or none."""
+
     def tracked_all(self) -> list[tuple[int, str, int]]:
         """Every (kind, reference, value) tracked (rabbitmq-streams list_stream_tracking)."""
 

@@ -135,14 +135,18 @@ class StreamQueue(Queue):
         return True
 
     def publish_records(self, exchange: str, routing_key: str,
-                        records: Sequence[tuple[bytes, bytes]]) -> bool:
+                        records: Sequence[tuple[bytes, bytes]],
+                        publisher: tuple[str, int] | None = None) -> bool:
         """Several (properties, body) records published together (a stream-protocol
         Publish frame, broker/operations.py's `publish_stream`): appended in one go,
-        consumers and readers told once."""
+        consumers and readers told once. `publisher`: a named publisher's (reference,
+        last publishing id), kept with the records (X3)."""
         lg = self.log
         if lg is None or self.deleted:
             return False
-        lg.append_many(exchange, routing_key, records)
+        first = lg.append_many(exchange, routing_key, records)
+        if publisher is not None:
+            lg.track_publish(first, *publisher)
         self._appended(lg)
         return True
 
@@ -177,6 +181,13 @@ class StreamQueue(Queue):
 
     def tracked_all(self) -> list[tuple[int, str, int]]:
         return [] if self.log is None else self.log.tracked_all()
+
+    def track_publish(self, first: int, ref: str, value: int) -> None:
+        """A named publisher's sequence `value` kept with its records from offset `first`
+        on, appended this turn one by one (the firehose's way, `publish_stream`)."""
+        lg = self.log
+        if lg is not None and not self.deleted:
+            lg.track_publish(first, ref, value)
 
     def track(self, kind: int, ref: str, value: int) -> None:
         """A publisher's sequence or a consumer's offset, durable with this turn's commit."""

@@ -10,10 +10,26 @@ whole segments, oldest first, when a segment is rolled: by total bytes
 
     segment file : b"ACKMQST1" | u64 first offset | record*
     index file   : a closed segment's sparse index (written when it is rolled), checked
-                   against the segment's size; the newest segment is rescanned at start
+                   against the segment's size; the newest segment is rescanned at start.
+                   Magic ACKMQSI1: no record of the segment has a trailer; ACKMQSI2:
+                   some may
     record       : u32 payload length | u32 crc32(payload) | payload (format.REC_HDR)
     payload      : u64 offset | i64 timestamp ms | u8 len(exchange) | u8 len(routing key)
                    | u32 len(properties) | u32 len(body) | the four byte strings
+                   | trailer (the rest of the payload length, usually empty)
+    trailer      : u16 len(reference) | reference (UTF-8) | u64 publishing id
+                   | u32 records (of the publish, this one the first)
+
+A trailer is the stream protocol's deduplication kept with the records it covers, as
+RabbitMQ keeps a publisher's sequence in its chunk (X3): a named publisher's last
+publishing id, on the first record of its publish (a Publish frame's records), inside
+that record's checksum, with the number of records the publish wrote. A publish is
+never split between segments, and opening a log cuts a publish whose records are not
+all there (a torn write: never synced, so never confirmed) with its trailer, so a power
+cut keeps a publish's records and its id, or neither. Readers go by the four lengths
+and never see a trailer; the tracking file (streamtrack.py) is a snapshot of the
+trailers, and opening a log takes those written after the snapshot's point
+(`_rebuild_tracking`).
 """
 
 from __future__ import annotations
@@ -35,7 +51,7 @@ from typing import Any, Final, cast
 
 from ackmq.broker.storage import StreamLogLike
 from ackmq.store.format import REC_HDR
-from ackmq.store.streamtrack import Tracking
+from ackmq.store.streamtrack import PUBLISHER, Tracking
 
 log = logging.getLogger("ackmq.stream")
 
@@ -43,12 +59,15 @@ SEG_MAGIC = b"ACKMQST1"
 SEG_HDR = struct.Struct("<8sQ")
 REC = struct.Struct("<QqBBII")
 IDX_MAGIC = b"ACKMQSI1"
+IDX_MAGIC_TRAILERS = b"ACKMQSI2"  # the same layout; records of the segment may have trailers
 IDX_HDR = struct.Struct("<8sQQQqQ")  # magic, first offset, count, segment size, last ts, n
 STRIDE = 64                       # one index entry per this many records
 # RabbitMQ's default is 500 MB; ackmq's is smaller: a restart rescans the newest segment
 DEFAULT_SEGMENT_BYTES = 64 << 20
 READ_CHUNK = 256 << 10
 READ_AHEAD = 1 << 20  # asked of the kernel (posix_fadvise) past each batch read
+TRAILER_REF = struct.Struct("<H")
+TRAILER_TAIL = struct.Struct("<QI")  # publishing id, records
 
 
 # a record as `read` returns it: a plain tuple (no per-record class instance), indexed
@@ -85,8 +104,28 @@ def _decode(data: bytes, p: int) -> StreamRecord:
     return off, ts, x, k, data[p:p + lp], data[p + lp:p + lp + lb]
 
 
+def trailer(ref: str, publishing_id: int, records: int) -> bytes:
+    """A publish's trailer: its named publisher's last publishing id (X3)."""
+    r = ref.encode("utf-8", "surrogateescape")
+    return TRAILER_REF.pack(len(r)) + r + TRAILER_TAIL.pack(publishing_id, records)
+
+
+def read_trailer(data: builtins.bytes, p: int, stop: int) -> tuple[str, int, int] | None:
+    """(reference, publishing id, records) of the trailer in data[p:stop] (a record's
+    bytes past its body), None if it is not one."""
+    if p + TRAILER_REF.size > stop:
+        return None
+    n = TRAILER_REF.unpack_from(data, p)[0]
+    q = p + TRAILER_REF.size + n
+    if q + TRAILER_TAIL.size != stop:
+        return None
+    pubid, records = TRAILER_TAIL.unpack_from(data, q)
+    return bytes(data[p + TRAILER_REF.size:q]).decode("utf-8", "surrogateescape"), pubid, records
+
+
 class _Segment:
-    __slots__ = ("first", "path", "size", "count", "positions", "stamps", "last_ts", "fd")
+    __slots__ = ("first", "path", "size", "count", "positions", "stamps", "last_ts", "fd",
+                 "trailers")
 
     def __init__(self, first: int, path: Path) -> None:
         self.first = first
@@ -97,6 +136,7 @@ class _Segment:
         self.stamps = array("q")     # its timestamp
         self.last_ts = 0
         self.fd = -1                 # read descriptor, opened on first read
+        self.trailers = False        # some record may carry a trailer
 
     def note(self, pos: int, ts: int) -> None:
         if self.count % STRIDE == 0:
@@ -126,11 +166,15 @@ class StreamLog:
         self._last_ts = 0
         self._last_chunk = 0
         self._damaged: set[int] = set()  # offsets whose record failed its checksum
+        self._last_trailer = -1  # the offset of the newest record given a trailer
+        self._frames: list[tuple[int, int]] = []  # buffered publishes with one: [first, end)
+        self._found: dict[str, tuple[int, int]] = {}  # trailers read by recovery's scans
+        self._indexed: list[_Segment] = []  # segments recovered from their index file
         self.dir.mkdir(parents=True, exist_ok=True)
         # the stream protocol's publisher sequences and stored offsets (streamtrack.py)
         self.tracking = Tracking(self.dir / "tracking")
         self._recover()
-        self.tracking.load(self.next_offset)
+        self._rebuild_tracking(self.tracking.load(self.next_offset))
 
     # -- offsets --------------------------------------------------------------------
     @property
@@ -163,7 +207,9 @@ class StreamLog:
         for i, path in enumerate(paths):
             newest = i == len(paths) - 1
             seg = None if newest else self._load_index(path)
-            if seg is None:
+            if seg is not None:
+                self._indexed.append(seg)
+            else:
                 seg = self._scan(path, newest)
                 if seg is not None and not newest:
                     self._write_index(seg)
@@ -180,11 +226,56 @@ class StreamLog:
             self._pending_first = last.first + last.count
             self._last_chunk = max(self._pending_first - 1, 0)  # batches are not recorded
             self._last_ts = last.last_ts
+            self._last_trailer = last.first if last.trailers else -1  # (what `_roll` asks)
             self._open_writer(last)
+
+    def _rebuild_tracking(self, since: int) -> None:
+        """Give the tracking the publisher trailers of the records from `since` (the
+        tracking file's snapshot point) on: the scanned segments' were read by `_scan`,
+        a closed segment past it that may hold some is read for them here (after a
+        crash: a commit's snapshot covers its own records, and a clean close snapshots
+        the whole log)."""
+        for seg in self._indexed:
+            if seg.trailers and seg.first + seg.count > since:
+                self._segment_trailers(seg, since)
+        self.tracking.recovered(self._found, since, self.next_offset)
+        self._found, self._indexed = {}, []
+
+    def _found_trailer(self, offset: int, ref: str, pubid: int) -> tuple[int, int] | None:
+        """Note a trailer read by recovery; what it replaced."""
+        found = self._found
+        prev = found.get(ref)
+        if prev is None or prev[0] <= offset:
+            found[ref] = (offset, pubid)
+        return prev
+
+    def _segment_trailers(self, seg: _Segment, since: int) -> None:
+        """The trailers of a closed segment's records at `since` or later (its publishes
+        are whole: it was synced before the next segment was written)."""
+        rel = max(since - seg.first, 0)
+        base = seg.positions[rel // STRIDE] if seg.positions else SEG_HDR.size
+        with open(seg.path, "rb") as f:
+            f.seek(base)
+            data = f.read(seg.size - base)  # from the indexed record before `since`
+        pos = 0
+        mv = memoryview(data)
+        while pos + REC_HDR.size <= len(data):
+            n, crc = REC_HDR.unpack_from(data, pos)
+            p, stop = pos + REC_HDR.size, pos + REC_HDR.size + n
+            if stop > len(data) or n < REC.size:
+                return
+            off, _ts, lx, lk, lp, lb = REC.unpack_from(data, p)
+            end = p + REC.size + lx + lk + lp + lb
+            if stop > end and off >= since and zlib.crc32(mv[p:stop]) == crc:
+                t = read_trailer(data, end, stop)
+                if t is not None:
+                    self._found_trailer(off, t[0], t[1])
+            pos = stop
 
     # -- index files: a closed segment's sparse index, so a restart reads only the newest
     def _write_index(self, seg: _Segment) -> None:
-        body = IDX_HDR.pack(IDX_MAGIC, seg.first, seg.count, seg.size, seg.last_ts,
+        magic = IDX_MAGIC_TRAILERS if seg.trailers else IDX_MAGIC
+        body = IDX_HDR.pack(magic, seg.first, seg.count, seg.size, seg.last_ts,
                             len(seg.positions)) + seg.positions.tobytes() + seg.stamps.tobytes()
         tmp = seg.path.with_suffix(".idx.tmp")
         with open(tmp, "wb") as f:
@@ -204,10 +295,11 @@ class StreamLog:
                 zlib.crc32(data[:-4]) != struct.unpack_from("<I", data, len(data) - 4)[0]:
             return None
         magic, first, count, seg_size, last_ts, n = IDX_HDR.unpack_from(data, 0)
-        if magic != IDX_MAGIC or seg_size != size or len(data) != IDX_HDR.size + 16 * n + 4:
+        if magic not in (IDX_MAGIC, IDX_MAGIC_TRAILERS) or seg_size != size or len(data) != IDX_HDR.size + 16 * n + 4:
             return None
         seg = _Segment(first, path)
         seg.count, seg.size, seg.last_ts = count, seg_size, last_ts
+        seg.trailers = magic == IDX_MAGIC_TRAILERS
         seg.positions.frombytes(data[IDX_HDR.size:IDX_HDR.size + 8 * n])
         seg.stamps.frombytes(data[IDX_HDR.size + 8 * n:IDX_HDR.size + 16 * n])
         return seg
@@ -222,16 +314,39 @@ class StreamLog:
         seg = _Segment(first, path)
         pos, end = SEG_HDR.size, len(data)
         mv = memoryview(data)
+        # the newest publish with a trailer: its record's position, offset, records,
+        # the timestamp before it, its reference, the trailer it replaced
+        last: tuple[int, int, int, int, str, tuple[int, int] | None] | None = None
         while pos + REC_HDR.size <= end:
             n, crc = REC_HDR.unpack_from(data, pos)
             stop = pos + REC_HDR.size + n
             if stop > end or n < REC.size or zlib.crc32(mv[pos + REC_HDR.size:stop]) != crc:
                 break
-            off, ts = REC.unpack_from(data, pos + REC_HDR.size)[:2]
+            off, ts, lx, lk, lp, lb = REC.unpack_from(data, pos + REC_HDR.size)
             if off != first + seg.count:
                 break
+            body_end = pos + REC_HDR.size + REC.size + lx + lk + lp + lb
+            if stop > body_end:  # a trailer: a named publisher's sequence (X3)
+                t = read_trailer(data, body_end, stop)
+                if t is not None:
+                    last = (pos, off, t[2], seg.last_ts, t[0],
+                            self._found_trailer(off, t[0], t[1]))
+                    seg.trailers = True
             seg.note(pos, ts)
             pos = stop
+        if last is not None and last[1] + last[2] > first + seg.count:
+            # a publish cut short (a torn write, never synced nor confirmed): its records
+            # go with its trailer, so its resend is taken whole
+            pos, off, _n, seg.last_ts, ref, prev = last
+            log.warning("stream %s: a publish cut short at offset %d in %s (%d records "
+                        "dropped)", self.dir.name, off, path.name, first + seg.count - off)
+            seg.count = off - first
+            del seg.positions[(seg.count + STRIDE - 1) // STRIDE:]
+            del seg.stamps[(seg.count + STRIDE - 1) // STRIDE:]
+            if prev is None:
+                del self._found[ref]
+            else:
+                self._found[ref] = prev
         if pos != end:
             what = "torn tail" if newest else "damaged record"
             log.warning("stream %s: %s in %s at %d (%d bytes dropped)", self.dir.name, what,
@@ -296,12 +411,13 @@ class StreamLog:
         buf, starts, stamps, first = self._buf, self._pending, self._pending_ts, \
             self._pending_first
         self._buf, self._pending, self._pending_ts = bytearray(), [], []
+        frames, self._frames = self._frames, []
         self._pending_first = first + len(starts)
         self._last_chunk = first
         n, i = len(starts), 0
         try:
             while i < n:
-                i = self._write_some(buf, starts, stamps, first, i)
+                i = self._write_some(buf, starts, stamps, first, i, frames)
         except OSError:
             # what is not written is dropped (its publishes are nacked, P6); its offsets
             # go to the next appends
@@ -309,10 +425,11 @@ class StreamLog:
             raise
 
     def _write_some(self, buf: bytearray, starts: list[int], stamps: list[int], first: int,
-                    i: int) -> int:
+                    i: int, frames: list[tuple[int, int]]) -> int:
         """Write records i.. that fit in the current segment (rolling first if it is
-        full); returns the index of the first record not written. A failed write is cut
-        off the file again and leaves the segment's index and size as they were."""
+        full), never part of a publish with a trailer (`frames`); returns the index of
+        the first record not written. A failed write is cut off the file again and
+        leaves the segment's index and size as they were."""
         n, total = len(starts), len(buf)
         seg = self.segments[-1] if self.segments else None
         if seg is None or (seg.count and seg.size >= self.segment_bytes):
@@ -322,6 +439,10 @@ class StreamLog:
         j = i + 1
         while j < n and (starts[j + 1] if j + 1 < n else total) - starts[i] <= room:
             j += 1
+        if j < n and frames:  # a publish with a trailer goes into one segment whole
+            for f_first, f_end in frames:
+                if f_first < first + j < f_end:
+                    j = f_end - first
         end = starts[j] if j < n else total
         base = seg.size - starts[i]
         positions, seg_stamps, count = seg.positions, seg.stamps, seg.count
@@ -361,7 +482,9 @@ class StreamLog:
                 os.fdatasync(self._wfd)
             os.close(self._wfd)
             self._wfd = -1
-            self._write_index(self.segments[-1])
+            closed = self.segments[-1]
+            closed.trailers = closed.trailers or self._last_trailer >= closed.first
+            self._write_index(closed)
         path = self.dir / f"{first:020d}.seg"
         seg = _Segment(first, path)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
@@ -513,6 +636,26 @@ class StreamLog:
         """Written by the next commit, after the records appended before it (X3, X4)."""
         self.tracking.set(kind, ref, value)
 
+    def track_publish(self, first: int, ref: str, value: int) -> None:
+        """A named publisher's publish, the records from offset `first` to the newest
+        (buffered): its sequence `value` goes into the trailer of the first (written and
+        synced with them, all or nothing) and into the tracking file's snapshot."""
+        self.tracking.set(PUBLISHER, ref, value)
+        i = first - self._pending_first
+        starts, buf, end = self._pending, self._buf, self.next_offset
+        if i < 0 or i >= len(starts):
+            return  # no record of it buffered (the tracking file alone has it)
+        t = trailer(ref, value, end - first)
+        start = starts[i]
+        stop = starts[i + 1] if i + 1 < len(starts) else len(buf)
+        n, crc = REC_HDR.unpack_from(buf, start)
+        REC_HDR.pack_into(buf, start, n + len(t), zlib.crc32(t, crc))
+        buf[stop:stop] = t
+        if i + 1 < len(starts):
+            starts[i + 1:] = [p + len(t) for p in starts[i + 1:]]
+        self._frames.append((first, end))
+        self._last_trailer = first
+
     def tracked_all(self) -> list[tuple[int, str, int]]:
         return sorted((k, r, v) for (k, r), v in self.tracking.values.items())
 
@@ -520,6 +663,7 @@ class StreamLog:
     def close(self) -> None:
         self.flush()
         self.sync()
+        self.tracking.snapshot(self.next_offset)  # (the next open reads no trailer)
         if self.tracking.pending:
             self.tracking.write_pending(self.next_offset)
             if self.tracking.fd >= 0:
@@ -534,7 +678,7 @@ class StreamLog:
             self._wfd = -1
 
     def destroy(self) -> None:
-        self._buf, self._pending, self._pending_ts = bytearray(), [], []
+        self._buf, self._pending, self._pending_ts, self._frames = bytearray(), [], [], []
         self._dirty = False
         self.tracking.drop_pending()
         self.close()
@@ -589,22 +733,23 @@ class StreamStore:
     def commit(self, callback: Callable[[BaseException | None], None]) -> None:
         """Write every log appended to now; `callback(None)` once fdatasynced (or
         `callback(exc)`), on the broker's thread. A log's tracking entries (publisher
-        sequences, stored offsets) are written just before its records, each naming the
-        offset it covers, and fdatasynced after them (streamtrack.py)."""
+        sequences, stored offsets) are written after its records (which carry their
+        publishers' sequences in trailers), each naming the offset it covers, and
+        fdatasynced after them (streamtrack.py)."""
         dirty, self._dirty = self._dirty, {}
         fds: list[int] = []
         after: list[int] = []  # tracking files: synced once the records are
         try:
             for lg in dirty.values():
-                t = lg.tracking
-                if t.pending:  # first: an entry whose records a kill -9 cut off is ignored
-                    t.write_pending(lg.next_offset)  # on load (its `covered` is past them)
-                    if self.fsync:
-                        after.append(os.dup(t.fd))
                 lg.flush()
                 if self.fsync and lg._dirty and lg._wfd >= 0:
                     fds.append(os.dup(lg._wfd))  # the sync thread owns (and closes) these
                 lg._dirty = False
+                t = lg.tracking
+                if t.pending:  # after the records: a kill -9 between the two leaves
+                    t.write_pending(lg.next_offset)  # trailers that opening reads
+                    if self.fsync:
+                        after.append(os.dup(t.fd))
         except OSError as e:
             for fd in fds + after:
                 os.close(fd)

@@ -2,6 +2,7 @@
 callgrind (deterministic on a busy machine, where wall-clock figures are not):
 
     python -m tools.perf.callgrind_stream [--messages 5000] [--size 1024] [--out PREFIX]
+                                          [--publisher-name NAME]
 
 Runs `python -m ackmq serve` (this checkout) under valgrind --tool=callgrind, then with
 rstream, as tools/perf/stream_protocol.py does: publish N messages with confirms
@@ -9,6 +10,8 @@ rstream, as tools/perf/stream_protocol.py does: publish N messages with confirms
 counters are zeroed before and dumped after each phase (callgrind_control), so each
 figure is that phase's instructions over N; an idle phase of the same wall time as the
 consume is counted too (timers, the memory tick), to show what is not per message.
+`--publisher-name`: the publishes as a named publisher's (deduplicated, its sequence
+kept with its records: X3).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=5000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--out", default="")
+    ap.add_argument("--publisher-name", default=None)
     args = ap.parse_args()
     n = args.messages
     work = Path(tempfile.mkdtemp(prefix="ackmq-cg-", dir="/var/tmp"))
@@ -54,13 +58,13 @@ def main() -> None:
         stream = "cg"
         for _ in range(20):  # the first connection under valgrind may time out
             try:
-                asyncio.run(publish(port, stream, 1, args.size))
+                asyncio.run(publish(port, stream, 1, args.size, args.publisher_name))
                 break
             except (TimeoutError, OSError):
                 time.sleep(2)
         zero(proc.pid)
         t0 = time.monotonic()
-        asyncio.run(publish(port, stream, n, args.size))
+        asyncio.run(publish(port, stream, n, args.size, args.publisher_name))
         pub = dump(proc.pid, out, "publish")
         took_pub = time.monotonic() - t0
         zero(proc.pid)

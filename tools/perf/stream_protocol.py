@@ -30,7 +30,9 @@ from rstream import (
 from tools.harness.ownbroker import OwnBroker
 
 
-async def publish(port: int, stream: str, n: int, size: int) -> float:
+async def publish(port: int, stream: str, n: int, size: int,
+                  publisher_name: str | None = None) -> float:
+    """N messages with confirms; `publisher_name`: as a named (deduplicated) publisher."""
     body = b"x" * size
     confirmed = 0
     done = asyncio.Event()
@@ -45,7 +47,8 @@ async def publish(port: int, stream: str, n: int, size: int) -> float:
         await p.create_stream(stream, exists_ok=True)
         t0 = time.perf_counter()
         for _ in range(n):
-            await p.send(stream, AMQPMessage(body=body), on_publish_confirm=on_confirm)
+            await p.send(stream, AMQPMessage(body=body), on_publish_confirm=on_confirm,
+                         publisher_name=publisher_name)
         await asyncio.wait_for(done.wait(), 600)
         return time.perf_counter() - t0
 

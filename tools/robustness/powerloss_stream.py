@@ -14,7 +14,9 @@ comes before that confirm). After the cut and the restart:
 - the publisher resends its last 30 confirmed messages and everything it sent unconfirmed,
   with their ids: what the broker holds is dropped, the rest appended;
 - then the stream, read from the first offset, must hold every id sent so far exactly
-  once: a confirmed id missing is lost, an id twice is deduplication failing;
+  once: a confirmed id missing is lost, an id twice is deduplication failing (an
+  unconfirmed one too: the publisher's sequence is kept in the records it covers, so a
+  cut keeps both or neither);
 - the stored offset must be at least the last one counted as synced.
 """
 
@@ -58,9 +60,9 @@ class StreamReport:
     confirmed: int = 0
     lost: int = 0              # confirmed ids not in the stream after the cut
     duplicates: int = 0        # confirmed ids in the stream more than once (after the resend)
-    # ids unconfirmed at the cut in the stream twice: the record survived the cut but the
-    # publisher's tracking entry (synced after it) did not, so the resend was not dropped
-    # (docs/stream-protocol.md, "Power loss")
+    # ids unconfirmed at the cut in the stream twice: the record survived the cut but not
+    # the publisher's sequence covering it, so the resend was not dropped (the window
+    # before the sequence was kept in its records: docs/stream-protocol.md, "Power loss")
     unconfirmed_twice: int = 0
     sequence_low: int = 0      # cycles whose publisher sequence was below a confirmed id
     offsets_lost: int = 0      # cycles whose stored offset was below the last synced one
@@ -248,13 +250,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{rep.cycles} cycles (kill -9 + clear-cache), stream protocol, fsync "
           f"{'off' if a.no_fsync else 'on'}: "
           f"{rep.confirmed:,} confirmed, {rep.lost:,} lost, {rep.duplicates:,} twice, "
+          f"{rep.unconfirmed_twice:,} unconfirmed twice, "
           f"{rep.sequence_low} sequences below a confirmed id, {rep.offsets_lost} stored "
           f"offsets lost, {rep.refused} refused starts, {len(rep.tracebacks)} tracebacks, "
           f"{time.monotonic() - t0:.0f} s")
     for line in rep.tracebacks[:5]:
         print("  " + line)
-    bad = (rep.lost or rep.duplicates or rep.sequence_low or rep.offsets_lost
-           or rep.refused or rep.tracebacks)
+    bad = (rep.lost or rep.duplicates or rep.unconfirmed_twice or rep.sequence_low
+           or rep.offsets_lost or rep.refused or rep.tracebacks)
     return 1 if bad else 0
 
 

@@ -3,8 +3,9 @@ the stream queue through the model channel in confirm mode, a frame's records in
 call (`publish_stream`: one permission check, one append, one confirm number for the
 frame), PublishConfirm once the model confirms (after fsync: P5c), PublishError with the protocol's codes, and
 deduplication by named publisher: a publishing id at or below the publisher's last one
-is dropped and confirmed; the last id is kept in the stream's tracking, durable with the
-records it follows (store/streamtrack.py), so it holds across a kill -9."""
+is dropped and confirmed; the last id is kept with the frame's records (in the trailer of
+the first, written and synced with them: store/streamlog.py) and in the stream's tracking
+file (store/streamtrack.py), so it holds across a kill -9 and a power cut."""
 
 from __future__ import annotations
 
@@ -123,10 +124,13 @@ class Publishers:
                     props = with_filter_value(props, fv)
                 records.append((props, body))
             taken.append((pid, pubid))
+        kept = False  # the sequence went with the records
         if records:
             try:  # the frame's records together, one confirm for them (X3)
-                seq = ch.publish_stream(pub.queue, records)
+                seq = ch.publish_stream(pub.queue, records,
+                                        (pub.reference, top) if named else None)
                 self.pending[seq] = taken
+                kept = named
             except ReplyError as e:
                 code = code_of(e)
                 errors += [(pubid, code) for _pid, pubid in taken]
@@ -135,7 +139,8 @@ class Publishers:
         pub.errored += len(errors)
         if named and top > pub.last:
             pub.last = top
-            pub.queue.track(TRACK_PUBLISHER, pub.reference, top)
+            if not kept:  # no record written: the tracking file alone
+                pub.queue.track(TRACK_PUBLISHER, pub.reference, top)
         if dups:
             conn.write(F.publish_confirm(pid, dups))
         if errors:
