@@ -223,15 +223,6 @@ async def auth_settings(request: web.Request) -> web.Response:
     return json_response({"enable_uaa": False, "uaa_client_id": "", "uaa_location": ""})
 
 
-async def none_here(request: web.Request) -> web.Response:
-    """Runtime parameters: ackmq has none (policies are api_policies.py's; vhost limits
-    are under /api/vhost-limits), so their listings are empty, never a 404 that would
-    break a tool listing everything."""
-    if "vhost" in request.match_info:
-        vhost_arg(request)
-    return json_response([])
-
-
 # RabbitMQ 3.10's management agent counts an unroutable drop and an empty basic.get in
 # message_stats only under these two flags; a node whose first boot predates the
 # management plugin (Debian's package starts one on install) has them off and shows 0.
@@ -252,7 +243,6 @@ async def feature_flags(request: web.Request) -> web.Response:
 def register(app: web.Application) -> None:
     r = app.router
     r.add_get("/api/auth", auth_settings)
-    r.add_get("/api/global-parameters", none_here)  # /api/parameters: api_parameters
     r.add_get("/api/overview", overview)
     r.add_get("/api/whoami", whoami)
     r.add_get("/api/cluster-name", cluster_name)
