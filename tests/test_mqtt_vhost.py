@@ -43,6 +43,7 @@ PORTS = "mqtt_port_to_vhost_mapping"
 CERTS = "mqtt_default_vhosts"
 WS_URL = re.compile(r"ws://\S+:(\d+)/ws")
 MQTTS = re.compile(r"mqtts://\S+:(\d+)")
+WSS_URL = re.compile(r"wss://\S+:(\d+)/ws")
 HTTP_URL = re.compile(r"(http://127\.0\.0\.1:\d+)")
 
 
@@ -55,8 +56,8 @@ def _params(**values: Any) -> Parameters:
 
 
 def test_N1_vhost_choice_follows_rabbitmqs_order() -> None:
-    """Without a certificate: `vhost:user`, then the port's mapping, then `/`. With one
-    (`--mqtt-ssl-cert-login`): the certificate's mapping (its DN, or its CN as with
+    """Without a certificate: `vhost:user`, then the port's mapping, then `/`. With a
+    verified one: the certificate's mapping (its DN, or its CN as with
     RabbitMQ's ssl_cert_login_from = common_name), then the port's, then `vhost:user`."""
     none = _params()
     assert choose_vhost(none, "guest", 1883) == ("/", "guest")
@@ -81,7 +82,7 @@ def test_N1_vhost_choice_follows_rabbitmqs_order() -> None:
     assert choose_vhost(both, "vh:guest", 8884, ("O=client,CN=else", "else")) == (
         "vh", "guest")
     assert choose_vhost(both, None, 8884, ("O=client,CN=else", "else")) == ("/", "")
-    # without certificate login the certificate mapping is not read
+    # without a certificate the certificate mapping is not read
     assert choose_vhost(both, "guest", 8884) == ("/", "guest")
     # values RabbitMQ does not check when they are set map nothing here
     odd = _params(**{PORTS: ["1883", "pv"], CERTS: {dn: 5}})
@@ -350,16 +351,18 @@ def _dn(pem: Path) -> str:
 
 def test_N1_certificate_to_vhost_mapping(tmp_path: Path, files: dict[str, Path]) -> None:
     """`mqtt_default_vhosts` (RabbitMQ's docs: "considered more specific than the
-    port-to-vhost mapping ... and so takes precedence over it"): with
-    `--mqtt-ssl-cert-login` a client with a verified certificate opens the vhost its
+    port-to-vhost mapping ... and so takes precedence over it"): a client with a
+    verified certificate opens the vhost its
     subject DN maps to (or its CN, the login name ackmq uses); one not in the mapping,
     the TLS port's mapping, which then wins over `vhost:user` (RabbitMQ's get_vhost_ssl);
-    neither: `vhost:user`, then `/`. A password login with a certificate is mapped too
-    (RabbitMQ: the certificate's name is known whatever the client sends)."""
-    b = cert_broker(tmp_path, files, "--mqtt-tls-port", "0", "--tls-verify-peer",
-                    "--mqtt-ssl-cert-login")
+    neither: `vhost:user`, then `/`. The same over secure WebSocket (its own port). A
+    password login with a certificate is mapped too (RabbitMQ's reader takes the
+    certificate's name whenever there is one, `ssl_cert_login` or not)."""
+    b = cert_broker(tmp_path, files, "--mqtt-tls-port", "0", "--mqtt-wss-port", "0",
+                    "--tls-verify-peer", "--mqtt-ssl-cert-login")
     try:
         port = int(port_in_log(b, MQTTS, "mqtts:// URL"))
+        wss = int(port_in_log(b, WSS_URL, "wss:// URL"))
         sock = b.data_dir / "ctl.sock"
         assert request(sock, "add_user", ["certuser", "pw"])["ok"]
         for vh in ("mv-cert", "mv-port", "mv-name"):
@@ -373,8 +376,10 @@ def test_N1_certificate_to_vhost_mapping(tmp_path: Path, files: dict[str, Path])
         tls = {"tls": files}
         assert _landed(b, port, None, cert="certuser", **tls) == "/"
         _set(b, CERTS, {dn: "mv-cert"})
-        _set(b, PORTS, {str(port): "mv-port"})
+        _set(b, PORTS, {str(port): "mv-port", str(wss): "mv-port"})
         assert _landed(b, port, None, cert="certuser", **tls) == "mv-cert"
+        assert _landed(b, wss, None, cert="certuser", ws=True, **tls) == "mv-cert"
+        assert _landed(b, wss, "guest", ws=True, **tls) == "mv-port"  # wss://: its port
         assert _landed(b, port, "guest", cert="certuser", **tls) == "mv-cert"
         assert _landed(b, port, "mv-name:guest", **tls) == "mv-name"  # no certificate
         _set(b, CERTS, {"certuser": "mv-cert"})
@@ -387,5 +392,26 @@ def test_N1_certificate_to_vhost_mapping(tmp_path: Path, files: dict[str, Path])
         _set(b, CERTS, {dn: "mv-gone"})
         assert _landed(b, port, None, cert="certuser", **tls) == 134  # 0x86 / CONNACK 4
         assert "Traceback" not in "".join(b.log)
+    finally:
+        b.stop()
+
+
+def test_N1_certificate_mapping_without_certificate_login(tmp_path: Path,
+                                                          files: dict[str, Path]) -> None:
+    """Without `--mqtt-ssl-cert-login` a verified certificate still picks the vhost of a
+    password login (RabbitMQ: `rabbit_mqtt_reader:ssl_login_name` does not look at
+    ssl_cert_login, only `creds` does); without a user name it is still refused."""
+    b = cert_broker(tmp_path, files, "--mqtt-tls-port", "0", "--tls-verify-peer")
+    try:
+        port = int(port_in_log(b, MQTTS, "mqtts:// URL"))
+        sock = b.data_dir / "ctl.sock"
+        assert request(sock, "add_vhost", ["mv-cert"])["ok"]
+        assert request(sock, "set_permissions", ["guest", ".*", ".*", ".*"],
+                       vhost="mv-cert")["ok"]
+        _set(b, CERTS, {_dn(files["certuser"]): "mv-cert"})
+        tls = {"tls": files}
+        assert _landed(b, port, "guest", cert="certuser", **tls) == "mv-cert"
+        assert _landed(b, port, "guest", **tls) == "/"
+        assert _landed(b, port, None, cert="certuser", **tls) == 135  # 0x87 / CONNACK 5
     finally:
         b.stop()

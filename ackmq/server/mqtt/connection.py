@@ -175,10 +175,9 @@ class MQTTConnection(Subscriptions, ClientConnection):
         if len(client_id.encode()) > MAX_CLIENT_ID:  # its queues' names must fit AMQP's
             return self._connack_refused(rc.CLIENT_IDENTIFIER_NOT_VALID,
                                          f"client id longer than {MAX_CLIENT_ID} bytes")
-        cert_names = self._certificate_names() if ctx.config.mqtt_ssl_cert_login else ()
         vhost_name, user = choose_vhost(ctx.parameters, p.username, self._local_port(),
-                                        cert_names)
-        cert_user = self.certificate_user() if cert_names and \
+                                        self._certificate_names())
+        cert_user = self.certificate_user() if ctx.config.mqtt_ssl_cert_login and \
             p.username is None and p.password is None else None
         if cert_user is not None:  # U4, mqtt.ssl_cert_login: the certificate names the user
             got = admission.certificate_login(ctx.access, ctx.config.loopback_users,

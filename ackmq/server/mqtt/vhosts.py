@@ -2,8 +2,10 @@
 (`rabbit_mqtt_processor:get_vhost`), from two global runtime parameters
 (server/parameters.py), read at each CONNECT:
 
-- `mqtt_default_vhosts`: a client certificate's subject DN -> vhost, consulted only for a
-  TLS connection with a verified client certificate while `--mqtt-ssl-cert-login` is on;
+- `mqtt_default_vhosts`: a client certificate's subject DN -> vhost, consulted for a TLS
+  connection with a verified client certificate, however it logs in (RabbitMQ's reader
+  takes the certificate's name whenever there is one; `--mqtt-ssl-cert-login` only
+  decides whether it may log in by it);
 - `mqtt_port_to_vhost_mapping`: the port the client connected to (the listener's: TCP,
   TLS, WebSocket, secure WebSocket) -> vhost.
 
@@ -40,7 +42,7 @@ def choose_vhost(params: Any, username: str | None, port: int | None,
                  cert_names: tuple[str, ...] = ()) -> tuple[str, str]:
     """(vhost, user name) for a CONNECT. `params`: the parameter registry (None: no
     mappings); `cert_names`: the verified certificate's subject DN and then its CN
-    (empty: no certificate login), the keys `mqtt_default_vhosts` is looked up by."""
+    (empty: no verified certificate), the keys `mqtt_default_vhosts` is looked up by."""
     in_name, user = split_user(username) if username is not None else (None, "")
     by_port = by_cert = None
     if params is not None:
