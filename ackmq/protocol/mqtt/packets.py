@@ -9,8 +9,8 @@ from typing import Any
 
 __all__ = [
     "Auth", "ConnAck", "Connect", "Disconnect", "Packet", "PingReq", "PingResp", "Properties",
-    "PubAck", "PubComp", "PubRec", "PubRel", "Publish", "SubAck", "SubOptions", "Subscribe",
-    "UnsubAck", "Unsubscribe", "Will",
+    "PubAck", "PubComp", "PubRec", "PubRel", "Publish", "PublishResponse", "SubAck",
+    "SubOptions", "Subscribe", "UnsubAck", "Unsubscribe", "Will",
 ]
 
 Properties = dict[str, Any]  # by property name (constants.PROPERTIES); repeatables: lists
@@ -56,31 +56,33 @@ class Publish:
 
 
 @dataclass(slots=True)
-class PubAck:
+class PublishResponse:
+    """The one layout of PUBACK, PUBREC, PUBREL and PUBCOMP (a packet id, then in 5.0 a
+    reason code and properties); each packet is its own subclass, told apart by type."""
+
     packet_id: int
     reason_code: int = 0
     properties: Properties = field(default_factory=dict)
 
 
 @dataclass(slots=True)
-class PubRec:
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = field(default_factory=dict)
+class PubAck(PublishResponse):
+    pass
 
 
 @dataclass(slots=True)
-class PubRel:
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = field(default_factory=dict)
+class PubRec(PublishResponse):
+    pass
 
 
 @dataclass(slots=True)
-class PubComp:
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = field(default_factory=dict)
+class PubRel(PublishResponse):
+    pass
+
+
+@dataclass(slots=True)
+class PubComp(PublishResponse):
+    pass
 
 
 @dataclass(slots=True)
