@@ -65,24 +65,28 @@ class PublishResponse:
     properties: Properties = field(default_factory=dict)
 
 
-@dataclass(slots=True)
 class PubAck(PublishResponse):
-    pass
+    """QoS 1: the publish is accepted (or, in 5.0, refused with a reason code)."""
+
+    __slots__ = ()
 
 
-@dataclass(slots=True)
 class PubRec(PublishResponse):
-    pass
+    """QoS 2, step 1: the publish is received."""
+
+    __slots__ = ()
 
 
-@dataclass(slots=True)
 class PubRel(PublishResponse):
-    pass
+    """QoS 2, step 2: the publisher releases the packet id."""
+
+    __slots__ = ()
 
 
-@dataclass(slots=True)
 class PubComp(PublishResponse):
-    pass
+    """QoS 2, step 3: the exchange is complete."""
+
+    __slots__ = ()
 
 
 @dataclass(slots=True)
