@@ -15,7 +15,7 @@ from conftest import BrokerProcess
 from support.stomphelp import Raw
 from test_mgmt_ctl import ctl, http_of
 
-from ackmq.ctl import access, policies, scheduled, topology
+from ackmq.ctl import access, global_parameters, policies, scheduled, topology
 from ackmq.ctl.command import VERBS
 
 
@@ -72,6 +72,12 @@ def _cases(u: str, vh: str, q: str) -> list[tuple[list[str], list[str] | None]]:
         (["list_operator_policies"], None),
         (["clear_operator_policy", "o-" + u], ["set_operator_policy", "o-" + u, "^c6",
                                                '{"max-length":9}']),
+        (["set_global_parameter", "g-" + u, '{"1":"v"}'],
+         ["clear_global_parameter", "g-" + u]),
+        (["set_global_parameter", "g-" + u, "notjson"], None),  # refused
+        (["list_global_parameters"], None),
+        (["clear_global_parameter", "g-" + u], ["set_global_parameter", "g-" + u, "1"]),
+        (["clear_global_parameter", "g-" + u], None),  # refused: none
         (["list_scheduled_messages"], None),
         (["list_scheduled_messages", "-p", "nov-" + u], None),  # refused: no vhost
         (["delete_scheduled_message", "nojob-" + u], None),  # refused: no job
@@ -125,7 +131,7 @@ def test_C6_every_verb_same_output_over_socket_and_url(proc: BrokerProcess) -> N
         both = {v for args, _ in cases for v in args if v in VERBS or v in topology.VERBS}
         # every verb --url serves is compared here, and the rest is named above
         served = set(access.VERBS) | set(policies.VERBS) | set(scheduled.VERBS) \
-            | set(topology.VERBS)
+            | set(topology.VERBS) | set(global_parameters.VERBS)
         assert served - {"status", "environment", "delete_queue", "close_connection"} <= both
         assert set(VERBS) - served - {"import_definitions", "export_definitions"} \
             == SOCKET_ONLY

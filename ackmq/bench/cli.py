@@ -9,7 +9,9 @@ import shlex
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -72,34 +74,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path,
                         help="data directory for --ackmq and the fdatasync floor "
                              "(default: a fresh directory under /var/tmp)")
-    stomp = parser.add_argument_group(
-        "STOMP", "STOMP 1.2 workloads against up to N brokers in one run (A B C A B C ...), "
-                 "ratios of A (the first) to each other one")
-    stomp.add_argument("--stomp", action="store_true",
-                       help="run the STOMP workloads (" + ", ".join(STOMP_WORKLOADS) + ")")
-    stomp.add_argument("--stomp-url", metavar="URL", action="append", default=[],
-                       help="a STOMP broker, stomp://user:pass@host:port/vhost; repeatable; "
-                            "the first is A unless --ackmq")
-    stomp.add_argument("--rabbitmq-stomp", action="store_true",
-                       help="add RabbitMQ's STOMP plugin on 127.0.0.1:61623")
-    stomp.add_argument("--activemq", action="store_true",
-                       help="add ActiveMQ Classic on 127.0.0.1:61613 "
-                            "(/work/shared/tools/activemq-local start)")
+    stomp = _family_options(
+        parser, "STOMP", "STOMP 1.2 workloads against up to N brokers in one run "
+        "(A B C A B C ...), ratios of A (the first) to each other one", STOMP_WORKLOADS,
+        "a STOMP broker, stomp://user:pass@host:port/vhost",
+        "add RabbitMQ's STOMP plugin on 127.0.0.1:61623",
+        "add ActiveMQ Classic on 127.0.0.1:61613 (/work/shared/tools/activemq-local start)")
     stomp.add_argument("--stomp-prefetch", type=_prefetch_list, default=DEFAULT_STOMP_PREFETCH,
                        help="stomp-consume-ci sweep, comma-separated (default 1,100,1000)")
-    mqtt = parser.add_argument_group(
-        "MQTT", "MQTT 3.1.1 workloads against up to N brokers in one run, as the STOMP ones")
-    mqtt.add_argument("--mqtt", action="store_true",
-                      help="run the MQTT workloads (" + ", ".join(MQTT_WORKLOADS) + ")")
-    mqtt.add_argument("--mqtt-url", metavar="URL", action="append", default=[],
-                      help="an MQTT broker, mqtt://[user:pass@]host:port; repeatable; the "
-                           "first is A unless --ackmq")
-    mqtt.add_argument("--mosquitto", action="store_true",
-                      help="add Mosquitto on 127.0.0.1:1884 "
-                           "(/work/shared/tools/mosquitto-local start)")
-    mqtt.add_argument("--rabbitmq-mqtt", action="store_true",
-                      help="add RabbitMQ's MQTT plugin on 127.0.0.1:1883 (QoS 2 downgraded "
-                           "to 1 there)")
+    _family_options(
+        parser, "MQTT", "MQTT 3.1.1 workloads against up to N brokers in one run, as the "
+        "STOMP ones", MQTT_WORKLOADS,
+        "an MQTT broker, mqtt://[user:pass@]host:port",
+        "add Mosquitto on 127.0.0.1:1884 (/work/shared/tools/mosquitto-local start)",
+        "add RabbitMQ's MQTT plugin on 127.0.0.1:1883 (QoS 2 downgraded to 1 there)")
     parser.add_argument("--json", metavar="FILE", help="write every run and the summary as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="draw the prefetch sweep and latency")
 
@@ -112,77 +100,113 @@ def _label_uniquely(targets: list[Target]) -> None:
             t.label += f"-{chr(ord('A') + i)}"
 
 
+# The brokers each family of workloads takes, by option; one family's workloads refuse
+# another's brokers before anything starts.
+_FAMILIES: dict[str, tuple[str, ...]] = {
+    "AMQP": ("--url", "--compare", "--rabbitmq"),
+    "STOMP": ("--stomp-url", "--rabbitmq-stomp", "--activemq"),
+    "MQTT": ("--mqtt-url", "--mosquitto", "--rabbitmq-mqtt"),
+}
+
+
+def _only_brokers_of(args: argparse.Namespace, family: str) -> None:
+    for other, flags in _FAMILIES.items():
+        given = [f for f in flags if getattr(args, f[2:].replace("-", "_"))]
+        if other != family and given:
+            if other == "AMQP":
+                switch = f"run without --{family.lower()}"
+            elif family == "AMQP":
+                switch = f"add --{other.lower()}"
+            else:
+                switch = f"add --{other.lower()} (not --{family.lower()})"
+            raise BenchSetupError(
+                f"{given[0]} is for the {other} workloads: {switch}; the {family} workloads "
+                f"take {family} brokers: {', '.join(_FAMILIES[family])}, --ackmq")
+
+
+def _family_options(parser: argparse.ArgumentParser, family: str, description: str,
+                    workloads: list[str], url_form: str,
+                    *reference_help: str) -> argparse._ArgumentGroup:
+    """A family's options: run its workloads, its brokers by URL, its reference brokers
+    (the flags after the URL one in _FAMILIES, helped in that order); `url_form`: what a
+    URL names and how it is written."""
+    group = parser.add_argument_group(family, description)
+    name = family.lower()
+    url_flag, *references = _FAMILIES[family]
+    group.add_argument(f"--{name}", action="store_true",
+                       help=f"run the {family} workloads (" + ", ".join(workloads) + ")")
+    group.add_argument(url_flag, metavar="URL", action="append", default=[],
+                       help=f"{url_form}; repeatable; the first is A unless --ackmq")
+    for flag, help_ in zip(references, reference_help, strict=True):
+        group.add_argument(flag, action="store_true", help=help_)
+    return group
+
+
+def _open_targets(starts: list[Callable[[], Target]], first: Callable[[], Target] | None,
+                  nothing: str) -> list[Target]:
+    """Start each target in turn, closing those started when one fails; `first` (ackmq
+    beside references) starts last, so a reference that is not running costs no ackmq
+    start, and is listed first. None at all: `nothing to benchmark: give <nothing>`."""
+    targets: list[Target] = []
+    try:
+        for start in starts:
+            targets.append(start())
+        if first is not None:
+            targets.insert(0, first())
+    except BaseException:
+        for t in targets:
+            t.close()
+        raise
+    if not targets:
+        raise BenchSetupError(f"nothing to benchmark: give {nothing}")
+    _label_uniquely(targets)
+    return targets
+
+
 def _stomp_targets(args: argparse.Namespace) -> list[Target]:
-    if args.mqtt_url or args.mosquitto or args.rabbitmq_mqtt:
-        raise BenchSetupError("--mqtt-url, --mosquitto and --rabbitmq-mqtt are for the "
-                              "MQTT workloads: add --mqtt (not --stomp)")
-    if args.url or args.compare or args.rabbitmq:
-        raise BenchSetupError("STOMP workloads take STOMP brokers: --stomp-url URL, "
-                              "--rabbitmq-stomp, --activemq (not --url/--compare/--rabbitmq)")
+    _only_brokers_of(args, "STOMP")
     for url in args.stomp_url:  # before anything starts
         try:
             check_stomp_url(url)
         except BenchSetupError as exc:
             raise BenchSetupError(f"--stomp-url: {exc}") from None
-    targets: list[Target] = []
-    try:  # the references first: one that is not running must not cost an ackmq start
-        for url in args.stomp_url:
-            targets.append(probe_stomp_target(url))
-        if args.rabbitmq_stomp:
-            targets.append(rabbitmq_stomp())
-        if args.activemq:
-            targets.append(activemq())
-        if args.ackmq:
-            targets.insert(0, start_ackmq(args.data_dir, stomp=True))
-    except BaseException:
-        for t in targets:
-            t.close()
-        raise
-    if not targets:
-        raise BenchSetupError("nothing to benchmark: give --ackmq, --stomp-url URL, "
-                              "--rabbitmq-stomp or --activemq")
-    _label_uniquely(targets)
-    return targets
+    starts: list[Callable[[], Target]] = [partial(probe_stomp_target, u) for u in args.stomp_url]
+    if args.rabbitmq_stomp:
+        starts.append(rabbitmq_stomp)
+    if args.activemq:
+        starts.append(activemq)
+    first = partial(start_ackmq, args.data_dir, stomp=True) if args.ackmq else None
+    return _open_targets(starts, first,
+                         "--ackmq, --stomp-url URL, --rabbitmq-stomp or --activemq")
+
+
+def _mqtt_target(url: str) -> Target:
+    try:
+        return probe_mqtt_target(url)
+    except BenchSetupError as exc:
+        raise BenchSetupError(f"--mqtt-url: {exc}") from None
+
+
+def _ackmq_mqtt(data_dir: Path | None) -> Target:
+    t = start_ackmq(data_dir, mqtt=True)
+    t.label = "ackmq"
+    return t
 
 
 def _mqtt_targets(args: argparse.Namespace) -> list[Target]:
-    if args.url or args.compare or args.rabbitmq or args.stomp_url or args.rabbitmq_stomp \
-            or args.activemq:
-        raise BenchSetupError("MQTT workloads take MQTT brokers: --mqtt-url URL, --mosquitto, "
-                              "--rabbitmq-mqtt, --ackmq (not --url/--compare/--rabbitmq/STOMP)")
-    targets: list[Target] = []
-    try:  # the references first: one that is not running must not cost an ackmq start
-        for url in args.mqtt_url:
-            try:
-                targets.append(probe_mqtt_target(url))
-            except BenchSetupError as exc:
-                raise BenchSetupError(f"--mqtt-url: {exc}") from None
-        if args.mosquitto:
-            targets.append(mosquitto())
-        if args.rabbitmq_mqtt:
-            targets.append(rabbitmq_mqtt())
-        if args.ackmq:
-            t = start_ackmq(args.data_dir, mqtt=True)
-            t.label = "ackmq"
-            targets.insert(0, t)
-    except BaseException:
-        for t in targets:
-            t.close()
-        raise
-    if not targets:
-        raise BenchSetupError("nothing to benchmark: give --ackmq, --mqtt-url URL, "
-                              "--mosquitto or --rabbitmq-mqtt")
-    _label_uniquely(targets)
-    return targets
+    _only_brokers_of(args, "MQTT")
+    starts: list[Callable[[], Target]] = [partial(_mqtt_target, u) for u in args.mqtt_url]
+    if args.mosquitto:
+        starts.append(mosquitto)
+    if args.rabbitmq_mqtt:
+        starts.append(rabbitmq_mqtt)
+    first = partial(_ackmq_mqtt, args.data_dir) if args.ackmq else None
+    return _open_targets(starts, first,
+                         "--ackmq, --mqtt-url URL, --mosquitto or --rabbitmq-mqtt")
 
 
 def _targets(args: argparse.Namespace) -> list[Target]:
-    if args.mqtt_url or args.mosquitto or args.rabbitmq_mqtt:
-        raise BenchSetupError("--mqtt-url, --mosquitto and --rabbitmq-mqtt are for the "
-                              "MQTT workloads: add --mqtt")
-    if args.stomp_url or args.rabbitmq_stomp or args.activemq:
-        raise BenchSetupError("--stomp-url, --rabbitmq-stomp and --activemq are for the "
-                              "STOMP workloads: add --stomp")
+    _only_brokers_of(args, "AMQP")
     if args.url and args.ackmq:
         raise BenchSetupError("--url and --ackmq both name the broker under test; pick one")
     if args.compare and args.rabbitmq:
@@ -193,24 +217,16 @@ def _targets(args: argparse.Namespace) -> list[Target]:
                 check_url(url)
             except BenchSetupError as exc:
                 raise BenchSetupError(f"{flag}: {exc}") from None
-    targets: list[Target] = []
-    try:
-        if args.url:
-            targets.append(probe(Target(args.url)))
-        elif args.ackmq:
-            targets.append(start_ackmq(args.data_dir))
-        if args.compare:
-            targets.append(probe(Target(args.compare)))
-        elif args.rabbitmq:
-            targets.append(local_rabbitmq())
-    except BaseException:
-        for t in targets:
-            t.close()
-        raise
-    if not targets:
-        raise BenchSetupError("nothing to benchmark: give --url URL, --ackmq or --rabbitmq")
-    _label_uniquely(targets)
-    return targets
+    starts: list[Callable[[], Target]] = []
+    if args.url:
+        starts.append(partial(probe, Target(args.url)))
+    elif args.ackmq:
+        starts.append(partial(start_ackmq, args.data_dir))
+    if args.compare:
+        starts.append(partial(probe, Target(args.compare)))
+    elif args.rabbitmq:
+        starts.append(local_rabbitmq)
+    return _open_targets(starts, None, "--url URL, --ackmq or --rabbitmq")
 
 
 def run_one(workload: str, target: Target, options: Options, rnd: int) -> dict[str, Any]:

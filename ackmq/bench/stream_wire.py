@@ -14,11 +14,11 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ackmq.protocol.stream import constants as K
+from ackmq.protocol.wire import I32 as _I32
+from ackmq.protocol.wire import U16 as _U16
+from ackmq.protocol.wire import U32 as _U32
 
 _HDR = struct.Struct(">IHH")
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_I32 = struct.Struct(">i")
 _ENTRY = struct.Struct(">QI")
 _CHUNK_RECORDS = struct.Struct(">I")  # at 4 in a chunk's header: its number of records
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from ackmq.broker.message import Message
 from ackmq.broker.queue_type import QueueEntry
+from ackmq.protocol.wire import U32 as _U32
 
 _HDR = struct.Struct(">QBBdIBB")  # seq, flags, priority, expires_at, delivery_count, |ex|, |rk|
-_U32 = struct.Struct(">I")
 PERSISTED, REDELIVERED = 1, 2
 
 

@@ -21,8 +21,9 @@ broker, or root, can use it). Point it at the broker with --data-dir (default
 so no admin socket: its users are guest or --default-user only.)
 
 verbs (rabbitmqctl's; with --url http://user:pass@host:15672 the listing, purge,
-delete, close, status, definitions, user, vhost, permission, policy and scheduled-message
-verbs go to a broker's management HTTP API, ackmq's or RabbitMQ's, with the same output):
+delete, close, status, definitions, user, vhost, permission, policy, global parameter
+and scheduled-message verbs go to a broker's management HTTP API, ackmq's or RabbitMQ's,
+with the same output):
   list_queues [-p <vhost>] [<column> ...]   (default: name messages; --formatter json)
   list_exchanges [-p <vhost>] [<column> ...]  list_bindings [-p <vhost>] [<column> ...]
   list_connections [<column> ...]           list_channels [<column> ...]
@@ -59,6 +60,10 @@ verbs go to a broker's management HTTP API, ackmq's or RabbitMQ's, with the same
   clear_policy [-p <vhost>] <name>    list_policies [-p <vhost>]
   set_operator_policy [-p <vhost>] [--priority N] [--apply-to ...] <name> <pattern> <json>
   clear_operator_policy [-p <vhost>] <name>  list_operator_policies [-p <vhost>]
+  set_global_parameter <name> <json>  clear_global_parameter <name>
+  list_global_parameters              global runtime parameters (the MQTT vhost mappings
+                                      mqtt_port_to_vhost_mapping, mqtt_default_vhosts:
+                                      docs/mqtt.md)
   import_definitions <file.json>      a `rabbitmqctl export_definitions` file: users
                                       (RabbitMQ's sha256/sha512/md5 hashes), vhosts,
                                       permissions, topic permissions, limits, policies,
@@ -123,6 +128,10 @@ VERBS: dict[str, tuple[list[str], str]] = {
     "clear_operator_policy": (["name"],
                               'Clearing operator policy "{0}" on vhost "{vhost}" ...'),
     "list_operator_policies": ([], 'Listing operator policy overrides for vhost "{vhost}" ...'),
+    "set_global_parameter": (["name", "value"],
+                             'Setting global runtime parameter "{0}" to "{1}" ...'),
+    "clear_global_parameter": (["name"], 'Clearing global runtime parameter "{0}" ...'),
+    "list_global_parameters": ([], "Listing global runtime parameters ..."),
     "import_definitions": (["file"], 'Importing definitions in JSON from a file at '
                                      '"{0}" ...'),
     "export_definitions": (["file"], 'Exporting definitions in JSON to a file at "{0}" ...'),
@@ -212,8 +221,8 @@ def run(args: argparse.Namespace) -> int:
         return _definitions_http(args, src)
     # the verbs a management API serves too, each family's module doing them over --url
     # and formatting its listings (the API's JSON, whichever way it came) once
-    from ackmq.ctl import access, policies, scheduled
-    families = (access, policies, scheduled)
+    from ackmq.ctl import access, global_parameters, policies, scheduled
+    families = (access, policies, scheduled, global_parameters)
     over_url = {verb: family.handle for family in families for verb in family.VERBS}
     listings = {verb: f for family in families for verb, f in family.LISTINGS.items()}
     if args.url and args.verb not in over_url:
@@ -251,6 +260,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.verb in SET_POLICY_VERBS:  # the API's body, for either way
             extra["body"] = policies.body(values + [args.priority, args.apply_to])
+            values = values[:1]
+        if args.verb == "set_global_parameter":
+            extra["body"] = global_parameters.body(values)
             values = values[:1]
         if args.url:
             reply = over_url[args.verb](HttpSource(args.url), args.verb, values, vhost,

@@ -63,6 +63,8 @@ class FrontEnd:
     # what a protocol keeps for the broker's life beside the model, by protocol (MQTT's
     # client ids, retained messages, QoS 2 ids: server/mqtt/state.py); closed at stop
     protocol_state: dict[str, Any] = field(default_factory=dict)
+    # the runtime parameters (server/parameters.py): MQTT reads two global ones at CONNECT
+    parameters: Parameters | None = None
 
 
 class HttpPorts(Protocol):

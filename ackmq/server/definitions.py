@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("ackmq.definitions")
 RABBIT_VERSION = "3.10.8"  # the format's version the export claims (RabbitMQ reads it)
 # what ackmq has no model for: named in the import's answer, not silently dropped
-UNSUPPORTED = ("global_parameters",)
+UNSUPPORTED: tuple[str, ...] = ()
 
 
 class Server(Protocol):
@@ -118,7 +118,7 @@ def export(server: Server) -> dict[str, Any]:
             "permissions": snap["permissions"],
             "topic_permissions": snap["topic_permissions"],
             "parameters": vhost_limits + op_params + _components(server),
-            "global_parameters": [],
+            "global_parameters": _globals(server),
             "policies": policies, **topology(server)}
 
 
@@ -139,6 +139,19 @@ def _components(server: Server, vhost: str | None = None) -> list[dict[str, Any]
     as RabbitMQ exports them (value, vhost, component, name)."""
     reg = getattr(server, "parameters", None)
     return reg.listing(None, vhost) if reg is not None else []
+
+
+def _globals(server: Server) -> list[dict[str, Any]]:
+    """RabbitMQ's global runtime parameters (name, value): MQTT's vhost mappings."""
+    reg = getattr(server, "parameters", None)
+    return reg.global_listing() if reg is not None else []
+
+
+def _global(server: Server, g: dict[str, Any]) -> None:
+    reg = getattr(server, "parameters", None)
+    if reg is None:
+        raise DefinitionsError("this broker keeps no runtime parameters")
+    reg.set_global(str(g["name"]), g["value"])
 
 
 def _list(defs: dict[str, Any], key: str) -> list[dict[str, Any]]:
@@ -205,6 +218,8 @@ def _apply(server: Server, defs: dict[str, Any], vhost: str | None, each: Any) -
              f"vhost '{t.get('vhost')}'", lambda t: a.set_topic_permissions(
                  str(t["user"]), str(t["vhost"]), str(t["exchange"]), str(t["write"]),
                  str(t["read"])))
+        each("global_parameters", lambda g: f"global parameter '{g.get('name')}'",
+             lambda g: _global(server, g))
     each("parameters", lambda p: _parameter_what(p, vhost),
          lambda p: _parameter(server, p, vhost))
     # policies before the objects, so a queue is made with its policy in force

@@ -8,7 +8,10 @@ refused as RabbitMQ refuses it.
 The registry keeps the values (with the user who set them: RabbitMQ's acting user) in
 `<data dir>/parameters.json`, validates through the component, and tells it when a
 parameter is set, cleared, and when the broker is up (`start`: every saved parameter)
-or going down (`stop`). `LocalBroker` is what a component may reach of this broker:
+or going down (`stop`). It keeps RabbitMQ's *global* runtime parameters too
+(`rabbitmqctl set_global_parameter`, `/api/global-parameters/<name>`): a name and any
+JSON value, no component, saved in the same file; the MQTT front end reads two of them at
+CONNECT (`mqtt_port_to_vhost_mapping`, `mqtt_default_vhosts`: docs/mqtt.md). `LocalBroker` is what a component may reach of this broker:
 its AMQP address and a login as a given user (a one-off secret admission.py accepts
 from loopback only), so that `amqp://` in a shovel's URI means this broker.
 """
@@ -109,6 +112,7 @@ class Parameters:
         self.components: dict[str, Component] = {}
         self.local = LocalBroker()
         self._values: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._globals: dict[str, Any] = {}  # global parameters: name -> JSON value
         self._file: Any = None
         self._running = False
 
@@ -126,12 +130,17 @@ class Parameters:
         for p in saved.get("parameters", []):
             key = (str(p["component"]), str(p["vhost"]), str(p["name"]))
             self._values[key] = {"value": p["value"], "user": p.get("user", "")}
+        for g in saved.get("global_parameters", []):
+            self._globals[str(g["name"])] = g["value"]
 
     def _save(self) -> None:
+        """Written and synced before the change is answered (changes are rare)."""
         if self._file is not None:
             self._file.save({"parameters": [
                 {"component": c, "vhost": v, "name": n, **entry}
-                for (c, v, n), entry in sorted(self._values.items())]})
+                for (c, v, n), entry in sorted(self._values.items())],
+                "global_parameters": [{"name": n, "value": v}
+                                      for n, v in sorted(self._globals.items())]})
 
     # -- life cycle ---------------------------------------------------------------------
     def start(self, host: str, port: int, node: str, access: Any = None) -> None:
@@ -199,3 +208,27 @@ class Parameters:
         """A vhost went: its parameters go with it (as RabbitMQ's)."""
         for c, v, n in [k for k in self._values if k[1] == vhost]:
             self.clear(c, v, n)
+
+    # -- global parameters (RabbitMQ's `rabbit_runtime_parameters:*_global`) ---------------
+    def set_global(self, name: str, value: Any) -> bool:
+        """Any JSON value, saved; True when new (RabbitMQ validates none of them)."""
+        new = name not in self._globals
+        self._globals[name] = value
+        self._save()
+        return new
+
+    def clear_global(self, name: str) -> bool:
+        """False when there is no such parameter."""
+        if name not in self._globals:
+            return False
+        del self._globals[name]
+        self._save()
+        return True
+
+    def global_value(self, name: str) -> Any:
+        """The value, or None when it is not set."""
+        return self._globals.get(name)
+
+    def global_listing(self) -> list[dict[str, Any]]:
+        """RabbitMQ's global parameter objects (`name`, `value`), by name."""
+        return [{"name": n, "value": v} for n, v in sorted(self._globals.items())]

@@ -203,6 +203,7 @@ class Server:
         policy_ops.attach(self.broker, cfg.data_dir)  # before the queues come back
         self.ctx = FrontEnd(self.broker, self.access, cfg, self.loop, self.request_flush,
                             self.alarm_reason)
+        self.ctx.parameters = self.parameters
         self._start_alarms()
         self.broker.start(list(self.access.vhosts))
         self.broker.policies.reapply()  # the amq.* exchanges too

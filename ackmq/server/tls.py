@@ -51,3 +51,30 @@ def certificate_user(peercert: dict[str, Any] | None) -> str | None:
             if name == "commonName":
                 return str(value)
     return None
+
+
+# RFC 4514's short names for the attributes Python's `getpeercert()` spells out
+_RFC4514_NAMES = {"commonName": "CN", "localityName": "L", "stateOrProvinceName": "ST",
+                  "organizationName": "O", "organizationalUnitName": "OU",
+                  "countryName": "C", "streetAddress": "STREET", "domainComponent": "DC",
+                  "userId": "UID"}
+
+
+def _rfc4514_value(value: str) -> str:
+    out = "".join("\\" + ch if ch in ',+"\\<>;' else ch for ch in value)
+    if out.startswith(("#", " ")):
+        out = "\\" + out
+    if out.endswith(" ") and not out.endswith("\\ "):
+        out = out[:-1] + "\\ "
+    return out
+
+
+def certificate_subject(peercert: dict[str, Any] | None) -> str | None:
+    """The verified client certificate's subject Distinguished Name as RabbitMQ writes
+    it (`rabbit_ssl:peer_cert_subject`, RFC 4514: the last RDN first, `O=client,CN=guest`
+    for a subject /CN=guest/O=client): the key of RabbitMQ's `mqtt_default_vhosts`."""
+    rdns = (peercert or {}).get("subject", ())
+    if not rdns:
+        return None
+    return ",".join("+".join(f"{_RFC4514_NAMES.get(n, n)}={_rfc4514_value(str(v))}"
+                             for n, v in rdn) for rdn in reversed(rdns))

@@ -10,17 +10,16 @@ headers table inside it as it came.
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 from ackmq.protocol.amqp.properties import FLAGS, OCTET, SHORTSTR, TIMESTAMP, spans
 from ackmq.protocol.amqp.property_names import PAMQP_TO_RABBIT
 from ackmq.protocol.amqp.table import encode_key, encode_value
+from ackmq.protocol.wire import I32 as _I32
+from ackmq.protocol.wire import U16 as _U16
+from ackmq.protocol.wire import U32 as _U32
+from ackmq.protocol.wire import U64 as _U64
 
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_I32 = struct.Struct(">i")
-_U64 = struct.Struct(">Q")
 _HEADERS_ONLY = _U16.pack(FLAGS["headers"])
 
 

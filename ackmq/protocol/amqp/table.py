@@ -18,6 +18,9 @@ import struct
 import time
 from typing import Any
 
+from ackmq.protocol.wire import U32 as _U32
+from ackmq.protocol.wire import U64 as _U64
+
 MAX_TABLE_DEPTH = 100
 """Deepest nesting of field tables and arrays accepted in what a client sends (method
 arguments, message headers); the outermost table is level 1, each table or array value
@@ -35,9 +38,6 @@ class TableTooDeep(ValueError):
     def __init__(self) -> None:
         super().__init__(f"field table nested deeper than {MAX_TABLE_DEPTH} levels")
 
-
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
 
 # Value sizes after the type tag, for the kinds of fixed width (RabbitMQ's table types);
 # S x A F are a 32-bit length and that many bytes.

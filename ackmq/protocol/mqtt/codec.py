@@ -9,8 +9,10 @@ a server) or set by the caller (`level`, a client's decoder after its CONNECT)."
 
 from __future__ import annotations
 
-import struct
 from typing import Any
+
+from ackmq.protocol.wire import U16 as _U16
+from ackmq.protocol.wire import U32 as _U32
 
 from .constants import (
     AUTH,
@@ -62,6 +64,7 @@ from .packets import (
     PubAck,
     PubComp,
     Publish,
+    PublishResponse,
     PubRec,
     PubRel,
     SubAck,
@@ -71,9 +74,6 @@ from .packets import (
     Unsubscribe,
     Will,
 )
-
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
 
 
 class MQTTError(Exception):
@@ -221,6 +221,7 @@ class _Reader:
 
 _ACKS: dict[int, type[PubAck | PubRec | PubRel | PubComp]] = {
     PUBACK: PubAck, PUBREC: PubRec, PUBREL: PubRel, PUBCOMP: PubComp}
+_ACK_TYPES: dict[type[PublishResponse], int] = {cls: t for t, cls in _ACKS.items()}
 
 
 # -- the decoder ----------------------------------------------------------------------------
@@ -284,7 +285,7 @@ class Decoder:
                 code = r.byte()
                 if r.left():
                     props = r.properties(ptype)
-            cls: type[PubAck | PubRec | PubRel | PubComp] = _ACKS[ptype]
+            cls = _ACKS[ptype]
             p = cls(pid, code, props)
         elif ptype == SUBSCRIBE:
             p = self._subscribe(r)
@@ -457,8 +458,8 @@ def encode(p: Packet, level: int = MQTT311) -> bytes:
     if isinstance(p, Publish):
         return encode_publish(p.topic, p.payload, p.qos, p.retain, p.dup, p.packet_id, level,
                               props())
-    if isinstance(p, PubAck | PubRec | PubRel | PubComp):
-        ptype = {PubAck: PUBACK, PubRec: PUBREC, PubRel: PUBREL, PubComp: PUBCOMP}[type(p)]
+    if isinstance(p, PublishResponse):
+        ptype = _ACK_TYPES[type(p)]
         body = _U16.pack(p.packet_id)
         if v5 and (p.reason_code or p.properties):
             body += bytes((p.reason_code,))

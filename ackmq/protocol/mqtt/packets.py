@@ -9,8 +9,8 @@ from typing import Any
 
 __all__ = [
     "Auth", "ConnAck", "Connect", "Disconnect", "Packet", "PingReq", "PingResp", "Properties",
-    "PubAck", "PubComp", "PubRec", "PubRel", "Publish", "SubAck", "SubOptions", "Subscribe",
-    "UnsubAck", "Unsubscribe", "Will",
+    "PubAck", "PubComp", "PubRec", "PubRel", "Publish", "PublishResponse", "SubAck",
+    "SubOptions", "Subscribe", "UnsubAck", "Unsubscribe", "Will",
 ]
 
 Properties = dict[str, Any]  # by property name (constants.PROPERTIES); repeatables: lists
@@ -56,31 +56,37 @@ class Publish:
 
 
 @dataclass(slots=True)
-class PubAck:
+class PublishResponse:
+    """The one layout of PUBACK, PUBREC, PUBREL and PUBCOMP (a packet id, then in 5.0 a
+    reason code and properties); each packet is its own subclass, told apart by type."""
+
     packet_id: int
     reason_code: int = 0
     properties: Properties = field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class PubRec:
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = field(default_factory=dict)
+class PubAck(PublishResponse):
+    """QoS 1: the publish is accepted (or, in 5.0, refused with a reason code)."""
+
+    __slots__ = ()
 
 
-@dataclass(slots=True)
-class PubRel:
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = field(default_factory=dict)
+class PubRec(PublishResponse):
+    """QoS 2, step 1: the publish is received."""
+
+    __slots__ = ()
 
 
-@dataclass(slots=True)
-class PubComp:
-    packet_id: int
-    reason_code: int = 0
-    properties: Properties = field(default_factory=dict)
+class PubRel(PublishResponse):
+    """QoS 2, step 2: the publisher releases the packet id."""
+
+    __slots__ = ()
+
+
+class PubComp(PublishResponse):
+    """QoS 2, step 3: the exchange is complete."""
+
+    __slots__ = ()
 
 
 @dataclass(slots=True)

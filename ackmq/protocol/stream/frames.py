@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ackmq.protocol.stream import constants as K
+from ackmq.protocol.wire import I32 as _I32
+from ackmq.protocol.wire import I64 as _I64
+from ackmq.protocol.wire import U16 as _U16
+from ackmq.protocol.wire import U32 as _U32
+from ackmq.protocol.wire import U64 as _U64
 
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_I32 = struct.Struct(">i")
-_U64 = struct.Struct(">Q")
-_I64 = struct.Struct(">q")
 _HDR = struct.Struct(">IHH")  # size, key, version
 MAX_ARRAY = 1 << 16  # array lengths above this in a request are hostile
 

@@ -9,12 +9,12 @@ consumers byte for byte.
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 from ackmq.protocol.amqp.properties import encode_fields, header_value, properties_with_header
 from ackmq.protocol.amqp10 import Composite, DecodeError, decode_message
 from ackmq.protocol.amqp10.amqp_map import AMQP_CONTENT_TYPE, from_amqp091, to_amqp091
+from ackmq.protocol.wire import U32 as _U32
 
 RAW_HEADER = "x-ackmq-stream-raw"
 # a message's filter value (Publish v2), kept as RabbitMQ 4 keeps it for AMQP clients
@@ -24,7 +24,6 @@ _RAW_PROPERTIES = encode_fields({"delivery_mode": 2, "headers": {RAW_HEADER: Tru
 
 
 _PREFIXES_MAX = 4096
-_U32 = struct.Struct(">I")
 
 
 # the properties of a published message's sections before its body, by those bytes: a

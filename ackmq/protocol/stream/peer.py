@@ -8,7 +8,6 @@ that want no client library in the hot loop: a Deliver's chunk is read by
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,12 +28,11 @@ from ackmq.protocol.stream.frames import (
     Reader,
     frame,
 )
-
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_I32 = struct.Struct(">i")
-_U64 = struct.Struct(">Q")
-_I64 = struct.Struct(">q")
+from ackmq.protocol.wire import I32 as _I32
+from ackmq.protocol.wire import I64 as _I64
+from ackmq.protocol.wire import U16 as _U16
+from ackmq.protocol.wire import U32 as _U32
+from ackmq.protocol.wire import U64 as _U64
 
 
 def _str(s: str | None) -> bytes:

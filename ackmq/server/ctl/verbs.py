@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ackmq.broker.access import AccessError
 from ackmq.server import views
-from ackmq.server.ctl import alarms, policies, scheduled, shovels, topology
+from ackmq.server.ctl import alarms, global_parameters, policies, scheduled, shovels, topology
 from ackmq.server.ctl.errors import USAGE, nargs
 
 if TYPE_CHECKING:
@@ -129,6 +129,8 @@ def handle(ctx: HttpContext, verb: str, args: list[str], vhost: str,
         return alarms.handle(ctx, verb, args)
     elif verb in policies.VERBS:
         return policies.handle(ctx, verb, args, vhost, body)
+    elif verb in global_parameters.VERBS:
+        return global_parameters.handle(ctx, verb, args, body)
     elif verb in scheduled.VERBS:
         return scheduled.handle(ctx, verb, args, vhost)
     elif verb in shovels.VERBS:

@@ -4,6 +4,7 @@ connections and channels, monitoring and administrator users everyone's."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
@@ -183,29 +184,29 @@ async def connection_channels(request: web.Request) -> web.Response:
                              for n, ch in views.channels_of(conn)])
 
 
-def _channels(request: web.Request, vhost: str | None = None) -> list[dict[str, Any]]:
+def _channel_rows(request: web.Request,
+                  vhost: str | None = None) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """Each visible channel with its API row, for the listing and the one-channel page."""
     sampler = request.app.get(SAMPLER_KEY)
-    return [views.channel(c, n, ch, channel_message_stats(sampler, ch))
-            for c in visible_connections(request, vhost) for n, ch in views.channels_of(c)]
+    for c in visible_connections(request, vhost):
+        for n, ch in views.channels_of(c):
+            yield ch, views.channel(c, n, ch, channel_message_stats(sampler, ch))
 
 
 async def list_channels(request: web.Request) -> web.Response:
     vhost = vhost_arg(request) if "vhost" in request.match_info else None
-    return listing(request, _channels(request, vhost))
+    return listing(request, [shown for _, shown in _channel_rows(request, vhost)])
 
 
 async def get_channel(request: web.Request) -> web.Response:
     name = request.match_info["name"]
-    sampler = request.app.get(SAMPLER_KEY)
-    for c in visible_connections(request):
-        for n, ch in views.channels_of(c):
-            shown = views.channel(c, n, ch, channel_message_stats(sampler, ch))
-            if shown["name"] == name:
-                # RabbitMQ's details: the consumers; publishes and deliveries per
-                # exchange/queue need rates_mode detailed (empty there too)
-                return one(request, {**shown, "publishes": [], "deliveries": [],
-                                     "consumer_details": [views.consumer(k) for k in
-                                                          list(ch.consumers.values())]})
+    for ch, shown in _channel_rows(request):
+        if shown["name"] == name:
+            # RabbitMQ's details: the consumers; publishes and deliveries per
+            # exchange/queue need rates_mode detailed (empty there too)
+            return one(request, {**shown, "publishes": [], "deliveries": [],
+                                 "consumer_details": [views.consumer(k) for k in
+                                                      list(ch.consumers.values())]})
     raise ops.not_found()
 
 
@@ -221,15 +222,6 @@ async def list_consumers(request: web.Request) -> web.Response:
 async def auth_settings(request: web.Request) -> web.Response:
     """What RabbitMQ's UI asks before login: no OAuth 2 here."""
     return json_response({"enable_uaa": False, "uaa_client_id": "", "uaa_location": ""})
-
-
-async def none_here(request: web.Request) -> web.Response:
-    """Runtime parameters: ackmq has none (policies are api_policies.py's; vhost limits
-    are under /api/vhost-limits), so their listings are empty, never a 404 that would
-    break a tool listing everything."""
-    if "vhost" in request.match_info:
-        vhost_arg(request)
-    return json_response([])
 
 
 # RabbitMQ 3.10's management agent counts an unroutable drop and an empty basic.get in
@@ -252,7 +244,6 @@ async def feature_flags(request: web.Request) -> web.Response:
 def register(app: web.Application) -> None:
     r = app.router
     r.add_get("/api/auth", auth_settings)
-    r.add_get("/api/global-parameters", none_here)  # /api/parameters: api_parameters
     r.add_get("/api/overview", overview)
     r.add_get("/api/whoami", whoami)
     r.add_get("/api/cluster-name", cluster_name)

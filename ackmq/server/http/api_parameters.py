@@ -4,7 +4,12 @@ plugin's status API, answered by the components registered in server/parameters.
 dynamic shovel, ackmq/shovel/, when `ackmq serve` runs). A refused value is 400 with
 RabbitMQ's "Validation failed" text, HTML-escaped as RabbitMQ's (`&lt;&lt;"x"&gt;&gt;`);
 a component that is not there is RabbitMQ's "component … not found"; no registry (an
-embedded broker) lists nothing. docs/shovels.md."""
+embedded broker) lists nothing. docs/shovels.md.
+
+/api/global-parameters[/<name>]: RabbitMQ's global runtime parameters (policymaker, as
+RabbitMQ's `is_authorized_global_parameters`): any JSON value under `value`, 201 when
+new, 204 when replaced or cleared; MQTT's vhost mappings are two of them (docs/mqtt.md).
+RabbitMQ lists its `internal_cluster_id` there too; ackmq has none."""
 
 from __future__ import annotations
 
@@ -89,6 +94,43 @@ async def delete_parameter(request: web.Request) -> web.Response:
     return no_content()
 
 
+@requires("policymaker")
+async def list_global_parameters(request: web.Request) -> web.Response:
+    reg = _registry(request)
+    return listing(request, reg.global_listing() if reg is not None else [])
+
+
+@requires("policymaker")
+async def get_global_parameter(request: web.Request) -> web.Response:
+    reg, name = _registry(request), request.match_info["name"]
+    found = [g for g in reg.global_listing() if g["name"] == name] if reg is not None else []
+    if not found:
+        raise not_found()
+    return one(request, found[0])
+
+
+@requires("policymaker")
+async def put_global_parameter(request: web.Request) -> web.Response:
+    body = await body_json(request)
+    if not isinstance(body, dict):
+        raise bad_request("not_json")
+    if "value" not in body:
+        raise bad_request("[{key_missing,value}]")
+    reg = _registry(request)
+    if reg is None:
+        raise not_found()
+    return no_content(201 if reg.set_global(request.match_info["name"], body["value"])
+                      else 204)
+
+
+@requires("policymaker")
+async def delete_global_parameter(request: web.Request) -> web.Response:
+    reg = _registry(request)
+    if reg is None or not reg.clear_global(request.match_info["name"]):
+        raise not_found()
+    return no_content()
+
+
 def _shovels(request: web.Request) -> Any:
     reg = _registry(request)
     comp = reg.components.get("shovel") if reg is not None else None
@@ -138,6 +180,9 @@ def register(app: web.Application) -> None:
     r.add_get("/api/parameters/{component}/{vhost}", list_parameters)
     base = "/api/parameters/{component}/{vhost}/{name}"
     add_methods(r, base, get=get_parameter, put=put_parameter, delete=delete_parameter)
+    r.add_get("/api/global-parameters", list_global_parameters)
+    add_methods(r, "/api/global-parameters/{name}", get=get_global_parameter,
+                put=put_global_parameter, delete=delete_global_parameter)
     add_listing(r, "/api/shovels", list_shovels)
     add_methods(r, "/api/shovels/vhost/{vhost}/{name}", get=get_shovel, delete=delete_shovel)
     r.add_delete("/api/shovels/vhost/{vhost}/{name}/restart", restart_shovel)

@@ -36,6 +36,8 @@ from ackmq.server.mqtt.state import MQTTState, state_of
 from ackmq.server.mqtt.states import TRANSITIONS
 from ackmq.server.mqtt.states import MQTTState as S
 from ackmq.server.mqtt.subscriptions import MAX_CLIENT_ID, Subscriptions
+from ackmq.server.mqtt.vhosts import choose_vhost
+from ackmq.server.tls import certificate_subject, certificate_user
 from ackmq.server.transport import ClientConnection, events_from
 
 if TYPE_CHECKING:
@@ -173,7 +175,8 @@ class MQTTConnection(Subscriptions, ClientConnection):
         if len(client_id.encode()) > MAX_CLIENT_ID:  # its queues' names must fit AMQP's
             return self._connack_refused(rc.CLIENT_IDENTIFIER_NOT_VALID,
                                          f"client id longer than {MAX_CLIENT_ID} bytes")
-        vhost_name, user = self._vhost_user(p.username)
+        vhost_name, user = choose_vhost(ctx.parameters, p.username, self._local_port(),
+                                        self._certificate_names())
         cert_user = self.certificate_user() if ctx.config.mqtt_ssl_cert_login and \
             p.username is None and p.password is None else None
         if cert_user is not None:  # U4, mqtt.ssl_cert_login: the certificate names the user
@@ -198,8 +201,8 @@ class MQTTConnection(Subscriptions, ClientConnection):
                 else rc.NOT_AUTHORIZED, f"access refused for user '{got.user}'")
         user = got
         vhost = ctx.broker.vhosts.get(vhost_name)
-        if vhost is None:
-            return self._connack_refused(rc.NOT_AUTHORIZED,
+        if vhost is None:  # RabbitMQ's plugin: 3.1.1 CONNACK 4, 5.0 0x86
+            return self._connack_refused(rc.BAD_USER_NAME_OR_PASSWORD,
                                          f"virtual host '{vhost_name}' does not exist")
         refusal = admission.open_vhost(ctx, self, user, vhost_name)  # U6, U3
         if refusal is not None:
@@ -262,15 +265,18 @@ class MQTTConnection(Subscriptions, ClientConnection):
             self.write(encode(pk.PubRel(pid), self.level))
         self._start_consumers()
 
-    @staticmethod
-    def _vhost_user(username: str | None) -> tuple[str, str]:
-        """RabbitMQ's `vhost:user` user names; the default vhost is "/"."""
-        if username is None:
-            return "/", ""
-        if ":" in username:
-            vhost, _, user = username.partition(":")
-            return vhost, user
-        return "/", username
+    def _local_port(self) -> int | None:
+        """The port the client connected to: its listener's (mqtt_port_to_vhost_mapping)."""
+        t = self.transport
+        name = t.get_extra_info("sockname") if t is not None else None
+        return name[1] if isinstance(name, tuple) and len(name) > 1 else None
+
+    def _certificate_names(self) -> tuple[str, ...]:
+        """The verified client certificate's subject DN and CN (mqtt_default_vhosts' keys);
+        () without one."""
+        t = self.transport
+        cert = t.get_extra_info("peercert") if t is not None else None
+        return tuple(n for n in (certificate_subject(cert), certificate_user(cert)) if n)
 
     def _connack_refused(self, reason: int, text: str) -> None:
         log.info("MQTT CONNECT from %s refused: %s", self.peer, text)
