@@ -902,11 +902,13 @@ def test_X1_deliver_v2_carries_the_committed_chunk_id_when_the_client_asks(
         assert [v.key_command for v in r.command_versions] == sorted(versions)
         assert versions[8] == (1, 2) and versions[2] == (1, 2) and versions[7] == (1, 1)
 
-        def subscribe(p: StreamPeer, sub: int, kind: OffsetType) -> None:
+        def subscribe(p: StreamPeer, sub: int, kind: OffsetType, **props: str) -> None:
             assert p.call(schema.Subscribe(
                 p.next_corr(), subscription_id=sub, stream=stream,
                 offset_spec=schema.OffsetSpec.from_params(kind, None), credit=50,
-                properties=[]), schema.SubscribeResponse).response_code == 1
+                properties=[schema.Property(k.replace("_", "-"), v)
+                            for k, v in props.items()]),
+                schema.SubscribeResponse).response_code == 1
 
         def delivers(p: StreamPeer, upto: int) -> list[tuple[int, int | None, Any]]:
             """(version, committed chunk id, rstream's v1 Deliver) until offset `upto`."""
@@ -932,6 +934,13 @@ def test_X1_deliver_v2_carries_the_committed_chunk_id_when_the_client_asks(
             assert cid == max(committed, d.chunk_first_offset)
         assert [bytes(amqp_decoder(m).body) for _v, _c, d in got for m in d.get_messages()] \
             == [b"%d" % i for i in range(n)]
+        # a filtered subscription's chunks (built record by record) are v2 as well
+        subscribe(peer, 3, OffsetType.FIRST, **{"filter.0": "x", "match_unfiltered": "true"})
+        got = delivers(peer, n - 1)
+        assert {v for v, _c, _d in got} == {2}
+        assert [c for _v, c, _d in got] == [max(committed, d.chunk_first_offset)
+                                           for _v, _c, d in got]
+        assert sum(d.num_entries for _v, _c, d in got) == n
 
         subscribe(plain, 1, OffsetType.FIRST)
         assert {v for v, _c, _d in delivers(plain, n - 1)} == {1}
