@@ -336,3 +336,57 @@ def test_R4_batch_read_by_offsets_and_timestamp(stream_url: str, stream: str,
     t = read_committed(tmp_path / "lake", ["body"])
     assert t is not None
     assert sorted(t.column("body").to_pylist()) == sorted(b"c%d" % i for i in range(50))
+
+
+@pytest.mark.timeout(300)
+def test_R4_X1_stream_protocol_reader_over_tls(spark: Any, tmp_path: Path) -> None:
+    """An `amqps://` url: the read tasks read over the stream protocol's TLS listener
+    (`rabbitmq-stream+tls://`, ackmq's --stream-tls-port) with the url's TLS options: its
+    CA, its client certificate (the broker refuses clients without one, on both
+    listeners) and the server name checked. streamUrl names only the +tls port and takes
+    the url's options; with `protocol` unset the driver picks the stream protocol (it
+    answers over TLS), and a Spark batch read with protocol=stream (no fallback) gives
+    every message. Before, amqps:// fell back to AMQP ("no TLS yet")."""
+    import trustme
+    from support.tlshelp import cert_broker, port_in_log, server_files
+
+    from ackmq.protocol.stream import constants as K
+    from ackmq.spark.stream_source import _StreamOptions
+    from ackmq.spark.streamproto import StreamPeer
+
+    ca = trustme.CA()
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    files = server_files(ca, certs)
+    me = ca.issue_cert("guest", common_name="guest")
+    me.cert_chain_pems[0].write_to_path(str(certs / "me.pem"))
+    me.private_key_pem.write_to_path(str(certs / "me.key"))
+    b = cert_broker(tmp_path, files, "--tls-port", "0", "--stream-tls-port", "0",
+                    "--tls-verify-peer", "--tls-fail-if-no-peer-cert")
+    try:
+        import re
+
+        aport = port_in_log(b, re.compile(r"amqps://\S+?:(\d+)"), "amqps:// URL")
+        sport = port_in_log(b, re.compile(r"rabbitmq-stream\+tls://\S+?:(\d+)"),
+                            "rabbitmq-stream+tls:// URL")
+        url = (f"amqps://guest:guest@localhost:{aport}/?cacertfile={files['ca']}"
+               f"&certfile={certs / 'me.pem'}&keyfile={certs / 'me.key'}")
+        surl = f"rabbitmq-stream+tls://guest:guest@localhost:{sport}/"
+        name = "tls-events"
+        o = _StreamOptions({"url": url, "stream": name, "streamUrl": surl})
+        peer = StreamPeer(o.stream_url)  # the url's CA and client certificate
+        try:
+            peer.call(K.CREATE, stream=name, arguments={})
+        finally:
+            peer.close()
+        n = 300
+        streamhelp.publish(url, name, [b"t%d" % i for i in range(n)], message_id="m")
+        assert o.read_protocol() == "stream"
+        rows = (spark.read.format("ackmq").option("url", url).option("stream", name)
+                .option("streamUrl", surl).option("protocol", "stream")
+                .option("minPartitions", "2").load().orderBy("stream_offset").collect())
+        assert [r.body for r in rows] == [b"t%d" % i for i in range(n)]
+        assert {r.message_id for r in rows} == {"m"}
+        assert "Traceback" not in "".join(b.log)
+    finally:
+        b.stop()

@@ -206,3 +206,34 @@ def test_R4_protocol_option_picks_the_read_tasks_protocol(
         assert why in caplog.records[-1].getMessage()
         assert [b.num_rows for b in AckmqStreamBatchReader({**base, "streamUrl": url})
                 .read(planned[0])] == [1]
+
+
+def test_R4_X1_amqps_url_gives_the_stream_protocol_over_tls() -> None:
+    """The stream-protocol reader's URL for an AMQP url: amqps:// reads over the stream
+    protocol's TLS listener (RabbitMQ's rabbitmq-stream+tls://, 5551 by default) with the
+    url's TLS options and none of its other ones; a given +tls streamUrl without options
+    takes the url's; TLS options on a plain stream URL, or unknown ones, are refused."""
+    from ackmq.spark.stream_source import _StreamOptions
+    from ackmq.spark.streamproto import stream_url_for, tls_of, with_tls_of
+
+    amqps = ("amqps://u:p@broker.example/vh?cacertfile=/c/ca.pem&certfile=/c/me.pem"
+             "&keyfile=/c/me.key&server_name_indication=mq&heartbeat=5")
+    tls = "cacertfile=/c/ca.pem&certfile=/c/me.pem&keyfile=/c/me.key&server_name_indication=mq"
+    assert stream_url_for(amqps) == f"rabbitmq-stream+tls://u:p@broker.example:5551/vh?{tls}"
+    assert stream_url_for("amqp://u:p@h/vh?heartbeat=5") == "rabbitmq-stream://u:p@h:5552/vh"
+    opts = tls_of(stream_url_for(amqps))
+    assert opts is not None and (opts.cacertfile, opts.certfile, opts.keyfile,
+                                 opts.server_name_indication) == \
+        ("/c/ca.pem", "/c/me.pem", "/c/me.key", "mq")
+    assert tls_of("rabbitmq-stream://h:1/") is None
+    given = "rabbitmq-stream+tls://u:p@h:7000/vh"
+    assert with_tls_of(given, amqps) == f"{given}?{tls}"
+    assert with_tls_of(given + "?verify=verify_none", amqps) == given + "?verify=verify_none"
+    assert _StreamOptions({"url": amqps, "stream": "s", "streamUrl": given}).stream_url == \
+        f"{given}?{tls}"
+    assert _StreamOptions({"url": amqps, "stream": "s"}).stream_url == stream_url_for(amqps)
+    with pytest.raises(ValueError, match="need a rabbitmq-stream\\+tls:// URL"):
+        _StreamOptions({"url": amqps, "stream": "s",
+                        "streamUrl": "rabbitmq-stream://h:5552/?cacertfile=/c/ca.pem"})
+    with pytest.raises(ValueError, match="unknown stream URL option"):
+        tls_of("rabbitmq-stream+tls://h/?heartbeat=5")

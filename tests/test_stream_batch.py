@@ -249,6 +249,10 @@ def test_X1_chunk_from_the_logs_bytes_equals_the_record_by_record_one(
         new, first, n_new = deliver_from_spans(7, lg.read_spans(offset, 256), budget)
         assert (first, n_new) == (offset, n_old)
         assert new == old
+        # Deliver v2: the committed chunk id (at least the chunk's own) before the same chunk
+        v2, _f, _n = deliver_from_spans(7, lg.read_spans(offset, 256), budget, 3)
+        assert v2[6:8] == b"\x00\x02" and v2[17:] == old[9:]
+        assert int.from_bytes(v2[9:17], "big") == max(3, offset)
         d = decode_frame(new[4:])  # rstream checks the chunk's length and crc
         assert isinstance(d, schema.Deliver) and d.chunk_first_offset == offset
         assert read_chunk(new[9:])[2] == [

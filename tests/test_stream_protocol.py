@@ -8,6 +8,7 @@ stream plugin (docs/stream-protocol.md)."""
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -27,6 +28,7 @@ from rstream import (
     amqp_decoder,
     schema,
 )
+from rstream.encoding import decode_frame
 from support.mgmthelp import Target
 from support.streamraw import StreamPeer
 
@@ -863,3 +865,87 @@ def test_X1_last_is_the_newest_chunk_not_a_whole_large_batch(mgmt: Target) -> No
             finally:
                 await p.delete_stream(stream)
     run(go())
+
+
+def test_X1_deliver_v2_carries_the_committed_chunk_id_when_the_client_asks(
+        broker: BrokerProcess) -> None:
+    """Deliver v2 (RabbitMQ 3.13+: the protocol document, PROTOCOL.adoc in
+    rabbitmq-server's deps/rabbitmq_stream, is the reference; RabbitMQ 3.10 has no
+    ExchangeCommandVersions): ExchangeCommandVersions offers Deliver 1-2 (and Publish
+    1-2), in key order; a client that lists Deliver 2 gets Deliver v2 from then on — a
+    u64 committed chunk id between the subscription id and the chunk: the first offset
+    of the newest chunk (where `last` starts, StreamStats' committed_chunk_id), at least
+    the Deliver's own first offset; the chunk after it is the v1 chunk, byte for byte
+    (rstream decodes it). A raw client that never asks, and rstream (which exchanges
+    Publish only), get v1."""
+    stream, port = _name("v2"), broker.stream_port
+    n = 600
+    peer, plain = StreamPeer(port), StreamPeer(port)
+    try:
+        assert peer.login() == 1 and plain.login() == 1
+        assert peer.call(schema.Create(peer.next_corr(), stream=stream, arguments=[]),
+                         schema.CreateResponse).response_code == 1
+        assert peer.call(schema.DeclarePublisher(peer.next_corr(), publisher_id=1,
+                                                 reference="", stream=stream),
+                         schema.DeclarePublisherResponse).response_code == 1
+        peer.send(schema.Publish(publisher_id=1, messages=[schema.Message(
+            publishing_id=i, filter_value=None, data=bytes(AMQPMessage(body=b"%d" % i)))
+            for i in range(n)]))  # one frame: one batch written together
+        confirmed = 0
+        while confirmed < n:
+            confirmed += len(peer.wait(schema.PublishConfirm).publishing_ids)
+        r = peer.call(schema.ExchangeCommandVersionRequest(
+            peer.next_corr(), command_versions=[schema.FrameHandlerInfo(8, 1, 2)]),
+            schema.ExchangeCommandVersionResponse)
+        versions = {v.key_command: (v.min_version, v.max_version) for v in r.command_versions}
+        assert r.response_code == 1
+        assert [v.key_command for v in r.command_versions] == sorted(versions)
+        assert versions[8] == (1, 2) and versions[2] == (1, 2) and versions[7] == (1, 1)
+
+        def subscribe(p: StreamPeer, sub: int, kind: OffsetType, **props: str) -> None:
+            assert p.call(schema.Subscribe(
+                p.next_corr(), subscription_id=sub, stream=stream,
+                offset_spec=schema.OffsetSpec.from_params(kind, None), credit=50,
+                properties=[schema.Property(k.replace("_", "-"), v)
+                            for k, v in props.items()]),
+                schema.SubscribeResponse).response_code == 1
+
+        def delivers(p: StreamPeer, upto: int) -> list[tuple[int, int | None, Any]]:
+            """(version, committed chunk id, rstream's v1 Deliver) until offset `upto`."""
+            out: list[tuple[int, int | None, Any]] = []
+            while not out or out[-1][2].chunk_first_offset + \
+                    out[-1][2].num_entries - 1 < upto:
+                raw = p.read_raw()
+                key, version = struct.unpack_from(">HH", raw)
+                if key != 8:
+                    continue
+                cid = struct.unpack_from(">Q", raw, 5)[0] if version == 2 else None
+                v1 = raw[:2] + b"\0\1" + raw[4:5] + (raw[13:] if version == 2 else raw[5:])
+                out.append((version, cid, decode_frame(v1)))
+            return out
+
+        subscribe(peer, 2, OffsetType.LAST)  # the newest chunk
+        (v, committed, d), = delivers(peer, n - 1)
+        assert v == 2 and committed == d.chunk_first_offset and 0 < committed < n
+        subscribe(peer, 1, OffsetType.FIRST)
+        got = delivers(peer, n - 1)
+        assert {v for v, _c, _d in got} == {2}
+        for _v, cid, d in got:
+            assert cid == max(committed, d.chunk_first_offset)
+        assert [bytes(amqp_decoder(m).body) for _v, _c, d in got for m in d.get_messages()] \
+            == [b"%d" % i for i in range(n)]
+        # a filtered subscription's chunks (built record by record) are v2 as well
+        subscribe(peer, 3, OffsetType.FIRST, **{"filter.0": "x", "match_unfiltered": "true"})
+        got = delivers(peer, n - 1)
+        assert {v for v, _c, _d in got} == {2}
+        assert [c for _v, c, _d in got] == [max(committed, d.chunk_first_offset)
+                                           for _v, _c, d in got]
+        assert sum(d.num_entries for _v, _c, d in got) == n
+
+        subscribe(plain, 1, OffsetType.FIRST)
+        assert {v for v, _c, _d in delivers(plain, n - 1)} == {1}
+    finally:
+        peer.close()
+        plain.close()
+    got_rstream = run(consume(port, stream, n, ConsumerOffsetSpecification(OffsetType.FIRST)))
+    assert bodies(got_rstream) == [b"%d" % i for i in range(n)]

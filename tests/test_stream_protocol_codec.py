@@ -107,6 +107,22 @@ def test_X1_deliver_chunk_is_what_rstream_parses() -> None:
     assert read_chunk(frame[9:]) == (100, 1_700_000_000_000, msgs)
 
 
+def test_X1_deliver_v2_is_v1_with_the_committed_chunk_id() -> None:
+    """Deliver v2 (RabbitMQ 3.13+'s PROTOCOL.adoc): key, version 2, subscription id, a
+    u64 committed chunk id, then v1's chunk; the project's client side reads both."""
+    msgs = [b"one", os.urandom(300)]
+    v1 = deliver(4, 100, 7, msgs)
+    v2 = deliver(4, 100, 7, msgs, committed=(1 << 40) + 3)
+    assert v2[4:9] == b"\x00\x08\x00\x02\x04" and v1[4:9] == b"\x00\x08\x00\x01\x04"
+    assert struct.unpack(">Q", v2[9:17])[0] == (1 << 40) + 3
+    assert v2[17:] == v1[9:] and struct.unpack(">I", v2[:4])[0] == len(v2) - 4
+    from ackmq.protocol.stream import peer as P
+
+    f = P.read_frame(v2[4:])
+    assert (f.key, f.version, f.subscription_id, read_chunk(f.chunk)) == \
+        (K.DELIVER, 2, 4, (100, 7, msgs))
+
+
 def test_X2_messages_round_trip_through_the_model_record() -> None:
     from rstream import AMQPMessage, amqp_decoder
     m = AMQPMessage(body=b"hello", application_properties={"k": "v"})

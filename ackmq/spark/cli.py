@@ -36,7 +36,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
                            "protocol or AMQP 0-9-1 (default: the source's, stream)")
     land.add_argument("--stream-url", default=None,
                       help="--stream-protocol stream: rabbitmq-stream://user:pass@host:port"
-                           "/vhost (default: --url's host, login and vhost, port 5552)")
+                           "/vhost, or rabbitmq-stream+tls:// (default: --url's host, login "
+                           "and vhost, port 5552; an amqps:// --url: +tls, port 5551, its "
+                           "TLS options)")
     land.add_argument("--to", required=True, help="Parquet directory")
     land.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
     land.add_argument("--max-per-trigger", type=int, default=None,

@@ -40,7 +40,7 @@ from pyspark.sql.streaming.datasource import (
 
 from ackmq.spark.source import DEFAULT_URL, trace
 from ackmq.spark.streamproto import read_range as read_range_stream
-from ackmq.spark.streamproto import stream_url_for, unusable
+from ackmq.spark.streamproto import stream_url_for, tls_of, unusable, with_tls_of
 from ackmq.spark.streamrows import stream_batch
 from ackmq.spark.streamwire import (
     data_loss,
@@ -123,12 +123,11 @@ class _StreamOptions:
         self.stream_url_given = options.get("streamUrl") or os.environ.get("ACKMQ_STREAM_URL")
         self.stream_url = ""
         if self.protocol != "amqp":
-            try:
-                self.stream_url = self.stream_url_given or stream_url_for(self.url)
-            except ValueError:
-                if self.protocol == "stream":
-                    raise
-                self.protocol = "amqp"  # amqps://: the stream reader has no TLS yet
+            # amqps:// -> rabbitmq-stream+tls:// (5551) with the same TLS options; a
+            # given +tls streamUrl without TLS options takes the url's
+            self.stream_url = with_tls_of(self.stream_url_given, self.url) \
+                if self.stream_url_given else stream_url_for(self.url)
+            tls_of(self.stream_url)  # a bad scheme or option fails here, not in a task
 
     def check_start(self, start: int, end: int) -> int:
         """Planning a range [start, end): when retention already removed its head (the

@@ -14,6 +14,12 @@ exchange and routing key taken from the message annotations x-exchange / x-routi
 Messages of one publisher mostly share everything before the body: their columns are
 computed once per distinct prefix.
 
+An `amqps://` url reads over the stream protocol's TLS listener (`rabbitmq-stream+tls://`,
+5551 by default, RabbitMQ's stream.listeners.ssl) with the url's TLS options (CA, client
+certificate and key, verify, server name: ackmq.client.tls, one place for both readers).
+The login is SASL PLAIN with the url's user, as the AMQP reader's (ackmq.client logs in
+with PLAIN only): never EXTERNAL, even with a client certificate.
+
 The probes (first and last offset, the data-loss check) stay on AMQP (streamwire):
 they run in the driver, a few per batch, and RabbitMQ 3.10 has no StreamStats.
 """
@@ -22,12 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from ackmq.client.tls import TLS_KEYS, TlsOptions, tls_options
 from ackmq.protocol.amqp10 import DecodeError, decode_message
 from ackmq.protocol.amqp10.amqp_map import to_amqp091
 from ackmq.protocol.stream import constants as K
@@ -46,7 +54,9 @@ from ackmq.spark.amqp import ConsumerError, safe_url
 from ackmq.spark.schema import PROPERTY_FIELDS, properties_columns
 from ackmq.spark.streamwire import Delivered, data_loss, report_loss
 
+SCHEME, TLS_SCHEME = "rabbitmq-stream", "rabbitmq-stream+tls"
 DEFAULT_PORT = 5552
+DEFAULT_TLS_PORT = 5551  # RabbitMQ's stream.listeners.ssl
 #: chunks asked for at Subscribe; one more per chunk received while the range goes on
 INITIAL_CREDIT = 8
 _SIZE = struct.Struct(">I")
@@ -65,19 +75,56 @@ def code_name(code: int) -> str:
 
 def stream_url_for(url: str, port: int | None = None) -> str:
     """The stream protocol's URL for an AMQP URL: same user, password, host and vhost,
-    port `port` (5552 by default); a `rabbitmq-stream://` URL is kept as it is."""
+    port `port` (5552 by default); an `amqps://` URL gives the stream protocol over TLS
+    (`rabbitmq-stream+tls://`, 5551 by default) with the same TLS options (CA, client
+    certificate, server name, verify). A stream URL is kept as it is."""
     u = urlsplit(url)
-    if u.scheme == "rabbitmq-stream":
+    if u.scheme in (SCHEME, TLS_SCHEME):
         return url
-    if u.scheme == "amqps":
-        raise ValueError("the stream protocol reader has no TLS yet: use "
-                         "option('protocol', 'amqp') with an amqps:// url")
+    tls = u.scheme == "amqps"
     login, at, _ = u.netloc.rpartition("@")
     host = u.hostname or "127.0.0.1"
     if ":" in host:
         host = f"[{host}]"
-    return urlunsplit(("rabbitmq-stream", f"{login}{at}{host}:{port or DEFAULT_PORT}",
-                       u.path or "/", "", ""))
+    query = _tls_query(u.query) if tls else ""
+    return urlunsplit((TLS_SCHEME if tls else SCHEME,
+                       f"{login}{at}{host}:{port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT)}",
+                       u.path or "/", query, ""))
+
+
+def _tls_query(query: str) -> str:
+    """The TLS keys of a URL's query (its other options are the AMQP client's)."""
+    return urlencode([(k, v) for k, v in parse_qsl(query, keep_blank_values=True)
+                      if k in TLS_KEYS], safe="/:")
+
+
+def tls_of(url: str) -> TlsOptions | None:
+    """The TLS options of a stream URL (None: plain `rabbitmq-stream://`): the query keys
+    of an `amqps://` URL (ackmq.client.tls). A wrong scheme or key is a ValueError."""
+    u = urlsplit(url)
+    query = parse_qsl(u.query, keep_blank_values=True)
+    unknown = sorted({k for k, _ in query if k not in TLS_KEYS})
+    if unknown:
+        raise ValueError(f"unknown stream URL option(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(TLS_KEYS)}")
+    if u.scheme == TLS_SCHEME:
+        return tls_options(query)
+    if u.scheme != SCHEME:
+        raise ValueError(f"a stream URL is {SCHEME}:// or {TLS_SCHEME}://, got {url!r}")
+    if query:
+        raise ValueError(f"the TLS options ({', '.join(TLS_KEYS)}) need a {TLS_SCHEME}:// "
+                         "URL")
+    return None
+
+
+def with_tls_of(stream_url: str, amqp_url: str) -> str:
+    """A `rabbitmq-stream+tls://` URL without TLS options takes those of the `amqps://`
+    URL (the same CA and client certificate for both listeners)."""
+    s, a = urlsplit(stream_url), urlsplit(amqp_url)
+    if s.scheme != TLS_SCHEME or s.query or a.scheme != "amqps":
+        return stream_url
+    query = _tls_query(a.query)
+    return urlunsplit(s._replace(query=query)) if query else stream_url
 
 
 _BASIC = "x-basic-"
@@ -148,15 +195,33 @@ class StreamPeer:
     def __init__(self, url: str, timeout: float = 10.0) -> None:
         self.url = url
         u = urlsplit(url)
+        tls = tls_of(url)
+        host = u.hostname or "127.0.0.1"
+        ctx: ssl.SSLContext | None = None
+        if tls is not None:
+            try:
+                ctx = tls.context()  # reads the files now
+            except OSError as exc:
+                raise ConsumerError(f"{self.what()}: the TLS options: {exc}") from exc
         try:
-            self.sock = socket.create_connection((u.hostname or "127.0.0.1",
-                                                  u.port or DEFAULT_PORT), timeout=timeout)
+            raw = socket.create_connection(
+                (host, u.port or (DEFAULT_PORT if tls is None else DEFAULT_TLS_PORT)),
+                timeout=timeout)
         except OSError as exc:
+            listener = "RabbitMQ's rabbitmq_stream plugin" if tls is None else \
+                "its TLS listener: RabbitMQ's stream.listeners.ssl, ackmq's --stream-tls-port"
             raise ConsumerError(
                 f"cannot reach the {self.what()}: {exc!r} (is the stream protocol enabled "
-                "there, RabbitMQ's rabbitmq_stream plugin? set the source option streamUrl, "
-                "or protocol=amqp)") from exc
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                f"there, {listener}? set the source option streamUrl, or protocol=amqp)"
+                ) from exc
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = raw
+        if ctx is not None and tls is not None:
+            try:  # the handshake: the certificate's chain and name, a client certificate
+                self.sock = ctx.wrap_socket(raw, server_hostname=tls.server_hostname(host))
+            except OSError as exc:
+                raw.close()
+                raise ConsumerError(f"{self.what()}: TLS handshake failed: {exc}") from exc
         self.buf = bytearray()
         self.corr = 0
         self.pending: list[ServerFrame] = []  # frames read while waiting for a response

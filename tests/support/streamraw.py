@@ -42,9 +42,14 @@ class StreamPeer:
             out += d
         return out
 
-    def read(self) -> Any:
+    def read_raw(self) -> bytes:
+        """One frame's bytes after its size, not decoded (what rstream cannot read:
+        Deliver v2)."""
         (n,) = struct.unpack(">I", self._exact(4))
-        return decode_frame(self._exact(n))
+        return self._exact(n)
+
+    def read(self) -> Any:
+        return decode_frame(self.read_raw())
 
     def wait(self, cls: type) -> Any:
         while True:

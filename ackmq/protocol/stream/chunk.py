@@ -10,6 +10,10 @@ An entry is a simple one (`0:1 size:31 | data`, one record) or a sub-entry batch
 (`1:1 compression:3 reserved:4 | u16 records | u32 uncompressed length | u32 length |
 data`). ackmq writes simple entries only: its log keeps one record per message, so a
 chunk is `len(messages)` entries and records.
+
+Deliver version 2 (RabbitMQ 3.13+, for a client that offered it in
+ExchangeCommandVersions) puts a u64 committed chunk id between the subscription id and
+the chunk: the first offset of the newest chunk the stream has committed.
 """
 
 from __future__ import annotations
@@ -23,36 +27,39 @@ from ackmq.protocol.stream.frames import BadFrame, Reader, subentries
 
 HEADER = struct.Struct(">BBHIqQQIIIB3x")
 _DELIVER_HDR = struct.Struct(">IHHB")  # frame size, key, version, subscription id
+_DELIVER2_HDR = struct.Struct(">IHHBQ")  # ... and the committed chunk id (version 2)
 _SIZE = struct.Struct(">I")
 assert HEADER.size == 48
 
 
 def deliver(subscription_id: int, first_offset: int, timestamp_ms: int,
-            messages: Sequence[bytes], epoch: int = 1) -> bytes:
-    """A Deliver (version 1) frame of one chunk holding `messages`, the first at
-    `first_offset`."""
+            messages: Sequence[bytes], epoch: int = 1, committed: int | None = None
+            ) -> bytes:
+    """A Deliver frame of one chunk holding `messages`, the first at `first_offset`:
+    version 1, or version 2 with `committed` (the committed chunk id)."""
     parts: list[bytes] = []
     pack = _SIZE.pack
     for m in messages:
         parts.append(pack(len(m)))
         parts.append(m)
-    data = b"".join(parts)
-    header = HEADER.pack(K.CHUNK_MAGIC_VERSION, K.CHUNK_USER, len(messages), len(messages),
-                         timestamp_ms, epoch, first_offset, zlib.crc32(data), len(data), 0, 0)
-    size = 4 + 1 + HEADER.size + len(data)
-    return _DELIVER_HDR.pack(size, K.DELIVER, 1, subscription_id) + header + data
+    return deliver_parts(subscription_id, first_offset, timestamp_ms, parts, len(messages),
+                         epoch, committed)
 
 
 def deliver_parts(subscription_id: int, first_offset: int, timestamp_ms: int,
-                  parts: Sequence[bytes | memoryview], count: int, epoch: int = 1) -> bytes:
-    """A Deliver (version 1) frame of one chunk of `count` messages given as `parts`:
-    per message its u32 size, head and body (`size_prefix`, `record_parts`), joined
-    once here."""
+                  parts: Sequence[bytes | memoryview], count: int, epoch: int = 1,
+                  committed: int | None = None) -> bytes:
+    """A Deliver frame of one chunk of `count` messages given as `parts`: per message
+    its u32 size, head and body (`size_prefix`, `record_parts`), joined once here.
+    Version 1, or with `committed` version 2 (the committed chunk id before the chunk)."""
     data = b"".join(parts)
     header = HEADER.pack(K.CHUNK_MAGIC_VERSION, K.CHUNK_USER, count, count, timestamp_ms,
                          epoch, first_offset, zlib.crc32(data), len(data), 0, 0)
     size = 4 + 1 + HEADER.size + len(data)
-    return _DELIVER_HDR.pack(size, K.DELIVER, 1, subscription_id) + header + data
+    if committed is None:
+        return _DELIVER_HDR.pack(size, K.DELIVER, 1, subscription_id) + header + data
+    return _DELIVER2_HDR.pack(size + 8, K.DELIVER, 2, subscription_id, committed) + header \
+        + data
 
 
 size_prefix = _SIZE.pack  # a simple entry's header: its size

@@ -23,10 +23,11 @@ def _name(b: bytes) -> str:
 
 
 def deliver_from_spans(subscription_id: int, spans: list[tuple[bytes, list[int]]],
-                       budget: int) -> tuple[bytes, int, int]:
+                       budget: int, committed: int | None = None) -> tuple[bytes, int, int]:
     """(the Deliver frame, its first offset, its record count) of the records in
     `spans`, in order, as many as fit in `budget` bytes of chunk data (at least one);
-    spans must hold at least one record."""
+    spans must hold at least one record. With `committed` (the stream's committed chunk
+    id) a Deliver v2 naming at least the chunk's own first offset, else v1."""
     parts: list[bytes | memoryview] = []  # per record: size + head + data header, body
     append = parts.append
     size = count = 0
@@ -78,4 +79,7 @@ def deliver_from_spans(subscription_id: int, spans: list[tuple[bytes, list[int]]
         else:
             continue
         break
-    return deliver_parts(subscription_id, first, stamp, parts, count), first, count
+    if committed is not None:
+        committed = max(committed, first)
+    return deliver_parts(subscription_id, first, stamp, parts, count,
+                         committed=committed), first, count

@@ -43,9 +43,10 @@ INITIAL_FRAME_MAX = 8192  # until open, as RabbitMQ's stream.initial_frame_max
 FRAME_MAX = 1048576  # proposed in tune, as RabbitMQ 3.10
 MECHANISMS = ["AMQPLAIN", "PLAIN"]  # RabbitMQ 3.10's answer to the SASL handshake
 # (key, min version, max version) of each command, in key order (rstream reads the list
-# by key - 1): what ExchangeCommandVersions answers
-# (Publish 2: filter values, RabbitMQ 3.13+)
-COMMAND_VERSIONS = [(k, 1, 2 if k == K.PUBLISH else 1)
+# by key - 1): what ExchangeCommandVersions answers (RabbitMQ 3.13+: Publish 2 carries
+# filter values, Deliver 2 the committed chunk id)
+_V2 = (K.PUBLISH, K.DELIVER)
+COMMAND_VERSIONS = [(k, 1, 2 if k in _V2 else 1)
                     for k in range(K.DECLARE_PUBLISHER, K.DELETE_SUPER_STREAM + 1)]
 _BEFORE_OPEN = {K.PEER_PROPERTIES, K.SASL_HANDSHAKE, K.SASL_AUTHENTICATE, K.TUNE,
                 K.RESPONSE | K.TUNE, K.OPEN, K.CLOSE, K.RESPONSE | K.CLOSE, K.HEARTBEAT}
@@ -71,6 +72,7 @@ class StreamConnection(ClientConnection):
         self.publishers = publishing.Publishers(self)
         self.subscriptions = subscriptions.Subscriptions(self)
         self._close_correlation = 1
+        self.deliver_version = 1  # 2 once the client's ExchangeCommandVersions offers it
         self._delivering = False  # subscriptions wait for this turn's flush
         self._handlers: dict[int, Callable[[Command], None]] = {
             K.DECLARE_PUBLISHER: self.publishers.declare,
@@ -297,7 +299,13 @@ class StreamConnection(ClientConnection):
         return self.ctx.config.host or "localhost", 5552
 
     def _command_versions(self, c: Command) -> None:
+        """Ours, and Deliver v2 from now on if the client's list says it reads it
+        (RabbitMQ 3.13's rabbit_stream_reader: Deliver offered up to 2; a client that
+        never asks, rstream 1.1 among them, keeps v1)."""
         self.write(F.command_versions_response(c.correlation_id, COMMAND_VERSIONS))
+        for key, low, high in c.commands:
+            if key == K.DELIVER and low <= 2 <= high:
+                self.deliver_version = 2
 
     # -- output -------------------------------------------------------------------------------
     def want_delivery(self) -> None:

@@ -23,7 +23,7 @@ from ackmq.server.stream.common import (
     stream_queue,
     super_stream_partitions,
 )
-from ackmq.server.stream.subscriptions import offset_spec
+from ackmq.server.stream.subscriptions import committed_chunk_id, offset_spec
 
 if TYPE_CHECKING:
     from ackmq.server.stream.connection import StreamConnection
@@ -118,7 +118,8 @@ def metadata(conn: StreamConnection, c: Command) -> None:
 
 
 def stats(conn: StreamConnection, c: Command) -> None:
-    """RabbitMQ 3.11+'s stream stats: the first offset and the newest chunk's (-1: none)."""
+    """RabbitMQ 3.11+'s stream stats: the first offset and the newest chunk's (-1: none),
+    the committed chunk id Deliver v2 sends too."""
     q = stream_queue(conn, c.stream)
     if q is None or q.log is None:
         conn.write(F.stats_response(c.correlation_id, K.STREAM_DOES_NOT_EXIST, {}))
@@ -127,7 +128,7 @@ def stats(conn: StreamConnection, c: Command) -> None:
     empty = lg.next_offset == lg.first_offset
     conn.write(F.stats_response(c.correlation_id, K.OK, {
         "first_chunk_id": -1 if empty else lg.first_offset,
-        "committed_chunk_id": -1 if empty else lg.last_chunk}))
+        "committed_chunk_id": -1 if empty else committed_chunk_id(q)}))
 
 
 def store_offset(conn: StreamConnection, c: Command) -> None:

@@ -50,6 +50,13 @@ def offset_spec(q: StreamQueue, spec: tuple[int, int]) -> int:
     return start
 
 
+def committed_chunk_id(q: StreamQueue) -> int:
+    """The newest chunk's first offset, where `last` starts: StreamStats'
+    `committed_chunk_id` and Deliver v2's (one node: what is written is committed, and
+    readers read nothing else). A Deliver sends at least its own first offset."""
+    return offset_spec(q, (K.OFFSET_LAST, 0))
+
+
 @dataclass(slots=True, eq=False)
 class Subscription:
     subscription_id: int
@@ -218,6 +225,7 @@ class Subscriptions:
         """Chunks for every subscription with credit, while the socket takes them."""
         conn = self.conn
         budget = conn.frame_max - 64  # Deliver and chunk headers
+        v2 = conn.deliver_version == 2
         for sub in list(self.by_id.values()):
             lg = sub.queue.log
             skipped = 0
@@ -228,7 +236,8 @@ class Subscriptions:
                     if not spans:
                         break
                     frame, first_offset, count = deliver_from_spans(
-                        sub.subscription_id, spans, budget)
+                        sub.subscription_id, spans, budget,
+                        committed_chunk_id(sub.queue) if v2 else None)
                     conn.write(frame)
                     sub.offset = first_offset + count
                     sub.consumed += count
@@ -255,8 +264,9 @@ class Subscriptions:
                     size += 4 + n
                     count += 1
                 first = records[0]
+                committed = max(committed_chunk_id(sub.queue), first[0]) if v2 else None
                 conn.write(deliver_parts(sub.subscription_id, first[0], first[1], parts,
-                                         count))
+                                         count, committed=committed))
                 sub.offset = first[0] + count
                 sub.consumed += count
                 sub.credit -= 1
