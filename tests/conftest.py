@@ -30,6 +30,13 @@ STREAM_URL = re.compile(r"rabbitmq-stream://(\S+):(\d+)")
 MQTT_URL = re.compile(r"mqtt://(\S+):(\d+)")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On pytest-xdist's workers (`./run test`): each test in its lane (support/lanes.py)."""
+    if getattr(config.option, "numprocesses", None):
+        from support import lanes
+        lanes.assign(items)
+
+
 class BrokerProcess:
     """`ackmq serve` as a subprocess; the tests talk to it over loopback like any client."""
 
