@@ -1,5 +1,5 @@
 """Which tests may run beside which, when `./run test` runs the suite on two workers
-(pytest-xdist, `--dist loadgroup`; docs/robustness.md, "The suite's time").
+(pytest-xdist with the scheduler below; docs/robustness.md, "The suite's time").
 
 Every test broker listens on free ports and keeps its data in its own temp dir, so
 most files can run beside any other. Three kinds may not, and each goes to one group
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,32 +35,46 @@ FIRST = ("spark", "rabbitmq-global", "lazyfs")
 
 
 @functools.cache
-def _touches_global_state(path: Path) -> bool:
+def _text(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        return path.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return True
-    return any(mark in text for mark in GLOBAL_MARKS)
+        return ""
 
 
-def group_of(item: pytest.Item) -> str:
-    """The lane a test runs in (see the module's docstring)."""
-    name = item.path.name
-    if item.get_closest_marker("spark") is not None or name.startswith("test_spark"):
+@functools.cache
+def group_of_file(path: Path) -> str:
+    """The lane of a test file (see the module's docstring)."""
+    name, text = path.name, _text(path)
+    if name.startswith("test_spark") or "mark.spark" in text:
         return "spark"
     if "lazyfs" in name:
         return "lazyfs"
-    if _touches_global_state(item.path):
+    if not text or any(mark in text for mark in GLOBAL_MARKS):
         return "rabbitmq-global"
     return name
 
 
-def assign(items: list[pytest.Item]) -> None:
-    """Mark each test with its group and put the big groups first (stable: a file's
-    tests keep their order)."""
+def group_of(nodeid: str, root: Path) -> str:
+    """The lane of a test by its node id (`tests/test_x.py::test_y[z]`)."""
+    return group_of_file(root / nodeid.split("::", 1)[0])
+
+
+def order(items: list[pytest.Item], root: Path) -> None:
+    """Put the big groups first (stable: a file's tests keep their order)."""
     rank = {g: i for i, g in enumerate(FIRST)}
-    groups = {}
-    for item in items:
-        g = groups[item.nodeid] = group_of(item)
-        item.add_marker(pytest.mark.xdist_group(g))
-    items.sort(key=lambda it: rank.get(groups[it.nodeid], len(FIRST)))
+    items.sort(key=lambda it: rank.get(group_of_file(it.path), len(FIRST)))
+
+
+def make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scope scheduling with each lane one scope: a lane's tests go to one
+    worker, in collection order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = config.rootpath
+
+    class LaneScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid, root)
+
+    return LaneScheduling(config, log)
