@@ -30,6 +30,21 @@ STREAM_URL = re.compile(r"rabbitmq-stream://(\S+):(\d+)")
 MQTT_URL = re.compile(r"mqtt://(\S+):(\d+)")
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`./run test`'s two workers: each test in its lane (support/lanes.py)."""
+    from support import lanes
+    return lanes.make_scheduler(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On xdist's workers: the big lanes first, so the last worker to finish is not left
+    with them (xdist tells its workers `workerinput`)."""
+    if hasattr(config, "workerinput"):
+        from support import lanes
+        lanes.order(items, config.rootpath)
+
+
 class BrokerProcess:
     """`ackmq serve` as a subprocess; the tests talk to it over loopback like any client."""
 
@@ -194,3 +209,5 @@ def channel(connection: pika.BlockingConnection):
 def qname(request: pytest.FixtureRequest) -> str:
     """A queue name unique to the test, so tests can share one broker."""
     return f"t.{request.node.name[:60]}.{uuid.uuid4().hex[:8]}"
+
+

@@ -1,0 +1,80 @@
+"""Which tests may run beside which, when `./run test` runs the suite on two workers
+(pytest-xdist with the scheduler below; docs/robustness.md, "The suite's time").
+
+Every test broker listens on free ports and keeps its data in its own temp dir, so
+most files can run beside any other. Three kinds may not, and each goes to one group
+that runs on a single worker, one test after the other:
+- `spark`: the Spark drivers and clusters; two at once on a 2-core machine would starve
+  each other past their own deadlines (and they share one class-data archive);
+- `lazyfs`: the power-cut runs, which mount LazyFS;
+- `rabbitmq-global`: the files that change the reference RabbitMQ's state for everyone
+  on it (its memory and disk alarms, users, vhosts, permissions, policies, limits,
+  definitions, plugins) or read its totals.
+Any other file is its own group (its module fixtures start once). The big groups are
+handed out first, so the last worker to finish is not left with them.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: what in a test file's text marks it as touching the reference broker's shared state
+GLOBAL_MARKS = (
+    "rabbitmqctl", "vm_memory", "disk_free", "/api/policies", "/api/operator-policies",
+    "/api/users", "/api/permissions", "/api/topic-permissions", "/api/vhost-limits",
+    "/api/user-limits", "/api/global-parameters", "/api/parameters", "/api/definitions",
+    "/api/vhosts", "/api/overview", "add_user", "set_permissions", "set_policy",
+    "add_vhost", "set_vhost_limits", "rabbitmq-plugins",
+)
+#: groups handed out first (the longest), in this order
+FIRST = ("spark", "rabbitmq-global", "lazyfs")
+
+
+@functools.cache
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+@functools.cache
+def group_of_file(path: Path) -> str:
+    """The lane of a test file (see the module's docstring)."""
+    name, text = path.name, _text(path)
+    if name.startswith("test_spark") or "mark.spark" in text:
+        return "spark"
+    if "lazyfs" in name:
+        return "lazyfs"
+    if not text or any(mark in text for mark in GLOBAL_MARKS):
+        return "rabbitmq-global"
+    return name
+
+
+def group_of(nodeid: str, root: Path) -> str:
+    """The lane of a test by its node id (`tests/test_x.py::test_y[z]`)."""
+    return group_of_file(root / nodeid.split("::", 1)[0])
+
+
+def order(items: list[pytest.Item], root: Path) -> None:
+    """Put the big groups first (stable: a file's tests keep their order)."""
+    rank = {g: i for i, g in enumerate(FIRST)}
+    items.sort(key=lambda it: rank.get(group_of_file(it.path), len(FIRST)))
+
+
+def make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scope scheduling with each lane one scope: a lane's tests go to one
+    worker, in collection order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = config.rootpath
+
+    class LaneScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid, root)
+
+    return LaneScheduling(config, log)
