@@ -71,16 +71,12 @@ async def put_parameter(request: web.Request) -> web.Response:
     if vhost not in srv.broker.vhosts:
         raise OpError(404, "not_found", "vhost_not_found")
     vhost_arg(request)
-    body = await body_json(request)
-    if not isinstance(body, dict):
-        raise bad_request("not_json")
-    if "value" not in body:
-        raise bad_request("[{key_missing,value}]")
+    value = await _value(request)
     reg = _registry(request)
     try:
         if reg is None:
             raise ParameterError([f"component {mi['component']} not found"])
-        new = reg.set(mi["component"], vhost, mi["name"], body["value"], user(request).name)
+        new = reg.set(mi["component"], vhost, mi["name"], value, user(request).name)
     except ParameterError as e:
         raise _refused(e) from None
     return no_content(201 if new else 204)
@@ -111,16 +107,21 @@ async def get_global_parameter(request: web.Request) -> web.Response:
 
 @requires("policymaker")
 async def put_global_parameter(request: web.Request) -> web.Response:
+    value = await _value(request)
+    reg = _registry(request)
+    if reg is None:
+        raise not_found()
+    return no_content(201 if reg.set_global(request.match_info["name"], value) else 204)
+
+
+async def _value(request: web.Request) -> Any:
+    """A parameter PUT's `value` (RabbitMQ's texts for a body without one)."""
     body = await body_json(request)
     if not isinstance(body, dict):
         raise bad_request("not_json")
     if "value" not in body:
         raise bad_request("[{key_missing,value}]")
-    reg = _registry(request)
-    if reg is None:
-        raise not_found()
-    return no_content(201 if reg.set_global(request.match_info["name"], body["value"])
-                      else 204)
+    return body["value"]
 
 
 @requires("policymaker")
