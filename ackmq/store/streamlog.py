@@ -43,13 +43,13 @@ import shutil
 import struct
 import threading
 import time
-import zlib
 from array import array
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, cast
 
 from ackmq.broker.storage import StreamLogLike
+from ackmq.protocol.crc import crc32
 from ackmq.store.format import REC_HDR
 from ackmq.store.streamtrack import PUBLISHER, Tracking
 
@@ -266,7 +266,7 @@ class StreamLog:
                 return
             off, _ts, lx, lk, lp, lb = REC.unpack_from(data, p)
             end = p + REC.size + lx + lk + lp + lb
-            if stop > end and off >= since and zlib.crc32(mv[p:stop]) == crc:
+            if stop > end and off >= since and crc32(mv[p:stop]) == crc:
                 t = read_trailer(data, end, stop)
                 if t is not None:
                     self._found_trailer(off, t[0], t[1])
@@ -279,7 +279,7 @@ class StreamLog:
                             len(seg.positions)) + seg.positions.tobytes() + seg.stamps.tobytes()
         tmp = seg.path.with_suffix(".idx.tmp")
         with open(tmp, "wb") as f:
-            f.write(body + struct.pack("<I", zlib.crc32(body)))
+            f.write(body + struct.pack("<I", crc32(body)))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, seg.path.with_suffix(".idx"))
@@ -292,7 +292,7 @@ class StreamLog:
         except OSError:
             return None
         if len(data) < IDX_HDR.size + 4 or \
-                zlib.crc32(data[:-4]) != struct.unpack_from("<I", data, len(data) - 4)[0]:
+                crc32(data[:-4]) != struct.unpack_from("<I", data, len(data) - 4)[0]:
             return None
         magic, first, count, seg_size, last_ts, n = IDX_HDR.unpack_from(data, 0)
         if magic not in (IDX_MAGIC, IDX_MAGIC_TRAILERS) or seg_size != size or len(data) != IDX_HDR.size + 16 * n + 4:
@@ -320,7 +320,7 @@ class StreamLog:
         while pos + REC_HDR.size <= end:
             n, crc = REC_HDR.unpack_from(data, pos)
             stop = pos + REC_HDR.size + n
-            if stop > end or n < REC.size or zlib.crc32(mv[pos + REC_HDR.size:stop]) != crc:
+            if stop > end or n < REC.size or crc32(mv[pos + REC_HDR.size:stop]) != crc:
                 break
             off, ts, lx, lk, lp, lb = REC.unpack_from(data, pos + REC_HDR.size)
             if off != first + seg.count:
@@ -376,7 +376,7 @@ class StreamLog:
         buf = self._buf
         self._pending.append(len(buf))
         self._pending_ts.append(ts)
-        buf += REC_HDR.pack(len(payload), zlib.crc32(payload))
+        buf += REC_HDR.pack(len(payload), crc32(payload))
         buf += payload
         return offset
 
@@ -391,7 +391,7 @@ class StreamLog:
         k = routing_key.encode("utf-8", "surrogateescape")
         lx, lk, xk = len(x), len(k), x + k
         buf, starts = self._buf, self._pending
-        pack, hdr, crc32 = REC.pack, REC_HDR.pack, zlib.crc32
+        pack, hdr = REC.pack, REC_HDR.pack
         head_size = REC.size + lx + lk
         for properties, body in records:
             lp, lb = len(properties), len(body)
@@ -591,7 +591,7 @@ class StreamLog:
         skip = rel % STRIDE  # records before `offset` since the indexed one
         want = limit + skip
         got = size = 0
-        hsize, unpack, crc32 = REC_HDR.size, REC_HDR.unpack_from, zlib.crc32
+        hsize, unpack = REC_HDR.size, REC_HDR.unpack_from
         while got < want and pos < seg.size and size < max_bytes:
             data = os.pread(seg.fd, min(READ_CHUNK, seg.size - pos), pos)
             view = memoryview(data)
@@ -649,7 +649,7 @@ class StreamLog:
         start = starts[i]
         stop = starts[i + 1] if i + 1 < len(starts) else len(buf)
         n, crc = REC_HDR.unpack_from(buf, start)
-        REC_HDR.pack_into(buf, start, n + len(t), zlib.crc32(t, crc))
+        REC_HDR.pack_into(buf, start, n + len(t), crc32(t, crc))
         buf[stop:stop] = t
         if i + 1 < len(starts):
             starts[i + 1:] = [p + len(t) for p in starts[i + 1:]]

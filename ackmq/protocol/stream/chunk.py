@@ -19,9 +19,9 @@ the chunk: the first offset of the newest chunk the stream has committed.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Sequence
 
+from ackmq.protocol.crc import crc32
 from ackmq.protocol.stream import constants as K
 from ackmq.protocol.stream.frames import BadFrame, Reader, subentries
 
@@ -54,7 +54,7 @@ def deliver_parts(subscription_id: int, first_offset: int, timestamp_ms: int,
     Version 1, or with `committed` version 2 (the committed chunk id before the chunk)."""
     data = b"".join(parts)
     header = HEADER.pack(K.CHUNK_MAGIC_VERSION, K.CHUNK_USER, count, count, timestamp_ms,
-                         epoch, first_offset, zlib.crc32(data), len(data), 0, 0)
+                         epoch, first_offset, crc32(data), len(data), 0, 0)
     size = 4 + 1 + HEADER.size + len(data)
     if committed is None:
         return _DELIVER_HDR.pack(size, K.DELIVER, 1, subscription_id) + header + data
@@ -74,7 +74,7 @@ def read_chunk(chunk: bytes | memoryview, max_inflated: int = 1 << 26
     (_magic, _type, entries, _records, ts, _epoch, first, crc, length, _trailer,
      _bloom) = HEADER.unpack_from(chunk, 0)
     data = chunk[HEADER.size:HEADER.size + length]
-    if len(data) != length or zlib.crc32(data) != crc:
+    if len(data) != length or crc32(data) != crc:
         raise BadFrame("chunk data does not match its length or crc")
     r = Reader(data)
     out: list[bytes] = []
