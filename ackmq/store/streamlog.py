@@ -589,44 +589,61 @@ class StreamLog:
         rel = offset - seg.first
         pos = seg.positions[rel // STRIDE]
         skip = rel % STRIDE  # records before `offset` since the indexed one
-        want = limit + skip
-        got = size = 0
+        left = limit  # records still wanted
+        size = 0
         hsize, unpack = REC_HDR.size, REC_HDR.unpack_from
-        while got < want and pos < seg.size and size < max_bytes:
+        while left and pos < seg.size and size < max_bytes:
             data = os.pread(seg.fd, min(READ_CHUNK, seg.size - pos), pos)
-            view = memoryview(data)
+            end = len(data)
             p = 0
+            while skip and p + hsize <= end:  # the records before `offset`: unchecked
+                stop = p + hsize + unpack(data, p)[0]
+                if stop > end:
+                    break
+                p = stop
+                skip -= 1
+            if skip:
+                if p == 0:  # one record larger than the read: past it
+                    p = hsize + unpack(data, 0)[0]
+                    skip -= 1
+                pos += p
+                continue
+            view = memoryview(data)
             ps: list[int] = []
-            while got < want and p + hsize <= len(data) and size < max_bytes:
+            add = ps.append
+            while p + hsize <= end:
                 n, crc = unpack(data, p)
-                stop = p + hsize + n
-                if stop > len(data):
-                    if p == 0:  # one record larger than the chunk
-                        data = os.pread(seg.fd, hsize + n, pos)
+                q = p + hsize
+                stop = q + n
+                if stop > end:
+                    if p == 0:  # one record larger than the read: read it whole
+                        data = os.pread(seg.fd, stop, pos)
                         view = memoryview(data)
+                        end = len(data)
                         continue
                     break
-                if got >= skip:
-                    if crc32(view[p + hsize:stop]) != crc:
-                        bad = seg.first + rel - skip + got
-                        if bad not in self._damaged:  # logged once, not on every read
-                            self._damaged.add(bad)
-                            log.error("stream %s: record %d in %s fails its checksum; "
-                                      "readers stop there", self.dir.name, bad, seg.path.name)
-                        if ps:
-                            spans.append((data, ps))
-                        return max(got - skip, 0)
-                    ps.append(p + hsize)
-                    size += n
-                got += 1
+                if crc32(view[q:stop]) != crc:
+                    bad = seg.first + rel + (limit - left)
+                    if bad not in self._damaged:  # logged once, not on every read
+                        self._damaged.add(bad)
+                        log.error("stream %s: record %d in %s fails its checksum; "
+                                  "readers stop there", self.dir.name, bad, seg.path.name)
+                    if ps:
+                        spans.append((data, ps))
+                    return limit - left
+                add(q)
                 p = stop
+                size += n
+                left -= 1
+                if not left or size >= max_bytes:
+                    break
             if ps:
                 spans.append((data, ps))
             pos += p
         if pos < seg.size or seg is self.segments[-1]:
             # the kernel reads the next stretch meanwhile: the next pread is a copy
             os.posix_fadvise(seg.fd, pos, READ_AHEAD, os.POSIX_FADV_WILLNEED)
-        return max(got - skip, 0)
+        return limit - left
 
     # -- tracking (the stream protocol's deduplication and offsets) -------------------
     def tracked(self, kind: int, ref: str) -> int | None:
