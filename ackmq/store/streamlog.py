@@ -383,24 +383,33 @@ class StreamLog:
     def append_many(self, exchange: str, routing_key: str,
                     records: Sequence[tuple[builtins.bytes, builtins.bytes]]) -> int:
         """Buffer several records of one publish (a stream-protocol Publish frame) with
-        one timestamp; each body is copied once, into the buffer (the checksum runs
-        over the record's head and body apart). The first one's offset."""
+        one timestamp, joined once and added to the buffer at once (a `+=` a record
+        grew the buffer by reallocations that copied it; the checksum runs over the
+        record's head and body apart). The first one's offset."""
         first = offset = self._pending_first + len(self._pending)
         ts = self._timestamp()
         x = exchange.encode("utf-8", "surrogateescape")
         k = routing_key.encode("utf-8", "surrogateescape")
         lx, lk, xk = len(x), len(k), x + k
         buf, starts = self._buf, self._pending
-        pack, hdr = REC.pack, REC_HDR.pack
+        pos = len(buf)
+        add = starts.append
+        pack, hdr, hsize = REC.pack, REC_HDR.pack, REC_HDR.size
         head_size = REC.size + lx + lk
+        parts: list[builtins.bytes] = []
+        last: builtins.bytes | None = None
+        tail = b""  # exchange, routing key and the last properties
         for properties, body in records:
+            if properties is not last:
+                last, tail = properties, xk + properties
             lp, lb = len(properties), len(body)
-            head = b"".join((pack(offset, ts, lx, lk, lp, lb), xk, properties))
-            starts.append(len(buf))
-            buf += hdr(head_size + lp + lb, crc32(body, crc32(head)))
-            buf += head
-            buf += body
+            head = pack(offset, ts, lx, lk, lp, lb) + tail
+            n = head_size + lp + lb
+            parts += (hdr(n, crc32(body, crc32(head))), head, body)
+            add(pos)
+            pos += hsize + n
             offset += 1
+        buf += b"".join(parts)
         self._pending_ts.extend([ts] * (offset - first))
         return first
 

@@ -313,12 +313,16 @@ class Decoder:
         """The whole frames read so far; a bad one raises (`.commands` carries those
         decoded before it)."""
         buf = self._buf
-        buf += data
+        if buf:
+            buf += data
+            src: bytes | bytearray = buf
+        else:  # the usual read: frames parsed from its own bytes, the rest kept
+            src = data
         out: list[Command] = []
-        pos, n = 0, len(buf)
+        pos, n = 0, len(src)
         try:
             while n - pos >= 4:
-                size = int(_U32.unpack_from(buf, pos)[0])
+                size = int(_U32.unpack_from(src, pos)[0])
                 if self.max_frame and size > self.max_frame:
                     raise FrameTooLarge(f"frame of {size} bytes above the limit "
                                         f"{self.max_frame}")
@@ -326,15 +330,21 @@ class Decoder:
                     raise BadFrame(f"frame size {size}")
                 if n - pos - 4 < size:
                     break
-                _s, key, version = _HDR.unpack_from(buf, pos)
-                content = bytes(buf[pos + 8:pos + 4 + size])
+                _s, key, version = _HDR.unpack_from(src, pos)
+                # one copy (a bytearray's slice would be a second)
+                content = src[pos + 8:pos + 4 + size] if src is data else \
+                    bytes(memoryview(buf)[pos + 8:pos + 4 + size])
                 pos += 4 + size
                 out.append(decode_command(key, version, content))
         except StreamFrameError as e:
             del buf[:]
             e.commands = out  # type: ignore[attr-defined]
             raise
-        del buf[:pos]
+        if src is data:
+            if pos < n:
+                buf += data[pos:] if pos else data
+        else:
+            del buf[:pos]
         return out
 
 
@@ -408,7 +418,7 @@ def metadata_update(code: int, stream: str) -> bytes:
 
 def publish_confirm(publisher_id: int, ids: list[int]) -> bytes:
     return frame(K.PUBLISH_CONFIRM, 1, bytes((publisher_id,)) + _I32.pack(len(ids))
-                 + b"".join(_U64.pack(i) for i in ids))
+                 + struct.pack(f">{len(ids)}Q", *ids))
 
 
 def publish_error(publisher_id: int, errors: list[tuple[int, int]]) -> bytes:
