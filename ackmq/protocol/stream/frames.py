@@ -303,48 +303,65 @@ def subentries(kind: int, data: bytes | memoryview, max_size: int) -> list[bytes
 
 class Decoder:
     """Bytes from the socket -> Commands. `max_frame` bounds one frame's size (the
-    low ceiling before open, the tuned one after)."""
+    low ceiling before open, the tuned one after).
+
+    A frame's bytes are copied at most once here: a frame within one read is parsed
+    from the read itself (a Publish's content a view of it: its reader copies each
+    message once), the part of a frame that a read cut goes into the buffer, and the
+    buffer, once it holds the whole frame, is handed to the frame's command."""
 
     def __init__(self, max_frame: int = 8192) -> None:
         self.max_frame = max_frame
         self._buf = bytearray()
 
+    def _size(self, size: int) -> int:
+        if self.max_frame and size > self.max_frame:
+            raise FrameTooLarge(f"frame of {size} bytes above the limit {self.max_frame}")
+        if size < 4:
+            raise BadFrame(f"frame size {size}")
+        return size
+
     def feed(self, data: bytes) -> list[Command]:
         """The whole frames read so far; a bad one raises (`.commands` carries those
         decoded before it)."""
-        buf = self._buf
-        if buf:
-            buf += data
-            src: bytes | bytearray = buf
-        else:  # the usual read: frames parsed from its own bytes, the rest kept
-            src = data
         out: list[Command] = []
-        pos, n = 0, len(src)
+        view = memoryview(data)
         try:
+            buf = self._buf
+            if buf:  # first the frame an earlier read began
+                if len(buf) < 4:
+                    take = 4 - len(buf)
+                    buf += view[:take]
+                    view = view[take:]
+                    if len(buf) < 4:
+                        return out
+                need = 4 + self._size(int(_U32.unpack_from(buf, 0)[0])) - len(buf)
+                if len(view) < need:
+                    buf += view
+                    return out
+                buf += view[:need]
+                view = view[need:]
+                self._buf = bytearray()  # `buf` is the frame's now
+                _s, key, version = _HDR.unpack_from(buf, 0)
+                whole = memoryview(buf)[8:]
+                out.append(decode_command(key, version, whole if key == K.PUBLISH
+                                          else whole.tobytes()))
+            pos, n = 0, len(view)
             while n - pos >= 4:
-                size = int(_U32.unpack_from(src, pos)[0])
-                if self.max_frame and size > self.max_frame:
-                    raise FrameTooLarge(f"frame of {size} bytes above the limit "
-                                        f"{self.max_frame}")
-                if size < 4:
-                    raise BadFrame(f"frame size {size}")
+                size = self._size(int(_U32.unpack_from(view, pos)[0]))
                 if n - pos - 4 < size:
                     break
-                _s, key, version = _HDR.unpack_from(src, pos)
-                # one copy (a bytearray's slice would be a second)
-                content = src[pos + 8:pos + 4 + size] if src is data else \
-                    bytes(memoryview(buf)[pos + 8:pos + 4 + size])
+                _s, key, version = _HDR.unpack_from(view, pos)
+                content = view[pos + 8:pos + 4 + size]
                 pos += 4 + size
-                out.append(decode_command(key, version, content))
+                out.append(decode_command(key, version, content if key == K.PUBLISH
+                                          else content.tobytes()))
+            if pos < n:
+                self._buf += view[pos:]
         except StreamFrameError as e:
-            del buf[:]
+            self._buf = bytearray()
             e.commands = out  # type: ignore[attr-defined]
             raise
-        if src is data:
-            if pos < n:
-                buf += data[pos:] if pos else data
-        else:
-            del buf[:pos]
         return out
 
 
