@@ -409,7 +409,10 @@ class StreamLog:
             add(pos)
             pos += hsize + n
             offset += 1
-        buf += b"".join(parts)
+        if buf:
+            buf += b"".join(parts)
+        else:  # the turn's first: the buffer is the join (one copy)
+            self._buf = bytearray().join(parts)
         self._pending_ts.extend([ts] * (offset - first))
         return first
 
