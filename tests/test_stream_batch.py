@@ -246,11 +246,12 @@ def test_X1_chunk_from_the_logs_bytes_equals_the_record_by_record_one(
     offset = 0
     while offset < lg.next_offset:
         old, n_old = _old_chunk(lg, offset, budget)
-        new, first, n_new = deliver_from_spans(7, lg.read_spans(offset, 256), budget)
+        pieces, first, n_new = deliver_from_spans(7, lg.read_spans(offset, 256), budget)
+        new = b"".join(pieces)
         assert (first, n_new) == (offset, n_old)
         assert new == old
         # Deliver v2: the committed chunk id (at least the chunk's own) before the same chunk
-        v2, _f, _n = deliver_from_spans(7, lg.read_spans(offset, 256), budget, 3)
+        v2 = b"".join(deliver_from_spans(7, lg.read_spans(offset, 256), budget, 3)[0])
         assert v2[6:8] == b"\x00\x02" and v2[17:] == old[9:]
         assert int.from_bytes(v2[9:17], "big") == max(3, offset)
         d = decode_frame(new[4:])  # rstream checks the chunk's length and crc
@@ -287,7 +288,7 @@ def test_X1_chunk_of_equal_records_across_reads_and_budgets(tmp_path: Path,
     offset = 0
     while offset < lg.next_offset:
         old, n_old = _old_chunk(lg, offset, budget)
-        new, first, n_new = deliver_from_spans(7, lg.read_spans(offset, 256), budget)
-        assert (first, n_new, new) == (offset, n_old, old)
+        pieces, first, n_new = deliver_from_spans(7, lg.read_spans(offset, 256), budget)
+        assert (first, n_new, b"".join(pieces)) == (offset, n_old, old)
         offset += n_new
     assert offset == 700

@@ -10,7 +10,7 @@ encoded) are converted one by one, as `record_parts` converts them.
 
 from __future__ import annotations
 
-from ackmq.protocol.stream.chunk import deliver_parts, size_prefix
+from ackmq.protocol.stream.chunk import deliver_pieces, size_prefix
 from ackmq.protocol.stream.messages import data_header, record_head, record_parts
 from ackmq.store.streamlog import REC
 
@@ -26,8 +26,10 @@ def _name(b: bytes) -> str:
 
 
 def deliver_from_spans(subscription_id: int, spans: list[tuple[bytes, list[int]]],
-                       budget: int, committed: int | None = None) -> tuple[bytes, int, int]:
-    """(the Deliver frame, its first offset, its record count) of the records in
+                       budget: int, committed: int | None = None
+                       ) -> tuple[tuple[bytes, bytes], int, int]:
+    """(the Deliver frame in two pieces (`deliver_pieces`), its first offset, its record
+    count) of the records in
     `spans`, in order, as many as fit in `budget` bytes of chunk data (at least one);
     spans must hold at least one record. With `committed` (the stream's committed chunk
     id) a Deliver v2 naming at least the chunk's own first offset, else v1.
@@ -114,5 +116,5 @@ def deliver_from_spans(subscription_id: int, spans: list[tuple[bytes, list[int]]
         count += len(bodies) - 1
     if committed is not None:
         committed = max(committed, first)
-    return deliver_parts(subscription_id, first, stamp, runs, count,
-                         committed=committed), first, count
+    return deliver_pieces(subscription_id, first, stamp, runs, count,
+                          committed=committed), first, count
