@@ -732,7 +732,7 @@ class StreamStore:
         self._call = call_soon_threadsafe
         self._jobs: list[tuple[list[int], Callable[[BaseException | None], None]]] = []
         self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
+        self._syncer: threading.Thread | None = None
         self._closing = False
 
     def _dir(self, vhost: str, name: str) -> Path:
@@ -792,10 +792,10 @@ class StreamStore:
             callback(self._sync(fds))
             return
         with self._cond:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="ackmq-stream-sync",
+            if self._syncer is None:
+                self._syncer = threading.Thread(target=self._run, name="ackmq-stream-sync",
                                                 daemon=True)
-                self._thread.start()
+                self._syncer.start()
             self._jobs.append((fds, callback))
             self._cond.notify()
 
@@ -841,8 +841,8 @@ class StreamStore:
         with self._cond:
             self._closing = True
             self._cond.notify()
-        if self._thread is not None:
-            self._thread.join(30)
+        if self._syncer is not None:
+            self._syncer.join(30)
         for lg in self.logs.values():
             try:
                 lg.close()
