@@ -307,12 +307,14 @@ class Decoder:
 
     A frame's bytes are copied at most once here: a frame within one read is parsed
     from the read itself (a Publish's content a view of it: its reader copies each
-    message once), the part of a frame that a read cut goes into the buffer, and the
-    buffer, once it holds the whole frame, is handed to the frame's command."""
+    message once), and a frame the reads cut is kept as views of those reads until it
+    is whole, then joined once (growing a buffer read by read copied it again at every
+    reallocation). The reads must not change after `feed` (bytes do not)."""
 
     def __init__(self, max_frame: int = 8192) -> None:
         self.max_frame = max_frame
-        self._buf = bytearray()
+        self._parts: list[bytes | memoryview] = []  # the cut frame's bytes so far
+        self._have = 0  # their length
 
     def _size(self, size: int) -> int:
         if self.max_frame and size > self.max_frame:
@@ -327,25 +329,28 @@ class Decoder:
         out: list[Command] = []
         view = memoryview(data)
         try:
-            buf = self._buf
-            if buf:  # first the frame an earlier read began
-                if len(buf) < 4:
-                    take = 4 - len(buf)
-                    buf += view[:take]
+            parts = self._parts
+            if parts:  # first the frame an earlier read began
+                if self._have < 4:  # its size is not all there yet
+                    take = min(4 - self._have, len(view))
+                    parts.append(view[:take])
                     view = view[take:]
-                    if len(buf) < 4:
+                    self._have += take
+                    if self._have < 4:
                         return out
-                need = 4 + self._size(int(_U32.unpack_from(buf, 0)[0])) - len(buf)
+                    parts[:] = [b"".join(parts)]
+                need = 4 + self._size(int(_U32.unpack_from(parts[0], 0)[0])) - self._have
                 if len(view) < need:
-                    buf += view
+                    parts.append(view)
+                    self._have += len(view)
                     return out
-                buf += view[:need]
+                parts.append(view[:need])
                 view = view[need:]
-                self._buf = bytearray()  # `buf` is the frame's now
-                _s, key, version = _HDR.unpack_from(buf, 0)
-                whole = memoryview(buf)[8:]
-                out.append(decode_command(key, version, whole if key == K.PUBLISH
-                                          else whole.tobytes()))
+                whole = memoryview(b"".join(parts))
+                self._parts, self._have = [], 0
+                _s, key, version = _HDR.unpack_from(whole, 0)
+                out.append(decode_command(key, version, whole[8:] if key == K.PUBLISH
+                                          else whole[8:].tobytes()))
             pos, n = 0, len(view)
             while n - pos >= 4:
                 size = self._size(int(_U32.unpack_from(view, pos)[0]))
@@ -357,9 +362,9 @@ class Decoder:
                 out.append(decode_command(key, version, content if key == K.PUBLISH
                                           else content.tobytes()))
             if pos < n:
-                self._buf += view[pos:]
+                self._parts, self._have = [view[pos:]], n - pos
         except StreamFrameError as e:
-            self._buf = bytearray()
+            self._parts, self._have = [], 0
             e.commands = out  # type: ignore[attr-defined]
             raise
         return out
