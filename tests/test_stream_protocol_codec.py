@@ -267,8 +267,11 @@ def test_X1_decoder_reads_frames_cut_anywhere_by_the_socket() -> None:
                 else (c.key, c.offset if c.key == K.STORE_OFFSET else c.streams)
                 for c in cmds]
 
-    whole = entries(F.Decoder(1 << 20).feed(stream))
+    cmds = F.Decoder(1 << 20).feed(stream)
+    whole = entries(cmds)
     assert len(whole) == 6
+    # a Publish within one read is a view of the read, not a copy
+    assert isinstance(cmds[0].content, memoryview) and cmds[0].content.obj is stream
     rng = random.Random(5)
     cuts = [[1, 2, 3, 4, 5, 6, 7, 8, 9], list(range(1, len(stream), 777)),
             [len(frames[0]) - 1, len(frames[0]), len(frames[0]) + 3]]
