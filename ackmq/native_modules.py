@@ -14,4 +14,9 @@ NATIVE: tuple[str, ...] = (
     "ackmq.broker.exchange",
     "ackmq.broker.queue_type",
     "ackmq.broker.vhost",
+    "ackmq.protocol.stream.frames",
+    "ackmq.protocol.stream.chunk",
+    "ackmq.protocol.stream.messages",
+    "ackmq.store.streamlog",
+    "ackmq.server.stream.chunks",
 )

@@ -246,11 +246,12 @@ def test_X1_chunk_from_the_logs_bytes_equals_the_record_by_record_one(
     offset = 0
     while offset < lg.next_offset:
         old, n_old = _old_chunk(lg, offset, budget)
-        new, first, n_new = deliver_from_spans(7, lg.read_spans(offset, 256), budget)
+        pieces, first, n_new = deliver_from_spans(7, lg.read_spans(offset, 256), budget)
+        new = b"".join(pieces)
         assert (first, n_new) == (offset, n_old)
         assert new == old
         # Deliver v2: the committed chunk id (at least the chunk's own) before the same chunk
-        v2, _f, _n = deliver_from_spans(7, lg.read_spans(offset, 256), budget, 3)
+        v2 = b"".join(deliver_from_spans(7, lg.read_spans(offset, 256), budget, 3)[0])
         assert v2[6:8] == b"\x00\x02" and v2[17:] == old[9:]
         assert int.from_bytes(v2[9:17], "big") == max(3, offset)
         d = decode_frame(new[4:])  # rstream checks the chunk's length and crc
@@ -263,3 +264,31 @@ def test_X1_chunk_from_the_logs_bytes_equals_the_record_by_record_one(
     assert offset == len(msgs)
     if budget == 1:
         assert frames == len(msgs)  # one record per chunk when none fits with another
+
+
+@pytest.mark.parametrize("budget", [1 << 20, 30_000, 1100, 1])
+def test_X1_chunk_of_equal_records_across_reads_and_budgets(tmp_path: Path,
+                                                            budget: int) -> None:
+    """Runs of equal records (one publisher's messages of one size, as `pre.join` sends
+    them) split by reads (segments of 64 KiB, the write buffer), by a body of another
+    size, by another head and by the budget: the same Deliver as record by record."""
+    lg = StreamLog(tmp_path / "s", segment_bytes=64 << 10)
+    props, body = to_record(bytes(AMQPMessage(body=b"x" * 1000)))
+    other, _b = to_record(bytes(AMQPMessage(body=b"y", application_properties={"a": 1})))
+    msgs: list[tuple[bytes, bytes]] = []
+    for i in range(700):
+        b = b"%04d" % i + body[4:]
+        if i % 97 == 0:
+            b = b[:300]  # another size
+        msgs.append((other if i % 131 == 0 else props, b))
+    for i, (p, b) in enumerate(msgs):
+        lg.append("", "s", p, b)
+        if i == 600:
+            lg.flush()
+    offset = 0
+    while offset < lg.next_offset:
+        old, n_old = _old_chunk(lg, offset, budget)
+        pieces, first, n_new = deliver_from_spans(7, lg.read_spans(offset, 256), budget)
+        assert (first, n_new, b"".join(pieces)) == (offset, n_old, old)
+        offset += n_new
+    assert offset == 700

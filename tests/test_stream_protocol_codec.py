@@ -248,3 +248,41 @@ def test_X1_client_side_codec_against_rstreams() -> None:
     assert read_chunk(chunk) == (40, 0, [*records, b"s4"])
     with pytest.raises(F.BadFrame):
         read_chunk(chunk[:-1] + b"x")  # the crc
+
+
+def test_X1_decoder_reads_frames_cut_anywhere_by_the_socket() -> None:
+    """The same commands whatever the reads cut (each frame parsed from the read or
+    completed in the buffer and handed over: copied at most once), a Publish's
+    messages unchanged after later reads; a too-large frame refused at its size, before
+    its bytes arrive."""
+    frames = [encode_publish(schema.Publish(publisher_id=1, messages=[
+        schema.Message(publishing_id=i * 10 + j, filter_value=None, data=b"m%d" % j * 300)
+        for j in range(5)])) for i in range(4)]
+    frames.insert(2, encode_frame(schema.StoreOffset(reference="c", stream="s", offset=5)))
+    frames.append(encode_frame(schema.Metadata(4, streams=["a", "b"])))
+    stream = b"".join(frames)
+
+    def entries(cmds: list[F.Command]) -> list[object]:
+        return [list(F.read_publish(c.content, c.version)) if c.key == K.PUBLISH
+                else (c.key, c.offset if c.key == K.STORE_OFFSET else c.streams)
+                for c in cmds]
+
+    cmds = F.Decoder(1 << 20).feed(stream)
+    whole = entries(cmds)
+    assert len(whole) == 6
+    # a Publish within one read is a view of the read, not a copy
+    assert isinstance(cmds[0].content, memoryview) and cmds[0].content.obj is stream
+    rng = random.Random(5)
+    cuts = [[1, 2, 3, 4, 5, 6, 7, 8, 9], list(range(1, len(stream), 777)),
+            [len(frames[0]) - 1, len(frames[0]), len(frames[0]) + 3]]
+    cuts += [sorted(rng.sample(range(1, len(stream)), 12)) for _ in range(30)]
+    for points in cuts:
+        d = F.Decoder(1 << 20)
+        got: list[F.Command] = []
+        for a, b in zip([0, *points], [*points, len(stream)], strict=True):
+            got += d.feed(stream[a:b])
+        assert entries(got) == whole
+    d = F.Decoder(100)
+    assert d.feed(frames[0][:3]) == []
+    with pytest.raises(F.FrameTooLarge):
+        d.feed(frames[0][3:5])

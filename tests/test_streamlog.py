@@ -160,3 +160,46 @@ def test_R3_damaged_record_is_not_delivered(tmp_path: Path) -> None:
     data[data.index(b"10....")] ^= 0xFF  # flip a byte in record 10's body
     seg.write_bytes(bytes(data))
     assert bodies(lg, 0, 20) == list(range(10))  # stops before the damaged record
+
+
+def test_R3_reads_from_any_offset_past_records_larger_than_one_read(tmp_path: Path) -> None:
+    """Records larger than a read (256 KiB) between small ones: a seek into the middle of
+    an index stride steps over them, and a read returns them whole, checksums checked;
+    a read stops at its byte budget after at least one record."""
+    lg = StreamLog(tmp_path / "s")
+    sizes = [100 if i % 7 else 300_000 for i in range(150)]
+    for i, n in enumerate(sizes):
+        lg.append("", "rk", PROPS, str(i).encode().ljust(n, b"."))
+    lg.flush()
+    for off in (0, 1, 6, 7, 8, 63, 64, 70, 71, 100, 140, 149):
+        assert bodies(lg, off, 9) == list(range(off, min(off + 9, 150)))
+        recs = lg.read(off, 9)
+        assert [len(r[BODY]) for r in recs] == sizes[off:off + len(recs)]
+    assert len(lg.read(7, 100, max_bytes=1)) == 1
+    assert [r[OFFSET] for r in lg.read(1, 100, max_bytes=250_000)] == list(range(1, 8))
+
+
+def test_R1_checksums_are_zlibs_crc32_whichever_computes_them(tmp_path: Path) -> None:
+    """The log's checksums are computed by ISA-L where `isal` is installed
+    (ackmq/protocol/crc.py) and must stay zlib's CRC-32: a log written by an install
+    without it (or before it) reads back, and the other way round."""
+    import struct
+    import zlib
+
+    from ackmq.protocol.crc import crc32
+    from ackmq.store.format import REC_HDR
+
+    data = bytes(range(256)) * 40
+    for n in (0, 1, 7, 64, 1000, len(data)):
+        assert crc32(data[:n]) == zlib.crc32(data[:n])
+        assert crc32(data[n:], crc32(data[:n])) == zlib.crc32(data)
+    lg = StreamLog(tmp_path / "s")
+    fill(lg, 50)
+    raw = next((tmp_path / "s").glob("*.seg")).read_bytes()
+    p, seen = 16, 0  # past the segment header
+    while p < len(raw):
+        n, crc = REC_HDR.unpack_from(raw, p)
+        assert zlib.crc32(raw[p + 8:p + 8 + n]) == crc
+        p += 8 + n
+        seen += 1
+    assert seen == 50 and struct.calcsize("<8sQ") == 16

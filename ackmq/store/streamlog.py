@@ -43,13 +43,13 @@ import shutil
 import struct
 import threading
 import time
-import zlib
 from array import array
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, cast
 
 from ackmq.broker.storage import StreamLogLike
+from ackmq.protocol.crc import crc32
 from ackmq.store.format import REC_HDR
 from ackmq.store.streamtrack import PUBLISHER, Tracking
 
@@ -266,7 +266,7 @@ class StreamLog:
                 return
             off, _ts, lx, lk, lp, lb = REC.unpack_from(data, p)
             end = p + REC.size + lx + lk + lp + lb
-            if stop > end and off >= since and zlib.crc32(mv[p:stop]) == crc:
+            if stop > end and off >= since and crc32(mv[p:stop]) == crc:
                 t = read_trailer(data, end, stop)
                 if t is not None:
                     self._found_trailer(off, t[0], t[1])
@@ -279,7 +279,7 @@ class StreamLog:
                             len(seg.positions)) + seg.positions.tobytes() + seg.stamps.tobytes()
         tmp = seg.path.with_suffix(".idx.tmp")
         with open(tmp, "wb") as f:
-            f.write(body + struct.pack("<I", zlib.crc32(body)))
+            f.write(body + struct.pack("<I", crc32(body)))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, seg.path.with_suffix(".idx"))
@@ -292,7 +292,7 @@ class StreamLog:
         except OSError:
             return None
         if len(data) < IDX_HDR.size + 4 or \
-                zlib.crc32(data[:-4]) != struct.unpack_from("<I", data, len(data) - 4)[0]:
+                crc32(data[:-4]) != struct.unpack_from("<I", data, len(data) - 4)[0]:
             return None
         magic, first, count, seg_size, last_ts, n = IDX_HDR.unpack_from(data, 0)
         if magic not in (IDX_MAGIC, IDX_MAGIC_TRAILERS) or seg_size != size or len(data) != IDX_HDR.size + 16 * n + 4:
@@ -320,7 +320,7 @@ class StreamLog:
         while pos + REC_HDR.size <= end:
             n, crc = REC_HDR.unpack_from(data, pos)
             stop = pos + REC_HDR.size + n
-            if stop > end or n < REC.size or zlib.crc32(mv[pos + REC_HDR.size:stop]) != crc:
+            if stop > end or n < REC.size or crc32(mv[pos + REC_HDR.size:stop]) != crc:
                 break
             off, ts, lx, lk, lp, lb = REC.unpack_from(data, pos + REC_HDR.size)
             if off != first + seg.count:
@@ -376,31 +376,43 @@ class StreamLog:
         buf = self._buf
         self._pending.append(len(buf))
         self._pending_ts.append(ts)
-        buf += REC_HDR.pack(len(payload), zlib.crc32(payload))
+        buf += REC_HDR.pack(len(payload), crc32(payload))
         buf += payload
         return offset
 
     def append_many(self, exchange: str, routing_key: str,
                     records: Sequence[tuple[builtins.bytes, builtins.bytes]]) -> int:
         """Buffer several records of one publish (a stream-protocol Publish frame) with
-        one timestamp; each body is copied once, into the buffer (the checksum runs
-        over the record's head and body apart). The first one's offset."""
+        one timestamp, joined once and added to the buffer at once (a `+=` a record
+        grew the buffer by reallocations that copied it; the checksum runs over the
+        record's head and body apart). The first one's offset."""
         first = offset = self._pending_first + len(self._pending)
         ts = self._timestamp()
         x = exchange.encode("utf-8", "surrogateescape")
         k = routing_key.encode("utf-8", "surrogateescape")
         lx, lk, xk = len(x), len(k), x + k
         buf, starts = self._buf, self._pending
-        pack, hdr, crc32 = REC.pack, REC_HDR.pack, zlib.crc32
+        pos = len(buf)
+        add = starts.append
+        pack, hdr, hsize = REC.pack, REC_HDR.pack, REC_HDR.size
         head_size = REC.size + lx + lk
+        parts: list[builtins.bytes] = []
+        last: builtins.bytes | None = None
+        tail = b""  # exchange, routing key and the last properties
         for properties, body in records:
+            if properties is not last:
+                last, tail = properties, xk + properties
             lp, lb = len(properties), len(body)
-            head = b"".join((pack(offset, ts, lx, lk, lp, lb), xk, properties))
-            starts.append(len(buf))
-            buf += hdr(head_size + lp + lb, crc32(body, crc32(head)))
-            buf += head
-            buf += body
+            head = pack(offset, ts, lx, lk, lp, lb) + tail
+            n = head_size + lp + lb
+            parts += (hdr(n, crc32(body, crc32(head))), head, body)
+            add(pos)
+            pos += hsize + n
             offset += 1
+        if buf:
+            buf += b"".join(parts)
+        else:  # the turn's first: the buffer is the join (one copy)
+            self._buf = bytearray().join(parts)
         self._pending_ts.extend([ts] * (offset - first))
         return first
 
@@ -589,44 +601,61 @@ class StreamLog:
         rel = offset - seg.first
         pos = seg.positions[rel // STRIDE]
         skip = rel % STRIDE  # records before `offset` since the indexed one
-        want = limit + skip
-        got = size = 0
-        hsize, unpack, crc32 = REC_HDR.size, REC_HDR.unpack_from, zlib.crc32
-        while got < want and pos < seg.size and size < max_bytes:
+        left = limit  # records still wanted
+        size = 0
+        hsize, unpack = REC_HDR.size, REC_HDR.unpack_from
+        while left and pos < seg.size and size < max_bytes:
             data = os.pread(seg.fd, min(READ_CHUNK, seg.size - pos), pos)
-            view = memoryview(data)
+            end = len(data)
             p = 0
+            while skip and p + hsize <= end:  # the records before `offset`: unchecked
+                stop = p + hsize + unpack(data, p)[0]
+                if stop > end:
+                    break
+                p = stop
+                skip -= 1
+            if skip:
+                if p == 0:  # one record larger than the read: past it
+                    p = hsize + unpack(data, 0)[0]
+                    skip -= 1
+                pos += p
+                continue
+            view = memoryview(data)
             ps: list[int] = []
-            while got < want and p + hsize <= len(data) and size < max_bytes:
+            add = ps.append
+            while p + hsize <= end:
                 n, crc = unpack(data, p)
-                stop = p + hsize + n
-                if stop > len(data):
-                    if p == 0:  # one record larger than the chunk
-                        data = os.pread(seg.fd, hsize + n, pos)
+                q = p + hsize
+                stop = q + n
+                if stop > end:
+                    if p == 0:  # one record larger than the read: read it whole
+                        data = os.pread(seg.fd, stop, pos)
                         view = memoryview(data)
+                        end = len(data)
                         continue
                     break
-                if got >= skip:
-                    if crc32(view[p + hsize:stop]) != crc:
-                        bad = seg.first + rel - skip + got
-                        if bad not in self._damaged:  # logged once, not on every read
-                            self._damaged.add(bad)
-                            log.error("stream %s: record %d in %s fails its checksum; "
-                                      "readers stop there", self.dir.name, bad, seg.path.name)
-                        if ps:
-                            spans.append((data, ps))
-                        return max(got - skip, 0)
-                    ps.append(p + hsize)
-                    size += n
-                got += 1
+                if crc32(view[q:stop]) != crc:
+                    bad = seg.first + rel + (limit - left)
+                    if bad not in self._damaged:  # logged once, not on every read
+                        self._damaged.add(bad)
+                        log.error("stream %s: record %d in %s fails its checksum; "
+                                  "readers stop there", self.dir.name, bad, seg.path.name)
+                    if ps:
+                        spans.append((data, ps))
+                    return limit - left
+                add(q)
                 p = stop
+                size += n
+                left -= 1
+                if not left or size >= max_bytes:
+                    break
             if ps:
                 spans.append((data, ps))
             pos += p
         if pos < seg.size or seg is self.segments[-1]:
             # the kernel reads the next stretch meanwhile: the next pread is a copy
             os.posix_fadvise(seg.fd, pos, READ_AHEAD, os.POSIX_FADV_WILLNEED)
-        return max(got - skip, 0)
+        return limit - left
 
     # -- tracking (the stream protocol's deduplication and offsets) -------------------
     def tracked(self, kind: int, ref: str) -> int | None:
@@ -649,7 +678,7 @@ class StreamLog:
         start = starts[i]
         stop = starts[i + 1] if i + 1 < len(starts) else len(buf)
         n, crc = REC_HDR.unpack_from(buf, start)
-        REC_HDR.pack_into(buf, start, n + len(t), zlib.crc32(t, crc))
+        REC_HDR.pack_into(buf, start, n + len(t), crc32(t, crc))
         buf[stop:stop] = t
         if i + 1 < len(starts):
             starts[i + 1:] = [p + len(t) for p in starts[i + 1:]]
@@ -703,7 +732,7 @@ class StreamStore:
         self._call = call_soon_threadsafe
         self._jobs: list[tuple[list[int], Callable[[BaseException | None], None]]] = []
         self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
+        self._syncer: threading.Thread | None = None
         self._closing = False
 
     def _dir(self, vhost: str, name: str) -> Path:
@@ -763,10 +792,10 @@ class StreamStore:
             callback(self._sync(fds))
             return
         with self._cond:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="ackmq-stream-sync",
+            if self._syncer is None:
+                self._syncer = threading.Thread(target=self._run, name="ackmq-stream-sync",
                                                 daemon=True)
-                self._thread.start()
+                self._syncer.start()
             self._jobs.append((fds, callback))
             self._cond.notify()
 
@@ -812,8 +841,8 @@ class StreamStore:
         with self._cond:
             self._closing = True
             self._cond.notify()
-        if self._thread is not None:
-            self._thread.join(30)
+        if self._syncer is not None:
+            self._syncer.join(30)
         for lg in self.logs.values():
             try:
                 lg.close()

@@ -19,9 +19,9 @@ the chunk: the first offset of the newest chunk the stream has committed.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Sequence
 
+from ackmq.protocol.crc import crc32
 from ackmq.protocol.stream import constants as K
 from ackmq.protocol.stream.frames import BadFrame, Reader, subentries
 
@@ -52,14 +52,25 @@ def deliver_parts(subscription_id: int, first_offset: int, timestamp_ms: int,
     """A Deliver frame of one chunk of `count` messages given as `parts`: per message
     its u32 size, head and body (`size_prefix`, `record_parts`), joined once here.
     Version 1, or with `committed` version 2 (the committed chunk id before the chunk)."""
+    head, data = deliver_pieces(subscription_id, first_offset, timestamp_ms, parts, count,
+                                epoch, committed)
+    return head + data
+
+
+def deliver_pieces(subscription_id: int, first_offset: int, timestamp_ms: int,
+                   parts: Sequence[bytes | memoryview], count: int, epoch: int = 1,
+                   committed: int | None = None) -> tuple[bytes, bytes]:
+    """`deliver_parts`' frame as (the Deliver's and the chunk's headers, the chunk's
+    data): written one after the other (the transport's writelines), the data is not
+    copied once more behind its header."""
     data = b"".join(parts)
     header = HEADER.pack(K.CHUNK_MAGIC_VERSION, K.CHUNK_USER, count, count, timestamp_ms,
-                         epoch, first_offset, zlib.crc32(data), len(data), 0, 0)
+                         epoch, first_offset, crc32(data), len(data), 0, 0)
     size = 4 + 1 + HEADER.size + len(data)
     if committed is None:
-        return _DELIVER_HDR.pack(size, K.DELIVER, 1, subscription_id) + header + data
-    return _DELIVER2_HDR.pack(size + 8, K.DELIVER, 2, subscription_id, committed) + header \
-        + data
+        return _DELIVER_HDR.pack(size, K.DELIVER, 1, subscription_id) + header, data
+    return _DELIVER2_HDR.pack(size + 8, K.DELIVER, 2, subscription_id, committed) + header, \
+        data
 
 
 size_prefix = _SIZE.pack  # a simple entry's header: its size
@@ -74,7 +85,7 @@ def read_chunk(chunk: bytes | memoryview, max_inflated: int = 1 << 26
     (_magic, _type, entries, _records, ts, _epoch, first, crc, length, _trailer,
      _bloom) = HEADER.unpack_from(chunk, 0)
     data = chunk[HEADER.size:HEADER.size + length]
-    if len(data) != length or zlib.crc32(data) != crc:
+    if len(data) != length or crc32(data) != crc:
         raise BadFrame("chunk data does not match its length or crc")
     r = Reader(data)
     out: list[bytes] = []

@@ -303,38 +303,70 @@ def subentries(kind: int, data: bytes | memoryview, max_size: int) -> list[bytes
 
 class Decoder:
     """Bytes from the socket -> Commands. `max_frame` bounds one frame's size (the
-    low ceiling before open, the tuned one after)."""
+    low ceiling before open, the tuned one after).
+
+    A frame's bytes are copied at most once here: a frame within one read is parsed
+    from the read itself (a Publish's content a view of it: its reader copies each
+    message once), and a frame the reads cut is kept as views of those reads until it
+    is whole, then joined once (growing a buffer read by read copied it again at every
+    reallocation). The reads must not change after `feed` (bytes do not)."""
 
     def __init__(self, max_frame: int = 8192) -> None:
         self.max_frame = max_frame
-        self._buf = bytearray()
+        self._parts: list[bytes | memoryview] = []  # the cut frame's bytes so far
+        self._have = 0  # their length
+
+    def _size(self, size: int) -> int:
+        if self.max_frame and size > self.max_frame:
+            raise FrameTooLarge(f"frame of {size} bytes above the limit {self.max_frame}")
+        if size < 4:
+            raise BadFrame(f"frame size {size}")
+        return size
 
     def feed(self, data: bytes) -> list[Command]:
         """The whole frames read so far; a bad one raises (`.commands` carries those
         decoded before it)."""
-        buf = self._buf
-        buf += data
         out: list[Command] = []
-        pos, n = 0, len(buf)
+        view = memoryview(data)
         try:
+            parts = self._parts
+            if parts:  # first the frame an earlier read began
+                if self._have < 4:  # its size is not all there yet
+                    take = min(4 - self._have, len(view))
+                    parts.append(view[:take])
+                    view = view[take:]
+                    self._have += take
+                    if self._have < 4:
+                        return out
+                    parts[:] = [b"".join(parts)]
+                need = 4 + self._size(int(_U32.unpack_from(parts[0], 0)[0])) - self._have
+                if len(view) < need:
+                    parts.append(view)
+                    self._have += len(view)
+                    return out
+                parts.append(view[:need])
+                view = view[need:]
+                whole = memoryview(b"".join(parts))
+                self._parts, self._have = [], 0
+                _s, key, version = _HDR.unpack_from(whole, 0)
+                out.append(decode_command(key, version, whole[8:] if key == K.PUBLISH
+                                          else whole[8:].tobytes()))
+            pos, n = 0, len(view)
             while n - pos >= 4:
-                size = int(_U32.unpack_from(buf, pos)[0])
-                if self.max_frame and size > self.max_frame:
-                    raise FrameTooLarge(f"frame of {size} bytes above the limit "
-                                        f"{self.max_frame}")
-                if size < 4:
-                    raise BadFrame(f"frame size {size}")
+                size = self._size(int(_U32.unpack_from(view, pos)[0]))
                 if n - pos - 4 < size:
                     break
-                _s, key, version = _HDR.unpack_from(buf, pos)
-                content = bytes(buf[pos + 8:pos + 4 + size])
+                _s, key, version = _HDR.unpack_from(view, pos)
+                content = view[pos + 8:pos + 4 + size]
                 pos += 4 + size
-                out.append(decode_command(key, version, content))
+                out.append(decode_command(key, version, content if key == K.PUBLISH
+                                          else content.tobytes()))
+            if pos < n:
+                self._parts, self._have = [view[pos:]], n - pos
         except StreamFrameError as e:
-            del buf[:]
+            self._parts, self._have = [], 0
             e.commands = out  # type: ignore[attr-defined]
             raise
-        del buf[:pos]
         return out
 
 
@@ -408,7 +440,7 @@ def metadata_update(code: int, stream: str) -> bytes:
 
 def publish_confirm(publisher_id: int, ids: list[int]) -> bytes:
     return frame(K.PUBLISH_CONFIRM, 1, bytes((publisher_id,)) + _I32.pack(len(ids))
-                 + b"".join(_U64.pack(i) for i in ids))
+                 + struct.pack(f">{len(ids)}Q", *ids))
 
 
 def publish_error(publisher_id: int, errors: list[tuple[int, int]]) -> bytes:

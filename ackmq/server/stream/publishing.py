@@ -44,7 +44,8 @@ class Publishers:
         self.by_id: dict[int, Publisher] = {}
         # the model's confirm seq of a Publish frame's records (ChannelModel.
         # publish_stream) -> (publisher id, publishing id) of the entries it took
-        self.pending: OrderedDict[int, list[tuple[int, int]]] = OrderedDict()
+        # confirm number -> (publisher id, the publishing ids of its frame)
+        self.pending: OrderedDict[int, tuple[int, list[int]]] = OrderedDict()
 
     def declare(self, c: Command) -> None:
         conn = self.conn
@@ -96,8 +97,10 @@ class Publishers:
         top = pub.last
         dups: list[int] = []
         errors: list[tuple[int, int]] = []
-        taken: list[tuple[int, int]] = []  # (publisher id, publishing id) of the frame
+        taken: list[int] = []  # the publishing ids of the frame's records
+        take = taken.append
         records: list[tuple[bytes, bytes]] = []
+        add = records.append
         max_size = conn.ctx.config.max_message_size
         for pubid, fv, kind, data in entries:
             if named and pubid <= top:
@@ -105,6 +108,13 @@ class Publishers:
                 continue
             if pubid > top:
                 top = pubid
+            if kind == 0 and fv is None:  # the usual entry: one message
+                if len(data) > max_size:
+                    errors.append((pubid, K.PRECONDITION_FAILED))
+                    continue
+                add(to_record(data))
+                take(pubid)
+                continue
             messages: Sequence[bytes | memoryview]
             if kind == 0:
                 messages = (data,)
@@ -122,18 +132,18 @@ class Publishers:
                 props, body = to_record(m)
                 if fv is not None:
                     props = with_filter_value(props, fv)
-                records.append((props, body))
-            taken.append((pid, pubid))
+                add((props, body))
+            take(pubid)
         kept = False  # the sequence went with the records
         if records:
             try:  # the frame's records together, one confirm for them (X3)
                 seq = ch.publish_stream(pub.queue, records,
                                         (pub.reference, top) if named else None)
-                self.pending[seq] = taken
+                self.pending[seq] = (pid, taken)
                 kept = named
             except ReplyError as e:
                 code = code_of(e)
-                errors += [(pubid, code) for _pid, pubid in taken]
+                errors += [(pubid, code) for pubid in taken]
         pub.published += len(entries)
         pub.confirmed += len(dups)
         pub.errored += len(errors)
@@ -152,13 +162,13 @@ class Publishers:
         done = take_confirmed(self.pending, tag, multiple)
         oks: dict[int, list[int]] = {}
         errs: dict[int, list[tuple[int, int]]] = {}
-        for taken in done:
-            for pid, pubid in taken:
-                if ack:
-                    oks.setdefault(pid, []).append(pubid)
-                else:
-                    errs.setdefault(pid, []).append((pubid, K.INTERNAL_ERROR))
-                    self._not_taken(pid, pubid)
+        for pid, taken in done:
+            if ack:
+                oks.setdefault(pid, []).extend(taken)
+                continue
+            errs.setdefault(pid, []).extend((pubid, K.INTERNAL_ERROR) for pubid in taken)
+            for pubid in taken:
+                self._not_taken(pid, pubid)
         by_id = self.by_id
         for pid, ids in oks.items():
             if (pub := by_id.get(pid)) is not None:

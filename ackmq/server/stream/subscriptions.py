@@ -235,10 +235,11 @@ class Subscriptions:
                     spans = lg.read_spans(sub.offset, CHUNK_RECORDS)
                     if not spans:
                         break
-                    frame, first_offset, count = deliver_from_spans(
+                    (head, data), first_offset, count = deliver_from_spans(
                         sub.subscription_id, spans, budget,
                         committed_chunk_id(sub.queue) if v2 else None)
-                    conn.write(frame)
+                    conn.write(head)
+                    conn.write(data)
                     sub.offset = first_offset + count
                     sub.consumed += count
                     sub.credit -= 1
