@@ -1,0 +1,84 @@
+"""Instructions per message in the broker for any `ackmq bench` workload, counted by
+callgrind (deterministic on a busy machine, where wall-clock figures are not):
+
+    python -m tools.perf.callgrind_bench [--small 200] [--large 1200] WORKLOAD ...
+
+e.g. `stomp-send-stream stomp-consume-auto mqtt-publish-qos1-window mqtt-fanout`.
+Runs `python -m ackmq serve` (this checkout) under valgrind --tool=callgrind with its
+STOMP and MQTT listeners on free ports, then each workload twice with `ackmq bench`
+(the bench's own clients, outside valgrind): with `--small` and with `--large`
+messages, the broker's counters zeroed before and dumped after each run; per message =
+(large − small) / (large − small messages), so connection set-up and the workload's own
+declarations cancel out. The protocols' figures beside AMQP 0-9-1's
+(tools/perf/instructions.py) are in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tools.perf.callgrind import dump, free_port, zero
+
+
+def _bench(workload: str, n: int, stomp: int, mqtt: int) -> None:
+    family = ["--mqtt", "--mqtt-url", f"mqtt://guest:guest@127.0.0.1:{mqtt}"] \
+        if workload.startswith("mqtt-") else \
+        ["--stomp", "--stomp-url", f"stomp://guest:guest@127.0.0.1:{stomp}/",
+         "--stomp-prefetch", "100"]
+    subprocess.run([sys.executable, "-m", "ackmq", "bench", *family, "--rounds", "1",
+                    "--messages", str(n), workload],
+                   check=True, capture_output=True, timeout=3600)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("workloads", nargs="+")
+    ap.add_argument("--small", type=int, default=200)
+    ap.add_argument("--large", type=int, default=1200)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="ackmq-cgb-", dir="/var/tmp"))
+    out = str(work / "cg")
+    stomp, mqtt = free_port(), free_port()
+    log = open(work / "broker.log", "wb")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+         sys.executable, "-m", "ackmq", "serve", "--port", "0", "--http-port", "0",
+         "--no-stream", "--stomp-port", str(stomp), "--mqtt-port", str(mqtt),
+         "--data-dir", str(work / "data")],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONHASHSEED": "0"})
+    try:
+        for _ in range(1200):
+            if re.search(rb"listening on", (work / "broker.log").read_bytes()):
+                break
+            time.sleep(0.5)
+        for w in args.workloads:
+            _bench(w, 20, stomp, mqtt)  # warm-up: first connections under valgrind
+            counts = []
+            for n in (args.small, args.large):
+                zero(proc.pid)
+                _bench(w, n, stomp, mqtt)
+                counts.append(dump(proc.pid, out, f"{w}-{n}"))
+            per = (counts[1] - counts[0]) / (args.large - args.small)
+            print(f"{w:28} {per:>10,.0f} instructions per message "
+                  f"(({counts[1]:,} − {counts[0]:,}) / {args.large - args.small})", flush=True)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        shutil.rmtree(work / "data", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
