@@ -4,10 +4,13 @@ callgrind output, and zeroing / dumping a running process's counters."""
 from __future__ import annotations
 
 import re
+import shutil
+import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import IO
 
 
 def free_port() -> int:
@@ -38,3 +41,15 @@ def dump(pid: int, out: str, label: str) -> int:
                 return n
         time.sleep(0.5)
     raise RuntimeError("callgrind did not dump")
+
+
+def stop(proc: subprocess.Popen[bytes], log: IO[bytes], data_dir: Path) -> None:
+    """Stop the broker under valgrind (SIGINT: callgrind writes its last dump), close its
+    log, drop its data."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+    shutil.rmtree(data_dir, ignore_errors=True)

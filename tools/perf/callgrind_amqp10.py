@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -33,7 +31,7 @@ from pathlib import Path
 from proton import Message
 from proton.utils import BlockingConnection
 
-from tools.perf.callgrind import dump, free_port, zero
+from tools.perf.callgrind import dump, free_port, stop, zero
 
 QUEUE = "cg10"
 
@@ -145,13 +143,7 @@ def main() -> None:
         print(f"{n} x {args.size} B, window {args.window}: instructions per message  "
               + "  ".join(figures) + f"   (dumps: {out}.*)", flush=True)
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-        shutil.rmtree(work / "data", ignore_errors=True)
+        stop(proc, log, work / "data")
 
 
 if __name__ == "__main__":

@@ -18,15 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from tools.perf.callgrind import dump, free_port, zero
+from tools.perf.callgrind import dump, free_port, stop, zero
 
 
 def _bench(workload: str, n: int, stomp: int, mqtt: int) -> None:
@@ -71,13 +69,7 @@ def main() -> None:
             print(f"{w:28} {per:>10,.0f} instructions per message "
                   f"(({counts[1]:,} − {counts[0]:,}) / {args.large - args.small})", flush=True)
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-        shutil.rmtree(work / "data", ignore_errors=True)
+        stop(proc, log, work / "data")
 
 
 if __name__ == "__main__":

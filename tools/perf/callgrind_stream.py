@@ -19,15 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from tools.perf.callgrind import dump, free_port, zero
+from tools.perf.callgrind import dump, free_port, stop, zero
 from tools.perf.stream_protocol import consume, publish
 
 # (the stream gets one warm-up message first: the consume phase reads n + 1)
@@ -79,13 +77,7 @@ def main() -> None:
               f"consume {con / n:,.0f} instr/msg ({took:.0f} s)  idle for {took:.0f} s "
               f"{idle / n:,.0f} per msg-equivalent   (dumps: {out}.*)", flush=True)
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-        shutil.rmtree(work / "data", ignore_errors=True)
+        stop(proc, log, work / "data")
 
 
 if __name__ == "__main__":
