@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -137,9 +138,21 @@ def test_C3_U5_stream_publisher_blocked_by_an_alarm_alive_and_confirmed_after(
         assert peer.call(schema.DeclarePublisher(peer.next_corr(), publisher_id=1,
                                                  reference="", stream=stream),
                          schema.DeclarePublisherResponse).response_code == 1
+        # our Heartbeats go on while ctl sets the alarm and the monitor sees it (ctl's
+        # start alone may take longer than two 1 s heartbeats on a loaded machine)
+        beating = threading.Event()
+
+        def beat() -> None:
+            while not beating.wait(0.3):
+                peer.send(schema.Heartbeat())
+
+        beater = threading.Thread(target=beat, daemon=True)
+        beater.start()
         _ctl(broker, "set_vm_memory_high_watermark", "0.0000001")
         try:
             time.sleep(1.5)  # the monitor sees the new watermark
+            beating.set()
+            beater.join()
             peer.send(schema.Publish(publisher_id=1, messages=[schema.Message(
                 publishing_id=1, filter_value=None, data=bytes(AMQPMessage(body=b"a")))]))
             seen: list[object] = []
