@@ -16,7 +16,7 @@ import trustme
 from conftest import BrokerProcess
 from paho.mqtt.enums import CallbackAPIVersion
 from support.mqtthelp import client_id, wait_for
-from support.tlshelp import cert_broker, port_in_log, server_files
+from support.tlshelp import cert_broker, port_in_log, server_files, with_client_certs
 
 from ackmq.ctl.socket_client import request
 
@@ -26,12 +26,7 @@ MQTTS = re.compile(r"mqtts://\S+:(\d+)")
 @pytest.fixture(scope="module")
 def files(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("mqtt-tls")
-    out = server_files(ca, d)
-    for cn in ("certuser", "nobody"):  # client certificates, key in the same file
-        ca.issue_cert(cn, common_name=cn).private_key_and_cert_chain_pem.write_to_path(
-            str(d / f"{cn}.pem"))
-        out[cn] = d / f"{cn}.pem"
-    return out
+    return with_client_certs(ca, d, server_files(ca, d), "certuser", "nobody")
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,16 @@ def server_files(ca: trustme.CA, d: Path) -> dict[str, Path]:
     return out
 
 
+def with_client_certs(ca: trustme.CA, d: Path, out: dict[str, Path],
+                      *names: str) -> dict[str, Path]:
+    """Client certificates (CN = the name, key in the same file) added to `out`."""
+    for cn in names:
+        ca.issue_cert(cn, common_name=cn).private_key_and_cert_chain_pem.write_to_path(
+            str(d / f"{cn}.pem"))
+        out[cn] = d / f"{cn}.pem"
+    return out
+
+
 def port_in_log(b: BrokerProcess, pattern: re.Pattern[str], what: str) -> str:
     """The first match of `pattern`'s group 1 in the broker's log."""
     for line in b.log:
