@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import random
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -123,34 +123,43 @@ def _check(image: Path, c: _Client) -> str | None:
         store.close()
 
 
-def _cut_everywhere(tmp_path: Path) -> list[str]:
+def _cut_at_each_operation(tmp_path: Path, name: str, seen: Callable[[], Any],
+                           work: Callable[[Path, Any], None],
+                           check: Callable[[Path, Any], str | None], images: int,
+                           covered: int) -> list[str]:
+    """Run `work` on the simulated disk cut at its 1st, 2nd, … operation until one runs
+    through; check `images` disk images of each cut (what the power cut may have kept)."""
     failures: list[str] = []
     k = 1
     while True:
-        root = tmp_path / f"r{k}"
+        root = tmp_path / f"{name}{k}"
         root.mkdir()
         fs = faultfs.FaultFS(root, crash_at=k)
         fileio.install(fs)
-        c = _Client()
+        c = seen()
         try:
             with contextlib.suppress(faultfs.SimulatedCrash):
-                _work(root, c)
+                work(root, c)
         finally:
             fs.close_all()
             fileio.uninstall()
         if not fs.crashed:
             break
-        for n in range(6):
-            image = tmp_path / f"i{k}-{n}"
+        for n in range(images):
+            image = tmp_path / f"{name}i{k}-{n}"
             faultfs.materialize(fs.image(random.Random(k * 100 + n)), image)
-            why = _check(image, c)
+            why = check(image, c)
             if why:
                 failures.append(f"cut at operation {k}, image {n}: {why}")
             shutil.rmtree(image)
         shutil.rmtree(root)
         k += 1
-    assert k > 40  # the cuts covered the workload (its writes and syncs)
+    assert k > covered  # the cuts covered the workload (its writes and syncs)
     return failures
+
+
+def _cut_everywhere(tmp_path: Path) -> list[str]:
+    return _cut_at_each_operation(tmp_path, "r", _Client, _work, _check, 6, 40)
 
 
 def test_N3_qos2_power_cut_at_each_point_of_the_receive_path(tmp_path: Path) -> None:
@@ -299,33 +308,9 @@ def _check_served(image: Path, c: _Seen) -> str | None:
 
 
 def _cut_served(tmp_path: Path, hold: bool) -> list[str]:
-    failures: list[str] = []
-    k = 1
-    while True:
-        root = tmp_path / f"s{k}"
-        root.mkdir()
-        fs = faultfs.FaultFS(root, crash_at=k)
-        fileio.install(fs)
-        c = _Seen()
-        try:
-            with contextlib.suppress(faultfs.SimulatedCrash):
-                _work_served(root, c, hold)
-        finally:
-            fs.close_all()
-            fileio.uninstall()
-        if not fs.crashed:
-            break
-        for n in range(4):
-            image = tmp_path / f"j{k}-{n}"
-            faultfs.materialize(fs.image(random.Random(k * 100 + n)), image)
-            why = _check_served(image, c)
-            if why:
-                failures.append(f"cut at operation {k}, image {n}: {why}")
-            shutil.rmtree(image)
-        shutil.rmtree(root)
-        k += 1
-    assert k > 20  # the cuts covered the workload
-    return failures
+    return _cut_at_each_operation(tmp_path, "s", _Seen,
+                                  lambda root, c: _work_served(root, c, hold),
+                                  _check_served, 4, 20)
 
 
 def test_N3_qos2_power_cut_after_a_delivery_is_no_second_copy(tmp_path: Path) -> None:
