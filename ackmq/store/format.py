@@ -22,11 +22,11 @@ from __future__ import annotations
 import logging
 import mmap
 import struct
-import zlib
 from collections.abc import Iterator
 from typing import Any
 
 from ackmq.broker.storage import CorruptStore
+from ackmq.protocol.crc import crc32
 
 log = logging.getLogger("ackmq.store")
 
@@ -65,7 +65,7 @@ def release(data: Any, start: int, stop: int) -> int:
 
 def file_header(seg_id: int) -> bytes:
     head = FILE_MAGIC + struct.pack("<I", seg_id)
-    return head + struct.pack("<I", zlib.crc32(head))
+    return head + struct.pack("<I", crc32(head))
 
 
 def encode_add(out: bytearray, qid: int, seq: int, count: int, exchange: bytes,
@@ -73,11 +73,11 @@ def encode_add(out: bytearray, qid: int, seq: int, count: int, exchange: bytes,
     """Append one ADD record; the body is copied once (into `out`), crc computed in parts."""
     head = ADD_HDR.pack(ADD, qid, seq, count, len(exchange), len(routing_key),
                         len(properties), len(body))
-    crc = zlib.crc32(head)
-    crc = zlib.crc32(exchange, crc)
-    crc = zlib.crc32(routing_key, crc)
-    crc = zlib.crc32(properties, crc)
-    crc = zlib.crc32(body, crc)
+    crc = crc32(head)
+    crc = crc32(exchange, crc)
+    crc = crc32(routing_key, crc)
+    crc = crc32(properties, crc)
+    crc = crc32(body, crc)
     size = len(head) + len(exchange) + len(routing_key) + len(properties) + len(body)
     out += REC_HDR.pack(size, crc)
     out += head
@@ -88,7 +88,7 @@ def encode_add(out: bytearray, qid: int, seq: int, count: int, exchange: bytes,
 
 
 def encode_small(out: bytearray, body: bytes) -> None:
-    out += REC_HDR.pack(len(body), zlib.crc32(body))
+    out += REC_HDR.pack(len(body), crc32(body))
     out += body
 
 
@@ -134,9 +134,9 @@ class FrameWriter:
             payload = self._start + FRAME_HDR.size
             length = len(self.out) - payload
             with memoryview(self.out) as mv:
-                pcrc = zlib.crc32(mv[payload:])
+                pcrc = crc32(mv[payload:])
             head = struct.pack("<III", FRAME_MAGIC, length, pcrc)
-            self.out[self._start:payload] = head + struct.pack("<I", zlib.crc32(head))
+            self.out[self._start:payload] = head + struct.pack("<I", crc32(head))
 
     def finish(self) -> bytearray:
         self._close()
@@ -150,13 +150,13 @@ def _frame_at(data: memoryview, off: int) -> tuple[int, str | None]:
     if off + FRAME_HDR.size > end:
         return off, "truncated frame header"
     magic, length, pcrc, crc = FRAME_HDR.unpack_from(data, off)
-    if magic != FRAME_MAGIC or zlib.crc32(data[off:off + 12]) != crc:
+    if magic != FRAME_MAGIC or crc32(data[off:off + 12]) != crc:
         return off, "bad frame header"
     pos = off + FRAME_HDR.size
     stop = pos + length
     if stop > end:
         return off, "truncated frame"
-    if zlib.crc32(data[pos:stop]) != pcrc:
+    if crc32(data[pos:stop]) != pcrc:
         return off, "frame checksum mismatch"
     return stop, None
 
@@ -194,7 +194,7 @@ def _valid_frame_after(data: memoryview, off: int) -> int:
 
 def check_file_header(data: Any, path: str, seg_id: int) -> None:
     magic, sid, crc = FILE_HDR.unpack_from(data, 0)
-    if magic != FILE_MAGIC or zlib.crc32(data[:12]) != crc:
+    if magic != FILE_MAGIC or crc32(data[:12]) != crc:
         raise CorruptStore(f"{path}: bad file header at offset 0")
     if sid != seg_id:
         raise CorruptStore(f"{path}: header says segment {sid}, file name says {seg_id}")

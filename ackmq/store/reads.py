@@ -7,10 +7,10 @@ write)."""
 from __future__ import annotations
 
 import os
-import zlib
 from typing import Any
 
 from ackmq.broker.storage import CorruptStore, StoredMessage, StoreError
+from ackmq.protocol.crc import crc32
 
 from . import fileio
 from .format import ADD, ADD_HDR, REC_HDR
@@ -116,7 +116,7 @@ class ReadsMixin(StoreState):
             ra = os.pread(fd, size + 8, off)
             rel = 0
         rec = memoryview(ra)[rel + 8:rel + 8 + size]
-        if size < ADD_HDR.size or len(rec) != size or zlib.crc32(rec) != crc:
+        if size < ADD_HDR.size or len(rec) != size or crc32(rec) != crc:
             raise CorruptStore(f"{self._paths[seg]}: bad record at offset {off}")
         head = ADD_HDR.unpack_from(rec)
         if head[0] != ADD or (head[1], head[2]) != key:
