@@ -19,4 +19,7 @@ NATIVE: tuple[str, ...] = (
     "ackmq.protocol.stream.messages",
     "ackmq.store.streamlog",
     "ackmq.server.stream.chunks",
+    "ackmq.store.format",
+    "ackmq.store.index",
+    "ackmq.broker.stats",
 )

@@ -14,19 +14,24 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
+from typing import Final
 
 PROTOCOLS = ("amqp091", "stomp", "amqp10", "stream", "mqtt")
+
+
+#: the counters of `MessageStats`, in the order /metrics lists them
+COUNTERS: Final = ("received", "received_confirm", "confirmed", "routed",
+                    "unroutable_dropped", "unroutable_returned",
+                    "delivered_consume_auto_ack", "delivered_consume_manual_ack",
+                    "delivered_get_auto_ack", "delivered_get_manual_ack", "get_empty",
+                    "redelivered", "acknowledged")
 
 
 class MessageStats:
     """RabbitMQ's rabbit_global_counters for one protocol (names without the
     `rabbitmq_global_messages_` prefix and `_total` suffix)."""
 
-    __slots__ = ("received", "received_confirm", "confirmed", "routed",
-                 "unroutable_dropped", "unroutable_returned",
-                 "delivered_consume_auto_ack", "delivered_consume_manual_ack",
-                 "delivered_get_auto_ack", "delivered_get_manual_ack", "get_empty",
-                 "redelivered", "acknowledged")
+    __slots__ = COUNTERS
     received: int
     received_confirm: int
     confirmed: int
@@ -42,7 +47,7 @@ class MessageStats:
     acknowledged: int
 
     def __init__(self) -> None:
-        for name in self.__slots__:
+        for name in COUNTERS:
             setattr(self, name, 0)
 
     @property
@@ -52,7 +57,7 @@ class MessageStats:
                 + self.delivered_get_auto_ack + self.delivered_get_manual_ack)
 
     def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in (*self.__slots__, "delivered")}
+        return {name: getattr(self, name) for name in (*COUNTERS, "delivered")}
 
 
 # seconds: from 50 µs (an fdatasync on a fast NVMe) to 10 s (a disk in trouble)
@@ -121,7 +126,7 @@ class ProtocolStats:
         if m in self.open:
             self.open.remove(m)
             closed = self.closed
-            for name in MessageStats.__slots__:
+            for name in COUNTERS:
                 setattr(closed, name, getattr(closed, name) + getattr(m, name))
 
     def total(self, counter: str) -> int:

@@ -13,9 +13,7 @@ from ackmq.broker.storage import StoreError
 
 from . import fileio
 from .format import (
-    ADD_HDR,
     NOTE_PUT,
-    REC_HDR,
     FrameWriter,
     encode_add,
     encode_delivered,
@@ -64,7 +62,9 @@ class WriterMixin(StoreState):
             if not self.fsync:
                 self._dispatch(b.callbacks, err)
                 return
-            with self._cond:  # in write order: the sync thread reports them in that order
+            # `_cond`'s lock, taken directly (Condition's __enter__ is Python code on the
+            # lone message's path); notify needs only that lock held
+            with self._lock:  # in write order: the sync thread reports them in that order
                 if inline and self._in_thread == 0 and not self._closing:
                     inline_gen = self._wstate[1]
                 else:
@@ -249,10 +249,13 @@ class WriterMixin(StoreState):
             encode_synced(out, synced)
             self._claimed = synced
         placed: list[tuple[PendingAdd, int]] = []
+        add_bytes = 0
         for op in b.adds.values():
-            placed.append((op, base + fw.begin_record()))
+            start = fw.begin_record()
+            placed.append((op, base + start))
             encode_add(out, op.qid, op.seq, op.count, op.exchange.encode(),
                        op.routing_key.encode(), op.properties, op.body)
+            add_bytes += len(out) - start
         for (qid, seq), count in b.delivered.items():
             fw.begin_record()
             encode_delivered(out, qid, seq, count)
@@ -293,8 +296,7 @@ class WriterMixin(StoreState):
                 idx = self._index.get(op.qid)
                 if idx is not None and idx.replace(op.seq, PENDING, shift | off):
                     info.live += 1
-            info.add_bytes += sum(REC_HDR.size + ADD_HDR.size + len(op.body) + len(op.properties)
-                                  + len(op.exchange) + len(op.routing_key) for op, _ in placed)
+            info.add_bytes += add_bytes
             for key in b.removes:
                 self._unwritten_removes.pop(key, None)
             if b.notes:  # where each live note's record is now (compaction copies it)

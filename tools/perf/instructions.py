@@ -1,11 +1,14 @@
 """Instructions per message, counted by callgrind (noise does not move them):
-`python -m tools.perf.instructions [--modes cycle transient confirm roundtrip] [--pure]`.
+`python -m tools.perf.instructions [--modes cycle transient confirm roundtrip store] [--pure]`.
 
 - `cycle`: the model alone, in process — `ChannelModel.basic_publish` of 100 bytes, its
   delivery to a consumer and `basic_ack` (tools/perf/trace_cost.py's loop, tracer off).
 - `transient`, `confirm`, `roundtrip`: the served broker (tools/perf/callgrind_publish.sh):
   transient pika publishes; persistent confirm-each publishes (each waits for its
   confirm: the lone message's path); transient publishes then a consumer acking each.
+- `store`: the store alone, in process — one persistent message added and committed
+  inline (written, fdatasynced, its callback run): its share of `confirm`
+  (tools/perf/store_commit.py).
 Each figure is (total at N − total at 0) / N, so start-up and shutdown cancel out (the
 package's bytecode is written first, so nothing is compiled from source inside one run only).
 `--pure` runs the pure-Python hot path (ACKMQ_PURE=1) where a compiled build is installed.
@@ -22,7 +25,7 @@ from pathlib import Path
 from tools import ROOT, python_env
 from tools.perf.callgrind import total
 
-N = {"cycle": 20_000, "transient": 2_000, "confirm": 1_000, "roundtrip": 2_000}
+N = {"cycle": 20_000, "transient": 2_000, "confirm": 1_000, "roundtrip": 2_000, "store": 2_000}
 CYCLE = ("import sys; from tools.perf.trace_cost import measure; "
          "n = int(sys.argv[1]); measure('off', rounds=1 if n else 0, per_round=n)")
 
@@ -34,10 +37,11 @@ def _total(text: str) -> int:
     return n
 
 
-def _run_cycle(n: int, env: dict[str, str], tmp: Path) -> int:
-    out = tmp / f"cycle-{n}.cg"
+def _run_in_process(mode: str, n: int, env: dict[str, str], tmp: Path) -> int:
+    out = tmp / f"{mode}-{n}.cg"
+    code = ["-c", CYCLE] if mode == "cycle" else ["-m", "tools.perf.store_commit"]
     subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                    sys.executable, "-c", CYCLE, str(n)],
+                    sys.executable, *code, str(n)],
                    env={**env, "PYTHONHASHSEED": "0"}, cwd=ROOT, check=True,
                    capture_output=True, timeout=3600)
     return _total(out.read_text(errors="replace"))
@@ -56,9 +60,9 @@ def measure(mode: str, n: int, pure: bool) -> float:
     env = python_env()
     if pure:
         env["ACKMQ_PURE"] = "1"
-    run = _run_cycle if mode == "cycle" else (lambda k, e, t: _run_served(mode, k, e, t))
+    run = _run_in_process if mode in ("cycle", "store") else _run_served
     with tempfile.TemporaryDirectory(prefix="ackmq-instr-") as d:
-        return (run(n, env, Path(d)) - run(0, env, Path(d))) / n
+        return (run(mode, n, env, Path(d)) - run(mode, 0, env, Path(d))) / n
 
 
 def main(argv: list[str] | None = None) -> int:
