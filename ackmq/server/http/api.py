@@ -17,21 +17,8 @@ from aiohttp import web
 from ackmq.broker.errors import ReplyError
 from ackmq.broker.queue_type import Queue
 from ackmq.server import ops, views
+from ackmq.server.http import common
 from ackmq.server.http.app import json_response
-from ackmq.server.http.common import (
-    add_listing,
-    add_methods,
-    alisting,
-    body_object,
-    flag,
-    listed_vhosts,
-    listing,
-    no_content,
-    one,
-    server,
-    user,
-    vhost_arg,
-)
 from ackmq.server.http.sampler import SAMPLER_KEY, RateSampler, exchange_message_stats
 
 DEFAULT = "amq.default"  # the default exchange's name in paths
@@ -44,28 +31,29 @@ def _xname(request: web.Request, key: str = "name") -> str:
 
 def _vhosts(request: web.Request) -> list[Any]:
     """The VHosts a listing covers (listed_vhosts)."""
-    vhosts = server(request).broker.vhosts
-    return [vhosts[n] for n in listed_vhosts(request) if n in vhosts]
+    vhosts = common.server(request).broker.vhosts
+    return [vhosts[n] for n in common.listed_vhosts(request) if n in vhosts]
 
 
 def _vh(request: web.Request) -> Any:
-    return server(request).broker.vhosts[vhost_arg(request)]
+    return common.server(request).broker.vhosts[common.vhost_arg(request)]
 
 
 def _vhost_to_write(request: web.Request) -> str:
     """A PUT's or binding POST's vhost: RabbitMQ answers a missing one with 404
     "not_found"/"vhost_not_found" there (a GET's is "Object Not Found")."""
     name = request.match_info["vhost"]
-    if name not in server(request).broker.vhosts:
+    if name not in common.server(request).broker.vhosts:
         raise ops.OpError(404, "not_found", "vhost_not_found")
-    return vhost_arg(request)
+    return common.vhost_arg(request)
 
 
 # -- queues --------------------------------------------------------------------------
 async def list_queues(request: web.Request) -> web.StreamResponse:
     sampler = request.app.get(SAMPLER_KEY)
-    return await alisting(request, (views.queue(q, message_stats=_queue_stats(sampler, q))
-                                    for vh in _vhosts(request) for q in list(vh.queues.values())))
+    return await common.alisting(request, (
+        views.queue(q, message_stats=_queue_stats(sampler, q))
+        for vh in _vhosts(request) for q in list(vh.queues.values())))
 
 
 def _queue_stats(sampler: RateSampler | None, q: Any) -> dict[str, Any] | None:
@@ -82,25 +70,25 @@ def _queue(request: web.Request) -> Queue:
 async def get_queue(request: web.Request) -> web.Response:
     q = _queue(request)
     stats = _queue_stats(request.app.get(SAMPLER_KEY), q)
-    return one(request, views.queue(q, details=True, message_stats=stats))
+    return common.one(request, views.queue(q, details=True, message_stats=stats))
 
 
 async def put_queue(request: web.Request) -> web.Response:
     vhost = _vhost_to_write(request)
     name = request.match_info["name"]
-    body = await body_object(request)
+    body = await common.body_object(request)
     args = body.get("arguments") or {}
     if not isinstance(args, dict):
         raise ops.bad_request("arguments must be a JSON object")
-    durable, auto_delete = flag(body.get("durable")), flag(body.get("auto_delete"))
-    srv = server(request)
+    durable, auto_delete = common.flag(body.get("durable")), common.flag(body.get("auto_delete"))
+    srv = common.server(request)
     existed = name in srv.broker.vhosts[vhost].queues
-    with ops.MgmtChannel(srv, user(request).name, vhost) as ch:
+    with ops.MgmtChannel(srv, common.user(request).name, vhost) as ch:
         try:
             ch.declare_queue(name, False, durable, False, auto_delete, args)
         except ReplyError as e:
             raise ops.http_error(_from_json(e)) from None
-    return no_content(204 if existed else 201)
+    return common.no_content(204 if existed else 201)
 
 
 def _from_json(e: ReplyError) -> ReplyError:
@@ -115,37 +103,39 @@ async def delete_queue(request: web.Request) -> web.Response:
     q = _queue(request)
     qs = request.query
     with ops.as_http():
-        ops.delete_queue(server(request), user(request).name, q,
-                         if_unused=flag(qs.get("if-unused")), if_empty=flag(qs.get("if-empty")))
-    return no_content()
+        ops.delete_queue(common.server(request), common.user(request).name, q,
+                         if_unused=common.flag(qs.get("if-unused")),
+                         if_empty=common.flag(qs.get("if-empty")))
+    return common.no_content()
 
 
 async def purge_queue(request: web.Request) -> web.Response:
     q = _queue(request)
     with ops.as_http():
-        ops.purge(server(request), user(request).name, q)
-    return no_content()
+        ops.purge(common.server(request), common.user(request).name, q)
+    return common.no_content()
 
 
 async def get_messages(request: web.Request) -> web.Response:
-    vhost = vhost_arg(request)
-    body = await body_object(request)
-    return json_response(ops.get_json(server(request), user(request).name, vhost,
+    vhost = common.vhost_arg(request)
+    body = await common.body_object(request)
+    return json_response(ops.get_json(common.server(request), common.user(request).name, vhost,
                                  request.match_info["name"], body))
 
 
 async def queue_bindings(request: web.Request) -> web.Response:
     vh = _vh(request)
     name = request.match_info["name"]
-    return listing(request, [b for b in views.bindings(vh)
-                             if b["destination_type"] == "queue" and b["destination"] == name])
+    return common.listing(request, [
+        b for b in views.bindings(vh)
+        if b["destination_type"] == "queue" and b["destination"] == name])
 
 
 # -- exchanges -----------------------------------------------------------------------
 async def list_exchanges(request: web.Request) -> web.StreamResponse:
     vhs = _vhosts(request)
     sampler = request.app.get(SAMPLER_KEY)
-    return await alisting(request, (
+    return await common.alisting(request, (
         views.exchange(vh.name, x, exchange_message_stats(sampler, x))
         for vh in vhs for x in list(vh.exchanges.values())))
 
@@ -158,44 +148,45 @@ def _exchange(request: web.Request) -> Any:
 
 
 async def get_exchange(request: web.Request) -> web.Response:
-    vhost = vhost_arg(request)
+    vhost = common.vhost_arg(request)
     x = _exchange(request)
     stats = exchange_message_stats(request.app.get(SAMPLER_KEY), x)
-    return one(request, {**views.exchange(vhost, x, stats), "incoming": [], "outgoing": []})
+    return common.one(request, {**views.exchange(vhost, x, stats), "incoming": [], "outgoing": []})
 
 
 async def put_exchange(request: web.Request) -> web.Response:
     vhost = _vhost_to_write(request)
     name = _xname(request)
-    body = await body_object(request)
+    body = await common.body_object(request)
     args = body.get("arguments") or {}
     if not isinstance(args, dict):
         raise ops.bad_request("arguments must be a JSON object")
     type_ = body.get("type") or "direct"
-    srv = server(request)
+    srv = common.server(request)
     existed = name in srv.broker.vhosts[vhost].exchanges
-    with ops.MgmtChannel(srv, user(request).name, vhost) as ch:
+    with ops.MgmtChannel(srv, common.user(request).name, vhost) as ch:
         with ops.as_http():
-            ch.declare_exchange(name, str(type_), False, flag(body.get("durable")),
-                                flag(body.get("auto_delete")), flag(body.get("internal")),
-                                args)
-    return no_content(204 if existed else 201)
+            ch.declare_exchange(name, str(type_), False, common.flag(body.get("durable")),
+                                common.flag(body.get("auto_delete")),
+                                common.flag(body.get("internal")), args)
+    return common.no_content(204 if existed else 201)
 
 
 async def delete_exchange(request: web.Request) -> web.Response:
-    vhost = vhost_arg(request)
+    vhost = common.vhost_arg(request)
     x = _exchange(request)
-    with ops.MgmtChannel(server(request), user(request).name, vhost) as ch:
+    with ops.MgmtChannel(common.server(request), common.user(request).name, vhost) as ch:
         with ops.as_http():
-            ch.delete_exchange(x.name, flag(request.query.get("if-unused")))
-    return no_content()
+            ch.delete_exchange(x.name, common.flag(request.query.get("if-unused")))
+    return common.no_content()
 
 
 async def publish(request: web.Request) -> web.Response:
-    vhost = vhost_arg(request)
-    body = await body_object(request)
-    return json_response(await ops.publish_json(server(request), user(request).name, vhost,
-                                           _xname(request), body))
+    vhost = common.vhost_arg(request)
+    body = await common.body_object(request)
+    return json_response(await ops.publish_json(common.server(request),
+                                                common.user(request).name, vhost,
+                                                _xname(request), body))
 
 
 async def exchange_bindings(request: web.Request) -> web.Response:
@@ -207,13 +198,13 @@ async def exchange_bindings(request: web.Request) -> web.Response:
     else:
         found = [b for b in views.bindings(vh)
                  if b["destination_type"] == "exchange" and b["destination"] == name]
-    return listing(request, found)
+    return common.listing(request, found)
 
 
 # -- bindings ----------------------------------------------------------------------
 async def list_bindings(request: web.Request) -> web.StreamResponse:
-    return await alisting(request, (b for vh in _vhosts(request)
-                                    for b in views.iter_bindings(vh)))
+    return await common.alisting(request, (b for vh in _vhosts(request)
+                                           for b in views.iter_bindings(vh)))
 
 
 def _pair(request: web.Request) -> tuple[Any, str, str, str]:
@@ -239,15 +230,15 @@ async def pair_bindings(request: web.Request) -> web.Response:
     try:
         found = _between(*_pair(request))
     except ops.OpError:  # an end missing: none between them, as RabbitMQ answers
-        vhost_arg(request)  # (a missing vhost is still a 404)
+        common.vhost_arg(request)  # (a missing vhost is still a 404)
         found = []
-    return listing(request, found)
+    return common.listing(request, found)
 
 
 def _missing_end(request: web.Request) -> None:
     """A binding POST's missing end as RabbitMQ names it (source first): 404
     "not_found", "no exchange 'x' in vhost '/'"."""
-    vh = server(request).broker.vhosts[_vhost_to_write(request)]
+    vh = common.server(request).broker.vhosts[_vhost_to_write(request)]
     src = _xname(request, "source")
     dest = request.match_info["dest"]
     is_queue = request.match_info["dtype"] == "q"
@@ -263,16 +254,16 @@ def _missing_end(request: web.Request) -> None:
 async def create_binding(request: web.Request) -> web.Response:
     _missing_end(request)
     vh, src, kind, dest = _pair(request)
-    body = await body_object(request)
+    body = await common.body_object(request)
     key = body.get("routing_key", "")
     args = body.get("arguments") or {}
     if not isinstance(key, str) or not isinstance(args, dict):
         raise ops.bad_request("routing_key must be a string and arguments an object")
-    with ops.MgmtChannel(server(request), user(request).name, vh.name) as ch:
+    with ops.MgmtChannel(common.server(request), common.user(request).name, vh.name) as ch:
         with ops.as_http():
             ch.bind(kind, dest, src, key, args)
     loc = quote(dest, safe="") + "/" + quote(views.properties_key(key, args), safe="")
-    return no_content(201, {"Location": loc})
+    return common.no_content(201, {"Location": loc})
 
 
 def _binding(request: web.Request) -> tuple[Any, str, str, str, dict[str, Any]]:
@@ -285,12 +276,12 @@ def _binding(request: web.Request) -> tuple[Any, str, str, str, dict[str, Any]]:
 
 
 async def get_binding(request: web.Request) -> web.Response:
-    return one(request, _binding(request)[4])
+    return common.one(request, _binding(request)[4])
 
 
 async def delete_binding(request: web.Request) -> web.Response:
     vh, src, kind, dest, b = _binding(request)
-    with ops.MgmtChannel(server(request), user(request).name, vh.name) as ch:
+    with ops.MgmtChannel(common.server(request), common.user(request).name, vh.name) as ch:
         with ops.as_http():
             x = vh.exchanges[src]
             destination = (vh.queues if kind == "queue" else vh.exchanges)[dest]
@@ -301,7 +292,7 @@ async def delete_binding(request: web.Request) -> web.Response:
                     args = bound.arguments
                     break
             ch.unbind(kind, dest, src, b["routing_key"], args)
-    return no_content()
+    return common.no_content()
 
 
 def register(app: web.Application) -> None:
@@ -316,21 +307,22 @@ def register(app: web.Application) -> None:
         api_stream,
     )
     r = app.router
-    add_listing(r, "/api/queues", list_queues)
-    add_methods(r, "/api/queues/{vhost}/{name}", get=get_queue, put=put_queue, delete=delete_queue)
+    common.add_listing(r, "/api/queues", list_queues)
+    common.add_methods(r, "/api/queues/{vhost}/{name}", get=get_queue, put=put_queue,
+                       delete=delete_queue)
     r.add_delete("/api/queues/{vhost}/{name}/contents", purge_queue)
     r.add_post("/api/queues/{vhost}/{name}/get", get_messages)
     r.add_get("/api/queues/{vhost}/{name}/bindings", queue_bindings)
-    add_listing(r, "/api/exchanges", list_exchanges)
-    add_methods(r, "/api/exchanges/{vhost}/{name}",
-                get=get_exchange, put=put_exchange, delete=delete_exchange)
+    common.add_listing(r, "/api/exchanges", list_exchanges)
+    common.add_methods(r, "/api/exchanges/{vhost}/{name}",
+                       get=get_exchange, put=put_exchange, delete=delete_exchange)
     r.add_post("/api/exchanges/{vhost}/{name}/publish", publish)
     r.add_get("/api/exchanges/{vhost}/{name}/bindings/{side:source|destination}",
               exchange_bindings)
-    add_listing(r, "/api/bindings", list_bindings)
+    common.add_listing(r, "/api/bindings", list_bindings)
     pair = "/api/bindings/{vhost}/e/{source}/{dtype:q|e}/{dest}"
-    add_methods(r, pair, get=pair_bindings, post=create_binding)
-    add_methods(r, pair + "/{props}", get=get_binding, delete=delete_binding)
+    common.add_methods(r, pair, get=pair_bindings, post=create_binding)
+    common.add_methods(r, pair + "/{props}", get=get_binding, delete=delete_binding)
     api_access.register(app)
     api_node.register(app)
     api_defs.register(app)

@@ -12,20 +12,8 @@ from aiohttp import web
 
 from ackmq.broker.access import SHA256, AccessError, compile_check
 from ackmq.server import views
+from ackmq.server.http import common
 from ackmq.server.http.app import Handler, requires
-from ackmq.server.http.common import (
-    add_listing,
-    add_methods,
-    body_object,
-    flag,
-    listed_vhosts,
-    listing,
-    no_content,
-    one,
-    server,
-    user,
-    vhost_arg,
-)
 from ackmq.server.ops import OpError, bad_request, not_found
 from ackmq.server.tracing import trace_off, trace_on, tracing
 from ackmq.server.views import node_name, visible_vhosts
@@ -48,7 +36,7 @@ def _require(body: dict[str, Any], *keys: str) -> None:
 
 
 def _access(request: web.Request) -> Any:
-    return server(request).access
+    return common.server(request).access
 
 
 def _change(fn: Any, *args: Any) -> Any:
@@ -62,14 +50,15 @@ def _change(fn: Any, *args: Any) -> Any:
 @requires("administrator")
 async def list_users(request: web.Request) -> web.Response:
     a = _access(request)
-    return listing(request, [views.user(a, u) for u in a.users.values()])
+    return common.listing(request, [views.user(a, u) for u in a.users.values()])
 
 
 @requires("administrator")
 async def users_without_permissions(request: web.Request) -> web.Response:
     a = _access(request)
     having = {u for (u, _v) in a.permissions}
-    return listing(request, [views.user(a, u) for u in a.users.values() if u.name not in having])
+    return common.listing(request, [views.user(a, u) for u in a.users.values()
+                                    if u.name not in having])
 
 
 def _user(request: web.Request) -> Any:
@@ -81,7 +70,7 @@ def _user(request: web.Request) -> Any:
 
 @requires("administrator")
 async def get_user(request: web.Request) -> web.Response:
-    return one(request, views.user(_access(request), _user(request)))
+    return common.one(request, views.user(_access(request), _user(request)))
 
 
 def parse_tags(tags: Any) -> list[str]:
@@ -100,7 +89,7 @@ async def put_user(request: web.Request) -> web.Response:
     user has no password (cannot log in with one), as RabbitMQ."""
     a = _access(request)
     name = request.match_info["user"]
-    body = await body_object(request)
+    body = await common.body_object(request)
     if "tags" not in body:  # RabbitMQ 3.10 asks for it ("" for none)
         raise bad_request("tags_not_present")
     tags = parse_tags(body.get("tags"))
@@ -119,14 +108,14 @@ async def put_user(request: web.Request) -> web.Response:
     elif not existed:
         _change(a.add_user, name, "")
     _change(a.set_user_tags, name, tags)
-    return no_content(204 if existed else 201)
+    return common.no_content(204 if existed else 201)
 
 
 @requires("administrator")
 async def delete_user(request: web.Request) -> web.Response:
     u = _user(request)
     _change(_access(request).delete_user, u.name)
-    return no_content()
+    return common.no_content()
 
 
 # -- vhosts ------------------------------------------------------------------------------
@@ -153,14 +142,15 @@ def _vhost_json(srv: Any, name: str) -> dict[str, Any]:
 
 
 async def list_vhosts(request: web.Request) -> web.Response:
-    srv = server(request)
-    return listing(request, [_vhost_json(srv, n) for n in visible_vhosts(srv, user(request))])
+    srv = common.server(request)
+    return common.listing(request, [_vhost_json(srv, n)
+                                    for n in visible_vhosts(srv, common.user(request))])
 
 
 @requires("administrator")  # RabbitMQ 3.10: even a user with permissions on it
 async def get_vhost(request: web.Request) -> web.Response:
-    name = vhost_arg(request)
-    return one(request, _vhost_json(server(request), name))
+    name = common.vhost_arg(request)
+    return common.one(request, _vhost_json(common.server(request), name))
 
 
 @requires("administrator")
@@ -168,21 +158,21 @@ async def put_vhost(request: web.Request) -> web.Response:
     """As RabbitMQ 3.10: the creating user gets full permissions on the new vhost."""
     a = _access(request)
     name = request.match_info["vhost"]
-    body = await body_object(request)
-    trace = flag(body["tracing"]) if "tracing" in body else None  # 400 before creating
-    lifecycle = flag(body.get("lifecycle"))
+    body = await common.body_object(request)
+    trace = common.flag(body["tracing"]) if "tracing" in body else None  # 400 before creating
+    lifecycle = common.flag(body.get("lifecycle"))
     created = _change(a.add_vhost, name)
     meta = a.vhosts[name]
     if "description" in body or "tags" in body:
         meta["description"] = str(body.get("description", meta.get("description", "")))
         meta["tags"] = parse_tags(body.get("tags", meta.get("tags", [])))
     if created:
-        _change(a.set_permissions, user(request).name, name, ".*", ".*", ".*")
+        _change(a.set_permissions, common.user(request).name, name, ".*", ".*", ".*")
     if trace:  # M9: the firehose, as RabbitMQ's PUT (S10: ackmq's "lifecycle" too)
-        trace_on(server(request), name, lifecycle=lifecycle)
+        trace_on(common.server(request), name, lifecycle=lifecycle)
     elif trace is not None:
-        trace_off(server(request), name)
-    return no_content(201 if created else 204)
+        trace_off(common.server(request), name)
+    return common.no_content(201 if created else 204)
 
 
 @requires("administrator")
@@ -192,7 +182,7 @@ async def delete_vhost(request: web.Request) -> web.Response:
     if name not in a.vhosts:
         raise not_found()
     _change(a.delete_vhost, name)
-    return no_content()
+    return common.no_content()
 
 
 # -- permissions -----------------------------------------------------------------------
@@ -208,22 +198,22 @@ def _readers(rows: Callable[[Any, str | None, str | None], list[dict[str, Any]]]
 
     @requires("administrator")
     async def every(request: web.Request) -> web.Response:
-        return listing(request, rows_of(request))
+        return common.listing(request, rows_of(request))
 
     @requires("administrator")
     async def of_vhost(request: web.Request) -> web.Response:
-        return listing(request, rows_of(request, vhost=vhost_arg(request)))
+        return common.listing(request, rows_of(request, vhost=common.vhost_arg(request)))
 
     @requires("administrator")
     async def of_user(request: web.Request) -> web.Response:
-        return listing(request, rows_of(request, name=_user(request).name))
+        return common.listing(request, rows_of(request, name=_user(request).name))
 
     @requires("administrator")
     async def of_pair(request: web.Request) -> web.Response:
         found = rows_of(request, request.match_info["vhost"], request.match_info["user"])
         if not found:
             raise not_found()
-        return listing(request, found) if pair_as_list else one(request, found[0])
+        return common.listing(request, found) if pair_as_list else common.one(request, found[0])
 
     return every, of_vhost, of_user, of_pair
 
@@ -250,7 +240,7 @@ async def _pair_body(request: web.Request, *keys: str
     read patterns (and configure) regular expressions)."""
     a = _access(request)
     vhost, name = request.match_info["vhost"], request.match_info["user"]
-    body = await body_object(request)
+    body = await common.body_object(request)
     _require(body, *keys)
     if vhost not in a.vhosts or name not in a.users:
         raise bad_request("vhost_or_user_not_found")
@@ -263,7 +253,7 @@ async def put_permission(request: web.Request) -> web.Response:
     a, vhost, name, body = await _pair_body(request, "configure", "write", "read")
     existed = (name, vhost) in a.permissions
     _change(a.set_permissions, name, vhost, body["configure"], body["write"], body["read"])
-    return no_content(204 if existed else 201)
+    return common.no_content(204 if existed else 201)
 
 
 @requires("administrator")
@@ -273,7 +263,7 @@ async def delete_permission(request: web.Request) -> web.Response:
     if (name, vhost) not in a.permissions:
         raise not_found()
     _change(a.clear_permissions, name, vhost)
-    return no_content()
+    return common.no_content()
 
 
 @requires("administrator")
@@ -282,7 +272,7 @@ async def put_topic_permission(request: web.Request) -> web.Response:
     existed = body["exchange"] in a.topic_permissions.get((name, vhost), {})
     _change(a.set_topic_permissions, name, vhost, str(body["exchange"]), body["write"],
             body["read"])
-    return no_content(204 if existed else 201)
+    return common.no_content(204 if existed else 201)
 
 
 @requires("administrator")
@@ -292,18 +282,19 @@ async def delete_topic_permission(request: web.Request) -> web.Response:
     if not a.topic_permissions.get((name, vhost)):
         raise not_found()
     _change(a.clear_topic_permissions, name, vhost, request.query.get("exchange"))
-    return no_content()
+    return common.no_content()
 
 
 # -- limits (U6) ---------------------------------------------------------------------
 async def list_vhost_limits(request: web.Request) -> web.Response:
     a = _access(request)
-    return listing(request, [{"vhost": n, "value": dict(a.vhosts[n].get("limits", {}))}
-                             for n in listed_vhosts(request) if a.vhosts[n].get("limits")])
+    return common.listing(request, [{"vhost": n, "value": dict(a.vhosts[n].get("limits", {}))}
+                                    for n in common.listed_vhosts(request)
+                                    if a.vhosts[n].get("limits")])
 
 
 async def _limit_value(request: web.Request) -> int:
-    body = await body_object(request)
+    body = await common.body_object(request)
     _require(body, "value")
     v = body["value"]
     if isinstance(v, bool) or not isinstance(v, int):
@@ -321,7 +312,7 @@ async def put_vhost_limit(request: web.Request) -> web.Response:
     value = await _limit_value(request)
     limits = {**a.vhosts[vhost].get("limits", {}), request.match_info["name"]: value}
     _change(a.set_vhost_limits, vhost, limits)
-    return no_content()
+    return common.no_content()
 
 
 @requires("administrator")
@@ -333,15 +324,15 @@ async def delete_vhost_limit(request: web.Request) -> web.Response:
         raise not_found()
     del limits[name]
     _change(a.set_vhost_limits, vhost, limits)
-    return no_content()
+    return common.no_content()
 
 
 @requires("administrator")
 async def list_user_limits(request: web.Request) -> web.Response:
     a = _access(request)
     names = [_user(request).name] if "user" in request.match_info else list(a.users)
-    return listing(request, [{"user": n, "value": dict(a.user_limits[n])}
-                             for n in names if a.user_limits.get(n)])
+    return common.listing(request, [{"user": n, "value": dict(a.user_limits[n])}
+                                    for n in names if a.user_limits.get(n)])
 
 
 @requires("administrator")
@@ -349,7 +340,7 @@ async def put_user_limit(request: web.Request) -> web.Response:
     u = _user(request)
     value = await _limit_value(request)
     _change(_access(request).set_user_limits, u.name, {request.match_info["name"]: value})
-    return no_content()
+    return common.no_content()
 
 
 @requires("administrator")
@@ -360,7 +351,7 @@ async def delete_user_limit(request: web.Request) -> web.Response:
     if name not in a.user_limits.get(u.name, {}):
         raise not_found()
     _change(a.clear_user_limits, u.name, name)
-    return no_content()
+    return common.no_content()
 
 
 def register(app: web.Application) -> None:
@@ -368,22 +359,23 @@ def register(app: web.Application) -> None:
     r.add_get("/api/users", list_users)
     r.add_get("/api/users/", list_users)  # as RabbitMQ: PUT here (no name) is a 405
     r.add_get("/api/users/without-permissions", users_without_permissions)
-    add_methods(r, "/api/users/{user}", get=get_user, put=put_user, delete=delete_user)
+    common.add_methods(r, "/api/users/{user}", get=get_user, put=put_user, delete=delete_user)
     r.add_get("/api/users/{user}/permissions", user_permissions)
     r.add_get("/api/users/{user}/topic-permissions", user_topic_permissions)
     r.add_get("/api/vhosts", list_vhosts)
-    add_methods(r, "/api/vhosts/{vhost}", get=get_vhost, put=put_vhost, delete=delete_vhost)
+    common.add_methods(r, "/api/vhosts/{vhost}", get=get_vhost, put=put_vhost, delete=delete_vhost)
     r.add_get("/api/vhosts/{vhost}/permissions", vhost_permissions)
     r.add_get("/api/vhosts/{vhost}/topic-permissions", vhost_topic_permissions)
     r.add_get("/api/permissions", list_permissions)
-    add_methods(r, "/api/permissions/{vhost}/{user}",
-                get=get_permission, put=put_permission, delete=delete_permission)
+    common.add_methods(r, "/api/permissions/{vhost}/{user}",
+                       get=get_permission, put=put_permission, delete=delete_permission)
     r.add_get("/api/topic-permissions", list_topic_permissions)
-    add_methods(r, "/api/topic-permissions/{vhost}/{user}", get=get_topic_permission,
-                put=put_topic_permission, delete=delete_topic_permission)
-    add_listing(r, "/api/vhost-limits", list_vhost_limits)
-    add_methods(r, "/api/vhost-limits/{vhost}/{name}",
-                put=put_vhost_limit, delete=delete_vhost_limit)
+    common.add_methods(r, "/api/topic-permissions/{vhost}/{user}", get=get_topic_permission,
+                       put=put_topic_permission, delete=delete_topic_permission)
+    common.add_listing(r, "/api/vhost-limits", list_vhost_limits)
+    common.add_methods(r, "/api/vhost-limits/{vhost}/{name}",
+                       put=put_vhost_limit, delete=delete_vhost_limit)
     r.add_get("/api/user-limits", list_user_limits)
     r.add_get("/api/user-limits/{user}", list_user_limits)
-    add_methods(r, "/api/user-limits/{user}/{name}", put=put_user_limit, delete=delete_user_limit)
+    common.add_methods(r, "/api/user-limits/{user}/{name}", put=put_user_limit,
+                       delete=delete_user_limit)

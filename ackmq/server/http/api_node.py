@@ -10,19 +10,8 @@ from typing import Any
 from aiohttp import web
 
 from ackmq.server import ops, views
-from ackmq.server.http import health
+from ackmq.server.http import common, health
 from ackmq.server.http.app import json_response, public, requires
-from ackmq.server.http.common import (
-    add_listing,
-    listed_vhosts,
-    listing,
-    no_content,
-    one,
-    sees_all,
-    server,
-    user,
-    vhost_arg,
-)
 from ackmq.server.http.sampler import SAMPLER_KEY, channel_message_stats, connection_rates
 
 CLOSED_VIA_MGMT = "Closed via management plugin"
@@ -31,11 +20,11 @@ CLOSED_VIA_MGMT = "Closed via management plugin"
 async def overview(request: web.Request) -> web.Response:
     sampler = request.app.get(SAMPLER_KEY)  # the UI's rate sampler (server/http/ui.py)
     stats = sampler.message_stats() if sampler is not None else None
-    return one(request, views.overview(server(request), user(request), stats))
+    return common.one(request, views.overview(common.server(request), common.user(request), stats))
 
 
 async def whoami(request: web.Request) -> web.Response:
-    u = user(request)
+    u = common.user(request)
     return json_response({"name": u.name, "tags": list(u.tags)})
 
 
@@ -49,14 +38,14 @@ async def extensions(request: web.Request) -> web.Response:
 
 @requires("monitoring")
 async def nodes(request: web.Request) -> web.Response:
-    return listing(request, [views.node(server(request))])
+    return common.listing(request, [views.node(common.server(request))])
 
 
 @requires("monitoring")
 async def node(request: web.Request) -> web.Response:
     if request.match_info["node"] != views.node_name():
         raise ops.not_found()
-    return one(request, views.node(server(request)))
+    return common.one(request, views.node(common.server(request)))
 
 
 # -- health checks (rabbit_mgmt_wm_health_check_*) --------------------------------------
@@ -65,7 +54,7 @@ def _failed(body: dict[str, Any]) -> web.Response:
 
 
 async def check_alarms(request: web.Request) -> web.Response:
-    mon = server(request).alarms
+    mon = common.server(request).alarms
     active = sorted(mon.limits.active) if mon is not None else []
     if not active:
         return json_response({"status": "ok"})
@@ -83,7 +72,7 @@ async def check_port(request: web.Request) -> web.Response:
         port = int(request.match_info["port"])
     except ValueError:
         return json_response({"error": "bad_request", "reason": "Invalid port"}, 400)
-    ports = _ports(server(request))
+    ports = _ports(common.server(request))
     if port in ports.values():
         return json_response({"status": "ok", "port": port})
     return _failed({"reason": "No active listener", "missing": port,
@@ -92,7 +81,7 @@ async def check_port(request: web.Request) -> web.Response:
 
 async def check_protocol(request: web.Request) -> web.Response:
     proto = health.normalize_protocol(request.match_info["protocol"])  # "amqp091": amqp
-    ports = _ports(server(request))
+    ports = _ports(common.server(request))
     if proto in ports:
         return json_response({"status": "ok", "protocol": proto})
     return _failed({"reason": "No active listener", "missing": proto,
@@ -110,7 +99,7 @@ async def check_certificates(request: web.Request) -> web.Response:
                                           request.match_info["unit"])
     except ValueError as e:
         return json_response({"error": "bad_request", "reason": str(e)}, 400)
-    srv = server(request)
+    srv = common.server(request)
     expired = health.expiring(srv.config, views.listeners(srv), window)
     if expired:
         return _failed({"reason": "Certificates expiring", "expired": expired})
@@ -130,29 +119,29 @@ async def check_single_node(request: web.Request) -> web.Response:
 
 
 async def aliveness(request: web.Request) -> web.Response:
-    vhost_arg(request)
+    common.vhost_arg(request)
     return json_response({"status": "ok"})
 
 
 # -- connections, channels, consumers ---------------------------------------------------
 def visible_connections(request: web.Request, vhost: str | None = None) -> list[Any]:
-    srv, u = server(request), user(request)
+    srv, u = common.server(request), common.user(request)
     allowed = set(views.visible_vhosts(srv, u))
     out = []
     for c in list(srv.connections):
         v = c.vhost_name
         if v is None or v not in allowed or (vhost is not None and v != vhost):
             continue
-        if sees_all(u) or c.user == u.name:
+        if common.sees_all(u) or c.user == u.name:
             out.append(c)
     return out
 
 
 async def list_connections(request: web.Request) -> web.Response:
-    vhost = vhost_arg(request) if "vhost" in request.match_info else None
+    vhost = common.vhost_arg(request) if "vhost" in request.match_info else None
     sampler = request.app.get(SAMPLER_KEY)
-    return listing(request, [views.connection(c, connection_rates(sampler, c))
-                             for c in visible_connections(request, vhost)])
+    return common.listing(request, [views.connection(c, connection_rates(sampler, c))
+                                    for c in visible_connections(request, vhost)])
 
 
 def _connection(request: web.Request) -> Any:
@@ -165,7 +154,8 @@ def _connection(request: web.Request) -> Any:
 
 async def get_connection(request: web.Request) -> web.Response:
     c = _connection(request)
-    return one(request, views.connection(c, connection_rates(request.app.get(SAMPLER_KEY), c)))
+    rates = connection_rates(request.app.get(SAMPLER_KEY), c)
+    return common.one(request, views.connection(c, rates))
 
 
 async def close_connection(request: web.Request) -> web.Response:
@@ -173,15 +163,15 @@ async def close_connection(request: web.Request) -> web.Response:
     via management plugin"."""
     conn = _connection(request)
     reason = request.headers.get("X-Reason", CLOSED_VIA_MGMT)[:200]
-    ops.close_connection(server(request), conn, reason)
-    return no_content()
+    ops.close_connection(common.server(request), conn, reason)
+    return common.no_content()
 
 
 async def connection_channels(request: web.Request) -> web.Response:
     conn = _connection(request)
     sampler = request.app.get(SAMPLER_KEY)
-    return listing(request, [views.channel(conn, n, ch, channel_message_stats(sampler, ch))
-                             for n, ch in views.channels_of(conn)])
+    return common.listing(request, [views.channel(conn, n, ch, channel_message_stats(sampler, ch))
+                                    for n, ch in views.channels_of(conn)])
 
 
 def _channel_rows(request: web.Request,
@@ -194,8 +184,8 @@ def _channel_rows(request: web.Request,
 
 
 async def list_channels(request: web.Request) -> web.Response:
-    vhost = vhost_arg(request) if "vhost" in request.match_info else None
-    return listing(request, [shown for _, shown in _channel_rows(request, vhost)])
+    vhost = common.vhost_arg(request) if "vhost" in request.match_info else None
+    return common.listing(request, [shown for _, shown in _channel_rows(request, vhost)])
 
 
 async def get_channel(request: web.Request) -> web.Response:
@@ -204,18 +194,18 @@ async def get_channel(request: web.Request) -> web.Response:
         if shown["name"] == name:
             # RabbitMQ's details: the consumers; publishes and deliveries per
             # exchange/queue need rates_mode detailed (empty there too)
-            return one(request, {**shown, "publishes": [], "deliveries": [],
-                                 "consumer_details": [views.consumer(k) for k in
+            return common.one(request, {**shown, "publishes": [], "deliveries": [],
+                                        "consumer_details": [views.consumer(k) for k in
                                                       list(ch.consumers.values())]})
     raise ops.not_found()
 
 
 async def list_consumers(request: web.Request) -> web.Response:
-    srv = server(request)
-    return listing(request, [views.consumer(c) for n in listed_vhosts(request)
-                             if n in srv.broker.vhosts
-                             for q in srv.broker.vhosts[n].queues.values()
-                             for c in q.consumers.values()])
+    srv = common.server(request)
+    return common.listing(request, [views.consumer(c) for n in common.listed_vhosts(request)
+                                    if n in srv.broker.vhosts
+                                    for q in srv.broker.vhosts[n].queues.values()
+                                    for c in q.consumers.values()])
 
 
 @public
@@ -271,4 +261,4 @@ def register(app: web.Application) -> None:
     r.add_get("/api/channels", list_channels)
     r.add_get("/api/vhosts/{vhost}/channels", list_channels)
     r.add_get("/api/channels/{name}", get_channel)
-    add_listing(r, "/api/consumers", list_consumers)
+    common.add_listing(r, "/api/consumers", list_consumers)

@@ -18,26 +18,15 @@ from typing import Any
 
 from aiohttp import web
 
+from ackmq.server.http import common
 from ackmq.server.http.app import requires
-from ackmq.server.http.common import (
-    add_listing,
-    add_methods,
-    body_json,
-    listed_vhosts,
-    listing,
-    no_content,
-    one,
-    server,
-    user,
-    vhost_arg,
-)
 from ackmq.server.ops import OpError, bad_request, not_found
 from ackmq.server.parameters import ParameterError, Parameters
 from ackmq.server.views import visible_vhosts
 
 
 def _registry(request: web.Request) -> Parameters | None:
-    return getattr(server(request), "parameters", None)
+    return getattr(common.server(request), "parameters", None)
 
 
 def _refused(e: ParameterError) -> OpError:
@@ -49,51 +38,51 @@ async def list_parameters(request: web.Request) -> web.Response:
     reg, mi = _registry(request), request.match_info
     if reg is None:
         if "vhost" in mi:
-            vhost_arg(request)
-        return listing(request, [])
-    return listing(request, [p for v in listed_vhosts(request)
-                             for p in reg.listing(mi.get("component"), v)])
+            common.vhost_arg(request)
+        return common.listing(request, [])
+    return common.listing(request, [p for v in common.listed_vhosts(request)
+                                    for p in reg.listing(mi.get("component"), v)])
 
 
 @requires("policymaker")
 async def get_parameter(request: web.Request) -> web.Response:
-    vhost, reg, mi = vhost_arg(request), _registry(request), request.match_info
+    vhost, reg, mi = common.vhost_arg(request), _registry(request), request.match_info
     p = reg.get(mi["component"], vhost, mi["name"]) if reg is not None else None
     if p is None:
         raise not_found()
-    return one(request, p)
+    return common.one(request, p)
 
 
 @requires("policymaker")
 async def put_parameter(request: web.Request) -> web.Response:
-    srv, mi = server(request), request.match_info
+    srv, mi = common.server(request), request.match_info
     vhost = mi["vhost"]
     if vhost not in srv.broker.vhosts:
         raise OpError(404, "not_found", "vhost_not_found")
-    vhost_arg(request)
+    common.vhost_arg(request)
     value = await _value(request)
     reg = _registry(request)
     try:
         if reg is None:
             raise ParameterError([f"component {mi['component']} not found"])
-        new = reg.set(mi["component"], vhost, mi["name"], value, user(request).name)
+        new = reg.set(mi["component"], vhost, mi["name"], value, common.user(request).name)
     except ParameterError as e:
         raise _refused(e) from None
-    return no_content(201 if new else 204)
+    return common.no_content(201 if new else 204)
 
 
 @requires("policymaker")
 async def delete_parameter(request: web.Request) -> web.Response:
-    vhost, reg, mi = vhost_arg(request), _registry(request), request.match_info
+    vhost, reg, mi = common.vhost_arg(request), _registry(request), request.match_info
     if reg is None or not reg.clear(mi["component"], vhost, mi["name"]):
         raise not_found()
-    return no_content()
+    return common.no_content()
 
 
 @requires("policymaker")
 async def list_global_parameters(request: web.Request) -> web.Response:
     reg = _registry(request)
-    return listing(request, reg.global_listing() if reg is not None else [])
+    return common.listing(request, reg.global_listing() if reg is not None else [])
 
 
 @requires("policymaker")
@@ -102,7 +91,7 @@ async def get_global_parameter(request: web.Request) -> web.Response:
     found = [g for g in reg.global_listing() if g["name"] == name] if reg is not None else []
     if not found:
         raise not_found()
-    return one(request, found[0])
+    return common.one(request, found[0])
 
 
 @requires("policymaker")
@@ -111,12 +100,12 @@ async def put_global_parameter(request: web.Request) -> web.Response:
     reg = _registry(request)
     if reg is None:
         raise not_found()
-    return no_content(201 if reg.set_global(request.match_info["name"], value) else 204)
+    return common.no_content(201 if reg.set_global(request.match_info["name"], value) else 204)
 
 
 async def _value(request: web.Request) -> Any:
     """A parameter PUT's `value` (RabbitMQ's texts for a body without one)."""
-    body = await body_json(request)
+    body = await common.body_json(request)
     if not isinstance(body, dict):
         raise bad_request("not_json")
     if "value" not in body:
@@ -129,7 +118,7 @@ async def delete_global_parameter(request: web.Request) -> web.Response:
     reg = _registry(request)
     if reg is None or not reg.clear_global(request.match_info["name"]):
         raise not_found()
-    return no_content()
+    return common.no_content()
 
 
 def _shovels(request: web.Request) -> Any:
@@ -143,35 +132,35 @@ def _shovels(request: web.Request) -> Any:
 async def list_shovels(request: web.Request) -> web.Response:
     comp = _shovels(request)
     if "vhost" in request.match_info:
-        return listing(request, comp.status(vhost_arg(request)))
-    vhosts = set(visible_vhosts(server(request), user(request)))
-    return listing(request, [s for s in comp.status(None) if s["vhost"] in vhosts])
+        return common.listing(request, comp.status(common.vhost_arg(request)))
+    vhosts = set(visible_vhosts(common.server(request), common.user(request)))
+    return common.listing(request, [s for s in comp.status(None) if s["vhost"] in vhosts])
 
 
 async def get_shovel(request: web.Request) -> web.Response:
-    comp, vhost = _shovels(request), vhost_arg(request)
+    comp, vhost = _shovels(request), common.vhost_arg(request)
     found = [s for s in comp.status(vhost) if s["name"] == request.match_info["name"]]
     if not found:
         raise not_found()
-    return one(request, found[0])
+    return common.one(request, found[0])
 
 
 @requires("policymaker")
 async def restart_shovel(request: web.Request) -> web.Response:
-    comp, vhost = _shovels(request), vhost_arg(request)
+    comp, vhost = _shovels(request), common.vhost_arg(request)
     if not comp.restart(vhost, request.match_info["name"]):
         raise not_found()
-    return no_content()
+    return common.no_content()
 
 
 @requires("policymaker")
 async def delete_shovel(request: web.Request) -> web.Response:
     """DELETE /api/shovels/vhost/<vhost>/<name>: the dynamic shovel's parameter goes."""
     _shovels(request)
-    vhost, reg = vhost_arg(request), _registry(request)
+    vhost, reg = common.vhost_arg(request), _registry(request)
     if reg is None or not reg.clear("shovel", vhost, request.match_info["name"]):
         raise not_found()
-    return no_content()
+    return common.no_content()
 
 
 def register(app: web.Application) -> None:
@@ -180,10 +169,10 @@ def register(app: web.Application) -> None:
     r.add_get("/api/parameters/{component}", list_parameters)
     r.add_get("/api/parameters/{component}/{vhost}", list_parameters)
     base = "/api/parameters/{component}/{vhost}/{name}"
-    add_methods(r, base, get=get_parameter, put=put_parameter, delete=delete_parameter)
+    common.add_methods(r, base, get=get_parameter, put=put_parameter, delete=delete_parameter)
     r.add_get("/api/global-parameters", list_global_parameters)
-    add_methods(r, "/api/global-parameters/{name}", get=get_global_parameter,
-                put=put_global_parameter, delete=delete_global_parameter)
-    add_listing(r, "/api/shovels", list_shovels)
-    add_methods(r, "/api/shovels/vhost/{vhost}/{name}", get=get_shovel, delete=delete_shovel)
+    common.add_methods(r, "/api/global-parameters/{name}", get=get_global_parameter,
+                       put=put_global_parameter, delete=delete_global_parameter)
+    common.add_listing(r, "/api/shovels", list_shovels)
+    common.add_methods(r, "/api/shovels/vhost/{vhost}/{name}", get=get_shovel, delete=delete_shovel)
     r.add_delete("/api/shovels/vhost/{vhost}/{name}/restart", restart_shovel)

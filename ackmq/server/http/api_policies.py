@@ -13,18 +13,8 @@ from aiohttp import web
 
 from ackmq.broker.policy_check import PolicyError
 from ackmq.server import policy_ops
+from ackmq.server.http import common
 from ackmq.server.http.app import Handler, requires
-from ackmq.server.http.common import (
-    add_listing,
-    add_methods,
-    body_json,
-    listed_vhosts,
-    listing,
-    no_content,
-    one,
-    server,
-    vhost_arg,
-)
 from ackmq.server.ops import OpError, bad_request, not_found
 
 
@@ -33,27 +23,27 @@ def _operator(request: web.Request) -> bool:
 
 
 async def list_policies(request: web.Request) -> web.Response:
-    broker, operator = server(request).broker, _operator(request)
-    return listing(request, [p for v in listed_vhosts(request)
-                             for p in policy_ops.list_policies(broker, v, operator)])
+    broker, operator = common.server(request).broker, _operator(request)
+    return common.listing(request, [p for v in common.listed_vhosts(request)
+                                    for p in policy_ops.list_policies(broker, v, operator)])
 
 
 async def get_policy(request: web.Request) -> web.Response:
-    vhost = vhost_arg(request)
-    p = server(request).broker.policies.get(vhost, request.match_info["name"],
-                                            _operator(request))
+    vhost = common.vhost_arg(request)
+    p = common.server(request).broker.policies.get(vhost, request.match_info["name"],
+                                                   _operator(request))
     if p is None:
         raise not_found()
-    return one(request, p.as_json())
+    return common.one(request, p.as_json())
 
 
 async def _put(request: web.Request) -> web.Response:
-    srv = server(request)
+    srv = common.server(request)
     vhost, name, operator = request.match_info["vhost"], request.match_info["name"], \
         _operator(request)
     if vhost in srv.broker.vhosts:
-        vhost_arg(request)  # a user without access to the vhost: 401, as RabbitMQ
-    body = await body_json(request)
+        common.vhost_arg(request)  # a user without access to the vhost: 401, as RabbitMQ
+    body = await common.body_json(request)
     try:
         new = policy_ops.set_policy(srv.broker, vhost, name, body, operator)
     except policy_ops.NoVhost:
@@ -61,17 +51,17 @@ async def _put(request: web.Request) -> web.Response:
     except PolicyError as e:
         raise bad_request(e.text if operator else html.escape(e.text, quote=False)) from None
     note = policy_ops.no_effect_note(body)
-    return no_content(201 if new else 204,
+    return common.no_content(201 if new else 204,
                       {policy_ops.NOTE_HEADER: note} if note is not None else None)
 
 
 async def _delete(request: web.Request) -> web.Response:
-    srv = server(request)
-    vhost = vhost_arg(request)
+    srv = common.server(request)
+    vhost = common.vhost_arg(request)
     if not policy_ops.clear_policy(srv.broker, vhost, request.match_info["name"],
                                    _operator(request)):
         raise not_found()
-    return no_content()
+    return common.no_content()
 
 
 def _needing(tag: str, handler: Handler) -> Handler:
@@ -86,6 +76,6 @@ def register(app: web.Application) -> None:
     r = app.router
     for base, tag in (("/api/policies", "policymaker"),
                       ("/api/operator-policies", "administrator")):
-        add_listing(r, base, list_policies)
-        add_methods(r, base + "/{vhost}/{name}", get=get_policy, put=_needing(tag, _put),
-                    delete=_needing(tag, _delete))
+        common.add_listing(r, base, list_policies)
+        common.add_methods(r, base + "/{vhost}/{name}", get=get_policy, put=_needing(tag, _put),
+                           delete=_needing(tag, _delete))
