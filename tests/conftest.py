@@ -32,7 +32,7 @@ MQTT_URL = re.compile(r"mqtt://(\S+):(\d+)")
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """`./run test`'s two workers: each test in its lane (support/lanes.py)."""
+    """`./run test`'s workers: each test in its lane (support/lanes.py)."""
     from support import lanes
     return lanes.make_scheduler(config, log)
 

@@ -1,11 +1,14 @@
-"""Which tests may run beside which, when `./run test` runs the suite on two workers
+"""Which tests may run beside which, when `./run test` runs the suite on three workers
 (pytest-xdist with the scheduler below; docs/robustness.md, "The suite's time").
 
 Every test broker listens on free ports and keeps its data in its own temp dir, so
-most files can run beside any other. Three kinds may not, and each goes to one group
-that runs on a single worker, one test after the other:
-- `spark`: the Spark drivers and clusters; two at once on a 2-core machine would starve
-  each other past their own deadlines (and they share one class-data archive);
+most files can run beside any other. Three kinds may not, and each goes to groups
+that run on a single worker, one test after the other:
+- `spark` and `spark-pipelines`: the Spark drivers and clusters, in two lanes of about
+  equal time (the Spark tests are the longest part of the suite: in one lane they were
+  its critical path, 1,637 s of a 1,679 s run); more at once on a 2-core machine would
+  starve each other past their own deadlines. The class-data archive is dumped
+  atomically, so both lanes may make it on a fresh machine;
 - `lazyfs`: the power-cut runs, which mount LazyFS;
 - `rabbitmq-global`: the files that change the reference RabbitMQ's state for everyone
   on it (its memory and disk alarms, users, vhosts, permissions, policies, limits,
@@ -30,8 +33,12 @@ GLOBAL_MARKS = (
     "/api/vhosts", "/api/overview", "add_user", "set_permissions", "set_policy",
     "add_vhost", "set_vhost_limits", "rabbitmq-plugins",
 )
+#: the Spark files of the second Spark lane: `pipeline land`, SDP and what lands
+#: through them (the connector's source, sink and cluster files stay in `spark`)
+SPARK_PIPELINES = ("test_spark_pipeline", "test_spark_sdp", "test_spark_audit",
+                   "test_spark_mqtt", "test_client_resend")
 #: groups handed out first (the longest), in this order
-FIRST = ("spark", "rabbitmq-global", "lazyfs")
+FIRST = ("rabbitmq-global", "spark", "spark-pipelines", "lazyfs")
 
 
 @functools.cache
@@ -47,7 +54,7 @@ def group_of_file(path: Path) -> str:
     """The lane of a test file (see the module's docstring)."""
     name, text = path.name, _text(path)
     if name.startswith("test_spark") or "mark.spark" in text:
-        return "spark"
+        return "spark-pipelines" if path.stem in SPARK_PIPELINES else "spark"
     if "lazyfs" in name:
         return "lazyfs"
     if not text or any(mark in text for mark in GLOBAL_MARKS):
@@ -72,6 +79,9 @@ def make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
     root = config.rootpath
+    # xdist hands out scopes by their number of tests unless told not to: the lanes go
+    # in the order the workers collected them (`order` above: the longest first)
+    config.option.loadscopereorder = False
 
     class LaneScheduling(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
