@@ -37,7 +37,16 @@ def _can_compile() -> str | None:
     return None
 
 
+#: setuptools' metadata-only commands: pip runs setup.py for them before the build (PEP
+#: 517's get_requires and prepare_metadata hooks); mypyc's type check and C generation
+#: there would be thrown away (three runs instead of one)
+METADATA_ONLY = {"egg_info", "dist_info"}
+
+
 def _ext_modules() -> list:  # type: ignore[type-arg]
+    if METADATA_ONLY.intersection(sys.argv[1:]) and not {
+            "build_ext", "bdist_wheel", "editable_wheel"}.intersection(sys.argv[1:]):
+        return []
     why = _can_compile()
     if why is not None:
         print(f"ackmq: installing pure Python ({why})", file=sys.stderr)
