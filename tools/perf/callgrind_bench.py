@@ -42,6 +42,9 @@ def main() -> None:
     ap.add_argument("workloads", nargs="+")
     ap.add_argument("--small", type=int, default=200)
     ap.add_argument("--large", type=int, default=1200)
+    ap.add_argument("--serve-args", default="--no-stream --mqtt-port {mqtt}",
+                    help="the broker's listener flags beside --stomp-port (an older tree, "
+                         "run with PYTHONPATH=<its export>, may not have these: pass '')")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ackmq-cgb-", dir="/var/tmp"))
     out = str(work / "cg")
@@ -50,7 +53,7 @@ def main() -> None:
     proc = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
          sys.executable, "-m", "ackmq", "serve", "--port", "0", "--http-port", "0",
-         "--no-stream", "--stomp-port", str(stomp), "--mqtt-port", str(mqtt),
+         *args.serve_args.format(mqtt=mqtt).split(), "--stomp-port", str(stomp),
          "--data-dir", str(work / "data")],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONHASHSEED": "0"})
     try:
