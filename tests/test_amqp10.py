@@ -8,6 +8,7 @@ against ackmq alone and its docstring names the source. A hand-driven peer
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -101,6 +102,27 @@ def test_A1_both_protocols_on_one_port(target: Target) -> None:
     assert method is not None
     if target.kind == "ackmq":  # RabbitMQ 3.10 hands 0-9-1 the encoded 1.0 sections
         assert body == b"over 1.0"
+
+
+@pytest.mark.parametrize("head", [b"AMQP\x03\x07\x00\x00", b"AMQP\x03\x01\x09\x05",
+                                  b"AMQP\x00\x01\x05\x00", b"AMQP\x03" + bytes(range(60))],
+                         ids=["sasl-id-other-version", "sasl-1-other-minor", "amqp-1-5",
+                              "sasl-id-then-garbage"])
+def test_A1_another_amqp_header_gets_the_0_9_1_header_and_a_close(target: Target,
+                                                                   head: bytes) -> None:
+    """Only the two AMQP 1.0 headers themselves are AMQP 1.0 on the shared port: any other
+    header starting `AMQP` (a 1.0 protocol id with another version too) is answered with
+    AMQP 0-9-1's header and the socket closed, as RabbitMQ's reader does. (ackmq answered
+    such a header with the SASL header until a random-garbage test drew a 3 fifth.)"""
+    got = b""
+    with socket.create_connection(("127.0.0.1", target.port), timeout=10) as s:
+        s.sendall(head)
+        try:
+            while chunk := s.recv(100):
+                got += chunk
+        except ConnectionResetError:  # RabbitMQ resets the socket once its header is out
+            pass
+    assert got == b"AMQP\x00\x00\x09\x01"
 
 
 def test_A1_wrong_password_is_refused(target: Target) -> None:

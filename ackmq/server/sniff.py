@@ -2,7 +2,7 @@
 connection class, as RabbitMQ 4 serves AMQP 0-9-1 and 1.0 on 5672. `AMQP 0 0 9 1` (and
 anything that is not an AMQP 1.0 header) goes to the 0-9-1 connection, which answers a
 bad header as it always did; `AMQP 3 1 0 0` (SASL) or `AMQP 0 1 0 0` to the 1.0 one. The
-sniffer holds the socket only until it has read enough bytes to tell (at most six),
+sniffer holds the socket only until it has read enough bytes to tell (at most eight),
 then hands the transport and those bytes to the chosen connection; it never reads past
 them. Without 1.0 enabled the listener builds 0-9-1 connections directly, unchanged.
 """
@@ -14,6 +14,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from ackmq.broker.timers import Deadline
+from ackmq.protocol.amqp10 import AMQP_HEADER, SASL_HEADER
+
+#: what a client of AMQP 1.0 sends first: SASL, or AMQP without SASL
+AMQP10_HEADERS = (SASL_HEADER, AMQP_HEADER)
 
 if TYPE_CHECKING:
     from ackmq.server.context import FrontEnd
@@ -23,19 +27,14 @@ Factory = Callable[["FrontEnd"], "ClientConnection"]
 
 
 def is_amqp10(head: bytes) -> bool | None:
-    """True/False once `head` (the first bytes) tells; None: more bytes needed."""
-    probe = b"AMQP"[:len(head)]
-    if head[:4] != probe:
-        return False
-    if len(head) < 5:
-        return None
-    if head[4] == 3:
-        return True
-    if head[4] != 0:
-        return False
-    if len(head) < 6:
-        return None
-    return head[5] == 1
+    """True/False once `head` (the first bytes) tells; None: more bytes needed. Only the
+    two AMQP 1.0 headers themselves go to 1.0: any other `AMQP …` header, a 1.0 one with
+    another version too, gets AMQP 0-9-1's header back and the socket closed, as
+    RabbitMQ's reader does (`AMQP 3 7 0 0` → `AMQP 0 0 9 1`, checked against 3.10)."""
+    for header in AMQP10_HEADERS:
+        if head[:len(header)] == header[:len(head)]:
+            return True if len(head) >= len(header) else None
+    return False
 
 
 class Sniffer(asyncio.Protocol):
