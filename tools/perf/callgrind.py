@@ -1,13 +1,16 @@
 """What the callgrind measures in tools/perf share: a free port, a run's total from a
-callgrind output, and zeroing / dumping a running process's counters."""
+callgrind output, the broker started and stopped under valgrind, and zeroing / dumping
+a running process's counters."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import IO
@@ -41,6 +44,22 @@ def dump(pid: int, out: str, label: str) -> int:
                 return n
         time.sleep(0.5)
     raise RuntimeError("callgrind did not dump")
+
+
+def start(work: Path, out: str, serve_args: list[str]
+          ) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
+    """`python -m ackmq serve SERVE_ARGS --data-dir WORK/data` under callgrind (counters to
+    `out`), its output in WORK/broker.log; returns once it listens (valgrind is slow)."""
+    log = open(work / "broker.log", "wb")  # noqa: SIM115 - handed to the child; stop() closes
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+         sys.executable, "-m", "ackmq", "serve", *serve_args, "--data-dir", str(work / "data")],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONHASHSEED": "0"})
+    for _ in range(1200):
+        if b"listening on" in (work / "broker.log").read_bytes():
+            break
+        time.sleep(0.5)
+    return proc, log
 
 
 def stop(proc: subprocess.Popen[bytes], log: IO[bytes], data_dir: Path) -> None:

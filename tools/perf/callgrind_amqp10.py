@@ -20,9 +20,6 @@ counters zeroed before and dumped after each run (callgrind_control).
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,7 +28,7 @@ from pathlib import Path
 from proton import Message
 from proton.utils import BlockingConnection
 
-from tools.perf.callgrind import dump, free_port, stop, zero
+from tools.perf.callgrind import dump, free_port, start, stop, zero
 
 QUEUE = "cg10"
 
@@ -106,18 +103,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ackmq-cg10-", dir="/var/tmp"))
     out = args.out or str(work / "cg")
     port = free_port()
-    log = open(work / "broker.log", "wb")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-         sys.executable, "-m", "ackmq", "serve", "--port", str(port), "--no-stomp",
-         "--no-mqtt", "--no-stream", "--no-http",
-         "--data-dir", str(work / "data")],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONHASHSEED": "0"})
+    proc, log = start(work, out, ["--port", str(port), "--no-stomp", "--no-mqtt",
+                                  "--no-stream", "--no-http"])
     try:
-        for _ in range(1200):
-            if b"listening on" in (work / "broker.log").read_bytes():
-                break
-            time.sleep(0.5)
         for _ in range(20):  # the first connection under valgrind may be slow
             try:
                 conn = _connect(port)

@@ -16,15 +16,12 @@ declarations cancel out. The protocols' figures beside AMQP 0-9-1's
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from tools.perf.callgrind import dump, free_port, stop, zero
+from tools.perf.callgrind import dump, free_port, start, stop, zero
 
 
 def _bench(workload: str, n: int, stomp: int, mqtt: int) -> None:
@@ -49,18 +46,10 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ackmq-cgb-", dir="/var/tmp"))
     out = str(work / "cg")
     stomp, mqtt = free_port(), free_port()
-    log = open(work / "broker.log", "wb")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-         sys.executable, "-m", "ackmq", "serve", "--port", "0", "--http-port", "0",
-         *args.serve_args.format(mqtt=mqtt).split(), "--stomp-port", str(stomp),
-         "--data-dir", str(work / "data")],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONHASHSEED": "0"})
+    proc, log = start(work, out, ["--port", "0", "--http-port", "0",
+                                  *args.serve_args.format(mqtt=mqtt).split(),
+                                  "--stomp-port", str(stomp)])
     try:
-        for _ in range(1200):
-            if re.search(rb"listening on", (work / "broker.log").read_bytes()):
-                break
-            time.sleep(0.5)
         for w in args.workloads:
             _bench(w, 20, stomp, mqtt)  # warm-up: first connections under valgrind
             counts = []

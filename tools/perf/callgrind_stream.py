@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from tools.perf.callgrind import dump, free_port, stop, zero
+from tools.perf.callgrind import dump, free_port, start, stop, zero
 from tools.perf.stream_protocol import consume, publish
 
 # (the stream gets one warm-up message first: the consume phase reads n + 1)
@@ -42,17 +39,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ackmq-cg-", dir="/var/tmp"))
     out = args.out or str(work / "cg")
     port = free_port()
-    log = open(work / "broker.log", "wb")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-         sys.executable, "-m", "ackmq", "serve", "--port", "0", "--no-stomp",
-         "--http-port", "0", "--no-mqtt", "--stream-port", str(port), "--data-dir", str(work / "data")],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONHASHSEED": "0"})
+    proc, log = start(work, out, ["--port", "0", "--no-stomp", "--http-port", "0",
+                                  "--no-mqtt", "--stream-port", str(port)])
     try:
-        for _ in range(1200):
-            if b"listening on" in (work / "broker.log").read_bytes():
-                break
-            time.sleep(0.5)
         stream = "cg"
         for _ in range(20):  # the first connection under valgrind may time out
             try:
