@@ -34,6 +34,7 @@ kill -9 like a first delivery (its next record is added in the turn the last fir
 from __future__ import annotations
 
 import heapq
+import logging
 import re
 from array import array
 from collections import Counter
@@ -45,6 +46,7 @@ from ackmq.broker.cron import Cron, CronError
 from ackmq.broker.delayed import HOLDER_PREFIX, MASK64, TimerStore, now_ms
 from ackmq.broker.errors import PRECONDITION_FAILED, SoftError
 from ackmq.broker.message import Message
+from ackmq.broker.storage import StoreError
 from ackmq.protocol.amqp.properties import (
     header_entries,
     header_value,
@@ -54,6 +56,8 @@ from ackmq.protocol.amqp.properties import (
 
 if TYPE_CHECKING:
     from ackmq.broker.host import QueueHost
+
+log = logging.getLogger(__name__)
 
 DELAY, PERIOD, REPEAT, CRON = ("AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_PERIOD",
                                "AMQ_SCHEDULED_REPEAT", "AMQ_SCHEDULED_CRON")
@@ -284,12 +288,19 @@ class ScheduledStore(TimerStore):
         if not gone:
             return 0
         store = self.persistent_store
+        stored = False
         for seq, msg in gone.items():
             self._count(msg, -1)
             self._hot.pop(seq, None)
             self._left.pop(seq, None)
             if store is not None and msg.persistent:
                 store.remove(self.name, seq)
+                stored = True
+        if store is not None and stored:
+            try:  # durable before the reply: a kill -9 right after it must not resume them
+                store.sync_now()
+            except StoreError as e:  # the store is failing everything: say so, go on
+                log.error("cancelled schedules not made durable: %s", e)
         self._heap = [k for k in self._heap if k & MASK64 not in gone]
         heapq.heapify(self._heap)
         for b in list(self._far):

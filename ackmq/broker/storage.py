@@ -118,6 +118,12 @@ class Store(Protocol):
         fsync here than a turn later (few waiters); the store may then sync before
         returning and call `callback` from within this call."""
 
+    def sync_now(self) -> None:
+        """Write and fdatasync everything buffered before returning (StoreError if it
+        cannot): for the rare act whose reply must not outrun its removals (a deleted
+        queue's scheduled jobs), where waiting for the turn's commit would let a kill -9
+        right after the reply bring them back."""
+
     def note(self, key: bytes) -> None:
         """Buffer a front end's key, written in the same frame as the messages buffered
         with it: durable with them, or lost with them (MQTT's QoS 2 ids)."""

@@ -50,6 +50,15 @@ class WriterMixin(StoreState):
         b.callbacks.append(callback)
         self._commit_batch(b, inline)
 
+    def sync_now(self) -> None:
+        errors: list[BaseException | None] = []
+        self.commit(errors.append, inline=True)
+        err = errors[0] if errors else None
+        if err is None and self.fsync:
+            err = self._sync_to(self._wstate[1])  # the sync thread had a batch in hand
+        if err is not None:
+            raise err if isinstance(err, StoreError) else StoreError(str(err))
+
     def _commit_batch(self, b: WriteBatch, inline: bool = False) -> None:
         with self._wlock:
             try:
