@@ -19,6 +19,7 @@ when `$ACKMQ_SPARK_JAVA_OPTIONS` is already set (the caller's flags win).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -95,7 +96,13 @@ def spark_class_archive(request: pytest.FixtureRequest) -> Iterator[Path | None]
     from ackmq.spark.pipeline import JAVA_OPTIONS
 
     if not path.exists():
-        dump(path, JAVA_OPTIONS)
+        # one dump per machine: both Spark lanes' workers start here at once on a fresh
+        # machine (CI), and the second would dump the same archive again (a driver's CPU)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_name(f"{path.name}.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not path.exists():
+                dump(path, JAVA_OPTIONS)
     if not path.exists():  # the dump failed: the drivers start as before
         yield None
         return
