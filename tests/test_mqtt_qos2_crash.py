@@ -24,6 +24,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support.modelstore import open_model, turn
 
 from ackmq.server.mqtt.state import MQTTState
 from ackmq.store import QueueDef, fileio
@@ -219,19 +220,7 @@ class _Output:
         return lambda *a, **kw: None
 
 
-def _model(root: Path) -> tuple[Any, SegmentStore]:
-    from ackmq.broker import BrokerModel, NullScheduler
-    store = SegmentStore(root, fsync=True, auto_compact=False, sync_thread=False)
-    broker = BrokerModel(NullScheduler(), store=store)
-    broker.start()
-    return broker, store
-
-
-def _turn(broker: Any, store: SegmentStore) -> None:
-    """The end of a loop turn: the group commit, its fdatasync, the confirms."""
-    broker.end_of_turn()
-    store.sync_round()
-    broker.end_of_turn()
+_model, _turn = open_model, turn
 
 
 class _Seen:
