@@ -27,6 +27,7 @@ import pytest
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'pyspark==4.3.0')")
 
+from support.seed import run_seed  # noqa: E402
 from support.sparkcluster import SparkCluster  # noqa: E402
 from support.streamhelp import stream_support  # noqa: E402
 
@@ -197,7 +198,7 @@ def test_S8_exactly_once_through_a_worker_kill_and_a_driver_sigkill_on_a_cluster
     queue is empty with nothing unacked."""
     if kind == "stream" and (why := stream_support(broker_url)) is not None:
         pytest.skip(f"the broker has no stream queues: {why}")
-    rnd = random.Random(seed := int(os.environ.get("ACKMQ_TEST_SEED", time.time())))
+    rnd = random.Random(seed := run_seed())
     name, n = f"cluster.{kind}.{uuid.uuid4().hex[:6]}", 2000
     _declare(broker_url, name, stream=kind == "stream")
     done: dict[str, object] = {}

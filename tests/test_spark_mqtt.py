@@ -25,6 +25,7 @@ import pika
 import pytest
 from conftest import BrokerProcess
 from support.mqtthelp import paho
+from support.seed import run_seed
 
 pa = pytest.importorskip("pyarrow")
 
@@ -204,7 +205,7 @@ def test_S11_mqtt_devices_land_exactly_once_through_driver_kills(
     once, its `topic` the device's MQTT topic, `qos` 1, and the MQTT 5 properties in the
     AMQP columns RabbitMQ maps them to; the queue ends empty with no consumer."""
     _need_spark()
-    seed = int(os.environ.get("ACKMQ_TEST_SEED", time.time()))
+    seed = run_seed()
     rnd = random.Random(seed)
     url = broker.url
     queue = f"spark.mqtt.{uuid.uuid4().hex[:8]}"

@@ -43,6 +43,8 @@ except ImportError:  # pragma: no cover
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs Java (no java on PATH, no JAVA_HOME)", allow_module_level=True)
 
+from support.seed import run_seed  # noqa: E402
+
 from ackmq.spark.amqp import ConfirmingPublisher, safe_url  # noqa: E402
 from ackmq.spark.lake import read_committed  # noqa: E402
 
@@ -226,7 +228,7 @@ def test_S1_S2_driver_sigkill_lands_every_message_once_without_producer_ids(
     a kill inside Spark's first offset-log write left offsets/ with only a temporary file
     and Spark refused the restart; `pipeline land` now clears that — the deterministic
     case is the test below); then the kills at a batch's read tasks and after landings."""
-    seed = int(os.environ.get("ACKMQ_TEST_SEED", time.time()))
+    seed = run_seed()
     land_through_kills(broker_url, tmp_path, n=4000, kills=KILLS or 3, with_ids=False,
                        seed=seed, startup=True)
 
@@ -277,7 +279,7 @@ def test_S1_restart_after_a_kill_in_the_first_offset_log_write(broker_url: str,
 def test_S4_rabbitmq_driver_sigkill_exactly_once_with_message_ids(
         rabbitmq_url: str, tmp_path: Path) -> None:
     """Against RabbitMQ (no x-ackmq-seq): exactly-once because producers set message_id."""
-    seed = int(os.environ.get("ACKMQ_TEST_SEED", time.time()))
+    seed = run_seed()
     land_through_kills(rabbitmq_url, tmp_path, n=3000, kills=KILLS or 2, with_ids=True, seed=seed)
 
 
@@ -360,7 +362,7 @@ def test_S2_sigint_and_sigterm_stop_a_landing_between_batches_with_one_line(
     traceback - whose landed count is the table's; an `--available-now` run lands the
     rest: every message once, the queue empty. On c35dcba Ctrl-C exited 130 with about
     100 lines of py4j tracebacks, and SIGTERM killed the driver (-15) with no line."""
-    rnd = random.Random(seed := int(os.environ.get("ACKMQ_TEST_SEED", time.time())))
+    rnd = random.Random(seed := run_seed())
     queue = f"spark.stop.{uuid.uuid4().hex[:8]}"
     conn = pika.BlockingConnection(pika.URLParameters(broker_url))
     conn.channel().queue_declare(queue, durable=True)

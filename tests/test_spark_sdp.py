@@ -26,6 +26,7 @@ pytest.importorskip("yaml", reason="spark-pipelines needs pyyaml and the Spark C
 pytest.importorskip("grpc", reason="spark-pipelines needs the Spark Connect client "
                     "(pip install 'pyspark[pipelines]')")
 
+from support.seed import run_seed  # noqa: E402
 from support.streamhelp import stream_support  # noqa: E402
 
 from ackmq.spark.lake import read_committed  # noqa: E402
@@ -135,7 +136,7 @@ def test_S9_spark_pipelines_run_lands_queues_and_a_stream_exactly_once_across_a_
     default in-memory catalog the restart failed (LOCATION_ALREADY_EXISTS: the tables'
     directories outlive the catalog); the project now keeps a Hive metastore
     (conf/spark-defaults.conf)."""
-    seed = int(os.environ.get("ACKMQ_TEST_SEED", time.time()))
+    seed = run_seed()
     rnd = random.Random(seed)
     tag = uuid.uuid4().hex[:6]
     queues = {f"sdp.orders.{tag}": 4000, f"sdp.refunds.{tag}": 1000}

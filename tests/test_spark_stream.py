@@ -41,6 +41,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs Java (no java on PATH, no JAVA_HOME)", allow_module_level=True)
 
 from support import streamhelp  # noqa: E402
+from support.seed import run_seed  # noqa: E402
 from test_spark_pipeline import Publisher  # noqa: E402
 
 from ackmq.spark.lake import read_committed  # noqa: E402
@@ -158,7 +159,7 @@ def _rows(table_dir: Path) -> list[tuple[int, bytes]]:
 @pytest.mark.timeout(600)
 def test_R4_stream_landing_exactly_once_through_driver_and_executor_kills(
         stream_url: str, stream: str, spark: Any, tmp_path: Path) -> None:
-    seed = int(os.environ.get("ACKMQ_TEST_SEED", time.time()))
+    seed = run_seed()
     rnd = random.Random(seed)
     n = 3000
     pub = Publisher(stream_url, stream, n, with_ids=False, rate=n / 30.0)
