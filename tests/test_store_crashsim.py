@@ -14,10 +14,12 @@ import pytest
 from support.seed import run_seed
 
 from ackmq.broker.access import AccessModel
-from ackmq.store import QueueDef, fileio
+from ackmq.store import QueueDef, compact, fileio
 from ackmq.store.accessfile import AccessFile
 from ackmq.store.segments import SegmentStore
 from tools.crashsim import crashsim, faultfs, kvsim
+
+PERSISTENT = b"\x10\x00\x02"  # property flags: delivery-mode 2
 
 #: Each seed test runs a fixed stretch and a second one of the same length: the next
 #: fixed seeds, or, with ACKMQ_TEST_SEED set, seeds that move with it (a moving run on
@@ -182,3 +184,46 @@ def test_N3_kv_simulator_catches_an_unsynced_acknowledgement() -> None:
     """The planted bug (KVLog's sync does nothing) makes a seed fail."""
     ran, failures = kvsim.run_seeds(0, 100, "kvlog-nofsync", stop_after=1)
     assert failures, f"{ran} seeds and no failure"
+
+
+def test_P9_compaction_does_not_make_an_unsynced_move_durable(tmp_path: Path) -> None:
+    """A confirmed message moved to another queue (a delayed message firing, a dead-letter)
+    is a REMOVE of the old copy and an ADD of the new one in one batch. Compaction drops
+    the old copy's ADD once that REMOVE is written; if the prefix is unlinked before the
+    batch is fdatasynced, a power cut then leaves neither copy (found by crash-simulator
+    seeds 952,545,035 and 952,552,014). Compaction now syncs what was written first."""
+    root = tmp_path / "data"
+    root.mkdir()
+    fs = faultfs.FaultFS(root)
+    fileio.install(fs)
+    try:
+        st = SegmentStore(root, auto_compact=False, sync_thread=False, segment_bytes=2048)
+        rec = st.open()
+        st.save_queue(QueueDef("a"))
+        st.save_queue(QueueDef("b"))
+        seq = (rec.epoch << 40) | 1
+        st.add("a", seq, "", "a", PERSISTENT, b"kept" * 50)
+        for i in range(2, 40):  # garbage: published and acked, rolling segments over
+            st.add("a", seq + i, "", "a", PERSISTENT, b"g" * 200)
+            st.commit(lambda e: None)
+            st.sync_round()
+            st.remove("a", seq + i)
+        st.commit(lambda e: None)
+        st.sync_round()
+        st.remove("a", seq)  # the move, written and not synced
+        st.add("b", seq, "", "b", PERSISTENT, b"kept" * 50)
+        st.commit(lambda e: None)
+        assert compact.maybe_compact(st)
+        fs.cut_power(raise_=False)
+    finally:
+        fs.close_all()
+        fileio.uninstall()
+    image = tmp_path / "image"
+    faultfs.materialize(fs.image(random.Random(1), unsynced="none"), image)
+    st = SegmentStore(image, auto_compact=False)
+    rec = st.open()
+    try:
+        held = {q: len(m) for q, m in rec.messages.items()}
+        assert held.get("a", 0) + held.get("b", 0) == 1, held
+    finally:
+        st.close()

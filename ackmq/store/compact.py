@@ -13,8 +13,8 @@ Crash safety: the output is written to `K.compact.tmp`, fsynced, renamed to `K.c
 `K.seg`. `finish_interrupted` redoes the last two steps on open.
 
 This module reads and writes files; it sees the store only through its compaction API
-(compact_api.py: `closed_segments`, `segment_path`, `live_adds`, `replace_prefix`,
-`wait_compaction`, plus `stats`, `dir`, `segment_bytes`), never its index or locks.
+(compact_api.py: `closed_segments`, `segment_path`, `live_adds`, `sync_written`,
+`replace_prefix`, `wait_compaction`, plus `stats`, `dir`, `segment_bytes`), never its index or locks.
 """
 
 from __future__ import annotations
@@ -147,6 +147,7 @@ def compact_prefix(st: SegmentStore, prefix: list[int]) -> None:
                 fw.begin_record()
                 encode_delivered(fw.out, key[0], key[1], c)
         notes = st.notes_in(prefix)  # only notes already written: none becomes durable early
+        st.sync_written()  # what made the dropped records dead is durable before they go
         for note in notes:
             fw.begin_record()
             encode_note(fw.out, NOTE_PUT, note)

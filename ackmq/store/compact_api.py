@@ -41,6 +41,19 @@ class CompactionMixin(StoreState):
             return True
         return self._unwritten_removes.get((qid, seq)) == pos
 
+    def sync_written(self) -> None:
+        """fdatasync every record written so far. `live_adds` counts a REMOVE as done once
+        written; before the prefix holding the ADD it removed can go, that REMOVE must be
+        on disk, and with it the rest of its batch: for a moved message (a delayed one
+        firing, a dead-letter) the ADD of the new copy. Else a power cut keeps neither."""
+        if not self.fsync:
+            return
+        with self._wlock:  # a write in progress has finished and counted its generation
+            gen = self._wstate[1]
+        err = self._sync_to(gen)
+        if err is not None:
+            raise err
+
     def notes_in(self, prefix: list[int]) -> list[bytes]:
         """The live notes (notes.py) whose record is in `prefix`: compaction copies them."""
         segs = set(prefix)

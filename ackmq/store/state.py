@@ -97,8 +97,9 @@ class SegInfo:
 class StoreState:
     """The fields of a `SegmentStore` (see segments.py for the threads and locks)."""
 
-    if TYPE_CHECKING:  # one mixin's method the others call (ReadsMixin)
+    if TYPE_CHECKING:  # mixins' methods the others call (ReadsMixin, WriterMixin)
         def _forget_read_ahead(self) -> None: ...
+        def _sync_to(self, need: int) -> StoreError | None: ...
 
     def __init__(self, data_dir: str | Path, *, fsync: bool = True,
                  call_soon_threadsafe: Callable[..., Any] | None = None,
