@@ -118,6 +118,8 @@ class _Oracle:
         self.perms_in: dict[tuple[str, str], tuple[str, str, str]] = {}
         self.policies_in: dict[str, dict[str, Any]] = {}  # set, the call returned
         self.policies_out: set[str] = set()  # cleared, the call returned
+        # the set (name, definition) or clear (name, None) under way: either outcome holds
+        self.policy_flight: tuple[str, dict[str, Any] | None] | None = None
         self.due: dict[bytes, int] = {}  # delayed message body -> due time (ms)
         self.epoch = 0
 
@@ -132,6 +134,7 @@ class _Oracle:
         o.perms_in = dict(self.perms_in)
         o.policies_in = dict(self.policies_in)
         o.policies_out = set(self.policies_out)
+        o.policy_flight = self.policy_flight
         o.due = self.due
         o.epoch = self.epoch
         return o
@@ -319,12 +322,16 @@ class _Run:
         name = f"p{rng.randrange(3)}"
         if rng.random() < 0.7:
             definition = {"message-ttl": rng.randrange(1000, 10**6)}
-            book.set(policy_from_json("/", name, {"pattern": "^q", "definition": definition}))
             o.policies_out.discard(name)
+            o.policy_flight = (name, definition)
+            book.set(policy_from_json("/", name, {"pattern": "^q", "definition": definition}))
             o.policies_in[name] = definition
-        elif book.clear("/", name):
-            o.policies_in.pop(name, None)
-            o.policies_out.add(name)
+        else:
+            o.policy_flight = (name, None)
+            if book.clear("/", name):
+                o.policies_in.pop(name, None)
+                o.policies_out.add(name)
+        o.policy_flight = None
 
 
 def _check(root: Path, promise: _Oracle, fsync: bool, seg: int, crash_at: int | None,
@@ -402,9 +409,14 @@ def _verify(root: Path, p: _Oracle, fsync: bool, seg: int, clock: _Clock) -> str
         problems += [f"queue {q} lost" for q in sorted(p.queues_in - set(vh.queues))]
         problems += [f"deleted queue {q} is back" for q in sorted(p.queues_out & set(vh.queues))]
         problems += [f"exchange {x} lost" for x in sorted(p.exchanges_in - set(vh.exchanges))]
+        flight = p.policy_flight  # a change under way at the cut: done or not, both hold
         for name, definition in sorted(p.policies_in.items()):
             pol = broker.policies.get("/", name)
-            if pol is None or pol.definition != definition:
+            ok = pol is not None and pol.definition == definition
+            if not ok and flight is not None and flight[0] == name:
+                ok = pol is None if flight[1] is None else (
+                    pol is not None and pol.definition == flight[1])
+            if not ok:
                 problems.append(f"policy {name} lost: {pol}")
         problems += [f"cleared policy {n} is back" for n in sorted(p.policies_out)
                      if broker.policies.get("/", n) is not None]
