@@ -22,4 +22,10 @@ NATIVE: tuple[str, ...] = (
     "ackmq.store.format",
     "ackmq.store.index",
     "ackmq.broker.stats",
+    "ackmq.protocol.stomp.codec",
+    "ackmq.protocol.stomp.amqp_map",
+    "ackmq.protocol.mqtt.codec",
+    "ackmq.protocol.mqtt.packets",
+    "ackmq.protocol.mqtt.amqp_map",
+    "ackmq.protocol.mqtt.topics",
 )
