@@ -486,6 +486,36 @@ def test_N7_topic_alias_and_subscription_identifier(port: int) -> None:
         assert d.reason_code == rc.PROTOCOL_ERROR
 
 
+def test_N7_subscription_ids_follow_subscribe_and_unsubscribe(port: int) -> None:
+    """A delivery carries the ids of the subscriptions that match it now: one added or
+    removed changes the next delivery's ids (the broker keeps the matching subscriptions
+    per topic; each change must drop what it kept)."""
+    cid = client_id()
+    topic, wild = f"ids/{cid}/x", f"ids/{cid}/+"
+    with Raw("127.0.0.1", port, V5) as r:
+        r.connect(cid)
+
+        def ids_of_next(payload: bytes, pid: int) -> list[int]:
+            r.send(Publish(topic, payload, 1, False, False, pid))
+            while not isinstance(p := r.recv(), Publish):
+                pass
+            r.send(PubAck(p.packet_id))
+            assert p.payload == payload
+            return sorted(p.properties.get("subscription_identifier", []))
+
+        r.send(Subscribe(1, [(wild, SubOptions(1))], {"subscription_identifier": [7]}))
+        assert r.recv() == SubAck(1, [1])
+        assert ids_of_next(b"a", 2) == [7]
+        r.send(Subscribe(3, [(topic, SubOptions(1))], {"subscription_identifier": [8]}))
+        while not isinstance(r.recv(), SubAck):
+            pass
+        assert ids_of_next(b"b", 4) == [7, 8]
+        r.send(Unsubscribe(5, [wild]))
+        while not isinstance(r.recv(), UnsubAck):
+            pass
+        assert ids_of_next(b"c", 6) == [8]
+
+
 def test_N7_reason_codes_on_unsubscribe_and_for_no_subscribers(port: int) -> None:
     with Raw("127.0.0.1", port, V5) as r:
         r.connect(client_id())
