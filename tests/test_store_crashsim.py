@@ -4,8 +4,9 @@ bug (a --no-fsync broker on a fresh data dir that would not come back) is gone."
 
 from __future__ import annotations
 
+import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,25 @@ FOUND = {
     952_534_115: "a policy set under way at the cut (the simulator's oracle)",
     952_559_690: "the same",
 }
+
+
+@contextlib.contextmanager
+def _simulated_disk(root: Path) -> Iterator[faultfs.FaultFS]:
+    """The store's file operations on the simulated disk; the power goes at the block's end."""
+    fs = faultfs.FaultFS(root)
+    fileio.install(fs)
+    try:
+        yield fs
+        fs.cut_power(raise_=False)
+    finally:
+        fs.close_all()
+        fileio.uninstall()
+
+
+def _nothing_unsynced_kept(fs: faultfs.FaultFS, at: Path) -> Path:
+    """Write to `at` the disk a power cut leaves when nothing unsynced reached it."""
+    faultfs.materialize(fs.image(random.Random(1), unsynced="none"), at)
+    return at
 
 
 def _second(fixed: int, n: int) -> int:
@@ -125,21 +145,14 @@ def test_P9_no_fsync_fresh_data_dir_comes_back_after_power_cut(tmp_path: Path) -
     and refuse: "data directory ... is damaged")."""
     root = tmp_path / "data"
     root.mkdir()
-    fs = faultfs.FaultFS(root)
-    fileio.install(fs)
-    try:
+    with _simulated_disk(root) as fs:
         store = SegmentStore(root, fsync=False, auto_compact=False, sync_thread=False)
         store.open()
         access = AccessModel.seeded({"guest": "guest"}, AccessFile(root, fsync=False).save)
         access.add_user("alice", "pw")
         access.set_permissions("alice", "/", ".*", ".*", ".*")
         store.save_queue(QueueDef("orders"))
-        fs.cut_power(raise_=False)
-    finally:
-        fs.close_all()
-        fileio.uninstall()
-    image = tmp_path / "image"
-    faultfs.materialize(fs.image(random.Random(1), unsynced="none"), image)
+    image = _nothing_unsynced_kept(fs, tmp_path / "image")
     data = AccessFile(image).load()
     assert data is not None
     back = AccessModel.load(data, None)
@@ -206,9 +219,7 @@ def test_P9_compaction_does_not_make_an_unsynced_move_durable(tmp_path: Path) ->
     seeds 952,545,035 and 952,552,014). Compaction now syncs what was written first."""
     root = tmp_path / "data"
     root.mkdir()
-    fs = faultfs.FaultFS(root)
-    fileio.install(fs)
-    try:
+    with _simulated_disk(root) as fs:
         st = SegmentStore(root, auto_compact=False, sync_thread=False, segment_bytes=2048)
         rec = st.open()
         st.save_queue(QueueDef("a"))
@@ -226,13 +237,7 @@ def test_P9_compaction_does_not_make_an_unsynced_move_durable(tmp_path: Path) ->
         st.add("b", seq, "", "b", PERSISTENT, b"kept" * 50)
         st.commit(lambda e: None)
         assert compact.maybe_compact(st)
-        fs.cut_power(raise_=False)
-    finally:
-        fs.close_all()
-        fileio.uninstall()
-    image = tmp_path / "image"
-    faultfs.materialize(fs.image(random.Random(1), unsynced="none"), image)
-    st = SegmentStore(image, auto_compact=False)
+    st = SegmentStore(_nothing_unsynced_kept(fs, tmp_path / "image"), auto_compact=False)
     rec = st.open()
     try:
         held = {q: len(m) for q, m in rec.messages.items()}

@@ -78,7 +78,7 @@ def _plant_early_confirm() -> Iterator[None]:
         self._synced = max(self._synced, need)  # "durable" now, synced a round later
         return real(self, before) if before else None
 
-    SegmentStore._sync_to = late  # type: ignore[method-assign]
+    SegmentStore._sync_to = late  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
@@ -99,11 +99,11 @@ def _plant_defs_nofsync() -> Iterator[None]:
 
     def append(self: DefsLog, op: dict[str, Any]) -> None:
         sync = fileio.fdatasync
-        fileio.fdatasync = lambda fd: None  # type: ignore[assignment]
+        fileio.fdatasync = lambda fd: None
         try:
             real(self, op)
         finally:
-            fileio.fdatasync = sync  # type: ignore[assignment]
+            fileio.fdatasync = sync
 
     DefsLog.append = append  # type: ignore[method-assign]
     try:
