@@ -220,9 +220,6 @@ class _Output:
         return lambda *a, **kw: None
 
 
-_model, _turn = open_model, turn
-
-
 class _Seen:
     def __init__(self) -> None:
         self.started: list[int] = []
@@ -235,7 +232,7 @@ def _work_served(root: Path, c: _Seen, hold: bool) -> None:
     consumer is attached to, each through the model as the MQTT front end takes it:
     `basic_publish` with `hold`, `qos2_note` in the same turn, the commit, the confirm
     (PUBREC); the consumer acks what it was handed; PUBREL, the release's commit."""
-    broker, store = _model(root)
+    broker, store = open_model(root)
     vh = broker.vhosts["/"]
     q = vh.declare_queue("q", False, True, False, False, {}, None)
     vh.bind("amq.topic", q, "t", {})
@@ -249,7 +246,7 @@ def _work_served(root: Path, c: _Seen, hold: bool) -> None:
     sub.start_consumer("c")
     pub = broker.open_channel(vh, object(), pub_out, "guest")
     pub.confirm_select()
-    _turn(broker, store)
+    turn(broker, store)
     for i in range(HELD):
         pid = i + 1
         c.started.append(i)
@@ -258,7 +255,7 @@ def _work_served(root: Path, c: _Seen, hold: bool) -> None:
                                    bytes([i]) * BODY, **kw)
         st.qos2_note("/", "c", pid)
         c.delivered.update(body[0] for _tag, body in sub_out.delivered)
-        _turn(broker, store)
+        turn(broker, store)
         c.delivered.update(body[0] for _tag, body in sub_out.delivered)
         assert pub_out.confirmed[-1][:2] == (True, seq)
         st.qos2_add("/", "c", pid)
@@ -266,15 +263,15 @@ def _work_served(root: Path, c: _Seen, hold: bool) -> None:
         for tag, _body in sub_out.delivered:
             sub.basic_ack(tag, False)
         sub_out.delivered.clear()
-        _turn(broker, store)
+        turn(broker, store)
         st.qos2_remove("/", "c", pid)  # PUBREL
-        _turn(broker, store)  # PUBCOMP once the release is durable
+        turn(broker, store)  # PUBCOMP once the release is durable
     st.close()
     store.close()
 
 
 def _check_served(image: Path, c: _Seen) -> str | None:
-    broker, store = _model(image)
+    broker, store = open_model(image)
     st: MQTTState | None = None
     try:
         q = broker.vhosts["/"].queues.get("q")

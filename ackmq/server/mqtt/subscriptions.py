@@ -250,7 +250,6 @@ class Subscriptions:
                              if v5 else 0x80)
                 continue
             self.subs[text] = sub
-            self._matching.clear()
             codes.append(qos)
             if flt.share is None and (opts.retain_handling == 0
                                       or (opts.retain_handling == 1 and new)):
@@ -296,7 +295,6 @@ class Subscriptions:
         codes = []
         for text in p.topics:
             sub = self.subs.pop(text, None)
-            self._matching.clear()
             if sub is None:
                 codes.append(rc.NO_SUBSCRIPTION_EXISTED)
                 continue
@@ -402,7 +400,8 @@ class Subscriptions:
 
     def _own_matching(self, topic: str, qos: int) -> tuple[Sub, ...]:
         """The session's own (not shared) subscriptions of QoS `qos` whose filter matches
-        `topic`, kept per (topic, QoS) until the subscriptions change (`_recount`): a
+        `topic`, kept per (topic, QoS) until the subscriptions change (`_recount`, which
+        every change of `subs` ends with, before any delivery): a
         delivery asks up to four times, and a session may hold many filters (a profile of
         the MQTT fuzz had 16% of the broker in this scan, once per delivery)."""
         key = (topic, qos)
