@@ -12,7 +12,9 @@ that run on a single worker, one test after the other:
 - `lazyfs`: the power-cut runs, which mount LazyFS;
 - `rabbitmq-global`: the files that change the reference RabbitMQ's state for everyone
   on it (its memory and disk alarms, users, vhosts, permissions, policies, limits,
-  definitions, plugins) or read its totals.
+  definitions, plugins) or read its totals. A file whose text has one of the marks but
+  that only ever talks to brokers of its own (`OWN_BROKERS_ONLY`: ackmq's own `ctl
+  add_user`, its own `/api/overview`, a docstring naming rabbitmqctl) is not in it.
 Any other file is its own group (its module fixtures start once). The big groups are
 handed out first, so the last worker to finish is not left with them.
 """
@@ -33,6 +35,16 @@ GLOBAL_MARKS = (
     "/api/vhosts", "/api/overview", "add_user", "set_permissions", "set_policy",
     "add_vhost", "set_vhost_limits", "rabbitmq-plugins",
 )
+#: files with a mark of GLOBAL_MARKS that never reach the reference RabbitMQ (every broker
+#: they talk to is an ackmq of their own; no `rabbitmq_url`, no fixture parametrized over
+#: the reference): their own groups, so the serial rabbitmq-global lane is not made longer
+#: by them (the listener fuzz alone is 11 tests of 10-20 s)
+OWN_BROKERS_ONLY = ("test_admission", "test_amqp10_alarms_crash", "test_cli",
+                    "test_ctl_await", "test_ctl_vocabulary", "test_delayed_durability",
+                    "test_fuzz_listeners", "test_mgmt_hostile", "test_model_operations",
+                    "test_mqtt", "test_mqtt_tls", "test_peek_ui", "test_scheduled_bounds",
+                    "test_stomp_tls", "test_store_crashsim", "test_stream_batch",
+                    "test_ui", "test_ui_http")
 #: the Spark files of the second Spark lane: `pipeline land`, SDP and what lands
 #: through them (the connector's source, sink and cluster files stay in `spark`)
 SPARK_PIPELINES = ("test_spark_pipeline", "test_spark_sdp", "test_spark_audit",
@@ -57,7 +69,8 @@ def group_of_file(path: Path) -> str:
         return "spark-pipelines" if path.stem in SPARK_PIPELINES else "spark"
     if "lazyfs" in name:
         return "lazyfs"
-    if not text or any(mark in text for mark in GLOBAL_MARKS):
+    if not text or (path.stem not in OWN_BROKERS_ONLY
+                    and any(mark in text for mark in GLOBAL_MARKS)):
         return "rabbitmq-global"
     return name
 
