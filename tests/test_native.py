@@ -24,7 +24,7 @@ from ackmq.native_modules import NATIVE
 from tools import ROOT, python_env
 
 SMOKE = ["tests/test_model_confirms.py", "tests/test_model_readylist.py",
-         "tests/test_protocol_fastpath.py", "tests/test_confirms.py"]
+         "tests/test_protocol_fastpath.py", "tests/test_confirms.py", "tests/test_store.py"]
 
 
 def _compiler_here() -> str | None:
@@ -134,3 +134,16 @@ def test_the_compiled_modules_type_check_as_the_isolated_build_sees_them(
     assert r.returncode == 0, (
         "mypyc's isolated build would stop on these (and install pure Python):\n"
         + r.stdout[-3000:])
+
+
+def test_the_store_parts_derive_from_the_compiled_writer_not_its_base() -> None:
+    """mypyc gives an object the native methods of the native class it is allocated by
+    (its first bases' native ancestor): a part of `SegmentStore` deriving from
+    `StoreState` alone made the compiled build crash on the first commit."""
+    from ackmq.store.segments import SegmentStore
+    from ackmq.store.writer import WriterMixin
+
+    for base in SegmentStore.__bases__:
+        assert issubclass(base, WriterMixin), (
+            f"{base.__name__} derives from StoreState, not WriterMixin (docs/storage.md, "
+            "'Code layout')")

@@ -8,10 +8,11 @@ from pathlib import Path
 
 from . import fileio
 from .index import DEAD
-from .state import SegInfo, StoreState, seg_name
+from .state import SegInfo, seg_name
+from .writer import WriterMixin
 
 
-class CompactionMixin(StoreState):
+class CompactionMixin(WriterMixin):
     def wait_compaction(self) -> bool:
         """Block until the next compaction round is due; False once the store closes."""
         self._compact_wake.wait(self.compact_interval)

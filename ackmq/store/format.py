@@ -35,6 +35,7 @@ FILE_HDR = struct.Struct("<8sII")
 FRAME_MAGIC = 0xA5C40F01
 FRAME_HDR = struct.Struct("<IIII")
 REC_HDR = struct.Struct("<II")
+_NO_REC_HDR = bytes(REC_HDR.size)  # a record header's place, filled in once its crc is known
 WRITE_FRAME_MAX = 16 << 20  # a frame is closed once its payload passes this (one record may exceed)
 
 ADD, REMOVE, DELIVERED, DEF, SYNCED, NOTE = 1, 2, 3, 4, 5, 6
@@ -70,21 +71,21 @@ def file_header(seg_id: int) -> bytes:
 
 def encode_add(out: bytearray, qid: int, seq: int, count: int, exchange: bytes,
                routing_key: bytes, properties: bytes, body: bytes) -> None:
-    """Append one ADD record; the body is copied once (into `out`), crc computed in parts."""
+    """Append one ADD record; the body is copied once (into `out`), and the record's crc
+    taken over it there in one call (its header is written in place after)."""
+    start = len(out)
+    size = ADD_HDR.size + len(exchange) + len(routing_key) + len(properties) + len(body)
     head = ADD_HDR.pack(ADD, qid, seq, count, len(exchange), len(routing_key),
-                        len(properties), len(body))
-    crc = crc32(head)
-    crc = crc32(exchange, crc)
-    crc = crc32(routing_key, crc)
-    crc = crc32(properties, crc)
-    crc = crc32(body, crc)
-    size = len(head) + len(exchange) + len(routing_key) + len(properties) + len(body)
-    out += REC_HDR.pack(size, crc)
+                        len(properties), len(body))  # raises before `out` is touched
+    out += _NO_REC_HDR
     out += head
     out += exchange
     out += routing_key
     out += properties
     out += body
+    with memoryview(out) as mv:
+        crc = crc32(mv[start + REC_HDR.size:])
+    REC_HDR.pack_into(out, start, size, crc)
 
 
 def encode_small(out: bytearray, body: bytes) -> None:

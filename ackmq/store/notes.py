@@ -13,10 +13,10 @@ replaces (compact.py), so a note outlives the segment that first held it."""
 from __future__ import annotations
 
 from .format import NOTE_FORGET, NOTE_PUT
-from .state import StoreState
+from .writer import WriterMixin
 
 
-class NotesMixin(StoreState):
+class NotesMixin(WriterMixin):
     def note(self, key: bytes) -> None:
         """Put `key` in the next batch (durable with the batch's messages)."""
         with self._lock:

@@ -15,12 +15,13 @@ from ackmq.protocol.crc import crc32
 from . import fileio
 from .format import ADD, ADD_HDR, REC_HDR
 from .index import DEAD, PENDING
-from .state import MASK64, Key, StoreState
+from .state import MASK64, Key
+from .writer import WriterMixin
 
 READ_AHEAD = 128 << 10   # read_body buffer (sequential reads of paged bodies)
 
 
-class ReadsMixin(StoreState):
+class ReadsMixin(WriterMixin):
     def read_body(self, location: int) -> bytes:
         key = (location >> 64, location & MASK64)
         with self._lock:

@@ -30,10 +30,11 @@ from .format import (
     valid_length,
 )
 from .index import DEAD
-from .state import SegInfo, StoreState, seg_name
+from .state import SegInfo, seg_name
+from .writer import WriterMixin
 
 
-class RecoveryMixin(StoreState):
+class RecoveryMixin(WriterMixin):
     def _load_segment(self, s: int, newest: bool) -> None:
         path = self.dir / seg_name(s)
         with open(path, "rb") as f:

@@ -39,23 +39,26 @@ from .compact import compactor_main, finish_interrupted
 from .compact_api import CompactionMixin
 from .defs import DefsLog, binding_key, encode_value
 from .format import log
-from .index import DEAD, PENDING, QueueIndex
+from .index import PENDING, QueueIndex
 from .notes import NotesMixin
 from .reads import READ_AHEAD, ReadsMixin
 from .recovered import RecoveredQueue
 from .recovery import RecoveryMixin
-from .state import PendingAdd, StoreStats, WriteBatch, seg_name
-from .writer import PREALLOC_CHUNK, WriterMixin
+from .state import StoreStats, WriteBatch, seg_name
+from .writer import PREALLOC_CHUNK, commit_batch
 
 __all__ = ["PREALLOC_CHUNK", "READ_AHEAD", "SegmentStore", "StoreStats", "seg_name"]
 
 
-class SegmentStore(RecoveryMixin, WriterMixin, ReadsMixin, CompactionMixin, NotesMixin):
+class SegmentStore(RecoveryMixin, ReadsMixin, CompactionMixin, NotesMixin):
     """The `Store` of ackmq: see docs/storage.md for the design and the figures.
 
     Its parts: state.py (the shared fields), recovery.py (open's scan), writer.py (commit,
     the sync thread, rollover), reads.py (read_message / read_body), compact_api.py (what
-    the compactor may call); here: open/close, definitions, add/remove/delivered."""
+    the compactor may call), pending.py (add/remove/delivered); here: open/close and the
+    definitions. state.py, pending.py and writer.py are one compiled chain (mypyc); the
+    other parts derive from its last class, WriterMixin (an object's native methods are
+    those of the native class it is allocated by: its first bases' native ancestor)."""
 
     def open(self) -> Recovered:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -167,72 +170,12 @@ class SegmentStore(RecoveryMixin, WriterMixin, ReadsMixin, CompactionMixin, Note
     def delete_binding(self, b: BindingDef) -> None:
         self._defs_op({"op": "del_binding", "def": encode_value(asdict(b))})
 
-    def add(self, queue: str, seq: int, exchange: str, routing_key: str,
-            properties: bytes, body: bytes) -> int:
-        qid = self._qids.get(queue)
-        if qid is None:
-            raise StoreError(f"queue {queue!r} is not a saved durable queue")
-        key = (qid, seq)
-        op = PendingAdd(qid, seq, exchange, routing_key, properties, body)
-        with self._lock:
-            if self._closed:
-                raise StoreError("store is closed")
-            p = self._pending
-            p.adds[key] = op
-            p.nbytes += len(body) + len(properties) + 64
-            self._unwritten[key] = op
-            self._index[qid].insert(seq, PENDING)
-        return (qid << 64) | seq
-
-    def remove(self, queue: str, seq: int) -> None:
-        qid = self._qids.get(queue)
-        if qid is None:
-            return
-        key = (qid, seq)
-        with self._lock:
-            p = self._pending
-            if p.adds.pop(key, None) is not None:  # P5 d: never written at all
-                del self._unwritten[key]
-                self._index[qid].pop(seq)
-                self.stats.cancelled += 1
-                return
-            p.delivered.pop(key, None)
-            if self._failed.pop(key, None) is not None:
-                return
-            loc = self._index[qid].pop(seq)
-            if loc == DEAD:
-                return
-            counts = self._counts.get(qid)
-            if counts:
-                counts.pop(seq, None)
-            p.removes[key] = loc
-            p.nbytes += 24
-            self._unwritten_removes[key] = loc
-            if loc != PENDING:
-                info = self._segs.get(loc >> 32)
-                if info is not None:
-                    info.live -= 1
-
-    def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
-        qid = self._qids.get(queue)
-        if qid is None:
-            return
-        key = (qid, seq)
-        with self._lock:
-            p = self._pending
-            op = p.adds.get(key)
-            if op is not None:
-                if delivery_count > op.count:
-                    op.count = delivery_count
-            elif key not in p.removes and delivery_count > p.delivered.get(key, 0):
-                p.delivered[key] = delivery_count
-
     def close(self) -> None:
         with self._lock:
             if self._closed or self._closing:
                 return
             b, self._pending = self._pending, WriteBatch()
-        self._commit_batch(b)  # what is still buffered, then the sync thread's last fsync
+        commit_batch(self, b)  # what is still buffered, then the sync thread's last fsync
         with self._cond:
             self._closing = True
             self._cond.notify()

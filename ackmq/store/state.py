@@ -1,8 +1,9 @@
 """The state every part of `SegmentStore` shares, and the small types it is made of.
 
-The store is one object split by concern into mixins (recovery.py, writer.py,
-reads.py, compact_api.py, composed in segments.py); this base holds the fields they
-share and says which lock guards which.
+The store is one object split by concern (pending.py, writer.py, recovery.py, reads.py,
+compact_api.py, notes.py, composed in segments.py); this base holds the fields they
+share and says which lock guards which. Compiled with pending.py and writer.py
+(docs/storage.md, "Code layout").
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from mypy_extensions import mypyc_attr
 
 from ackmq.broker.stats import BATCH_BUCKETS, LATENCY_BUCKETS, Histogram
 from ackmq.broker.storage import StoreError
@@ -94,12 +97,15 @@ class SegInfo:
         return self.live * (self.add_bytes / self.adds) if self.adds else 0.0
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class StoreState:
-    """The fields of a `SegmentStore` (see segments.py for the threads and locks)."""
+    """The fields of a `SegmentStore` (see segments.py for the threads and locks).
 
-    if TYPE_CHECKING:  # mixins' methods the others call (ReadsMixin, WriterMixin)
-        def _forget_read_ahead(self) -> None: ...
-        def _sync_to(self, need: int) -> StoreError | None: ...
+    Compiled (mypyc) with the write path (pending.py, writer.py) — the lone confirm's
+    store work; the other parts (recovery, reads, compaction) are interpreted subclasses."""
+
+    def _forget_read_ahead(self) -> None:  # ReadsMixin's
+        raise NotImplementedError
 
     def __init__(self, data_dir: str | Path, *, fsync: bool = True,
                  call_soon_threadsafe: Callable[..., Any] | None = None,

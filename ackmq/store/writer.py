@@ -9,6 +9,8 @@ from __future__ import annotations
 import errno
 import time
 
+from mypy_extensions import mypyc_attr
+
 from ackmq.broker.storage import StoreError
 
 from . import fileio
@@ -24,7 +26,8 @@ from .format import (
     log,
 )
 from .index import DEAD, PENDING
-from .state import Callback, PendingAdd, SegInfo, StoreState, WriteBatch, seg_name
+from .pending import PendingMixin
+from .state import Callback, PendingAdd, SegInfo, WriteBatch, seg_name
 
 # The active segment is extended (fallocate) this far ahead of its data: a commit then
 # writes into space the file already has, so its fdatasync flushes the data without a
@@ -34,7 +37,8 @@ from .state import Callback, PendingAdd, SegInfo, StoreState, WriteBatch, seg_na
 PREALLOC_CHUNK = 4 << 20
 
 
-class WriterMixin(StoreState):
+@mypyc_attr(allow_interpreted_subclasses=True)
+class WriterMixin(PendingMixin):
     def commit(self, callback: Callback, inline: bool = False) -> None:
         """Write what is buffered now (one `write()`), then let the sync thread report it
         durable with the next fdatasync, which it shares with every write made meanwhile.
@@ -48,7 +52,7 @@ class WriterMixin(StoreState):
             b = self._pending
             self._pending = WriteBatch()
         b.callbacks.append(callback)
-        self._commit_batch(b, inline)
+        commit_batch(self, b, inline)
 
     def sync_now(self) -> None:
         errors: list[BaseException | None] = []
@@ -58,37 +62,6 @@ class WriterMixin(StoreState):
             err = self._sync_to(self._wstate[1])  # the sync thread had a batch in hand
         if err is not None:
             raise err if isinstance(err, StoreError) else StoreError(str(err))
-
-    def _commit_batch(self, b: WriteBatch, inline: bool = False) -> None:
-        with self._wlock:
-            try:
-                err = self._write_batch(b)
-            except Exception as e:  # a bug: fail loudly but keep the broker up
-                log.exception("store write failed")
-                err = self._broken = StoreError(f"store write failed: {e!r}")
-            if err is not None:
-                self.stats.failed_commits += len(b.callbacks)
-            if not self.fsync:
-                self._dispatch(b.callbacks, err)
-                return
-            # `_cond`'s lock, taken directly (Condition's __enter__ is Python code on the
-            # lone message's path); notify needs only that lock held
-            with self._lock:  # in write order: the sync thread reports them in that order
-                if inline and self._in_thread == 0 and not self._closing:
-                    inline_gen = self._wstate[1]
-                else:
-                    inline_gen = -1
-                    self._in_thread += 1
-                    self._syncq.append((self._wstate[1], b.callbacks, err))
-                    self._cond.notify()
-            if inline_gen >= 0:
-                if err is None:
-                    err = self._sync_to(inline_gen)
-                    if err is not None:
-                        self.stats.failed_commits += len(b.callbacks)
-                self.stats.inline_syncs += 1
-        if inline_gen >= 0:
-            self._run_callbacks(b.callbacks, err)
 
     @property
     def pending(self) -> bool:
@@ -112,16 +85,6 @@ class WriterMixin(StoreState):
             self._active = s
             self._segs[s] = SegInfo(size=len(head))
             self._paths[s] = path
-
-    def _dispatch(self, callbacks: list[Callback], exc: BaseException | None) -> None:
-        for cb in callbacks:
-            try:
-                if self._call is not None:
-                    self._call(cb, exc)
-                else:
-                    cb(exc)
-            except Exception:  # a broken callback must not kill the writer
-                log.exception("store commit callback failed")
 
     def _sync_to(self, need: int) -> StoreError | None:
         """fdatasync the active segment unless write generation `need` is durable already
@@ -185,19 +148,11 @@ class WriterMixin(StoreState):
         else:
             self._report(done)
 
-    @staticmethod
-    def _run_callbacks(callbacks: list[Callback], exc: BaseException | None) -> None:
-        for cb in callbacks:
-            try:
-                cb(exc)
-            except Exception:  # a broken callback must not break the commit or the writer
-                log.exception("store commit callback failed")
-
     def _report(self, done: list[tuple[list[Callback], BaseException | None]]) -> None:
         """Run synced batches' callbacks, in commit order (on the broker's thread)."""
         try:
             for callbacks, exc in done:
-                self._run_callbacks(callbacks, exc)
+                run_callbacks(callbacks, exc)
         finally:
             with self._cond:
                 self._in_thread -= len(done)
@@ -236,85 +191,6 @@ class WriterMixin(StoreState):
                 self._compact_wake.set()
             except OSError as e:
                 log.warning("cannot start a new segment (%s); appending to the current one", e)
-
-    def _write_batch(self, b: WriteBatch) -> StoreError | None:
-        """Serialize and `write()` one batch (under `_wlock`); no fsync here."""
-        if self._broken is not None:
-            self._fail_batch(b)
-            return self._broken
-        if not b:
-            return None  # nothing to write: reported once what came before is synced
-        if self._woff >= self.segment_bytes:
-            self._rollover()
-            if self._broken is not None:
-                self._fail_batch(b)
-                return self._broken
-        fw = FrameWriter(one_frame=bool(b.notes))
-        out = fw.out
-        base = self._woff
-        synced_seg, synced = self._synced_at
-        if synced_seg == self._active and synced > self._claimed:  # tells torn from corrupt
-            fw.begin_record()
-            encode_synced(out, synced)
-            self._claimed = synced
-        placed: list[tuple[PendingAdd, int]] = []
-        add_bytes = 0
-        for op in b.adds.values():
-            start = fw.begin_record()
-            placed.append((op, base + start))
-            encode_add(out, op.qid, op.seq, op.count, op.exchange.encode(),
-                       op.routing_key.encode(), op.properties, op.body)
-            add_bytes += len(out) - start
-        for (qid, seq), count in b.delivered.items():
-            fw.begin_record()
-            encode_delivered(out, qid, seq, count)
-        for qid, seq in b.removes:
-            fw.begin_record()
-            encode_remove(out, qid, seq)
-        for nop, note in b.notes:  # after the ADDs, in their frame: both or neither
-            fw.begin_record()
-            encode_note(out, nop, note)
-        data = fw.finish()
-        if base + len(data) > self._alloc_end and self._prealloc:
-            self._preallocate(base + len(data))
-        try:
-            view = memoryview(data)
-            done = 0
-            while done < len(data):
-                done += fileio.pwrite(self._wfd, view[done:], base + done)
-        except OSError as e:
-            self._undo_write(base)
-            self._fail_batch(b)
-            if self._broken is not None:
-                return self._broken
-            what = "disk full" if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) else "I/O error"
-            return StoreError(f"write to {self._paths[self._active]} failed ({what}): {e}")
-        self.stats.writes += 1
-        self.stats.bytes_written += len(data)
-        self.stats.records_written += fw.records
-        seg = self._active
-        shift = seg << 32
-        with self._lock:
-            info = self._segs[seg]
-            info.size = base + len(data)
-            self._woff = info.size
-            for op, off in placed:
-                key = (op.qid, op.seq)
-                self._unwritten.pop(key, None)
-                info.adds += 1
-                idx = self._index.get(op.qid)
-                if idx is not None and idx.replace(op.seq, PENDING, shift | off):
-                    info.live += 1
-            info.add_bytes += add_bytes
-            for key in b.removes:
-                self._unwritten_removes.pop(key, None)
-            if b.notes:  # where each live note's record is now (compaction copies it)
-                later = {n for _op, n in self._pending.notes}
-                for nop, note in b.notes:
-                    if nop == NOTE_PUT and note not in later and self._notes.get(note) == -1:
-                        self._notes[note] = seg
-        self._wstate = (self._wfd, self._wstate[1] + 1, seg, self._woff)
-        return None
 
     def _preallocate(self, need: int) -> None:
         """Extend the active segment's file to cover `need` bytes and PREALLOC_CHUNK more
@@ -364,3 +240,139 @@ class WriterMixin(StoreState):
             for key, count in b.delivered.items():
                 if key not in p.adds and key not in p.removes:
                     p.delivered[key] = max(count, p.delivered.get(key, 0))
+
+
+def commit_batch(store: WriterMixin, b: WriteBatch, inline: bool = False) -> None:
+    """Write `b`, then sync it inline or hand it to the sync thread (`commit`, `close`).
+
+    The write path's steps are module functions, not methods: compiled code calls them
+    directly, where a method of a class with interpreted subclasses is looked up by
+    name on every call."""
+    with store._wlock:
+        try:
+            err = write_batch(store, b)
+        except Exception as e:  # a bug: fail loudly but keep the broker up
+            log.exception("store write failed")
+            err = store._broken = StoreError(f"store write failed: {e!r}")
+        if err is not None:
+            store.stats.failed_commits += len(b.callbacks)
+        if not store.fsync:
+            dispatch(store, b.callbacks, err)
+            return
+        # `_cond`'s lock, taken directly (Condition's __enter__ is Python code on the
+        # lone message's path); notify needs only that lock held
+        with store._lock:  # in write order: the sync thread reports them in that order
+            if inline and store._in_thread == 0 and not store._closing:
+                inline_gen = store._wstate[1]
+            else:
+                inline_gen = -1
+                store._in_thread += 1
+                store._syncq.append((store._wstate[1], b.callbacks, err))
+                store._cond.notify()
+        if inline_gen >= 0:
+            if err is None:
+                err = store._sync_to(inline_gen)
+                if err is not None:
+                    store.stats.failed_commits += len(b.callbacks)
+            store.stats.inline_syncs += 1
+    if inline_gen >= 0:
+        run_callbacks(b.callbacks, err)
+
+
+def dispatch(store: WriterMixin, callbacks: list[Callback], exc: BaseException | None) -> None:
+    for cb in callbacks:
+        try:
+            if store._call is not None:
+                store._call(cb, exc)
+            else:
+                cb(exc)
+        except Exception:  # a broken callback must not kill the writer
+            log.exception("store commit callback failed")
+
+
+def run_callbacks(callbacks: list[Callback], exc: BaseException | None) -> None:
+    for cb in callbacks:
+        try:
+            cb(exc)
+        except Exception:  # a broken callback must not break the commit or the writer
+            log.exception("store commit callback failed")
+
+
+def write_batch(store: WriterMixin, b: WriteBatch) -> StoreError | None:
+    """Serialize and `write()` one batch (under `_wlock`); no fsync here."""
+    if store._broken is not None:
+        store._fail_batch(b)
+        return store._broken
+    if not b:
+        return None  # nothing to write: reported once what came before is synced
+    if store._woff >= store.segment_bytes:
+        store._rollover()
+        if store._broken is not None:
+            store._fail_batch(b)
+            return store._broken
+    fw = FrameWriter(one_frame=bool(b.notes))
+    out = fw.out
+    base = store._woff
+    synced_seg, synced = store._synced_at
+    if synced_seg == store._active and synced > store._claimed:  # tells torn from corrupt
+        fw.begin_record()
+        encode_synced(out, synced)
+        store._claimed = synced
+    placed: list[tuple[PendingAdd, int]] = []
+    add_bytes = 0
+    for op in b.adds.values():
+        start = fw.begin_record()
+        placed.append((op, base + start))
+        encode_add(out, op.qid, op.seq, op.count, op.exchange.encode(),
+                   op.routing_key.encode(), op.properties, op.body)
+        add_bytes += len(out) - start
+    for (qid, seq), count in b.delivered.items():
+        fw.begin_record()
+        encode_delivered(out, qid, seq, count)
+    for qid, seq in b.removes:
+        fw.begin_record()
+        encode_remove(out, qid, seq)
+    for nop, note in b.notes:  # after the ADDs, in their frame: both or neither
+        fw.begin_record()
+        encode_note(out, nop, note)
+    data = fw.finish()
+    if base + len(data) > store._alloc_end and store._prealloc:
+        store._preallocate(base + len(data))
+    try:
+        view = memoryview(data)
+        done = 0
+        while done < len(data):
+            done += fileio.pwrite(store._wfd, view[done:], base + done)
+    except OSError as e:
+        store._undo_write(base)
+        store._fail_batch(b)
+        if store._broken is not None:
+            return store._broken
+        what = "disk full" if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) else "I/O error"
+        return StoreError(f"write to {store._paths[store._active]} failed ({what}): {e}")
+    store.stats.writes += 1
+    store.stats.bytes_written += len(data)
+    store.stats.records_written += fw.records
+    seg = store._active
+    shift = seg << 32
+    with store._lock:
+        info = store._segs[seg]
+        info.size = base + len(data)
+        store._woff = info.size
+        for op, off in placed:
+            key = (op.qid, op.seq)
+            store._unwritten.pop(key, None)
+            info.adds += 1
+            idx = store._index.get(op.qid)
+            if idx is not None and idx.replace(op.seq, PENDING, shift | off):
+                info.live += 1
+        info.add_bytes += add_bytes
+        for key in b.removes:
+            store._unwritten_removes.pop(key, None)
+        if b.notes:  # where each live note's record is now (compaction copies it)
+            later = {n for _op, n in store._pending.notes}
+            for nop, note in b.notes:
+                if nop == NOTE_PUT and note not in later and store._notes.get(note) == -1:
+                    store._notes[note] = seg
+    store._wstate = (store._wfd, store._wstate[1] + 1, seg, store._woff)
+    return None
