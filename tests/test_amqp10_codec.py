@@ -12,7 +12,7 @@ import pytest
 from ackmq.protocol.amqp10 import Composite, Decoder, FramingError, decode, encode
 from ackmq.protocol.amqp10 import frames as F
 from ackmq.protocol.amqp10 import types as T
-from ackmq.protocol.amqp10.composite import from_described
+from ackmq.protocol.amqp10.composite import INDEX, KINDS, TABLE, from_described
 from ackmq.protocol.amqp10.message import (
     AMQP_SEQUENCE,
     AMQP_VALUE,
@@ -314,3 +314,27 @@ def test_amqp10_transfer_fast_read_is_the_general_one() -> None:
             fast += F._transfer(memoryview(body + tail)) is not None
             assert F._performative(memoryview(body + tail)) == want
     assert fast > 100
+
+
+def test_amqp10_composite_fields_are_properties_of_their_kind() -> None:
+    """Every composite is of its kind's class, each field a property over `values`
+    (a field read per message must not go through a failed lookup and __getattr__);
+    built, decoded or read by the transfer fast path alike."""
+    for kind in TABLE:
+        cls = KINDS[kind]
+        assert issubclass(cls, Composite) and not hasattr(cls(kind), "__dict__")
+        for name, i in INDEX[kind].items():
+            assert isinstance(cls.__dict__.get(name), property), (kind, name)
+            c = Composite(kind)
+            setattr(c, name, f"v{i}")
+            assert getattr(c, name) == f"v{i}" == c.values[i]
+        with pytest.raises(AttributeError):
+            Composite(kind).no_such_field  # noqa: B018
+    transfer = Composite("transfer", handle=T.UInt(1), delivery_id=T.UInt(7),
+                         delivery_tag=b"t", settled=True)
+    dec = Decoder()
+    dec.want_header = False  # past the protocol header: frames only
+    (frame,) = dec.feed(F.encode_frame(0, transfer))
+    assert type(frame.performative) is KINDS["transfer"]
+    assert frame.performative.delivery_id == 7 and frame.performative.settled is True
+    assert type(from_described(decode(transfer.encode_amqp())[0])) is KINDS["transfer"]

@@ -24,7 +24,13 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from ackmq.protocol.amqp10.composite import FIELDS, Composite, descriptor_name, from_fields
+from ackmq.protocol.amqp10.composite import (
+    FIELDS,
+    Composite,
+    composite_of,
+    descriptor_name,
+    from_fields,
+)
 from ackmq.protocol.amqp10.types import DecodeError, Described, UByte, UInt, decode
 
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
@@ -204,10 +210,7 @@ def _transfer(body: Any) -> tuple[Composite, int] | None:
         return None
     if pos != end or values[0] is None:
         return None
-    c = Composite.__new__(Composite)
-    object.__setattr__(c, "kind", "transfer")
-    object.__setattr__(c, "values", values)
-    return c, end
+    return composite_of("transfer", values), end
 
 
 def _transfer_fields(body: Any, count: int, end: int, values: list[Any]) -> int:
