@@ -213,6 +213,11 @@ def _transfer(body: Any) -> tuple[Composite, int] | None:
     return composite_of("transfer", values), end
 
 
+# a value read from its wire width is in range: made without the type's checking __new__
+_wire = int.__new__
+_UINT_0 = UInt(0)
+
+
 def _transfer_fields(body: Any, count: int, end: int, values: list[Any]) -> int:
     """The fields into `values`; the position after them, -1 if not plain."""
     pos = 6
@@ -226,11 +231,11 @@ def _transfer_fields(body: Any, count: int, end: int, values: list[Any]) -> int:
             pos += 1
             continue
         if code == 0x43:
-            values[i], pos = UInt(0), pos + 1
+            values[i], pos = _UINT_0, pos + 1
         elif code == 0x52:
-            values[i], pos = UInt(body[pos + 1]), pos + 2
+            values[i], pos = _wire(UInt, body[pos + 1]), pos + 2
         elif code == 0x70:
-            values[i], pos = UInt(int.from_bytes(body[pos + 1:pos + 5])), pos + 5
+            values[i], pos = _wire(UInt, int.from_bytes(body[pos + 1:pos + 5])), pos + 5
         elif code == 0xA0:
             size = body[pos + 1]
             values[i], pos = bytes(body[pos + 2:pos + 2 + size]), pos + 2 + size
@@ -241,7 +246,7 @@ def _transfer_fields(body: Any, count: int, end: int, values: list[Any]) -> int:
                 return -1
             values[i], pos = body[pos + 1] == 1, pos + 2
         else:  # 0x50, rcv-settle-mode
-            values[i], pos = UByte(body[pos + 1]), pos + 2
+            values[i], pos = _wire(UByte, body[pos + 1]), pos + 2
     return pos
 
 
