@@ -49,6 +49,11 @@ OWN_BROKERS_ONLY = ("test_admission", "test_amqp10_alarms_crash", "test_cli",
 #: through them (the connector's source, sink and cluster files stay in `spark`)
 SPARK_PIPELINES = ("test_spark_pipeline", "test_spark_sdp", "test_spark_audit",
                    "test_spark_mqtt", "test_client_resend")
+#: files of a Spark lane of which only these tests start Spark: the others are the file's
+#: own group (test_client_resend's cuts and kills without Spark: ~150 s of a 1,615 s
+#: spark-pipelines lane, the longest lane of a run)
+SPARK_TESTS_ONLY = {"test_client_resend": (
+    "test_idempotent_producer_cut_50_times_then_landed_each_id_once_in_the_table",)}
 #: groups handed out first (the longest), in this order
 FIRST = ("rabbitmq-global", "spark", "spark-pipelines", "lazyfs")
 
@@ -77,7 +82,12 @@ def group_of_file(path: Path) -> str:
 
 def group_of(nodeid: str, root: Path) -> str:
     """The lane of a test by its node id (`tests/test_x.py::test_y[z]`)."""
-    return group_of_file(root / nodeid.split("::", 1)[0])
+    path = root / nodeid.split("::", 1)[0]
+    spark_tests = SPARK_TESTS_ONLY.get(path.stem)
+    if spark_tests is not None and "::" in nodeid \
+            and nodeid.split("::", 1)[1].split("[", 1)[0] not in spark_tests:
+        return path.name
+    return group_of_file(path)
 
 
 def order(items: list[pytest.Item], root: Path) -> None:
