@@ -9,12 +9,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pika
 import pytest
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'pyspark==4.3.0')")
+
+from conftest import BrokerProcess  # noqa: E402
 
 from ackmq.spark.amqp import ConfirmingPublisher  # noqa: E402
 from ackmq.spark.amqp import SinkPublishError as PublishError  # noqa: E402
@@ -58,17 +61,21 @@ def get_all(url: str, queue: str) -> list[tuple[bytes, pika.BasicProperties]]:
     return out
 
 
-def test_S3_publisher_confirm_timeout_raises(broker_url: str) -> None:
-    q = declare(broker_url)
-    pub = ConfirmingPublisher(broker_url, confirm_timeout=0.0)
+def test_S3_publisher_confirm_timeout_raises(tmp_path: Path) -> None:
+    """Confirms that do not come within confirm_timeout fail the flush. A broker under a
+    disk alarm (its free-space limit above any disk) reads no publish, so none is
+    confirmed, however fast the broker (a timeout of 0 against a served broker raced
+    its confirms, and lost once the store's write path was compiled)."""
+    broker = BrokerProcess(tmp_path / "data", "--no-stomp", "--disk-free-limit", "100000GB")
+    pub = ConfirmingPublisher(broker.start(), confirm_timeout=0.5)
     try:
         for _ in range(10):
-            pub.publish("", q, b"x")
-        with pytest.raises(PublishError, match="unconfirmed"):
+            pub.publish("", "q", b"x")  # read, it would be confirmed (unroutable)
+        with pytest.raises(PublishError, match="10 publishes unconfirmed after 0.5s"):
             pub.flush()
     finally:
+        broker.stop()  # first: a blocked connection's close would wait for its close-ok
         pub.close()
-        get_all(broker_url, q)
 
 
 @needs_java
