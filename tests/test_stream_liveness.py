@@ -8,6 +8,7 @@ after half an interval and drops the peer after two (docs/stream-protocol.md).""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -16,7 +17,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from conftest import BrokerProcess
+from conftest import BrokerProcess, rabbitmq_url
 from rstream import AMQPMessage, schema
 from support.streamraw import StreamPeer
 
@@ -41,6 +42,12 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 @pytest.fixture(params=["ackmq", pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)])
 def port(request: pytest.FixtureRequest) -> int:
     if request.param == "rabbitmq":
+        rabbitmq_url()  # a skip saying why when the reference broker is not there
+        try:
+            socket.create_connection(("127.0.0.1", RABBIT_STREAM_PORT), timeout=5).close()
+        except OSError as e:
+            pytest.skip(f"RabbitMQ's stream plugin is not on 127.0.0.1:{RABBIT_STREAM_PORT} "
+                        f"({e}): ../shared/tools/rabbitmq-local enable stream")
         return RABBIT_STREAM_PORT
     b: BrokerProcess = request.getfixturevalue("broker")
     return b.stream_port
