@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from support.mqtthelp import MOSQUITTO, RABBITMQ_MQTT, need
+from support.mqtthelp import MOSQUITTO, RABBITMQ_MQTT
+from support.net import need
 
 from ackmq.bench import cli
 from ackmq.bench.workloads import MQTT_WORKLOADS

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import pika
 import pytest
 from conftest import BrokerProcess
-from support.mqtthelp import MOSQUITTO, RABBITMQ_MQTT, Closed, Raw, client_id, need
+from support.mqtthelp import MOSQUITTO, RABBITMQ_MQTT, Closed, Raw, client_id
+from support.net import need
 
 from ackmq.protocol.mqtt import (
     ConnAck,

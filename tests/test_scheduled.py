@@ -13,7 +13,6 @@ number of copies within a generous deadline.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 import stomp
 from conftest import BrokerProcess
+from support.net import listening
 
 from ackmq.broker.cron import Cron, CronError
 from ackmq.broker.scheduled import ScheduleError, parse
@@ -75,18 +75,10 @@ def ackmq_stomp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc
     b.stop()
 
 
-def _reachable(addr: tuple[str, int]) -> bool:
-    try:
-        socket.create_connection(addr, timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
 @pytest.fixture(params=["ackmq", pytest.param("activemq", marks=pytest.mark.activemq)])
 def where(request: pytest.FixtureRequest) -> tuple[str, int, tuple[str, str]]:
     if request.param == "activemq":
-        if not _reachable(ACTIVEMQ):
+        if not listening(ACTIVEMQ):
             pytest.skip(f"no ActiveMQ STOMP at {ACTIVEMQ[0]}:{ACTIVEMQ[1]} (start it with "
                         "../shared/tools/activemq-local start); its answers are recorded")
         return (*ACTIVEMQ, ("admin", "admin"))

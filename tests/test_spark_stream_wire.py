@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("pyarrow", reason="the Spark connector needs pyarrow (extra 'spark')")
 
 from support import streamhelp  # noqa: E402
+from support.net import listening  # noqa: E402
 from support.streamhelp import publish  # noqa: E402
 
 from ackmq.spark.amqp import ConsumerError  # noqa: E402
@@ -171,7 +172,6 @@ def test_R4_protocol_option_picks_the_read_tasks_protocol(
     """`protocol` stream (with `streamUrl`) reads over the stream protocol: a URL where
     nothing listens fails the read, where the AMQP path would not look; a bad value is
     refused by name."""
-    import socket
 
     from ackmq.spark.stream_source import AckmqStreamBatchReader, StreamRange
 
@@ -197,7 +197,7 @@ def test_R4_protocol_option_picks_the_read_tasks_protocol(
     assert {p.protocol for p in planned} == {"stream"}  # type: ignore[attr-defined]
     cases = [(f"rabbitmq-stream://127.0.0.1:{port}/", "ConnectionRefusedError"),
              (surl + "nosuchvhost", "vhost 'nosuchvhost' refused")]
-    if ":5672/" not in stream_url and _listening(5552):
+    if ":5672/" not in stream_url and listening(("127.0.0.1", 5552)):
         # ackmq: RabbitMQ's plugin on 5552 (when it is there) is another broker
         cases.append(("rabbitmq-stream://guest:guest@127.0.0.1:5552/",
                       "is 'RabbitMQ', the AMQP broker 'ackmq'"))
@@ -208,14 +208,6 @@ def test_R4_protocol_option_picks_the_read_tasks_protocol(
         assert why in caplog.records[-1].getMessage()
         assert [b.num_rows for b in AckmqStreamBatchReader({**base, "streamUrl": url})
                 .read(planned[0])] == [1]
-
-
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=5).close()
-    except OSError:
-        return False
-    return True
 
 
 def test_R4_X1_amqps_url_gives_the_stream_protocol_over_tls() -> None:

@@ -12,7 +12,8 @@ import pytest
 from support.mgmthelp import Target as Api
 from support.mgmthelp import q as seg
 from support.mgmthelp import rabbit_http
-from support.stomphelp import RABBITMQ_STOMP, Raw, _reachable
+from support.net import listening
+from support.stomphelp import RABBITMQ_STOMP, Raw
 
 from ackmq.ctl.socket_client import request
 
@@ -70,7 +71,7 @@ def ackmq_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int
 def rabbit() -> Iterator[tuple[str, int]]:
     """RabbitMQ's users and vhost, made through its management API (a rabbitmqctl call
     is an Erlang VM start: seconds each)."""
-    if not _reachable(RABBITMQ_STOMP):
+    if not listening(RABBITMQ_STOMP):
         pytest.skip("RabbitMQ's STOMP plugin is not there")
     api = Api("rabbitmq", rabbit_http(), "")
 

@@ -8,7 +8,6 @@ after half an interval and drops the peer after two (docs/stream-protocol.md).""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 from conftest import BrokerProcess, rabbitmq_url
 from rstream import AMQPMessage, schema
+from support.net import need
 from support.streamraw import StreamPeer
 
 HANDSHAKE_TIMEOUT = 1.0  # --handshake-timeout of this module's broker
@@ -43,11 +43,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 def port(request: pytest.FixtureRequest) -> int:
     if request.param == "rabbitmq":
         rabbitmq_url()  # a skip saying why when the reference broker is not there
-        try:
-            socket.create_connection(("127.0.0.1", RABBIT_STREAM_PORT), timeout=5).close()
-        except OSError as e:
-            pytest.skip(f"RabbitMQ's stream plugin is not on 127.0.0.1:{RABBIT_STREAM_PORT} "
-                        f"({e}): ../shared/tools/rabbitmq-local enable stream")
+        need(("127.0.0.1", RABBIT_STREAM_PORT), "RabbitMQ's stream plugin")
         return RABBIT_STREAM_PORT
     b: BrokerProcess = request.getfixturevalue("broker")
     return b.stream_port

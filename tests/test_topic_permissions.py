@@ -29,7 +29,8 @@ from conftest import BrokerProcess, rabbitmq_url
 from support.mgmthelp import Target as Api
 from support.mgmthelp import q as seg
 from support.mgmthelp import rabbit_http
-from support.stomphelp import RABBITMQ_STOMP, Raw, _reachable
+from support.net import listening
+from support.stomphelp import RABBITMQ_STOMP, Raw
 
 from ackmq.broker.access import hash_password
 from ackmq.ctl.socket_client import request
@@ -326,7 +327,7 @@ def _stomp(addr: tuple[str, int], user: str, steps: list[tuple[str, dict[str, st
 
 @pytest.fixture(scope="module")
 def rabbit_stomp(rabbit_target: Target) -> Target:
-    if not _reachable(RABBITMQ_STOMP):
+    if not listening(RABBITMQ_STOMP):
         pytest.skip("RabbitMQ's STOMP plugin is not there")
     return rabbit_target
 

@@ -16,25 +16,10 @@ import time
 import uuid
 from typing import Any
 
-import pytest
-
 from ackmq.protocol.mqtt import Connect, Decoder, Packet, encode
 
 RABBITMQ_MQTT = ("127.0.0.1", int(os.environ.get("RABBITMQ_MQTT_PORT", "1883")))
 MOSQUITTO = ("127.0.0.1", int(os.environ.get("MOSQUITTO_PORT", "1884")))
-
-
-def listening(addr: tuple[str, int]) -> bool:
-    try:
-        socket.create_connection(addr, timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
-def need(addr: tuple[str, int], name: str) -> None:
-    if not listening(addr):
-        pytest.skip(f"{name} is not listening on {addr[0]}:{addr[1]}")
 
 
 def client_id(prefix: str = "t") -> str:

@@ -22,6 +22,8 @@ import pytest
 import stomp
 from conftest import BrokerProcess
 
+from support.net import listening
+
 RABBITMQ_STOMP = ("127.0.0.1", int(os.environ.get("RABBITMQ_STOMP_PORT", "61623")))
 RABBITMQ_AMQP = os.environ.get("RABBITMQ_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 
@@ -60,14 +62,6 @@ class Target:
         return conn, listener
 
 
-def _reachable(addr: tuple[str, int]) -> bool:
-    try:
-        socket.create_connection(addr, timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="session")
 def ackmq_stomp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """One `ackmq serve` for the STOMP tests (fsync on), STOMP on a free port."""
@@ -80,7 +74,7 @@ def ackmq_stomp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc
 @pytest.fixture(params=["ackmq", "rabbitmq"])
 def target(request: pytest.FixtureRequest) -> Target:
     if request.param == "rabbitmq":
-        if not _reachable(RABBITMQ_STOMP):
+        if not listening(RABBITMQ_STOMP):
             pytest.skip(f"RabbitMQ's STOMP plugin is not reachable at "
                         f"{RABBITMQ_STOMP[0]}:{RABBITMQ_STOMP[1]} (start it with "
                         "../shared/tools/rabbitmq-local start)")
