@@ -54,8 +54,22 @@ SPARK_PIPELINES = ("test_spark_pipeline", "test_spark_sdp", "test_spark_audit",
 #: spark-pipelines lane, the longest lane of a run)
 SPARK_TESTS_ONLY = {"test_client_resend": (
     "test_idempotent_producer_cut_50_times_then_landed_each_id_once_in_the_table",)}
+#: files named test_spark* that never start Spark (the reader's, the sizing's and the
+#: staging's protocol driven by hand, the progress counter, the stream protocol's probes
+#: and the CLI's checks before Spark starts): each is its own group, not a serial Spark
+#: lane's (~50 s of the `spark` lane)
+NO_SPARK = ("test_spark_progress", "test_spark_reader", "test_spark_sizing",
+            "test_spark_staging", "test_spark_stream_wire")
 #: groups handed out first (the longest), in this order
 FIRST = ("rabbitmq-global", "spark", "spark-pipelines", "lazyfs")
+#: the longest files of their own group (30-90 s each in a run of the suite), handed out
+#: right after FIRST, longest first: a long file handed out last would leave its worker
+#: running alone at the end of the run
+LONG = ("test_fuzz_listeners.py", "test_store_crashsim.py", "test_streams.py",
+        "test_scheduled_bounds.py", "test_wheel.py", "test_mqtt.py", "test_qos.py",
+        "test_native.py", "test_stomp_ack.py", "test_stream_tracking.py", "test_soak.py",
+        "test_client_crash.py", "test_amqp_table.py", "test_delay_celery_dramatiq.py",
+        "test_ui.py", "test_shovel_durability.py")
 
 
 @functools.cache
@@ -70,6 +84,8 @@ def _text(path: Path) -> str:
 def group_of_file(path: Path) -> str:
     """The lane of a test file (see the module's docstring)."""
     name, text = path.name, _text(path)
+    if path.stem in NO_SPARK:
+        return name
     if name.startswith("test_spark") or "mark.spark" in text:
         return "spark-pipelines" if path.stem in SPARK_PIPELINES else "spark"
     if "lazyfs" in name:
@@ -91,9 +107,10 @@ def group_of(nodeid: str, root: Path) -> str:
 
 
 def order(items: list[pytest.Item], root: Path) -> None:
-    """Put the big groups first (stable: a file's tests keep their order)."""
-    rank = {g: i for i, g in enumerate(FIRST)}
-    items.sort(key=lambda it: rank.get(group_of_file(it.path), len(FIRST)))
+    """Put the big groups first, then the long files (stable: a file's tests keep their
+    order)."""
+    rank = {g: i for i, g in enumerate(FIRST + LONG)}
+    items.sort(key=lambda it: rank.get(group_of_file(it.path), len(rank)))
 
 
 def make_scheduler(config: pytest.Config, log: Any) -> Any:
