@@ -88,7 +88,7 @@ def test_S6_S7_source_stream_source_and_sink_used_directly_on_a_cluster(
     try:
         r = subprocess.run([sys.executable, str(SUPPORT / "cluster_direct.py"), broker_url,
                             spark_cluster.url, str(work), queue, stream, str(n)],
-                           env=spark_cluster.env, capture_output=True, text=True, timeout=540)
+                           env=spark_cluster.driver_env, capture_output=True, text=True, timeout=540)
         lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
         assert lines, f"driver printed no result (rc {r.returncode}):\n{r.stderr[-3000:]}"
         out = json.loads(lines[-1])
@@ -113,7 +113,7 @@ class Driver:
             cmd.append("--available-now")
         self.trace = work / "trace.log"
         self.trace_from = self.trace.stat().st_size if self.trace.exists() else 0
-        env = dict(cluster.env, ACKMQ_SPARK_TRACE=str(self.trace))
+        env = dict(cluster.driver_env, ACKMQ_SPARK_TRACE=str(self.trace))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, start_new_session=True, env=env)
         self.lines: list[str] = []

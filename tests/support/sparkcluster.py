@@ -117,6 +117,23 @@ class SparkCluster:
                         SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
                         PYSPARK_PYTHON=sys.executable)
 
+    @property
+    def driver_env(self) -> dict[str, str]:
+        """The environment of a driver on this cluster: `env`, but when the suite's
+        class-data archive is in use (support/sparkjvm.py) the defaults above go as
+        `--conf`s (PYSPARK_SUBMIT_ARGS) instead of SPARK_CONF_DIR, whose directory at the
+        head of the class path makes the JVM refuse the archive: the driver then starts
+        as fast as a local one. JDK_JAVA_OPTIONS carries the archive to a driver whose
+        script builds its own session (support/cluster_direct.py)."""
+        java_options = self.env.get("ACKMQ_SPARK_JAVA_OPTIONS", "")
+        if "SharedArchiveFile" not in java_options:
+            return dict(self.env)
+        env = {k: v for k, v in self.env.items() if k != "SPARK_CONF_DIR"}
+        env["PYSPARK_SUBMIT_ARGS"] = " ".join(
+            f"--conf {shlex.quote(f'{k}={v}')}" for k, v in DEFAULTS.items()) + " pyspark-shell"
+        env["JDK_JAVA_OPTIONS"] = java_options
+        return env
+
     def _spawn(self, name: str, argv: list[str], private_tmp: bool) -> None:
         cmd = [os.path.join(spark_home(), "bin", "spark-class"), *argv]
         if private_tmp:
