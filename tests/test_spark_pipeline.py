@@ -304,7 +304,7 @@ def test_S2_landed_count_adds_up_over_many_small_batches_and_idle_stretches(
         broker_url: str, tmp_path: Path) -> None:
     """`pipeline land --max-per-trigger 50` while three rounds of 400 messages arrive with
     idle stretches between them, longer than Spark's `noDataProgressEventInterval` (200 ms
-    in the run's spark-defaults.conf, 10 s by default), so the progress the command polls
+    in the run's Spark conf, 10 s by default), so the progress the command polls
     holds idle events between the batches. Every batch is printed once, the rows printed
     add up to the table's and the last `landed N` is the table's row count (1,200). On
     c35dcba the batch after each idle stretch was never counted (the idle event carries
@@ -314,13 +314,12 @@ def test_S2_landed_count_adds_up_over_many_small_batches_and_idle_stretches(
     conn = pika.BlockingConnection(pika.URLParameters(broker_url))
     conn.channel().queue_declare(queue, durable=True)
     conn.close()
-    conf = tmp_path / "conf"
-    conf.mkdir()
-    (conf / "spark-defaults.conf").write_text(
-        "spark.sql.streaming.noDataProgressEventInterval 200ms\n")
+    # the run's Spark conf, as `--conf` (not a SPARK_CONF_DIR, whose directory at the head
+    # of the class path would make the driver's JVM refuse the suite's class-data archive)
     lake, rounds, per_round = tmp_path / "lake", 3, 400
     d = Driver(broker_url, queue, tmp_path, available_now=False, max_per_trigger=50,
-               env={"SPARK_CONF_DIR": str(conf)})
+               env={"PYSPARK_SUBMIT_ARGS": "--conf spark.sql.streaming."
+                    "noDataProgressEventInterval=200ms pyspark-shell"})
     try:
         for r in range(rounds):
             _publish_range(broker_url, queue, range(r * per_round, (r + 1) * per_round))
