@@ -4,8 +4,8 @@
 the sink publishes N rows to QUEUE and N to STREAM (executors publish), then the queue
 source and the stream source land them (Trigger.AvailableNow, default options: no
 stagingLocation) into WORK/lake-queue and WORK/lake-stream. Prints one JSON line.
-Run by tests/test_spark_cluster.py with SPARK_CONF_DIR pointing at the cluster's
-defaults; exit 1 with the error's first lines when a job fails.
+Run by tests/test_spark_cluster.py with the cluster's defaults (SparkCluster.driver_env:
+as --confs, or SPARK_CONF_DIR); exit 1 with the error's first lines when a job fails.
 """
 
 from __future__ import annotations
