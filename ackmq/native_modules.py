@@ -1,6 +1,7 @@
 """The hot-path modules compiled with mypyc (setup.py); the one list, read by the guard."""
 
 NATIVE: tuple[str, ...] = (
+    "ackmq.protocol.amqp.events",
     "ackmq.protocol.amqp.decoder",
     "ackmq.protocol.amqp.encoder",
     "ackmq.protocol.amqp.properties",
@@ -24,6 +25,7 @@ NATIVE: tuple[str, ...] = (
     "ackmq.store.state",
     "ackmq.store.pending",
     "ackmq.store.writer",
+    "ackmq.store.spill",
     "ackmq.broker.stats",
     "ackmq.protocol.stomp.codec",
     "ackmq.protocol.stomp.amqp_map",
@@ -31,4 +33,7 @@ NATIVE: tuple[str, ...] = (
     "ackmq.protocol.mqtt.packets",
     "ackmq.protocol.mqtt.amqp_map",
     "ackmq.protocol.mqtt.topics",
+    "ackmq.server.transport",
+    "ackmq.server.turn",
+    "ackmq.broker.broker",
 )

@@ -147,3 +147,24 @@ def test_the_store_parts_derive_from_the_compiled_writer_not_its_base() -> None:
         assert issubclass(base, WriterMixin), (
             f"{base.__name__} derives from StoreState, not WriterMixin (docs/storage.md, "
             "'Code layout')")
+
+
+def test_compiled_modules_give_each_except_name_one_type() -> None:
+    """In a compiled function a variable has one type: `except A as e` then `except B as
+    e` raised TypeError ("A object expected; got B") when B was caught (AMQP 0-9-1's
+    _input on a bad frame, before 1.0's fix) — each except clause binds its own name."""
+    import ast
+
+    clashes = []
+    for module in NATIVE:
+        path = ROOT / (module.replace(".", "/") + ".py")
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            types: dict[str, set[str]] = {}
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ExceptHandler) and node.name and node.type:
+                    types.setdefault(node.name, set()).add(ast.unparse(node.type))
+            clashes += [f"{module}.{fn.name}: {name} {sorted(t)}"
+                        for name, t in types.items() if len(t) > 1]
+    assert not clashes, clashes

@@ -31,6 +31,7 @@ from ackmq.broker.errors import (
     SoftError,
     check_shortstr,
 )
+from ackmq.broker.exchange import Exchange
 from ackmq.broker.message import Message
 from ackmq.broker.operations import Operations
 from ackmq.broker.queue_type import ACK, RECOVER, REJECT, REQUEUE, RETURN, Queue, QueueEntry
@@ -51,6 +52,11 @@ class Delivery:
     entry: QueueEntry
     consumer: Consumer | None  # None: a basic.get
     deadline: float | None  # monotonic time of the consumer timeout (H2), None: none
+
+    # (an __init__ of its own: mypyc compiles it; the one dataclass writes is interpreted)
+    def __init__(self, entry: QueueEntry, consumer: Consumer | None,
+                 deadline: float | None) -> None:
+        self.entry, self.consumer, self.deadline = entry, consumer, deadline
 
 
 Taken = list[tuple[int, Delivery]]  # deliveries taken out of `unacked`, to be settled
@@ -266,7 +272,7 @@ class ChannelModel(Operations):
         self.broker.mark_dirty(self)
         return seq, routed
 
-    def _enqueue(self, x: Any, msg: Message, mandatory: bool,
+    def _enqueue(self, x: Exchange, msg: Message, mandatory: bool,
                  scheduled: bool = False, hold: bool = False) -> tuple[bool, bool, bool]:
         """Route and hand to queues: (written to the store?, refused by a queue?,
         routed?)."""

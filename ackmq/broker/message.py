@@ -15,6 +15,7 @@ from ackmq.broker.errors import PRECONDITION_FAILED, SoftError, erl_bytes
 from ackmq.protocol.amqp.erlang import pretty_pair
 from ackmq.protocol.amqp.properties import (
     PropertiesView,
+    has_headers,
     header_entries,
     peek_routing_fields,
     properties_edit,
@@ -84,7 +85,8 @@ class Message:
             except SoftError:
                 if not trusted:
                     raise
-        if b"CC" in properties:
+        # (`in` alone first tries b"CC" as an int: an exception raised and cleared)
+        if has_headers(properties) and b"CC" in properties:
             self._sender_selected(trusted)
 
     def _sender_selected(self, trusted: bool) -> None:

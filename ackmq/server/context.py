@@ -55,7 +55,9 @@ class FrontEnd:
     # the reason text of the resource alarms set now (connection.blocked's reason)
     alarm_reason: Callable[[], str]
     # every open connection, whatever its protocol (U6 limits, vhost/user deletion)
-    connections: set[ClientConnection] = field(default_factory=lambda: ConnectionSet())
+    # (typed as itself: compiled code calls a `set`'s add and discard directly, past the
+    # counting overrides)
+    connections: ConnectionSet = field(default_factory=ConnectionSet)
     # connections with output gathered this turn: written by the server's flush
     dirty: list[ClientConnection] = field(default_factory=list)
     # U5: True while a resource alarm is set; read once per read by each connection

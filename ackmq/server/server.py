@@ -3,9 +3,8 @@ resource alarms and the front-end context, and opens one listener per protocol a
 through one `_listen()`. Nothing protocol-specific lives here: a protocol is a connection
 class taking a `FrontEnd` (docs/DESIGN.md, "Adding a protocol").
 
-`request_flush()` schedules one callback for the end of the current loop turn: it runs the
-broker's end-of-turn work (group commit, coalesced confirms) and then writes every
-connection's buffered frames with one `writelines` each.
+`request_flush()` schedules one callback for the end of the current loop turn
+(server/turn.py): the broker's end-of-turn work, then every connection's buffered frames.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from ackmq.server.context import FrontEnd, HttpContext
 from ackmq.server.parameters import Parameters
 from ackmq.server.timers import LoopTimers
 from ackmq.server.transport import ClientConnection
+from ackmq.server.turn import Turn
 
 log = logging.getLogger("ackmq.server")
 
@@ -97,7 +97,7 @@ class Server:
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.broker: BrokerModel = None  # type: ignore[assignment]
         self.ctx: FrontEnd = None  # type: ignore[assignment]  # set by start()
-        self._flush_scheduled = False
+        self.turn: Turn = None  # type: ignore[assignment]  # set by start()
         self._timers: LoopTimers | None = None  # the broker's timers on the loop (C5)
         self.listeners: list[Listener] = []
         self.url = ""  # for a client on this machine (loopback when bound to all interfaces)
@@ -144,22 +144,12 @@ class Server:
         """U5: True while a resource alarm is set."""
         return self.ctx is not None and self.ctx.blocking
 
-    # -- Scheduler for the model -------------------------------------------------------
+    # -- the model's Scheduler (server/turn.py) ---------------------------------------
     def request_flush(self) -> None:
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
+        self.turn.request_flush()
 
     def _flush(self) -> None:
-        self._flush_scheduled = False
-        try:
-            self.broker.end_of_turn()
-        except Exception:  # never let one bad turn stop every connection's output
-            log.exception("end of turn failed")
-        ctx = self.ctx
-        dirty, ctx.dirty = ctx.dirty, []
-        for conn in dirty:
-            conn.flush()
+        self.turn.flush()
 
     # -- life cycle ---------------------------------------------------------------------
     async def start(self) -> str:
@@ -190,19 +180,22 @@ class Server:
         else:
             self._streams_tmp = tempfile.mkdtemp(prefix="ackmq-streams-")
             streams = StreamStore(self._streams_tmp, fsync=False)
-        self.broker = BrokerModel(self, store, consumer_timeout_ms=cfg.consumer_timeout_ms,
+        self.turn = Turn(self.loop)
+        self.broker = BrokerModel(self.turn, store, consumer_timeout_ms=cfg.consumer_timeout_ms,
                              spill=spill, queue_hot_messages=cfg.queue_hot_messages,
                              queue_memory=cfg.queue_memory_mb << 20, streams=streams)
         self.broker.notify_on_timeout = cfg.consumer_timeout_response != "close_channel"
-        self._timers = LoopTimers(self.broker.timers, self.loop, self.request_flush)  # C5
+        self.turn.broker = self.broker
+        self._timers = LoopTimers(self.broker.timers, self.loop, self.turn.request_flush)  # C5
         self.access = self._open_access()
         self.broker.vhost_limit = self.access.vhost_limit
         self.broker.schedule_bounds = Bounds(cfg.scheduled_max_repeat,
                                              cfg.scheduled_min_period_ms)
         from ackmq.server import policy_ops
         policy_ops.attach(self.broker, cfg.data_dir)  # before the queues come back
-        self.ctx = FrontEnd(self.broker, self.access, cfg, self.loop, self.request_flush,
+        self.ctx = FrontEnd(self.broker, self.access, cfg, self.loop, self.turn.request_flush,
                             self.alarm_reason)
+        self.turn.ctx = self.ctx
         self.ctx.parameters = self.parameters
         self._start_alarms()
         self.broker.start(list(self.access.vhosts))

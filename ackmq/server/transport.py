@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
+from mypy_extensions import mypyc_attr
+
 from ackmq.broker.timers import Deadline
 from ackmq.server.states import check_transition
 from ackmq.server.tls import certificate_user
@@ -49,6 +51,7 @@ def events_from(events: list[Any], first: Any) -> list[Any]:
     return events[i:]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled; the other protocols' are not
 class ClientConnection(asyncio.Protocol):
     """Base of every protocol's connection (AMQP 0-9-1, AMQP 1.0, STOMP, ...). A
     subclass supplies its part of the life (the module's docstring) and `_wake` (room

@@ -23,7 +23,7 @@ import logging
 import mmap
 import struct
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 from ackmq.broker.storage import CorruptStore
 from ackmq.protocol.crc import crc32
@@ -38,7 +38,12 @@ REC_HDR = struct.Struct("<II")
 _NO_REC_HDR = bytes(REC_HDR.size)  # a record header's place, filled in once its crc is known
 WRITE_FRAME_MAX = 16 << 20  # a frame is closed once its payload passes this (one record may exceed)
 
-ADD, REMOVE, DELIVERED, DEF, SYNCED, NOTE = 1, 2, 3, 4, 5, 6
+ADD: Final = 1
+REMOVE: Final = 2
+DELIVERED: Final = 3
+DEF: Final = 4
+SYNCED: Final = 5
+NOTE: Final = 6
 # NOTE: type, op (NOTE_PUT | NOTE_FORGET), then the key: a front end's mark written in the
 # same frame as the messages of its batch (MQTT's QoS 2 packet ids: store/notes.py)
 NOTE_HDR = struct.Struct("<BB")
@@ -50,6 +55,20 @@ DELIVERED_REC = struct.Struct("<BIQI")
 SYNCED_REC = struct.Struct("<BQ")  # type, offset in this segment known fdatasynced
 
 _FRAME_MAGIC_BYTES = struct.pack("<I", FRAME_MAGIC)
+# the write path's packers and sizes, bound once (Final: compiled code reads them as
+# constants, where a module global is a dictionary look-up and a method a look-up more)
+_REC_HDR_SIZE: Final = REC_HDR.size
+_ADD_HDR_SIZE: Final = ADD_HDR.size
+_FRAME_HDR_SIZE: Final = FRAME_HDR.size
+_NO_FRAME_HDR: Final = bytes(FRAME_HDR.size)
+_pack_add: Final = ADD_HDR.pack
+_pack_rec: Final = REC_HDR.pack
+_pack_rec_into: Final = REC_HDR.pack_into
+_pack_frame_head_into: Final = struct.Struct("<III").pack_into  # FRAME_HDR less its crc
+_pack_u32_into: Final = struct.Struct("<I").pack_into
+_pack_remove: Final = REMOVE_REC.pack
+_pack_delivered: Final = DELIVERED_REC.pack
+_pack_synced: Final = SYNCED_REC.pack
 RELEASE_BYTES = 8 << 20  # recovery unmaps what it has scanned in steps of this much
 
 
@@ -74,9 +93,9 @@ def encode_add(out: bytearray, qid: int, seq: int, count: int, exchange: bytes,
     """Append one ADD record; the body is copied once (into `out`), and the record's crc
     taken over it there in one call (its header is written in place after)."""
     start = len(out)
-    size = ADD_HDR.size + len(exchange) + len(routing_key) + len(properties) + len(body)
-    head = ADD_HDR.pack(ADD, qid, seq, count, len(exchange), len(routing_key),
-                        len(properties), len(body))  # raises before `out` is touched
+    size = _ADD_HDR_SIZE + len(exchange) + len(routing_key) + len(properties) + len(body)
+    head = _pack_add(ADD, qid, seq, count, len(exchange), len(routing_key),
+                     len(properties), len(body))  # raises before `out` is touched
     out += _NO_REC_HDR
     out += head
     out += exchange
@@ -84,25 +103,25 @@ def encode_add(out: bytearray, qid: int, seq: int, count: int, exchange: bytes,
     out += properties
     out += body
     with memoryview(out) as mv:
-        crc = crc32(mv[start + REC_HDR.size:])
-    REC_HDR.pack_into(out, start, size, crc)
+        crc = crc32(mv[start + _REC_HDR_SIZE:])
+    _pack_rec_into(out, start, size, crc)
 
 
 def encode_small(out: bytearray, body: bytes) -> None:
-    out += REC_HDR.pack(len(body), crc32(body))
+    out += _pack_rec(len(body), crc32(body))
     out += body
 
 
 def encode_remove(out: bytearray, qid: int, seq: int) -> None:
-    encode_small(out, REMOVE_REC.pack(REMOVE, qid, seq))
+    encode_small(out, _pack_remove(REMOVE, qid, seq))
 
 
 def encode_delivered(out: bytearray, qid: int, seq: int, count: int) -> None:
-    encode_small(out, DELIVERED_REC.pack(DELIVERED, qid, seq, count))
+    encode_small(out, _pack_delivered(DELIVERED, qid, seq, count))
 
 
 def encode_synced(out: bytearray, offset: int) -> None:
-    encode_small(out, SYNCED_REC.pack(SYNCED, offset))
+    encode_small(out, _pack_synced(SYNCED, offset))
 
 
 def encode_note(out: bytearray, op: int, key: bytes) -> None:
@@ -126,18 +145,19 @@ class FrameWriter:
                                and len(self.out) - self._start > WRITE_FRAME_MAX):
             self._close()
             self._start = len(self.out)
-            self.out += bytes(FRAME_HDR.size)
+            self.out += _NO_FRAME_HDR
         self.records += 1
         return len(self.out)
 
     def _close(self) -> None:
-        if self._start >= 0:
-            payload = self._start + FRAME_HDR.size
-            length = len(self.out) - payload
-            with memoryview(self.out) as mv:
-                pcrc = crc32(mv[payload:])
-            head = struct.pack("<III", FRAME_MAGIC, length, pcrc)
-            self.out[self._start:payload] = head + struct.pack("<I", crc32(head))
+        start = self._start
+        if start >= 0:
+            out = self.out
+            payload = start + _FRAME_HDR_SIZE
+            with memoryview(out) as mv:
+                _pack_frame_head_into(out, start, FRAME_MAGIC, len(out) - payload,
+                                      crc32(mv[payload:]))
+                _pack_u32_into(out, start + 12, crc32(mv[start:start + 12]))
 
     def finish(self) -> bytearray:
         self._close()

@@ -35,7 +35,16 @@ class QueueIndex:
 
     def _find(self, seq: int) -> int:
         seqs = self.seqs
-        i = bisect_left(seqs, seq, self.head)
+        # the usual two first, without a bisect: the newest entry (the writer placing a
+        # lone message it just wrote) and the oldest live one (acks in FIFO order)
+        n = len(seqs)
+        head = self.head
+        if head < n:
+            if seqs[n - 1] == seq:
+                return n - 1
+            if seqs[head] == seq:
+                return head
+        i = bisect_left(seqs, seq, head)
         if i < len(seqs) and seqs[i] == seq:
             return i
         return -1

@@ -18,11 +18,14 @@ import shutil
 import struct
 from pathlib import Path
 
+from mypy_extensions import mypyc_attr
+
 _LEN = struct.Struct(">I")
 SEG_BITS = 40  # location = segment << 40 | offset
 WINDOW = 256 * 1024  # bytes one get_many pread may span
 
 
+@mypyc_attr(native_class=False)  # (mypyc cannot make a subclass of OSError native)
 class SpillError(OSError):
     """A spill file could not be written or read back."""
 

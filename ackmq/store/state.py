@@ -66,6 +66,12 @@ class PendingAdd:
     body: bytes
     count: int = field(default=0, init=False)  # the highest delivery count seen
 
+    # (an __init__ of its own: mypyc compiles it; the one dataclass writes is interpreted)
+    def __init__(self, qid: int, seq: int, exchange: str, routing_key: str,
+                 properties: bytes, body: bytes) -> None:
+        self.qid, self.seq, self.exchange, self.routing_key = qid, seq, exchange, routing_key
+        self.properties, self.body, self.count = properties, body, 0
+
 
 class WriteBatch:
     """What the broker buffered between two commits. Immutable once handed to the writer."""

@@ -375,9 +375,11 @@ class Decoder:
             raise FrameError(UNEXPECTED_FRAME, _EXPECT_HEADER, CLASS_BASIC, method_id)
         properties = bytes(buf[start + 12 : end])
         try:
-            check_properties(properties)
-        except TableTooDeep as err:
-            raise FrameError(SYNTAX_ERROR, str(err), CLASS_BASIC, method_id) from None
+            if properties != self._props_ok:  # as the fused path: equal ones were checked
+                check_properties(properties)
+                self._props_ok = properties
+        except TableTooDeep as deep:  # (one name per except: compiled, a name has one type)
+            raise FrameError(SYNTAX_ERROR, str(deep), CLASS_BASIC, method_id) from None
         except (ValueError, IndexError, struct.error) as err:
             raise FrameError(
                 FRAME_ERROR,

@@ -7,8 +7,9 @@ an isinstance check, nothing more.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeAlias, TypeVar
 
+from mypy_extensions import mypyc_attr
 from pamqp.base import Frame
 from pamqp.commands import Basic
 
@@ -27,6 +28,10 @@ class Method:
     channel: int
     method: Frame
 
+    # (an __init__ of its own: mypyc compiles it; the one dataclass writes is interpreted)
+    def __init__(self, channel: int, method: Frame) -> None:
+        self.channel, self.method = channel, method
+
 
 @dataclass(slots=True)
 class Publish:
@@ -39,6 +44,13 @@ class Publish:
     immediate: bool
     properties: bytes
     body: bytes
+
+    # (an __init__ of its own: mypyc compiles it; the one dataclass writes is interpreted)
+    def __init__(self, channel: int, exchange: str, routing_key: str, mandatory: bool,
+                 immediate: bool, properties: bytes, body: bytes) -> None:
+        self.channel, self.exchange, self.routing_key = channel, exchange, routing_key
+        self.mandatory, self.immediate = mandatory, immediate
+        self.properties, self.body = properties, body
 
 
 ContentMethod = Basic.Deliver | Basic.GetOk | Basic.Return
@@ -107,6 +119,7 @@ class DecodedFlow(Protocol):
 M = TypeVar("M")
 
 
+@mypyc_attr(native_class=False)  # a generic slotted dataclass: mypyc cannot make it native
 @dataclass(slots=True)
 class Content(Generic[M]):
     """basic.deliver / basic.get-ok / basic.return with its content (client side).
@@ -118,6 +131,10 @@ class Content(Generic[M]):
     method: M
     properties: bytes
     body: bytes
+
+    # (an __init__ of its own: mypyc compiles it; the one dataclass writes is interpreted)
+    def __init__(self, channel: int, method: M, properties: bytes, body: bytes) -> None:
+        self.channel, self.method, self.properties, self.body = channel, method, properties, body
 
 
 @dataclass(slots=True)
@@ -139,7 +156,9 @@ class ChannelFault:
     method_id: int
 
 
-Event = ProtocolHeader | Method | Publish | Content[ContentMethod] | Heartbeat | ChannelFault
+# a string: compiled, `Content` (not native) cannot be subscripted at run time
+Event: TypeAlias = (
+    "ProtocolHeader | Method | Publish | Content[ContentMethod] | Heartbeat | ChannelFault")
 
 
 class FrameError(Exception):

@@ -24,7 +24,7 @@ import datetime
 import linecache
 import struct
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Final
 
 from pamqp import commands
 
@@ -64,6 +64,14 @@ _FIELDS = FIELDS  # the name tests/test_decoder_hostile.py knows
 FLAGS: dict[str, int] = {name: flag for flag, name, _kind in FIELDS}
 """Flag bit by pamqp property name."""
 _FLAG_HEADERS = FLAGS["headers"]
+
+
+def has_headers(raw: bytes) -> bool:
+    """Whether raw (checked) properties carry a headers table: a header's name can
+    appear in them only then."""
+    return bool(raw[0] & (_FLAG_HEADERS >> 8))
+
+
 _UNKNOWN_FLAGS = 0x0003  # bit 1 unused; bit 0 = continuation word (RabbitMQ rejects it)
 
 _U16 = struct.Struct(">H")
@@ -150,48 +158,43 @@ calls this per message). Raises ValueError/IndexError/struct.error on anything R
 could not decode."""
 
 
-def _peek_source(fname: str, wanted: tuple[str, ...]) -> str:
-    """Source of `fname(raw)`: the values of `wanted` (octets and shortstrs; None when
-    absent) in wire order, in one pass over checked properties that stops once nothing
-    more it wants is present."""
-    names = [name for _flag, name, _kind in FIELDS if name in wanted]
-    flag_of = {name: flag for flag, name, _kind in FIELDS}
-    last = names[-1]
-    src = [f"def {fname}(raw):\n    flags = (raw[0] << 8) | raw[1]\n",
-           f"    if not flags & 0x{sum(flag_of[n] for n in names):04x}:\n",
-           f"        return {', '.join('None' for _ in names)}\n    pos = 2\n"]
-    if len(names) > 1:
-        src.append("    " + " = ".join(names[:-1]) + " = None\n")
-    for flag, name, kind in FIELDS:
-        assert name not in names or kind in (OCTET, SHORTSTR)
-        if name == last:
-            got = "".join(f"{n}, " for n in names[:-1])
-            if kind == OCTET:
-                src.append(f"    return {got}raw[pos]\n")
-            else:
-                src.append(f"    n = raw[pos]\n    return {got}"
-                           'bytes(raw[pos + 1:pos + 1 + n]).decode("utf-8", "replace")\n')
-            break
-        if name not in names:
-            src.append(f"    if flags & 0x{flag:04x}:\n        {_STEP_TRUSTED[kind]}\n")
-            continue
-        read = "raw[pos]" if kind == OCTET else \
-            'bytes(raw[pos + 1:pos + 1 + raw[pos]]).decode("utf-8", "replace")'
-        src.append(f"    if flags & 0x{flag:04x}:\n        {name} = {read}\n"
-                   f"        {_STEP[kind]}\n")
-        if names[names.index(name) + 1] == last:
-            got = ", ".join(names[:-1])
-            src.append(f"    if not flags & 0x{flag_of[last]:04x}:\n"
-                       f"        return {got}, None\n")
-    return "".join(src)
+_DELIVERY_MODE: Final = FLAGS["delivery_mode"]
+_PRIORITY: Final = FLAGS["priority"]
+_EXPIRATION: Final = FLAGS["expiration"]
+_BEFORE_MODE: Final = (FLAGS["content_type"], FLAGS["content_encoding"])  # shortstrs
+_BETWEEN: Final = (FLAGS["correlation_id"], FLAGS["reply_to"])  # shortstrs, before expiration
 
 
-peek_routing_fields: Callable[[bytes], tuple[int | None, int | None, str | None]] = generate(
-    "peek_routing_fields",
-    _peek_source("peek_routing_fields", ("delivery_mode", "priority", "expiration")), {})
-peek_routing_fields.__doc__ = """(delivery-mode, priority, expiration) in one pass: what the
-broker needs of every message. Assumes `raw` passed `check_properties` (the decoder
-checks each message)."""
+def peek_routing_fields(raw: bytes) -> tuple[int | None, int | None, str | None]:
+    """(delivery-mode, priority, expiration) in one pass: what the broker needs of every
+    message. Assumes `raw` passed `check_properties` (the decoder checks each message).
+    Written out, not generated as the walks above are (every message runs it, and a
+    generated function stays interpreted in the compiled build); it follows FIELDS'
+    order, and tests/test_property_layout.py checks it against pamqp."""
+    flags: int = (raw[0] << 8) | raw[1]
+    if not flags & (_DELIVERY_MODE | _PRIORITY | _EXPIRATION):
+        return None, None, None
+    pos: int = 2
+    for flag in _BEFORE_MODE:
+        if flags & flag:
+            pos += 1 + raw[pos]
+    if flags & _FLAG_HEADERS:
+        pos += 4 + _U32.unpack_from(raw, pos)[0]
+    mode: int | None = None
+    priority: int | None = None
+    if flags & _DELIVERY_MODE:
+        mode = raw[pos]
+        pos += 1
+    if flags & _PRIORITY:
+        priority = raw[pos]
+        pos += 1
+    if not flags & _EXPIRATION:
+        return mode, priority, None
+    for flag in _BETWEEN:
+        if flags & flag:
+            pos += 1 + raw[pos]
+    n = raw[pos]
+    return mode, priority, bytes(raw[pos + 1:pos + 1 + n]).decode("utf-8", "replace")
 
 
 def _read_field(raw: bytes, start: int, end: int, kind: int) -> Any:

@@ -54,6 +54,14 @@ class Publish:
     packet_id: int = 0  # QoS 1 and 2 only
     properties: Properties = field(default_factory=dict)
 
+    # (an __init__ of its own: mypyc compiles it; the one dataclass writes is interpreted)
+    def __init__(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False,
+                 dup: bool = False, packet_id: int = 0,
+                 properties: Properties | None = None) -> None:
+        self.topic, self.payload, self.qos, self.retain = topic, payload, qos, retain
+        self.dup, self.packet_id = dup, packet_id
+        self.properties = {} if properties is None else properties
+
 
 @dataclass(slots=True)
 class PublishResponse:
@@ -63,6 +71,12 @@ class PublishResponse:
     packet_id: int
     reason_code: int = 0
     properties: Properties = field(default_factory=dict)
+
+    # (an __init__ of its own: mypyc compiles it; the one dataclass writes is interpreted)
+    def __init__(self, packet_id: int, reason_code: int = 0,
+                 properties: Properties | None = None) -> None:
+        self.packet_id, self.reason_code = packet_id, reason_code
+        self.properties = {} if properties is None else properties
 
 
 class PubAck(PublishResponse):

@@ -75,6 +75,12 @@ class Frame:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
 
+    # (an __init__ of its own: mypyc compiles it; the one dataclass writes is interpreted)
+    def __init__(self, command: str, headers: dict[str, str] | None = None,
+                 body: bytes = b"") -> None:
+        self.command, self.body = command, body
+        self.headers = {} if headers is None else headers
+
 
 @dataclass(slots=True)
 class HeartBeat:

@@ -54,6 +54,10 @@ class Command:
     version: int
     fields: dict[str, Any]
 
+    # (an __init__ of its own: mypyc compiles it; the one dataclass writes is interpreted)
+    def __init__(self, key: int, version: int, fields: dict[str, Any]) -> None:
+        self.key, self.version, self.fields = key, version, fields
+
     def __getattr__(self, name: str) -> Any:
         try:
             return self.fields[name]

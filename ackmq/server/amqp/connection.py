@@ -125,11 +125,11 @@ class AMQPConnection(ClientConnection):
             return
         try:
             events = self.decoder.feed(data)
-        except BadProtocolHeader as e:
+        except BadProtocolHeader as bad:  # (one name per except: compiled, a name has one type)
             # as the 0-9-1 spec says (4.2.2): our header, then close; one line naming
             # what came (RabbitMQ logs {bad_header, <<...>>})
             log.warning("AMQP 0-9-1 protocol header expected from %s, got %s: sent "
-                        "AMQP 0-9-1's header and closed", self.peer, name_bytes(e.head))
+                        "AMQP 0-9-1's header and closed", self.peer, name_bytes(bad.head))
             self.write(PROTOCOL_HEADER)
             self._shutdown()
             return
@@ -163,8 +163,8 @@ class AMQPConnection(ClientConnection):
                     try:
                         ch.model.basic_publish(ev.exchange, ev.routing_key, ev.mandatory,
                                                ev.immediate, ev.properties, ev.body)
-                    except SoftError as err:
-                        ch.fail(err, 60, 40)
+                    except SoftError as soft:
+                        ch.fail(soft, 60, 40)
                 elif type(ev) is Method:
                     self._method(ev.channel, ev.method)
                 elif type(ev) is Heartbeat:
@@ -180,11 +180,11 @@ class AMQPConnection(ClientConnection):
                         continue
                     ch.fail(SoftError(ev.reply_code, ""), ev.class_id, ev.method_id,
                             text=ev.reply_text)
-            except HardError as err:
+            except HardError as hard:
                 cid, mid = _class_method(getattr(ev, "method", None))
                 if type(ev) is Publish:
                     cid, mid = 60, 40
-                self.close_connection(err.code, err.text, cid, mid)
+                self.close_connection(hard.code, hard.text, cid, mid)
                 return
             except ReplyError as err:  # a channel error outside a channel: treat as hard
                 self.close_connection(err.code, err.text, 0, 0)
