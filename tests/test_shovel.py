@@ -370,3 +370,30 @@ def test_V1_load_definitions_at_start_starts_the_shovels(tmp_path: Path) -> None
         s.wait(lambda: s.depth("ld-dst") == 3, "moved")
     finally:
         b.stop()
+
+
+def test_V1_a_shovel_replaced_as_it_connects_does_not_hang_the_broker_stop(
+        tmp_path: Path) -> None:
+    """A shovel PUT twice at once: the first worker is stopped while its connections are
+    still opening. Python 3.11's wait_for swallowed that cancel when it landed as the
+    handshake completed, the worker then waited for its session's end forever, and the
+    broker's shutdown with it (SIGTERM: still running 30 s later). It must stop at once."""
+    import signal
+    import time
+
+    b = BrokerProcess(tmp_path, "--http-port", "0")
+    b.start()
+    try:
+        s = make_side("ackmq", http_target(b), b.url)
+        for _ in range(3):  # the race is the second PUT landing during the first's connect
+            assert s.put("twice", _good(s)).status in (201, 204)
+            assert s.put("twice", _good(s)).status == 204
+            s.wait_state("twice", "running")
+            assert s.delete("twice").status == 204
+        assert b.proc is not None
+        t0 = time.monotonic()
+        b.proc.send_signal(signal.SIGTERM)
+        b.proc.wait(10)  # raises TimeoutExpired where the old worker hung the stop
+        assert time.monotonic() - t0 < 10
+    finally:
+        b.stop()
