@@ -97,6 +97,23 @@ class BrokerProcess:
                 threading.Thread(target=self._drain, daemon=True).start()
                 return self.url
         self.stop()
+        # a restart keeps its STOMP and MQTT ports, and with many tests at once another
+        # socket may hold one by now (an ephemeral port is drawn from the same range):
+        # those two are picked afresh, once (the AMQP port, which clients reconnect to,
+        # is kept: its loss fails the start)
+        last = "".join(self.log[-3:])
+        if "address already in use" in last and not getattr(self, "_retried", False):
+            moved = False
+            if "(STOMP)" in last and self.stomp_port:
+                self.stomp_port, moved = 0, True
+            if "(MQTT)" in last and self.mqtt_port:
+                self.mqtt_port, moved = 0, True
+            if moved:
+                self._retried = True
+                try:
+                    return self.start(timeout)
+                finally:
+                    self._retried = False
         raise RuntimeError("ackmq did not start:\n" + "".join(self.log))
 
     def _drain(self) -> None:
