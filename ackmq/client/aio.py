@@ -207,10 +207,12 @@ class AsyncConnection(BaseConnection):
             tls = {"ssl": o.tls.context(), "server_hostname": o.tls.server_hostname(o.host)
                    or ""}
         try:
-            transport, _ = await asyncio.wait_for(
-                self.loop.create_connection(lambda: _Protocol(self, core), o.host, o.port,
-                                            **tls),
-                o.connect_timeout)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a caller's cancel
+            # that lands as the awaited future completes (a shovel replaced while it
+            # connected then never stopped)
+            async with asyncio.timeout(o.connect_timeout):
+                transport, _ = await self.loop.create_connection(
+                    lambda: _Protocol(self, core), o.host, o.port, **tls)
         except (TimeoutError, OSError) as err:  # ssl.SSLError is an OSError
             lost = ConnectionLost(f"cannot connect to {o.host}:{o.port}: {err!r}")
             core.lost(lost)
@@ -218,7 +220,8 @@ class AsyncConnection(BaseConnection):
         self._transport = transport
         self._flush()
         try:
-            await asyncio.wait_for(asyncio.shield(core.opened), o.connect_timeout)
+            async with asyncio.timeout(o.connect_timeout):
+                await asyncio.shield(core.opened)
         except TimeoutError:
             lost = ConnectionLost(f"no AMQP handshake with {o.host}:{o.port} within "
                                   f"{o.connect_timeout} s")

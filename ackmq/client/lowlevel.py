@@ -189,7 +189,8 @@ class RawConnection(AsyncConnection):
         connection or closed channel settles the future with the error (Core.lost,
         Chan.fail), so awaiting it alone cannot hang past the timeout."""
         if not fut.done():
-            await asyncio.wait_for(fut, self.options.send_timeout / 1000.0)
+            async with asyncio.timeout(self.options.send_timeout / 1000.0):  # (aio._open)
+                await fut
         return fut.result()
 
     @property

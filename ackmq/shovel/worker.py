@@ -115,14 +115,9 @@ class Worker:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None and task is not asyncio.current_task():
-            # cancelled again until it ends: Python 3.11's wait_for (the client's connect)
-            # swallows a cancel that lands as its future completes, and the session then
-            # waits for its end forever — the broker's shutdown with it
-            while not task.done():
-                task.cancel()
-                await asyncio.wait({task}, timeout=0.5)
+            task.cancel()
             try:
-                task.result()
+                await task
             except (asyncio.CancelledError, Exception):  # noqa: BLE001 - it is going
                 pass
         await self._close()
