@@ -148,9 +148,6 @@ class Server:
     def request_flush(self) -> None:
         self.turn.request_flush()
 
-    def _flush(self) -> None:
-        self.turn.flush()
-
     # -- life cycle ---------------------------------------------------------------------
     async def start(self) -> str:
         self.loop = asyncio.get_running_loop()
@@ -492,7 +489,7 @@ class Server:
         for conn in list(self.connections):
             conn.force_close("broker forced connection closure with reason 'shutdown'")
         if self.ctx is not None:
-            self._flush()
+            self.turn.flush()
         deadline = self.loop.time() + 2.0
         while self.connections and self.loop.time() < deadline:
             await asyncio.sleep(0.02)

@@ -35,7 +35,7 @@ FILE_HDR = struct.Struct("<8sII")
 FRAME_MAGIC = 0xA5C40F01
 FRAME_HDR = struct.Struct("<IIII")
 REC_HDR = struct.Struct("<II")
-_NO_REC_HDR = bytes(REC_HDR.size)  # a record header's place, filled in once its crc is known
+_NO_REC_HDR: Final = bytes(REC_HDR.size)  # a record header's place, filled in once its crc is known
 WRITE_FRAME_MAX = 16 << 20  # a frame is closed once its payload passes this (one record may exceed)
 
 ADD: Final = 1
