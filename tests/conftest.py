@@ -45,6 +45,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         lanes.order(items, config.rootpath)
 
 
+# the broker's log line when a port it was given is taken
+CANNOT_LISTEN = re.compile(r"cannot listen on \S+:(\d+)(?: \((\w+)\))?: .*already in use")
+
+
 class BrokerProcess:
     """`ackmq serve` as a subprocess; the tests talk to it over loopback like any client."""
 
@@ -64,14 +68,23 @@ class BrokerProcess:
         self.log: list[str] = []
 
     def start(self, timeout: float = 30.0) -> str:
+        from support import ports
+        picked = []  # ports chosen here, not by the test: free to choose again
+        if not self.port:
+            self.port = ports.pick()
+            picked.append("port")
         stomp = [] if "--no-stomp" in self.extra or "--stomp-port" in self.extra \
-            else ["--stomp-port", str(self.stomp_port)]
+            else ["--stomp-port", str(self.stomp_port or self._pick("stomp_port", picked))]
+        env = dict(os.environ)
         if self.mqtt_port and "--mqtt-port" not in self.extra and "--no-mqtt" not in self.extra:
             stomp += ["--mqtt-port", str(self.mqtt_port)]  # a restart keeps its MQTT port
+        elif env.get("ACKMQ_MQTT_PORT") == "0":  # the default a config file may override
+            env["ACKMQ_MQTT_PORT"] = str(ports.pick())  # self.mqtt_port: from the log line
+            picked.append("mqtt_port")
         cmd = [sys.executable, "-m", "ackmq", "serve", "--port", str(self.port), *stomp,
                "--data-dir", str(self.data_dir), *self.extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, bufsize=1)
+                                     text=True, bufsize=1, env=env)
         deadline = time.monotonic() + timeout
         assert self.proc.stdout is not None
         while time.monotonic() < deadline:
@@ -97,24 +110,29 @@ class BrokerProcess:
                 threading.Thread(target=self._drain, daemon=True).start()
                 return self.url
         self.stop()
-        # a restart keeps its STOMP and MQTT ports, and with many tests at once another
-        # socket may hold one by now (an ephemeral port is drawn from the same range):
-        # those two are picked afresh, once (the AMQP port, which clients reconnect to,
-        # is kept: its loss fails the start)
-        last = "".join(self.log[-3:])
-        if "address already in use" in last and not getattr(self, "_retried", False):
-            moved = False
-            if "(STOMP)" in last and self.stomp_port:
-                self.stomp_port, moved = 0, True
-            if "(MQTT)" in last and self.mqtt_port:
-                self.mqtt_port, moved = 0, True
-            if moved:
-                self._retried = True
+        # the ports come from below the ephemeral range (support.ports), so no client's
+        # socket takes one between a kill and the restart; another worker's broker can
+        # still pick the same free port at the same moment: a first start picks afresh
+        # (a restart keeps its AMQP port, which clients reconnect to; STOMP and MQTT
+        # move), a few times
+        m = CANNOT_LISTEN.search("".join(self.log[-3:]))
+        tries = getattr(self, "_retried", 0)
+        if m and tries < 3:
+            name = {"STOMP": "stomp_port", "MQTT": "mqtt_port"}.get(m.group(2) or "", "port")
+            if name != "port" or "port" in picked:
+                setattr(self, name, 0)
+                self._retried = tries + 1
                 try:
                     return self.start(timeout)
                 finally:
-                    self._retried = False
+                    self._retried = tries
         raise RuntimeError("ackmq did not start:\n" + "".join(self.log))
+
+    def _pick(self, name: str, picked: list[str]) -> int:
+        from support import ports
+        setattr(self, name, ports.pick())
+        picked.append(name)
+        return int(getattr(self, name))
 
     def _drain(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
