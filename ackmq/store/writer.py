@@ -15,6 +15,7 @@ from ackmq.broker.storage import StoreError
 
 from . import fileio
 from .format import (
+    LONE_ADD_MAX,
     NOTE_PUT,
     FrameWriter,
     encode_add,
@@ -24,6 +25,7 @@ from .format import (
     encode_synced,
     file_header,
     log,
+    lone_add_frame,
 )
 from .index import DEAD, PENDING
 from .pending import PendingMixin
@@ -310,39 +312,31 @@ def write_batch(store: WriterMixin, b: WriteBatch) -> StoreError | None:
         if store._broken is not None:
             store._fail_batch(b)
             return store._broken
-    fw = FrameWriter(one_frame=bool(b.notes))
-    out = fw.out
     base = store._woff
     synced_seg, synced = store._synced_at
     if synced_seg == store._active and synced > store._claimed:  # tells torn from corrupt
-        fw.begin_record()
-        encode_synced(out, synced)
         store._claimed = synced
+    else:
+        synced = -1
     placed: list[tuple[PendingAdd, int]] = []
-    add_bytes = 0
-    for op in b.adds.values():
-        start = fw.begin_record()
-        placed.append((op, base + start))
-        encode_add(out, op.qid, op.seq, op.count, op.exchange.encode(),
-                   op.routing_key.encode(), op.properties, op.body)
-        add_bytes += len(out) - start
-    for (qid, seq), count in b.delivered.items():
-        fw.begin_record()
-        encode_delivered(out, qid, seq, count)
-    for qid, seq in b.removes:
-        fw.begin_record()
-        encode_remove(out, qid, seq)
-    for nop, note in b.notes:  # after the ADDs, in their frame: both or neither
-        fw.begin_record()
-        encode_note(out, nop, note)
-    data = fw.finish()
+    data: bytes | bytearray
+    op = lone_add(b)
+    if op is not None:
+        data, at = lone_add_frame(synced, op.qid, op.seq, op.count, op.exchange.encode(),
+                                  op.routing_key.encode(), op.properties, op.body)
+        placed.append((op, base + at))
+        add_bytes = len(data) - at
+        records = 1 if synced < 0 else 2
+    else:
+        data, add_bytes, records = encode_batch(b, synced, base, placed)
     if base + len(data) > store._alloc_end and store._prealloc:
         store._preallocate(base + len(data))
     try:
-        view = memoryview(data)
-        done = 0
-        while done < len(data):
-            done += fileio.pwrite(store._wfd, view[done:], base + done)
+        done = fileio.pwrite(store._wfd, data, base)
+        if done < len(data):  # a short write (a signal, a full disk): the rest
+            view = memoryview(data)
+            while done < len(data):
+                done += fileio.pwrite(store._wfd, view[done:], base + done)
     except OSError as e:
         store._undo_write(base)
         store._fail_batch(b)
@@ -352,7 +346,7 @@ def write_batch(store: WriterMixin, b: WriteBatch) -> StoreError | None:
         return StoreError(f"write to {store._paths[store._active]} failed ({what}): {e}")
     store.stats.writes += 1
     store.stats.bytes_written += len(data)
-    store.stats.records_written += fw.records
+    store.stats.records_written += records
     seg = store._active
     shift = seg << 32
     with store._lock:
@@ -376,3 +370,41 @@ def write_batch(store: WriterMixin, b: WriteBatch) -> StoreError | None:
                     store._notes[note] = seg
     store._wstate = (store._wfd, store._wstate[1] + 1, seg, store._woff)
     return None
+
+
+def lone_add(b: WriteBatch) -> PendingAdd | None:
+    """The batch's one ADD when it holds nothing else and is small (`lone_add_frame`)."""
+    if len(b.adds) != 1 or b.delivered or b.removes or b.notes:
+        return None
+    for op in b.adds.values():
+        if len(op.body) + len(op.properties) <= LONE_ADD_MAX:
+            return op
+    return None
+
+
+def encode_batch(b: WriteBatch, synced: int, base: int,
+                 placed: list[tuple[PendingAdd, int]]) -> tuple[bytearray, int, int]:
+    """Any batch's frames (a SYNCED record first when `synced` >= 0); each ADD with its
+    file offset into `placed`. Returns the bytes, the ADD records' size, the records."""
+    fw = FrameWriter(one_frame=bool(b.notes))
+    out = fw.out
+    if synced >= 0:
+        fw.begin_record()
+        encode_synced(out, synced)
+    add_bytes = 0
+    for op in b.adds.values():
+        start = fw.begin_record()
+        placed.append((op, base + start))
+        encode_add(out, op.qid, op.seq, op.count, op.exchange.encode(),
+                   op.routing_key.encode(), op.properties, op.body)
+        add_bytes += len(out) - start
+    for (qid, seq), count in b.delivered.items():
+        fw.begin_record()
+        encode_delivered(out, qid, seq, count)
+    for qid, seq in b.removes:
+        fw.begin_record()
+        encode_remove(out, qid, seq)
+    for nop, note in b.notes:  # after the ADDs, in their frame: both or neither
+        fw.begin_record()
+        encode_note(out, nop, note)
+    return fw.finish(), add_bytes, fw.records
