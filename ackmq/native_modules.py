@@ -36,4 +36,6 @@ NATIVE: tuple[str, ...] = (
     "ackmq.server.transport",
     "ackmq.server.turn",
     "ackmq.broker.broker",
+    "ackmq.server.delivery",
+    "ackmq.server.amqp.frames",
 )

@@ -3,7 +3,8 @@ callgrind (deterministic on a busy machine, where wall-clock figures are not):
 
     python -m tools.perf.callgrind_bench [--small 200] [--large 1200] WORKLOAD ...
 
-e.g. `stomp-send-stream stomp-consume-auto mqtt-publish-qos1-window mqtt-fanout`.
+e.g. `stomp-send-stream stomp-consume-auto mqtt-publish-qos1-window mqtt-fanout`, or
+AMQP 0-9-1's `fanout consume-prefetch` (with `--prefetch`, the bench's option).
 Runs `python -m ackmq serve` (this checkout) under valgrind --tool=callgrind with its
 STOMP and MQTT listeners on free ports, then each workload twice with `ackmq bench`
 (the bench's own clients, outside valgrind): with `--small` and with `--large`
@@ -24,11 +25,14 @@ from pathlib import Path
 from tools.perf.callgrind import dump, free_port, start, stop, zero
 
 
-def _bench(workload: str, n: int, stomp: int, mqtt: int) -> None:
-    family = ["--mqtt", "--mqtt-url", f"mqtt://guest:guest@127.0.0.1:{mqtt}"] \
-        if workload.startswith("mqtt-") else \
-        ["--stomp", "--stomp-url", f"stomp://guest:guest@127.0.0.1:{stomp}/",
-         "--stomp-prefetch", "100"]
+def _bench(workload: str, n: int, ports: dict[str, int], extra: list[str]) -> None:
+    if workload.startswith("mqtt-"):
+        family = ["--mqtt", "--mqtt-url", f"mqtt://guest:guest@127.0.0.1:{ports['mqtt']}"]
+    elif workload.startswith("stomp-"):
+        family = ["--stomp", "--stomp-url", f"stomp://guest:guest@127.0.0.1:{ports['stomp']}/",
+                  "--stomp-prefetch", "100"]
+    else:  # AMQP 0-9-1's (and 1.0's, on the same port)
+        family = ["--url", f"amqp://guest:guest@127.0.0.1:{ports['amqp']}/", *extra]
     subprocess.run([sys.executable, "-m", "ackmq", "bench", *family, "--rounds", "1",
                     "--messages", str(n), workload],
                    check=True, capture_output=True, timeout=3600)
@@ -42,20 +46,22 @@ def main() -> None:
     ap.add_argument("--serve-args", default="--no-stream --mqtt-port {mqtt}",
                     help="the broker's listener flags beside --stomp-port (an older tree, "
                          "run with PYTHONPATH=<its export>, may not have these: pass '')")
+    ap.add_argument("--prefetch", help="consume-prefetch's prefetch counts (the bench's option)")
     args = ap.parse_args()
+    extra = ["--prefetch", args.prefetch] if args.prefetch else []
     work = Path(tempfile.mkdtemp(prefix="ackmq-cgb-", dir="/var/tmp"))
     out = str(work / "cg")
-    stomp, mqtt = free_port(), free_port()
-    proc, log = start(work, out, ["--port", "0", "--http-port", "0",
-                                  *args.serve_args.format(mqtt=mqtt).split(),
-                                  "--stomp-port", str(stomp)])
+    ports = {"amqp": free_port(), "stomp": free_port(), "mqtt": free_port()}
+    proc, log = start(work, out, ["--port", str(ports["amqp"]), "--http-port", "0",
+                                  *args.serve_args.format(mqtt=ports["mqtt"]).split(),
+                                  "--stomp-port", str(ports["stomp"])])
     try:
         for w in args.workloads:
-            _bench(w, 20, stomp, mqtt)  # warm-up: first connections under valgrind
+            _bench(w, 20, ports, extra)  # warm-up: first connections under valgrind
             counts = []
             for n in (args.small, args.large):
                 zero(proc.pid)
-                _bench(w, n, stomp, mqtt)
+                _bench(w, n, ports, extra)
                 counts.append(dump(proc.pid, out, f"{w}-{n}"))
             per = (counts[1] - counts[0]) / (args.large - args.small)
             print(f"{w:28} {per:>10,.0f} instructions per message "

@@ -13,26 +13,19 @@ from ackmq.broker.errors import SoftError
 from ackmq.broker.vhost import REPLY_TO
 from ackmq.protocol.amqp import build_method as M
 from ackmq.protocol.amqp import (
-    encode_ack,
-    encode_deliver,
     encode_get_ok,
     encode_method,
-    encode_nack,
-    encode_return,
 )
 from ackmq.protocol.amqp.constants import (
     CLASS_TX,
     INTERNAL_ERROR,
-    NO_ROUTE,
     fit_shortstr,
 )
 from ackmq.protocol.amqp.events import DecodedCancel, DecodedFlow, DecodedReject
+from ackmq.server.amqp.frames import ChannelFrames
 from ackmq.server.delivery import delivery_properties
 
 if TYPE_CHECKING:
-    from ackmq.broker.consumer import Consumer
-    from ackmq.broker.message import Message
-    from ackmq.broker.queue_type import QueueEntry
     from ackmq.server.amqp.connection import AMQPConnection
 
 def _s(v: Any) -> str:
@@ -45,46 +38,20 @@ def _binding_key(m: C.Queue.Bind | C.Queue.Unbind, queue: str) -> str:
     return m.routing_key if m.queue or m.routing_key else queue
 
 
-class AMQPChannel:
-    """Implements the model's ChannelOutput for one channel number."""
+class AMQPChannel(ChannelFrames):
+    """Implements the model's ChannelOutput for one channel number (its per-message half
+    compiled in frames.py) and the channel's methods."""
 
-    __slots__ = ("conn", "number", "model", "closing", "__weakref__")
+    conn: AMQPConnection
 
     def __init__(self, conn: AMQPConnection, number: int) -> None:
-        self.conn = conn
-        self.number = number
-        self.closing = False  # we sent channel.close and wait for close-ok
+        super().__init__(conn, number)
         vhost = conn.vhost
         assert vhost is not None  # channel.open is refused before connection.open
         self.model = conn.ctx.broker.open_channel(vhost, conn, self, conn.user)
         access = conn.ctx.access
         if access is not None:
             self.model.access = ChannelAccess(access, conn.user, vhost.name)
-
-    # -- ChannelOutput --------------------------------------------------------------
-    @property
-    def writable(self) -> bool:
-        return self.conn.writable
-
-    def deliver(self, consumer: Consumer, delivery_tag: int, entry: QueueEntry) -> None:
-        msg = entry.message
-        assert msg is not None  # only a purge's spilled entries come without one
-        self.conn.write(encode_deliver(
-            self.number, consumer.tag, delivery_tag, entry.redelivered, msg.exchange,
-            msg.routing_key, delivery_properties(entry, consumer.seq_header,
-                                                 consumer.count_header),
-            msg.body, self.conn.frame_max))
-
-    def unroutable(self, message: Message) -> None:
-        self.conn.write(encode_return(self.number, NO_ROUTE, "NO_ROUTE", message.exchange,
-                                      message.routing_key, message.properties, message.body,
-                                      self.conn.frame_max))
-
-    def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None:
-        if ack:
-            self.conn.write(encode_ack(self.number, delivery_tag, multiple))
-        else:
-            self.conn.write(encode_nack(self.number, delivery_tag, multiple, False))
 
     @property
     def cancel_notify(self) -> bool:

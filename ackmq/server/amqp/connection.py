@@ -11,23 +11,14 @@ connection with connection.close (reply code, text, class and method of the culp
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pamqp import commands as C
 
-from ackmq.broker.errors import HardError, ReplyError, SoftError
+from ackmq.broker.errors import HardError, SoftError
 from ackmq.protocol.amqp import (
     HEARTBEAT,
-    PROTOCOL_HEADER,
-    BadProtocolHeader,
-    ChannelFault,
-    Content,
     Decoder,
-    FrameError,
-    Heartbeat,
-    Method,
-    ProtocolHeader,
-    Publish,
     encode_method,
 )
 from ackmq.protocol.amqp import build_method as M
@@ -41,13 +32,13 @@ from ackmq.protocol.amqp.constants import (
     NOT_ALLOWED,
     fit_shortstr,
 )
-from ackmq.protocol.foreign import name_bytes
 from ackmq.server import admission
 from ackmq.server.admission import LOOPBACK_ONLY, VHOST_LIMIT, Refusal
 from ackmq.server.amqp.channel import HANDLERS, AMQPChannel
+from ackmq.server.amqp.frames import FrameConnection, class_method
 from ackmq.server.amqp.states import TRANSITIONS, AMQPState
 from ackmq.server.amqp.states import AMQPState as S
-from ackmq.server.transport import CLOSING_TIMEOUT, ClientConnection, events_from
+from ackmq.server.transport import CLOSING_TIMEOUT
 
 if TYPE_CHECKING:
     from ackmq.server.context import FrontEnd
@@ -89,12 +80,7 @@ def _negotiation_error(field: str, client: int, minimum: int, maximum: int) -> s
     return None
 
 
-def _class_method(m: Any) -> tuple[int, int]:
-    idx = getattr(m, "index", 0) or 0
-    return idx >> 16, idx & 0xFFFF
-
-
-class AMQPConnection(ClientConnection):
+class AMQPConnection(FrameConnection):
     protocol = "AMQP 0-9-1"
     transitions = TRANSITIONS
     heartbeat_frame = HEARTBEAT
@@ -110,7 +96,7 @@ class AMQPConnection(ClientConnection):
         self.frame_max = FRAME_MAX_DEFAULT
         self.channel_max = CHANNEL_MAX
         self.heartbeat = 0
-        self.channels: dict[int, AMQPChannel] = {}
+        self.channels = {}  # number -> AMQPChannel
         # channels the client closed: frames it pipelined after its channel.close are
         # dropped, as RabbitMQ does, instead of closing the connection with 504
         self.closed_by_client: set[int] = set()
@@ -119,76 +105,6 @@ class AMQPConnection(ClientConnection):
         # cancels of this connection's consumers held back while its own queue.delete runs
         self.held_cancels: list[tuple[Any, str]] | None = None
         self.sent_blocked = False  # connection.blocked sent, connection.unblocked owed
-
-    def _input(self, data: bytes) -> None:
-        if self.state == _CLOSED:
-            return
-        try:
-            events = self.decoder.feed(data)
-        except BadProtocolHeader as bad:  # (one name per except: compiled, a name has one type)
-            # as the 0-9-1 spec says (4.2.2): our header, then close; one line naming
-            # what came (RabbitMQ logs {bad_header, <<...>>})
-            log.warning("AMQP 0-9-1 protocol header expected from %s, got %s: sent "
-                        "AMQP 0-9-1's header and closed", self.peer, name_bytes(bad.head))
-            self.write(PROTOCOL_HEADER)
-            self._shutdown()
-            return
-        except FrameError as e:
-            # the good frames read ahead of the bad one count (published, confirmed)
-            self._events(getattr(e, "events", []))
-            self.close_connection(e.reply_code, e.reply_text, e.class_id, e.method_id)
-            return
-        if events:  # a read holding only part of a frame changes nothing: no turn's end
-            self._events(events)
-            self.ctx.request_flush()
-
-    def _events(self, events: list[Any]) -> None:
-        blocking = self.ctx.blocking  # U5: alarms change between reads, never within
-        for ev in events:
-            if self.state in _ENDING:
-                if self.state == _CLOSING and isinstance(ev, Method) and ev.channel == 0:
-                    self._closing_method(ev.method)
-                continue
-            try:
-                if type(ev) is Publish:
-                    if blocking:  # as RabbitMQ: a publish during a resource alarm waits,
-                        self.block_for_alarm(events_from(events, ev))  # unread after (U5)
-                        return
-                    ch = self.channels.get(ev.channel)
-                    if ch is None:
-                        self._no_channel(ev.channel)
-                        continue
-                    if ch.closing:
-                        continue
-                    try:
-                        ch.model.basic_publish(ev.exchange, ev.routing_key, ev.mandatory,
-                                               ev.immediate, ev.properties, ev.body)
-                    except SoftError as soft:
-                        ch.fail(soft, 60, 40)
-                elif type(ev) is Method:
-                    self._method(ev.channel, ev.method)
-                elif type(ev) is Heartbeat:
-                    pass
-                elif type(ev) is Content:  # basic.deliver / return / get-ok from a client
-                    self._method(ev.channel, ev.method)
-                elif type(ev) is ProtocolHeader:
-                    self._start()
-                elif type(ev) is ChannelFault:
-                    ch = self.channels.get(ev.channel)
-                    if ch is None:
-                        self._no_channel(ev.channel)
-                        continue
-                    ch.fail(SoftError(ev.reply_code, ""), ev.class_id, ev.method_id,
-                            text=ev.reply_text)
-            except HardError as hard:
-                cid, mid = _class_method(getattr(ev, "method", None))
-                if type(ev) is Publish:
-                    cid, mid = 60, 40
-                self.close_connection(hard.code, hard.text, cid, mid)
-                return
-            except ReplyError as err:  # a channel error outside a channel: treat as hard
-                self.close_connection(err.code, err.text, 0, 0)
-                return
 
     # -- method dispatch ------------------------------------------------------------
     def _method(self, number: int, m: Any) -> None:
@@ -243,16 +159,10 @@ class AMQPConnection(ClientConnection):
             # 503 "COMMAND_INVALID - unimplemented method" (a connection error, with its ids)
             raise HardError(COMMAND_INVALID, "unimplemented method")
         try:
-            ch.handle(m)
+            cast(AMQPChannel, ch).handle(m)
         except SoftError as err:
-            cid, mid = _class_method(m)
+            cid, mid = class_method(m)
             ch.fail(err, cid, mid)
-
-    def _no_channel(self, number: int) -> None:
-        """A frame for a channel that is not open: dropped if the client closed it (it
-        was pipelined behind the close, as RabbitMQ drops it), else 504."""
-        if number not in self.closed_by_client:
-            raise HardError(CHANNEL_ERROR, "expected 'channel.open'")
 
     def channel_gone(self, number: int, by_client: bool = False) -> None:
         self.channels.pop(number, None)
