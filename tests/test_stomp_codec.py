@@ -241,6 +241,36 @@ def test_encode_then_decode_gives_back_headers_and_body(headers: dict[str, str],
     assert got == headers and frames[0].body == body
 
 
+def _escaped_each(command: str, headers: list[tuple[str, str]], body: bytes,
+                  version: str) -> bytes:
+    """encode_frame as written before its one-count fast path: each name and value
+    escaped on its own."""
+    from ackmq.protocol.stomp.codec import escape
+    parts = [command, "\n"]
+    for name, value in headers:
+        if name != "content-length":
+            parts += (escape(name, version, command), ":", escape(value, version, command),
+                      "\n")
+    if body:
+        parts += ("content-length:", str(len(body)), "\n")
+    return ("".join(parts) + "\n").encode() + body + b"\x00\n"
+
+
+@settings(max_examples=400, deadline=None)
+@given(headers=st.lists(st.tuples(st.sampled_from(["k", "a:b", "x\\y", "n\nl", "c\rr",
+                                                   "content-length", "plain"]) | _text,
+                                  st.sampled_from(["v", "1:2", "\\", "\n", "\r", ""]) | _text),
+                        max_size=6),
+       body=st.binary(max_size=10),
+       command=st.sampled_from(["MESSAGE", "RECEIPT", "ERROR", "CONNECTED"]),
+       version=st.sampled_from(["1.0", "1.1", "1.2"]))
+def test_encode_frame_escapes_as_each_header_escaped_alone(
+        headers: list[tuple[str, str]], body: bytes, command: str, version: str) -> None:
+    want = _escaped_each(command, headers, body, version)
+    assert encode_frame(command, headers, body, version) == want
+    assert encode_frame(command, iter(headers), body, version) == want  # any iterable
+
+
 # -- destinations (RabbitMQ's texts) --------------------------------------------------
 
 @pytest.mark.parametrize("text,want", [

@@ -145,14 +145,28 @@ def encode_frame(command: str, headers: Iterable[tuple[str, str]] = (), body: by
     """Bytes of one frame: escaped headers in the given order, `content-length` when
     the body is not empty (any `content-length` in `headers` is ignored), NUL LF."""
     parts = [command, "\n"]
+    n = 0  # headers written
     for name, value in headers:
         if name == "content-length":
             continue
-        parts += (escape(name, version, command), ":", escape(value, version, command), "\n")
+        parts += (name, ":", value, "\n")
+        n += 1
     if body:
         parts += ("content-length:", str(len(body)), "\n")
     parts.append("\n")
-    return "".join(parts).encode("utf-8") + body + b"\x00\n"
+    head = "".join(parts)
+    # the head as it is when no name or value holds a character to escape: its colons
+    # and line feeds are then only the separators put in above (one count over the head
+    # instead of a search of each name and value); else each name and value is escaped
+    lines = n + (3 if body else 2)
+    plain = command in UNESCAPED or version == "1.0"
+    if head.count("\n") != lines or "\r" in head or not plain and (
+            head.count(":") != lines - 2 or "\\" in head):
+        for k in range(2, 2 + 4 * n, 4):
+            parts[k] = escape(parts[k], version, command)
+            parts[k + 2] = escape(parts[k + 2], version, command)
+        head = "".join(parts)
+    return head.encode("utf-8") + body + b"\x00\n"
 
 
 # -- decoder --------------------------------------------------------------------------
@@ -307,7 +321,11 @@ class Decoder:
         version = self.version
         if self._command in UNESCAPED or version == "1.0" or b"\\" not in line:
             name = _utf8(raw_name, "a header name")
-            value = _utf8(raw_value, f"the value of header {name!r}")
+            try:  # (the error's text is made only for an error: this runs per header)
+                value = raw_value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise StompError("Bad encoding", f"the value of header {name!r} is not "
+                                 "valid UTF-8") from None
         else:
             name = _unescape(raw_name, _UNESCAPE, "a header name")
             value = _unescape(raw_value, _UNESCAPE, f"the value of header {name!r}")
