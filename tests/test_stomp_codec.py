@@ -384,3 +384,32 @@ def test_W3_timestamp_past_year_9999_is_the_integer_as_sent() -> None:
 def test_W3_persistent_reply_to_destination_kept() -> None:
     raw = encode_properties(commands.Basic.Properties(delivery_mode=2, reply_to="/queue/r"))
     assert message_headers(raw) == [("reply-to", "/queue/r"), ("persistent", "true")]
+
+
+def _fed(data: bytes, whole: bool, version: str = "1.2", **limits: int) -> list:
+    """Events (or the error's text) of `data` fed at once or byte by byte: at once the
+    header block is read in one piece, byte by byte line by line."""
+    d = Decoder(version=version, **limits)
+    out: list = []
+    try:
+        for piece in [data] if whole else [data[i:i + 1] for i in range(len(data))]:
+            out += d.feed(piece)
+    except StompError as e:
+        out.append(("error", e.message, e.detail))
+    return out
+
+
+_line_text = st.text(st.sampled_from("ab:\\c\rn\xe9 "), max_size=8)
+
+
+@settings(max_examples=400, deadline=None)
+@given(lines=st.lists(st.tuples(_line_text, _line_text), max_size=6),
+       eol=st.sampled_from([b"\n", b"\r\n"]), command=st.sampled_from(["SEND", "CONNECT"]),
+       body=st.binary(max_size=5).filter(lambda b: b"\x00" not in b),
+       limits=st.sampled_from([{}, {"max_headers": 2}, {"max_line": 6}]))
+def test_a_header_block_read_whole_is_read_as_line_by_line(
+        lines: list[tuple[str, str]], eol: bytes, command: str, body: bytes,
+        limits: dict[str, int]) -> None:
+    head = eol.join([command.encode()] + [f"{k}:{v}".encode() for k, v in lines])
+    data = head + eol + eol + body + b"\x00\n"
+    assert _fed(data, True, **limits) == _fed(data, False, **limits)

@@ -54,6 +54,7 @@ UNESCAPED = frozenset(("CONNECT", "STOMP", "CONNECTED"))
 MAX_LINE = 10 * 1024      # as ActiveMQ's default maximum header length
 MAX_HEADERS = 1000        # as ActiveMQ's default maximum number of headers
 MAX_BODY = 128 * 1024 * 1024  # the broker's max message size (RabbitMQ's 128 MiB)
+BLOCK_MAX = 64 * 1024  # a header block longer than this is read line by line
 
 
 class StompError(Exception):
@@ -245,11 +246,13 @@ class Decoder:
                 self._count = 0
                 self._state = _HEADERS
             elif state == _HEADERS:
+                if self._count == 0 and self._block():
+                    continue
                 line = self._line("header")
                 if line is None:
                     return
                 if line:
-                    self._header(line)
+                    self._header(line, line.find(b"\\") >= 0)
                 else:
                     self._start_body()
             elif state == _BODY:
@@ -306,7 +309,31 @@ class Decoder:
         self._pos = self._scan = i + 1
         return line
 
-    def _header(self, line: bytes) -> None:
+    def _block(self) -> bool:
+        """Every header line of the frame at once, when its whole header block has
+        arrived with LF line ends and within the limits (the common case: one split
+        instead of a search per line); False leaves it to the line-by-line path, which
+        also finds and reports what is wrong."""
+        buf, pos = self._buf, self._pos
+        j = buf.find(b"\n\n", pos, pos + BLOCK_MAX)
+        if j < 0:
+            return False  # not all here (or no header at all, or CR LF line ends, or big)
+        block = bytes(buf[pos:j])
+        if block.find(b"\r") >= 0:
+            return False
+        lines = block.split(b"\n")
+        for line in lines:
+            if len(line) > self.max_line or not line:
+                return False
+        self._pos = self._scan = j + 2
+        backslash = block.find(b"\\") >= 0
+        for line in lines:
+            self._header(line, backslash)
+        self._start_body()
+        return True
+
+    def _header(self, line: bytes, backslash: bool) -> None:
+        """One header line; `backslash`: it may hold one (else no unescaping is due)."""
         self._count += 1
         if self._count > self.max_headers:
             raise StompError("Frame too large",
@@ -319,7 +346,7 @@ class Decoder:
             raise StompError("Bad header", "header line with an empty name")
         raw_name, raw_value = line[:colon], line[colon + 1:]
         version = self.version
-        if self._command in UNESCAPED or version == "1.0" or b"\\" not in line:
+        if not backslash or self._command in UNESCAPED or version == "1.0":
             name = _utf8(raw_name, "a header name")
             try:  # (the error's text is made only for an error: this runs per header)
                 value = raw_value.decode("utf-8")
