@@ -872,3 +872,37 @@ def test_Q2_ack_wakes_only_the_consumers_it_frees(monkeypatch: pytest.MonkeyPatc
     assert calls <= 20, f"{calls} activations for 10 acks"
     ch.basic_ack(out.tags[-1], True)  # one multiple ack frees everything
     assert calls <= 20 + n + 1
+
+
+def test_D1_fanout_to_consumers_on_other_channel_numbers_and_frame_sizes(
+        params: pika.URLParameters, qname: str) -> None:
+    """A message routed to several queues is delivered to each consumer in frames of
+    its own channel number and frame_max (a body over 4,096 bytes split for one, whole
+    for the other): every consumer gets every body and its properties whole. (It guards
+    any sharing of a message's encoded content between deliveries: one such cache keyed
+    on the message alone failed it.)"""
+    conns = [pika.BlockingConnection(params),
+             pika.BlockingConnection(pika.ConnectionParameters(
+                 params.host, params.port, credentials=params.credentials, frame_max=4096))]
+    try:
+        chans = [conns[0].channel(), conns[0].channel(), conns[1].channel()]  # 1, 2, 1
+        ex = f"{qname}.fan"
+        chans[0].exchange_declare(ex, "fanout", auto_delete=True)
+        got: list[list[tuple[bytes, str | None]]] = [[], [], []]
+        for i, ch in enumerate(chans):
+            q = ch.queue_declare(f"{qname}.{i}", exclusive=True).method.queue
+            ch.queue_bind(q, ex)
+            ch.basic_consume(q, lambda _c, _m, p, b, i=i: got[i].append((b, p.content_type)),
+                             auto_ack=True)
+        sent = [(b"a" * 10, "t/1"), (bytes(range(256)) * 40, "t/2"), (b"", "t/3"),
+                (b"z" * 9000, "t/4")]
+        for body, ctype in sent:
+            chans[1].basic_publish(ex, "", body, pika.BasicProperties(content_type=ctype))
+        deadline = time.monotonic() + WAIT
+        while any(len(g) < len(sent) for g in got) and time.monotonic() < deadline:
+            for c in conns:
+                c.process_data_events(time_limit=0.02)
+        assert got == [sent, sent, sent]
+    finally:
+        for c in conns:
+            c.close()
