@@ -96,8 +96,9 @@ class RawChannel:
         or connection.close, or the socket's end (ConnectionLost); code, text,
         class_id and method_id are the broker's. None if still open after `timeout` s."""
         if self.chan.error is None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._closed), timeout)
+            try:  # (asyncio.timeout: 3.11's wait_for may drop a cancel, see `wait`)
+                async with asyncio.timeout(timeout):
+                    await asyncio.shield(self._closed)
             except TimeoutError:
                 pass
         return self.chan.error

@@ -238,7 +238,8 @@ async def publish(server: HttpContext, user: str, vhost: str, exchange: str,
         _seq, routed = ch.basic_publish(exchange, routing_key, mandatory, False, properties,
                                         payload)
         server.request_flush()
-        ok = await asyncio.wait_for(out.confirmed, 60)
+        async with asyncio.timeout(60):  # (not wait_for: 3.11's may drop a cancel)
+            ok = await out.confirmed
         if not ok:  # a queue refused it (x-overflow reject-publish), as RabbitMQ says
             raise bad_request("rejected Unable to publish message. Check queue limits.")
         return routed

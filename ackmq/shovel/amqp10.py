@@ -138,9 +138,12 @@ class Peer10(asyncio.Protocol):
     # -- connecting ---------------------------------------------------------------------
     async def open(self, target: Target10, timeout: float) -> None:
         self.target = target
-        await asyncio.wait_for(self.loop.create_connection(
-            lambda: self, target.host, target.port, ssl=target.tls,
-            server_hostname=target.server_hostname if target.tls else None), timeout)
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a cancel (the
+        # shovel's stop) landing as the connect completes, and the stop then waits forever
+        async with asyncio.timeout(timeout):
+            await self.loop.create_connection(
+                lambda: self, target.host, target.port, ssl=target.tls,
+                server_hostname=target.server_hostname if target.tls else None)
         waits: list[asyncio.Future[Any]] = [self.attached, self.ended]
         done, _ = await asyncio.wait(waits, timeout=timeout,
                                      return_when=asyncio.FIRST_COMPLETED)
@@ -183,7 +186,8 @@ class Peer10(asyncio.Protocol):
             return
         self._write(encode_frame(0, Composite("close")))
         try:
-            await asyncio.wait_for(asyncio.shield(self.ended), timeout)
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(self.ended)
         except TimeoutError:
             pass
         self.abort()

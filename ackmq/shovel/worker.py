@@ -171,7 +171,11 @@ class Worker:
         conns, self._conns = self._conns, []
         for c in conns:
             try:
-                c.abort() if not c.is_open else await asyncio.wait_for(c.close(), 5)
+                if not c.is_open:
+                    c.abort()
+                    continue
+                async with asyncio.timeout(5):  # (not wait_for: it may drop a cancel)
+                    await c.close()
             except (ClientError, OSError, TimeoutError):
                 c.abort()
 
