@@ -66,21 +66,22 @@ class BrokerProcess:
         self.stream_port = 0  # the stream protocol's, from the log line (0: none)
         self.mqtt_port = 0  # where MQTT listens (--mqtt-port 0: a free one, from the log)
         self.log: list[str] = []
+        self._retried = 0  # starts retried on a taken port (start's end)
 
     def start(self, timeout: float = 30.0) -> str:
         from support import ports
-        picked = []  # ports chosen here, not by the test: free to choose again
-        if not self.port:
+        own_port = not self.port  # the AMQP port chosen here, not by the test
+        if own_port:
             self.port = ports.pick()
-            picked.append("port")
-        stomp = [] if "--no-stomp" in self.extra or "--stomp-port" in self.extra \
-            else ["--stomp-port", str(self.stomp_port or self._pick("stomp_port", picked))]
+        stomp = []
+        if "--no-stomp" not in self.extra and "--stomp-port" not in self.extra:
+            self.stomp_port = self.stomp_port or ports.pick()
+            stomp = ["--stomp-port", str(self.stomp_port)]
         env = dict(os.environ)
         if self.mqtt_port and "--mqtt-port" not in self.extra and "--no-mqtt" not in self.extra:
             stomp += ["--mqtt-port", str(self.mqtt_port)]  # a restart keeps its MQTT port
         elif env.get("ACKMQ_MQTT_PORT") == "0":  # the default a config file may override
             env["ACKMQ_MQTT_PORT"] = str(ports.pick())  # self.mqtt_port: from the log line
-            picked.append("mqtt_port")
         cmd = [sys.executable, "-m", "ackmq", "serve", "--port", str(self.port), *stomp,
                "--data-dir", str(self.data_dir), *self.extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -116,10 +117,10 @@ class BrokerProcess:
         # (a restart keeps its AMQP port, which clients reconnect to; STOMP and MQTT
         # move), a few times
         m = CANNOT_LISTEN.search("".join(self.log[-3:]))
-        tries = getattr(self, "_retried", 0)
+        tries = self._retried
         if m and tries < 3:
             name = {"STOMP": "stomp_port", "MQTT": "mqtt_port"}.get(m.group(2) or "", "port")
-            if name != "port" or "port" in picked:
+            if name != "port" or own_port:
                 setattr(self, name, 0)
                 self._retried = tries + 1
                 try:
@@ -127,12 +128,6 @@ class BrokerProcess:
                 finally:
                     self._retried = tries
         raise RuntimeError("ackmq did not start:\n" + "".join(self.log))
-
-    def _pick(self, name: str, picked: list[str]) -> int:
-        from support import ports
-        setattr(self, name, ports.pick())
-        picked.append(name)
-        return int(getattr(self, name))
 
     def _drain(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
