@@ -64,11 +64,17 @@ _NO_FRAME_HDR: Final = bytes(FRAME_HDR.size)
 _pack_add: Final = ADD_HDR.pack
 _pack_rec: Final = REC_HDR.pack
 _pack_rec_into: Final = REC_HDR.pack_into
-_pack_frame_head_into: Final = struct.Struct("<III").pack_into  # FRAME_HDR less its crc
-_pack_u32_into: Final = struct.Struct("<I").pack_into
+_FRAME_HEAD = struct.Struct("<III")  # FRAME_HDR less its crc
+_U32 = struct.Struct("<I")
+_pack_frame_head: Final = _FRAME_HEAD.pack
+_pack_frame_head_into: Final = _FRAME_HEAD.pack_into
+_pack_u32: Final = _U32.pack
+_pack_u32_into: Final = _U32.pack_into
 _pack_remove: Final = REMOVE_REC.pack
 _pack_delivered: Final = DELIVERED_REC.pack
 _pack_synced: Final = SYNCED_REC.pack
+_SYNCED_SIZE: Final = SYNCED_REC.size
+_join: Final = b"".join
 RELEASE_BYTES = 8 << 20  # recovery unmaps what it has scanned in steps of this much
 
 
@@ -111,10 +117,6 @@ def encode_add(out: bytearray, qid: int, seq: int, count: int, exchange: bytes,
 # by `lone_add_frame` with a third of the calls of the general path; past this size the
 # general path's single copy of the body wins over the lone one's three
 LONE_ADD_MAX: Final = 16 << 10
-_SYNCED_SIZE: Final = SYNCED_REC.size
-_pack_frame_head: Final = struct.Struct("<III").pack
-_pack_u32: Final = struct.Struct("<I").pack
-_join: Final = b"".join
 
 
 def lone_add_frame(synced: int, qid: int, seq: int, count: int, exchange: bytes,
