@@ -38,4 +38,6 @@ NATIVE: tuple[str, ...] = (
     "ackmq.broker.broker",
     "ackmq.server.delivery",
     "ackmq.server.amqp.frames",
+    "ackmq.protocol.amqp10.transfer",
+    "ackmq.server.amqp10.transfers",
 )

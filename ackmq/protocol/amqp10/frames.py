@@ -25,11 +25,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ackmq.protocol.amqp10.composite import (
-    FIELDS,
     Composite,
     composite_of,
     descriptor_name,
     from_fields,
+)
+from ackmq.protocol.amqp10.transfer import (
+    TRANSFER_HEAD,
+    read_transfer,
 )
 from ackmq.protocol.amqp10.types import DecodeError, Described, UByte, UInt, decode
 
@@ -160,21 +163,19 @@ class Decoder:
                     raise FramingError(FRAMING_ERROR, f"unknown frame type {ftype}")
                 if len(buf) - pos < size:
                     return
-                body = memoryview(buf)[pos + doff * 4:pos + size]
-                try:
-                    if not len(body):
-                        if ftype == SASL_FRAME:
-                            raise FramingError(DECODE_ERROR, "empty SASL frame")
-                        events.append(Heartbeat(channel))
-                    else:
-                        perf, end = _performative(body)
-                        payload = bytes(body[end:])
-                        if payload and perf.kind != "transfer":
-                            raise FramingError(DECODE_ERROR,
-                                               f"bytes after the {perf.kind} performative")
-                        events.append(Frame(ftype, channel, perf, payload))
-                finally:
-                    body.release()
+                if size == doff * 4:
+                    if ftype == SASL_FRAME:
+                        raise FramingError(DECODE_ERROR, "empty SASL frame")
+                    events.append(Heartbeat(channel))
+                else:
+                    with memoryview(buf) as view:
+                        body = bytes(view[pos + doff * 4:pos + size])
+                    perf, end = _performative(body)
+                    payload = body[end:]
+                    if payload and perf.kind != "transfer":
+                        raise FramingError(DECODE_ERROR,
+                                           f"bytes after the {perf.kind} performative")
+                    events.append(Frame(ftype, channel, perf, payload))
                 pos += size
                 self.in_sasl = ftype == SASL_FRAME
         finally:
@@ -186,72 +187,30 @@ _PERFORMATIVES = frozenset(("open", "begin", "attach", "flow", "transfer", "disp
                             "sasl_challenge", "sasl_response", "sasl_outcome"))
 
 
-# a transfer's fields by position: the codes its common encodings use (else: decode())
-_UINT_CODES = (0x40, 0x43, 0x52, 0x70)
-_BOOL_CODES = (0x40, 0x41, 0x42, 0x56)
-_TRANSFER_CODES = (_UINT_CODES, _UINT_CODES, (0x40, 0xA0), _UINT_CODES, _BOOL_CODES,
-                   _BOOL_CODES, (0x40, 0x50), (0x40,), _BOOL_CODES, _BOOL_CODES, _BOOL_CODES)
-_TRANSFER_DEFAULTS = [d for _, _, _, d in FIELDS["transfer"]]
-
-
-def _transfer(body: Any) -> tuple[Composite, int] | None:
-    """A transfer performative read without the general decoder, when it is a small
-    list of plain fields (what clients send); None for anything else, which
-    `decode` reads (and refuses) as before. The same Composite either way."""
-    n = len(body)
-    if n < 6 or body[4] > n - 5 or body[5] > 11:
+def _transfer(body: bytes) -> tuple[Composite, int] | None:
+    """A transfer performative read by transfer.py's reader (what clients send), as
+    the Composite `decode` gives (a uint a UInt, so it re-encodes as one); None for
+    anything else, which `decode` reads (and refuses) as before."""
+    t = read_transfer(body, 0, len(body))
+    if t is None:
         return None
-    end = 5 + body[4]
-    count = body[5]
-    values = _TRANSFER_DEFAULTS.copy()
-    try:
-        pos = _transfer_fields(body, count, end, values)
-    except IndexError:  # truncated
-        return None
-    if pos != end or values[0] is None:
-        return None
-    return composite_of("transfer", values), end
+    values = t.values()
+    values[0] = _wire(UInt, t.handle)
+    if t.delivery_id is not None:
+        values[1] = _wire(UInt, t.delivery_id)
+    if t.message_format is not None:
+        values[3] = _wire(UInt, t.message_format)
+    if t.rcv_settle_mode is not None:
+        values[6] = _wire(UByte, t.rcv_settle_mode)
+    return composite_of("transfer", values), len(body) - len(t.payload)
 
 
 # a value read from its wire width is in range: made without the type's checking __new__
 _wire = int.__new__
-_UINT_0 = UInt(0)
 
 
-def _transfer_fields(body: Any, count: int, end: int, values: list[Any]) -> int:
-    """The fields into `values`; the position after them, -1 if not plain."""
-    pos = 6
-    for i in range(count):
-        if pos >= end:
-            return -1
-        code = body[pos]
-        if code not in _TRANSFER_CODES[i]:
-            return -1
-        if code == 0x40:
-            pos += 1
-            continue
-        if code == 0x43:
-            values[i], pos = _UINT_0, pos + 1
-        elif code == 0x52:
-            values[i], pos = _wire(UInt, body[pos + 1]), pos + 2
-        elif code == 0x70:
-            values[i], pos = _wire(UInt, int.from_bytes(body[pos + 1:pos + 5])), pos + 5
-        elif code == 0xA0:
-            size = body[pos + 1]
-            values[i], pos = bytes(body[pos + 2:pos + 2 + size]), pos + 2 + size
-        elif code == 0x41 or code == 0x42:
-            values[i], pos = code == 0x41, pos + 1
-        elif code == 0x56:
-            if body[pos + 1] > 1:
-                return -1
-            values[i], pos = body[pos + 1] == 1, pos + 2
-        else:  # 0x50, rcv-settle-mode
-            values[i], pos = _wire(UByte, body[pos + 1]), pos + 2
-    return pos
-
-
-def _performative(body: Any) -> tuple[Composite, int]:
-    if body[:4] == b"\x00\x53\x14\xc0":
+def _performative(body: bytes) -> tuple[Composite, int]:
+    if body[:4] == TRANSFER_HEAD:
         fast = _transfer(body)
         if fast is not None:
             return fast
@@ -297,52 +256,6 @@ def encode_frames(channel: int, transfer: Composite, payload: bytes, max_frame_s
     chunk = payload[pos:]
     out.append(_FH.pack(8 + len(last) + len(chunk), 2, AMQP_FRAME, channel) + last + chunk)
     return out
-
-
-def _uint(v: int) -> bytes:
-    """A uint in its smallest encoding (types.py's)."""
-    if v == 0:
-        return b"\x43"
-    if v < 256:
-        return b"\x52" + bytes((v,))
-    return b"\x70" + v.to_bytes(4, "big")
-
-
-# after delivery-tag: message-format 0, settled (null / true), then more false,
-# rcv-settle-mode null, state null, resume, aborted, batchable false
-_UNSETTLED_TAIL = b"\x43\x40\x42\x40\x40\x42\x42\x42"
-_SETTLED_TAIL = b"\x43\x41\x42\x40\x40\x42\x42\x42"
-
-
-def delivery_frames(channel: int, handle: int, delivery_id: int, tag: bytes, settled: bool,
-                    payload: bytes, max_frame_size: int) -> list[bytes]:
-    """A delivery's transfer (message-format 0, `settled` true or absent) as
-    `encode_frames` gives it, without building the performative each time: a
-    delivery is one frame unless the payload needs more."""
-    fields = (_uint(handle) + _uint(delivery_id) + b"\xa0" + bytes((len(tag),)) + tag
-              + (_SETTLED_TAIL if settled else _UNSETTLED_TAIL))
-    size = 8 + 6 + len(fields) + len(payload)
-    if size > max_frame_size or len(tag) > 32:
-        return encode_frames(channel, Composite(
-            "transfer", handle=UInt(handle), delivery_id=UInt(delivery_id), delivery_tag=tag,
-            message_format=UInt(0), settled=settled or None), payload, max_frame_size)
-    return [_FH.pack(size, 2, AMQP_FRAME, channel) + b"\x00\x53\x14\xc0"
-            + bytes((len(fields) + 1, 11)) + fields + payload]
-
-
-def settled_disposition(channel: int, role: bool, first: int, last: int | None,
-                        state: bytes) -> bytes:
-    """A settled disposition with an encoded `state` (batchable false), as
-    `encode_frame` writes the performative, without building it: a publisher's
-    outcomes go out in one per confirm."""
-    fields = ((b"\x41" if role else b"\x42") + _uint(first)
-              + (_uint(last) if last is not None else b"\x40") + b"\x41" + state + b"\x42")
-    if len(fields) + 1 < 256:
-        body = b"\x00\x53\x15\xc0" + bytes((len(fields) + 1, 6)) + fields
-    else:
-        body = (b"\x00\x53\x15\xd0" + (len(fields) + 4).to_bytes(4, "big")
-                + (6).to_bytes(4, "big") + fields)
-    return _FH.pack(8 + len(body), 2, AMQP_FRAME, channel) + body
 
 
 HEARTBEAT = _FH.pack(8, 2, AMQP_FRAME, 0)

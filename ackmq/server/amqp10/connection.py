@@ -37,7 +37,8 @@ from ackmq.server.amqp10.errors import AmqpError
 from ackmq.server.amqp10.session import Session
 from ackmq.server.amqp10.states import TRANSITIONS, AMQP10State
 from ackmq.server.amqp10.states import AMQP10State as S
-from ackmq.server.transport import ClientConnection, events_from
+from ackmq.server.amqp10.transfers import TransferConnection
+from ackmq.server.transport import events_from
 
 if TYPE_CHECKING:
     from ackmq.server.context import FrontEnd
@@ -48,7 +49,7 @@ CHANNEL_MAX = 255  # sessions per connection (RabbitMQ 4: 255 by default... its 
 SASL_OK, SASL_AUTH = 0, 1
 
 
-class AMQP10Connection(ClientConnection):
+class AMQP10Connection(TransferConnection):
     protocol = "AMQP 1-0"
     transitions = TRANSITIONS
     heartbeat_frame = HEARTBEAT  # an empty frame (part 2.4.5)
@@ -73,10 +74,8 @@ class AMQP10Connection(ClientConnection):
     def open_channels(self) -> list[tuple[int, Any]]:
         return [(n, s.channel) for n, s in sorted(self.sessions.items()) if s.channel.open]
 
-    # -- input ----------------------------------------------------------------------------
-    def _input(self, data: bytes) -> None:
-        if self.state == S.CLOSED:
-            return
+    # -- input (plain transfers: transfers.py's lane) -----------------------------------
+    def _read(self, data: bytes) -> None:
         try:
             events = self.decoder.feed(data)
         except BadHeader:

@@ -14,30 +14,26 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ackmq.broker.access import ChannelAccess
-from ackmq.broker.confirms import take_settled
 from ackmq.protocol.amqp10 import Composite, Frame, encode_frame, encode_frames, error
 from ackmq.protocol.amqp10 import frames as F
 from ackmq.protocol.amqp10.types import UInt
 from ackmq.server.amqp10.errors import AmqpError, LinkError, SessionError
-from ackmq.server.amqp10.links import ACCEPTED, REJECTED, RELEASED, Incoming, Outgoing, outcome
+from ackmq.server.amqp10.links import Incoming, Outgoing
+from ackmq.server.amqp10.transfers import INCOMING_WINDOW, SessionTransfers
 
 if TYPE_CHECKING:
-    from ackmq.broker.consumer import Consumer
     from ackmq.broker.message import Message
-    from ackmq.broker.queue_type import QueueEntry
     from ackmq.server.amqp10.connection import AMQP10Connection
 
 log = logging.getLogger("ackmq.amqp10")
 
-INCOMING_WINDOW = 5000  # transfer frames a client may send before our next flow
-# a publisher's outcomes, encoded once
-_OUTCOMES = {state: outcome(state).encode_amqp() for state in (ACCEPTED, RELEASED, REJECTED)}
 
+class Session(SessionTransfers):
+    conn: AMQP10Connection
 
-class Session:
     def __init__(self, conn: AMQP10Connection, channel: int, begin: Composite) -> None:
         self.conn = conn
         self.number = channel  # ChannelOutput: the number the model's texts name
@@ -48,11 +44,11 @@ class Session:
         self.channel = ctx.broker.open_channel(vhost, conn, self, conn.user, "amqp10")
         self.channel.access = ChannelAccess(ctx.access, conn.user, vhost.name)
         self.channel.confirm_select()
-        self.links: dict[int, Incoming | Outgoing] = {}  # by the client's handle
-        self.by_tag: dict[str, Outgoing] = {}  # consumer tag -> link
-        self.delivered_on: dict[int, Outgoing] = {}  # unsettled delivery id -> its link
-        self.management_link: Outgoing | None = None  # where management replies go (A7)
-        self.detaching: set[int] = set()  # handles we detached: the client's detach answers
+        self.links = {}  # by the client's handle
+        self.by_tag = {}
+        self.delivered_on = {}
+        self.management_link = None
+        self.detaching = set()
         # outgoing (to the client)
         self.next_outgoing_id = 0
         self.remote_incoming_window = int(begin.incoming_window)
@@ -60,9 +56,8 @@ class Session:
         self.next_incoming_id = int(begin.next_outgoing_id)
         self.incoming_window = INCOMING_WINDOW
         self.remote_outgoing_window = int(begin.outgoing_window)
-        # confirm seq -> (link, delivery id, settled by the client already?)
-        self.pending: OrderedDict[int, tuple[Incoming, int]] = OrderedDict()
-        self.released: set[int] = set()  # seqs of unroutable publishes
+        self.pending = OrderedDict()
+        self.released = set()
         self.open = True
 
     # -- ChannelOutput ------------------------------------------------------------------------
@@ -77,26 +72,6 @@ class Session:
 
     def write(self, p: Composite, payload: bytes = b"") -> None:
         self.conn.write(encode_frame(self.channel_number, p, payload))
-
-    def deliver(self, consumer: Consumer, delivery_tag: int, entry: QueueEntry) -> None:
-        link = self.by_tag.get(consumer.tag)
-        if link is None:
-            return
-        if consumer.credit is not None:
-            consumer.credit -= 1
-        payload = link.payload(entry)
-        frames = F.delivery_frames(self.channel_number, link.handle,
-                                   self.next_outgoing_id & 0xFFFFFFFF,
-                                   delivery_tag.to_bytes(8, "big"), consumer.no_ack, payload,
-                                   self.conn.max_frame_size)
-        for fr in frames:
-            self.conn.write(fr)
-        if not consumer.no_ack:
-            link.unsettled[self.next_outgoing_id] = delivery_tag
-            self.delivered_on[self.next_outgoing_id] = link
-        self.next_outgoing_id = (self.next_outgoing_id + 1) & 0xFFFFFFFF
-        self.remote_incoming_window -= len(frames)
-        link.delivery_count = (link.delivery_count + 1) & 0xFFFFFFFF
 
     def send_transfer(self, link: Outgoing, payload: bytes) -> None:
         """A pre-settled transfer outside the model (the management node's replies)."""
@@ -113,24 +88,6 @@ class Session:
 
     def unroutable(self, message: Message) -> None:
         """`basic_publish` returns it: the transfer's outcome says `released`."""
-
-    def confirm(self, ack: bool, delivery_tag: int, multiple: bool) -> None:
-        done = take_settled(self.pending, delivery_tag, multiple)
-        run: list[Any] = []  # (link role, first, last, state) runs to coalesce
-        for seq, (link, did) in done:
-            if seq in self.released:
-                self.released.discard(seq)
-                state = RELEASED
-            else:
-                state = ACCEPTED if ack else REJECTED
-            if run and run[-1][2] == did - 1 and run[-1][3] == state:
-                run[-1][2] = did
-            else:
-                run.append([link, did, did, state])
-        for _link, first, last, state in run:
-            self.conn.write(F.settled_disposition(self.channel_number, True, first,
-                                                  last if last != first else None,
-                                                  _OUTCOMES[state]))
 
     def consumer_cancelled(self, consumer_tag: str, reason: str = "") -> None:
         """The queue went away: detach the link with RabbitMQ 4's resource-deleted (the
@@ -165,13 +122,14 @@ class Session:
     # -- frames ---------------------------------------------------------------------------------
     def frame(self, f: Frame) -> None:
         p = f.performative
+        if p.kind == "transfer":  # the Decoder checked the fields' types
+            self.transfer(p.handle, p.delivery_id, p.settled, p.more, p.aborted, f.payload)
+            return
         try:
-            if p.kind == "transfer":
-                self._transfer(f)
-            elif p.kind == "flow":
+            if p.kind == "flow":
                 self._flow(p)
             elif p.kind == "disposition":
-                self._disposition(p)
+                self.disposition(p.role, p.first, p.last, p.settled, p.state)
             elif p.kind == "attach":
                 self._attach(p)
             elif p.kind == "detach":
@@ -179,21 +137,24 @@ class Session:
             else:
                 raise AmqpError(F.ILLEGAL_STATE, f"unexpected {p.kind} on a session")
         except LinkError as e:
-            if p.kind not in ("attach", "detach", "flow", "transfer"):
+            if p.kind not in ("attach", "detach", "flow"):
                 # a disposition names deliveries, not a link: its error ends the session
-                self._end(e)
+                self.end(e)
                 return
-            handle = p.handle
-            link = self.links.pop(handle, None)
-            if link is not None:
-                link.detached()
-            self.detaching.add(int(handle))
-            self.write(Composite("detach", handle=UInt(handle), closed=True,
-                                 error=error(e.condition, e.description)))
+            self.link_error(int(p.handle), e)
         except SessionError as e:
-            self._end(e)
+            self.end(e)
 
-    def _end(self, e: AmqpError) -> None:
+    def link_error(self, handle: int, e: LinkError) -> None:
+        """Detach the link with the error (closed)."""
+        link = self.links.pop(handle, None)
+        if link is not None:
+            link.detached()
+        self.detaching.add(handle)
+        self.write(Composite("detach", handle=UInt(handle), closed=True,
+                             error=error(e.condition, e.description)))
+
+    def end(self, e: AmqpError) -> None:
         self.conn.sessions.pop(self.channel_number, None)
         self.write(Composite("end", error=error(e.condition, e.description)))
         self.close()
@@ -229,28 +190,12 @@ class Session:
         self.write(Composite("detach", handle=UInt(link.handle), closed=p.closed or None))
 
     def _link(self, handle: Any) -> Incoming | Outgoing:
-        link = self.links.get(handle)
+        link = cast("Incoming | Outgoing | None", self.links.get(handle))
         if link is None:
             raise SessionError(F.UNATTACHED_HANDLE, f"handle {handle} is not attached")
         return link
 
-    def _transfer(self, f: Frame) -> None:
-        p = f.performative
-        self.next_incoming_id = (self.next_incoming_id + 1) & 0xFFFFFFFF
-        self.incoming_window -= 1
-        if self.incoming_window < 0:
-            raise AmqpError(F.WINDOW_VIOLATION, "transfer past the session's incoming-window")
-        if int(p.handle) in self.detaching:
-            return  # sent before the client saw our detach
-        link = self._link(p.handle)
-        if not isinstance(link, Incoming):
-            raise AmqpError(F.NOT_ALLOWED, "transfer on a link the client receives on")
-        link.transfer(p, f.payload)
-        if self.incoming_window < INCOMING_WINDOW // 2:
-            self.incoming_window = INCOMING_WINDOW
-            self._session_flow()
-
-    def _session_flow(self, link: Any = None, echo: bool = False) -> None:
+    def session_flow(self, link: Any = None) -> None:
         fields: dict[str, Any] = dict(
             next_incoming_id=UInt(self.next_incoming_id), incoming_window=UInt(
                 max(0, self.incoming_window)),
@@ -258,7 +203,6 @@ class Session:
         if link is not None:
             fields.update(link.flow_fields())
         self.write(Composite("flow", **fields))
-        del echo
 
     def _flow(self, p: Composite) -> None:
         nid = 0 if p.next_incoming_id is None else int(p.next_incoming_id)
@@ -270,32 +214,6 @@ class Session:
             link = self._link(p.handle)
             link.flow(p)
         elif p.echo:
-            self._session_flow()
+            self.session_flow()
         if not was_blocked:
             self.channel.wake()
-
-    def _disposition(self, p: Composite) -> None:
-        if p.role is not True:  # from a client sender about our receiver links: nothing
-            return  # to do (we settle every transfer we answer)
-        first = int(p.first)
-        last = int(p.last) if p.last is not None else first
-        if last < first or last - first > 1_000_000:
-            raise AmqpError(F.INVALID_FIELD, f"disposition range {first}..{last}")
-        by_link: dict[int, list[int]] = {}
-        links: dict[int, Outgoing] = {}
-        owner = self.delivered_on
-        if last - first < len(owner):
-            ids = [d for d in range(first, last + 1) if d in owner]
-        else:  # a wide range over few unsettled deliveries: walk those instead
-            ids = sorted(d for d in owner if first <= d <= last)
-        for did in ids:
-            link = owner.pop(did)
-            links[id(link)] = link
-            by_link.setdefault(id(link), []).append(did)
-        for key, dids in by_link.items():
-            links[key].settle(dids, p.state)
-        if not p.settled and by_link:
-            self.write(Composite("disposition", role=False, first=UInt(first),
-                                 last=UInt(last) if last != first else None, settled=True,
-                                 state=p.state))
-        self.conn.ctx.request_flush()
