@@ -40,4 +40,5 @@ NATIVE: tuple[str, ...] = (
     "ackmq.server.amqp.frames",
     "ackmq.protocol.amqp10.transfer",
     "ackmq.server.amqp10.transfers",
+    "ackmq.protocol.amqp10.kept",
 )

@@ -13,7 +13,7 @@ import pytest
 from ackmq.protocol.amqp.properties import encode_fields
 from ackmq.protocol.amqp10 import decode_message
 from ackmq.protocol.amqp10.amqp_map import from_amqp091, to_amqp091
-from ackmq.protocol.amqp10.message import trailing_data
+from ackmq.protocol.amqp10.kept import trailing_data
 from ackmq.shovel.ends import Dest10, Source10
 from ackmq.shovel.worker import _Move
 

@@ -62,6 +62,12 @@ class Address:
             return "amq.topic", self.name
         return self.name, self.key if self.key is not None else (subject or "")
 
+    def fixed_routing(self) -> tuple[str, str] | None:
+        """`routing` when no message's subject changes it (kept per link), else None."""
+        if self.is_queue or self.kind == TOPIC or self.key is not None:
+            return self.routing(None)
+        return None
+
 
 def parse_address(text: str) -> Address:
     if text.startswith("/queues/"):

@@ -9,16 +9,35 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import replace
+from typing import Final
 
 from ackmq.protocol.amqp.properties import PropertiesView
 from ackmq.protocol.amqp10.amqp_map import AMQP_CONTENT_TYPE, to_amqp091
-from ackmq.protocol.amqp10.message import Message10, decode_message, trailing_data
+from ackmq.protocol.amqp10.message import Message10, decode_message
 
 KEPT = 1024  # conversions kept per converter (cleared when full)
 KEPT_BYTES = 4096  # larger sections before the body are converted each time: what is
 # kept stays under KEPT x KEPT_BYTES x 2 per link, and their conversion is not the cost
-_DATA_HEAD = b"\x00\x53\x75"
+_DATA_HEAD: Final = b"\x00\x53\x75"
 _EMPTY_DATA_LEN = 5  # 00 53 75 a0 00: an empty body's data section, last
+
+
+def trailing_data(payload: bytes, tries: int = 4) -> tuple[int, int]:
+    """(offset, header length) of what looks like a data section (`00 53 75`, vbin8 or
+    vbin32) running exactly to the payload's end, without decoding: (-1, 0) if none of
+    the first `tries` candidates fits. A guess: only a decode of the sections before it
+    (decode_sections' `starts`) shows it is one."""
+    n = len(payload)
+    p = payload.find(_DATA_HEAD)
+    while p >= 0 and tries > 0:
+        c = payload[p + 3] if p + 3 < n else -1
+        if c == 0xA0 and p + 5 <= n and payload[p + 4] == n - p - 5:
+            return p, 5
+        if c == 0xB0 and p + 8 <= n and int.from_bytes(payload[p + 4:p + 8]) == n - p - 8:
+            return p, 8
+        p = payload.find(_DATA_HEAD, p + 1)
+        tries -= 1
+    return -1, 0
 
 
 def data_section(body: bytes) -> bytes:

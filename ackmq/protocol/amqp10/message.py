@@ -76,27 +76,6 @@ def encode_body(body: list[tuple[int, Any]]) -> bytes:
     return b"".join(b"\x00\x53" + bytes((code,)) + encode(v) for code, v in body)
 
 
-_DATA_HEAD = b"\x00\x53\x75"
-
-
-def trailing_data(payload: bytes, tries: int = 4) -> tuple[int, int]:
-    """(offset, header length) of what looks like a data section (`00 53 75`, vbin8 or
-    vbin32) running exactly to the payload's end, without decoding: (-1, 0) if none of
-    the first `tries` candidates fits. A guess: only a decode of the sections before it
-    (decode_sections' `starts`) shows it is one."""
-    n = len(payload)
-    p = payload.find(_DATA_HEAD)
-    while p >= 0 and tries > 0:
-        c = payload[p + 3] if p + 3 < n else -1
-        if c == 0xA0 and p + 5 <= n and payload[p + 4] == n - p - 5:
-            return p, 5
-        if c == 0xB0 and p + 8 <= n and int.from_bytes(payload[p + 4:p + 8]) == n - p - 8:
-            return p, 8
-        p = payload.find(_DATA_HEAD, p + 1)
-        tries -= 1
-    return -1, 0
-
-
 def section_code(descriptor: Any) -> int | None:
     if isinstance(descriptor, int) and not isinstance(descriptor, bool):
         return int(descriptor) if HEADER <= descriptor <= FOOTER else None

@@ -67,6 +67,7 @@ class Incoming(IncomingLink):
         s = self.session
         self.management = self.target is not None and self.target.address == management.ADDRESS
         self.address = None if self.management else _address(self.target)
+        self.fixed_routing = self.address.fixed_routing() if self.address is not None else None
         if self.address is not None:
             try:
                 self._check_node(self.address)

@@ -108,6 +108,7 @@ class IncomingLink(Link):
         super().__init__(session, attach)
         self.management = False  # the management node's request link (A7)
         self.address: Address | None = None
+        self.fixed_routing: tuple[str, str] | None = None  # the address's, when fixed
         self.credit = 0
         self.partial: bytearray | None = None  # a delivery's transfers so far (more)
         self.partial_id = 0
@@ -179,9 +180,9 @@ class IncomingLink(Link):
         except DecodeError as e:
             raise LinkError(F.DECODE_ERROR, f"message: {e}") from None
         channel = s.channel
-        subject = msg.properties.subject if msg.properties is not None else None
         try:
             target = self.address
+            routing = self.fixed_routing
             if target is None:  # the anonymous terminus: `to` names the node
                 to = msg.properties.to if msg.properties is not None else None
                 if not isinstance(to, str):
@@ -196,7 +197,10 @@ class IncomingLink(Link):
                 # attach, or named by `to`) is `rejected` with amqp:not-found
                 raise Reject(F.NOT_FOUND, f"no queue '{target.name}' in vhost "
                                           f"'{channel.vhost.name}'")
-            exchange, key = target.routing(subject)
+            if routing is None:
+                props10 = msg.properties
+                routing = target.routing(props10.subject if props10 is not None else None)
+            exchange, key = routing
             seq, routed = channel.basic_publish(exchange, key, True, False, props, body)
         except Reject as r:
             if not settled:
