@@ -320,6 +320,51 @@ def test_amqp10_transfer_fast_read_is_the_general_one() -> None:
     assert fast > 100
 
 
+def test_amqp10_disposition_fast_read_is_the_general_one() -> None:
+    """Dispositions read without the general decoder (issue 39) give the Composite it
+    gives, the state a Described outcome of the same types; anything else (an outcome
+    with fields, other encodings, truncated or mutated bytes) is left to it."""
+    import random
+    rnd = random.Random(1539)
+    cases = []
+    for fields in (dict(role=True, first=T.UInt(0)),
+                   dict(role=True, first=T.UInt(5), last=T.UInt(300), settled=True,
+                        state=Composite("accepted")),
+                   dict(role=False, first=T.UInt(2**32 - 1), settled=False,
+                        state=Composite("released"), batchable=True),
+                   dict(role=True, first=T.UInt(1), state=Composite("rejected")),
+                   dict(role=True, first=T.UInt(1), state=Composite("modified")),
+                   dict(role=True, first=T.UInt(1), state=Composite(
+                       "modified", delivery_failed=True)),
+                   dict(role=True, first=T.UInt(1), state=Composite(
+                       "rejected", error=Composite("error", condition=T.Symbol("c"))))):
+        cases.append(Composite("disposition", **fields).encode_amqp())
+    cases.append(b"\x00\x53\x15\xc0\x07\x05\x41\x43\x40\x41\x00\x53\x24\xc0\x01\x00")
+    cases.append(b"\x00\x53\x15\xc0\x03\x02\x40\x43")  # a null role
+    cases.append(b"\x00\x53\x15\xc0\x03\x02\x41\x40")  # a null first
+    for base in list(cases):
+        cases.extend(base[:k] for k in range(len(base)))
+        for _ in range(200):
+            b = bytearray(base)
+            b[rnd.randrange(4, len(b))] = rnd.randrange(256)
+            cases.append(bytes(b))
+    fast = 0
+    for body in cases:
+        for tail in (b"", b"\x00\x53\x75\xa0\x01x"):  # a disposition has no payload
+            want = _general(body + tail)
+            if not isinstance(want, tuple):
+                with pytest.raises(F.FramingError):
+                    F._performative(body + tail)
+                continue
+            fast += F._disposition(body + tail) is not None
+            got = F._performative(body + tail)
+            assert got == want
+            assert [type(v) for v in got[0].values] == [type(v) for v in want[0].values]
+            if want[0].kind == "disposition" and isinstance(want[0].state, T.Described):
+                assert type(got[0].state.descriptor) is type(want[0].state.descriptor)
+    assert fast > 100
+
+
 def test_amqp10_composite_fields_are_properties_of_their_kind() -> None:
     """Every composite is of its kind's class, each field a property over `values`
     (a field read per message must not go through a failed lookup and __getattr__);

@@ -31,10 +31,12 @@ from ackmq.protocol.amqp10.composite import (
     from_fields,
 )
 from ackmq.protocol.amqp10.transfer import (
+    DISPOSITION_HEAD,
     TRANSFER_HEAD,
+    read_disposition,
     read_transfer,
 )
-from ackmq.protocol.amqp10.types import DecodeError, Described, UByte, UInt, decode
+from ackmq.protocol.amqp10.types import DecodeError, Described, UByte, UInt, ULong, decode
 
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"
@@ -205,13 +207,30 @@ def _transfer(body: bytes) -> tuple[Composite, int] | None:
     return composite_of("transfer", values), len(body) - len(t.payload)
 
 
+def _disposition(body: bytes) -> tuple[Composite, int] | None:
+    """A plain disposition read by transfer.py's reader, as `decode` gives it (its
+    state a Described outcome of no fields); None for anything else."""
+    d = read_disposition(body, 0, len(body))
+    if d is None:
+        return None
+    state = None if d.state < 0 else Described(_wire(ULong, d.state), [])
+    return composite_of("disposition", [
+        d.role, _wire(UInt, d.first), None if d.last is None else _wire(UInt, d.last),
+        d.settled, state, d.batchable]), len(body)
+
+
 # a value read from its wire width is in range: made without the type's checking __new__
 _wire = int.__new__
 
 
 def _performative(body: bytes) -> tuple[Composite, int]:
-    if body[:4] == TRANSFER_HEAD:
+    head = body[:4]
+    if head == TRANSFER_HEAD:
         fast = _transfer(body)
+        if fast is not None:
+            return fast
+    elif head == DISPOSITION_HEAD:
+        fast = _disposition(body)
         if fast is not None:
             return fast
     try:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Final
 
 TRANSFER_HEAD: Final = b"\x00\x53\x14\xc0"  # described by 0x14, a list8
+DISPOSITION_HEAD: Final = b"\x00\x53\x15\xc0"
 _FIELDS: Final = 11
 _UINT: Final = 1  # the field's kind, by position
 _BOOL: Final = 2
@@ -134,6 +135,91 @@ def read_transfer(body: bytes, start: int, end: int) -> Transfer | None:
         return None
     t.payload = body[stop:end]
     return t
+
+
+class Disposition:
+    """A disposition's fields as read: `state` the code of an outcome without fields
+    (accepted 0x24, rejected 0x25, released 0x26, modified 0x27, as a list0 or an empty
+    list8), -1 for none."""
+
+    def __init__(self) -> None:
+        self.role = False
+        self.first = -1
+        self.last: int | None = None
+        self.settled = False
+        self.state = -1
+        self.batchable = False
+
+
+def read_disposition(body: bytes, start: int, end: int) -> Disposition | None:
+    """The disposition at `body[start:end]` (nothing may follow it) when it is a plain
+    one: what receivers send, and what answers a sender's transfers. None otherwise."""
+    if end - start < 6 or body[start:start + 4] != DISPOSITION_HEAD:
+        return None
+    count = body[start + 5]
+    stop = start + 5 + body[start + 4]
+    if count > 6 or stop != end:
+        return None
+    d = Disposition()
+    role_set = False
+    pos = start + 6
+    for i in range(count):
+        if pos >= stop:
+            return None
+        code = body[pos]
+        if code == 0x40:
+            pos += 1
+            continue
+        if i == 1 or i == 2:  # first, last: uint
+            if code == 0x43:
+                v = 0
+                pos += 1
+            elif code == 0x52 and pos + 2 <= stop:
+                v = body[pos + 1]
+                pos += 2
+            elif code == 0x70 and pos + 5 <= stop:
+                v = ((body[pos + 1] << 24) | (body[pos + 2] << 16) | (body[pos + 3] << 8)
+                     | body[pos + 4])
+                pos += 5
+            else:
+                return None
+            if i == 1:
+                d.first = v
+            else:
+                d.last = v
+        elif i == 4:  # state: an outcome with no fields
+            if code != 0x00 or pos + 4 > stop or body[pos + 1] != 0x53:
+                return None
+            kind = body[pos + 2]
+            if kind < 0x24 or kind > 0x27:
+                return None
+            if body[pos + 3] == 0x45:
+                pos += 4
+            elif (pos + 6 <= stop and body[pos + 3] == 0xC0 and body[pos + 4] == 1
+                  and body[pos + 5] == 0):
+                pos += 6
+            else:
+                return None
+            d.state = kind
+        else:  # role, settled, batchable: boolean
+            if code == 0x41 or code == 0x42:
+                b = code == 0x41
+                pos += 1
+            elif code == 0x56 and pos + 2 <= stop and body[pos + 1] <= 1:
+                b = body[pos + 1] == 1
+                pos += 2
+            else:
+                return None
+            if i == 0:
+                d.role = b
+                role_set = True
+            elif i == 3:
+                d.settled = b
+            else:
+                d.batchable = b
+    if pos != stop or not role_set or d.first < 0:
+        return None
+    return d
 
 
 def uint(v: int) -> bytes:
