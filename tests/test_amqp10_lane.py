@@ -7,6 +7,7 @@ published once, in order, and answered; an error mid-read keeps what came before
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pika
 import pytest
@@ -58,6 +59,20 @@ def _sender(p: RawPeer, q: str, channel: int = 1) -> None:
                                for e in g))
 
 
+@contextmanager
+def _publisher(b: BrokerProcess, prefix: str) -> Iterator[tuple[str, RawPeer]]:
+    """A durable queue and a logged-in RawPeer with a sender attached to it (channel 1)."""
+    q = uniq(prefix)
+    _declare(b, q)
+    p = RawPeer(b.port)
+    try:
+        p.login()
+        _sender(p, q)
+        yield q, p
+    finally:
+        p.close()
+
+
 def _transfer(did: int, body: bytes, channel: int = 1, handle: int = 0, more: bool = False,
               first: bool = True) -> bytes:
     payload = Message10(header=Composite("header", durable=True), body=[(DATA, body)]).encode()
@@ -92,12 +107,7 @@ def test_A3_transfers_mixed_with_other_frames_and_split_reads_are_all_published(
     """One write: two plain transfers, a flow asking for an echo, a delivery in two
     frames (more), the first bytes of another transfer; a second write: the rest and one
     more. All five published once in order and accepted; the echo answered."""
-    q = uniq("lane-mix")
-    _declare(broker, q)
-    p = RawPeer(broker.port)
-    try:
-        p.login()
-        _sender(p, q)
+    with _publisher(broker, "lane-mix") as (q, p):
         flow = encode_frame(1, Composite(
             "flow", next_incoming_id=UInt(0), incoming_window=UInt(10000),
             next_outgoing_id=UInt(2), outgoing_window=UInt(10000), handle=UInt(0),
@@ -114,8 +124,6 @@ def test_A3_transfers_mixed_with_other_frames_and_split_reads_are_all_published(
                  and e.performative.kind == "flow"]
         assert len(flows) > flows_before  # the echo
         assert _drain(broker, q) == [b"m0", b"m1", b"m2" * 300, b"m3", b"m4"]
-    finally:
-        p.close()
 
 
 def test_A9_transfer_on_a_channel_without_session_mid_read_closes_after_the_ones_before(
@@ -123,20 +131,13 @@ def test_A9_transfer_on_a_channel_without_session_mid_read_closes_after_the_ones
     """A read whose third transfer names a channel with no session: the two before it
     are published, then the connection closes with amqp:not-allowed (as a transfer read
     on its own would close it); the broker serves on."""
-    q = uniq("lane-nosession")
-    _declare(broker, q)
-    p = RawPeer(broker.port)
-    try:
-        p.login()
-        _sender(p, q)
+    with _publisher(broker, "lane-nosession") as (q, p):
         p.send(_transfer(0, b"a") + _transfer(1, b"b") + _transfer(2, b"c", channel=7)
                + _transfer(3, b"d"))
         p.read(until=lambda g: p.performative("close") is not None)
         close = p.performative("close")
         assert close is not None and close.error.condition == F.NOT_ALLOWED
         assert "channel 7" in close.error.description
-    finally:
-        p.close()
     assert _drain(broker, q) == [b"a", b"b"]
 
 
@@ -174,12 +175,7 @@ def test_A9_transfer_on_a_receiving_link_mid_read_closes_and_reads_no_further(
     """A read: a good transfer, one on the handle of a link the client receives on
     (amqp:not-allowed closes the connection), another good one. The first is published;
     nothing after the error is (a closing connection only waits for the peer's close)."""
-    q = uniq("lane-closing")
-    _declare(broker, q)
-    p = RawPeer(broker.port)
-    try:
-        p.login()
-        _sender(p, q)
+    with _publisher(broker, "lane-closing") as (q, p):
         p.send(encode_frame(1, Composite(
             "attach", name="r", handle=UInt(1), role=True, rcv_settle_mode=0,
             source=Composite("source", address=f"/queues/{q}"), target=Composite("target"))))
@@ -189,6 +185,4 @@ def test_A9_transfer_on_a_receiving_link_mid_read_closes_and_reads_no_further(
         p.read(until=lambda g: p.performative("close") is not None)
         close = p.performative("close")
         assert close is not None and close.error.condition == F.NOT_ALLOWED
-    finally:
-        p.close()
     assert _drain(broker, q) == [b"first"]

@@ -24,7 +24,8 @@ from ackmq.native_modules import NATIVE
 from tools import ROOT, python_env
 
 SMOKE = ["tests/test_model_confirms.py", "tests/test_model_readylist.py",
-         "tests/test_protocol_fastpath.py", "tests/test_confirms.py", "tests/test_store.py"]
+         "tests/test_protocol_fastpath.py", "tests/test_confirms.py", "tests/test_store.py",
+         "tests/test_amqp10_lane.py"]
 
 
 def _compiler_here() -> str | None:

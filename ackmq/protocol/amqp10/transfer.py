@@ -52,6 +52,30 @@ class Transfer:
                 self.aborted, self.batchable]
 
 
+def _uint(body: bytes, pos: int, stop: int) -> tuple[int, int]:
+    """The uint (43, 52, 70) at `pos` and the position after it; (-1, pos) if not one."""
+    code = body[pos]
+    if code == 0x43:
+        return 0, pos + 1
+    if code == 0x52 and pos + 2 <= stop:
+        return body[pos + 1], pos + 2
+    if code == 0x70 and pos + 5 <= stop:
+        return ((body[pos + 1] << 24) | (body[pos + 2] << 16) | (body[pos + 3] << 8)
+                | body[pos + 4]), pos + 5
+    return -1, pos
+
+
+def _boolean(body: bytes, pos: int, stop: int) -> tuple[int, int]:
+    """The boolean (41, 42, 56) at `pos` as 1 / 0, and the position after it; (-1, pos)
+    if not one."""
+    code = body[pos]
+    if code == 0x41 or code == 0x42:
+        return int(code == 0x41), pos + 1
+    if code == 0x56 and pos + 2 <= stop and body[pos + 1] <= 1:
+        return body[pos + 1], pos + 2
+    return -1, pos
+
+
 def read_transfer(body: bytes, start: int, end: int) -> Transfer | None:
     """The transfer performative at `body[start:]` (the frame's body ends at `end`),
     its payload what follows it; None when it is not a plain one."""
@@ -73,21 +97,8 @@ def read_transfer(body: bytes, start: int, end: int) -> Transfer | None:
             continue
         kind = _KINDS[i]
         if kind == _UINT:
-            if code == 0x43:
-                v = 0
-                pos += 1
-            elif code == 0x52:
-                if pos + 2 > stop:
-                    return None
-                v = body[pos + 1]
-                pos += 2
-            elif code == 0x70:
-                if pos + 5 > stop:
-                    return None
-                v = ((body[pos + 1] << 24) | (body[pos + 2] << 16) | (body[pos + 3] << 8)
-                     | body[pos + 4])
-                pos += 5
-            else:
+            v, pos = _uint(body, pos, stop)
+            if v < 0:
                 return None
             if i == 0:
                 t.handle = v
@@ -96,26 +107,19 @@ def read_transfer(body: bytes, start: int, end: int) -> Transfer | None:
             else:
                 t.message_format = v
         elif kind == _BOOL:
-            if code == 0x41 or code == 0x42:
-                b = code == 0x41
-                pos += 1
-            elif code == 0x56:
-                if pos + 2 > stop or body[pos + 1] > 1:
-                    return None
-                b = body[pos + 1] == 1
-                pos += 2
-            else:
+            b, pos = _boolean(body, pos, stop)
+            if b < 0:
                 return None
             if i == 4:
-                t.settled = b
+                t.settled = b == 1
             elif i == 5:
-                t.more = b
+                t.more = b == 1
             elif i == 8:
-                t.resume = b
+                t.resume = b == 1
             elif i == 9:
-                t.aborted = b
+                t.aborted = b == 1
             else:
-                t.batchable = b
+                t.batchable = b == 1
         elif kind == 3:  # delivery-tag
             if code != 0xA0 or pos + 2 > stop:
                 return None
@@ -171,17 +175,8 @@ def read_disposition(body: bytes, start: int, end: int) -> Disposition | None:
             pos += 1
             continue
         if i == 1 or i == 2:  # first, last: uint
-            if code == 0x43:
-                v = 0
-                pos += 1
-            elif code == 0x52 and pos + 2 <= stop:
-                v = body[pos + 1]
-                pos += 2
-            elif code == 0x70 and pos + 5 <= stop:
-                v = ((body[pos + 1] << 24) | (body[pos + 2] << 16) | (body[pos + 3] << 8)
-                     | body[pos + 4])
-                pos += 5
-            else:
+            v, pos = _uint(body, pos, stop)
+            if v < 0:
                 return None
             if i == 1:
                 d.first = v
@@ -202,21 +197,16 @@ def read_disposition(body: bytes, start: int, end: int) -> Disposition | None:
                 return None
             d.state = kind
         else:  # role, settled, batchable: boolean
-            if code == 0x41 or code == 0x42:
-                b = code == 0x41
-                pos += 1
-            elif code == 0x56 and pos + 2 <= stop and body[pos + 1] <= 1:
-                b = body[pos + 1] == 1
-                pos += 2
-            else:
+            b, pos = _boolean(body, pos, stop)
+            if b < 0:
                 return None
             if i == 0:
-                d.role = b
+                d.role = b == 1
                 role_set = True
             elif i == 3:
-                d.settled = b
+                d.settled = b == 1
             else:
-                d.batchable = b
+                d.batchable = b == 1
     if pos != stop or not role_set or d.first < 0:
         return None
     return d

@@ -167,8 +167,8 @@ class IncomingLink(Link):
         if self.management:  # A7: a request to the management node, answered on the pair
             try:
                 request = decode_message(data)
-            except DecodeError as e:
-                raise LinkError(F.DECODE_ERROR, f"message: {e}") from None
+            except DecodeError as bad_request:
+                raise LinkError(F.DECODE_ERROR, f"message: {bad_request}") from None
             if not settled:
                 self._answer(did, outcome(ACCEPTED))
             reply = management.answer(cast(Any, s), request)
@@ -177,8 +177,8 @@ class IncomingLink(Link):
             return
         try:
             msg, props, body = self.to091.convert(data)
-        except DecodeError as e:
-            raise LinkError(F.DECODE_ERROR, f"message: {e}") from None
+        except DecodeError as bad:
+            raise LinkError(F.DECODE_ERROR, f"message: {bad}") from None
         channel = s.channel
         try:
             target = self.address
@@ -190,8 +190,8 @@ class IncomingLink(Link):
                                                         "the anonymous terminus")
                 try:
                     target = parse_address(to)
-                except AddressError as e:
-                    raise Reject(F.INVALID_FIELD, str(e)) from None
+                except AddressError as bad_to:
+                    raise Reject(F.INVALID_FIELD, str(bad_to)) from None
             if target.kind == V2_QUEUE and target.name not in channel.vhost.queues:
                 # RabbitMQ 4: a /queues/ target that is not there (deleted since the
                 # attach, or named by `to`) is `rejected` with amqp:not-found
@@ -206,11 +206,12 @@ class IncomingLink(Link):
             if not settled:
                 self._answer(did, outcome(REJECTED, error(r.condition, r.description)))
             return
-        except AccessRefused as e:  # RabbitMQ 4: ends the session (a topic permission,
-            raise refusal(e) from None  # or the anonymous terminus's `to`)
-        except ReplyError as e:
+        except AccessRefused as refused:  # RabbitMQ 4: ends the session (a topic
+            raise refusal(refused) from None  # permission, or the anonymous terminus's `to`)
+        except ReplyError as refusal_:
             if not settled:
-                self._answer(did, outcome(REJECTED, error(reply_condition(e), e.text)))
+                self._answer(did, outcome(REJECTED, error(reply_condition(refusal_),
+                                                          refusal_.text)))
             return
         if settled:
             return
@@ -254,8 +255,8 @@ class OutgoingLink(Link):
         if isinstance(state, Described):
             try:
                 st = from_described(state)
-            except DecodeError as e:
-                raise LinkError(F.DECODE_ERROR, str(e)) from None
+            except DecodeError as bad_state:
+                raise LinkError(F.DECODE_ERROR, str(bad_state)) from None
         kind = st.kind if isinstance(st, Composite) else None
         if kind == "accepted":
             action = ACK
@@ -276,8 +277,8 @@ class OutgoingLink(Link):
         if taken:
             try:
                 ch.settle(action, taken)
-            except ReplyError as e:
-                raise LinkError(reply_condition(e), e.text) from None
+            except ReplyError as refused:
+                raise LinkError(reply_condition(refused), refused.text) from None
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -322,10 +323,10 @@ class SessionTransfers:
             if self.incoming_window < INCOMING_WINDOW // 2:
                 self.incoming_window = INCOMING_WINDOW
                 self.session_flow(None)
-        except LinkError as e:
-            self.link_error(handle, e)
-        except SessionError as e:
-            self.end(e)
+        except LinkError as link_err:
+            self.link_error(handle, link_err)
+        except SessionError as session_err:
+            self.end(session_err)
 
     def deliver(self, consumer: Consumer, delivery_tag: int, entry: QueueEntry) -> None:
         """ChannelOutput: a delivery as a transfer on the consumer's link."""
@@ -460,10 +461,10 @@ class TransferConnection(ClientConnection):
             pos += size
             try:
                 s.transfer(t.handle, t.delivery_id, t.settled, t.more, t.aborted, t.payload)
-            except AmqpError as e:
-                self.close_connection(e.condition, e.description)
-            except ReplyError as e:  # the model refused something no handler caught
-                self.close_connection(F.INTERNAL_ERROR, e.text)
+            except AmqpError as err:
+                self.close_connection(err.condition, err.description)
+            except ReplyError as refused:  # the model refused something no handler caught
+                self.close_connection(F.INTERNAL_ERROR, refused.text)
         return pos
 
     # -- connection.py's --------------------------------------------------------------------
