@@ -21,9 +21,13 @@ class Amqp10Error(RuntimeError):
     pass
 
 
-class Amqp10Connection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
+class Amqp10Connection(asyncio.Protocol):
+    """The connection as an asyncio protocol: a read is decoded and handled where it
+    arrives (no reader task to wake per read); what is written in one loop turn goes
+    out in one write."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
         self.dec = Decoder(max_frame_size=1 << 20)
         self.waiters: list[tuple[Callable[[Any], bool], asyncio.Future[Any]]] = []
         self.next_out = 0  # session delivery ids we send
@@ -33,17 +37,16 @@ class Amqp10Connection:
         self.outcomes: dict[int, asyncio.Future[str]] = {}
         self.on_transfer: Callable[[Composite, bytes], None] | None = None
         self.error: str | None = None
-        self._task: asyncio.Task[None] | None = None
         self.out: list[bytes] = []  # frames written this loop turn
         self._flush_soon = False
         self.max_frame = 512  # the broker's max-frame-size, from its open
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     @classmethod
     async def open(cls, url: str) -> Amqp10Connection:
         u = urlsplit(url)
-        reader, writer = await asyncio.open_connection(u.hostname or "127.0.0.1", u.port or 5672)
-        c = cls(reader, writer)
-        c._task = asyncio.get_running_loop().create_task(c._read())
+        _, c = await asyncio.get_running_loop().create_connection(
+            cls, u.hostname or "127.0.0.1", u.port or 5672)
         user, password = unquote(u.username or "guest"), unquote(u.password or "guest")
         vhost = unquote(u.path[1:]) if len(u.path) > 1 else "/"
         c.write(SASL_HEADER)
@@ -65,6 +68,34 @@ class Amqp10Connection:
         c.remote_in = int(begin.incoming_window)
         return c
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            for ev in self.dec.feed(data):
+                p = getattr(ev, "performative", None)
+                if p is not None:
+                    self._frame(p, ev.payload)
+        except Exception as e:  # noqa: BLE001 - fail every waiter with it
+            self._fail(e)
+            if self.transport is not None:
+                self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(Amqp10Error(self.error or "the broker closed the connection"))
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def _fail(self, e: BaseException) -> None:
+        for _, fut in self.waiters:
+            if not fut.done():
+                fut.set_exception(e)
+        for fut in self.outcomes.values():
+            if not fut.done():
+                fut.set_exception(e)
+        self.room.set()
+
     def write(self, data: bytes) -> None:
         """Gathered and written once per loop turn, as proton writes what its engine
         holds: the client, not its syscalls, is what a send costs."""
@@ -75,33 +106,14 @@ class Amqp10Connection:
 
     def _flush(self) -> None:
         self._flush_soon = False
-        if self.out:
-            self.writer.write(b"".join(self.out))
-            self.out.clear()
+        if self.out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(self.out))
+        self.out.clear()
 
     async def expect(self, kind: str) -> Composite:
         fut: asyncio.Future[Composite] = asyncio.get_running_loop().create_future()
         self.waiters.append((lambda p: p.kind == kind, fut))
         return await fut
-
-    async def _read(self) -> None:
-        try:
-            while True:
-                data = await self.reader.read(1 << 16)
-                if not data:
-                    raise Amqp10Error(self.error or "the broker closed the connection")
-                for ev in self.dec.feed(data):
-                    p = getattr(ev, "performative", None)
-                    if p is not None:
-                        self._frame(p, ev.payload)
-        except Exception as e:  # noqa: BLE001 - fail every waiter with it
-            for _, fut in self.waiters:
-                if not fut.done():
-                    fut.set_exception(e)
-            for fut in self.outcomes.values():
-                if not fut.done():
-                    fut.set_exception(e)
-            self.room.set()
 
     def _frame(self, p: Composite, payload: bytes) -> None:
         if p.kind in ("close", "end", "detach") and getattr(p, "error", None) is not None:
@@ -179,12 +191,12 @@ class Amqp10Connection:
                                              state=Composite("accepted"))))
 
     async def close(self) -> None:
+        """Our close, then the socket's (its buffered output is written first)."""
+        self.write(encode_frame(0, Composite("close")))
+        self._flush()
+        if self.transport is not None:
+            self.transport.close()
         try:
-            self.write(encode_frame(0, Composite("close")))
-            self._flush()
-            await asyncio.wait_for(self.writer.drain(), 5)
-        except (TimeoutError, OSError):
+            await asyncio.wait_for(asyncio.shield(self.lost), 5)
+        except TimeoutError:
             pass
-        if self._task is not None:
-            self._task.cancel()
-        self.writer.close()
