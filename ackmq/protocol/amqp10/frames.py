@@ -33,6 +33,7 @@ from ackmq.protocol.amqp10.composite import (
 from ackmq.protocol.amqp10.transfer import (
     DISPOSITION_HEAD,
     TRANSFER_HEAD,
+    frame_head,
     read_disposition,
     read_transfer,
 )
@@ -65,7 +66,7 @@ WINDOW_VIOLATION = "amqp:session:window-violation"
 LINK_DETACH_FORCED = "amqp:link:detach-forced"
 MESSAGE_SIZE_EXCEEDED = "amqp:link:message-size-exceeded"
 TRANSFER_LIMIT_EXCEEDED = "amqp:link:transfer-limit-exceeded"
-_FH = struct.Struct(">IBBH")
+_FH = struct.Struct(">IBBH")  # a frame's header, as read (transfer.frame_head writes it)
 
 
 @dataclass(slots=True)
@@ -189,6 +190,10 @@ _PERFORMATIVES = frozenset(("open", "begin", "attach", "flow", "transfer", "disp
                             "sasl_challenge", "sasl_response", "sasl_outcome"))
 
 
+# a value read from its wire width is in range: made without the type's checking __new__
+_wire = int.__new__
+
+
 def _transfer(body: bytes) -> tuple[Composite, int] | None:
     """A transfer performative read by transfer.py's reader (what clients send), as
     the Composite `decode` gives (a uint a UInt, so it re-encodes as one); None for
@@ -219,10 +224,6 @@ def _disposition(body: bytes) -> tuple[Composite, int] | None:
         d.settled, state, d.batchable]), len(body)
 
 
-# a value read from its wire width is in range: made without the type's checking __new__
-_wire = int.__new__
-
-
 def _performative(body: bytes) -> tuple[Composite, int]:
     head = body[:4]
     if head == TRANSFER_HEAD:
@@ -248,7 +249,7 @@ def _performative(body: bytes) -> tuple[Composite, int]:
 def encode_frame(channel: int, performative: Composite, payload: bytes = b"",
                  frame_type: int = AMQP_FRAME) -> bytes:
     body = performative.encode_amqp() + payload
-    return _FH.pack(8 + len(body), 2, frame_type, channel) + body
+    return frame_head(8 + len(body), channel, frame_type) + body
 
 
 def encode_frames(channel: int, transfer: Composite, payload: bytes, max_frame_size: int
@@ -258,7 +259,7 @@ def encode_frames(channel: int, transfer: Composite, payload: bytes, max_frame_s
     head = transfer.encode_amqp()
     room = max_frame_size - 8 - len(head)
     if len(payload) <= room:
-        return [_FH.pack(8 + len(head) + len(payload), 2, AMQP_FRAME, channel) + head + payload]
+        return [frame_head(8 + len(head) + len(payload), channel) + head + payload]
     transfer.more = True
     head = transfer.encode_amqp()
     room = max_frame_size - 8 - len(head)
@@ -268,13 +269,13 @@ def encode_frames(channel: int, transfer: Composite, payload: bytes, max_frame_s
     pos = 0
     while len(payload) - pos > room:
         chunk = payload[pos:pos + room]
-        out.append(_FH.pack(8 + len(head) + len(chunk), 2, AMQP_FRAME, channel) + head + chunk)
+        out.append(frame_head(8 + len(head) + len(chunk), channel) + head + chunk)
         pos += room
     transfer.more = False
     last = transfer.encode_amqp()
     chunk = payload[pos:]
-    out.append(_FH.pack(8 + len(last) + len(chunk), 2, AMQP_FRAME, channel) + last + chunk)
+    out.append(frame_head(8 + len(last) + len(chunk), channel) + last + chunk)
     return out
 
 
-HEARTBEAT = _FH.pack(8, 2, AMQP_FRAME, 0)
+HEARTBEAT = frame_head(8, 0)

@@ -23,9 +23,12 @@ from typing import Final
 TRANSFER_HEAD: Final = b"\x00\x53\x14\xc0"  # described by 0x14, a list8
 DISPOSITION_HEAD: Final = b"\x00\x53\x15\xc0"
 _FIELDS: Final = 11
-_UINT: Final = 1  # the field's kind, by position
+_UINT: Final = 1  # a transfer field's kind, by position
 _BOOL: Final = 2
-_KINDS: Final = (_UINT, _UINT, 3, _UINT, _BOOL, _BOOL, 4, 5, _BOOL, _BOOL, _BOOL)
+_TAG: Final = 3  # delivery-tag
+_MODE: Final = 4  # rcv-settle-mode
+_STATE: Final = 5
+_KINDS: Final = (_UINT, _UINT, _TAG, _UINT, _BOOL, _BOOL, _MODE, _STATE, _BOOL, _BOOL, _BOOL)
 
 
 class Transfer:
@@ -120,7 +123,7 @@ def read_transfer(body: bytes, start: int, end: int) -> Transfer | None:
                 t.aborted = b == 1
             else:
                 t.batchable = b == 1
-        elif kind == 3:  # delivery-tag
+        elif kind == _TAG:
             if code != 0xA0 or pos + 2 > stop:
                 return None
             n = body[pos + 1]
@@ -128,7 +131,7 @@ def read_transfer(body: bytes, start: int, end: int) -> Transfer | None:
                 return None
             t.delivery_tag = body[pos + 2:pos + 2 + n]
             pos += 2 + n
-        elif kind == 4:  # rcv-settle-mode
+        elif kind == _MODE:
             if code != 0x50 or pos + 2 > stop:
                 return None
             t.rcv_settle_mode = body[pos + 1]
@@ -221,9 +224,11 @@ def uint(v: int) -> bytes:
     return b"\x70" + v.to_bytes(4, "big")
 
 
-def frame_head(size: int, channel: int) -> bytes:
-    """An AMQP frame's header: size, doff 2, type 0, channel."""
-    return size.to_bytes(4, "big") + b"\x02\x00" + channel.to_bytes(2, "big")
+def frame_head(size: int, channel: int, frame_type: int = 0) -> bytes:
+    """A frame's header (part 2.3.1): size, doff 2 (no extended header), type (0 AMQP,
+    1 SASL), channel; every frame ackmq writes starts with one."""
+    return (size.to_bytes(4, "big") + (b"\x02\x00" if frame_type == 0 else b"\x02\x01")
+            + channel.to_bytes(2, "big"))
 
 
 def settled_disposition(channel: int, role: bool, first: int, last: int | None,

@@ -33,7 +33,7 @@ from ackmq.protocol.amqp10 import Composite
 from ackmq.protocol.amqp10.message import AMQP_VALUE, Message10
 
 if TYPE_CHECKING:
-    from ackmq.server.amqp10.session import Session
+    from ackmq.server.amqp10.transfers import SessionTransfers
 
 ADDRESS = "/management"
 NODE = "ackmq@localhost"
@@ -55,7 +55,7 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def answer(session: Session, request: Message10) -> Message10:
+def answer(session: SessionTransfers, request: Message10) -> Message10:
     """The response to one management request."""
     props = request.properties
     path = props.to if props is not None else None
@@ -81,7 +81,7 @@ def _segments(path: str, prefix: str) -> list[str]:
     return [unquote(s) for s in path[len(prefix):].split("/")]
 
 
-def _dispatch(session: Session, method: str, path: str, body: Any) -> tuple[int, Any]:
+def _dispatch(session: SessionTransfers, method: str, path: str, body: Any) -> tuple[int, Any]:
     ch = session.channel
     if path.startswith("/queues/"):
         parts = _segments(path, "/queues/")

@@ -14,7 +14,7 @@ deliveries).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -171,7 +171,7 @@ class IncomingLink(Link):
                 raise LinkError(F.DECODE_ERROR, f"message: {bad_request}") from None
             if not settled:
                 self._answer(did, outcome(ACCEPTED))
-            reply = management.answer(cast(Any, s), request)
+            reply = management.answer(s, request)
             if s.management_link is not None:
                 s.management_link.reply(reply.encode())
             return
