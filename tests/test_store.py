@@ -530,6 +530,72 @@ def test_P8_lone_commit_is_flushed_without_waiting_for_more(tmp_path: Path) -> N
     st.close()
 
 
+def wait_for(cond, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def test_P8_a_batch_no_one_waits_on_is_written_now_and_synced_lazily(tmp_path: Path) -> None:
+    """`write()` (acks, delivery marks: no confirm waits on them) writes at once — a
+    kill -9 keeps it — and leaves the fdatasync to the next commit or to the sync thread
+    LAZY_SYNC_S later, so an ack's fsync never runs in front of a publish's."""
+    from ackmq.store.writer import LAZY_SYNC_S
+
+    st, e = fresh(tmp_path / "live")
+    st.save_queue(QueueDef("q"))
+    publish(st, "q", [(e << 40) | s for s in (1, 2, 3)])
+    assert commit_sync(st) is None
+    fsyncs = st.stats.fsyncs
+    st.remove("q", (e << 40) | 1)
+    st.delivered("q", (e << 40) | 2, 1)
+    t0 = time.monotonic()
+    assert st.write() is None
+    synced_at_once = st.stats.fsyncs != fsyncs
+    if time.monotonic() - t0 < LAZY_SYNC_S / 2:  # (a stalled test machine proves nothing)
+        assert not synced_at_once
+    copy = open_store(_copy_dir(tmp_path / "live", tmp_path / "killed"))
+    got = {seq & 0xFF: count for seq, _loc, count in copy.open().messages["q"]}
+    copy.close()
+    assert got == {2: 1, 3: 0}  # in the OS: kill -9 loses neither the ack nor the mark
+    assert wait_for(lambda: st.stats.lazy_syncs == 1)  # the thread's, after LAZY_SYNC_S
+    assert time.monotonic() - t0 >= LAZY_SYNC_S * 0.9
+    assert st.stats.fsyncs == fsyncs + 1 and st.stats.lazy_writes == 1
+    # a commit's fdatasync covers a lazy write made before it: no second one
+    st.remove("q", (e << 40) | 2)
+    assert st.write() is None
+    publish(st, "q", [(e << 40) | 4])
+    assert commit_sync(st) is None
+    time.sleep(LAZY_SYNC_S * 3)
+    assert st.stats.fsyncs == fsyncs + 2 and st.stats.lazy_syncs == 1
+    st.close()
+    rec = open_store(tmp_path / "live")
+    assert low(rec.open(), "q") == [3, 4]
+    rec.close()
+
+
+def test_P8_a_lazy_write_is_synced_by_the_next_round_without_a_sync_thread(
+        tmp_path: Path) -> None:
+    """With no sync thread (the crash simulator drives the rounds), a round with no
+    commit queued syncs what was written lazily (the thread's timer, in one step)."""
+    st, e = fresh(tmp_path, sync_thread=False)
+    st.save_queue(QueueDef("q"))
+    publish(st, "q", [(e << 40) | 1])
+    st.commit(lambda exc: None)
+    st.sync_round()
+    fsyncs = st.stats.fsyncs
+    st.remove("q", (e << 40) | 1)
+    assert st.write() is None and st.stats.fsyncs == fsyncs
+    st.sync_round()
+    assert st.stats.fsyncs == fsyncs + 1 and st.stats.lazy_syncs == 1
+    st.sync_round()  # nothing new: no fdatasync
+    assert st.stats.fsyncs == fsyncs + 1
+    st.close()
+
+
 def test_callbacks_go_through_call_soon_threadsafe(tmp_path: Path) -> None:
     calls: list[tuple] = []
     st, e = fresh(tmp_path, call_soon_threadsafe=lambda f, *a: calls.append((f, a)) or f(*a))
@@ -812,6 +878,7 @@ def test_P8_broker_syncs_a_lone_waiter_inline_and_many_through_group_commit(
     b.await_commit_callback(waiter)
     b.end_of_turn()
     assert fired == [None] and store.stats.inline_syncs == 1  # within the turn
+    busy_disk(store)  # else an idle disk syncs any commit inline (the next test)
     for _ in range(20):  # a crowded commit (20 > INLINE_SYNC_WAITERS)
         b.await_commit_callback(waiter)
     b.end_of_turn()
@@ -820,6 +887,7 @@ def test_P8_broker_syncs_a_lone_waiter_inline_and_many_through_group_commit(
     # right after a crowded commit a lone waiter still shares the thread's group commit
     # (many publishers: an inline fsync would stall the loop between their batches)
     lone = threading.Event()
+    busy_disk(store)
     b.await_commit_callback(lambda exc: lone.set())
     b.end_of_turn()
     assert lone.wait(10) and store.stats.inline_syncs == 1
@@ -830,6 +898,85 @@ def test_P8_broker_syncs_a_lone_waiter_inline_and_many_through_group_commit(
         while store._in_thread and time.monotonic() < deadline:
             time.sleep(0.001)
     assert store.stats.inline_syncs > 1
+    b.close()
+
+
+def test_P8_broker_writes_a_turn_no_one_waits_on_without_a_commit(tmp_path: Path) -> None:
+    """A turn that only acked or delivered (no confirm, tx.commit or receipt waits)
+    writes its records (`write()`) and asks for no fdatasync; a turn with a waiter
+    commits as before."""
+    from ackmq.broker import BrokerModel, NullScheduler
+    store = open_store(tmp_path / "data")
+    b = BrokerModel(NullScheduler(), store=store)
+    b.start()
+    b.vhosts["/"].declare_queue("q", False, True, False, False, {}, None)
+    store.add("q", 1, "", "q", PROPS, b"x")
+    fired: list[BaseException | None] = []
+    b.await_commit_callback(fired.append)
+    b.end_of_turn()
+    assert wait_for(lambda: fired == [None])
+    commits, fsyncs = store.stats.commits, store.stats.fsyncs
+    store.remove("q", 1)  # an ack's turn
+    b.end_of_turn()
+    assert store.stats.lazy_writes == 1 and store.stats.commits == commits
+    assert not store.pending and store.stats.writes >= 2
+    b.close()  # close syncs what was written lazily
+    assert store.stats.fsyncs == fsyncs + 1
+
+
+def busy_disk(store: SegmentStore) -> None:
+    """As if a one-second fdatasync had just returned: the disk is not idle."""
+    store._sync_end, store._sync_avg = time.perf_counter(), 1.0
+
+
+def test_P8_a_paced_publishers_commit_is_synced_inline_after_its_output(tmp_path: Path) -> None:
+    """A crowded commit (more waiters than INLINE_SYNC_WAITERS: a paced publisher's few
+    messages a millisecond) is synced inline when the disk has been idle IDLE_SYNC_GAP
+    fdatasyncs' time, with the turn's output sent first: a delivery does not wait for the
+    fsync that only the confirms need. On a busy disk it goes to the sync thread."""
+    from ackmq.broker import BrokerModel
+    from ackmq.store.writer import IDLE_SYNC_GAP
+
+    store = open_store(tmp_path / "data")
+
+    class Sched:
+        fsyncs_at_send: list[int] = []
+
+        def request_flush(self) -> None:
+            pass
+
+        def send_output(self) -> None:
+            self.fsyncs_at_send.append(store.stats.fsyncs)
+
+    sched = Sched()
+    b = BrokerModel(sched, store=store)
+    b.start()
+    b.vhosts["/"].declare_queue("q", False, True, False, False, {}, None)
+    fired: list[int] = []
+
+    def crowded_turn(seq: int) -> None:
+        store.add("q", seq, "", "q", PROPS, b"x" * 100)
+        for _ in range(10):
+            b.await_commit_callback(lambda exc: fired.append(store.stats.fsyncs))
+        b.end_of_turn()
+
+    crowded_turn(1)  # the first fdatasync: the store learns how long one takes
+    deadline = time.monotonic() + 10
+    while len(fired) < 10 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    time.sleep(IDLE_SYNC_GAP * store._sync_avg + 0.002)
+    inline, fsyncs = store.stats.inline_syncs, store.stats.fsyncs
+    crowded_turn(2)
+    assert store.stats.inline_syncs == inline + 1  # synced before end_of_turn returned
+    assert sched.fsyncs_at_send[-1] == fsyncs  # the output went before the fdatasync
+    assert fired[-10:] == [fsyncs + 1] * 10
+    busy_disk(store)
+    crowded_turn(3)
+    assert store.stats.inline_syncs == inline + 1  # the sync thread's
+    deadline = time.monotonic() + 10
+    while len(fired) < 30 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert len(fired) == 30
     b.close()
 
 

@@ -36,6 +36,11 @@ class Scheduler(Protocol):
     def request_flush(self) -> None:
         """Ask for `BrokerModel.end_of_turn` to run soon (after the current callbacks)."""
 
+    def send_output(self) -> None:
+        """Write what the connections gathered so far (deliveries, replies) to their
+        sockets now: the broker is about to block in an inline fdatasync that only its
+        confirms need to wait for."""
+
 
 class NullScheduler:
     """A Scheduler whose flush requests do nothing, for driving the model without a
@@ -43,6 +48,9 @@ class NullScheduler:
     the broker's timers fire only when it runs them."""
 
     def request_flush(self) -> None:
+        pass
+
+    def send_output(self) -> None:
         pass
 
 
@@ -293,8 +301,13 @@ class BrokerModel:
                 store = None  # committed
             else:
                 streams.commit(self._streams_synced)
-        if store is not None and (store.pending or self._commit_waiters
-                                  or self._commit_callbacks):
+        if store is not None and not (self._commit_waiters or self._commit_callbacks):
+            if store.pending:  # acks, deliveries, moves: no one waits for their fsync
+                err = store.write()
+                if err is not None:  # the removes stay buffered for the next commit
+                    self.store_failures += 1
+                    log.error("store write failed: %s", err)
+        elif store is not None:
             waiters, callbacks = self._commit_waiters, self._commit_callbacks
             self._commit_waiters, self._commit_callbacks = [], []
             n = len(waiters) + len(callbacks) - self._riders
@@ -306,7 +319,8 @@ class BrokerModel:
             t0 = time.monotonic()  # once per commit: publish→confirm latency
             store.commit(lambda exc: self._committed(waiters, callbacks, exc, t0),
                          inline=0 < n <= INLINE_SYNC_WAITERS
-                         and self._waiters_avg <= INLINE_SYNC_AVG)
+                         and self._waiters_avg <= INLINE_SYNC_AVG,
+                         before_sync=self.scheduler.send_output, when_idle=True)
         if self._dirty:
             dirty, self._dirty = self._dirty, {}
             for ch in dirty.values():

@@ -110,13 +110,22 @@ class Store(Protocol):
         """Buffer the fact that a message was handed to a consumer (redelivered after restart)."""
 
     def commit(self, callback: Callable[[BaseException | None], None],
-               inline: bool = False) -> None:
+               inline: bool = False, before_sync: Callable[[], None] | None = None,
+               when_idle: bool = False) -> None:
         """Write everything buffered so far now (it survives `kill -9` from here on), then
         call `callback(None)` once it is fsynced (unless fsync is off) — or
         `callback(exc)` on failure — on the broker's thread. Batches committed while an
         fsync runs share the next fsync. `inline`: the caller would rather wait for the
-        fsync here than a turn later (few waiters); the store may then sync before
-        returning and call `callback` from within this call."""
+        fsync here than a turn later (few waiters); `when_idle`: so would it if the
+        store's disk has been idle a while (a paced publisher). The store may then sync
+        before returning and call `callback` from within this call, having called
+        `before_sync` after the write, before the fsync."""
+
+    def write(self) -> StoreError | None:
+        """Write everything buffered so far now (it survives `kill -9` from here on) with no
+        one waiting for its fsync: acks, delivery counts, moves no client waits on. The
+        next commit's fsync covers it, or the store's own within a short time (P8); a
+        power cut before then redelivers what it acked. Returns the write's failure."""
 
     def sync_now(self) -> None:
         """Write and fdatasync everything buffered before returning (StoreError if it

@@ -32,6 +32,13 @@ class Turn:
             self.scheduled = True
             self.loop.call_soon(self.flush)
 
+    def send_output(self) -> None:
+        ctx = self.ctx
+        if ctx is not None and ctx.dirty:
+            dirty, ctx.dirty = ctx.dirty, []
+            for conn in dirty:
+                conn.flush()
+
     def flush(self) -> None:
         self.scheduled = False
         broker = self.broker

@@ -44,6 +44,8 @@ class StoreStats:
     cancelled: int = 0        # add+remove pairs that never reached the disk (P5 d)
     failed_commits: int = 0   # callbacks that got a StoreError
     inline_syncs: int = 0     # commits synced on the caller's thread (commit(inline=True))
+    lazy_writes: int = 0      # write() calls: batches no one waits on (acks, deliveries)
+    lazy_syncs: int = 0       # fdatasyncs for those alone, LAZY_SYNC_S after the first
     preallocated: int = 0     # bytes fallocated ahead of the data
     compactions: int = 0
     segments_deleted: int = 0
@@ -143,6 +145,9 @@ class StoreState:
         # batches handed to the sync thread whose callbacks have not run yet (an inline
         # sync is allowed only at 0: callbacks must run in commit order)
         self._in_thread = 0
+        # the sync thread waits with no timeout (nothing written is unsynced): a lazy
+        # write (write()) then wakes it, once, to start its LAZY_SYNC_S timer
+        self._sync_idle = False
         self._wlock = threading.Lock()      # one write at a time: _wfd, _woff, _wstate
         self._sync_lock = threading.Lock()  # held around an fdatasync; rollover takes it
         # (fd, writes so far, segment, its length): one tuple, read whole by the sync thread
@@ -150,6 +155,8 @@ class StoreState:
         self._synced = 0            # writes known durable (a generation of _wstate)
         self._synced_at = (0, 0)    # (segment, offset) known fdatasynced up to
         self._records_synced = 0    # stats.records_written at the last fdatasync
+        self._sync_end = 0.0        # perf_counter() when the last fdatasync returned
+        self._sync_avg = 0.0        # seconds an fdatasync takes (moving average)
         self._claimed = 0           # the offset the last SYNCED record of the segment claimed
         self._unwritten: dict[Key, PendingAdd] = {}          # adds not yet on disk
         self._unwritten_removes: dict[Key, int] = {}   # removes not yet on disk -> old pos

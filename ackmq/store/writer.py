@@ -1,13 +1,16 @@
 """The write path: commit writes a batch at once (one pwrite into preallocated space),
 ONE sync thread fdatasyncs everything written so far and hands the callbacks back in
-commit order (group commit, no timer), a lone waiter is synced inline; segment
-rollover, preallocation, and what a failed write or fsync leaves (docs/storage.md).
+commit order (group commit, no timer), a lone waiter is synced inline; a batch no one
+waits on (acks, deliveries: `write`) is synced by the next commit's fdatasync or
+LAZY_SYNC_S later; segment rollover, preallocation, and what a failed write or fsync
+leaves (docs/storage.md).
 """
 
 from __future__ import annotations
 
 import errno
 import time
+from collections.abc import Callable
 
 from mypy_extensions import mypyc_attr
 
@@ -38,15 +41,34 @@ from .state import Callback, PendingAdd, SegInfo, WriteBatch, seg_name
 # zeros past the last frame, which recovery drops as it drops a torn tail.
 PREALLOC_CHUNK = 4 << 20
 
+# A batch no client waits on (acks, delivery counts, a dead-letter's or a due delayed
+# message's move: one frame, both or neither) is written at once and made durable by the
+# next commit's fdatasync, or by the sync thread this long after it was written. A power
+# cut in between redelivers what it acked (as on RabbitMQ, whose acks are not synced
+# before they take effect); nothing confirmed is lost. Syncing each such batch put an
+# ack's fdatasync in front of the next publish's (docs/storage.md, "Acks synced lazily").
+LAZY_SYNC_S = 0.05
+
+# A commit someone waits for is also synced inline, however many wait, when the disk has
+# been idle this many fdatasyncs' time since the last one returned: a paced publisher
+# (a few messages a millisecond) then stalls the loop for at most a quarter of its time,
+# and its confirms skip the hop to the sync thread and back (~200 µs of the latency
+# bench's publish→confirm: docs/storage.md). Under load the disk is never that idle.
+IDLE_SYNC_GAP = 3.0
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class WriterMixin(PendingMixin):
-    def commit(self, callback: Callback, inline: bool = False) -> None:
+    def commit(self, callback: Callback, inline: bool = False,
+               before_sync: Callable[[], None] | None = None, when_idle: bool = False) -> None:
         """Write what is buffered now (one `write()`), then let the sync thread report it
         durable with the next fdatasync, which it shares with every write made meanwhile.
 
-        `inline=True` (someone waits, and the batch is small): when the sync thread has
-        nothing in hand, fdatasync here and call `callback` before returning."""
+        `inline=True` (someone waits, and the batch is small), or `when_idle` and the
+        disk idle for IDLE_SYNC_GAP fdatasyncs' time: when the sync thread has nothing
+        in hand, call `before_sync` (the broker sends what its connections gathered:
+        deliveries need not wait for the fsync), fdatasync here and call `callback`
+        before returning."""
         with self._lock:
             if self._closed or self._closing:
                 raise StoreError("store is closed")
@@ -54,7 +76,19 @@ class WriterMixin(PendingMixin):
             b = self._pending
             self._pending = WriteBatch()
         b.callbacks.append(callback)
-        commit_batch(self, b, inline)
+        commit_batch(self, b, inline, before_sync, when_idle)
+
+    def write(self) -> StoreError | None:
+        """Write what is buffered now (one `write()`: it survives `kill -9` from here on)
+        with no one waiting for its fdatasync: the next commit's, or LAZY_SYNC_S later.
+        The write's failure, if any (the batch's removes go back into the buffer)."""
+        with self._lock:
+            if self._closed or self._closing:
+                raise StoreError("store is closed")
+            self.stats.lazy_writes += 1
+            b = self._pending
+            self._pending = WriteBatch()
+        return write_lazily(self, b)
 
     def sync_now(self) -> None:
         errors: list[BaseException | None] = []
@@ -105,7 +139,10 @@ class WriterMixin(PendingMixin):
                     fileio.fdatasync(fd)
                 except OSError as e:
                     return self._fsync_failed(e)
-                stats.fsync_seconds.observe(time.perf_counter() - t0)  # /metrics
+                t1 = time.perf_counter()
+                stats.fsync_seconds.observe(t1 - t0)  # /metrics
+                self._sync_avg += (t1 - t0 - self._sync_avg) * 0.125
+                self._sync_end = t1
                 stats.fsync_records.observe(records - self._records_synced)
                 self._records_synced = records
                 stats.fsyncs += 1
@@ -115,13 +152,28 @@ class WriterMixin(PendingMixin):
 
     def _sync_main(self) -> None:
         """fdatasync what was written, then report it; everything written while one
-        fdatasync runs shares the next (group commit with no timer)."""
+        fdatasync runs shares the next (group commit with no timer). What was written
+        lazily (`write`) and not synced since is synced LAZY_SYNC_S after the thread saw
+        it, unless a commit's fdatasync covered it first."""
+        due = 0.0
         while True:
             with self._cond:
                 while not self._syncq and not self._closing:
-                    self._cond.wait()
-                if not self._syncq:
+                    if self._wstate[1] <= self._synced:
+                        due = 0.0
+                        self._sync_idle = True
+                        self._cond.wait()
+                        self._sync_idle = False
+                        continue
+                    now = time.monotonic()
+                    if due == 0.0:
+                        due = now + LAZY_SYNC_S
+                    elif now >= due:
+                        break
+                    self._cond.wait(due - now)
+                if not self._syncq and self._closing:
                     return
+            due = 0.0
             self.sync_round()
 
     def sync_round(self) -> None:
@@ -131,7 +183,9 @@ class WriterMixin(PendingMixin):
         with self._cond:
             entries = list(self._syncq)
             self._syncq.clear()
-        if not entries:
+        if not entries:  # lazily written batches only (their time is up)
+            if self._wstate[1] > self._synced and self._sync_to(self._wstate[1]) is None:
+                self.stats.lazy_syncs += 1
             return
         need = max((gen for gen, _, exc in entries if exc is None), default=0)
         err = self._sync_to(need)
@@ -244,7 +298,9 @@ class WriterMixin(PendingMixin):
                     p.delivered[key] = max(count, p.delivered.get(key, 0))
 
 
-def commit_batch(store: WriterMixin, b: WriteBatch, inline: bool = False) -> None:
+def commit_batch(store: WriterMixin, b: WriteBatch, inline: bool = False,
+                 before_sync: Callable[[], None] | None = None,
+                 when_idle: bool = False) -> None:
     """Write `b`, then sync it inline or hand it to the sync thread (`commit`, `close`).
 
     The write path's steps are module functions, not methods: compiled code calls them
@@ -264,7 +320,9 @@ def commit_batch(store: WriterMixin, b: WriteBatch, inline: bool = False) -> Non
         # `_cond`'s lock, taken directly (Condition's __enter__ is Python code on the
         # lone message's path); notify needs only that lock held
         with store._lock:  # in write order: the sync thread reports them in that order
-            if inline and store._in_thread == 0 and not store._closing:
+            if store._in_thread == 0 and not store._closing and (
+                    inline or when_idle and time.perf_counter() - store._sync_end
+                    >= IDLE_SYNC_GAP * store._sync_avg):
                 inline_gen = store._wstate[1]
             else:
                 inline_gen = -1
@@ -273,12 +331,32 @@ def commit_batch(store: WriterMixin, b: WriteBatch, inline: bool = False) -> Non
                 store._cond.notify()
         if inline_gen >= 0:
             if err is None:
+                if before_sync is not None:
+                    try:
+                        before_sync()
+                    except Exception:  # the output is the caller's: the sync goes on
+                        log.exception("before_sync failed")
                 err = store._sync_to(inline_gen)
                 if err is not None:
                     store.stats.failed_commits += len(b.callbacks)
             store.stats.inline_syncs += 1
     if inline_gen >= 0:
         run_callbacks(b.callbacks, err)
+
+
+def write_lazily(store: WriterMixin, b: WriteBatch) -> StoreError | None:
+    """Write `b` (`write`); wake the sync thread if it waits with no timer."""
+    with store._wlock:
+        try:
+            err = write_batch(store, b)
+        except Exception as e:  # a bug: fail loudly but keep the broker up
+            log.exception("store write failed")
+            err = store._broken = StoreError(f"store write failed: {e!r}")
+    with store._lock:  # the thread decides to wait untimed under it, after reading _wstate
+        if store._sync_idle:
+            store._sync_idle = False
+            store._cond.notify()
+    return err
 
 
 def dispatch(store: WriterMixin, callbacks: list[Callback], exc: BaseException | None) -> None:
