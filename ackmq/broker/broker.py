@@ -122,6 +122,7 @@ class BrokerModel:
         if self.store is None:
             return
         rec = self.store.open()
+        self.store.sync_when_idle(self.scheduler.send_output)
         self.epoch = rec.epoch
         store, self.store = self.store, None  # recovery must not write back
         skipped: set[str] = set()
@@ -319,8 +320,7 @@ class BrokerModel:
             t0 = time.monotonic()  # once per commit: publish→confirm latency
             store.commit(lambda exc: self._committed(waiters, callbacks, exc, t0),
                          inline=0 < n <= INLINE_SYNC_WAITERS
-                         and self._waiters_avg <= INLINE_SYNC_AVG,
-                         before_sync=self.scheduler.send_output, when_idle=True)
+                         and self._waiters_avg <= INLINE_SYNC_AVG)
         if self._dirty:
             dirty, self._dirty = self._dirty, {}
             for ch in dirty.values():

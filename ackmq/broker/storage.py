@@ -110,16 +110,21 @@ class Store(Protocol):
         """Buffer the fact that a message was handed to a consumer (redelivered after restart)."""
 
     def commit(self, callback: Callable[[BaseException | None], None],
-               inline: bool = False, before_sync: Callable[[], None] | None = None,
-               when_idle: bool = False) -> None:
+               inline: bool = False) -> None:
         """Write everything buffered so far now (it survives `kill -9` from here on), then
         call `callback(None)` once it is fsynced (unless fsync is off) — or
         `callback(exc)` on failure — on the broker's thread. Batches committed while an
         fsync runs share the next fsync. `inline`: the caller would rather wait for the
-        fsync here than a turn later (few waiters); `when_idle`: so would it if the
-        store's disk has been idle a while (a paced publisher). The store may then sync
-        before returning and call `callback` from within this call, having called
-        `before_sync` after the write, before the fsync."""
+        fsync here than a turn later (few waiters); the store may then sync before
+        returning and call `callback` from within this call (and, after
+        `sync_when_idle`, also unasked when its disk has been idle a while)."""
+
+    def sync_when_idle(self, before_sync: Callable[[], None]) -> None:
+        """From now on a commit is synced inline, however many wait on it, when the disk
+        has been idle for a few fdatasyncs' time (a paced publisher: its confirms skip
+        the hop to a sync thread and back); `before_sync()` is called after the write
+        and before such an fsync (the broker sends its connections' output: deliveries
+        need not wait for an fsync only the confirms need)."""
 
     def write(self) -> StoreError | None:
         """Write everything buffered so far now (it survives `kill -9` from here on) with no

@@ -157,6 +157,8 @@ class StoreState:
         self._records_synced = 0    # stats.records_written at the last fdatasync
         self._sync_end = 0.0        # perf_counter() when the last fdatasync returned
         self._sync_avg = 0.0        # seconds an fdatasync takes (moving average)
+        # set by sync_when_idle: commits may then sync inline on an idle disk, this first
+        self._before_sync: Callable[[], None] | None = None
         self._claimed = 0           # the offset the last SYNCED record of the segment claimed
         self._unwritten: dict[Key, PendingAdd] = {}          # adds not yet on disk
         self._unwritten_removes: dict[Key, int] = {}   # removes not yet on disk -> old pos

@@ -59,16 +59,15 @@ IDLE_SYNC_GAP = 3.0
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class WriterMixin(PendingMixin):
-    def commit(self, callback: Callback, inline: bool = False,
-               before_sync: Callable[[], None] | None = None, when_idle: bool = False) -> None:
+    def commit(self, callback: Callback, inline: bool = False) -> None:
         """Write what is buffered now (one `write()`), then let the sync thread report it
         durable with the next fdatasync, which it shares with every write made meanwhile.
 
-        `inline=True` (someone waits, and the batch is small), or `when_idle` and the
-        disk idle for IDLE_SYNC_GAP fdatasyncs' time: when the sync thread has nothing
-        in hand, call `before_sync` (the broker sends what its connections gathered:
-        deliveries need not wait for the fsync), fdatasync here and call `callback`
-        before returning."""
+        `inline=True` (someone waits, and the batch is small), or after
+        `sync_when_idle` the disk idle for IDLE_SYNC_GAP fdatasyncs' time: when the
+        sync thread has nothing in hand, call its `before_sync` (the broker sends what
+        its connections gathered), fdatasync here and call `callback` before
+        returning."""
         with self._lock:
             if self._closed or self._closing:
                 raise StoreError("store is closed")
@@ -76,7 +75,10 @@ class WriterMixin(PendingMixin):
             b = self._pending
             self._pending = WriteBatch()
         b.callbacks.append(callback)
-        commit_batch(self, b, inline, before_sync, when_idle)
+        commit_batch(self, b, inline)
+
+    def sync_when_idle(self, before_sync: Callable[[], None]) -> None:
+        self._before_sync = before_sync
 
     def write(self) -> StoreError | None:
         """Write what is buffered now (one `write()`: it survives `kill -9` from here on)
@@ -298,9 +300,7 @@ class WriterMixin(PendingMixin):
                     p.delivered[key] = max(count, p.delivered.get(key, 0))
 
 
-def commit_batch(store: WriterMixin, b: WriteBatch, inline: bool = False,
-                 before_sync: Callable[[], None] | None = None,
-                 when_idle: bool = False) -> None:
+def commit_batch(store: WriterMixin, b: WriteBatch, inline: bool = False) -> None:
     """Write `b`, then sync it inline or hand it to the sync thread (`commit`, `close`).
 
     The write path's steps are module functions, not methods: compiled code calls them
@@ -321,7 +321,8 @@ def commit_batch(store: WriterMixin, b: WriteBatch, inline: bool = False,
         # lone message's path); notify needs only that lock held
         with store._lock:  # in write order: the sync thread reports them in that order
             if store._in_thread == 0 and not store._closing and (
-                    inline or when_idle and time.perf_counter() - store._sync_end
+                    inline or store._before_sync is not None
+                    and time.perf_counter() - store._sync_end
                     >= IDLE_SYNC_GAP * store._sync_avg):
                 inline_gen = store._wstate[1]
             else:
@@ -331,6 +332,7 @@ def commit_batch(store: WriterMixin, b: WriteBatch, inline: bool = False,
                 store._cond.notify()
         if inline_gen >= 0:
             if err is None:
+                before_sync = store._before_sync
                 if before_sync is not None:
                     try:
                         before_sync()
