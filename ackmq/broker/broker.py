@@ -38,8 +38,8 @@ class Scheduler(Protocol):
 
     def send_output(self) -> None:
         """Write what the connections gathered so far (deliveries, replies) to their
-        sockets now: the broker is about to block in an inline fdatasync that only its
-        confirms need to wait for."""
+        sockets now: the broker is about to block in an inline fdatasync that only the
+        turn's confirms need to wait for."""
 
 
 class NullScheduler:
@@ -122,7 +122,7 @@ class BrokerModel:
         if self.store is None:
             return
         rec = self.store.open()
-        self.store.sync_when_idle(self.scheduler.send_output)
+        self.store.set_before_sync(self.scheduler.send_output)
         self.epoch = rec.epoch
         store, self.store = self.store, None  # recovery must not write back
         skipped: set[str] = set()

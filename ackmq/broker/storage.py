@@ -116,15 +116,12 @@ class Store(Protocol):
         `callback(exc)` on failure — on the broker's thread. Batches committed while an
         fsync runs share the next fsync. `inline`: the caller would rather wait for the
         fsync here than a turn later (few waiters); the store may then sync before
-        returning and call `callback` from within this call (and, after
-        `sync_when_idle`, also unasked when its disk has been idle a while)."""
+        returning and call `callback` from within this call."""
 
-    def sync_when_idle(self, before_sync: Callable[[], None]) -> None:
-        """From now on a commit is synced inline, however many wait on it, when the disk
-        has been idle for a few fdatasyncs' time (a paced publisher: its confirms skip
-        the hop to a sync thread and back); `before_sync()` is called after the write
-        and before such an fsync (the broker sends its connections' output: deliveries
-        need not wait for an fsync only the confirms need)."""
+    def set_before_sync(self, before_sync: Callable[[], None]) -> None:
+        """`before_sync()` is called when a commit has been written and is about to be
+        fdatasynced inline, on the caller's thread: the broker sends its connections'
+        output then, so a delivery does not wait for an fsync only confirms need."""
 
     def write(self) -> StoreError | None:
         """Write everything buffered so far now (it survives `kill -9` from here on) with no

@@ -175,7 +175,6 @@ class SegmentStore(RecoveryMixin, ReadsMixin, CompactionMixin, NotesMixin):
             if self._closed or self._closing:
                 return
             b, self._pending = self._pending, WriteBatch()
-        self._before_sync = None  # the broker's output is not this commit's business
         commit_batch(self, b)  # what is still buffered, then the sync thread's last fsync
         with self._cond:
             self._closing = True

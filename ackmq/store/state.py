@@ -155,9 +155,7 @@ class StoreState:
         self._synced = 0            # writes known durable (a generation of _wstate)
         self._synced_at = (0, 0)    # (segment, offset) known fdatasynced up to
         self._records_synced = 0    # stats.records_written at the last fdatasync
-        self._sync_end = 0.0        # perf_counter() when the last fdatasync returned
-        self._sync_avg = 0.0        # seconds an fdatasync takes (moving average)
-        # set by sync_when_idle: commits may then sync inline on an idle disk, this first
+        # called after an inline commit's write, before its fdatasync (set_before_sync)
         self._before_sync: Callable[[], None] | None = None
         self._claimed = 0           # the offset the last SYNCED record of the segment claimed
         self._unwritten: dict[Key, PendingAdd] = {}          # adds not yet on disk

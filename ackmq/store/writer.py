@@ -49,13 +49,6 @@ PREALLOC_CHUNK = 4 << 20
 # ack's fdatasync in front of the next publish's (docs/storage.md, "Acks synced lazily").
 LAZY_SYNC_S = 0.05
 
-# A commit someone waits for is also synced inline, however many wait, when the disk has
-# been idle this many fdatasyncs' time since the last one returned: a paced publisher
-# (a few messages a millisecond) then stalls the loop for at most a quarter of its time,
-# and its confirms skip the hop to the sync thread and back (~200 µs of the latency
-# bench's publish→confirm: docs/storage.md). Under load the disk is never that idle.
-IDLE_SYNC_GAP = 3.0
-
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class WriterMixin(PendingMixin):
@@ -63,11 +56,9 @@ class WriterMixin(PendingMixin):
         """Write what is buffered now (one `write()`), then let the sync thread report it
         durable with the next fdatasync, which it shares with every write made meanwhile.
 
-        `inline=True` (someone waits, and the batch is small), or after
-        `sync_when_idle` the disk idle for IDLE_SYNC_GAP fdatasyncs' time: when the
-        sync thread has nothing in hand, call its `before_sync` (the broker sends what
-        its connections gathered), fdatasync here and call `callback` before
-        returning."""
+        `inline=True` (someone waits, and the batch is small): when the sync thread has
+        nothing in hand, call `before_sync` (set_before_sync: the broker sends what its
+        connections gathered), fdatasync here and call `callback` before returning."""
         with self._lock:
             if self._closed or self._closing:
                 raise StoreError("store is closed")
@@ -77,7 +68,7 @@ class WriterMixin(PendingMixin):
         b.callbacks.append(callback)
         commit_batch(self, b, inline)
 
-    def sync_when_idle(self, before_sync: Callable[[], None]) -> None:
+    def set_before_sync(self, before_sync: Callable[[], None]) -> None:
         self._before_sync = before_sync
 
     def write(self) -> StoreError | None:
@@ -141,10 +132,7 @@ class WriterMixin(PendingMixin):
                     fileio.fdatasync(fd)
                 except OSError as e:
                     return self._fsync_failed(e)
-                t1 = time.perf_counter()
-                stats.fsync_seconds.observe(t1 - t0)  # /metrics
-                self._sync_avg += (t1 - t0 - self._sync_avg) * 0.125
-                self._sync_end = t1
+                stats.fsync_seconds.observe(time.perf_counter() - t0)  # /metrics
                 stats.fsync_records.observe(records - self._records_synced)
                 self._records_synced = records
                 stats.fsyncs += 1
@@ -320,10 +308,7 @@ def commit_batch(store: WriterMixin, b: WriteBatch, inline: bool = False) -> Non
         # `_cond`'s lock, taken directly (Condition's __enter__ is Python code on the
         # lone message's path); notify needs only that lock held
         with store._lock:  # in write order: the sync thread reports them in that order
-            if store._in_thread == 0 and not store._closing and (
-                    inline or store._before_sync is not None
-                    and time.perf_counter() - store._sync_end
-                    >= IDLE_SYNC_GAP * store._sync_avg):
+            if inline and store._in_thread == 0 and not store._closing:
                 inline_gen = store._wstate[1]
             else:
                 inline_gen = -1
