@@ -39,3 +39,25 @@ def test_L5_a_deleted_queues_schedules_are_durably_gone_when_the_delete_returns(
         assert t is None or t.jobs() == []
     finally:
         store2.close()
+
+
+def test_L2_a_fired_messages_move_is_committed_not_left_to_the_lazy_sync(
+        tmp_path: Path) -> None:
+    """A due persistent message's move (the timer store's REMOVE, the queue's ADD) is a
+    commit the store syncs at once, not a lazily synced write as an ack's turn is: a
+    power cut after its copy was delivered must not fire it again (L2: never twice)."""
+    import time
+
+    b, store = open_model(tmp_path / "data")
+    vh = b.vhosts["/"]
+    vh.declare_queue("due.q", False, True, False, False, {}, None)
+    props = properties_with_headers(PERSISTENT, {"AMQ_SCHEDULED_DELAY": 1})
+    scheduled.store_of(vh).publish(Message("", "due.q", props, b"once"))
+    turn(b, store)
+    commits, lazy = store.stats.commits, store.stats.lazy_writes
+    time.sleep(0.01)
+    assert b.timers.run() >= 1  # the job is due: it fires
+    assert vh.queues["due.q"].message_count == 1
+    b.end_of_turn()
+    assert store.stats.commits == commits + 1 and store.stats.lazy_writes == lazy
+    store.close()

@@ -276,12 +276,17 @@ class TimerStore(Queue):
         """Route what is due (at most FIRE_BATCH now; the rest next turn), then re-arm."""
         if self.deleted:
             return
-        heap, now, n = self._heap, now_ms(), 0
+        heap, now, n, moved = self._heap, now_ms(), 0, 0
         self._load_far(now)
         while heap and heap[0] >> 64 <= now and n < FIRE_BATCH:
             key = heapq.heappop(heap)
             n += 1
-            self._route(key & MASK64, key >> 64)
+            moved += self._route(key & MASK64, key >> 64)
+        if moved:
+            # the move (this store's REMOVE, the targets' ADDs: one frame) is synced now,
+            # not lazily as acks are: a power cut after the copy was delivered must not
+            # fire it again (L2: never twice)
+            self.vhost.broker.await_commit_callback(_synced, waiter=False)
         if n:
             self.vhost.broker.request_flush()
         if heap and n >= FIRE_BATCH and heap[0] >> 64 <= now:
@@ -289,22 +294,24 @@ class TimerStore(Queue):
         else:
             self._arm()
 
-    def _route(self, seq: int, due: int) -> None:
+    def _route(self, seq: int, due: int) -> int:
+        """Route one due message; 1 if it moved out of the store, else 0."""
         msg = self._hot.pop(seq, None)
         store = self.persistent_store
         stored = store is not None and (msg is None or msg.persistent)
         if msg is None:
             if store is None:
-                return
+                return 0
             try:
                 msg = self._stored(store.read_queued(self.name, seq))[1]
             except Exception as e:
                 log.error("delayed message %d of %s unreadable: %s", seq, self.name, e)
-                return
+                return 0
         if stored and store is not None:
             store.remove(self.name, seq)
         self.fired += 1
         self._deliver(seq, due, msg)
+        return 1 if stored else 0
 
     def _deliver(self, seq: int, due: int, msg: Message) -> None:
         """Due now: route it (x-delay swapped to -delay, as the plugin) or hand it to the
@@ -460,3 +467,7 @@ def queue_deleted(vhost: QueueHost, q: Queue) -> None:
 
 
 EXCHANGE_CLASSES[EXCHANGE_TYPE] = DelayedExchange
+
+
+def _synced(exc: BaseException | None) -> None:
+    """A fired move's commit is done (its failure is the store's to log)."""

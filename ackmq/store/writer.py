@@ -41,8 +41,8 @@ from .state import Callback, PendingAdd, SegInfo, WriteBatch, seg_name
 # zeros past the last frame, which recovery drops as it drops a torn tail.
 PREALLOC_CHUNK = 4 << 20
 
-# A batch no client waits on (acks, delivery counts, a dead-letter's or a due delayed
-# message's move: one frame, both or neither) is written at once and made durable by the
+# A batch no client waits on (acks, delivery counts, a dead-letter's move: one frame,
+# both or neither) is written at once and made durable by the
 # next commit's fdatasync, or by the sync thread this long after it was written. A power
 # cut in between redelivers what it acked (as on RabbitMQ, whose acks are not synced
 # before they take effect); nothing confirmed is lost. Syncing each such batch put an
@@ -59,12 +59,8 @@ class WriterMixin(PendingMixin):
         `inline=True` (someone waits, and the batch is small): when the sync thread has
         nothing in hand, call `before_sync` (set_before_sync: the broker sends what its
         connections gathered), fdatasync here and call `callback` before returning."""
-        with self._lock:
-            if self._closed or self._closing:
-                raise StoreError("store is closed")
-            self.stats.commits += 1
-            b = self._pending
-            self._pending = WriteBatch()
+        b = take_pending(self)
+        self.stats.commits += 1
         b.callbacks.append(callback)
         commit_batch(self, b, inline)
 
@@ -75,12 +71,8 @@ class WriterMixin(PendingMixin):
         """Write what is buffered now (one `write()`: it survives `kill -9` from here on)
         with no one waiting for its fdatasync: the next commit's, or LAZY_SYNC_S later.
         The write's failure, if any (the batch's removes go back into the buffer)."""
-        with self._lock:
-            if self._closed or self._closing:
-                raise StoreError("store is closed")
-            self.stats.lazy_writes += 1
-            b = self._pending
-            self._pending = WriteBatch()
+        b = take_pending(self)
+        self.stats.lazy_writes += 1
         return write_lazily(self, b)
 
     def sync_now(self) -> None:
@@ -288,6 +280,27 @@ class WriterMixin(PendingMixin):
                     p.delivered[key] = max(count, p.delivered.get(key, 0))
 
 
+def take_pending(store: WriterMixin) -> WriteBatch:
+    """The buffered batch, an empty one in its place (`commit`, `write`)."""
+    with store._lock:
+        if store._closed or store._closing:
+            raise StoreError("store is closed")
+        b = store._pending
+        store._pending = WriteBatch()
+    return b
+
+
+def write_checked(store: WriterMixin, b: WriteBatch) -> StoreError | None:
+    """`write_batch` (under `_wlock`); a bug in it disables the store, loudly, and keeps
+    the broker up."""
+    try:
+        return write_batch(store, b)
+    except Exception as e:
+        log.exception("store write failed")
+        err = store._broken = StoreError(f"store write failed: {e!r}")
+        return err
+
+
 def commit_batch(store: WriterMixin, b: WriteBatch, inline: bool = False) -> None:
     """Write `b`, then sync it inline or hand it to the sync thread (`commit`, `close`).
 
@@ -295,11 +308,7 @@ def commit_batch(store: WriterMixin, b: WriteBatch, inline: bool = False) -> Non
     directly, where a method of a class with interpreted subclasses is looked up by
     name on every call."""
     with store._wlock:
-        try:
-            err = write_batch(store, b)
-        except Exception as e:  # a bug: fail loudly but keep the broker up
-            log.exception("store write failed")
-            err = store._broken = StoreError(f"store write failed: {e!r}")
+        err = write_checked(store, b)
         if err is not None:
             store.stats.failed_commits += len(b.callbacks)
         if not store.fsync:
@@ -334,11 +343,7 @@ def commit_batch(store: WriterMixin, b: WriteBatch, inline: bool = False) -> Non
 def write_lazily(store: WriterMixin, b: WriteBatch) -> StoreError | None:
     """Write `b` (`write`); wake the sync thread if it waits with no timer."""
     with store._wlock:
-        try:
-            err = write_batch(store, b)
-        except Exception as e:  # a bug: fail loudly but keep the broker up
-            log.exception("store write failed")
-            err = store._broken = StoreError(f"store write failed: {e!r}")
+        err = write_checked(store, b)
     with store._lock:  # the thread decides to wait untimed under it, after reading _wstate
         if store._sync_idle:
             store._sync_idle = False
