@@ -581,7 +581,7 @@ def test_P8_a_lazy_write_is_synced_by_the_next_round_without_a_sync_thread(
         tmp_path: Path) -> None:
     """With no sync thread (the crash simulator drives the rounds), a round with no
     commit queued syncs what was written lazily (the thread's timer, in one step)."""
-    st, e = fresh(tmp_path, sync_thread=False)
+    st, e = fresh(tmp_path / "fsync", sync_thread=False)
     st.save_queue(QueueDef("q"))
     publish(st, "q", [(e << 40) | 1])
     st.commit(lambda exc: None)
@@ -594,6 +594,16 @@ def test_P8_a_lazy_write_is_synced_by_the_next_round_without_a_sync_thread(
     st.sync_round()  # nothing new: no fdatasync
     assert st.stats.fsyncs == fsyncs + 1
     st.close()
+    # --no-fsync: a round syncs nothing (the simulator's power cut keeps it unsynced)
+    nf, e = fresh(tmp_path / "nofsync", fsync=False, sync_thread=False)
+    nf.save_queue(QueueDef("q"))
+    publish(nf, "q", [(e << 40) | 1])
+    nf.commit(lambda exc: None)
+    nf.remove("q", (e << 40) | 1)
+    assert nf.write() is None
+    nf.sync_round()
+    assert nf.stats.fsyncs == 0 and nf.stats.lazy_syncs == 0
+    nf.close()
 
 
 def test_callbacks_go_through_call_soon_threadsafe(tmp_path: Path) -> None:

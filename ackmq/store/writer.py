@@ -166,7 +166,8 @@ class WriterMixin(PendingMixin):
             entries = list(self._syncq)
             self._syncq.clear()
         if not entries:  # lazily written batches only (their time is up)
-            if self._wstate[1] > self._synced and self._sync_to(self._wstate[1]) is None:
+            if self.fsync and self._wstate[1] > self._synced \
+                    and self._sync_to(self._wstate[1]) is None:
                 self.stats.lazy_syncs += 1
             return
         need = max((gen for gen, _, exc in entries if exc is None), default=0)
