@@ -302,13 +302,15 @@ class BrokerModel:
                 store = None  # committed
             else:
                 streams.commit(self._streams_synced)
-        if store is not None and not (self._commit_waiters or self._commit_callbacks):
+        if store is None:
+            pass
+        elif not (self._commit_waiters or self._commit_callbacks):
             if store.pending:  # acks, deliveries, moves: no one waits for their fsync
                 err = store.write()
                 if err is not None:  # the removes stay buffered for the next commit
                     self.store_failures += 1
                     log.error("store write failed: %s", err)
-        elif store is not None:
+        else:
             waiters, callbacks = self._commit_waiters, self._commit_callbacks
             self._commit_waiters, self._commit_callbacks = [], []
             n = len(waiters) + len(callbacks) - self._riders

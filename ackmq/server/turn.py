@@ -33,6 +33,8 @@ class Turn:
             self.loop.call_soon(self.flush)
 
     def send_output(self) -> None:
+        """Every connection's gathered frames, one `writelines` each (the turn's end;
+        and before an inline fdatasync, through the broker's store)."""
         ctx = self.ctx
         if ctx is not None and ctx.dirty:
             dirty, ctx.dirty = ctx.dirty, []
@@ -47,9 +49,4 @@ class Turn:
                 broker.end_of_turn()
             except Exception:  # never let one bad turn stop every connection's output
                 log.exception("end of turn failed")
-        ctx = self.ctx
-        if ctx is None:
-            return
-        dirty, ctx.dirty = ctx.dirty, []
-        for conn in dirty:
-            conn.flush()
+        self.send_output()
