@@ -20,6 +20,27 @@ def lazyfs() -> None:
         pytest.skip(why)
 
 
+def test_P9_lazyfs_work_folders_never_hold_what_lazyfs_takes_for_an_option() -> None:
+    """LazyFS drops a --config-path containing "-o" (any case) and aborts on
+    config/default.toml: a work folder named "ackmq-powerloss-" + mkdtemp's random part
+    failed every mount whenever that part began with "o" (CI, 1 in 37 runs)."""
+    import shutil
+    from pathlib import Path
+
+    from tools.robustness.powerloss import LazyFS, lazyfs_workdir
+    with pytest.raises(ValueError, match="contains '-o'"):
+        LazyFS(Path("/var/tmp/ackmq-powerloss-Oq1x"))
+    made = [lazyfs_workdir(kind) for kind in ("powerloss", "powerloss_mqtt",
+                                              "powerloss_stream") for _ in range(40)]
+    try:
+        assert not [w for w in made if "-o" in str(w).lower()]
+        for w in made:
+            LazyFS(w)
+    finally:
+        for w in made:
+            shutil.rmtree(w, ignore_errors=True)
+
+
 def test_P9_lazyfs_power_cuts_lose_nothing_confirmed(lazyfs: None) -> None:
     from tools.robustness.powerloss import run
     rep = run(cycles=6, seed=7)

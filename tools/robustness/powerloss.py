@@ -91,18 +91,28 @@ def free_port(avoid: int = 0) -> int:
     raise RuntimeError("no free port below the ephemeral range")
 
 
+def lazyfs_workdir(kind: str) -> Path:
+    """A fresh work folder for a LazyFS run: "_"-joined, since mkdtemp's random part
+    could start with "o" after a "-" (see LazyFS.__init__)."""
+    return Path(tempfile.mkdtemp(prefix=f"ackmq_{kind}_", dir="/var/tmp"))
+
+
 class LazyFS:
     """A LazyFS mount of `root` at `mount`, driven through its fifo."""
 
     def __init__(self, work: Path) -> None:
+        # LazyFS (src/main.cpp) ignores a --config-path whose value contains "-o" in
+        # any case (it takes it for a FUSE option) and aborts on config/default.toml;
+        # the config file sits beside the fifo, so no such path may reach it
+        if "-o" in str(work).lower():
+            raise ValueError(f"LazyFS cannot take its config from {work}: the path "
+                             "contains '-o' (use lazyfs_workdir())")
         self.root = work / "lazyfs-root"
         self.mount = work / "lazyfs-mnt"
         self.fifo = work / "lazyfs.fifo"
 
     def __enter__(self) -> LazyFS:
-        # LazyFS now and then aborts at start-up without reading its --config-path
-        # ("toml::parse: file open error -> config/default.toml", seen once in ~60
-        # mounts), or on a loaded machine mounts after the tool's 10 s wait, leaving a
+        # on a loaded machine LazyFS may mount after the tool's 10 s wait, leaving a
         # LazyFS behind that the next try collides with (three failures in a row seen in
         # a full-suite run): each retry first stops what the failed try left, and the
         # fifth failure is reported
@@ -222,7 +232,7 @@ def run(cycles: int, fsync: bool = True, work: Path | None = None, seed: int = 1
     cycles left would be plain remount cycles, which the clear-cache runs cover)."""
     rng = random.Random(seed)
     own = work is None
-    work = work or Path(tempfile.mkdtemp(prefix="ackmq-powerloss-", dir="/var/tmp"))
+    work = work or lazyfs_workdir("powerloss")
     rep = Report()
     extra = ["--disk-free-limit", "0"] + ([] if fsync else ["--no-fsync"])
     try:

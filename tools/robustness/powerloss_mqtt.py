@@ -28,7 +28,6 @@ import random
 import re
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -39,7 +38,13 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from tools.harness.ownbroker import OwnBroker, log_trouble
-from tools.robustness.powerloss import LazyFS, cannot_run, cut_arguments, free_port
+from tools.robustness.powerloss import (
+    LazyFS,
+    cannot_run,
+    cut_arguments,
+    free_port,
+    lazyfs_workdir,
+)
 
 WAIT = 20.0  # seconds for any one acknowledgement (a loaded 2-core machine)
 
@@ -148,7 +153,7 @@ def run(cycles: int, work: Path | None = None, seed: int = 1, progress: bool = F
     the broker, which had forgotten the id): the segments tell which it was."""
     rng = random.Random(seed)
     own = work is None
-    work = work or Path(tempfile.mkdtemp(prefix="ackmq-powerloss-mqtt-", dir="/var/tmp"))
+    work = work or lazyfs_workdir("powerloss_mqtt")
     rep = MqttReport()
     port = free_port()
     retained: dict[str, str] = {}

@@ -27,7 +27,6 @@ import collections
 import random
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -45,7 +44,13 @@ from rstream import (
 )
 
 from tools.harness.ownbroker import OwnBroker, log_trouble
-from tools.robustness.powerloss import LazyFS, cannot_run, cut_arguments, free_port
+from tools.robustness.powerloss import (
+    LazyFS,
+    cannot_run,
+    cut_arguments,
+    free_port,
+    lazyfs_workdir,
+)
 
 STREAM = "powerloss-stream"
 PUBLISHER = "pl-pub"
@@ -165,7 +170,7 @@ def run(cycles: int, work: Path | None = None, seed: int = 1, progress: bool = F
     """`fsync=False` (`--no-fsync`): the run must then see confirmed messages lost."""
     rng = random.Random(seed)
     own = work is None
-    work = work or Path(tempfile.mkdtemp(prefix="ackmq-powerloss-stream-", dir="/var/tmp"))
+    work = work or lazyfs_workdir("powerloss_stream")
     rep = StreamReport()
     port = free_port()
     next_id = 0
